@@ -1,0 +1,1 @@
+//! Benchmark support: generators of large rule repositories.

@@ -1,0 +1,1 @@
+//! Diff (being written)

@@ -1,0 +1,436 @@
+//! The typed rule model: what the KDL files say, after parsing, with every value carrying
+//! the span it came from. `syntax` builds it, `check` validates it, `select` and `emit` read it.
+//! Nothing here knows about nftables, eBPF or sockets.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+/// Where something came from: a file (index into [`crate::source::SourceMap`]) and a byte range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
+pub struct Span {
+    pub file: u32,
+    pub offset: u32,
+    pub len: u32,
+}
+
+/// A value and the span of the text it was read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Spanned<T> {
+    pub value: T,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+impl<T> Spanned<T> {
+    pub fn new(value: T, span: Span) -> Self {
+        Spanned { value, span }
+    }
+}
+
+impl<T> std::ops::Deref for Spanned<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+/// Everything the rule repository declares, for all hosts (before host selection).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Ruleset {
+    pub hosts: Vec<Host>,
+    pub sets: Vec<AddrSet>,
+    pub chains: Vec<Chain>,
+    pub forwards: Vec<ForwardRule>,
+    pub shapes: Vec<ShapeRule>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Host {
+    pub name: Spanned<String>,
+    pub labels: BTreeMap<String, String>,
+    pub vars: BTreeMap<String, String>,
+}
+
+/// One address: a network (a single address is a /32 or /128) or an inclusive range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum AddrElem {
+    Net(IpNet),
+    Range(IpAddr, IpAddr),
+}
+
+impl AddrElem {
+    pub fn is_ipv4(&self) -> bool {
+        match self {
+            AddrElem::Net(n) => matches!(n, IpNet::V4(_)),
+            AddrElem::Range(a, _) => a.is_ipv4(),
+        }
+    }
+}
+
+impl fmt::Display for AddrElem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddrElem::Net(n) if n.prefix_len() == n.max_prefix_len() => write!(f, "{}", n.addr()),
+            AddrElem::Net(n) => write!(f, "{n}"),
+            AddrElem::Range(a, b) => write!(f, "{a}-{b}"),
+        }
+    }
+}
+
+/// `set "name" …`: a named list of addresses, referenced as `@name`.
+#[derive(Debug, Clone, Serialize)]
+pub struct AddrSet {
+    pub name: Spanned<String>,
+    pub elements: Vec<Spanned<AddrElem>>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+/// An address match in a rule: a set reference, or literal addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum AddrMatch {
+    Set(String),
+    Literal(Vec<AddrElem>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChainKind {
+    Input,
+    Forward,
+    Output,
+}
+
+impl ChainKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChainKind::Input => "input",
+            ChainKind::Forward => "forward",
+            ChainKind::Output => "output",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    Accept,
+    Drop,
+}
+
+/// `input policy=drop { … }` (also `forward`, `output`). Several blocks of one kind are
+/// concatenated in file order; the last `policy` given wins (a conflicting one is an error).
+#[derive(Debug, Clone, Serialize)]
+pub struct Chain {
+    pub kind: ChainKind,
+    pub policy: Option<Spanned<Policy>>,
+    pub rules: Vec<FilterRule>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Allow,
+    Deny,
+    Reject,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Deny => "deny",
+            Action::Reject => "reject",
+        }
+    }
+}
+
+/// Protocol of a filter rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Tcp,
+    Udp,
+    /// tcp and udp
+    Both,
+    Icmp,
+    Icmpv6,
+}
+
+impl Proto {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+            Proto::Both => "both",
+            Proto::Icmp => "icmp",
+            Proto::Icmpv6 => "icmpv6",
+        }
+    }
+    pub fn has_ports(self) -> bool {
+        matches!(self, Proto::Tcp | Proto::Udp | Proto::Both)
+    }
+}
+
+/// Inclusive port range; a single port has `lo == hi`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct PortRange {
+    pub lo: u16,
+    pub hi: u16,
+}
+
+impl PortRange {
+    pub fn single(p: u16) -> Self {
+        PortRange { lo: p, hi: p }
+    }
+    pub fn len(&self) -> u32 {
+        u32::from(self.hi) - u32::from(self.lo) + 1
+    }
+    pub fn is_single(&self) -> bool {
+        self.lo == self.hi
+    }
+    pub fn overlaps(&self, other: &PortRange) -> bool {
+        self.lo <= other.hi && other.lo <= self.hi
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_single() {
+            write!(f, "{}", self.lo)
+        } else {
+            write!(f, "{}-{}", self.lo, self.hi)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeUnit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+}
+
+impl TimeUnit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeUnit::Second => "second",
+            TimeUnit::Minute => "minute",
+            TimeUnit::Hour => "hour",
+            TimeUnit::Day => "day",
+        }
+    }
+    pub fn seconds(self) -> u64 {
+        match self {
+            TimeUnit::Second => 1,
+            TimeUnit::Minute => 60,
+            TimeUnit::Hour => 3600,
+            TimeUnit::Day => 86400,
+        }
+    }
+}
+
+/// A rate of events (new connections, packets): `50/second`, `10/minute burst 20`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EventRate {
+    pub count: u32,
+    pub per: TimeUnit,
+    pub burst: Option<u32>,
+}
+
+impl fmt::Display for EventRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.count, self.per.as_str())?;
+        if let Some(b) = self.burst {
+            write!(f, " burst {b}")?;
+        }
+        Ok(())
+    }
+}
+
+/// `on="edge-1"` or `on="role=edge,region=eu"`: host name, or labels that must all match.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Selector {
+    Name(String),
+    Labels(BTreeMap<String, String>),
+}
+
+impl Selector {
+    pub fn matches(&self, host: &Host) -> bool {
+        match self {
+            Selector::Name(n) => host.name.value == *n,
+            Selector::Labels(want) => want.iter().all(|(k, v)| host.labels.get(k) == Some(v)),
+        }
+    }
+}
+
+/// `allow "ssh" proto=tcp port=22 from="@office"` and friends, inside a chain block.
+#[derive(Debug, Clone, Serialize)]
+pub struct FilterRule {
+    pub name: Spanned<String>,
+    pub chain: ChainKind,
+    pub action: Action,
+    pub proto: Option<Spanned<Proto>>,
+    pub ports: Option<Spanned<Vec<PortRange>>>,
+    pub sports: Option<Spanned<Vec<PortRange>>>,
+    pub from: Option<Spanned<AddrMatch>>,
+    pub to: Option<Spanned<AddrMatch>>,
+    pub iif: Option<Spanned<String>>,
+    pub oif: Option<Spanned<String>>,
+    pub log: bool,
+    pub rate: Option<Spanned<EventRate>>,
+    pub on: Option<Spanned<Selector>>,
+    pub comment: Option<String>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+/// Protocol of a forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForwardProto {
+    Tcp,
+    Udp,
+    Both,
+}
+
+impl ForwardProto {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForwardProto::Tcp => "tcp",
+            ForwardProto::Udp => "udp",
+            ForwardProto::Both => "both",
+        }
+    }
+}
+
+/// `listen=":8080"`, `listen="203.0.113.1:80"`, `listen="[2001:db8::1]:27015-27020"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Listen {
+    pub addr: Option<IpAddr>,
+    pub ports: PortRange,
+}
+
+/// A forward target host: an IP literal (kernel-capable) or a DNS name (userspace).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum TargetHost {
+    Ip(IpAddr),
+    Dns(String),
+}
+
+impl fmt::Display for TargetHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TargetHost::Ip(IpAddr::V6(a)) => write!(f, "[{a}]"),
+            TargetHost::Ip(a) => write!(f, "{a}"),
+            TargetHost::Dns(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// One `to=` target; `ports: None` keeps the listen port (port ranges map one to one).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Target {
+    pub host: TargetHost,
+    pub ports: Option<PortRange>,
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ports {
+            Some(p) => write!(f, "{}:{p}", self.host),
+            None => write!(f, "{}", self.host),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    Auto,
+    Kernel,
+    Userspace,
+}
+
+/// A bandwidth in bytes per second (as written: `100mbit` = 12_500_000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Bandwidth(pub u64);
+
+/// `forward "web" listen=":8080" to="10.0.0.5:80" …`
+#[derive(Debug, Clone, Serialize)]
+pub struct ForwardRule {
+    pub name: Spanned<String>,
+    pub proto: ForwardProto,
+    pub listen: Spanned<Listen>,
+    pub targets: Spanned<Vec<Target>>,
+    pub from: Option<Spanned<AddrMatch>>,
+    /// `bandwidth=` sets both directions; `up=` (client -> target) / `down=` override it.
+    pub up: Option<Spanned<Bandwidth>>,
+    pub down: Option<Spanned<Bandwidth>>,
+    pub burst: Option<Spanned<u64>>,
+    pub max_conns: Option<Spanned<u32>>,
+    pub conn_rate: Option<Spanned<EventRate>>,
+    pub proxy_protocol: Option<Spanned<u8>>,
+    pub idle_timeout_ms: Option<Spanned<u64>>,
+    pub backend: Spanned<BackendChoice>,
+    pub on: Option<Spanned<Selector>>,
+    pub comment: Option<String>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Traffic leaving through `dev` (the default).
+    Egress,
+    /// Traffic arriving on `dev`, shaped on the way back out of the host's other interfaces.
+    Ingress,
+}
+
+/// `shape "guests" from="10.2.0.0/16" rate="20mbit" burst="256KiB" dev=eth1`
+#[derive(Debug, Clone, Serialize)]
+pub struct ShapeRule {
+    pub name: Spanned<String>,
+    pub from: Option<Spanned<AddrMatch>>,
+    pub to: Option<Spanned<AddrMatch>>,
+    pub proto: Option<Spanned<Proto>>,
+    pub ports: Option<Spanned<Vec<PortRange>>>,
+    pub devs: Vec<Spanned<String>>,
+    pub rate: Spanned<Bandwidth>,
+    pub burst: Option<Spanned<u64>>,
+    pub direction: Direction,
+    pub on: Option<Spanned<Selector>>,
+    pub comment: Option<String>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+/// The kind of a named thing, for diagnostics, the manifest and plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleKind {
+    Set,
+    Filter,
+    Forward,
+    Shape,
+}
+
+impl RuleKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleKind::Set => "set",
+            RuleKind::Filter => "filter",
+            RuleKind::Forward => "forward",
+            RuleKind::Shape => "shape",
+        }
+    }
+}

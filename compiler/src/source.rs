@@ -1,0 +1,102 @@
+//! Finding and holding the rule files: `fwc.kdl` at the root and every `*.kdl` / `*.kdl.j2`
+//! under `rules/`, in path order. A [`SourceTree`] is read from a directory (the compiler's
+//! only I/O) or built in memory (the agent builds it from git objects).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::diag::{Diagnostic, Diagnostics};
+
+/// The root file of a rule repository.
+pub const ROOT_FILE: &str = "fwc.kdl";
+/// Directory whose `*.kdl` and `*.kdl.j2` files are read too.
+pub const RULES_DIR: &str = "rules";
+
+/// The rule files of a repository: relative path (with `/`) -> contents, in path order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceTree {
+    pub files: BTreeMap<String, String>,
+}
+
+impl SourceTree {
+    /// Read `fwc.kdl` and `rules/**/*.kdl{,.j2}` below `dir`.
+    pub fn from_dir(dir: &Path) -> Result<SourceTree, Diagnostics> {
+        let mut files = BTreeMap::new();
+        let root = dir.join(ROOT_FILE);
+        match std::fs::read_to_string(&root) {
+            Ok(t) => {
+                files.insert(ROOT_FILE.to_string(), t);
+            }
+            Err(e) => {
+                return Err(Diagnostics::single(
+                    Diagnostic::error("no-root-file", format!("cannot read {}: {e}", root.display()))
+                        .help("a rule repository has fwc.kdl at its root, starting with `fwc 1`"),
+                ))
+            }
+        }
+        let rules = dir.join(RULES_DIR);
+        if rules.is_dir() {
+            let mut stack = vec![rules];
+            while let Some(d) = stack.pop() {
+                let entries = std::fs::read_dir(&d).map_err(|e| io_error(&d, e))?;
+                for entry in entries {
+                    let entry = entry.map_err(|e| io_error(&d, e))?;
+                    let path = entry.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if is_rule_file(&path.to_string_lossy()) {
+                        let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
+                        let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+                        files.insert(rel, text);
+                    }
+                }
+            }
+        }
+        Ok(SourceTree { files })
+    }
+
+    /// Build a tree from (path, contents) pairs, keeping only rule files (for git trees).
+    pub fn from_files<I: IntoIterator<Item = (String, String)>>(files: I) -> SourceTree {
+        SourceTree {
+            files: files.into_iter().filter(|(p, _)| p == ROOT_FILE || (p.starts_with("rules/") && is_rule_file(p))).collect(),
+        }
+    }
+
+    pub fn has_templates(&self) -> bool {
+        self.files.keys().any(|p| p.ends_with(".kdl.j2"))
+    }
+}
+
+/// Is this path a rule file (`*.kdl` or `*.kdl.j2`)?
+pub fn is_rule_file(path: &str) -> bool {
+    path.ends_with(".kdl") || path.ends_with(".kdl.j2")
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> Diagnostics {
+    Diagnostics::single(Diagnostic::error("io", format!("cannot read {}: {e}", path.display())))
+}
+
+/// A file as diagnostics see it: its display path and the exact text that was parsed (for a
+/// template, the text rendered for one host).
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    pub path: String,
+    pub text: Arc<str>,
+}
+
+/// Every text parsed in one run; spans index into it by `file`.
+#[derive(Debug, Clone, Default)]
+pub struct SourceMap {
+    files: Vec<SourceFile>,
+}
+
+impl SourceMap {
+    pub fn add(&mut self, path: impl Into<String>, text: &str) -> u32 {
+        self.files.push(SourceFile { path: path.into(), text: Arc::from(text) });
+        (self.files.len() - 1) as u32
+    }
+    pub fn file(&self, id: u32) -> &SourceFile {
+        &self.files[id as usize]
+    }
+}

@@ -1,0 +1,1 @@
+//! eBPF QoS loader (being written).

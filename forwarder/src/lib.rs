@@ -1,0 +1,1 @@
+//! The userspace forwarder (being written).

@@ -1,0 +1,51 @@
+//! One module per dataplane, all behind the [`Backend`] trait that the apply transaction
+//! (`crate::apply`) drives: prepare everything, commit everything, verify, and on any failure
+//! roll every backend back to the previously applied artifacts.
+
+use fwc_compiler::artifacts::{Artifacts, BackendKind};
+use serde::Serialize;
+
+/// A dataplane fwc can program. Implementations own only their own state (fwc's nftables
+/// table, fwc's pinned BPF maps, the forwarder's listeners) and never touch anything else.
+pub trait Backend {
+    /// Which dataplane this is (for plans, audit entries and metrics).
+    fn kind(&self) -> BackendKind;
+
+    /// Validate `next` and stage it; nothing visible may change. Any error here aborts the
+    /// apply before any backend commits.
+    fn prepare(&mut self, next: &Artifacts) -> miette::Result<()>;
+
+    /// Make the staged state live. Must be atomic per backend where the dataplane allows it.
+    fn commit(&mut self) -> miette::Result<()>;
+
+    /// Restore `previous` (the last applied artifacts), or remove everything this backend
+    /// owns when there is none. Called for every backend when any of them fails.
+    fn rollback(&mut self, previous: Option<&Artifacts>) -> miette::Result<()>;
+
+    /// Read the live state back and compare it with `expected`: used by verify after commit,
+    /// by drift detection, and for per-rule counters.
+    fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation>;
+}
+
+/// What a backend saw when it read its live state back.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Observation {
+    /// Human-readable differences between live and expected; empty = in sync.
+    pub drift: Vec<String>,
+    /// Per-rule counters, where the dataplane keeps them.
+    pub counters: Vec<RuleCounter>,
+}
+
+impl Observation {
+    pub fn in_sync(&self) -> bool {
+        self.drift.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RuleCounter {
+    pub rule: String,
+    pub backend: BackendKind,
+    pub packets: u64,
+    pub bytes: u64,
+}

@@ -1,0 +1,6 @@
+//! fwc-runtime: everything that touches a live host. The compiler (`fwc-compiler`) produces
+//! artifacts; this crate applies them through one [`backend::Backend`] per dataplane, and
+//! hosts the CLI, the agent, metrics and the audit log.
+
+pub mod backend;
+pub mod cli;

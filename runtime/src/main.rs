@@ -1,0 +1,1 @@
+fn main() -> std::process::ExitCode { fwc_runtime::cli::main() }

@@ -1,0 +1,191 @@
+//! Test support shared by every privileged fwc test: a privilege gate that prints SKIP (or
+//! fails under `FWC_REQUIRE_PRIVILEGED=1`), and guard types that create network namespaces,
+//! veth pairs and processes named `fwc-t-*` and remove them on drop, also when a test panics.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Returns true when the test may run privileged work. Without root it prints a SKIP line
+/// and returns false, unless `FWC_REQUIRE_PRIVILEGED=1`, in which case it panics.
+pub fn privileged(test: &str) -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    let tools = ["ip", "nft"].iter().all(|t| which(t));
+    if root && tools {
+        return true;
+    }
+    let why = if !root { "not root" } else { "ip or nft not installed" };
+    if std::env::var("FWC_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        panic!("{test}: privileged test cannot run ({why}) but FWC_REQUIRE_PRIVILEGED=1");
+    }
+    eprintln!("SKIP {test}: {why}");
+    false
+}
+
+/// Is `tool` on PATH?
+pub fn which(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+}
+
+/// Run a command, panic with its stderr when it fails.
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{cmd:?} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// Run a shell command line, panic when it fails; returns stdout.
+pub fn sh(line: &str) -> String {
+    String::from_utf8_lossy(&run(Command::new("sh").arg("-c").arg(line)).stdout).into_owned()
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A name unique to this process and call, `fwc-t-<tag><pid%10000>-<n>`, short enough for
+/// interface names (15 bytes max) when `tag` is at most 2 characters.
+pub fn unique_name(tag: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("fwc-t-{tag}{}{n}", std::process::id() % 10000)
+}
+
+/// A network namespace that is deleted (with everything in it) on drop.
+pub struct Netns {
+    pub name: String,
+    children: Vec<Child>,
+}
+
+impl Netns {
+    /// Create `fwc-t-…` with loopback up.
+    pub fn new(tag: &str) -> Netns {
+        let name = unique_name(tag);
+        run(Command::new("ip").args(["netns", "add", &name]));
+        let ns = Netns { name, children: Vec::new() };
+        ns.exec(&["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// A command that runs inside the namespace.
+    pub fn cmd(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    /// Run argv inside the namespace; panic on failure; returns stdout.
+    pub fn exec(&self, argv: &[&str]) -> String {
+        let mut c = self.cmd(argv[0]);
+        c.args(&argv[1..]);
+        String::from_utf8_lossy(&run(&mut c).stdout).into_owned()
+    }
+
+    /// Run argv inside the namespace and return the raw output, whatever the exit status.
+    pub fn try_exec(&self, argv: &[&str]) -> Output {
+        let mut c = self.cmd(argv[0]);
+        c.args(&argv[1..]);
+        c.output().unwrap_or_else(|e| panic!("cannot run {argv:?}: {e}"))
+    }
+
+    /// Run a shell line inside the namespace; panic on failure; returns stdout.
+    pub fn sh(&self, line: &str) -> String {
+        self.exec(&["sh", "-c", line])
+    }
+
+    /// Start a long-running process in the namespace; it is killed when the guard drops.
+    pub fn spawn(&mut self, argv: &[&str]) -> u32 {
+        let mut c = self.cmd(argv[0]);
+        c.args(&argv[1..]).stdin(Stdio::null());
+        let child = c.spawn().unwrap_or_else(|e| panic!("cannot spawn {argv:?}: {e}"));
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    /// Keep a child started elsewhere (e.g. with extra pipes) so it is killed on drop.
+    pub fn adopt(&mut self, child: Child) {
+        self.children.push(child);
+    }
+
+    /// Path of this namespace's handle, for `setns` from a test thread.
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // Kill anything else still running inside, then delete the namespace.
+        let _ = Command::new("ip").args(["netns", "pids", &self.name]).output().map(|o| {
+            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        });
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// Join two namespaces with a veth pair and give each end an address (CIDR notation, IPv4
+/// or IPv6, any number). The pair disappears with either namespace.
+pub fn veth(a: &Netns, a_addrs: &[&str], b: &Netns, b_addrs: &[&str]) -> (String, String) {
+    let an = unique_name("a");
+    let bn = unique_name("b");
+    run(Command::new("ip").args(["link", "add", &an, "netns", &a.name, "type", "veth", "peer", "name", &bn, "netns", &b.name]));
+    for (ns, dev, addrs) in [(a, &an, a_addrs), (b, &bn, b_addrs)] {
+        for addr in addrs {
+            ns.exec(&["ip", "addr", "add", addr, "dev", dev, "nodad"]);
+        }
+        ns.exec(&["ip", "link", "set", dev, "up"]);
+    }
+    (an, bn)
+}
+
+/// Three namespaces: client <-> fwc host <-> backend, as every dataplane test uses.
+///
+/// Addresses: client 198.18.1.2/24 + 2001:db8:1::2/64, host 198.18.1.1 + 2001:db8:1::1 on
+/// the client side and 198.18.2.1/24 + 2001:db8:2::1/64 on the backend side, backend
+/// 198.18.2.2 + 2001:db8:2::2. The client routes via the host; the backend has **no** route
+/// back to the client (so a working forward proves masquerade). Forwarding is enabled on the host.
+pub struct Topology {
+    pub client: Netns,
+    pub host: Netns,
+    pub backend: Netns,
+    /// Interface names: (client side of host, backend side of host).
+    pub host_if_client: String,
+    pub host_if_backend: String,
+    pub client_if: String,
+    pub backend_if: String,
+}
+
+impl Topology {
+    pub fn new() -> Topology {
+        let client = Netns::new("c");
+        let host = Netns::new("h");
+        let backend = Netns::new("b");
+        let (client_if, host_if_client) =
+            veth(&client, &["198.18.1.2/24", "2001:db8:1::2/64"], &host, &["198.18.1.1/24", "2001:db8:1::1/64"]);
+        let (host_if_backend, backend_if) =
+            veth(&host, &["198.18.2.1/24", "2001:db8:2::1/64"], &backend, &["198.18.2.2/24", "2001:db8:2::2/64"]);
+        client.exec(&["ip", "route", "add", "default", "via", "198.18.1.1"]);
+        client.exec(&["ip", "-6", "route", "add", "default", "via", "2001:db8:1::1"]);
+        host.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        host.exec(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+        Topology { client, host, backend, host_if_client, host_if_backend, client_if, backend_if }
+    }
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Self::new()
+    }
+}
