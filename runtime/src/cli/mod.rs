@@ -1,2 +1,86 @@
-//! The `fwc` command line (being written).
-pub fn main() -> std::process::ExitCode { std::process::ExitCode::SUCCESS }
+//! The `fwc` command line. Each subcommand lives in its own module with an `Args` struct
+//! (clap) and a `run` function; this file only wires them together and maps results to the
+//! documented exit codes: 0 ok, 1 error, 2 "changes present" (plan with --detailed-exitcode).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod compile;
+
+/// Options every subcommand understands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Global {
+    /// Colour output: auto (on a terminal), always, never.
+    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub color: String,
+}
+
+impl Global {
+    /// Should output to stderr/stdout be coloured?
+    pub fn color(&self) -> bool {
+        use std::io::IsTerminal;
+        match self.color.as_str() {
+            "always" => true,
+            "never" => false,
+            _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "fwc",
+    version,
+    about = "Firewall, port forwarding and bandwidth control as code",
+    long_about = "fwc compiles KDL rule files kept in git into an nftables ruleset, eBPF QoS classes and \
+userspace forwarder listeners, and applies them atomically.\n\n\
+Start with `fwc check` in a rule repository (a directory with fwc.kdl), then `fwc compile --out DIR` \
+to see the artifacts and `fwc plan --from HEAD~1` to see what a commit changes.",
+    after_help = "Exit codes: 0 ok, 1 error (nothing was applied), 2 changes present (plan --detailed-exitcode).\n\
+Docs: docs/rules.md (the rule language), docs/architecture.md, docs/operations.md."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Parse and check a rule repository for every host; report all errors.
+    Check(compile::CheckArgs),
+    /// Compile one host's artifacts (nftables.json, qos.json, forward.json, manifest.json).
+    Compile(compile::CompileArgs),
+    /// Show what would change, per rule, with the backend each rule goes to.
+    Plan(compile::PlanArgs),
+    /// Format rule files canonically (or check that they are, with --check).
+    Fmt(compile::FmtArgs),
+    /// Print the JSON Schema of an artifact (or write all of them to a directory).
+    Schema(compile::SchemaArgs),
+    /// Print a shell completion script.
+    Completions(compile::CompletionsArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FWC_LOG").unwrap_or_else(|_| "warn".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let g = cli.global.clone();
+    let result = match cli.command {
+        Command::Check(a) => compile::check(a, &g),
+        Command::Compile(a) => compile::compile(a, &g),
+        Command::Plan(a) => compile::plan(a, &g),
+        Command::Fmt(a) => compile::fmt(a, &g),
+        Command::Schema(a) => compile::schema(a, &g),
+        Command::Completions(a) => compile::completions(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(report) => {
+            eprintln!("{report:?}");
+            ExitCode::from(1)
+        }
+    }
+}
