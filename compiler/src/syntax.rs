@@ -1,14 +1,820 @@
-//! KDL v2 -> typed model. (being written)
-use crate::diag::Diagnostics;
-use crate::model::*;
-use crate::source::{SourceMap, SourceTree};
+//! KDL v2 documents -> the typed model. Nodes are read by hand through kdl's document API so
+//! every value keeps its span; templates (`*.kdl.j2`) are rendered with minijinja for one host
+//! first. All problems found in a run are collected, not just the first.
 
-pub fn parse_plain(_tree: &SourceTree, _map: &mut SourceMap) -> Result<Ruleset, Diagnostics> {
-    Ok(Ruleset::default())
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use kdl::{KdlDocument, KdlEntry, KdlNode, KdlValue};
+
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::model::*;
+use crate::source::{SourceMap, SourceTree, ROOT_FILE};
+use crate::units::{self, UnitError};
+
+/// The rule-language version this compiler reads.
+pub const LANGUAGE_VERSION: i128 = 1;
+
+const TOP_NODES: &[&str] = &["fwc", "host", "set", "input", "forward", "output", "shape"];
+const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject"];
+const FILTER_PROPS: &[&str] = &["proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "on", "comment"];
+const FORWARD_PROPS: &[&str] = &[
+    "proto", "listen", "to", "from", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
+    "idle-timeout", "backend", "on", "comment",
+];
+const SHAPE_PROPS: &[&str] = &["from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment"];
+
+/// Parse every plain `.kdl` file of the tree (templates are added per host by [`add_templates`]).
+pub fn parse_plain(tree: &SourceTree, map: &mut SourceMap) -> Result<Ruleset, Diagnostics> {
+    let mut rs = Ruleset::default();
+    let mut diags = Diagnostics::default();
+    for (path, text) in tree.files.iter().filter(|(p, _)| !p.ends_with(".j2")) {
+        let id = map.add(path.clone(), text);
+        Parser { map, file: id, diags: &mut diags, in_template: false }.file(path == ROOT_FILE, text, &mut rs);
+    }
+    finish(rs, diags)
 }
-pub fn add_templates(_tree: &SourceTree, _map: &mut SourceMap, rs: Ruleset, _host: &Host) -> Result<Ruleset, Diagnostics> {
-    Ok(rs)
+
+/// Render every template of the tree for `host` and parse it into `rs`.
+pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, host: &Host) -> Result<Ruleset, Diagnostics> {
+    let mut diags = Diagnostics::default();
+    let templates: Vec<_> = tree.files.iter().filter(|(p, _)| p.ends_with(".j2")).collect();
+    if templates.is_empty() {
+        return Ok(rs);
+    }
+    let hosts: Vec<&Host> = if rs.hosts.is_empty() { vec![host] } else { rs.hosts.iter().collect() };
+    let ctx = minijinja::context! {
+        host => host_value(host),
+        hosts => hosts.iter().map(|h| host_value(h)).collect::<Vec<_>>(),
+    };
+    for (path, text) in templates {
+        let mut env = minijinja::Environment::new();
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.set_keep_trailing_newline(true);
+        let rendered = env.add_template(path, text).and_then(|()| env.get_template(path)?.render(&ctx));
+        match rendered {
+            Ok(out) => {
+                let id = map.add(format!("{path} (rendered for host {})", host.name.value), &out);
+                Parser { map, file: id, diags: &mut diags, in_template: true }.file(false, &out, &mut rs);
+            }
+            Err(e) => {
+                let id = map.add(path.clone(), text);
+                let span = template_error_span(text, &e, id);
+                let mut detail = e.detail().map(str::to_string).unwrap_or_else(|| e.kind().to_string());
+                if e.kind() == minijinja::ErrorKind::UndefinedError {
+                    detail = format!("{detail} (templates see host.name, host.labels, host.vars and hosts)");
+                }
+                diags.push(
+                    Diagnostic::error("template", format!("template {path} failed to render for host \"{}\": {}", host.name.value, e.kind()))
+                        .at(map, span, detail)
+                        .help("fix the template; undefined variables are errors (use `{% if x is defined %}` for optional ones)"),
+                );
+            }
+        }
+    }
+    finish(rs, diags)
 }
+
+fn finish(rs: Ruleset, diags: Diagnostics) -> Result<Ruleset, Diagnostics> {
+    if diags.has_errors() {
+        Err(diags)
+    } else {
+        Ok(rs)
+    }
+}
+
+fn host_value(h: &Host) -> minijinja::Value {
+    minijinja::context! { name => h.name.value.clone(), labels => h.labels.clone(), vars => h.vars.clone() }
+}
+
+/// The span of the template line an error refers to.
+fn template_error_span(text: &str, e: &minijinja::Error, file: u32) -> Span {
+    let line = e.line().unwrap_or(1).max(1);
+    let start: usize = text.split_inclusive('\n').take(line - 1).map(str::len).sum();
+    let len = text[start.min(text.len())..].find('\n').unwrap_or(text.len() - start.min(text.len()));
+    match e.range() {
+        Some(r) => Span { file, offset: r.start as u32, len: (r.end - r.start) as u32 },
+        None => Span { file, offset: start as u32, len: len as u32 },
+    }
+}
+
+/// The closest candidate to `word` (edit distance at most a third of its length, min 2).
 pub fn did_you_mean<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    candidates.into_iter().find(|c| c.starts_with(&word[..1.min(word.len())]))
+    let limit = (word.chars().count() / 3).max(2);
+    candidates.map(|c| (edit_distance(word, c), c)).filter(|(d, _)| *d <= limit).min().map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn to_span(file: u32, s: miette::SourceSpan) -> Span {
+    Span { file, offset: s.offset() as u32, len: s.len() as u32 }
+}
+
+/// Reads the nodes of one file into the ruleset, collecting diagnostics.
+struct Parser<'m, 'd> {
+    map: &'m SourceMap,
+    file: u32,
+    diags: &'d mut Diagnostics,
+    in_template: bool,
+}
+
+/// A node's properties, each with its span, read once; leftovers are unknown properties.
+struct Props<'n> {
+    node: &'n KdlNode,
+    rule: String,
+    values: BTreeMap<String, &'n KdlEntry>,
+}
+
+impl<'n> Props<'n> {
+    fn get(&mut self, name: &str) -> Option<&'n KdlEntry> {
+        self.values.remove(name)
+    }
+}
+
+fn value_text(v: &KdlValue) -> Option<String> {
+    match v {
+        KdlValue::String(s) => Some(s.clone()),
+        KdlValue::Integer(i) => Some(i.to_string()),
+        KdlValue::Float(f) => Some(f.to_string()),
+        _ => None,
+    }
+}
+
+impl Parser<'_, '_> {
+    fn span(&self, s: miette::SourceSpan) -> Span {
+        to_span(self.file, s)
+    }
+
+    fn error(&mut self, code: &str, message: impl Into<String>, span: Span, label: impl Into<String>) -> DiagBuilder<'_> {
+        let d = Diagnostic::error(code, message).at(self.map, span, label);
+        DiagBuilder { diags: self.diags, d: Some(d) }
+    }
+
+    fn file(&mut self, is_root: bool, text: &str, rs: &mut Ruleset) {
+        let doc = match KdlDocument::parse_v2(text) {
+            Ok(doc) => doc,
+            Err(e) => {
+                for d in &e.diagnostics {
+                    let span = self.span(d.span);
+                    let msg = d.message.clone().unwrap_or_else(|| "invalid KDL".into());
+                    let help = d.help.clone().unwrap_or_else(|| {
+                        "see docs/rules.md for the syntax; strings need double quotes, booleans are #true/#false".into()
+                    });
+                    let label = d.label.clone().unwrap_or_else(|| "here".into());
+                    self.error("kdl-syntax", format!("syntax error: {msg}"), span, label).help(help);
+                }
+                return;
+            }
+        };
+        let mut saw_version = false;
+        for node in doc.nodes() {
+            let name = node.name().value();
+            let nspan = self.span(node.name().span());
+            match name {
+                "fwc" => {
+                    saw_version = true;
+                    self.version(node);
+                }
+                "host" if self.in_template => {
+                    self.error("host-in-template", "host nodes cannot be declared in a template", nspan, "here")
+                        .help("declare hosts in a plain .kdl file; templates are rendered once per host");
+                }
+                "host" => {
+                    if let Some(h) = self.host(node) {
+                        rs.hosts.push(h);
+                    }
+                }
+                "set" => {
+                    if let Some(s) = self.set(node) {
+                        rs.sets.push(s);
+                    }
+                }
+                "input" | "output" => {
+                    if let Some(c) = self.chain(node) {
+                        rs.chains.push(c);
+                    }
+                }
+                "forward" if is_chain_block(node) => {
+                    if let Some(c) = self.chain(node) {
+                        rs.chains.push(c);
+                    }
+                }
+                "forward" => {
+                    if let Some(f) = self.forward(node) {
+                        rs.forwards.push(f);
+                    }
+                }
+                "shape" => {
+                    if let Some(s) = self.shape(node) {
+                        rs.shapes.push(s);
+                    }
+                }
+                other => {
+                    let mut help = String::from("top-level nodes are fwc, host, set, input, forward, output and shape");
+                    if FILTER_ACTIONS.contains(&other) {
+                        help = format!("`{other}` rules go inside a chain block: input {{ {other} \"name\" … }}");
+                    } else if let Some(s) = did_you_mean(other, TOP_NODES.iter().copied()) {
+                        help = format!("did you mean `{s}`?");
+                    }
+                    self.error("unknown-node", format!("unknown node `{other}`"), nspan, "not a node fwc knows").help(help);
+                }
+            }
+        }
+        if is_root && !saw_version {
+            let span = Span { file: self.file, offset: 0, len: 0 };
+            self.error("missing-version", "fwc.kdl does not say which rule-language version it uses", span, "expected `fwc 1` here")
+                .help("start fwc.kdl with the line `fwc 1`");
+        }
+    }
+
+    fn version(&mut self, node: &KdlNode) {
+        let span = self.span(node.span());
+        match node.entries().first().map(|e| e.value()) {
+            Some(KdlValue::Integer(LANGUAGE_VERSION)) if node.entries().len() == 1 => {}
+            Some(KdlValue::Integer(v)) => {
+                self.error("unsupported-version", format!("rule-language version {v} is not supported"), span, "here")
+                    .help(format!("this fwc reads version {LANGUAGE_VERSION}: write `fwc {LANGUAGE_VERSION}` or upgrade fwc"));
+            }
+            _ => {
+                self.error("bad-version", "`fwc` takes one number, the rule-language version", span, "here")
+                    .help("write `fwc 1`");
+            }
+        }
+    }
+
+    /// The single positional name of a node: `forward "web" …`.
+    fn name(&mut self, node: &KdlNode, what: &str) -> Option<Spanned<String>> {
+        let args: Vec<&KdlEntry> = node.entries().iter().filter(|e| e.name().is_none()).collect();
+        let nspan = self.span(node.name().span());
+        match args.first() {
+            Some(e) => match e.value() {
+                KdlValue::String(s) if valid_name(s) => Some(Spanned::new(s.clone(), self.span(e.span()))),
+                KdlValue::String(s) => {
+                    let span = self.span(e.span());
+                    self.error("bad-name", format!("{what} name \"{s}\" is not allowed"), span, "this name")
+                        .help("names use letters, digits, `-`, `_` and `.`, at most 48 characters, starting with a letter or digit");
+                    None
+                }
+                _ => {
+                    let span = self.span(e.span());
+                    self.error("bad-name", format!("a {what} name must be a quoted string"), span, "not a string")
+                        .help(format!("write {} \"my-name\" …", node.name().value()));
+                    None
+                }
+            },
+            None => {
+                self.error("missing-name", format!("this {what} has no name"), nspan, "name expected after this")
+                    .help(format!("every {what} is named: {} \"my-name\" …; the name appears in plans, metrics and logs", node.name().value()));
+                None
+            }
+        }
+    }
+
+    /// Collect properties; report positional arguments after the name and duplicates.
+    fn props<'n>(&mut self, node: &'n KdlNode, rule: &str, allowed: &[&str], positional: usize) -> Props<'n> {
+        let mut values = BTreeMap::new();
+        let mut extra_args = 0;
+        for e in node.entries() {
+            match e.name() {
+                Some(id) => {
+                    let key = id.value().to_string();
+                    let span = self.span(e.span());
+                    if !allowed.contains(&key.as_str()) {
+                        let help = match did_you_mean(&key, allowed.iter().copied()) {
+                            Some(s) => format!("did you mean `{s}`?"),
+                            None => format!("{} takes: {}", node.name().value(), allowed.join(", ")),
+                        };
+                        self.error("unknown-property", format!("unknown property `{key}`"), span, "not a property of this node")
+                            .rule(rule)
+                            .help(help);
+                    } else if values.insert(key.clone(), e).is_some() {
+                        self.error("duplicate-property", format!("property `{key}` is given twice"), span, "second one")
+                            .rule(rule)
+                            .help("give each property once; for several values use a comma list: port=\"80,443\"");
+                    }
+                }
+                None => {
+                    extra_args += 1;
+                    if extra_args > positional {
+                        let span = self.span(e.span());
+                        self.error("unexpected-argument", "unexpected argument", span, "not expected here")
+                            .rule(rule)
+                            .help("after the name, use properties (key=value)");
+                    }
+                }
+            }
+        }
+        Props { node, rule: rule.to_string(), values }
+    }
+
+    fn no_children(&mut self, node: &KdlNode, rule: &str) {
+        if let Some(c) = node.children() {
+            let span = self.span(c.span());
+            self.error("unexpected-children", format!("{rule} does not take a block"), span, "this block")
+                .rule(rule)
+                .help("remove the { … } block");
+        }
+    }
+
+    /// A property as text (strings and numbers), with its span.
+    fn text(&mut self, props: &mut Props, key: &str) -> Option<(String, Span)> {
+        let e = props.get(key)?;
+        let span = self.span(e.span());
+        match value_text(e.value()) {
+            Some(t) => Some((t, span)),
+            None => {
+                let rule = props.rule.clone();
+                self.error("bad-value", format!("`{key}` needs a string or a number"), span, "wrong kind of value")
+                    .rule(rule)
+                    .help(format!("write {key}=\"…\""));
+                None
+            }
+        }
+    }
+
+    fn required(&mut self, props: &mut Props, key: &str, example: &str) -> Option<(String, Span)> {
+        if !props.values.contains_key(key) {
+            let span = self.span(props.node.span());
+            let rule = props.rule.clone();
+            self.error("missing-property", format!("{rule} needs `{key}`"), span, format!("`{key}` missing"))
+                .rule(rule)
+                .help(format!("add {key}={example}"));
+            return None;
+        }
+        self.text(props, key)
+    }
+
+    /// Parse a property's text with `f`; a unit error becomes a diagnostic at the value.
+    fn parsed<T>(&mut self, props: &mut Props, key: &str, f: impl Fn(&str) -> Result<T, UnitError>) -> Option<Spanned<T>> {
+        let (text, span) = self.text(props, key)?;
+        self.convert(&props.rule.clone(), key, &text, span, f)
+    }
+
+    fn convert<T>(&mut self, rule: &str, key: &str, text: &str, span: Span, f: impl Fn(&str) -> Result<T, UnitError>) -> Option<Spanned<T>> {
+        match f(text) {
+            Ok(v) => Some(Spanned::new(v, span)),
+            Err(e) => {
+                self.error(&format!("bad-{key}"), format!("bad {key}: {}", e.message), span, "this value").rule(rule).help(e.help);
+                None
+            }
+        }
+    }
+
+    fn bool(&mut self, props: &mut Props, key: &str) -> bool {
+        let Some(e) = props.get(key) else { return false };
+        match e.value() {
+            KdlValue::Bool(b) => *b,
+            _ => {
+                let span = self.span(e.span());
+                let rule = props.rule.clone();
+                self.error("bad-value", format!("`{key}` is #true or #false"), span, "not a boolean")
+                    .rule(rule)
+                    .help(format!("write {key}=#true (KDL v2 booleans start with #)"));
+                false
+            }
+        }
+    }
+
+    fn choice<T: Copy>(&mut self, props: &mut Props, key: &str, options: &[(&str, T)]) -> Option<Spanned<T>> {
+        let (text, span) = self.text(props, key)?;
+        if let Some((_, v)) = options.iter().find(|(n, _)| *n == text) {
+            return Some(Spanned::new(*v, span));
+        }
+        let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+        let help = match did_you_mean(&text, names.iter().copied()) {
+            Some(s) => format!("did you mean \"{s}\"? {key} is one of: {}", names.join(", ")),
+            None => format!("{key} is one of: {}", names.join(", ")),
+        };
+        let rule = props.rule.clone();
+        self.error(&format!("bad-{key}"), format!("bad {key}: \"{text}\""), span, "not one of the choices").rule(rule).help(help);
+        None
+    }
+
+    fn number(&mut self, props: &mut Props, key: &str, min: i128, max: i128) -> Option<Spanned<u64>> {
+        let e = props.get(key)?;
+        let span = self.span(e.span());
+        let parsed = match e.value() {
+            KdlValue::Integer(i) => Some(*i),
+            KdlValue::String(s) => s.parse::<i128>().ok(),
+            _ => None,
+        };
+        match parsed {
+            Some(n) if (min..=max).contains(&n) => Some(Spanned::new(n as u64, span)),
+            _ => {
+                let rule = props.rule.clone();
+                self.error(&format!("bad-{key}"), format!("bad {key}: expected a whole number from {min} to {max}"), span, "this value")
+                    .rule(rule)
+                    .help(format!("write {key}={min}"));
+                None
+            }
+        }
+    }
+
+    fn comment(&mut self, props: &mut Props) -> Option<String> {
+        self.text(props, "comment").map(|(t, _)| t)
+    }
+
+    fn selector(&mut self, props: &mut Props) -> Option<Spanned<Selector>> {
+        self.parsed(props, "on", parse_selector)
+    }
+
+    fn addr_match(&mut self, props: &mut Props, key: &str) -> Option<Spanned<AddrMatch>> {
+        self.parsed(props, key, parse_addr_match)
+    }
+
+    fn host(&mut self, node: &KdlNode) -> Option<Host> {
+        let name = self.name(node, "host")?;
+        let rule = format!("host \"{}\"", name.value);
+        self.props(node, &rule, &[], 1);
+        let mut labels = BTreeMap::new();
+        let mut vars = BTreeMap::new();
+        for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
+            let target = match child.name().value() {
+                "labels" => &mut labels,
+                "vars" => &mut vars,
+                other => {
+                    let span = self.span(child.name().span());
+                    let help = match did_you_mean(other, ["labels", "vars"].into_iter()) {
+                        Some(s) => format!("did you mean `{s}`?"),
+                        None => "a host block holds `labels k=v …` and `vars k=v …`".into(),
+                    };
+                    self.error("unknown-node", format!("unknown node `{other}` in a host block"), span, "here").rule(&rule).help(help);
+                    continue;
+                }
+            };
+            for e in child.entries() {
+                let span = self.span(e.span());
+                match (e.name(), value_text(e.value())) {
+                    (Some(k), Some(v)) => {
+                        target.insert(k.value().to_string(), v);
+                    }
+                    _ => {
+                        self.error("bad-value", format!("`{}` takes key=value pairs", child.name().value()), span, "not key=value")
+                            .rule(&rule)
+                            .help("write labels role=edge region=eu");
+                    }
+                }
+            }
+        }
+        Some(Host { name, labels, vars })
+    }
+
+    fn set(&mut self, node: &KdlNode) -> Option<AddrSet> {
+        let name = self.name(node, "set")?;
+        let rule = format!("set \"{}\"", name.value);
+        self.props(node, &rule, &[], usize::MAX);
+        let mut elements = Vec::new();
+        let mut entries: Vec<&KdlEntry> = node.entries().iter().filter(|e| e.name().is_none()).skip(1).collect();
+        for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
+            if child.name().value() != "-" {
+                let span = self.span(child.name().span());
+                self.error("unknown-node", format!("unknown node `{}` in a set", child.name().value()), span, "here")
+                    .rule(&rule)
+                    .help("list set elements as `- \"10.0.0.0/8\"`, one per line");
+                continue;
+            }
+            entries.extend(child.entries().iter());
+        }
+        for e in entries {
+            let span = self.span(e.span());
+            match e.value() {
+                KdlValue::String(s) => {
+                    if let Some(v) = self.convert(&rule, "address", s, span, units::parse_addr) {
+                        elements.push(v);
+                    }
+                }
+                _ => {
+                    self.error("bad-address", "set elements are quoted addresses", span, "not a string").rule(&rule).help("write \"192.0.2.1\"");
+                }
+            }
+        }
+        Some(AddrSet { name, elements, span: self.span(node.span()) })
+    }
+
+    fn chain(&mut self, node: &KdlNode) -> Option<Chain> {
+        let kind = match node.name().value() {
+            "input" => ChainKind::Input,
+            "output" => ChainKind::Output,
+            _ => ChainKind::Forward,
+        };
+        let rule = format!("{} chain", kind.as_str());
+        let mut props = self.props(node, &rule, &["policy"], 0);
+        let policy = self.choice(&mut props, "policy", &[("accept", Policy::Accept), ("drop", Policy::Drop)]);
+        let mut rules = Vec::new();
+        for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
+            let action = match child.name().value() {
+                "allow" => Action::Allow,
+                "deny" => Action::Deny,
+                "reject" => Action::Reject,
+                other => {
+                    let span = self.span(child.name().span());
+                    let help = match did_you_mean(other, FILTER_ACTIONS.iter().copied()) {
+                        Some(s) => format!("did you mean `{s}`?"),
+                        None if other == "drop" || other == "accept" => {
+                            format!("fwc says allow/deny/reject: write `{}`", if other == "drop" { "deny" } else { "allow" })
+                        }
+                        None => "chain blocks hold allow, deny and reject rules".into(),
+                    };
+                    self.error("unknown-node", format!("unknown rule `{other}` in the {} chain", kind.as_str()), span, "here").help(help);
+                    continue;
+                }
+            };
+            if let Some(r) = self.filter_rule(child, kind, action) {
+                rules.push(r);
+            }
+        }
+        Some(Chain { kind, policy, rules, span: self.span(node.span()) })
+    }
+
+    fn filter_rule(&mut self, node: &KdlNode, chain: ChainKind, action: Action) -> Option<FilterRule> {
+        let name = self.name(node, "rule")?;
+        let rule = format!("{} \"{}\"", action.as_str(), name.value);
+        let mut p = self.props(node, &rule, FILTER_PROPS, 1);
+        self.no_children(node, &rule);
+        let r = FilterRule {
+            chain,
+            action,
+            proto: self.choice(
+                &mut p,
+                "proto",
+                &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)],
+            ),
+            ports: self.parsed(&mut p, "port", units::parse_port_list),
+            sports: self.parsed(&mut p, "sport", units::parse_port_list),
+            from: self.addr_match(&mut p, "from"),
+            to: self.addr_match(&mut p, "to"),
+            iif: self.text(&mut p, "in").map(|(t, s)| Spanned::new(t, s)),
+            oif: self.text(&mut p, "out").map(|(t, s)| Spanned::new(t, s)),
+            log: self.bool(&mut p, "log"),
+            rate: self.parsed(&mut p, "rate", units::parse_event_rate),
+            on: self.selector(&mut p),
+            comment: self.comment(&mut p),
+            span: self.span(node.span()),
+            name,
+        };
+        Some(r)
+    }
+
+    fn forward(&mut self, node: &KdlNode) -> Option<ForwardRule> {
+        let name = self.name(node, "forward")?;
+        let rule = format!("forward \"{}\"", name.value);
+        let mut p = self.props(node, &rule, FORWARD_PROPS, 1);
+        self.no_children(node, &rule);
+        let proto = self
+            .choice(&mut p, "proto", &[("tcp", ForwardProto::Tcp), ("udp", ForwardProto::Udp), ("both", ForwardProto::Both)])
+            .map_or(ForwardProto::Tcp, |s| s.value);
+        let listen = self.required(&mut p, "listen", "\":8080\"").and_then(|(t, s)| self.convert(&rule, "listen", &t, s, parse_listen));
+        let targets = self.required(&mut p, "to", "\"10.0.0.5:80\"").and_then(|(t, s)| self.convert(&rule, "to", &t, s, parse_targets));
+        let bandwidth = self.parsed(&mut p, "bandwidth", units::parse_bandwidth);
+        let up = self.parsed(&mut p, "up", units::parse_bandwidth).or(bandwidth.clone());
+        let down = self.parsed(&mut p, "down", units::parse_bandwidth).or(bandwidth);
+        let f = ForwardRule {
+            proto,
+            from: self.addr_match(&mut p, "from"),
+            up,
+            down,
+            burst: self.parsed(&mut p, "burst", units::parse_size),
+            max_conns: self.number(&mut p, "max-conns", 1, 10_000_000).map(|s| Spanned::new(s.value as u32, s.span)),
+            conn_rate: self.parsed(&mut p, "conn-rate", units::parse_event_rate),
+            proxy_protocol: self.parsed(&mut p, "proxy-protocol", parse_proxy_protocol),
+            idle_timeout_ms: self.parsed(&mut p, "idle-timeout", units::parse_duration_ms),
+            backend: self
+                .choice(&mut p, "backend", &[("auto", BackendChoice::Auto), ("kernel", BackendChoice::Kernel), ("userspace", BackendChoice::Userspace)])
+                .unwrap_or(Spanned::new(BackendChoice::Auto, Span::default())),
+            on: self.selector(&mut p),
+            comment: self.comment(&mut p),
+            span: self.span(node.span()),
+            listen: listen?,
+            targets: targets?,
+            name,
+        };
+        Some(f)
+    }
+
+    fn shape(&mut self, node: &KdlNode) -> Option<ShapeRule> {
+        let name = self.name(node, "shape")?;
+        let rule = format!("shape \"{}\"", name.value);
+        let mut p = self.props(node, &rule, SHAPE_PROPS, 1);
+        self.no_children(node, &rule);
+        let rate = self.required(&mut p, "rate", "\"20mbit\"").and_then(|(t, s)| self.convert(&rule, "rate", &t, s, units::parse_bandwidth));
+        let devs = match self.text(&mut p, "dev") {
+            Some((t, s)) => t.split(',').map(|d| Spanned::new(d.trim().to_string(), s)).collect(),
+            None => Vec::new(),
+        };
+        for d in &devs {
+            if !valid_ifname(&d.value) {
+                self.error("bad-dev", format!("\"{}\" is not an interface name", d.value), d.span, "this value")
+                    .rule(&rule)
+                    .help("interface names are 1-15 characters without spaces or `/`, e.g. dev=eth1 or dev=\"eth1,eth2\"");
+            }
+        }
+        let s = ShapeRule {
+            from: self.addr_match(&mut p, "from"),
+            to: self.addr_match(&mut p, "to"),
+            proto: self.choice(&mut p, "proto", &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)]),
+            ports: self.parsed(&mut p, "port", units::parse_port_list),
+            devs,
+            burst: self.parsed(&mut p, "burst", units::parse_size),
+            direction: self
+                .choice(&mut p, "direction", &[("egress", Direction::Egress), ("ingress", Direction::Ingress)])
+                .map_or(Direction::Egress, |d| d.value),
+            on: self.selector(&mut p),
+            comment: self.comment(&mut p),
+            span: self.span(node.span()),
+            rate: rate?,
+            name,
+        };
+        Some(s)
+    }
+}
+
+/// A diagnostic being built; pushed when dropped, so `.rule()` / `.help()` can be chained.
+struct DiagBuilder<'d> {
+    diags: &'d mut Diagnostics,
+    d: Option<Diagnostic>,
+}
+
+impl DiagBuilder<'_> {
+    fn rule(mut self, rule: impl AsRef<str>) -> Self {
+        self.d = self.d.take().map(|d| d.rule(rule.as_ref()));
+        self
+    }
+    fn help(mut self, help: impl Into<String>) -> Self {
+        self.d = self.d.take().map(|d| d.help(help));
+        self
+    }
+}
+
+impl Drop for DiagBuilder<'_> {
+    fn drop(&mut self) {
+        if let Some(d) = self.d.take() {
+            self.diags.push(d);
+        }
+    }
+}
+
+/// `forward policy=drop { … }` is a chain block; `forward "web" listen=… to=…` is a rule.
+fn is_chain_block(node: &KdlNode) -> bool {
+    node.entries().iter().all(|e| e.name().is_some_and(|n| n.value() == "policy")) && (node.children().is_some() || !node.entries().is_empty())
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 48
+        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+fn valid_ifname(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 15 && !s.contains(['/', ' ', '\t', '"', '\\']) && s != "." && s != ".."
+}
+
+fn parse_selector(s: &str) -> Result<Selector, UnitError> {
+    let help = "write on=\"edge-1\" (a host name) or on=\"role=edge,region=eu\" (labels that must all match)";
+    if !s.contains('=') {
+        return if valid_name(s) { Ok(Selector::Name(s.to_string())) } else { Err(UnitError { message: format!("\"{s}\" is not a host name"), help: help.into() }) };
+    }
+    let mut labels = BTreeMap::new();
+    for part in s.split(',') {
+        match part.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
+                labels.insert(k.trim().to_string(), v.trim().to_string());
+            }
+            _ => return Err(UnitError { message: format!("\"{part}\" in \"{s}\" is not label=value"), help: help.into() }),
+        }
+    }
+    Ok(Selector::Labels(labels))
+}
+
+fn parse_addr_match(s: &str) -> Result<AddrMatch, UnitError> {
+    if let Some(name) = s.strip_prefix('@') {
+        if !valid_name(name) {
+            return Err(UnitError { message: format!("\"{s}\" is not a set reference"), help: "write from=\"@setname\"".into() });
+        }
+        return Ok(AddrMatch::Set(name.to_string()));
+    }
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        out.push(units::parse_addr(part)?);
+    }
+    Ok(AddrMatch::Literal(out))
+}
+
+fn parse_proxy_protocol(s: &str) -> Result<u8, UnitError> {
+    match s {
+        "1" | "v1" => Ok(1),
+        "2" | "v2" => Ok(2),
+        _ => Err(UnitError { message: format!("PROXY protocol version \"{s}\" does not exist"), help: "write proxy-protocol=1 or proxy-protocol=2".into() }),
+    }
+}
+
+const LISTEN_HELP: &str = "write listen=\":8080\", \"203.0.113.1:80\", \"[2001:db8::1]:443\" or a range \":27015-27020\"";
+
+/// `":8080"`, `"0.0.0.0:80"`, `"[::1]:80-90"`, or a bare port number.
+fn parse_listen(s: &str) -> Result<Listen, UnitError> {
+    let bad = |m: String| UnitError { message: m, help: LISTEN_HELP.into() };
+    if let Ok(ports) = units::parse_port_range(s) {
+        return Ok(Listen { addr: None, ports });
+    }
+    let (host, ports) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, p) = rest.split_once("]:").ok_or_else(|| bad(format!("\"{s}\" has no port")))?;
+        (h, p)
+    } else {
+        s.rsplit_once(':').ok_or_else(|| bad(format!("\"{s}\" has no port")))?
+    };
+    let addr = if host.is_empty() {
+        None
+    } else {
+        Some(host.parse::<IpAddr>().map_err(|_| bad(format!("\"{host}\" is not an IP address (listen addresses are literals)")))?)
+    };
+    let ports = units::parse_port_range(ports).map_err(|e| UnitError { message: e.message, help: LISTEN_HELP.into() })?;
+    Ok(Listen { addr, ports })
+}
+
+const TARGET_HELP: &str = "write to=\"10.0.0.5:80\", \"10.0.0.5\" (same port), \"[2001:db8::5]:80\", \"api.internal:8443\" or several, comma separated";
+
+fn parse_targets(s: &str) -> Result<Vec<Target>, UnitError> {
+    s.split(',').map(|t| parse_target(t.trim())).collect()
+}
+
+fn parse_target(s: &str) -> Result<Target, UnitError> {
+    let bad = |m: String| UnitError { message: m, help: TARGET_HELP.into() };
+    if s.is_empty() {
+        return Err(bad("empty target".into()));
+    }
+    let port = |p: &str| units::parse_port_range(p).map_err(|e| UnitError { message: e.message, help: TARGET_HELP.into() });
+    if let Some(rest) = s.strip_prefix('[') {
+        let (h, p) = match rest.split_once(']') {
+            Some((h, "")) => (h, None),
+            Some((h, p)) => (h, Some(p.strip_prefix(':').ok_or_else(|| bad(format!("\"{s}\": expected :port after ]")))?)),
+            None => return Err(bad(format!("\"{s}\" misses the closing ]"))),
+        };
+        let ip: IpAddr = h.parse().map_err(|_| bad(format!("\"{h}\" is not an IPv6 address")))?;
+        return Ok(Target { host: TargetHost::Ip(ip), ports: p.map(port).transpose()? });
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok(Target { host: TargetHost::Ip(ip), ports: None });
+    }
+    let (host, ports) = match s.rsplit_once(':') {
+        Some((h, p)) => (h, Some(port(p)?)),
+        None => (s, None),
+    };
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(Target { host: TargetHost::Ip(ip), ports });
+    }
+    if looks_like_ipv4(host) {
+        return Err(bad(format!("\"{host}\" is not a valid IPv4 address")));
+    }
+    if !valid_dns_name(host) {
+        return Err(bad(format!("\"{host}\" is neither an IP address nor a DNS name")));
+    }
+    Ok(Target { host: TargetHost::Dns(host.to_ascii_lowercase()), ports })
+}
+
+fn looks_like_ipv4(s: &str) -> bool {
+    s.chars().all(|c| c.is_ascii_digit() || c == '.') && s.contains('.')
+}
+
+fn valid_dns_name(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-') && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_and_targets() {
+        assert_eq!(parse_listen(":8080").unwrap(), Listen { addr: None, ports: PortRange::single(8080) });
+        assert_eq!(parse_listen("8080").unwrap().ports, PortRange::single(8080));
+        assert_eq!(parse_listen("[2001:db8::1]:80-90").unwrap().ports, PortRange { lo: 80, hi: 90 });
+        assert!(parse_listen("example.com:80").is_err());
+        let t = parse_targets("10.0.0.8:7000,10.0.0.9:7000").unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(parse_target("api.internal:8443").unwrap().host, TargetHost::Dns("api.internal".into()));
+        assert_eq!(parse_target("[2001:db8::5]").unwrap().ports, None);
+        assert!(parse_target("10.0.0.300:80").is_err());
+        assert!(parse_target("bad_name:80").is_err());
+    }
+
+    #[test]
+    fn suggestions() {
+        assert_eq!(did_you_mean("prot", FILTER_PROPS.iter().copied()), Some("proto"));
+        assert_eq!(did_you_mean("bandwith", FORWARD_PROPS.iter().copied()), Some("bandwidth"));
+        assert_eq!(did_you_mean("zzzzzz", FORWARD_PROPS.iter().copied()), None);
+    }
 }
