@@ -1,1 +1,31 @@
-//! The userspace forwarder (being written).
+//! fwc's userspace forwarder: the dataplane for forwards the kernel cannot do (DNS targets,
+//! PROXY protocol, idle timeouts, failover, `backend="userspace"`). It runs the listeners of a
+//! `forward.json` ([`fwc_compiler::artifacts::ForwardArtifact`]) and reloads them without drops.
+//!
+//! Layout: [`server`] owns listeners and reload; [`tcp`] and [`udp`] move bytes; [`splice`] is
+//! the zero-copy loop; [`bucket`] the bandwidth caps; [`limits`] max-conns / conn-rate;
+//! [`proxy`] PROXY protocol headers; [`resolve`] DNS targets; [`stats`] per-rule counters;
+//! [`control`] the unix-socket control protocol used by `fwc apply` and `fwc forward --stats`.
+
+pub mod bucket;
+pub mod control;
+pub mod limits;
+pub mod proxy;
+pub mod resolve;
+pub mod server;
+pub mod splice;
+pub mod stats;
+pub mod tcp;
+pub mod udp;
+
+pub use server::{Forwarder, Options, PrepareReport, ReloadError, Status};
+pub use stats::RuleStatsSnapshot;
+
+/// Milliseconds on a process-wide monotonic clock; cheap to store in an atomic for
+/// last-activity tracking.
+pub(crate) fn now_ms() -> u64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
