@@ -1,0 +1,886 @@
+//! nftables.json emitter: structure tests on hand-built plans, and privileged tests that load
+//! the output into a throwaway network namespace (`nft -j -c`, then `nft -j -f` and list back)
+//! and send real traffic through a DNAT map forward.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use fwc_compiler::emit::nft::{self, chains, maps};
+use fwc_compiler::model::*;
+use fwc_compiler::select::{implicit_host, plan_host};
+use serde_json::{json, Value};
+
+// ---------------------------------------------------------------------------------------------
+// Model constructors
+
+fn sp<T>(v: T) -> Spanned<T> {
+    Spanned::new(v, Span::default())
+}
+
+fn elem(s: &str) -> AddrElem {
+    match s.split_once('-') {
+        Some((a, b)) if !s.contains('/') => AddrElem::Range(a.parse().unwrap(), b.parse().unwrap()),
+        _ if s.contains('/') => AddrElem::Net(s.parse().unwrap()),
+        _ => AddrElem::Net(ipnet::IpNet::from(s.parse::<IpAddr>().unwrap())),
+    }
+}
+
+fn addrs(s: &str) -> Option<Spanned<AddrMatch>> {
+    Some(sp(match s.strip_prefix('@') {
+        Some(name) => AddrMatch::Set(name.into()),
+        None => AddrMatch::Literal(s.split(',').map(elem).collect()),
+    }))
+}
+
+fn ports(s: &str) -> Vec<PortRange> {
+    s.split(',')
+        .map(|p| match p.split_once('-') {
+            Some((a, b)) => PortRange { lo: a.parse().unwrap(), hi: b.parse().unwrap() },
+            None => PortRange::single(p.parse().unwrap()),
+        })
+        .collect()
+}
+
+fn addr_set(name: &str, elems: &[&str]) -> AddrSet {
+    AddrSet { name: sp(name.into()), elements: elems.iter().map(|e| sp(elem(e))).collect(), span: Span::default() }
+}
+
+fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
+    FilterRule {
+        name: sp(name.into()),
+        chain,
+        action,
+        proto: None,
+        ports: None,
+        sports: None,
+        from: None,
+        to: None,
+        iif: None,
+        oif: None,
+        log: false,
+        rate: None,
+        on: None,
+        comment: None,
+        span: Span::default(),
+    }
+}
+
+fn chain(kind: ChainKind, policy: Policy, rules: Vec<FilterRule>) -> Chain {
+    Chain { kind, policy: Some(sp(policy)), rules, span: Span::default() }
+}
+
+/// `listen` like ":8080", "203.0.113.1:80", "[2001:db8::1]:80-90"; `to` like
+/// "10.0.0.5:80,10.0.0.6", "[2001:db8::5]:80".
+fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
+    let (host, port) = listen.rsplit_once(':').unwrap();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let listen = Listen { addr: (!host.is_empty()).then(|| host.parse().unwrap()), ports: ports(port)[0] };
+    let targets = to
+        .split(',')
+        .map(|t| {
+            let (h, p) = if let Some(rest) = t.strip_prefix('[') {
+                let (h, p) = rest.split_once(']').unwrap();
+                (h.to_string(), p.strip_prefix(':').map(|p| ports(p)[0]))
+            } else if let Some((h, p)) = t.split_once(':') {
+                (h.to_string(), Some(ports(p)[0]))
+            } else {
+                (t.to_string(), None)
+            };
+            let host = match h.parse::<IpAddr>() {
+                Ok(ip) => TargetHost::Ip(ip),
+                Err(_) => TargetHost::Dns(h),
+            };
+            Target { host, ports: p }
+        })
+        .collect();
+    ForwardRule {
+        name: sp(name.into()),
+        proto,
+        listen: sp(listen),
+        targets: sp(targets),
+        from: None,
+        up: None,
+        down: None,
+        burst: None,
+        max_conns: None,
+        conn_rate: None,
+        proxy_protocol: None,
+        idle_timeout_ms: None,
+        backend: sp(BackendChoice::Auto),
+        on: None,
+        comment: None,
+        span: Span::default(),
+    }
+}
+
+fn shape(name: &str, rate: u64) -> ShapeRule {
+    ShapeRule {
+        name: sp(name.into()),
+        from: None,
+        to: None,
+        proto: None,
+        ports: None,
+        devs: vec![sp("eth1".into())],
+        rate: sp(Bandwidth(rate)),
+        burst: None,
+        direction: Direction::Egress,
+        on: None,
+        comment: None,
+        span: Span::default(),
+    }
+}
+
+fn rate(count: u32, per: TimeUnit, burst: Option<u32>) -> Option<Spanned<EventRate>> {
+    Some(sp(EventRate { count, per, burst }))
+}
+
+fn emit(rs: &Ruleset) -> Value {
+    let host = implicit_host();
+    let plan = plan_host(rs, &host);
+    nft::emit(&plan)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the output
+
+fn cmds(doc: &Value) -> &Vec<Value> {
+    doc["nftables"].as_array().expect("nftables array")
+}
+
+fn objects<'a>(doc: &'a Value, kind: &str) -> Vec<&'a Value> {
+    cmds(doc).iter().filter_map(|c| c["add"].get(kind)).collect()
+}
+
+fn chain_rules<'a>(doc: &'a Value, chain: &str) -> Vec<&'a Value> {
+    objects(doc, "rule").into_iter().filter(|r| r["chain"] == chain).collect()
+}
+
+fn rules_with_comment<'a>(doc: &'a Value, comment: &str) -> Vec<&'a Value> {
+    objects(doc, "rule").into_iter().filter(|r| r["comment"] == comment).collect()
+}
+
+fn named<'a>(doc: &'a Value, kind: &str, name: &str) -> &'a Value {
+    objects(doc, kind).into_iter().find(|o| o["name"] == name).unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// The rule's statements as compact JSON text, for `contains` checks.
+fn text(v: &Value) -> String {
+    serde_json::to_string(v).unwrap()
+}
+
+fn has_stmt(rule: &Value, stmt: Value) -> bool {
+    rule["expr"].as_array().unwrap().contains(&stmt)
+}
+
+fn m(left: Value, right: Value) -> Value {
+    json!({"match": {"op": "==", "left": left, "right": right}})
+}
+
+fn payload(p: &str, f: &str) -> Value {
+    json!({"payload": {"protocol": p, "field": f}})
+}
+
+// ---------------------------------------------------------------------------------------------
+// A ruleset that uses every feature
+
+fn kitchen_sink() -> Ruleset {
+    let mut ssh = rule(ChainKind::Input, Action::Allow, "ssh");
+    ssh.proto = Some(sp(Proto::Tcp));
+    ssh.ports = Some(sp(ports("22")));
+    ssh.from = addrs("@office");
+    let mut web = rule(ChainKind::Input, Action::Allow, "web");
+    web.proto = Some(sp(Proto::Tcp));
+    web.ports = Some(sp(ports("80,443,8000-8100")));
+    let mut ping = rule(ChainKind::Input, Action::Allow, "ping");
+    ping.proto = Some(sp(Proto::Icmp));
+    let mut ping6 = rule(ChainKind::Input, Action::Allow, "ping6");
+    ping6.proto = Some(sp(Proto::Icmpv6));
+    ping6.from = addrs("@office");
+    let mut blocked = rule(ChainKind::Input, Action::Deny, "blocked");
+    blocked.from = addrs("@blocklist");
+    blocked.log = true;
+    let mut ident = rule(ChainKind::Input, Action::Reject, "ident");
+    ident.proto = Some(sp(Proto::Tcp));
+    ident.ports = Some(sp(ports("113")));
+    let mut dns = rule(ChainKind::Input, Action::Allow, "dns");
+    dns.proto = Some(sp(Proto::Both));
+    dns.ports = Some(sp(ports("53")));
+    dns.rate = rate(50, TimeUnit::Second, None);
+    let mut udprej = rule(ChainKind::Input, Action::Reject, "udp-reject");
+    udprej.proto = Some(sp(Proto::Udp));
+    udprej.sports = Some(sp(ports("1000-2000")));
+    udprej.iif = Some(sp("eth0".into()));
+    udprej.to = addrs("192.0.2.1,2001:db8::1");
+    let mut fwd_lan = rule(ChainKind::Forward, Action::Allow, "lan-out");
+    fwd_lan.iif = Some(sp("eth1".into()));
+    fwd_lan.oif = Some(sp("eth0".into()));
+    fwd_lan.rate = rate(10, TimeUnit::Minute, Some(20));
+    let mut out_smtp = rule(ChainKind::Output, Action::Deny, "no-smtp");
+    out_smtp.proto = Some(sp(Proto::Tcp));
+    out_smtp.ports = Some(sp(ports("25")));
+    out_smtp.to = addrs("0.0.0.0/0,::/0");
+
+    let web_fwd = fwd("web", ForwardProto::Tcp, ":8080", "10.0.0.5:80");
+    let game = fwd("game", ForwardProto::Udp, ":27015-27020", "10.0.0.6");
+    let mut shifted = fwd("shifted", ForwardProto::Both, ":3000-3003", "10.0.0.7:4000-4003");
+    shifted.max_conns = Some(sp(100));
+    let mut lb = fwd("lb", ForwardProto::Tcp, ":7000", "10.0.0.8:7000,10.0.0.9:7001");
+    lb.conn_rate = rate(100, TimeUnit::Second, Some(200));
+    let mut office_only = fwd("office-only", ForwardProto::Tcp, ":9443", "10.0.0.10:443");
+    office_only.from = addrs("@office");
+    office_only.max_conns = Some(sp(10));
+    let on_addr = fwd("on-addr", ForwardProto::Tcp, "203.0.113.1:80", "10.0.0.11");
+    let v6 = fwd("v6", ForwardProto::Tcp, ":8443", "[2001:db8:2::5]:443");
+    let mut tenant = fwd("tenant-b", ForwardProto::Tcp, ":9000", "10.0.0.7:9000");
+    tenant.up = Some(sp(Bandwidth(12_500_000)));
+    tenant.down = Some(sp(Bandwidth(25_000_000)));
+    let mut api = fwd("api", ForwardProto::Tcp, ":443", "api.internal:8443");
+    api.proxy_protocol = Some(sp(2));
+    api.from = addrs("@office");
+    let mut guests = shape("guests", 2_500_000);
+    guests.from = addrs("10.2.0.0/16");
+    let mut bulk = shape("bulk", 1_000_000);
+    bulk.proto = Some(sp(Proto::Tcp));
+    bulk.ports = Some(sp(ports("873")));
+
+    Ruleset {
+        hosts: vec![],
+        sets: vec![
+            addr_set("office", &["203.0.113.0/24", "2001:db8:1::/48"]),
+            addr_set("blocklist", &["198.51.100.0/24", "192.0.2.66", "192.0.2.60-192.0.2.70"]),
+            addr_set("empty", &[]),
+        ],
+        chains: vec![
+            chain(ChainKind::Input, Policy::Drop, vec![ssh, web, ping, ping6, blocked, ident, dns, udprej]),
+            chain(ChainKind::Forward, Policy::Drop, vec![fwd_lan]),
+            chain(ChainKind::Output, Policy::Accept, vec![out_smtp]),
+        ],
+        forwards: vec![web_fwd, game, shifted, lb, office_only, on_addr, v6, tenant, api],
+        shapes: vec![guests, bulk],
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Structure tests (no privileges)
+
+#[test]
+fn empty_ruleset_is_the_skeleton() {
+    let doc = emit(&Ruleset::default());
+    let c = cmds(&doc);
+    assert_eq!(c[0], json!({"add": {"table": {"family": "inet", "name": "fwc"}}}));
+    let names: Vec<&str> = objects(&doc, "chain").iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["input", "forward", "output"]);
+    for ch in objects(&doc, "chain") {
+        assert_eq!(ch["type"], "filter");
+        assert_eq!(ch["prio"], 0);
+        assert_eq!(ch["policy"], "accept");
+        assert_eq!(ch["hook"], ch["name"]);
+    }
+    let input = chain_rules(&doc, "input");
+    assert_eq!(input.len(), 4);
+    assert_eq!(
+        input[0]["expr"],
+        json!([{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established", "related"]}}, {"accept": null}])
+    );
+    assert_eq!(input[1]["expr"], json!([m(json!({"meta": {"key": "iif"}}), json!("lo")), {"accept": null}]));
+    assert_eq!(
+        input[2]["expr"],
+        json!([
+            m(json!({"meta": {"key": "l4proto"}}), json!("ipv6-icmp")),
+            m(payload("icmpv6", "type"), json!({"set": ["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit", "nd-router-advert"]})),
+            {"accept": null}
+        ])
+    );
+    assert_eq!(input[3]["expr"], json!([{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "invalid"}}, {"drop": null}]));
+    let forward = chain_rules(&doc, "forward");
+    assert_eq!(forward.len(), 2);
+    assert_eq!(forward[1]["expr"], json!([{"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}}, {"accept": null}]));
+    // No NAT and no QoS chains without forwards and classes.
+    assert!(objects(&doc, "map").is_empty());
+    // No delete/flush anywhere.
+    assert!(c.iter().all(|o| o.get("add").is_some()));
+}
+
+#[test]
+fn sets_have_both_families_always() {
+    let doc = emit(&kitchen_sink());
+    let s4 = named(&doc, "set", "office_v4");
+    assert_eq!(s4["type"], "ipv4_addr");
+    assert_eq!(s4["flags"], json!(["interval"]));
+    assert_eq!(s4["elem"], json!([{"prefix": {"addr": "203.0.113.0", "len": 24}}]));
+    let s6 = named(&doc, "set", "office_v6");
+    assert_eq!(s6["type"], "ipv6_addr");
+    assert_eq!(s6["elem"], json!([{"prefix": {"addr": "2001:db8:1::", "len": 48}}]));
+    // Overlapping elements are merged (interval sets refuse overlaps).
+    assert_eq!(
+        named(&doc, "set", "blocklist_v4")["elem"],
+        json!([{"range": ["192.0.2.60", "192.0.2.70"]}, {"prefix": {"addr": "198.51.100.0", "len": 24}}])
+    );
+    assert!(named(&doc, "set", "blocklist_v6").get("elem").is_none());
+    assert!(named(&doc, "set", "empty_v4").get("elem").is_none());
+    assert!(named(&doc, "set", "empty_v6").get("elem").is_none());
+}
+
+#[test]
+fn filter_rules_split_by_family_and_carry_comments() {
+    let doc = emit(&kitchen_sink());
+    let input = chain_rules(&doc, "input");
+    // established, lo, nd, invalid, then the userspace forward "api" (from=@office: two families).
+    let api = rules_with_comment(&doc, "fwc:forward:api");
+    assert_eq!(api.len(), 2);
+    assert_eq!(input[4]["comment"], "fwc:forward:api");
+    assert!(has_stmt(api[0], m(payload("tcp", "dport"), json!(443))));
+    assert!(has_stmt(api[0], m(payload("ip", "saddr"), json!("@office_v4"))));
+    assert!(has_stmt(api[1], m(payload("ip6", "saddr"), json!("@office_v6"))));
+
+    let ssh = rules_with_comment(&doc, "fwc:filter:ssh");
+    assert_eq!(ssh.len(), 2, "set with v4 and v6 elements -> two rules");
+    assert_eq!(
+        ssh[0]["expr"],
+        json!([
+            m(payload("tcp", "dport"), json!(22)),
+            m(payload("ip", "saddr"), json!("@office_v4")),
+            {"counter": null},
+            {"accept": null}
+        ])
+    );
+    assert!(has_stmt(ssh[1], m(payload("ip6", "saddr"), json!("@office_v6"))));
+
+    let web = rules_with_comment(&doc, "fwc:filter:web");
+    assert_eq!(web.len(), 1, "no address match -> one inet rule");
+    assert!(has_stmt(web[0], m(payload("tcp", "dport"), json!({"set": [80, 443, {"range": [8000, 8100]}]}))));
+
+    let ping = rules_with_comment(&doc, "fwc:filter:ping");
+    assert_eq!(ping[0]["expr"][0], m(json!({"meta": {"key": "l4proto"}}), json!("icmp")));
+    // icmpv6 from a dual-stack set: only the IPv6 rule makes sense.
+    let ping6 = rules_with_comment(&doc, "fwc:filter:ping6");
+    assert_eq!(ping6.len(), 1);
+    assert!(has_stmt(ping6[0], m(json!({"meta": {"key": "l4proto"}}), json!("ipv6-icmp"))));
+    assert!(has_stmt(ping6[0], m(payload("ip6", "saddr"), json!("@office_v6"))));
+
+    // The blocklist has no IPv6 elements: one rule; log before counter and verdict.
+    let blocked = rules_with_comment(&doc, "fwc:filter:blocked");
+    assert_eq!(blocked.len(), 1);
+    let e = blocked[0]["expr"].as_array().unwrap();
+    assert_eq!(e[e.len() - 3], json!({"log": {"prefix": "fwc blocked: "}}));
+    assert_eq!(e[e.len() - 2], json!({"counter": null}));
+    assert_eq!(e[e.len() - 1], json!({"drop": null}));
+
+    let ident = rules_with_comment(&doc, "fwc:filter:ident");
+    assert_eq!(ident[0]["expr"].as_array().unwrap().last().unwrap(), &json!({"reject": {"type": "tcp reset"}}));
+
+    let dns = rules_with_comment(&doc, "fwc:filter:dns");
+    assert_eq!(
+        dns[0]["expr"],
+        json!([
+            m(json!({"meta": {"key": "l4proto"}}), json!({"set": ["tcp", "udp"]})),
+            m(payload("th", "dport"), json!(53)),
+            {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "new"}},
+            {"limit": {"rate": 50, "per": "second", "burst": 5}},
+            {"counter": null},
+            {"accept": null}
+        ])
+    );
+
+    let udprej = rules_with_comment(&doc, "fwc:filter:udp-reject");
+    assert_eq!(udprej.len(), 2);
+    assert_eq!(udprej[0]["expr"][0], m(json!({"meta": {"key": "iifname"}}), json!("eth0")));
+    assert!(has_stmt(udprej[0], m(payload("udp", "sport"), json!({"range": [1000, 2000]}))));
+    assert!(has_stmt(udprej[0], m(payload("ip", "daddr"), json!("192.0.2.1"))));
+    assert!(has_stmt(udprej[1], m(payload("ip6", "daddr"), json!("2001:db8::1"))));
+    assert_eq!(
+        udprej[0]["expr"].as_array().unwrap().last().unwrap(),
+        &json!({"reject": {"type": "icmpx", "expr": "port-unreachable"}})
+    );
+
+    let lan = rules_with_comment(&doc, "fwc:filter:lan-out");
+    assert_eq!(lan[0]["chain"], "forward");
+    assert!(has_stmt(lan[0], m(json!({"meta": {"key": "oifname"}}), json!("eth0"))));
+    assert!(has_stmt(lan[0], json!({"limit": {"rate": 10, "per": "minute", "burst": 20}})));
+
+    let smtp = rules_with_comment(&doc, "fwc:filter:no-smtp");
+    assert_eq!(smtp.len(), 2);
+    assert_eq!(smtp[0]["chain"], "output");
+    assert!(has_stmt(smtp[0], m(payload("ip", "daddr"), json!({"prefix": {"addr": "0.0.0.0", "len": 0}}))));
+
+    // User rules keep file order after the fixed prologue.
+    let order: Vec<&str> = input.iter().filter_map(|r| r["comment"].as_str()).collect();
+    let mut dedup = order.clone();
+    dedup.dedup();
+    assert_eq!(
+        dedup,
+        [
+            "fwc:forward:api",
+            "fwc:filter:ssh",
+            "fwc:filter:web",
+            "fwc:filter:ping",
+            "fwc:filter:ping6",
+            "fwc:filter:blocked",
+            "fwc:filter:ident",
+            "fwc:filter:dns",
+            "fwc:filter:udp-reject"
+        ]
+    );
+    // Every chain policy comes from the plan.
+    assert_eq!(named(&doc, "chain", "input")["policy"], "drop");
+    assert_eq!(named(&doc, "chain", "output")["policy"], "accept");
+}
+
+#[test]
+fn kernel_forwards_use_maps() {
+    let doc = emit(&kitchen_sink());
+    let a4 = named(&doc, "map", maps::FWD4_ADDR);
+    assert_eq!(a4["type"], json!(["inet_proto", "inet_service"]));
+    assert_eq!(a4["map"], "ipv4_addr");
+    assert_eq!(a4["flags"], json!(["interval"]));
+    assert_eq!(a4["stmt"], json!([{"counter": null}]));
+    let a4e = text(&a4["elem"]);
+    assert!(a4e.contains(r#"[{"elem":{"val":{"concat":["tcp",8080]},"comment":"fwc:forward:web"}},"10.0.0.5"]"#), "{a4e}");
+    assert!(a4e.contains(r#"{"concat":["udp",{"range":[3000,3003]}]},"comment":"fwc:forward:shifted"}},"10.0.0.7"]"#), "{a4e}");
+    let p4 = text(&named(&doc, "map", maps::FWD4_PORT)["elem"]);
+    assert!(p4.contains(r#"[{"concat":["tcp",8080]},80]"#), "{p4}");
+    // A range onto another range keeps the offset, port by port.
+    assert!(p4.contains(r#"[{"concat":["tcp",3002]},4002]"#), "{p4}");
+    assert!(p4.contains(r#"[{"concat":["udp",3003]},4003]"#), "{p4}");
+    // A range without target port keeps the port.
+    let k4 = text(&named(&doc, "map", maps::FWD4_KEEP)["elem"]);
+    assert_eq!(k4, r#"[[{"elem":{"val":{"concat":["udp",{"range":[27015,27020]}]},"comment":"fwc:forward:game"}},"10.0.0.6"]]"#);
+    let a6 = text(&named(&doc, "map", maps::FWD6_ADDR)["elem"]);
+    assert!(a6.contains(r#""comment":"fwc:forward:v6"}},"2001:db8:2::5"]"#), "{a6}");
+    assert_eq!(named(&doc, "map", maps::FWD6_PORT)["map"], "inet_service");
+
+    // Masquerade ports.
+    assert_eq!(
+        named(&doc, "set", maps::PORTS_TCP)["elem"],
+        json!([80, {"range": [3000, 3003]}, 7000, 8080, 8443, 9000, 9443])
+    );
+    assert_eq!(named(&doc, "set", maps::PORTS_UDP)["elem"], json!([{"range": [3000, 3003]}, {"range": [27015, 27020]}]));
+    let post = chain_rules(&doc, chains::POSTROUTING);
+    assert_eq!(post.len(), 2);
+    assert_eq!(
+        post[0]["expr"],
+        json!([
+            {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
+            m(json!({"meta": {"key": "l4proto"}}), json!("tcp")),
+            m(json!({"ct": {"key": "proto-dst", "dir": "original"}}), json!("@fwd_ports_tcp")),
+            {"masquerade": null}
+        ])
+    );
+
+    // Hooks.
+    let pre = named(&doc, "chain", chains::PREROUTING);
+    assert_eq!((pre["type"].as_str(), pre["hook"].as_str(), pre["prio"].as_i64()), (Some("nat"), Some("prerouting"), Some(-100)));
+    let out = named(&doc, "chain", chains::NAT_OUTPUT);
+    assert_eq!((out["type"].as_str(), out["hook"].as_str(), out["prio"].as_i64()), (Some("nat"), Some("output"), Some(-100)));
+    let post = named(&doc, "chain", chains::POSTROUTING);
+    assert_eq!((post["hook"].as_str(), post["prio"].as_i64()), (Some("postrouting"), Some(100)));
+    for c in [chains::PREROUTING, chains::NAT_OUTPUT] {
+        assert_eq!(
+            chain_rules(&doc, c)[0]["expr"],
+            json!([m(json!({"fib": {"result": "type", "flags": ["daddr"]}}), json!("local")), {"jump": {"target": "fwd_dnat"}}])
+        );
+    }
+
+    // fwd_dnat: own rules (specific first), then the four map rules.
+    let dnat = chain_rules(&doc, chains::FWD_DNAT);
+    let comments: Vec<&str> = dnat.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
+    assert_eq!(comments, ["fwc:forward:office-only", "fwc:forward:on-addr", "fwc:forward:lb", "-", "-", "-", "-"]);
+    // office-only: the office set has v4 and v6 elements but the target is v4 -> only ip.
+    assert_eq!(rules_with_comment(&doc, "fwc:forward:office-only").iter().filter(|r| r["chain"] == "fwd_dnat").count(), 1);
+    let office = dnat[0];
+    assert!(has_stmt(office, m(payload("ip", "saddr"), json!("@office_v4"))));
+    assert!(has_stmt(office, json!({"dnat": {"addr": "10.0.0.10", "family": "ip", "port": 443}})));
+    let on_addr = dnat[1];
+    assert!(has_stmt(on_addr, m(payload("ip", "daddr"), json!("203.0.113.1"))));
+    assert!(has_stmt(on_addr, json!({"dnat": {"addr": "10.0.0.11", "family": "ip", "port": 80}})));
+    let lb = dnat[2];
+    assert!(has_stmt(
+        lb,
+        json!({"dnat": {"family": "ip", "addr": {"map": {
+            "key": {"numgen": {"mode": "inc", "mod": 2}},
+            "data": {"set": [[0, {"concat": ["10.0.0.8", 7000]}], [1, {"concat": ["10.0.0.9", 7001]}]]}
+        }}}})
+    ));
+    let key = json!({"concat": [{"meta": {"key": "l4proto"}}, payload("th", "dport")]});
+    assert_eq!(
+        dnat[3]["expr"],
+        json!([
+            m(json!({"meta": {"key": "l4proto"}}), json!({"set": ["tcp", "udp"]})),
+            {"dnat": {"family": "ip",
+                "addr": {"map": {"key": key, "data": "@fwd4_addr"}},
+                "port": {"map": {"key": key, "data": "@fwd4_port"}}}}
+        ])
+    );
+    assert_eq!(dnat[4]["expr"][1], json!({"dnat": {"family": "ip", "addr": {"map": {"key": key, "data": "@fwd4_keep"}}}}));
+    assert_eq!(dnat[5]["expr"][1]["dnat"]["family"], "ip6");
+}
+
+#[test]
+fn forward_guards_in_the_forward_chain() {
+    let doc = emit(&kitchen_sink());
+    let fwd = chain_rules(&doc, "forward");
+    let comments: Vec<&str> = fwd.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
+    assert_eq!(
+        comments,
+        ["-", "fwc:forward:lb", "fwc:forward:office-only", "fwc:forward:office-only", "fwc:forward:shifted", "-", "fwc:filter:lan-out"]
+    );
+    let lb = fwd[1];
+    assert_eq!(
+        lb["expr"],
+        json!([
+            {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "new"}},
+            {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
+            m(json!({"meta": {"key": "l4proto"}}), json!("tcp")),
+            m(json!({"ct": {"key": "proto-dst", "dir": "original"}}), json!(7000)),
+            {"limit": {"rate": 100, "per": "second", "burst": 200, "inv": true}},
+            {"counter": null},
+            {"drop": null}
+        ])
+    );
+    // from=@office has both families -> one guard per family.
+    assert!(has_stmt(fwd[2], json!({"ct count": {"val": 10, "inv": true}})));
+    assert!(has_stmt(fwd[2], m(payload("ip", "saddr"), json!("@office_v4"))));
+    assert!(has_stmt(fwd[3], m(payload("ip6", "saddr"), json!("@office_v6"))));
+    assert!(has_stmt(fwd[2], json!({"reject": {"type": "tcp reset"}})));
+    // proto=both: one rule, icmpx reject.
+    assert!(has_stmt(fwd[4], m(json!({"ct": {"key": "proto-dst", "dir": "original"}}), json!({"range": [3000, 3003]}))));
+    assert!(has_stmt(fwd[4], json!({"reject": {"type": "icmpx", "expr": "port-unreachable"}})));
+}
+
+#[test]
+fn qos_marks_only_touch_the_mask() {
+    use fwc_compiler::artifacts::{QOS_MARK_MASK, QOS_MARK_SHIFT};
+    let rs = kitchen_sink();
+    let host = implicit_host();
+    let plan = plan_host(&rs, &host);
+    let doc = nft::emit(&plan);
+    let class = |kind: RuleKind, rule: &str| plan.qos_classes.iter().filter(|c| c.kind == kind && c.rule == rule).collect::<Vec<_>>();
+    let tenant = class(RuleKind::Forward, "tenant-b");
+    assert_eq!(tenant.len(), 2);
+    let up = tenant.iter().find(|c| c.id % 2 == 0).unwrap();
+    let guests = class(RuleKind::Shape, "guests")[0];
+
+    for (c, hook) in [(chains::QOS_MARK, "prerouting"), (chains::QOS_MARK_OUT, "output"), (chains::QOS_APPLY, "postrouting")] {
+        let ch = named(&doc, "chain", c);
+        assert_eq!((ch["type"].as_str(), ch["hook"].as_str(), ch["prio"].as_i64()), (Some("filter"), Some(hook), Some(-150)));
+    }
+    assert_eq!(
+        chain_rules(&doc, chains::QOS_MARK)[0]["expr"],
+        json!([{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "new"}}, {"jump": {"target": "qos_classify"}}])
+    );
+    let classify = chain_rules(&doc, chains::QOS_CLASSIFY);
+    let comments: Vec<&str> = classify.iter().map(|r| r["comment"].as_str().unwrap()).collect();
+    assert_eq!(comments, ["fwc:forward:tenant-b", "fwc:shape:bulk", "fwc:shape:guests"]);
+    let t = classify[0];
+    assert_eq!(
+        t["expr"],
+        json!([
+            m(payload("tcp", "dport"), json!(9000)),
+            m(json!({"meta": {"key": "nfproto"}}), json!("ipv4")),
+            m(json!({"fib": {"result": "type", "flags": ["daddr"]}}), json!("local")),
+            {"mangle": {"key": {"ct": {"key": "mark"}}, "value": {"|": [{"&": [{"ct": {"key": "mark"}}, !QOS_MARK_MASK]}, up.mark]}}},
+            {"counter": null},
+            {"return": null}
+        ])
+    );
+    assert!(has_stmt(classify[2], m(payload("ip", "saddr"), json!({"prefix": {"addr": "10.2.0.0", "len": 16}}))));
+
+    // One chain per class that ORs the class mark into meta mark, only inside the mask.
+    for c in &plan.qos_classes {
+        let r = chain_rules(&doc, &format!("qos_c{}", c.id));
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            r[0]["expr"][0],
+            json!({"mangle": {"key": {"meta": {"key": "mark"}}, "value": {"|": [{"&": [{"meta": {"key": "mark"}}, !QOS_MARK_MASK]}, c.id << QOS_MARK_SHIFT]}}})
+        );
+        assert_eq!(c.mark & !QOS_MARK_MASK, 0);
+    }
+    // The apply chain: ct mark class bits -> class chain; replies of a forward use the down class.
+    let apply = chain_rules(&doc, chains::QOS_APPLY);
+    assert_eq!(apply.len(), 2);
+    assert_eq!(apply[0]["expr"][0], m(json!({"ct": {"key": "direction"}}), json!("original")));
+    let vmap = |r: &Value| r["expr"][1]["vmap"].clone();
+    assert_eq!(vmap(apply[0])["key"], json!({"&": [{"ct": {"key": "mark"}}, QOS_MARK_MASK]}));
+    let orig = text(&vmap(apply[0])["data"]);
+    let reply = text(&vmap(apply[1])["data"]);
+    assert!(orig.contains(&format!("[{},{{\"goto\":{{\"target\":\"qos_c{}\"}}}}]", up.mark, up.id)), "{orig}");
+    assert!(reply.contains(&format!("[{},{{\"goto\":{{\"target\":\"qos_c{}\"}}}}]", up.mark, up.id + 1)), "{reply}");
+    // Shapes: both directions charge the shape's class.
+    assert!(orig.contains(&format!("[{},{{\"goto\":{{\"target\":\"qos_c{}\"}}}}]", guests.mark, guests.id)), "{orig}");
+    assert!(reply.contains(&format!("[{},{{\"goto\":{{\"target\":\"qos_c{}\"}}}}]", guests.mark, guests.id)), "{reply}");
+}
+
+fn many_forwards(n: u16) -> Ruleset {
+    let forwards = (0..n)
+        .map(|i| {
+            let proto = if i % 3 == 0 { ForwardProto::Udp } else { ForwardProto::Tcp };
+            let target = if i % 5 == 0 { format!("[2001:db8:2::{:x}]:80", i + 1) } else { format!("10.1.{}.{}:80", i / 250, i % 250 + 1) };
+            fwd(&format!("f{i:05}"), proto, &format!(":{}", 20000 + i), &target)
+        })
+        .collect();
+    Ruleset { forwards, ..Ruleset::default() }
+}
+
+#[test]
+fn rule_count_does_not_grow_with_forwards() {
+    let small = emit(&many_forwards(10));
+    let big = emit(&many_forwards(10_000));
+    assert_eq!(objects(&small, "rule").len(), objects(&big, "rule").len());
+    let a4 = named(&big, "map", maps::FWD4_ADDR)["elem"].as_array().unwrap().len();
+    let a6 = named(&big, "map", maps::FWD6_ADDR)["elem"].as_array().unwrap().len();
+    assert_eq!(a4 + a6, 10_000);
+}
+
+#[test]
+fn overlapping_map_forwards_do_not_break_the_map() {
+    let rs = Ruleset {
+        forwards: vec![fwd("a", ForwardProto::Tcp, ":8000-8010", "10.0.0.1"), fwd("b", ForwardProto::Tcp, ":8005", "10.0.0.2:80")],
+        ..Ruleset::default()
+    };
+    let doc = emit(&rs);
+    assert_eq!(named(&doc, "map", maps::FWD4_KEEP)["elem"].as_array().unwrap().len(), 1);
+    assert!(named(&doc, "map", maps::FWD4_ADDR).get("elem").is_none());
+    // "b" becomes its own rule after the map rules (so "a", first by name, wins).
+    let dnat = chain_rules(&doc, chains::FWD_DNAT);
+    assert_eq!(dnat.last().unwrap()["comment"], "fwc:forward:b");
+    // The masquerade set merges the overlap.
+    assert_eq!(named(&doc, "set", maps::PORTS_TCP)["elem"], json!([{"range": [8000, 8010]}]));
+}
+
+#[test]
+fn multi_target_port_shapes() {
+    let rs = Ruleset {
+        forwards: vec![
+            fwd("keep", ForwardProto::Tcp, ":5000-5010", "10.0.0.1,10.0.0.2"),
+            fwd("mixed", ForwardProto::Tcp, ":6000-6002", "10.0.0.1,10.0.0.2:7000"),
+            fwd("dual", ForwardProto::Tcp, ":4000", "10.0.0.1:80,[2001:db8::1]:80"),
+        ],
+        ..Ruleset::default()
+    };
+    let doc = emit(&rs);
+    let keep = rules_with_comment(&doc, "fwc:forward:keep");
+    assert_eq!(keep.len(), 1);
+    assert!(has_stmt(
+        keep[0],
+        json!({"dnat": {"family": "ip", "addr": {"map": {"key": {"numgen": {"mode": "inc", "mod": 2}}, "data": {"set": [[0, "10.0.0.1"], [1, "10.0.0.2"]]}}}}})
+    ));
+    // Keep-port and fixed-port targets on a range: one rule per listen port.
+    let mixed = rules_with_comment(&doc, "fwc:forward:mixed");
+    assert_eq!(mixed.len(), 3);
+    assert!(text(mixed[1]).contains(r#"[0,{"concat":["10.0.0.1",6001]}],[1,{"concat":["10.0.0.2",7000]}]"#));
+    // Targets of both families: one rule per family (no numgen for a single target).
+    let dual = rules_with_comment(&doc, "fwc:forward:dual");
+    assert_eq!(dual.len(), 2);
+    assert!(has_stmt(dual[0], json!({"dnat": {"addr": "10.0.0.1", "family": "ip", "port": 80}})));
+    assert!(has_stmt(dual[1], json!({"dnat": {"addr": "2001:db8::1", "family": "ip6", "port": 80}})));
+}
+
+#[test]
+fn output_is_deterministic() {
+    let a = serde_json::to_string(&emit(&kitchen_sink())).unwrap();
+    let b = serde_json::to_string(&emit(&kitchen_sink())).unwrap();
+    assert_eq!(a, b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Privileged: load into a throwaway namespace
+
+use fwc_testkit::{privileged, Netns, Topology};
+
+/// Check, load and list back `doc` inside `ns`; returns the listed ruleset (JSON).
+fn load(ns: &Netns, doc: &Value) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nftables.json");
+    std::fs::write(&path, serde_json::to_string_pretty(doc).unwrap()).unwrap();
+    let p = path.to_str().unwrap();
+    let check = ns.try_exec(&["nft", "-j", "-c", "-f", p]);
+    assert!(check.status.success(), "nft -j -c failed ({}): {}", check.status, String::from_utf8_lossy(&check.stderr));
+    let out = ns.try_exec(&["nft", "-j", "-f", p]);
+    assert!(out.status.success(), "nft -j -f failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&ns.exec(&["nft", "-j", "list", "table", "inet", "fwc"])).unwrap()
+}
+
+fn listed<'a>(doc: &'a Value, kind: &str) -> Vec<&'a Value> {
+    cmds(doc).iter().filter_map(|o| o.get(kind)).collect()
+}
+
+#[test]
+fn privileged_rulesets_load() {
+    if !privileged("privileged_rulesets_load") {
+        return;
+    }
+    let ns = Netns::new("nf");
+    let mut cases = vec![("empty", Ruleset::default()), ("kitchen-sink", kitchen_sink())];
+    let mut multi = Ruleset::default();
+    multi.forwards = vec![
+        fwd("keep", ForwardProto::Tcp, ":5000-5010", "10.0.0.1,10.0.0.2"),
+        fwd("mixed", ForwardProto::Both, ":6000-6002", "10.0.0.1,10.0.0.2:7000"),
+        fwd("dual", ForwardProto::Udp, ":4000", "10.0.0.1:80,[2001:db8::1]:80"),
+        fwd("a", ForwardProto::Tcp, ":8000-8010", "10.0.0.1"),
+        fwd("b", ForwardProto::Tcp, ":8005", "10.0.0.2:80"),
+        fwd("c", ForwardProto::Tcp, "[2001:db8::9]:8100-8110", "[2001:db8::1]:9100-9110"),
+        fwd("d", ForwardProto::Udp, "0.0.0.0:53", "10.0.0.53"),
+    ];
+    cases.push(("multi", multi));
+    for (name, rs) in &cases {
+        let doc = emit(rs);
+        let live = load(&ns, &doc);
+        // Every rule we emitted is live (same count per chain), and comments survive.
+        for ch in objects(&doc, "chain") {
+            let c = ch["name"].as_str().unwrap();
+            let want = chain_rules(&doc, c).len();
+            let got = listed(&live, "rule").iter().filter(|r| r["chain"] == c).count();
+            assert_eq!(got, want, "{name}: chain {c}");
+        }
+        let want: Vec<&Value> = objects(&doc, "rule").iter().map(|r| &r["comment"]).collect();
+        let got: Vec<&Value> = listed(&live, "rule").iter().map(|r| &r["comment"]).collect();
+        assert_eq!(got, want, "{name}: comments");
+        ns.exec(&["nft", "delete", "table", "inet", "fwc"]);
+    }
+    // The kitchen sink's map forward elements are listed with their comments and counters.
+    let live = load(&ns, &emit(&kitchen_sink()));
+    let a4 = listed(&live, "map").into_iter().find(|m| m["name"] == maps::FWD4_ADDR).unwrap();
+    let t = text(&a4["elem"]);
+    assert!(t.contains(r#""comment":"fwc:forward:web""#) && t.contains(r#""counter":{"packets":0,"bytes":0}"#), "{t}");
+}
+
+#[test]
+fn privileged_ten_thousand_forwards_load_as_maps() {
+    if !privileged("privileged_ten_thousand_forwards_load_as_maps") {
+        return;
+    }
+    let ns = Netns::new("nf");
+    let doc = emit(&many_forwards(10_000));
+    let started = std::time::Instant::now();
+    let live = load(&ns, &doc);
+    eprintln!("10,000 forwards: check+load+list in {:?}", started.elapsed());
+    let rules = listed(&live, "rule").len();
+    assert_eq!(rules, objects(&emit(&many_forwards(1)), "rule").len(), "rule count must not grow with forwards");
+    let elems: usize = listed(&live, "map")
+        .iter()
+        .filter(|m| m["name"] == maps::FWD4_ADDR || m["name"] == maps::FWD6_ADDR)
+        .map(|m| m["elem"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(elems, 10_000);
+}
+
+/// Wait until `ns` listens on tcp `port`.
+fn wait_listen(ns: &Netns, port: u16) {
+    for _ in 0..100 {
+        let out = ns.try_exec(&["ss", "-Htln", &format!("sport = :{port}")]);
+        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("nothing listens on {port} in {}", ns.name);
+}
+
+/// Connect from `ns` to addr:port with socat and return what the server answered.
+fn fetch(ns: &Netns, addr: &str, port: u16) -> Option<String> {
+    let target = if addr.contains(':') { format!("TCP6:[{addr}]:{port},connect-timeout=2") } else { format!("TCP4:{addr}:{port},connect-timeout=2") };
+    let out = ns.try_exec(&["timeout", "5", "socat", "-T", "2", "-u", &target, "STDOUT"]);
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[test]
+fn privileged_dnat_map_forward_carries_traffic() {
+    if !privileged("privileged_dnat_map_forward_carries_traffic") || !fwc_testkit::which("socat") {
+        return;
+    }
+    let mut topo = Topology::new();
+    // Backends answer with their name; the backend has no route to the client, so an answer
+    // proves masquerade, and a drop policy on forward proves `ct status dnat accept`.
+    for (port, reply) in [(80u16, "backend-80"), (9001, "backend-9001"), (5001, "backend-5001")] {
+        let cmd = format!("TCP6-LISTEN:{port},reuseaddr,fork,ipv6only=0");
+        let sys = format!("SYSTEM:echo {reply}");
+        topo.backend.spawn(&["socat", &cmd, &sys]);
+        wait_listen(&topo.backend, port);
+    }
+    let mut blocked = rule(ChainKind::Forward, Action::Deny, "no-direct");
+    blocked.to = addrs("198.18.2.0/24,2001:db8:2::/64");
+    let mut limited = fwd("limited", ForwardProto::Tcp, ":8081", "198.18.2.2:80");
+    limited.from = addrs("198.51.100.0/24"); // not the client: must not forward
+    let rs = Ruleset {
+        chains: vec![chain(ChainKind::Input, Policy::Drop, vec![]), chain(ChainKind::Forward, Policy::Drop, vec![blocked])],
+        forwards: vec![
+            fwd("web", ForwardProto::Tcp, ":8080", "198.18.2.2:80"),
+            fwd("web6", ForwardProto::Tcp, ":8080", "[2001:db8:2::2]:80"),
+            fwd("range", ForwardProto::Tcp, ":9000-9002", "198.18.2.2:9000-9002"),
+            fwd("shift", ForwardProto::Tcp, ":7000-7002", "198.18.2.2:5000-5002"),
+            fwd("lb", ForwardProto::Tcp, ":6000", "198.18.2.2:80,198.18.2.2:9001"),
+            limited,
+        ],
+        ..Ruleset::default()
+    };
+    let doc = emit(&rs);
+    load(&topo.host, &doc);
+
+    assert_eq!(fetch(&topo.client, "198.18.1.1", 8080).as_deref(), Some("backend-80"), "v4 map forward");
+    assert_eq!(fetch(&topo.client, "2001:db8:1::1", 8080).as_deref(), Some("backend-80"), "v6 map forward");
+    assert_eq!(fetch(&topo.client, "198.18.1.1", 9001).as_deref(), Some("backend-9001"), "keep-port range");
+    assert_eq!(fetch(&topo.client, "198.18.1.1", 7001).as_deref(), Some("backend-5001"), "offset range");
+    let lb: Vec<Option<String>> = (0..2).map(|_| fetch(&topo.client, "198.18.1.1", 6000)).collect();
+    assert!(lb.contains(&Some("backend-80".into())) && lb.contains(&Some("backend-9001".into())), "round robin: {lb:?}");
+    assert_eq!(fetch(&topo.client, "198.18.1.1", 8081), None, "from= must restrict the forward");
+    // Direct traffic to the backend network is still denied by the user rule.
+    assert_eq!(fetch(&topo.client, "198.18.2.2", 80), None);
+    // Locally originated connections are forwarded too (nat output).
+    assert_eq!(fetch(&topo.host, "198.18.1.1", 8080).as_deref(), Some("backend-80"), "local client");
+
+    // Per-forward counters: map element counters count the new connections.
+    let live: Value = serde_json::from_str(&topo.host.exec(&["nft", "-j", "list", "map", "inet", "fwc", maps::FWD4_ADDR])).unwrap();
+    let t = text(&live);
+    assert!(t.contains(r#""comment":"fwc:forward:web","counter":{"packets":2"#), "{t}");
+}
+
+#[test]
+fn privileged_qos_marks_flows() {
+    if !privileged("privileged_qos_marks_flows") || !fwc_testkit::which("socat") {
+        return;
+    }
+    use fwc_compiler::artifacts::QOS_MARK_MASK;
+    let mut topo = Topology::new();
+    topo.backend.spawn(&["socat", "TCP-LISTEN:80,reuseaddr,fork", "SYSTEM:echo hi"]);
+    wait_listen(&topo.backend, 80);
+    let mut capped = fwd("capped", ForwardProto::Tcp, ":8080", "198.18.2.2:80");
+    capped.up = Some(sp(Bandwidth(1_000_000)));
+    capped.down = Some(sp(Bandwidth(2_000_000)));
+    let rs = Ruleset { forwards: vec![capped], ..Ruleset::default() };
+    let host = implicit_host();
+    let plan = plan_host(&rs, &host);
+    let doc = nft::emit(&plan);
+    load(&topo.host, &doc);
+    // Another tool's mark bits must survive: set a bit outside the mask on every packet.
+    topo.host.sh("nft add table inet other; nft add chain inet other pre '{ type filter hook prerouting priority -300; }'; nft add rule inet other pre meta mark set meta mark or 0x1");
+    let up = plan.qos_classes.iter().find(|c| c.id % 2 == 0).unwrap();
+    // After qos_apply (postrouting -150): count packets that carry both the foreign bit and a class.
+    topo.host.sh("nft add chain inet other post '{ type filter hook postrouting priority 0; }'");
+    for mark in [up.mark, up.mark + (1 << 16)] {
+        topo.host.sh(&format!(
+            "nft add rule inet other post meta mark and {:#x} == {:#x} counter",
+            QOS_MARK_MASK | 1,
+            mark | 1
+        ));
+    }
+    assert_eq!(fetch(&topo.client, "198.18.1.1", 8080).as_deref(), Some("hi"));
+    let other: Value = serde_json::from_str(&topo.host.exec(&["nft", "-j", "list", "chain", "inet", "other", "post"])).unwrap();
+    for r in listed(&other, "rule") {
+        let packets = r["expr"].as_array().unwrap().iter().find_map(|s| s["counter"]["packets"].as_u64()).unwrap();
+        assert!(packets > 0, "no packet with class and foreign bit: {r}");
+    }
+    // Both class chains counted packets: original direction (up) and replies (down).
+    for id in [up.id, up.id + 1] {
+        let live: Value = serde_json::from_str(&topo.host.exec(&["nft", "-j", "list", "chain", "inet", "fwc", &format!("qos_c{id}")])).unwrap();
+        let r = listed(&live, "rule")[0];
+        let packets = r["expr"].as_array().unwrap().iter().find_map(|s| s["counter"]["packets"].as_u64()).unwrap();
+        assert!(packets > 0, "class {id} saw no packets");
+    }
+    // The conntrack entry carries the up class in the mask bits only.
+    let ct = topo.host.try_exec(&["conntrack", "-L", "-p", "tcp", "--dport", "8080"]);
+    if ct.status.success() {
+        let text = String::from_utf8_lossy(&ct.stdout).to_string();
+        let mark = text.split_whitespace().find_map(|w| w.strip_prefix("mark=")).map(|m| m.parse::<u32>().unwrap());
+        assert_eq!(mark.map(|m| m & QOS_MARK_MASK), Some(up.mark), "{text}");
+    }
+}
