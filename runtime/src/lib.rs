@@ -2,5 +2,6 @@
 //! artifacts; this crate applies them through one [`backend::Backend`] per dataplane, and
 //! hosts the CLI, the agent, metrics and the audit log.
 
+pub mod audit;
 pub mod backend;
 pub mod cli;
