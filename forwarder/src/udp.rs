@@ -96,13 +96,25 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
     }
 }
 
+/// Send on a non-blocking UDP socket straight away. (tokio's `try_send*` refuse until the
+/// reactor has reported the socket writable once, which drops the first datagram of a new
+/// session.) A full socket buffer returns `WouldBlock`: the datagram is dropped and counted.
+fn send(s: &UdpSocket, data: &[u8], to: Option<SocketAddr>) -> io::Result<usize> {
+    let flags = rustix::net::SendFlags::DONTWAIT;
+    let r = match to {
+        None => rustix::net::send(s, data, flags),
+        Some(to) => rustix::net::sendto(s, data, flags, &to),
+    };
+    r.map_err(io::Error::from)
+}
+
 fn forward_up(s: &Session, data: &[u8], cur: &Current) {
     s.last.store(crate::now_ms(), Relaxed);
     if !cur.rule.up.try_consume(data.len()) {
         cur.rule.stats.udp_dropped.fetch_add(1, Relaxed);
         return;
     }
-    match s.upstream.try_send(data) {
+    match send(&s.upstream, data, None) {
         Ok(n) => {
             cur.rule.stats.bytes_up.fetch_add(n as u64, Relaxed);
         }
@@ -196,7 +208,7 @@ async fn session_task(
                         stats.udp_dropped.fetch_add(1, Relaxed);
                         continue;
                     }
-                    match listener.try_send_to(&buf[..n], peer) {
+                    match send(&listener, &buf[..n], Some(peer)) {
                         Ok(n) => { stats.bytes_down.fetch_add(n as u64, Relaxed); }
                         Err(_) => { stats.udp_dropped.fetch_add(1, Relaxed); }
                     }
