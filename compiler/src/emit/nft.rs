@@ -61,8 +61,9 @@
 //!
 //! `max-conns` and `conn-rate` are enforced in the filter `forward` chain for new DNATed flows of
 //! the forward (`ct state new ct status dnat meta l4proto … ct original proto-dst …`) with
-//! `ct count over N` (reject) and `limit rate over` (drop); a forward whose `from=` has both
-//! address families gets one guard per family (each counting its own connections).
+//! `ct count over N` (reject) and `limit rate over` (drop). Each guard is one rule, counting
+//! its own connections: a `proto="both"` forward gets one per protocol, a forward whose `from=`
+//! has both address families one per family (so the limits apply per protocol / family).
 //!
 //! # Counters and comments
 //!
@@ -851,19 +852,28 @@ fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
 
 /// Matches that pick a forward's new connections in the filter `forward` chain (after DNAT),
 /// per family needed.
-fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<Vec<S>> {
+fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(ForwardProto, Vec<S>)> {
     let from = f.from.as_ref().map(|m| addr_parts(plan, &m.value));
     let fams: Vec<Option<Fam>> = match (&from, listen_addr(f)) {
         (None, None) => vec![None],
         (None, Some(a)) => vec![Some(Fam::of(&a))],
         (Some(p), a) => families(&[p], a.map(|a| Fam::of(&a))),
     };
+    // One guard per protocol: nft can type `ct original proto-dst` only after a single-protocol
+    // match (with `meta l4proto {tcp, udp}` it lists "0xbb8 [invalid type]", which nft cannot
+    // read back).
+    let protos: &[ForwardProto] = match f.proto {
+        ForwardProto::Both => &[ForwardProto::Tcp, ForwardProto::Udp],
+        ForwardProto::Tcp => &[ForwardProto::Tcp],
+        ForwardProto::Udp => &[ForwardProto::Udp],
+    };
     fams.into_iter()
-        .map(|fam| {
+        .flat_map(|fam| protos.iter().map(move |p| (fam, *p)))
+        .map(|(fam, proto)| {
             let mut v = vec![
                 ct_state(&["new"]),
                 ct_status_dnat(),
-                l4proto_is(f.proto),
+                l4proto_is(proto),
                 eq(ct_orig("proto-dst", None), port_expr(f.listen.value.ports)),
             ];
             if let Some(fam) = fam {
@@ -874,7 +884,7 @@ fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<Vec<S>> {
                     v.push(eq(payload(fam.proto(), "saddr"), e.clone()));
                 }
             }
-            v
+            (proto, v)
         })
         .collect()
 }
@@ -1182,12 +1192,12 @@ pub fn emit(plan: &HostPlan) -> Value {
                 out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
                 for f in &plan.kernel_forwards {
                     let comment = rule_comment(RuleKind::Forward, &f.name.value);
-                    for matches in forward_guard_matches(plan, f) {
+                    for (proto, matches) in forward_guard_matches(plan, f) {
                         if let Some(max) = &f.max_conns {
                             let mut e = matches.clone();
                             e.push(Statement::CTCount(CTCount { val: n(max.value), inv: Some(true) }));
                             e.push(counter());
-                            e.push(reject(f.proto == ForwardProto::Tcp));
+                            e.push(reject(proto == ForwardProto::Tcp));
                             out.rule(name, e, Some(comment.clone()));
                         }
                         if let Some(rate) = &f.conn_rate {
