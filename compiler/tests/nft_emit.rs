@@ -914,3 +914,64 @@ fn privileged_qos_marks_flows() {
         assert_eq!(mark.map(|m| m & QOS_MARK_MASK), Some(up.mark), "{text}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// End to end: the DESIGN.md example through the real parser
+
+const DESIGN_EXAMPLE: &str = r#"
+fwc 1
+
+host "edge-1" {
+    labels role=edge region=eu
+    vars wan=eth0 lan=eth1
+}
+
+set "office" "203.0.113.0/24" "2001:db8:1::/48"
+set "blocklist" {
+    - "198.51.100.0/24"
+    - "192.0.2.66"
+}
+
+input policy=drop {
+    allow "ssh" proto=tcp port=22 from="@office"
+    allow "web" proto=tcp port="80,443"
+    allow "ping" proto=icmp
+    deny "blocked" from="@blocklist" log=#true
+    reject "ident" proto=tcp port=113
+    allow "dns" proto=udp port=53 rate="50/second"
+}
+
+forward "web" listen=":8080" to="10.0.0.5:80"
+forward "game" proto=udp listen=":27015-27020" to="10.0.0.6"
+forward "api" listen=":443" to="api.internal:8443" proxy-protocol=2 max-conns=1000
+forward "tenant-b" listen=":9000" to="10.0.0.7:9000" bandwidth="100mbit"
+forward "lb" listen=":7000" to="10.0.0.8:7000,10.0.0.9:7000" on="role=edge"
+
+shape "guests" from="10.2.0.0/16" rate="20mbit" burst="256KiB" dev=eth1
+"#;
+
+fn compile_design_example() -> Value {
+    let tree = fwc_compiler::source::SourceTree::from_files([("fwc.kdl".to_string(), DESIGN_EXAMPLE.to_string())]);
+    let (artifacts, _warnings) = fwc_compiler::compile(&tree, Some("edge-1"), None).unwrap_or_else(|e| panic!("{e:?}"));
+    artifacts.nftables
+}
+
+#[test]
+fn design_example_compiles() {
+    let doc = compile_design_example();
+    for c in ["fwc:filter:ssh", "fwc:filter:blocked", "fwc:forward:api", "fwc:forward:lb", "fwc:forward:tenant-b", "fwc:shape:guests"] {
+        assert!(!rules_with_comment(&doc, c).is_empty(), "no rule for {c}");
+    }
+    let a4 = text(&named(&doc, "map", maps::FWD4_ADDR)["elem"]);
+    assert!(a4.contains("fwc:forward:web") && a4.contains("fwc:forward:tenant-b"), "{a4}");
+    assert!(text(&named(&doc, "map", maps::FWD4_KEEP)["elem"]).contains("fwc:forward:game"));
+}
+
+#[test]
+fn privileged_design_example_loads() {
+    if !privileged("privileged_design_example_loads") {
+        return;
+    }
+    let ns = Netns::new("nf");
+    load(&ns, &compile_design_example());
+}
