@@ -1,0 +1,640 @@
+//! Prometheus metrics of the agent and the small HTTP server that serves them, the health
+//! probes and the git webhook.
+//!
+//! Metric names (DESIGN.md "The agent"): `fwc_apply_total{result}`,
+//! `fwc_apply_duration_seconds`, `fwc_applied_commit_info{commit}`, `fwc_drift_total`,
+//! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
+//! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
+//! `fwc_qos_packets_total{class,action}`, plus `fwc_webhook_requests_total{result}`,
+//! `fwc_commit_refused_total{reason}` and `fwc_agent_degraded`.
+//!
+//! ## Why a hand-written HTTP/1.1 handler and not hyper
+//!
+//! The server has four fixed routes, answers every request with `Connection: close`, and its
+//! only clients are a Prometheus scraper, kubelet probes and git servers posting webhooks. A
+//! ~150 line handler on tokio (already a dependency) with hard limits — 16 KiB of headers,
+//! 1 MiB of body, `Content-Length` only, 10 s per connection, at most 64 connections at once —
+//! is easier to audit for a process that runs as root with CAP_NET_ADMIN than hyper 1 plus
+//! hyper-util, http-body-util and their feature matrix, and it adds nothing to the build.
+//! Anything beyond those routes (keep-alive, chunked bodies, TLS) is deliberately out of
+//! scope: put a reverse proxy in front if the webhook must be reachable from outside.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use sha2::Sha256;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::backend::RuleCounter;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CommitLabel {
+    pub commit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleBackendLabel {
+    pub rule: String,
+    pub backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabel {
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassActionLabel {
+    pub class: String,
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+/// Every metric of the agent, registered in [`Metrics::registry`].
+#[derive(Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    pub apply_total: Family<ResultLabel, Counter>,
+    pub apply_duration_seconds: Histogram,
+    pub applied_commit_info: Family<CommitLabel, Gauge>,
+    pub drift_total: Counter,
+    pub git_fetch_total: Family<ResultLabel, Counter>,
+    pub rule_packets_total: Family<RuleBackendLabel, Counter>,
+    pub rule_bytes_total: Family<RuleBackendLabel, Counter>,
+    pub forward_connections_active: Family<RuleLabel, Gauge>,
+    pub qos_packets_total: Family<ClassActionLabel, Counter>,
+    pub webhook_requests_total: Family<ResultLabel, Counter>,
+    pub commit_refused_total: Family<ReasonLabel, Counter>,
+    pub agent_degraded: Gauge,
+    /// Last absolute dataplane counter values seen, to turn them into monotonic counters
+    /// (the kernel's counters restart from zero when the table is re-created by an apply).
+    last_rule_counters: Mutex<HashMap<RuleBackendLabel, (u64, u64)>>,
+    last_qos_counters: Mutex<HashMap<ClassActionLabel, u64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            apply_total: Family::default(),
+            apply_duration_seconds: Histogram::new([0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0]),
+            applied_commit_info: Family::default(),
+            drift_total: Counter::default(),
+            git_fetch_total: Family::default(),
+            rule_packets_total: Family::default(),
+            rule_bytes_total: Family::default(),
+            forward_connections_active: Family::default(),
+            qos_packets_total: Family::default(),
+            webhook_requests_total: Family::default(),
+            commit_refused_total: Family::default(),
+            agent_degraded: Gauge::default(),
+            last_rule_counters: Mutex::default(),
+            last_qos_counters: Mutex::default(),
+            registry: Registry::default(),
+        };
+        // Counters get their `_total` suffix from the encoder.
+        registry.register("fwc_apply", "Applies by result (ok, rolled_back, failed)", m.apply_total.clone());
+        registry.register("fwc_apply_duration_seconds", "Duration of apply transactions", m.apply_duration_seconds.clone());
+        registry.register(
+            "fwc_applied_commit_info",
+            "The commit whose rules are live (value 1, one series)",
+            m.applied_commit_info.clone(),
+        );
+        registry.register("fwc_drift", "Times the live dataplane differed from the applied artifacts", m.drift_total.clone());
+        registry.register("fwc_git_fetch", "Fetches of the rule repository by result (ok, error)", m.git_fetch_total.clone());
+        registry.register("fwc_rule_packets", "Packets matched per rule and backend", m.rule_packets_total.clone());
+        registry.register("fwc_rule_bytes", "Bytes matched per rule and backend", m.rule_bytes_total.clone());
+        registry.register(
+            "fwc_forward_connections_active",
+            "Open connections of userspace forwards",
+            m.forward_connections_active.clone(),
+        );
+        registry.register("fwc_qos_packets", "QoS packets per class and action (passed, paced, marked, dropped)", m.qos_packets_total.clone());
+        registry.register(
+            "fwc_webhook_requests",
+            "Webhook requests by result (accepted, unauthorized, bad_request, disabled)",
+            m.webhook_requests_total.clone(),
+        );
+        registry.register("fwc_commit_refused", "Commits refused by reason (signature, compile, apply)", m.commit_refused_total.clone());
+        registry.register(
+            "fwc_agent_degraded",
+            "1 while the newest commit could not be applied and the host runs an older one",
+            m.agent_degraded.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Prometheus/OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encoding into a String cannot fail");
+        out
+    }
+
+    pub fn inc(family: &Family<ResultLabel, Counter>, result: &str) {
+        family.get_or_create(&ResultLabel { result: result.to_string() }).inc();
+    }
+
+    pub fn refused(&self, reason: &str) {
+        self.commit_refused_total.get_or_create(&ReasonLabel { reason: reason.to_string() }).inc();
+    }
+
+    /// Make `commit` the only series of `fwc_applied_commit_info`.
+    pub fn set_applied_commit(&self, commit: Option<&str>) {
+        self.applied_commit_info.clear();
+        if let Some(c) = commit {
+            self.applied_commit_info.get_or_create(&CommitLabel { commit: c.to_string() }).set(1);
+        }
+    }
+
+    pub fn set_degraded(&self, degraded: bool) {
+        self.agent_degraded.set(degraded as i64);
+    }
+
+    /// Feed absolute per-rule counters read from the dataplane. A value smaller than the last
+    /// one means the dataplane counter restarted (table re-created): the new value is all new.
+    pub fn observe_rule_counters(&self, counters: &[RuleCounter]) {
+        let mut last = self.last_rule_counters.lock().unwrap();
+        for c in counters {
+            let key = RuleBackendLabel { rule: c.rule.clone(), backend: c.backend.as_str().to_string() };
+            let (lp, lb) = last.get(&key).copied().unwrap_or((0, 0));
+            let dp = if c.packets >= lp { c.packets - lp } else { c.packets };
+            let db = if c.bytes >= lb { c.bytes - lb } else { c.bytes };
+            self.rule_packets_total.get_or_create(&key).inc_by(dp);
+            self.rule_bytes_total.get_or_create(&key).inc_by(db);
+            last.insert(key, (c.packets, c.bytes));
+        }
+    }
+
+    /// Feed absolute QoS class counters (class, action, packets), same reset rule.
+    pub fn observe_qos_counters(&self, counters: &[(String, String, u64)]) {
+        let mut last = self.last_qos_counters.lock().unwrap();
+        for (class, action, v) in counters {
+            let key = ClassActionLabel { class: class.clone(), action: action.clone() };
+            let l = last.get(&key).copied().unwrap_or(0);
+            self.qos_packets_total.get_or_create(&key).inc_by(if *v >= l { v - l } else { *v });
+            last.insert(key, *v);
+        }
+    }
+
+    pub fn set_forward_connections(&self, rule: &str, n: i64) {
+        self.forward_connections_active.get_or_create(&RuleLabel { rule: rule.to_string() }).set(n);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// health
+
+/// What `/healthz` and `/readyz` report; updated by the reconcile loop.
+#[derive(Debug)]
+pub struct Health {
+    started: Instant,
+    /// Milliseconds since `started` of the last reconcile loop tick.
+    last_tick_ms: AtomicU64,
+    /// The loop is considered stuck after this long without a tick.
+    pub stall_after: Duration,
+    /// Set once a commit has been applied or the existing state adopted.
+    pub ready: AtomicBool,
+    pub degraded: AtomicBool,
+    pub status: Mutex<String>,
+}
+
+impl Health {
+    pub fn new(stall_after: Duration) -> Health {
+        Health {
+            started: Instant::now(),
+            last_tick_ms: AtomicU64::new(0),
+            stall_after,
+            ready: AtomicBool::new(false),
+            degraded: AtomicBool::new(false),
+            status: Mutex::new("starting".into()),
+        }
+    }
+
+    pub fn tick(&self) {
+        self.last_tick_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub fn set_status(&self, s: impl Into<String>) {
+        *self.status.lock().unwrap() = s.into();
+    }
+
+    fn alive(&self) -> bool {
+        let last = Duration::from_millis(self.last_tick_ms.load(Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(last) < self.stall_after
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// webhook authentication
+
+/// The shared secret of `POST /hooks/git`.
+#[derive(Clone)]
+pub struct WebhookSecret(Vec<u8>);
+
+impl std::fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookSecret(..)")
+    }
+}
+
+impl WebhookSecret {
+    /// The secret, without surrounding whitespace (files usually end with a newline).
+    pub fn new(secret: &[u8]) -> WebhookSecret {
+        let s = std::str::from_utf8(secret).map(|s| s.trim().as_bytes().to_vec()).unwrap_or_else(|_| secret.to_vec());
+        WebhookSecret(s)
+    }
+
+    /// Is the request authentic? Accepts `X-Hub-Signature-256: sha256=<hex hmac>` (GitHub,
+    /// Gitea, Forgejo, Gogs), `X-Gitea-Signature: <hex hmac>` and `X-Gitlab-Token: <secret>`.
+    /// All comparisons are constant time.
+    pub fn check(&self, headers: &[(String, String)], body: &[u8]) -> bool {
+        if self.0.is_empty() {
+            return false;
+        }
+        let get = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim());
+        let hmac_ok = |hexsig: &str| -> bool {
+            let Ok(sig) = hex::decode(hexsig) else { return false };
+            let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("hmac takes any key length");
+            mac.update(body);
+            mac.verify_slice(&sig).is_ok()
+        };
+        if let Some(v) = get("x-hub-signature-256") {
+            return v.strip_prefix("sha256=").is_some_and(hmac_ok);
+        }
+        if let Some(v) = get("x-gitea-signature") {
+            return hmac_ok(v);
+        }
+        if let Some(v) = get("x-gitlab-token") {
+            return constant_time_eq(v.as_bytes(), &self.0);
+        }
+        false
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    // Hash both sides first so the comparison time does not depend on the length either.
+    use sha2::Digest;
+    let (ha, hb) = (Sha256::digest(a), Sha256::digest(b));
+    ha.iter().zip(hb.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `sha256=<hex>` for a body, as GitHub sends it (for tests and the bench).
+pub fn github_signature(secret: &[u8], body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("hmac takes any key length");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// the HTTP server
+
+const MAX_HEADER: usize = 16 * 1024;
+const MAX_BODY: usize = 1024 * 1024;
+const CONN_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_CONNS: usize = 64;
+
+/// Everything the server needs.
+#[derive(Clone)]
+pub struct ServerState {
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    /// None = the webhook is disabled (every POST is answered 404 and counted `disabled`).
+    pub webhook: Option<WebhookSecret>,
+    /// Called for every authentic webhook request: wakes the reconcile loop.
+    pub on_push: Arc<dyn Fn() + Send + Sync>,
+}
+
+/// A running server; stops when dropped.
+pub struct Server {
+    pub addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Bind `addr` (port 0 = any) and serve on a thread of its own (a single-threaded tokio
+/// runtime), so a busy reconcile loop never delays a scrape or a probe.
+pub fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<Server> {
+    let std_listener = std::net::TcpListener::bind(addr)?;
+    std_listener.set_nonblocking(true)?;
+    let local = std_listener.local_addr()?;
+    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new().name("fwc-http".into()).spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+            let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNS));
+            loop {
+                tokio::select! {
+                    _ = &mut rx => break,
+                    acc = listener.accept() => {
+                        let Ok((stream, _)) = acc else { continue };
+                        let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
+                        let st = state.clone();
+                        tokio::spawn(async move {
+                            let _ = tokio::time::timeout(CONN_TIMEOUT, handle(stream, st)).await;
+                            drop(permit);
+                        });
+                    }
+                }
+            }
+        });
+    })?;
+    Ok(Server { addr: local, shutdown: Some(tx), thread: Some(thread) })
+}
+
+struct Request {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+enum ReadError {
+    Bad(&'static str),
+    TooLarge,
+    Io,
+}
+
+async fn read_request(stream: &mut tokio::net::TcpStream) -> Result<Request, ReadError> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let header_end = loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p;
+        }
+        if buf.len() > MAX_HEADER {
+            return Err(ReadError::TooLarge);
+        }
+        let n = stream.read(&mut chunk).await.map_err(|_| ReadError::Io)?;
+        if n == 0 {
+            return Err(ReadError::Io);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = std::str::from_utf8(&buf[..header_end]).map_err(|_| ReadError::Bad("headers are not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next().unwrap_or("").split(' ');
+    let method = first.next().unwrap_or("").to_string();
+    let target = first.next().unwrap_or("").to_string();
+    if !first.next().unwrap_or("").starts_with("HTTP/1.") {
+        return Err(ReadError::Bad("not an HTTP/1.x request"));
+    }
+    let mut headers = Vec::new();
+    for l in lines {
+        let (k, v) = l.split_once(':').ok_or(ReadError::Bad("malformed header"))?;
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let header = |n: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.as_str());
+    if header("transfer-encoding").is_some() {
+        return Err(ReadError::Bad("chunked bodies are not supported; send Content-Length"));
+    }
+    let len: usize = match header("content-length") {
+        Some(v) => v.parse().map_err(|_| ReadError::Bad("bad Content-Length"))?,
+        None => 0,
+    };
+    if len > MAX_BODY {
+        return Err(ReadError::TooLarge);
+    }
+    let mut body = buf[header_end + 4..].to_vec();
+    if header("expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue")) && body.len() < len {
+        stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.map_err(|_| ReadError::Io)?;
+    }
+    while body.len() < len {
+        let n = stream.read(&mut chunk).await.map_err(|_| ReadError::Io)?;
+        if n == 0 {
+            return Err(ReadError::Io);
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(len);
+    let path = target.split('?').next().unwrap_or("").to_string();
+    Ok(Request { method, path, headers, body })
+}
+
+async fn respond(stream: &mut tokio::net::TcpStream, status: &str, ctype: &str, body: &str) {
+    let msg = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(msg.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+async fn handle(mut stream: tokio::net::TcpStream, st: ServerState) {
+    let req = match read_request(&mut stream).await {
+        Ok(r) => r,
+        Err(ReadError::Io) => return,
+        Err(ReadError::TooLarge) => return respond(&mut stream, "413 Payload Too Large", TEXT, "too large\n").await,
+        Err(ReadError::Bad(why)) => return respond(&mut stream, "400 Bad Request", TEXT, &format!("{why}\n")).await,
+    };
+    match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/metrics") => {
+            let body = st.metrics.encode();
+            respond(&mut stream, "200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", &body).await
+        }
+        ("GET", "/healthz") => {
+            if st.health.alive() {
+                respond(&mut stream, "200 OK", TEXT, "ok\n").await
+            } else {
+                respond(&mut stream, "503 Service Unavailable", TEXT, "reconcile loop stalled\n").await
+            }
+        }
+        ("GET", "/readyz") => {
+            let status = st.health.status.lock().unwrap().clone();
+            if st.health.ready.load(Ordering::Relaxed) {
+                let d = if st.health.degraded.load(Ordering::Relaxed) { "degraded: " } else { "" };
+                respond(&mut stream, "200 OK", TEXT, &format!("ready {d}{status}\n")).await
+            } else {
+                respond(&mut stream, "503 Service Unavailable", TEXT, &format!("not ready: {status}\n")).await
+            }
+        }
+        ("POST", "/hooks/git") => {
+            let count = |r: &str| Metrics::inc(&st.metrics.webhook_requests_total, r);
+            match &st.webhook {
+                None => {
+                    count("disabled");
+                    respond(&mut stream, "404 Not Found", TEXT, "webhook disabled (start the agent with --webhook-secret-file)\n").await
+                }
+                Some(secret) if secret.check(&req.headers, &req.body) => {
+                    count("accepted");
+                    (st.on_push)();
+                    respond(&mut stream, "202 Accepted", TEXT, "fetch scheduled\n").await
+                }
+                Some(_) => {
+                    count("unauthorized");
+                    respond(&mut stream, "401 Unauthorized", TEXT, "missing or wrong signature\n").await
+                }
+            }
+        }
+        (_, "/metrics" | "/healthz" | "/readyz" | "/hooks/git") => {
+            respond(&mut stream, "405 Method Not Allowed", TEXT, "method not allowed\n").await
+        }
+        _ => respond(&mut stream, "404 Not Found", TEXT, "not found: /metrics /healthz /readyz POST /hooks/git\n").await,
+    }
+}
+
+/// A blocking HTTP/1.1 client for one request (tests, the bench, `fwc agent` self-checks):
+/// returns (status code, body).
+pub fn http_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((code, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fwc_compiler::artifacts::BackendKind;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn names_are_the_documented_ones() {
+        let m = Metrics::new();
+        Metrics::inc(&m.apply_total, "ok");
+        m.apply_duration_seconds.observe(0.3);
+        m.set_applied_commit(Some("abc"));
+        m.set_applied_commit(Some("def"));
+        m.drift_total.inc();
+        Metrics::inc(&m.git_fetch_total, "error");
+        m.observe_rule_counters(&[RuleCounter { rule: "filter:ssh".into(), backend: BackendKind::Nftables, packets: 5, bytes: 300 }]);
+        m.observe_rule_counters(&[RuleCounter { rule: "filter:ssh".into(), backend: BackendKind::Nftables, packets: 7, bytes: 400 }]);
+        // counter restarted (table re-created): 2 more packets
+        m.observe_rule_counters(&[RuleCounter { rule: "filter:ssh".into(), backend: BackendKind::Nftables, packets: 2, bytes: 100 }]);
+        m.set_forward_connections("api", 3);
+        m.observe_qos_counters(&[("tenant-b/up".into(), "dropped".into(), 4)]);
+        Metrics::inc(&m.webhook_requests_total, "unauthorized");
+        m.refused("signature");
+        m.set_degraded(true);
+        let t = m.encode();
+        for want in [
+            "fwc_apply_total{result=\"ok\"} 1",
+            "fwc_apply_duration_seconds_count 1",
+            "fwc_applied_commit_info{commit=\"def\"} 1",
+            "fwc_drift_total 1",
+            "fwc_git_fetch_total{result=\"error\"} 1",
+            "fwc_rule_packets_total{rule=\"filter:ssh\",backend=\"nftables\"} 9",
+            "fwc_rule_bytes_total{rule=\"filter:ssh\",backend=\"nftables\"} 500",
+            "fwc_forward_connections_active{rule=\"api\"} 3",
+            "fwc_qos_packets_total{class=\"tenant-b/up\",action=\"dropped\"} 4",
+            "fwc_webhook_requests_total{result=\"unauthorized\"} 1",
+            "fwc_commit_refused_total{reason=\"signature\"} 1",
+            "fwc_agent_degraded 1",
+        ] {
+            assert!(t.contains(want), "missing {want} in\n{t}");
+        }
+        assert!(!t.contains("commit=\"abc\""), "{t}");
+    }
+
+    #[test]
+    fn webhook_signatures() {
+        let s = WebhookSecret::new(b"s3cret\n");
+        let body = br#"{"ref":"refs/heads/main"}"#;
+        let sig = github_signature(b"s3cret", body);
+        let h = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+        assert!(s.check(&h("X-Hub-Signature-256", &sig), body));
+        assert!(s.check(&h("x-gitea-signature", sig.strip_prefix("sha256=").unwrap()), body));
+        assert!(!s.check(&h("X-Hub-Signature-256", &sig), b"{}"));
+        assert!(!s.check(&h("X-Hub-Signature-256", &github_signature(b"other", body)), body));
+        assert!(!s.check(&h("X-Hub-Signature-256", "sha1=00"), body));
+        assert!(!s.check(&[], body));
+        assert!(s.check(&h("X-Gitlab-Token", "s3cret"), body));
+        assert!(!s.check(&h("X-Gitlab-Token", "s3cre"), body));
+        assert!(!WebhookSecret::new(b"").check(&h("X-Gitlab-Token", ""), body));
+    }
+
+    #[test]
+    fn server_routes() {
+        let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        let pushes = Arc::new(AtomicUsize::new(0));
+        let p = pushes.clone();
+        let srv = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            ServerState {
+                metrics: metrics.clone(),
+                health: health.clone(),
+                webhook: Some(WebhookSecret::new(b"k")),
+                on_push: Arc::new(move || {
+                    p.fetch_add(1, Ordering::SeqCst);
+                }),
+            },
+        )
+        .unwrap();
+        let a = srv.addr;
+        health.tick();
+        assert_eq!(http_request(a, "GET", "/healthz", &[], b"").unwrap().0, 200);
+        assert_eq!(http_request(a, "GET", "/readyz", &[], b"").unwrap().0, 503);
+        health.ready.store(true, Ordering::SeqCst);
+        assert_eq!(http_request(a, "GET", "/readyz", &[], b"").unwrap().0, 200);
+        let body = b"{}";
+        let sig = github_signature(b"k", body);
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Hub-Signature-256", &sig)], body).unwrap().0, 202);
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Hub-Signature-256", "sha256=00")], body).unwrap().0, 401);
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[], body).unwrap().0, 401);
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Gitlab-Token", "k")], body).unwrap().0, 202);
+        assert_eq!(http_request(a, "GET", "/nope", &[], b"").unwrap().0, 404);
+        assert_eq!(http_request(a, "GET", "/hooks/git", &[], b"").unwrap().0, 405);
+        assert_eq!(pushes.load(Ordering::SeqCst), 2);
+        let (code, text) = http_request(a, "GET", "/metrics", &[], b"").unwrap();
+        assert_eq!(code, 200);
+        assert!(text.contains("fwc_webhook_requests_total{result=\"accepted\"} 2"), "{text}");
+        assert!(text.contains("fwc_webhook_requests_total{result=\"unauthorized\"} 2"), "{text}");
+        // Oversized body is refused without reading it.
+        let big = vec![b'x'; MAX_BODY + 1];
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[], &big).map(|r| r.0).unwrap_or(413), 413);
+        drop(srv);
+        assert!(std::net::TcpStream::connect(a).is_err());
+    }
+}
