@@ -722,8 +722,8 @@ fn privileged_rulesets_load() {
     }
     let ns = Netns::new("nf");
     let mut cases = vec![("empty", Ruleset::default()), ("kitchen-sink", kitchen_sink())];
-    let mut multi = Ruleset::default();
-    multi.forwards = vec![
+    let multi = Ruleset {
+        forwards: vec![
         fwd("keep", ForwardProto::Tcp, ":5000-5010", "10.0.0.1,10.0.0.2"),
         fwd("mixed", ForwardProto::Both, ":6000-6002", "10.0.0.1,10.0.0.2:7000"),
         fwd("dual", ForwardProto::Udp, ":4000", "10.0.0.1:80,[2001:db8::1]:80"),
@@ -731,7 +731,9 @@ fn privileged_rulesets_load() {
         fwd("b", ForwardProto::Tcp, ":8005", "10.0.0.2:80"),
         fwd("c", ForwardProto::Tcp, "[2001:db8::9]:8100-8110", "[2001:db8::1]:9100-9110"),
         fwd("d", ForwardProto::Udp, "0.0.0.0:53", "10.0.0.53"),
-    ];
+        ],
+        ..Ruleset::default()
+    };
     cases.push(("multi", multi));
     for (name, rs) in &cases {
         let doc = emit(rs);
@@ -823,6 +825,11 @@ fn privileged_dnat_map_forward_carries_traffic() {
     }
     let mut blocked = rule(ChainKind::Forward, Action::Deny, "no-direct");
     blocked.to = addrs("198.18.2.0/24,2001:db8:2::/64");
+    // A backend that holds each connection open for a while, for max-conns.
+    topo.backend.spawn(&["socat", "TCP-LISTEN:9100,reuseaddr,fork", "SYSTEM:echo held; sleep 3"]);
+    wait_listen(&topo.backend, 9100);
+    let mut one_conn = fwd("one-conn", ForwardProto::Tcp, ":8090", "198.18.2.2:9100");
+    one_conn.max_conns = Some(sp(1));
     let mut limited = fwd("limited", ForwardProto::Tcp, ":8081", "198.18.2.2:80");
     limited.from = addrs("198.51.100.0/24"); // not the client: must not forward
     let rs = Ruleset {
@@ -834,6 +841,7 @@ fn privileged_dnat_map_forward_carries_traffic() {
             fwd("shift", ForwardProto::Tcp, ":7000-7002", "198.18.2.2:5000-5002"),
             fwd("lb", ForwardProto::Tcp, ":6000", "198.18.2.2:80,198.18.2.2:9001"),
             limited,
+            one_conn,
         ],
         ..Ruleset::default()
     };
@@ -851,6 +859,15 @@ fn privileged_dnat_map_forward_carries_traffic() {
     assert_eq!(fetch(&topo.client, "198.18.2.2", 80), None);
     // Locally originated connections are forwarded too (nat output).
     assert_eq!(fetch(&topo.host, "198.18.1.1", 8080).as_deref(), Some("backend-80"), "local client");
+
+    // max-conns=1: while one connection is open, the next is refused (tcp reset).
+    topo.client.spawn(&["socat", "-u", "TCP4:198.18.1.1:8090", "OPEN:/dev/null"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    assert_eq!(fetch(&topo.client, "198.18.1.1", 8090), None, "second connection must be refused");
+    assert!(started.elapsed() < std::time::Duration::from_millis(1500), "refused with a reset, not timed out");
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    assert_eq!(fetch(&topo.client, "198.18.1.1", 8090).as_deref(), Some("held"), "a slot is free again");
 
     // Per-forward counters: map element counters count the new connections.
     let live: Value = serde_json::from_str(&topo.host.exec(&["nft", "-j", "list", "map", "inet", "fwc", maps::FWD4_ADDR])).unwrap();
