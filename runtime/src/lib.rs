@@ -3,6 +3,8 @@
 //! hosts the CLI, the agent, metrics and the audit log.
 
 pub mod audit;
+pub mod apply;
 pub mod backend;
 pub mod cli;
+pub mod state;
 pub mod metrics;

@@ -2,6 +2,8 @@
 //! (`crate::apply`) drives: prepare everything, commit everything, verify, and on any failure
 //! roll every backend back to the previously applied artifacts.
 
+pub mod nft;
+
 use fwc_compiler::artifacts::{Artifacts, BackendKind};
 use serde::Serialize;
 

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod compile;
+pub mod apply;
 
 /// Options every subcommand understands.
 #[derive(Debug, Clone, clap::Args)]
@@ -61,6 +62,17 @@ pub enum Command {
     Schema(compile::SchemaArgs),
     /// Print a shell completion script.
     Completions(compile::CompletionsArgs),
+    /// Apply a rule repository, artifact dir or saved plan to this host, atomically.
+    Apply(apply::ApplyArgs),
+    /// Keep an apply made with --confirm (otherwise it is reverted at the deadline).
+    Confirm(apply::ConfirmArgs),
+    /// Show the applied commit, time, rules per backend, drift and pending confirmation.
+    Status(apply::StatusArgs),
+    /// Go back to the previously applied artifacts.
+    Rollback(apply::RollbackArgs),
+    /// (internal) the reverter process of `fwc apply --confirm`.
+    #[command(name = "__confirm-watch", hide = true)]
+    ConfirmWatch(apply::ConfirmWatchArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -75,6 +87,11 @@ pub fn main() -> ExitCode {
         Command::Fmt(a) => compile::fmt(a, &g),
         Command::Schema(a) => compile::schema(a, &g),
         Command::Completions(a) => compile::completions(a),
+        Command::Apply(a) => apply::apply(a, &g),
+        Command::Confirm(a) => apply::confirm(a, &g),
+        Command::Status(a) => apply::status(a, &g),
+        Command::Rollback(a) => apply::rollback(a, &g),
+        Command::ConfirmWatch(a) => apply::confirm_watch(a),
     };
     match result {
         Ok(code) => code,

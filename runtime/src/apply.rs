@@ -1,0 +1,446 @@
+//! The apply transaction over every backend (DESIGN.md "Apply: one transaction over three
+//! backends"):
+//!
+//! 1. **prepare** every backend (nothing visible changes);
+//! 2. set the sysctls the ruleset needs (reported; restored if the apply fails);
+//! 3. **commit** every backend, in order;
+//! 4. **verify**: observe every backend and require zero drift;
+//! 5. record the new generation in the state dir (atomic).
+//!
+//! Any failure rolls every backend back to the previously applied artifacts (or to nothing),
+//! restores the sysctls, leaves the state dir unchanged and returns an [`ApplyFailure`] naming
+//! the backend, the phase and the reason. The caller holds the state-dir lock.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fwc_compiler::artifacts::{Artifacts, BackendKind, ForwardArtifact, Manifest, QosArtifact, ARTIFACT_VERSION};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::backend::nft::{injected_failure, NftBackend};
+use crate::backend::Backend;
+use crate::state::StateLock;
+
+/// Options of one apply.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyOptions {
+    /// Recorded in `applied.json`: where the artifacts came from.
+    pub source: String,
+    /// Network namespace the host's dataplane lives in (sysctls are read/written there).
+    pub netns: Option<String>,
+    /// Do not set sysctls (they are still checked and reported).
+    pub no_sysctl: bool,
+}
+
+/// The backends `fwc apply` drives, in commit order. The QoS and userspace-forwarder backends
+/// are added here when they are available.
+pub fn default_backends(netns: Option<&str>) -> Vec<Box<dyn Backend>> {
+    vec![Box::new(NftBackend::new(netns.map(str::to_string)))]
+}
+
+/// A phase of the transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Prepare,
+    Sysctl,
+    Commit,
+    Verify,
+    Record,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Prepare => "prepare",
+            Phase::Sysctl => "sysctl",
+            Phase::Commit => "commit",
+            Phase::Verify => "verify",
+            Phase::Record => "record",
+        }
+    }
+}
+
+/// Why an apply failed and what the rollback did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApplyFailure {
+    pub phase: Phase,
+    /// The backend that failed (None for sysctl / state-dir failures).
+    pub backend: Option<BackendKind>,
+    pub reason: String,
+    /// Per backend: `ok` or the rollback error.
+    pub rollback: Vec<(BackendKind, Result<(), String>)>,
+    /// Commit the host is back on (None = nothing applied before).
+    pub restored_commit: Option<String>,
+    pub had_previous: bool,
+}
+
+impl fmt::Display for ApplyFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.backend {
+            Some(b) => write!(f, "apply failed: backend {} failed in {}: {}", b.as_str(), self.phase.as_str(), self.reason)?,
+            None => write!(f, "apply failed in {}: {}", self.phase.as_str(), self.reason)?,
+        }
+        if self.phase == Phase::Prepare {
+            return write!(f, "\nNothing was changed: no backend committed; the state dir is unchanged.");
+        }
+        let failed: Vec<_> = self.rollback.iter().filter_map(|(k, r)| r.as_ref().err().map(|e| format!("{}: {e}", k.as_str()))).collect();
+        if failed.is_empty() {
+            let to = match (&self.restored_commit, self.had_previous) {
+                (Some(c), _) => format!("the previously applied state (commit {c})"),
+                (None, true) => "the previously applied state".to_string(),
+                (None, false) => "nothing (no previous apply): fwc's table and listeners are removed".to_string(),
+            };
+            write!(f, "\nEvery backend is back on {to}; the state dir is unchanged.")
+        } else {
+            write!(f, "\nROLLBACK FAILED for {}; the host may be in a mixed state — run `fwc status` and `fwc rollback`.", failed.join("; "))
+        }
+    }
+}
+
+impl std::error::Error for ApplyFailure {}
+
+/// What a successful apply did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApplyReport {
+    pub generation: String,
+    pub commit: Option<String>,
+    pub previous_commit: Option<String>,
+    pub backends: Vec<BackendKind>,
+    pub sysctls: Vec<SysctlStatus>,
+    pub prepare_ms: u64,
+    pub commit_ms: u64,
+    pub verify_ms: u64,
+    pub total_ms: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// sysctls
+
+/// A sysctl a ruleset needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SysctlNeed {
+    pub key: String,
+    pub value: String,
+    pub reason: String,
+}
+
+/// A needed sysctl and what the host has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SysctlStatus {
+    pub key: String,
+    pub want: String,
+    /// Value before fwc touched it (None = could not be read).
+    pub was: Option<String>,
+    /// fwc changed it in this apply.
+    pub changed: bool,
+    pub reason: String,
+}
+
+impl fmt::Display for SysctlStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let was = self.was.as_deref().unwrap_or("?");
+        if self.changed {
+            write!(f, "{} = {} (was {was}; {})", self.key, self.want, self.reason)
+        } else if was == self.want {
+            write!(f, "{} = {} (already set; {})", self.key, self.want, self.reason)
+        } else {
+            write!(f, "{} should be {} (is {was}; {})", self.key, self.want, self.reason)
+        }
+    }
+}
+
+/// Addresses that kernel forwards DNAT to: strings inside `dnat` statements and inside map
+/// declarations (verdict/NAT maps keyed by port).
+fn dnat_targets(nftables: &Value) -> Vec<IpAddr> {
+    fn collect(v: &Value, out: &mut Vec<IpAddr>) {
+        match v {
+            Value::String(s) => {
+                if let Ok(a) = s.parse::<IpAddr>() {
+                    out.push(a);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| collect(x, out)),
+            Value::Object(m) => m.values().for_each(|x| collect(x, out)),
+            _ => {}
+        }
+    }
+    fn walk(v: &Value, out: &mut Vec<IpAddr>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    let is_map_decl = k == "map" && x.get("map").is_some();
+                    if k == "dnat" || is_map_decl {
+                        collect(x, out);
+                    } else {
+                        walk(x, out);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(nftables, &mut out);
+    out
+}
+
+/// The sysctls `artifacts` need: forwarding for kernel forwards to other hosts (per address
+/// family actually used), `route_localnet` for forwards to 127.0.0.0/8.
+pub fn needed_sysctls(artifacts: &Artifacts) -> Vec<SysctlNeed> {
+    let targets = dnat_targets(&artifacts.nftables);
+    let mut needs = Vec::new();
+    let v4_remote = targets.iter().any(|a| matches!(a, IpAddr::V4(v) if !v.is_loopback() && !v.is_unspecified()));
+    let v6_remote = targets.iter().any(|a| matches!(a, IpAddr::V6(v) if !v.is_loopback() && !v.is_unspecified()));
+    let v4_loop = targets.iter().any(|a| matches!(a, IpAddr::V4(v) if v.is_loopback()));
+    if v4_remote {
+        needs.push(SysctlNeed { key: "net.ipv4.ip_forward".into(), value: "1".into(), reason: "kernel forwards to IPv4 targets".into() });
+    }
+    if v6_remote {
+        needs.push(SysctlNeed {
+            key: "net.ipv6.conf.all.forwarding".into(),
+            value: "1".into(),
+            reason: "kernel forwards to IPv6 targets".into(),
+        });
+    }
+    if v4_loop {
+        needs.push(SysctlNeed {
+            key: "net.ipv4.conf.all.route_localnet".into(),
+            value: "1".into(),
+            reason: "forwards to a 127.0.0.0/8 target".into(),
+        });
+    }
+    needs
+}
+
+fn sysctl_cmd(netns: Option<&str>) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "sysctl"]);
+            c
+        }
+        None => Command::new("sysctl"),
+    }
+}
+
+pub fn read_sysctl(netns: Option<&str>, key: &str) -> Option<String> {
+    let out = sysctl_cmd(netns).args(["-n", key]).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+pub fn write_sysctl(netns: Option<&str>, key: &str, value: &str) -> Result<(), String> {
+    let out = sysctl_cmd(netns).args(["-qw", &format!("{key}={value}")]).output().map_err(|e| format!("cannot run sysctl: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("sysctl -w {key}={value} failed: {}", String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// What the host has for each needed sysctl (nothing is changed).
+pub fn check_sysctls(artifacts: &Artifacts, netns: Option<&str>) -> Vec<SysctlStatus> {
+    needed_sysctls(artifacts)
+        .into_iter()
+        .map(|n| SysctlStatus { was: read_sysctl(netns, &n.key), key: n.key, want: n.value, changed: false, reason: n.reason })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// the transaction
+
+/// Apply `next` through `backends`, as described in the module docs. `lock` must be held.
+pub fn transaction(
+    backends: &mut [Box<dyn Backend>],
+    lock: &StateLock,
+    next: &Artifacts,
+    opts: &ApplyOptions,
+) -> Result<ApplyReport, ApplyFailure> {
+    let t0 = Instant::now();
+    let previous = lock.dir.current().map_err(|e| ApplyFailure {
+        phase: Phase::Prepare,
+        backend: None,
+        reason: format!("cannot read the state dir: {e}"),
+        rollback: vec![],
+        restored_commit: None,
+        had_previous: false,
+    })?;
+    let prev_art = previous.as_ref().map(|g| &g.artifacts);
+    let mut sysctl_changed: Vec<(String, String)> = Vec::new();
+
+    let fail = |backends: &mut [Box<dyn Backend>], phase: Phase, backend: Option<BackendKind>, reason: String, sysctl_changed: &[(String, String)]| {
+        tracing::warn!(phase = phase.as_str(), ?backend, %reason, "apply failed, rolling back");
+        let mut rollback = Vec::new();
+        for b in backends.iter_mut().rev() {
+            let r = b.rollback(prev_art).map_err(|e| chain(&e));
+            rollback.push((b.kind(), r));
+        }
+        rollback.reverse();
+        for (key, old) in sysctl_changed {
+            if let Err(e) = write_sysctl(opts.netns.as_deref(), key, old) {
+                tracing::warn!("cannot restore {key}: {e}");
+            }
+        }
+        ApplyFailure {
+            phase,
+            backend,
+            reason,
+            rollback,
+            restored_commit: previous.as_ref().and_then(|g| g.meta.commit.clone()),
+            had_previous: previous.is_some(),
+        }
+    };
+
+    // Every backend a rule needs must be present.
+    let present: Vec<BackendKind> = backends.iter().map(|b| b.kind()).collect();
+    for r in &next.manifest.rules {
+        for k in &r.backends {
+            if !present.contains(k) {
+                let reason = format!(
+                    "{} \"{}\" needs the {} backend, which is not available in this fwc{}",
+                    r.kind.as_str(),
+                    r.name,
+                    k.as_str(),
+                    if *k == BackendKind::Userspace { " (start the forwarder: `fwc forward --state-dir DIR`)" } else { "" }
+                );
+                return Err(fail(backends, Phase::Prepare, Some(*k), reason, &[]));
+            }
+        }
+    }
+
+    // 1. prepare
+    for i in 0..backends.len() {
+        let kind = backends[i].kind();
+        let r = if kind != BackendKind::Nftables && injected_failure("prepare", kind) {
+            Err(miette::miette!("injected failure (FWC_TEST_FAIL)"))
+        } else {
+            backends[i].prepare(next)
+        };
+        if let Err(e) = r {
+            return Err(fail(backends, Phase::Prepare, Some(kind), chain(&e), &[]));
+        }
+    }
+    let t_prepared = t0.elapsed();
+
+    // 2. sysctls
+    let mut sysctls = Vec::new();
+    for need in needed_sysctls(next) {
+        let was = read_sysctl(opts.netns.as_deref(), &need.key);
+        let mut st = SysctlStatus { key: need.key.clone(), want: need.value.clone(), was: was.clone(), changed: false, reason: need.reason };
+        if was.as_deref() != Some(need.value.as_str()) && !opts.no_sysctl {
+            if let Err(e) = write_sysctl(opts.netns.as_deref(), &need.key, &need.value) {
+                return Err(fail(backends, Phase::Sysctl, None, e, &sysctl_changed));
+            }
+            if let Some(w) = was {
+                sysctl_changed.push((need.key.clone(), w));
+            }
+            st.changed = true;
+        }
+        sysctls.push(st);
+    }
+
+    // 3. commit
+    let t_commit = Instant::now();
+    for i in 0..backends.len() {
+        let kind = backends[i].kind();
+        let r = if kind != BackendKind::Nftables && injected_failure("commit", kind) {
+            Err(miette::miette!("injected failure (FWC_TEST_FAIL)"))
+        } else {
+            backends[i].commit()
+        };
+        if let Err(e) = r {
+            return Err(fail(backends, Phase::Commit, Some(kind), chain(&e), &sysctl_changed));
+        }
+    }
+    let commit_ms = t_commit.elapsed();
+
+    // 4. verify
+    let t_verify = Instant::now();
+    for i in 0..backends.len() {
+        let kind = backends[i].kind();
+        let r = if injected_failure("verify", kind) {
+            Ok(crate::backend::Observation { drift: vec!["injected drift (FWC_TEST_FAIL)".into()], counters: vec![] })
+        } else {
+            backends[i].observe(next)
+        };
+        match r {
+            Ok(obs) if obs.in_sync() => {}
+            Ok(obs) => {
+                let reason = format!("the live state differs from what was committed:\n  {}", obs.drift.join("\n  "));
+                return Err(fail(backends, Phase::Verify, Some(kind), reason, &sysctl_changed));
+            }
+            Err(e) => return Err(fail(backends, Phase::Verify, Some(kind), chain(&e), &sysctl_changed)),
+        }
+    }
+    let verify_ms = t_verify.elapsed();
+
+    // 5. record
+    let sysctl_lines: Vec<String> = sysctls.iter().map(|s| format!("{}={}", s.key, s.want)).collect();
+    let generation = match lock.record_applied(next, &opts.source, &sysctl_lines) {
+        Ok(g) => g,
+        Err(e) => return Err(fail(backends, Phase::Record, None, format!("cannot record the applied state: {}", chain(&e)), &sysctl_changed)),
+    };
+    Ok(ApplyReport {
+        generation,
+        commit: next.manifest.commit.clone(),
+        previous_commit: previous.as_ref().and_then(|g| g.meta.commit.clone()),
+        backends: present,
+        sysctls,
+        prepare_ms: ms(t_prepared),
+        commit_ms: ms(commit_ms),
+        verify_ms: ms(verify_ms),
+        total_ms: ms(t0.elapsed()),
+    })
+}
+
+/// `outer: inner: innermost` of a miette report, on one logical line per cause.
+pub fn chain(e: &miette::Report) -> String {
+    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// Artifacts that remove everything fwc owns (reverting the very first apply).
+pub fn empty_artifacts(host: &str) -> Artifacts {
+    Artifacts {
+        nftables: serde_json::json!({"nftables": []}),
+        qos: QosArtifact { version: ARTIFACT_VERSION, mark_mask: fwc_compiler::artifacts::QOS_MARK_MASK, classes: vec![] },
+        forward: ForwardArtifact { version: ARTIFACT_VERSION, listeners: vec![] },
+        manifest: Manifest {
+            version: ARTIFACT_VERSION,
+            host: host.to_string(),
+            commit: None,
+            rules: vec![],
+            artifact_hashes: Default::default(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sysctls_follow_dnat_targets() {
+        let mut a = empty_artifacts("h");
+        assert!(needed_sysctls(&a).is_empty());
+        a.nftables = json!({"nftables": [
+            {"map": {"family": "inet", "table": "fwc", "name": "fwd4", "type": ["inet_proto", "inet_service"], "map": ["ipv4_addr", "inet_service"],
+              "elem": [[{"concat": ["tcp", 8080]}, {"concat": ["198.18.2.2", 80]}]]}},
+            {"rule": {"family": "inet", "table": "fwc", "chain": "pre", "expr": [{"dnat": {"family": "ip6", "addr": "2001:db8:2::2"}}]}},
+            {"rule": {"family": "inet", "table": "fwc", "chain": "input", "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "127.0.0.1"}}]}}
+        ]});
+        let keys: Vec<_> = needed_sysctls(&a).into_iter().map(|n| n.key).collect();
+        assert_eq!(keys, vec!["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"]);
+        a.nftables = json!({"nftables": [{"rule": {"expr": [{"dnat": {"family": "ip", "addr": "127.0.0.1", "port": 8080}}]}}]});
+        let keys: Vec<_> = needed_sysctls(&a).into_iter().map(|n| n.key).collect();
+        assert_eq!(keys, vec!["net.ipv4.conf.all.route_localnet"]);
+    }
+}

@@ -1,0 +1,647 @@
+//! The nftables backend: `table inet fwc`, nothing else.
+//!
+//! - **prepare**: build one transaction — `add table inet fwc; delete table inet fwc;` followed
+//!   by every object of `nftables.json` — and check it with `nft -j -c -f` (the kernel validates
+//!   the batch and aborts it; nothing changes). The kernel's own rendering of the new ruleset
+//!   is also taken here, by loading it into a private throwaway network namespace
+//!   (`unshare -n`), so verify and drift compare like with like.
+//! - **commit**: `nft -j -f` the same transaction. The kernel applies the whole batch or none
+//!   of it: there is no instant where the table is missing or half built, and conntrack entries
+//!   (established and NATed flows) survive because only rules change.
+//! - **rollback**: if this backend committed, load the previous `nftables.json` the same way
+//!   (or delete the table when there is none); otherwise the live table is untouched already.
+//! - **observe**: `nft -j list table inet fwc`, normalised (no handles, counter values, set
+//!   element order, dynamic set contents) and compared with the expected rendering; drift is
+//!   reported per rule using the `fwc:<kind>:<name>` comments the emitter puts on rules.
+//!
+//! With `netns: Some(NS)` every nft command runs as `ip netns exec NS nft …` (tests, demos).
+//! Test hook: `FWC_TEST_FAIL=prepare:nftables` makes the prepare batch contain a rule for a
+//! missing chain (nft rejects it); `FWC_TEST_FAIL=commit:nftables` makes the commit batch end
+//! with `create table inet fwc` (the kernel rejects it with EEXIST after the delete and all
+//! adds were queued, so the whole batch is aborted). Both are real nft failures.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::process::Command;
+
+use fwc_compiler::artifacts::{sha256_hex, Artifacts, BackendKind, NFT_TABLE};
+use miette::{miette, IntoDiagnostic, Result, WrapErr};
+use serde_json::{json, Value};
+
+use super::{Backend, Observation, RuleCounter};
+
+/// `FWC_TEST_FAIL=phase:backend[,phase:backend…]`: is a failure injected here?
+pub fn injected_failure(phase: &str, kind: BackendKind) -> bool {
+    std::env::var("FWC_TEST_FAIL")
+        .map(|v| v.split(',').any(|item| item.trim() == format!("{phase}:{}", kind.as_str())))
+        .unwrap_or(false)
+}
+
+#[derive(Debug, Clone)]
+struct Staged {
+    tx: Value,
+    /// sha256 of the new nftables.json.
+    hash: String,
+}
+
+/// fwc's nftables table, optionally inside a named network namespace.
+#[derive(Debug)]
+pub struct NftBackend {
+    /// Run nft inside this network namespace (`ip netns exec NAME nft …`).
+    pub netns: Option<String>,
+    /// The nft binary (default `nft`).
+    pub nft: String,
+    staged: Option<Staged>,
+    committed: bool,
+    /// Kernel renderings of nftables.json documents, by sha256 of their text.
+    canonical: HashMap<String, Value>,
+}
+
+impl NftBackend {
+    pub fn new(netns: Option<String>) -> NftBackend {
+        NftBackend { netns, nft: "nft".into(), staged: None, committed: false, canonical: HashMap::new() }
+    }
+
+    fn command(&self) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, &self.nft]);
+                c
+            }
+            None => Command::new(&self.nft),
+        }
+    }
+
+    fn where_(&self) -> String {
+        match &self.netns {
+            Some(ns) => format!(" (netns {ns})"),
+            None => String::new(),
+        }
+    }
+
+    /// Run `nft -j [-c] -f FILE` on a transaction document.
+    fn run_file(&self, doc: &Value, check: bool) -> Result<()> {
+        let mut tmp = tempfile::Builder::new().prefix("fwc-nft-").suffix(".json").tempfile().into_diagnostic()?;
+        serde_json::to_writer(&mut tmp, doc).into_diagnostic()?;
+        tmp.flush().into_diagnostic()?;
+        let mut c = self.command();
+        c.arg("-j");
+        if check {
+            c.arg("-c");
+        }
+        c.arg("-f").arg(tmp.path());
+        let out = c.output().into_diagnostic().wrap_err("cannot run nft (is nftables installed?)")?;
+        if !out.status.success() {
+            return Err(miette!(
+                "nft {}rejected the transaction{}: {}",
+                if check { "-c " } else { "" },
+                self.where_(),
+                clean_nft_error(&String::from_utf8_lossy(&out.stderr))
+            ));
+        }
+        Ok(())
+    }
+
+    /// The live `table inet fwc` as nft lists it (JSON), or None when it does not exist.
+    pub fn list_table(&self) -> Result<Option<Value>> {
+        let out = self
+            .command()
+            .args(["-j", "list", "table", "inet", NFT_TABLE])
+            .output()
+            .into_diagnostic()
+            .wrap_err("cannot run nft (is nftables installed?)")?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            if err.contains("No such file or directory") {
+                return Ok(None);
+            }
+            return Err(miette!("nft list table inet {NFT_TABLE} failed{}: {}", self.where_(), clean_nft_error(&err)));
+        }
+        serde_json::from_slice(&out.stdout).map(Some).into_diagnostic().wrap_err("nft printed invalid JSON")
+    }
+
+    /// The live table in nft's text syntax with handles (`nft -a list table inet fwc`).
+    pub fn list_table_text(&self) -> Option<String> {
+        let out = self.command().args(["-a", "list", "table", "inet", NFT_TABLE]).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Replace the table with `nftables` (a complete `{"nftables": [...]}` document) atomically.
+    pub fn load(&self, nftables: &Value) -> Result<()> {
+        self.run_file(&replace_tx(nftables)?, false)
+    }
+
+    /// Delete fwc's table if it exists (atomic; no error when absent).
+    pub fn delete_table(&self) -> Result<()> {
+        self.run_file(&json!({"nftables": [add_table(), delete_table()]}), false)
+    }
+
+    /// sha256 over the normalised live table ("absent" when there is none): what a saved plan
+    /// records, so `fwc apply plan.json` can refuse when the live state changed since.
+    pub fn live_hash(&self) -> Result<String> {
+        Ok(match self.list_table()? {
+            Some(v) => sha256_hex(serde_json::to_string(&normalize(&v)).unwrap().as_bytes()),
+            None => sha256_hex(b"absent"),
+        })
+    }
+
+    /// How the kernel renders `nftables` when listed: load it into a private, empty network
+    /// namespace (`unshare -n`) and list it there. Cached per document.
+    pub fn canonical(&mut self, nftables: &Value) -> Result<Value> {
+        let key = sha256_hex(serde_json::to_string(nftables).unwrap().as_bytes());
+        if let Some(v) = self.canonical.get(&key) {
+            return Ok(v.clone());
+        }
+        let v = if items(nftables)?.is_empty() {
+            json!({"nftables": []})
+        } else {
+            let mut tmp = tempfile::Builder::new().prefix("fwc-nft-").suffix(".json").tempfile().into_diagnostic()?;
+            serde_json::to_writer(&mut tmp, &replace_tx(nftables)?).into_diagnostic()?;
+            tmp.flush().into_diagnostic()?;
+            let out = Command::new("unshare")
+                .args(["-n", "sh", "-c", "\"$1\" -j -f \"$2\" && \"$1\" -j list table inet fwc", "sh", &self.nft])
+                .arg(tmp.path())
+                .output()
+                .into_diagnostic()
+                .wrap_err("cannot run unshare -n (util-linux) to render the ruleset")?;
+            if !out.status.success() {
+                return Err(miette!(
+                    "cannot render nftables.json in a scratch namespace: {}",
+                    clean_nft_error(&String::from_utf8_lossy(&out.stderr))
+                ));
+            }
+            serde_json::from_slice(&out.stdout).into_diagnostic()?
+        };
+        self.canonical.insert(key, v.clone());
+        Ok(v)
+    }
+
+    /// Compare the live table with the expected `nftables.json`.
+    pub fn drift(&mut self, expected: &Value) -> Result<Observation> {
+        let want = self.canonical(expected)?;
+        let live = self.list_table()?;
+        let want_empty = items(expected)?.is_empty();
+        let mut obs = Observation::default();
+        match live {
+            None if want_empty => {}
+            None => obs.drift.push(format!("table inet {NFT_TABLE} is missing (deleted outside fwc?)")),
+            Some(live) => {
+                if want_empty {
+                    obs.drift.push(format!("table inet {NFT_TABLE} exists but fwc has nothing applied"));
+                } else {
+                    let text = self.list_table_text();
+                    obs.drift = describe_drift(&normalize(&want), &normalize(&live), text.as_deref());
+                }
+                obs.counters = counters(&live);
+            }
+        }
+        Ok(obs)
+    }
+}
+
+impl Backend for NftBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Nftables
+    }
+
+    fn prepare(&mut self, next: &Artifacts) -> miette::Result<()> {
+        self.committed = false;
+        let mut tx = replace_tx(&next.nftables)?;
+        if injected_failure("prepare", BackendKind::Nftables) {
+            tx["nftables"].as_array_mut().unwrap().push(json!({"add": {"rule": {
+                "family": "inet", "table": NFT_TABLE, "chain": "fwc-test-injected-missing-chain",
+                "expr": [{"accept": null}]}}}));
+        }
+        self.run_file(&tx, true).wrap_err("nftables: prepare (nft -j -c) failed")?;
+        // Render the new ruleset the way the kernel lists it, for verify.
+        self.canonical(&next.nftables).wrap_err("nftables: prepare failed")?;
+        let hash = sha256_hex(serde_json::to_string(&next.nftables).unwrap().as_bytes());
+        self.staged = Some(Staged { tx, hash });
+        Ok(())
+    }
+
+    fn commit(&mut self) -> miette::Result<()> {
+        let staged = self.staged.clone().ok_or_else(|| miette!("nftables: commit without prepare"))?;
+        let mut tx = staged.tx;
+        if injected_failure("commit", BackendKind::Nftables) {
+            tx["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
+        }
+        self.run_file(&tx, false).wrap_err("nftables: commit (nft -j -f) failed; the kernel aborted the whole transaction")?;
+        self.committed = true;
+        tracing::debug!(hash = %staged.hash, "nftables committed");
+        Ok(())
+    }
+
+    fn rollback(&mut self, previous: Option<&Artifacts>) -> miette::Result<()> {
+        if !self.committed {
+            // Nothing of ours went live: the previous table is still in place, untouched.
+            self.staged = None;
+            return Ok(());
+        }
+        match previous {
+            Some(p) if !items(&p.nftables)?.is_empty() => self.load(&p.nftables),
+            _ => self.delete_table(),
+        }
+        .wrap_err("nftables: rollback failed")?;
+        self.committed = false;
+        self.staged = None;
+        Ok(())
+    }
+
+    fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
+        self.drift(&expected.nftables)
+    }
+}
+
+fn add_table() -> Value {
+    json!({"add": {"table": {"family": "inet", "name": NFT_TABLE}}})
+}
+
+fn delete_table() -> Value {
+    json!({"delete": {"table": {"family": "inet", "name": NFT_TABLE}}})
+}
+
+/// The objects of a `{"nftables": [...]}` document, without metainfo.
+fn items(doc: &Value) -> Result<Vec<Value>> {
+    let arr = doc
+        .get("nftables")
+        .and_then(Value::as_array)
+        .ok_or_else(|| miette!("nftables.json is not a libnftables JSON document (no \"nftables\" array)"))?;
+    Ok(arr.iter().filter(|o| o.get("metainfo").is_none()).cloned().collect())
+}
+
+/// `add table; delete table; <doc>`: one batch that replaces fwc's table whether or not it exists.
+/// Refuses documents that touch any other table.
+pub fn replace_tx(doc: &Value) -> Result<Value> {
+    let objs = items(doc)?;
+    for o in &objs {
+        if let Some(t) = foreign_table(o) {
+            return Err(miette!("nftables.json touches table {t}; fwc only ever changes table inet {NFT_TABLE}"));
+        }
+    }
+    let mut tx = vec![add_table(), delete_table()];
+    tx.extend(objs);
+    Ok(json!({"nftables": tx}))
+}
+
+/// If an object (possibly wrapped in add/create/insert/…) names a table other than inet fwc.
+fn foreign_table(o: &Value) -> Option<String> {
+    let Value::Object(m) = o else { return None };
+    let (k, v) = m.iter().next()?;
+    let inner = match k.as_str() {
+        "add" | "create" | "insert" | "replace" | "delete" | "flush" | "destroy" => v.as_object()?.values().next()?,
+        _ => v,
+    };
+    let (family, table) = if k == "table" || inner.get("table").is_none() {
+        (inner.get("family")?.as_str()?, inner.get("name")?.as_str()?)
+    } else {
+        (inner.get("family")?.as_str()?, inner.get("table")?.as_str()?)
+    };
+    (family != "inet" || table != NFT_TABLE).then(|| format!("{family} {table}"))
+}
+
+fn clean_nft_error(stderr: &str) -> String {
+    let s = stderr.trim();
+    if s.is_empty() {
+        "(no message)".into()
+    } else {
+        s.lines().filter(|l| !l.trim().is_empty()).take(12).collect::<Vec<_>>().join("\n  ")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Normalisation and drift
+
+/// A listing with volatile parts removed, keyed for comparison.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Normalized {
+    /// ("chain"|"set"|"map"|"counter"|…, name) -> attributes.
+    pub objects: BTreeMap<(String, String), Value>,
+    /// chain -> rules in order.
+    pub rules: BTreeMap<String, Vec<Value>>,
+}
+
+impl serde::Serialize for Normalized {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let objects: Vec<_> = self.objects.iter().map(|((k, n), v)| json!([k, n, v])).collect();
+        json!({"objects": objects, "rules": self.rules}).serialize(s)
+    }
+}
+
+/// Remove handles, counter values, quota usage, element expiry; sort set elements (except in
+/// dynamic sets, whose contents the kernel fills at run time and which are ignored).
+pub fn normalize(listing: &Value) -> Normalized {
+    let mut n = Normalized::default();
+    let Some(arr) = listing.get("nftables").and_then(Value::as_array) else { return n };
+    for o in arr {
+        let Value::Object(m) = o else { continue };
+        let Some((kind, body)) = m.iter().next() else { continue };
+        if kind == "metainfo" || kind == "table" {
+            continue;
+        }
+        let mut body = body.clone();
+        strip_volatile(&mut body);
+        if let Value::Object(b) = &mut body {
+            b.remove("handle");
+            b.remove("family");
+            b.remove("table");
+            if kind == "set" || kind == "map" {
+                let dynamic = b
+                    .get("flags")
+                    .and_then(Value::as_array)
+                    .is_some_and(|f| f.iter().any(|x| x == "dynamic" || x == "timeout"));
+                if dynamic {
+                    b.remove("elem");
+                } else if let Some(Value::Array(elems)) = b.get_mut("elem") {
+                    elems.sort_by_cached_key(|e| e.to_string());
+                }
+            }
+        }
+        if kind == "rule" {
+            let chain = body.get("chain").and_then(Value::as_str).unwrap_or("").to_string();
+            if let Value::Object(b) = &mut body {
+                b.remove("chain");
+            }
+            n.rules.entry(chain).or_default().push(body);
+        } else {
+            let name = body.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+            n.objects.insert((kind.clone(), name), body);
+        }
+    }
+    n
+}
+
+fn strip_volatile(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.remove("handle");
+            m.remove("expires");
+            if let Some(c) = m.get_mut("counter") {
+                if let Value::Object(cm) = c {
+                    cm.remove("packets");
+                    cm.remove("bytes");
+                    if cm.is_empty() {
+                        *c = Value::Null;
+                    }
+                }
+            }
+            if let Some(Value::Object(q)) = m.get_mut("quota") {
+                q.remove("used");
+            }
+            for (_, x) in m.iter_mut() {
+                strip_volatile(x);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_volatile),
+        _ => {}
+    }
+}
+
+/// `fwc:filter:ssh` -> ("filter", "ssh").
+pub fn rule_label(rule: &Value) -> Option<(String, String)> {
+    let c = rule.get("comment")?.as_str()?;
+    let rest = c.strip_prefix("fwc:")?;
+    let (kind, name) = rest.split_once(':')?;
+    Some((kind.to_string(), name.to_string()))
+}
+
+fn label_text(rule: &Value) -> String {
+    match rule_label(rule) {
+        Some((k, n)) => format!("{k} \"{n}\""),
+        None => "(rule without fwc comment)".into(),
+    }
+}
+
+/// Human-readable differences: expected (`want`) vs live.
+pub fn describe_drift(want: &Normalized, live: &Normalized, live_text: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, w) in &want.objects {
+        match live.objects.get(key) {
+            None => out.push(format!("{} {} was deleted", key.0, key.1)),
+            Some(l) if l != w => out.push(describe_object_change(&key.0, &key.1, w, l)),
+            _ => {}
+        }
+    }
+    for key in live.objects.keys() {
+        if !want.objects.contains_key(key) {
+            out.push(format!("{} {} was added outside fwc", key.0, key.1));
+        }
+    }
+    let chains: std::collections::BTreeSet<&String> = want.rules.keys().chain(live.rules.keys()).collect();
+    let empty = Vec::new();
+    for chain in chains {
+        let w = want.rules.get(chain).unwrap_or(&empty);
+        let l = live.rules.get(chain).unwrap_or(&empty);
+        if w == l {
+            continue;
+        }
+        let group = |rules: &[Value]| {
+            let mut g: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+            for r in rules {
+                g.entry(r.get("comment").and_then(Value::as_str).unwrap_or("").to_string()).or_default().push(r.clone());
+            }
+            g
+        };
+        let (gw, gl) = (group(w), group(l));
+        let before = out.len();
+        for (label, rw) in &gw {
+            match gl.get(label) {
+                None => out.push(format!("chain {chain}: rule {} was deleted", label_text(&rw[0]))),
+                Some(rl) if rl != rw => {
+                    if label.is_empty() {
+                        out.push(format!("chain {chain}: rules without a fwc comment differ"));
+                    } else {
+                        out.push(format!("chain {chain}: rule {} was changed", label_text(&rw[0])));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (label, rl) in &gl {
+            if !gw.contains_key(label) {
+                for r in rl {
+                    out.push(format!("chain {chain}: rule added outside fwc: {}", render_rule(chain, r, l, live_text)));
+                }
+            }
+        }
+        if out.len() == before {
+            out.push(format!("chain {chain}: rules were reordered"));
+        }
+    }
+    out
+}
+
+fn describe_object_change(kind: &str, name: &str, w: &Value, l: &Value) -> String {
+    if kind == "set" || kind == "map" {
+        let elems = |v: &Value| -> Vec<String> {
+            v.get("elem").and_then(Value::as_array).map(|a| a.iter().map(elem_text).collect()).unwrap_or_default()
+        };
+        let (ew, el) = (elems(w), elems(l));
+        let added: Vec<_> = el.iter().filter(|e| !ew.contains(e)).cloned().collect();
+        let removed: Vec<_> = ew.iter().filter(|e| !el.contains(e)).cloned().collect();
+        if !added.is_empty() || !removed.is_empty() {
+            let mut parts = Vec::new();
+            if !added.is_empty() {
+                parts.push(format!("elements added outside fwc: {}", abbreviate(&added)));
+            }
+            if !removed.is_empty() {
+                parts.push(format!("elements removed: {}", abbreviate(&removed)));
+            }
+            return format!("{kind} {name}: {}", parts.join("; "));
+        }
+    }
+    if kind == "chain" {
+        let (pw, pl) = (w.get("policy"), l.get("policy"));
+        if pw != pl {
+            return format!(
+                "chain {name}: policy changed from {} to {}",
+                pw.and_then(Value::as_str).unwrap_or("-"),
+                pl.and_then(Value::as_str).unwrap_or("-")
+            );
+        }
+    }
+    format!("{kind} {name} was changed outside fwc")
+}
+
+fn elem_text(e: &Value) -> String {
+    match e {
+        Value::String(s) => s.clone(),
+        Value::Object(m) if m.contains_key("prefix") => {
+            let p = &m["prefix"];
+            format!("{}/{}", p.get("addr").map(elem_text).unwrap_or_default(), p.get("len").map(|l| l.to_string()).unwrap_or_default())
+        }
+        Value::Object(m) if m.contains_key("range") => {
+            let r = m["range"].as_array().cloned().unwrap_or_default();
+            r.iter().map(elem_text).collect::<Vec<_>>().join("-")
+        }
+        other => other.to_string(),
+    }
+}
+
+fn abbreviate(v: &[String]) -> String {
+    if v.len() <= 5 {
+        v.join(", ")
+    } else {
+        format!("{} … ({} in all)", v[..5].join(", "), v.len())
+    }
+}
+
+/// A rule in nft syntax when the text listing has it (matched by position in its chain),
+/// else compact JSON.
+fn render_rule(chain: &str, rule: &Value, chain_rules: &[Value], text: Option<&str>) -> String {
+    let idx = chain_rules.iter().position(|r| r == rule);
+    if let (Some(text), Some(idx)) = (text, idx) {
+        let mut in_chain = false;
+        let mut i = 0;
+        for line in text.lines() {
+            let t = line.trim();
+            if t.starts_with("chain ") {
+                in_chain = t.split_whitespace().nth(1) == Some(chain);
+                continue;
+            }
+            if !in_chain || t.is_empty() || t == "}" || t.starts_with("type ") || !t.contains("# handle") {
+                continue;
+            }
+            if i == idx {
+                return t.split(" # handle").next().unwrap_or(t).to_string();
+            }
+            i += 1;
+        }
+    }
+    let s = rule.to_string();
+    if s.len() > 160 {
+        format!("{}…", &s[..s.char_indices().nth(160).map(|(i, _)| i).unwrap_or(s.len())])
+    } else {
+        s
+    }
+}
+
+/// Packets and bytes per rule from a live listing, summed over the nft rules carrying the
+/// same `fwc:<kind>:<name>` comment. `rule` is `<kind>:<name>`.
+pub fn counters(listing: &Value) -> Vec<RuleCounter> {
+    let mut sums: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let Some(arr) = listing.get("nftables").and_then(Value::as_array) else { return Vec::new() };
+    for o in arr {
+        let Some(rule) = o.get("rule") else { continue };
+        let Some((kind, name)) = rule_label(rule) else { continue };
+        let e = sums.entry(format!("{kind}:{name}")).or_default();
+        let mut stack: Vec<&Value> = vec![rule.get("expr").unwrap_or(&Value::Null)];
+        while let Some(v) = stack.pop() {
+            match v {
+                Value::Object(m) => {
+                    if let Some(Value::Object(c)) = m.get("counter") {
+                        e.0 += c.get("packets").and_then(Value::as_u64).unwrap_or(0);
+                        e.1 += c.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+                    }
+                    stack.extend(m.values());
+                }
+                Value::Array(a) => stack.extend(a.iter()),
+                _ => {}
+            }
+        }
+    }
+    sums.into_iter()
+        .map(|(rule, (packets, bytes))| RuleCounter { rule, backend: BackendKind::Nftables, packets, bytes })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replace_tx_refuses_foreign_tables() {
+        let doc = json!({"nftables": [{"table": {"family": "ip", "name": "nat"}}]});
+        assert!(replace_tx(&doc).unwrap_err().to_string().contains("ip nat"));
+        let doc = json!({"nftables": [{"add": {"rule": {"family": "inet", "table": "filter", "chain": "x", "expr": []}}}]});
+        assert!(replace_tx(&doc).is_err());
+        let ok = json!({"nftables": [{"table": {"family": "inet", "name": "fwc"}},
+            {"chain": {"family": "inet", "table": "fwc", "name": "input"}}]});
+        assert_eq!(replace_tx(&ok).unwrap()["nftables"].as_array().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn normalize_drops_volatile_parts() {
+        let a = json!({"nftables": [{"metainfo": {}}, {"table": {"family": "inet", "name": "fwc", "handle": 3}},
+            {"set": {"family": "inet", "table": "fwc", "name": "s", "handle": 4, "type": "ipv4_addr", "elem": ["10.0.0.2", "10.0.0.1"]}},
+            {"rule": {"family": "inet", "table": "fwc", "chain": "input", "handle": 9, "comment": "fwc:filter:ssh",
+              "expr": [{"counter": {"packets": 5, "bytes": 300}}, {"accept": null}]}}]});
+        let b = json!({"nftables": [{"table": {"family": "inet", "name": "fwc", "handle": 1}},
+            {"set": {"family": "inet", "table": "fwc", "name": "s", "handle": 2, "type": "ipv4_addr", "elem": ["10.0.0.1", "10.0.0.2"]}},
+            {"rule": {"family": "inet", "table": "fwc", "chain": "input", "handle": 3, "comment": "fwc:filter:ssh",
+              "expr": [{"counter": {"packets": 0, "bytes": 0}}, {"accept": null}]}}]});
+        assert_eq!(normalize(&a), normalize(&b));
+        let c = counters(&a);
+        assert_eq!(c, vec![RuleCounter { rule: "filter:ssh".into(), backend: BackendKind::Nftables, packets: 5, bytes: 300 }]);
+    }
+
+    #[test]
+    fn drift_is_described_per_rule() {
+        let base = |elems: Value, rules: Vec<Value>, policy: &str| {
+            let mut v = vec![
+                json!({"chain": {"family": "inet", "table": "fwc", "name": "input", "policy": policy}}),
+                json!({"set": {"family": "inet", "table": "fwc", "name": "office", "elem": elems}}),
+            ];
+            for r in rules {
+                v.push(json!({"rule": r}));
+            }
+            normalize(&json!({"nftables": v}))
+        };
+        let ssh = json!({"chain": "input", "comment": "fwc:filter:ssh", "expr": [{"accept": null}]});
+        let ssh2 = json!({"chain": "input", "comment": "fwc:filter:ssh", "expr": [{"drop": null}]});
+        let web = json!({"chain": "input", "comment": "fwc:filter:web", "expr": [{"accept": null}]});
+        let hand = json!({"chain": "input", "expr": [{"drop": null}]});
+        let want = base(json!(["10.0.0.1"]), vec![ssh.clone(), web.clone()], "drop");
+        assert!(describe_drift(&want, &want, None).is_empty());
+        let live = base(json!(["10.0.0.1", "10.9.9.9"]), vec![ssh2, hand], "accept");
+        let d = describe_drift(&want, &live, None);
+        assert!(d.contains(&"chain input: policy changed from drop to accept".to_string()), "{d:?}");
+        assert!(d.contains(&"set office: elements added outside fwc: 10.9.9.9".to_string()), "{d:?}");
+        assert!(d.contains(&"chain input: rule filter \"ssh\" was changed".to_string()), "{d:?}");
+        assert!(d.contains(&"chain input: rule filter \"web\" was deleted".to_string()), "{d:?}");
+        assert!(d.iter().any(|l| l.starts_with("chain input: rule added outside fwc:")), "{d:?}");
+        let reordered = base(json!(["10.0.0.1"]), vec![web, ssh], "drop");
+        assert_eq!(describe_drift(&want, &reordered, None), vec!["chain input: rules were reordered".to_string()]);
+    }
+}

@@ -1,0 +1,392 @@
+//! The state dir (`--state-dir`, default `/var/lib/fwc`): what fwc last applied, what it
+//! applied before that (for `fwc rollback` and automatic rollback), and a lock.
+//!
+//! Layout:
+//!
+//! ```text
+//! D/lock              flock(2) target: held exclusively for the whole of an apply / rollback / confirm
+//! D/state.json        {"version":1,"current":"gen-000007","previous":"gen-000006"}  (the only mutable file)
+//! D/gen-000007/       one immutable generation: nftables.json qos.json forward.json manifest.json
+//!                     + applied.json (commit, host, hashes, applied time, source)
+//! D/confirm.json      present while an `fwc apply --confirm` waits for `fwc confirm`
+//! D/confirm.log       what the background reverter did
+//! ```
+//!
+//! A new generation is written into a temp dir, every file fsynced, the dir renamed into place
+//! and the state dir fsynced; only then is `state.json` replaced (temp + fsync + rename + dir
+//! fsync). A crash at any point leaves either the old or the new `state.json`, and both point
+//! at complete generations. Generations other than current and previous are removed afterwards.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use fwc_compiler::artifacts::{sha256_hex, Artifacts};
+use miette::{miette, IntoDiagnostic, Result, WrapErr};
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/fwc";
+const STATE_FILE: &str = "state.json";
+const LOCK_FILE: &str = "lock";
+pub const APPLIED_FILE: &str = "applied.json";
+pub const CONFIRM_FILE: &str = "confirm.json";
+pub const CONFIRM_LOG: &str = "confirm.log";
+
+/// `state.json`: which generations are current and previous.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatePointer {
+    pub version: u32,
+    pub current: Option<String>,
+    pub previous: Option<String>,
+}
+
+/// `applied.json` of a generation: when and what was applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedMeta {
+    /// Git commit of the rule repository (from the manifest), when known.
+    pub commit: Option<String>,
+    pub host: String,
+    /// Seconds since the epoch (UTC) and the same as RFC 3339.
+    pub applied_unix: u64,
+    pub applied_at: String,
+    /// sha256 of each artifact file as stored in the generation.
+    pub hashes: std::collections::BTreeMap<String, String>,
+    /// Where the artifacts came from (a rule repository, an artifact dir, a plan file, "rollback").
+    pub source: String,
+    /// Sysctls fwc set for this ruleset (`key=value`).
+    #[serde(default)]
+    pub sysctls: Vec<String>,
+}
+
+/// One applied generation, read back from the state dir.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub name: String,
+    pub dir: PathBuf,
+    pub artifacts: Artifacts,
+    pub meta: AppliedMeta,
+}
+
+/// A pending confirmation (`fwc apply --confirm`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingConfirm {
+    /// Random token shared with the reverter process, so a later apply's confirm file is never
+    /// mistaken for this one.
+    pub token: String,
+    /// Generation that must be confirmed.
+    pub generation: String,
+    /// Unix seconds after which the reverter rolls back.
+    pub deadline_unix: u64,
+    /// Pid of the reverter process.
+    pub reverter_pid: Option<u32>,
+    /// Network namespace the apply targeted (the reverter uses the same).
+    pub netns: Option<String>,
+}
+
+/// A state dir. Reading needs no lock; every change goes through a [`StateLock`].
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    pub path: PathBuf,
+}
+
+/// An exclusive flock on `D/lock`, released on drop (or when the process dies).
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+    pub dir: StateDir,
+}
+
+impl StateDir {
+    pub fn new(path: impl Into<PathBuf>) -> StateDir {
+        StateDir { path: path.into() }
+    }
+
+    fn ensure(&self) -> Result<()> {
+        fs::create_dir_all(&self.path)
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot create state dir {}", self.path.display()))
+    }
+
+    /// Take the exclusive lock, waiting for another apply to finish (`wait`), or failing at once.
+    pub fn lock(&self, wait: bool) -> Result<StateLock> {
+        self.ensure()?;
+        let path = self.path.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(false)
+            .open(&path)
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot open lock file {}", path.display()))?;
+        let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
+        loop {
+            let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+            if rc == 0 {
+                break;
+            }
+            let err = std::io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EWOULDBLOCK) => {
+                    return Err(miette!(
+                        "another fwc apply holds the lock {} (try again when it has finished)",
+                        path.display()
+                    ))
+                }
+                _ => return Err(err).into_diagnostic().wrap_err_with(|| format!("flock {}", path.display())),
+            }
+        }
+        Ok(StateLock { _file: file, dir: self.clone() })
+    }
+
+    pub fn pointer(&self) -> Result<StatePointer> {
+        let path = self.path.join(STATE_FILE);
+        match fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .into_diagnostic()
+                .wrap_err_with(|| format!("corrupt state file {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StatePointer { version: 1, ..Default::default() }),
+            Err(e) => Err(e).into_diagnostic().wrap_err_with(|| format!("cannot read {}", path.display())),
+        }
+    }
+
+    pub fn generation(&self, name: &str) -> Result<Generation> {
+        let dir = self.path.join(name);
+        let artifacts = Artifacts::read_dir(&dir).into_diagnostic()?;
+        let meta_path = dir.join(APPLIED_FILE);
+        let meta: AppliedMeta = serde_json::from_str(
+            &fs::read_to_string(&meta_path).into_diagnostic().wrap_err_with(|| format!("cannot read {}", meta_path.display()))?,
+        )
+        .into_diagnostic()
+        .wrap_err_with(|| format!("corrupt {}", meta_path.display()))?;
+        Ok(Generation { name: name.to_string(), dir, artifacts, meta })
+    }
+
+    /// The last applied generation, if any.
+    pub fn current(&self) -> Result<Option<Generation>> {
+        match self.pointer()?.current {
+            Some(name) => self.generation(&name).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The generation applied before the current one, if any.
+    pub fn previous(&self) -> Result<Option<Generation>> {
+        match self.pointer()?.previous {
+            Some(name) => self.generation(&name).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub fn pending_confirm(&self) -> Result<Option<PendingConfirm>> {
+        let path = self.path.join(CONFIRM_FILE);
+        match fs::read_to_string(&path) {
+            Ok(t) => serde_json::from_str(&t).map(Some).into_diagnostic().wrap_err_with(|| format!("corrupt {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).into_diagnostic(),
+        }
+    }
+
+    /// Append a line to `confirm.log` (best effort).
+    pub fn log_confirm(&self, line: &str) {
+        if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(self.path.join(CONFIRM_LOG)) {
+            let _ = writeln!(f, "{} {line}", rfc3339(now_unix()));
+            let _ = f.sync_all();
+        }
+    }
+}
+
+impl StateLock {
+    /// Record `artifacts` as the new current generation; the old current becomes previous.
+    /// Atomic: see the module docs. Returns the new generation's name.
+    pub fn record_applied(
+        &self,
+        artifacts: &Artifacts,
+        source: &str,
+        sysctls: &[String],
+    ) -> Result<String> {
+        let ptr = self.dir.pointer()?;
+        let name = next_gen_name(&self.dir.path, &ptr)?;
+        let files = artifacts.files();
+        let mut hashes = std::collections::BTreeMap::new();
+        for (f, text) in &files {
+            hashes.insert(f.to_string(), sha256_hex(text.as_bytes()));
+        }
+        let now = now_unix();
+        let meta = AppliedMeta {
+            commit: artifacts.manifest.commit.clone(),
+            host: artifacts.manifest.host.clone(),
+            applied_unix: now,
+            applied_at: rfc3339(now),
+            hashes,
+            source: source.to_string(),
+            sysctls: sysctls.to_vec(),
+        };
+        let tmp = self.dir.path.join(format!(".tmp-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        fs::create_dir(&tmp).into_diagnostic().wrap_err_with(|| format!("cannot create {}", tmp.display()))?;
+        let mut all: Vec<(String, String)> = files.into_iter().map(|(f, t)| (f.to_string(), t)).collect();
+        all.push((APPLIED_FILE.into(), fwc_compiler::artifacts::to_pretty(&meta)));
+        for (f, text) in &all {
+            write_synced(&tmp.join(f), text.as_bytes())?;
+        }
+        fsync_dir(&tmp)?;
+        let dest = self.dir.path.join(&name);
+        fs::rename(&tmp, &dest).into_diagnostic().wrap_err_with(|| format!("cannot rename {} to {}", tmp.display(), dest.display()))?;
+        fsync_dir(&self.dir.path)?;
+        let new_ptr = StatePointer { version: 1, current: Some(name.clone()), previous: ptr.current.clone() };
+        self.write_pointer(&new_ptr)?;
+        self.gc(&new_ptr);
+        Ok(name)
+    }
+
+    /// After `fwc rollback` (or a confirm timeout): make `previous` current again, and keep
+    /// the generation we left as the new previous (so a second rollback goes forward again).
+    pub fn swap_current_previous(&self) -> Result<()> {
+        let ptr = self.dir.pointer()?;
+        let new_ptr = StatePointer { version: 1, current: ptr.previous.clone(), previous: ptr.current.clone() };
+        self.write_pointer(&new_ptr)
+    }
+
+    /// Replace `state.json` atomically.
+    pub fn write_pointer(&self, ptr: &StatePointer) -> Result<()> {
+        write_atomic(&self.dir.path.join(STATE_FILE), fwc_compiler::artifacts::to_pretty(ptr).as_bytes())
+    }
+
+    pub fn set_pending_confirm(&self, p: Option<&PendingConfirm>) -> Result<()> {
+        let path = self.dir.path.join(CONFIRM_FILE);
+        match p {
+            Some(p) => write_atomic(&path, fwc_compiler::artifacts::to_pretty(p).as_bytes()),
+            None => {
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e).into_diagnostic(),
+                }
+                fsync_dir(&self.dir.path)
+            }
+        }
+    }
+
+    /// Remove generations other than current and previous, and stale temp dirs.
+    fn gc(&self, ptr: &StatePointer) {
+        let Ok(rd) = fs::read_dir(&self.dir.path) else { return };
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let keep = Some(&n) == ptr.current.as_ref() || Some(&n) == ptr.previous.as_ref();
+            if (n.starts_with("gen-") || n.starts_with(".tmp-")) && !keep {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
+fn next_gen_name(dir: &Path, ptr: &StatePointer) -> Result<String> {
+    let mut max = 0u64;
+    for n in [&ptr.current, &ptr.previous].into_iter().flatten() {
+        if let Some(v) = n.strip_prefix("gen-").and_then(|s| s.parse::<u64>().ok()) {
+            max = max.max(v);
+        }
+    }
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if let Some(v) = e.file_name().to_string_lossy().strip_prefix("gen-").and_then(|s| s.parse::<u64>().ok()) {
+                max = max.max(v);
+            }
+        }
+    }
+    Ok(format!("gen-{:06}", max + 1))
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create(path).into_diagnostic().wrap_err_with(|| format!("cannot write {}", path.display()))?;
+    f.write_all(bytes).into_diagnostic()?;
+    f.sync_all().into_diagnostic()?;
+    Ok(())
+}
+
+/// Write `path` atomically: temp file in the same dir, fsync, rename, fsync the dir.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        std::process::id()
+    ));
+    write_synced(&tmp, bytes)?;
+    fs::rename(&tmp, path).into_diagnostic().wrap_err_with(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    fsync_dir(dir)
+}
+
+fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).into_diagnostic().wrap_err_with(|| format!("cannot fsync {}", dir.display()))
+}
+
+pub fn now_unix() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// `2024-05-01T12:34:56Z` for a unix time (UTC).
+pub fn rfc3339(unix: u64) -> String {
+    let days = (unix / 86400) as i64;
+    let secs = unix % 86400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// A digest of everything in the state dir except the lock file and the confirm log: equal
+/// digests mean the state dir is unchanged (tests use it to prove a failed apply wrote nothing).
+pub fn dir_digest(dir: &Path) -> String {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
+            if rel == LOCK_FILE {
+                continue;
+            }
+            if p.is_dir() {
+                out.push((format!("{rel}/"), Vec::new()));
+                walk(base, &p, out);
+            } else {
+                out.push((rel, fs::read(&p).unwrap_or_default()));
+            }
+        }
+    }
+    let mut all = Vec::new();
+    walk(dir, dir, &mut all);
+    all.sort();
+    let mut buf = Vec::new();
+    for (n, b) in all {
+        buf.extend_from_slice(n.as_bytes());
+        buf.push(0);
+        buf.extend_from_slice(sha256_hex(&b).as_bytes());
+        buf.push(b'\n');
+    }
+    sha256_hex(&buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_known_values() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_714_566_896), "2024-05-01T12:34:56Z");
+    }
+}

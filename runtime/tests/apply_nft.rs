@@ -1,0 +1,279 @@
+//! Privileged tests of the nftables backend, the apply transaction and the apply CLI on
+//! hand-written nftables JSON, each inside its own network namespace.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use fwc_compiler::artifacts::Artifacts;
+use fwc_runtime::apply::{self, empty_artifacts, ApplyOptions};
+use fwc_runtime::state::{dir_digest, StateDir};
+use fwc_testkit::{privileged, Netns};
+use serde_json::{json, Value};
+
+fn table(extra_ports: &[u16], office: &[&str]) -> Artifacts {
+    let mut objs = vec![
+        json!({"table": {"family": "inet", "name": "fwc"}}),
+        json!({"chain": {"family": "inet", "table": "fwc", "name": "input", "type": "filter", "hook": "input", "prio": 0, "policy": "accept"}}),
+        set("office_v4", office),
+        json!({"rule": {"family": "inet", "table": "fwc", "chain": "input", "comment": "fwc:filter:ssh", "expr": [
+            {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 22}},
+            {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "@office_v4"}},
+            {"counter": null}, {"accept": null}]}}),
+    ];
+    for p in extra_ports {
+        objs.push(json!({"rule": {"family": "inet", "table": "fwc", "chain": "input", "comment": format!("fwc:filter:port{p}"), "expr": [
+            {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": p}},
+            {"counter": null}, {"accept": null}]}}));
+    }
+    let mut a = empty_artifacts("localhost");
+    a.nftables = json!({ "nftables": objs });
+    a.manifest.commit = Some(format!("c{}", extra_ports.len()));
+    a
+}
+
+fn set(name: &str, elems: &[&str]) -> Value {
+    let mut s = json!({"family": "inet", "table": "fwc", "name": name, "type": "ipv4_addr", "flags": ["interval"]});
+    if !elems.is_empty() {
+        let e: Vec<Value> = elems
+            .iter()
+            .map(|e| match e.split_once('/') {
+                Some((a, l)) => json!({"prefix": {"addr": a, "len": l.parse::<u32>().unwrap()}}),
+                None => json!(e),
+            })
+            .collect();
+        s["elem"] = json!(e);
+    }
+    json!({ "set": s })
+}
+
+fn write_dir(a: &Artifacts, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    for (f, t) in a.files() {
+        std::fs::write(dir.join(f), t).unwrap();
+    }
+}
+
+fn fwc(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fwc"));
+    c.args(args).env("NO_COLOR", "1").env_remove("FWC_TEST_FAIL").stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn ruleset(ns: &Netns) -> String {
+    ns.exec(&["nft", "-j", "list", "ruleset"])
+}
+
+#[test]
+fn transaction_applies_verifies_and_rolls_back() {
+    if !privileged("transaction_applies_verifies_and_rolls_back") {
+        return;
+    }
+    let ns = Netns::new("n");
+    let tmp = tempfile::tempdir().unwrap();
+    let state = StateDir::new(tmp.path().join("state"));
+    let opts = ApplyOptions { source: "test".into(), netns: Some(ns.name.clone()), no_sysctl: false };
+
+    let v1 = table(&[], &["198.18.1.0/24"]);
+    let lock = state.lock(false).unwrap();
+    let mut b = apply::default_backends(Some(&ns.name));
+    let r = apply::transaction(&mut b, &lock, &v1, &opts).unwrap();
+    assert_eq!(r.generation, "gen-000001");
+    let live1 = ns.exec(&["nft", "list", "table", "inet", "fwc"]);
+    assert!(live1.contains("fwc:filter:ssh"), "{live1}");
+
+    let v2 = table(&[80, 443], &["198.18.1.0/24", "198.18.3.7"]);
+    let mut b = apply::default_backends(Some(&ns.name));
+    apply::transaction(&mut b, &lock, &v2, &opts).unwrap();
+    let live2 = ns.exec(&["nft", "list", "table", "inet", "fwc"]);
+    assert!(live2.contains("fwc:filter:port443") && live2.contains("198.18.3.7"), "{live2}");
+    assert_eq!(state.current().unwrap().unwrap().artifacts, v2);
+    assert_eq!(state.previous().unwrap().unwrap().artifacts, v1);
+
+    // A failing verify (injected drift) rolls back to v2 and leaves the state dir as it was.
+    let before = dir_digest(&state.path);
+    let v3 = table(&[8080], &[]);
+    std::env::set_var("FWC_TEST_FAIL", "verify:nftables");
+    let mut b = apply::default_backends(Some(&ns.name));
+    let err = apply::transaction(&mut b, &lock, &v3, &opts).unwrap_err();
+    std::env::remove_var("FWC_TEST_FAIL");
+    assert!(err.to_string().contains("backend nftables failed in verify"), "{err}");
+    assert_eq!(dir_digest(&state.path), before);
+    assert_eq!(ns.exec(&["nft", "list", "table", "inet", "fwc"]), live2);
+    drop(lock);
+
+    // fwc rollback goes back to v1, and a second rollback forward again to v2.
+    let sd = state.path.to_str().unwrap();
+    let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(ns.exec(&["nft", "list", "table", "inet", "fwc"]), live1);
+    let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(ns.exec(&["nft", "list", "table", "inet", "fwc"]), live2);
+}
+
+#[test]
+fn injected_prepare_and_commit_failures_change_nothing() {
+    if !privileged("injected_prepare_and_commit_failures_change_nothing") {
+        return;
+    }
+    let ns = Netns::new("n");
+    // Another table that fwc must never touch.
+    ns.exec(&["nft", "add", "table", "ip", "other"]);
+    ns.exec(&["nft", "add", "chain", "ip", "other", "c", "{ type filter hook input priority 10; }"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = tmp.path().join("state");
+    let sd = sd.to_str().unwrap();
+    let (d1, d2) = (tmp.path().join("a1"), tmp.path().join("a2"));
+    write_dir(&table(&[80], &["198.18.1.0/24"]), &d1);
+    write_dir(&table(&[80, 8443], &["198.18.9.0/24"]), &d2);
+
+    let o = fwc(&["apply", d1.to_str().unwrap(), "--state-dir", sd, "--netns", &ns.name, "--auto-approve"], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let before_rules = ruleset(&ns);
+    let before_state = dir_digest(Path::new(sd));
+
+    for (phase, want) in [("prepare", "backend nftables failed in prepare"), ("commit", "backend nftables failed in commit")] {
+        let o = fwc(
+            &["apply", d2.to_str().unwrap(), "--state-dir", sd, "--netns", &ns.name, "--auto-approve"],
+            &[("FWC_TEST_FAIL", &format!("{phase}:nftables"))],
+        );
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{t}");
+        assert!(t.contains(want), "{t}");
+        assert!(t.contains("the state dir is unchanged"), "{t}");
+        assert_eq!(ruleset(&ns), before_rules, "{phase} failure changed the live ruleset");
+        assert_eq!(dir_digest(Path::new(sd)), before_state, "{phase} failure changed the state dir");
+    }
+    // And without injection it goes through.
+    let o = fwc(&["apply", d2.to_str().unwrap(), "--state-dir", sd, "--netns", &ns.name, "--auto-approve"], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(ruleset(&ns).contains("8443"));
+    assert!(ns.exec(&["nft", "list", "tables"]).contains("table ip other"));
+}
+
+#[test]
+fn drift_status_plan_and_stale_plan() {
+    if !privileged("drift_status_plan_and_stale_plan") {
+        return;
+    }
+    let ns = Netns::new("n");
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = tmp.path().join("state");
+    let sds = sd.to_str().unwrap();
+    let d1 = tmp.path().join("a1");
+    write_dir(&table(&[80], &["198.18.1.0/24"]), &d1);
+
+    // No terminal and no --auto-approve: refused.
+    let o = fwc(&["apply", d1.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("--auto-approve"), "{}", text(&o));
+
+    let o = fwc(&["apply", d1.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve"], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let st: Value = serde_json::from_slice(&fwc(&["status", "--json", "--state-dir", sds, "--netns", &ns.name], &[]).stdout).unwrap();
+    assert_eq!(st["drift"], false, "{st}");
+    assert_eq!(st["nft_rules"], 2);
+
+    // A saved plan of a new version; then someone edits the table by hand.
+    let d2 = tmp.path().join("a2");
+    write_dir(&table(&[80, 81], &["198.18.1.0/24"]), &d2);
+    let (a2, _) = fwc_runtime::cli::apply::load_artifacts(&d2, None, false).unwrap();
+    let plan = fwc_runtime::cli::apply::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
+    assert_eq!(plan.changes.len(), 0);
+    assert!(plan.has_changes());
+    let planfile = tmp.path().join("plan.json");
+    std::fs::write(&planfile, serde_json::to_string(&plan).unwrap()).unwrap();
+
+    ns.exec(&["nft", "add", "rule", "inet", "fwc", "input", "tcp", "dport", "23", "accept"]);
+    ns.exec(&["nft", "add", "element", "inet", "fwc", "office_v4", "{ 203.0.113.9 }"]);
+    let st: Value = serde_json::from_slice(&fwc(&["status", "--json", "--state-dir", sds, "--netns", &ns.name], &[]).stdout).unwrap();
+    assert_eq!(st["drift"], true, "{st}");
+    let details = st["drift_details"].to_string();
+    assert!(details.contains("rule added outside fwc: tcp dport 23 accept"), "{details}");
+    assert!(details.contains("set office_v4: elements added outside fwc: 203.0.113.9"), "{details}");
+    let o = fwc(&["status", "--state-dir", sds, "--netns", &ns.name], &[]);
+    assert!(text(&o).contains("Drift:      yes"), "{}", text(&o));
+
+    let o = fwc(&["apply", planfile.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("the plan file is stale"), "{}", text(&o));
+    assert!(ns.exec(&["nft", "list", "table", "inet", "fwc"]).contains("dport 23"));
+
+    // A fresh plan applies, and heals the drift.
+    let (a2, _) = fwc_runtime::cli::apply::load_artifacts(&d2, None, false).unwrap();
+    let plan = fwc_runtime::cli::apply::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
+    assert_eq!(plan.drift.len(), 2, "{:?}", plan.drift);
+    std::fs::write(&planfile, serde_json::to_string(&plan).unwrap()).unwrap();
+    let o = fwc(&["apply", planfile.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve"], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let live = ns.exec(&["nft", "list", "table", "inet", "fwc"]);
+    assert!(!live.contains("dport 23") && live.contains("dport 81"), "{live}");
+    let st: Value = serde_json::from_slice(&fwc(&["status", "--json", "--state-dir", sds, "--netns", &ns.name], &[]).stdout).unwrap();
+    assert_eq!(st["drift"], false, "{st}");
+}
+
+fn wait_until(deadline: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f()
+}
+
+#[test]
+fn confirm_or_revert() {
+    if !privileged("confirm_or_revert") {
+        return;
+    }
+    let ns = Netns::new("n");
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = tmp.path().join("state");
+    let sds = sd.to_str().unwrap();
+    let (d1, d2, d3) = (tmp.path().join("a1"), tmp.path().join("a2"), tmp.path().join("a3"));
+    write_dir(&table(&[80], &[]), &d1);
+    write_dir(&table(&[80, 9001], &[]), &d2);
+    write_dir(&table(&[80, 9002], &[]), &d3);
+    let apply = |d: &Path, extra: &[&str]| {
+        let mut args = vec!["apply", d.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve"];
+        args.extend_from_slice(extra);
+        fwc(&args, &[])
+    };
+    let live = || ns.exec(&["nft", "list", "table", "inet", "fwc"]);
+
+    let o = apply(&d1, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Not confirmed: reverted to v1 after the deadline.
+    let o = apply(&d2, &["--confirm", "2s"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("fwc confirm"), "{}", text(&o));
+    assert!(live().contains("9001"));
+    // A second apply while waiting is refused.
+    let o = apply(&d3, &[]);
+    assert!(!o.status.success() && text(&o).contains("waiting for `fwc confirm`"), "{}", text(&o));
+    assert!(wait_until(Duration::from_secs(8), || !live().contains("9001")), "not reverted: {}", live());
+    assert!(live().contains("dport 80"));
+    assert!(wait_until(Duration::from_secs(3), || !sd.join("confirm.json").exists()));
+    let log = std::fs::read_to_string(sd.join("confirm.log")).unwrap();
+    assert!(log.contains("not confirmed in time, reverted"), "{log}");
+
+    // Confirmed: stays after the deadline.
+    let o = apply(&d3, &["--confirm", "2s"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = fwc(&["confirm", "--state-dir", sds], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::thread::sleep(Duration::from_millis(3500));
+    assert!(live().contains("9002"), "{}", live());
+    let o = fwc(&["confirm", "--state-dir", sds], &[]);
+    assert!(!o.status.success() && text(&o).contains("nothing to confirm"));
+}
