@@ -3,6 +3,7 @@
 //! hosts the CLI, the agent, metrics and the audit log.
 
 pub mod audit;
+pub mod agent;
 pub mod apply;
 pub mod backend;
 pub mod cli;

@@ -1,0 +1,4 @@
+//! `fwc agent`: pull-mode GitOps (being written).
+
+pub mod git;
+pub mod verify;
