@@ -515,6 +515,20 @@ fn elem_text(e: &Value) -> String {
             let r = m["range"].as_array().cloned().unwrap_or_default();
             r.iter().map(elem_text).collect::<Vec<_>>().join("-")
         }
+        Value::Object(m) if m.contains_key("elem") => {
+            let el = &m["elem"];
+            let val = el.get("val").map(elem_text).unwrap_or_default();
+            match el.get("comment").and_then(Value::as_str) {
+                Some(c) => format!("{val} ({c})"),
+                None => val,
+            }
+        }
+        Value::Object(m) if m.contains_key("concat") => {
+            m["concat"].as_array().map(|a| a.iter().map(elem_text).collect::<Vec<_>>().join(" . ")).unwrap_or_default()
+        }
+        // map entry: [key, value]
+        Value::Array(kv) if kv.len() == 2 => format!("{} : {}", elem_text(&kv[0]), elem_text(&kv[1])),
+        Value::Number(n) => n.to_string(),
         other => other.to_string(),
     }
 }
@@ -557,27 +571,52 @@ fn render_rule(chain: &str, rule: &Value, chain_rules: &[Value], text: Option<&s
     }
 }
 
-/// Packets and bytes per rule from a live listing, summed over the nft rules carrying the
-/// same `fwc:<kind>:<name>` comment. `rule` is `<kind>:<name>`.
+/// Packets and bytes per rule from a live listing, summed over the nft rules (and map
+/// elements: map forwards have no rule of their own) carrying the same `fwc:<kind>:<name>`
+/// comment. `rule` is `<kind>:<name>`.
 pub fn counters(listing: &Value) -> Vec<RuleCounter> {
+    fn add_counters(v: &Value, e: &mut (u64, u64)) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::Object(c)) = m.get("counter") {
+                    e.0 += c.get("packets").and_then(Value::as_u64).unwrap_or(0);
+                    e.1 += c.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+                }
+                m.values().for_each(|x| add_counters(x, e));
+            }
+            Value::Array(a) => a.iter().for_each(|x| add_counters(x, e)),
+            _ => {}
+        }
+    }
+    /// Map/set elements: `{"elem": {"val": …, "counter": {…}, "comment": "fwc:…"}}`.
+    fn elements(v: &Value, sums: &mut BTreeMap<String, (u64, u64)>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::Object(el)) = m.get("elem") {
+                    if let Some((kind, name)) = el.get("comment").and_then(Value::as_str).and_then(|c| c.strip_prefix("fwc:")).and_then(|c| c.split_once(':')) {
+                        let e = sums.entry(format!("{kind}:{name}")).or_default();
+                        if let Some(Value::Object(c)) = el.get("counter") {
+                            e.0 += c.get("packets").and_then(Value::as_u64).unwrap_or(0);
+                            e.1 += c.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+                        }
+                    }
+                }
+                m.values().for_each(|x| elements(x, sums));
+            }
+            Value::Array(a) => a.iter().for_each(|x| elements(x, sums)),
+            _ => {}
+        }
+    }
     let mut sums: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let Some(arr) = listing.get("nftables").and_then(Value::as_array) else { return Vec::new() };
     for o in arr {
-        let Some(rule) = o.get("rule") else { continue };
-        let Some((kind, name)) = rule_label(rule) else { continue };
-        let e = sums.entry(format!("{kind}:{name}")).or_default();
-        let mut stack: Vec<&Value> = vec![rule.get("expr").unwrap_or(&Value::Null)];
-        while let Some(v) = stack.pop() {
-            match v {
-                Value::Object(m) => {
-                    if let Some(Value::Object(c)) = m.get("counter") {
-                        e.0 += c.get("packets").and_then(Value::as_u64).unwrap_or(0);
-                        e.1 += c.get("bytes").and_then(Value::as_u64).unwrap_or(0);
-                    }
-                    stack.extend(m.values());
-                }
-                Value::Array(a) => stack.extend(a.iter()),
-                _ => {}
+        if let Some(rule) = o.get("rule") {
+            if let Some((kind, name)) = rule_label(rule) {
+                add_counters(rule.get("expr").unwrap_or(&Value::Null), sums.entry(format!("{kind}:{name}")).or_default());
+            }
+        } else if let Some(m) = o.get("map").or_else(|| o.get("set")) {
+            if let Some(el) = m.get("elem") {
+                elements(el, &mut sums);
             }
         }
     }
@@ -614,6 +653,15 @@ mod tests {
         assert_eq!(normalize(&a), normalize(&b));
         let c = counters(&a);
         assert_eq!(c, vec![RuleCounter { rule: "filter:ssh".into(), backend: BackendKind::Nftables, packets: 5, bytes: 300 }]);
+    }
+
+    #[test]
+    fn map_element_counters_and_text() {
+        let l = json!({"nftables": [{"map": {"family": "inet", "table": "fwc", "name": "fwd4_addr", "elem": [
+            [{"elem": {"val": {"concat": ["tcp", 8080]}, "counter": {"packets": 3, "bytes": 180}, "comment": "fwc:forward:web"}}, "10.0.0.5"]]}}]});
+        assert_eq!(counters(&l), vec![RuleCounter { rule: "forward:web".into(), backend: BackendKind::Nftables, packets: 3, bytes: 180 }]);
+        let e = &l["nftables"][0]["map"]["elem"][0];
+        assert_eq!(elem_text(e), "tcp . 8080 (fwc:forward:web) : 10.0.0.5");
     }
 
     #[test]

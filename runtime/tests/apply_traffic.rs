@@ -1,0 +1,347 @@
+//! Real packets through rule repositories compiled and applied by `fwc apply` inside the
+//! fwc-host namespace of a [`Topology`] (client <-> host <-> backend). Nothing is loaded into
+//! the root namespace.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fwc_testkit::{privileged, Netns, Topology};
+
+fn fwc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fwc"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("FWC_TEST_FAIL")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn apply_repo(t: &Topology, repo: &Path, state: &Path) -> String {
+    let o = fwc(&["apply", repo.to_str().unwrap(), "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name, "--auto-approve"]);
+    assert!(o.status.success(), "fwc apply failed:\n{}", text(&o));
+    text(&o)
+}
+
+fn write_repo(dir: &Path, kdl: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("fwc.kdl"), kdl).unwrap();
+}
+
+#[derive(Debug, PartialEq)]
+enum Probe {
+    Ok(String),
+    Refused,
+    Timeout,
+}
+
+/// Connect from `ns` (optionally from source address `src`) and read what the server says.
+fn tcp(ns: &Netns, addr: &str, port: u16, src: Option<&str>) -> Probe {
+    let v6 = addr.contains(':');
+    let mut target = if v6 { format!("TCP6:[{addr}]:{port},connect-timeout=1") } else { format!("TCP4:{addr}:{port},connect-timeout=1") };
+    if let Some(s) = src {
+        target.push_str(&if v6 { format!(",bind=[{s}]") } else { format!(",bind={s}") });
+    }
+    let o = ns.try_exec(&["timeout", "4", "socat", "-T2", "-", &target]);
+    let out = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if o.status.success() && !out.is_empty() {
+        Probe::Ok(out)
+    } else if err.contains("Connection refused") {
+        Probe::Refused
+    } else {
+        Probe::Timeout
+    }
+}
+
+fn udp(ns: &Netns, addr: &str, port: u16) -> Option<String> {
+    let o = ns.try_exec(&["sh", "-c", &format!("echo ping | timeout 3 socat -T1 - UDP4:{addr}:{port}")]);
+    let out = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    (!out.is_empty()).then_some(out)
+}
+
+/// A TCP server in `ns` that answers every connection with `reply` (IPv4 and IPv6).
+fn serve(ns: &mut Netns, bind: Option<&str>, port: u16, reply: &str) {
+    let listen = match bind {
+        Some(b) if b.contains(':') => format!("TCP6-LISTEN:{port},bind=[{b}],fork,reuseaddr"),
+        Some(b) => format!("TCP4-LISTEN:{port},bind={b},fork,reuseaddr"),
+        None => format!("TCP6-LISTEN:{port},ipv6only=0,fork,reuseaddr"),
+    };
+    ns.spawn(&["socat", &listen, &format!("SYSTEM:echo {reply}")]);
+    wait_listen(ns, port, "t");
+}
+
+fn serve_udp(ns: &mut Netns, port: u16, reply: &str) {
+    ns.spawn(&["socat", &format!("UDP4-LISTEN:{port},fork,reuseaddr"), &format!("SYSTEM:echo {reply}")]);
+    wait_listen(ns, port, "u");
+}
+
+fn wait_listen(ns: &Netns, port: u16, proto: &str) {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        let o = ns.try_exec(&["ss", &format!("-Hln{proto}"), &format!("sport = :{port}")]);
+        if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listens on {port}/{proto} in {}", ns.name);
+}
+
+/// Restores `net.netfilter.nf_log_all_netns` on drop.
+struct LogAllNetns(Option<String>);
+impl LogAllNetns {
+    fn enable() -> LogAllNetns {
+        let was = std::fs::read_to_string("/proc/sys/net/netfilter/nf_log_all_netns").ok().map(|s| s.trim().to_string());
+        if was.as_deref() == Some("0") {
+            let _ = std::fs::write("/proc/sys/net/netfilter/nf_log_all_netns", "1");
+        }
+        LogAllNetns(was)
+    }
+}
+impl Drop for LogAllNetns {
+    fn drop(&mut self) {
+        if self.0.as_deref() == Some("0") {
+            let _ = std::fs::write("/proc/sys/net/netfilter/nf_log_all_netns", "0");
+        }
+    }
+}
+
+const FILTERS: &str = r#"
+fwc 1
+set "office" "198.18.1.2" "2001:db8:1::2"
+input policy=drop {
+    allow "ssh" proto=tcp port=22 from="@office"
+    allow "web" proto=tcp port="80,443"
+    deny "blocked" proto=tcp port=8001 log=#true
+    reject "ident" proto=tcp port=113
+    allow "rated" proto=tcp port=7001 rate="1/second"
+}
+"#;
+
+#[test]
+fn filters_by_port_source_family_reject_drop_rate_log() {
+    if !privileged("filters_by_port_source_family_reject_drop_rate_log") {
+        return;
+    }
+    let mut t = Topology::new();
+    // A second client address outside the office set.
+    t.client.exec(&["ip", "addr", "add", "198.18.1.3/24", "dev", &t.client_if, "nodad"]);
+    t.client.exec(&["ip", "addr", "add", "2001:db8:1::3/64", "dev", &t.client_if, "nodad"]);
+    for (p, r) in [(22, "ssh"), (80, "web"), (81, "closed81"), (113, "ident"), (8001, "blocked"), (7001, "rated")] {
+        serve(&mut t.host, None, p, r);
+    }
+    // Before any rule, everything answers.
+    assert_eq!(tcp(&t.client, "198.18.1.1", 81, None), Probe::Ok("closed81".into()));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    write_repo(&repo, FILTERS);
+    apply_repo(&t, &repo, &tmp.path().join("state"));
+
+    for host in ["198.18.1.1", "2001:db8:1::1"] {
+        let (office, other) = if host.contains(':') { ("2001:db8:1::2", "2001:db8:1::3") } else { ("198.18.1.2", "198.18.1.3") };
+        assert_eq!(tcp(&t.client, host, 80, None), Probe::Ok("web".into()), "{host}: allow by port");
+        assert_eq!(tcp(&t.client, host, 81, None), Probe::Timeout, "{host}: policy drop");
+        assert_eq!(tcp(&t.client, host, 22, Some(office)), Probe::Ok("ssh".into()), "{host}: from the office set");
+        assert_eq!(tcp(&t.client, host, 22, Some(other)), Probe::Timeout, "{host}: not from the office set");
+        assert_eq!(tcp(&t.client, host, 113, None), Probe::Refused, "{host}: reject answers with a reset");
+        assert_eq!(tcp(&t.client, host, 8001, None), Probe::Timeout, "{host}: deny drops");
+    }
+
+    // rate="1/second" (burst 5): a quick burst of new connections is cut off.
+    let mut ok = 0;
+    for _ in 0..12 {
+        if let Probe::Ok(_) = tcp(&t.client, "198.18.1.1", 7001, None) {
+            ok += 1;
+        }
+    }
+    assert!((1..12).contains(&ok), "rate limit: {ok} of 12 new connections passed");
+
+    // log=#true: the kernel logs the dropped packet with the rule's prefix. Kernel logging
+    // from a non-initial network namespace needs net.netfilter.nf_log_all_netns=1.
+    let _log = LogAllNetns::enable();
+    let marker_port = 8001;
+    assert_eq!(tcp(&t.client, "198.18.1.1", marker_port, None), Probe::Timeout);
+    let dmesg = Command::new("dmesg").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let line = dmesg.lines().rev().find(|l| l.contains("fwc blocked: ") && l.contains("DPT=8001"));
+    assert!(line.is_some(), "no log line with prefix 'fwc blocked: ' in dmesg");
+
+    // Counters per rule are visible in fwc status.
+    let st = fwc(&["status", "--json", "--state-dir", tmp.path().join("state").to_str().unwrap(), "--netns", &t.host.name]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["drift"], false, "{st}");
+    let web = st["counters"].as_array().unwrap().iter().find(|c| c["rule"] == "filter:web").cloned().unwrap();
+    assert!(web["packets"].as_u64().unwrap() >= 2, "{web}");
+}
+
+const FORWARDS: &str = r#"
+fwc 1
+forward "web" listen=":8080" to="198.18.2.2:80"
+forward "web6" listen=":8086" to="[2001:db8:2::2]:80"
+forward "game" proto=udp listen=":27015" to="198.18.2.2:5000"
+forward "range" listen=":9000-9002" to="198.18.2.2"
+forward "lb" listen=":7000" to="198.18.2.2:7000,198.18.2.3:7000"
+forward "capped" listen=":8090" to="198.18.2.2:8090" max-conns=2
+"#;
+
+#[test]
+fn kernel_forwards_dnat_masquerade_udp_range_multi_target_max_conns() {
+    if !privileged("kernel_forwards_dnat_masquerade_udp_range_multi_target_max_conns") {
+        return;
+    }
+    let mut t = Topology::new();
+    t.backend.exec(&["ip", "addr", "add", "198.18.2.3/24", "dev", &t.backend_if, "nodad"]);
+    serve(&mut t.backend, None, 80, "backend80");
+    serve_udp(&mut t.backend, 5000, "udp5000");
+    for p in 9000..=9002 {
+        serve(&mut t.backend, None, p, &format!("p{p}"));
+    }
+    serve(&mut t.backend, Some("198.18.2.2"), 7000, "b2");
+    serve(&mut t.backend, Some("198.18.2.3"), 7000, "b3");
+    t.backend.spawn(&["socat", "TCP4-LISTEN:8090,fork,reuseaddr", "SYSTEM:echo held; sleep 20"]);
+    wait_listen(&t.backend, 8090, "t");
+    // fwc must turn forwarding on (and say so).
+    t.host.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=0"]);
+    t.host.exec(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=0"]);
+    // Without fwc the backend is unreachable from the client's point of view (and has no route back).
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8080, None), Probe::Refused);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    write_repo(&repo, FORWARDS);
+    let out = apply_repo(&t, &repo, &tmp.path().join("state"));
+    assert!(out.contains("Set sysctl net.ipv4.ip_forward = 1 (was 0"), "{out}");
+    assert!(out.contains("Set sysctl net.ipv6.conf.all.forwarding = 1 (was 0"), "{out}");
+
+    // DNAT + masquerade: the backend has no route to 198.18.1.0/24, so only a masqueraded
+    // flow can answer.
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8080, None), Probe::Ok("backend80".into()));
+    assert_eq!(tcp(&t.client, "2001:db8:1::1", 8086, None), Probe::Ok("backend80".into()));
+    assert_eq!(udp(&t.client, "198.18.1.1", 27015).as_deref(), Some("udp5000"));
+    assert_eq!(tcp(&t.client, "198.18.1.1", 9001, None), Probe::Ok("p9001".into()));
+    assert_eq!(tcp(&t.client, "198.18.1.1", 9002, None), Probe::Ok("p9002".into()));
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        if let Probe::Ok(r) = tcp(&t.client, "198.18.1.1", 7000, None) {
+            seen.insert(r);
+        }
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec!["b2".to_string(), "b3".to_string()], "both targets reached");
+
+    // max-conns=2: two held connections, the third is refused.
+    for _ in 0..2 {
+        t.client.spawn(&["socat", "-u", "TCP4:198.18.1.1:8090", "STDOUT"]);
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        let est = t.host.try_exec(&["conntrack", "-L", "-p", "tcp", "--dport", "8090", "--state", "ESTABLISHED"]);
+        if String::from_utf8_lossy(&est.stdout).lines().count() >= 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8090, None), Probe::Refused, "third connection over max-conns=2");
+}
+
+/// Run `f` on a thread inside the network namespace at `path`.
+fn in_netns<T: Send + 'static>(path: String, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    std::thread::spawn(move || {
+        let fd = File::open(&path).unwrap();
+        assert_eq!(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {path}");
+        f()
+    })
+}
+
+fn pattern(i: u64) -> u8 {
+    (i % 251) as u8
+}
+
+#[test]
+fn stream_through_forward_survives_50_applies() {
+    if !privileged("stream_through_forward_survives_50_applies") {
+        return;
+    }
+    let t = Topology::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let state = tmp.path().join("state");
+    let base = "fwc 1\nforward \"stream\" listen=\":8500\" to=\"198.18.2.2:8500\"\n";
+    write_repo(&repo, base);
+    apply_repo(&t, &repo, &state);
+
+    // Receiver in the backend: checks every byte of the pattern, then reports the count.
+    let (ltx, lrx) = std::sync::mpsc::channel();
+    let receiver = in_netns(t.backend.path(), move || -> Result<u64, String> {
+        let l = TcpListener::bind("198.18.2.2:8500").map_err(|e| e.to_string())?;
+        ltx.send(()).unwrap();
+        let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n: u64 = 0;
+        loop {
+            let k = s.read(&mut buf).map_err(|e| format!("receiver read after {n} bytes: {e}"))?;
+            if k == 0 {
+                break;
+            }
+            for (j, b) in buf[..k].iter().enumerate() {
+                if *b != pattern(n + j as u64) {
+                    return Err(format!("byte {} corrupted", n + j as u64));
+                }
+            }
+            n += k as u64;
+        }
+        s.write_all(format!("{n}\n").as_bytes()).map_err(|e| e.to_string())?;
+        Ok(n)
+    });
+    lrx.recv_timeout(Duration::from_secs(5)).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let sender = in_netns(t.client.path(), move || -> Result<(u64, String), String> {
+        let mut s = TcpStream::connect_timeout(&"198.18.1.1:8500".parse().unwrap(), Duration::from_secs(3)).map_err(|e| e.to_string())?;
+        let mut n: u64 = 0;
+        let mut chunk = vec![0u8; 16 << 10];
+        while !stop2.load(Ordering::Relaxed) {
+            for (j, b) in chunk.iter_mut().enumerate() {
+                *b = pattern(n + j as u64);
+            }
+            s.write_all(&chunk).map_err(|e| format!("sender write after {n} bytes: {e}"))?;
+            n += chunk.len() as u64;
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        s.shutdown(Shutdown::Write).map_err(|e| e.to_string())?;
+        let mut ack = String::new();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.read_to_string(&mut ack).map_err(|e| format!("reading the receiver's count: {e}"))?;
+        Ok((n, ack.trim().to_string()))
+    });
+
+    let t0 = Instant::now();
+    for i in 0..50 {
+        // An unrelated change every time: a new forward and a filter rule.
+        write_repo(
+            &repo,
+            &format!("{base}forward \"other{i}\" listen=\":{}\" to=\"198.18.2.2:80\"\ninput {{\n    allow \"x{i}\" proto=tcp port={}\n}}\n", 10000 + i, 20000 + i),
+        );
+        apply_repo(&t, &repo, &state);
+    }
+    let elapsed = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (sent, ack) = sender.join().unwrap().expect("sender");
+    let received = receiver.join().unwrap().expect("receiver");
+    assert!(sent > 1 << 20, "only {sent} bytes sent");
+    assert_eq!(received, sent, "bytes lost");
+    assert_eq!(ack, sent.to_string());
+    eprintln!("50 applies in {elapsed:?} while {sent} bytes streamed through the forward without loss");
+}
