@@ -1,4 +1,722 @@
-//! `fwc agent`: pull-mode GitOps (being written).
+//! `fwc agent`: pull-mode GitOps.
+//!
+//! One loop, on one thread, owns every change to the host:
+//!
+//! ```text
+//! wake (interval | webhook | start) -> fetch (deadline, backoff on failure)
+//!   -> new tip?  verify signature -> compile for this host -> apply transaction -> audit
+//!   -> otherwise drift check of the applied artifacts -> heal (re-apply) | alert (report)
+//!   -> counters -> metrics
+//! ```
+//!
+//! - A commit that is refused (signature, compile error) or whose apply fails (every backend
+//!   rolled back to the last good state) is remembered in `agent.json`: the agent reports
+//!   itself degraded and does not retry it; the next commit is tried normally.
+//! - Restart adopts: when the state dir's current generation is the tip commit with the same
+//!   artifacts, and the live dataplane matches it, nothing is touched.
+//! - Crash safety of the audit log (`kill -9` anywhere): before an action the agent writes an
+//!   intent to `agent.json` (the seq its audit entry will get), then acts (the apply
+//!   transaction records the state dir itself), then appends the audit entry, then clears the
+//!   intent. After a restart an intent whose entry is in the log is simply cleared; one whose
+//!   entry is missing (the crash came before or during the audit write) is redone — an apply
+//!   is re-run even if the state dir already shows its commit (the re-apply is idempotent) —
+//!   and audited then. So every action has exactly one entry, and the state dir is never
+//!   ahead of the log without a pending intent that says so.
+//! - SIGTERM / SIGINT end the loop between iterations: an apply in progress finishes first.
 
 pub mod git;
 pub mod verify;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fwc_compiler::artifacts::{Artifacts, BackendKind};
+use miette::{miette, IntoDiagnostic, Result, WrapErr};
+use serde::{Deserialize, Serialize};
+
+use crate::apply::{self, ApplyOptions};
+use crate::audit::{self, Action, AuditLog, Outcome, Record};
+use crate::backend::{Backend, Observation};
+use crate::metrics::{self, Health, Metrics, WebhookSecret};
+use crate::state::{StateDir, StateLock};
+use git::Mirror;
+use verify::SignaturePolicy;
+
+/// `--drift`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriftMode {
+    Heal,
+    Alert,
+}
+
+/// Everything `fwc agent` is told.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub repo_url: String,
+    pub host: String,
+    pub branch: String,
+    pub interval: Duration,
+    pub state_dir: PathBuf,
+    pub metrics_addr: Option<SocketAddr>,
+    pub webhook: Option<WebhookSecret>,
+    pub signatures: SignaturePolicy,
+    pub drift: DriftMode,
+    pub netns: Option<String>,
+    /// Deadline of one fetch.
+    pub fetch_timeout: Duration,
+    /// Do one iteration and return (for scripts and tests).
+    pub once: bool,
+}
+
+/// File of the agent's intent journal in the state dir.
+pub const JOURNAL_FILE: &str = "agent.json";
+
+/// `agent.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journal {
+    /// An action that started and whose audit entry (`seq`) may not be written yet.
+    pub pending: Option<Pending>,
+    /// The newest commit the agent finished with, and how.
+    pub handled: Option<Handled>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub seq: u64,
+    pub commit: Option<String>,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handled {
+    pub commit: String,
+    /// `applied`, `refused` or `failed`.
+    pub outcome: String,
+    pub reason: Option<String>,
+}
+
+impl Journal {
+    fn load(dir: &Path) -> Result<Journal> {
+        let p = dir.join(JOURNAL_FILE);
+        match std::fs::read_to_string(&p) {
+            Ok(t) => serde_json::from_str(&t).into_diagnostic().wrap_err_with(|| format!("corrupt {}", p.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Journal::default()),
+            Err(e) => Err(e).into_diagnostic(),
+        }
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        crate::state::write_atomic(&dir.join(JOURNAL_FILE), fwc_compiler::artifacts::to_pretty(self).as_bytes())
+    }
+}
+
+/// What wakes the loop early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// A webhook said something was pushed: fetch now.
+    Push,
+    /// SIGTERM / SIGINT.
+    Stop,
+}
+
+/// Exponential backoff of failed fetches: 0.5 s, 1 s, 2 s, … up to `cap`.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    pub failures: u32,
+    pub cap: Duration,
+}
+
+impl Backoff {
+    pub fn new(interval: Duration) -> Backoff {
+        Backoff { failures: 0, cap: (interval * 4).clamp(Duration::from_secs(1), Duration::from_secs(300)).max(interval) }
+    }
+    /// Delay before the next attempt after one more failure.
+    pub fn fail(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        let d = Duration::from_millis(500).saturating_mul(1u32 << (self.failures - 1).min(20));
+        d.min(self.cap)
+    }
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+/// Test hooks, active only with `FWC_AGENT_TEST_HOOKS=1`: a commit whose message contains
+/// `[fwc-test: fail-apply]` makes the first backend fail right after its commit (so the real
+/// rollback path runs), and `FWC_AGENT_TEST_SLOW_COMMIT_MS` sleeps after every backend commit
+/// (a window for `kill -9` in the middle of an apply).
+struct Hooked {
+    inner: Box<dyn Backend>,
+    fail_commit: Arc<AtomicBool>,
+    slow: Option<Duration>,
+}
+
+impl Backend for Hooked {
+    fn kind(&self) -> BackendKind {
+        self.inner.kind()
+    }
+    fn prepare(&mut self, next: &Artifacts) -> miette::Result<()> {
+        self.inner.prepare(next)
+    }
+    fn commit(&mut self) -> miette::Result<()> {
+        self.inner.commit()?;
+        if let Some(d) = self.slow {
+            eprintln!("fwc-agent-test: committed {}, sleeping {d:?}", self.inner.kind().as_str());
+            std::thread::sleep(d);
+        }
+        if self.fail_commit.swap(false, Ordering::SeqCst) {
+            return Err(miette!("injected failure after commit ([fwc-test: fail-apply])"));
+        }
+        Ok(())
+    }
+    fn rollback(&mut self, previous: Option<&Artifacts>) -> miette::Result<()> {
+        self.inner.rollback(previous)
+    }
+    fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
+        self.inner.observe(expected)
+    }
+}
+
+const FAIL_MARKER: &str = "[fwc-test: fail-apply]";
+
+/// The running agent.
+pub struct Agent {
+    pub cfg: AgentConfig,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    state: StateDir,
+    audit: AuditLog,
+    mirror: Mirror,
+    backends: Vec<Box<dyn Backend>>,
+    journal: Journal,
+    hooks: bool,
+    fail_commit: Arc<AtomicBool>,
+    /// Drift text last reported (alert mode reports a given drift once).
+    last_drift: Option<String>,
+    backoff: Backoff,
+    /// The tip of the last successful fetch differs from the one before it by a force-push.
+    forced: Option<(String, String)>,
+}
+
+fn short(c: &str) -> &str {
+    &c[..c.len().min(12)]
+}
+
+impl Agent {
+    pub fn new(cfg: AgentConfig, metrics: Arc<Metrics>, health: Arc<Health>) -> Result<Agent> {
+        std::fs::create_dir_all(&cfg.state_dir)
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot create state dir {}", cfg.state_dir.display()))?;
+        let state = StateDir::new(&cfg.state_dir);
+        let audit = AuditLog::in_state_dir(&cfg.state_dir);
+        let mirror = Mirror::open(&cfg.state_dir, &cfg.repo_url, &cfg.branch, cfg.fetch_timeout)?;
+        let hooks = std::env::var("FWC_AGENT_TEST_HOOKS").as_deref() == Ok("1");
+        let fail_commit = Arc::new(AtomicBool::new(false));
+        let slow = std::env::var("FWC_AGENT_TEST_SLOW_COMMIT_MS").ok().and_then(|v| v.parse().ok()).map(Duration::from_millis);
+        let mut backends = apply::default_backends(cfg.netns.as_deref());
+        if hooks {
+            backends = backends
+                .into_iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    Box::new(Hooked {
+                        inner: b,
+                        fail_commit: if i == 0 { fail_commit.clone() } else { Arc::new(AtomicBool::new(false)) },
+                        slow,
+                    }) as Box<dyn Backend>
+                })
+                .collect();
+        }
+        let journal = Journal::load(&cfg.state_dir)?;
+        let backoff = Backoff::new(cfg.interval);
+        Ok(Agent {
+            cfg,
+            metrics,
+            health,
+            state,
+            audit,
+            mirror,
+            backends,
+            journal,
+            hooks,
+            fail_commit,
+            last_drift: None,
+            backoff,
+            forced: None,
+        })
+    }
+
+    fn append(&mut self, rec: Record) -> Result<audit::AuditEntry> {
+        let (e, torn) = self.audit.append(rec).into_diagnostic().wrap_err("cannot write the audit log")?;
+        if let Some(t) = torn {
+            tracing::error!(
+                line = t.line,
+                bytes = t.bytes,
+                "the audit log ended in a torn write (crash); the bytes were preserved in {} and the entry is re-recorded",
+                self.audit.torn_path.display()
+            );
+            eprintln!(
+                "fwc agent: audit log line {} was torn by a crash ({} bytes preserved in {})",
+                t.line,
+                t.bytes,
+                self.audit.torn_path.display()
+            );
+        }
+        tracing::info!(seq = e.seq, action = e.action.as_str(), result = e.result.as_str(), commit = ?e.commit, "audit");
+        Ok(e)
+    }
+
+    fn next_seq(&self) -> Result<u64> {
+        Ok(self.audit.last().into_diagnostic()?.map(|e| e.seq).unwrap_or(0) + 1)
+    }
+
+    /// Resolve an intent left by a crash. Returns true when the pending action must be redone
+    /// with force (its audit entry is missing).
+    fn recover(&mut self) -> Result<bool> {
+        let Some(p) = self.journal.pending.clone() else { return Ok(false) };
+        let last = self.audit.last().into_diagnostic()?.map(|e| e.seq).unwrap_or(0);
+        // Any torn tail is cut (and preserved) by the next append; `last` already ignores it.
+        if last >= p.seq {
+            tracing::info!(seq = p.seq, "intent from before a crash is already in the audit log");
+            let e = self.audit.entries().into_diagnostic()?.into_iter().find(|e| e.seq == p.seq);
+            if let (Some(e), Some(c)) = (e, p.commit.clone()) {
+                let outcome = match (e.action, e.result) {
+                    (Action::Refuse, _) => "refused",
+                    (_, Outcome::Ok) => "applied",
+                    _ => "failed",
+                };
+                if matches!(e.action, Action::Apply | Action::Refuse) {
+                    self.journal.handled = Some(Handled { commit: c, outcome: outcome.into(), reason: e.detail.clone() });
+                }
+            }
+            self.journal.pending = None;
+            self.journal.save(&self.cfg.state_dir)?;
+            Ok(false)
+        } else {
+            tracing::warn!(seq = p.seq, action = p.action.as_str(), "the agent died during an action; redoing it");
+            eprintln!("fwc agent: an {} of {} was interrupted; redoing it", p.action.as_str(), p.commit.as_deref().unwrap_or("-"));
+            self.journal.pending = None;
+            // Keep the pending marker on disk until the redo writes its entry.
+            Ok(matches!(p.action, Action::Apply | Action::Heal))
+        }
+    }
+
+    /// Fetch, with backoff bookkeeping and metrics. Returns the delay before the next fetch.
+    pub fn fetch(&mut self) -> Duration {
+        match self.mirror.fetch(self.cfg.fetch_timeout) {
+            Ok(f) => {
+                Metrics::inc(&self.metrics.git_fetch_total, "ok");
+                self.backoff.reset();
+                if f.forced {
+                    let old = f.old.map(|o| o.to_string()).unwrap_or_default();
+                    tracing::warn!(old = %old, new = %f.new, "the branch was force-pushed");
+                    self.forced = Some((old, f.new.to_string()));
+                }
+                self.cfg.interval
+            }
+            Err(e) => {
+                Metrics::inc(&self.metrics.git_fetch_total, "error");
+                let d = self.backoff.fail();
+                tracing::warn!("{e}; retrying in {d:?}");
+                self.health.set_status(format!("fetch failing ({} times): {e}", self.backoff.failures));
+                d
+            }
+        }
+    }
+
+    /// One reconcile pass (fetch excluded). `force` re-applies the tip even when the state dir
+    /// says it is applied (recovery of an interrupted apply).
+    pub fn reconcile(&mut self, force: bool) -> Result<()> {
+        let lock = self.state.lock(true)?;
+        let Some(tip) = self.mirror.tip() else {
+            self.health.set_status("waiting for the first successful fetch");
+            return Ok(());
+        };
+        let tip_s = tip.to_string();
+        let current = lock.dir.current()?;
+        let handled_same = self.journal.handled.as_ref().is_some_and(|h| h.commit == tip_s);
+        let mut just_applied = false;
+        let current_is_tip = current.as_ref().and_then(|g| g.meta.commit.as_deref()) == Some(tip_s.as_str());
+        if force || !handled_same || !current_is_tip {
+            just_applied = self.consider(&lock, tip, force)?;
+        }
+        if !just_applied {
+            self.check_drift(&lock)?;
+        }
+        Ok(())
+    }
+
+    fn is_refused(&self, commit: &str) -> bool {
+        self.journal.handled.as_ref().is_some_and(|h| h.commit == commit && h.outcome != "applied")
+    }
+
+    /// Take commit `tip` into account. Returns true when an apply ran.
+    fn consider(&mut self, lock: &StateLock, tip: git2::Oid, force: bool) -> Result<bool> {
+        let tip_s = tip.to_string();
+        if !force && self.is_refused(&tip_s) {
+            return Ok(false);
+        }
+        let info = self.mirror.commit_info(tip)?;
+        let current = lock.dir.current()?;
+        let prev_commit = current.as_ref().and_then(|g| g.meta.commit.clone());
+        let forced_note = match &self.forced {
+            Some((old, new)) if *new == tip_s => Some(format!("force-push: {} was replaced by {}", short(old), short(new))),
+            _ => None,
+        };
+        let base = Record {
+            host: self.cfg.host.clone(),
+            commit: Some(tip_s.clone()),
+            previous_commit: prev_commit.clone(),
+            author: Some(info.author.clone()),
+            ..Default::default()
+        };
+        // 1. signature
+        let signer = match verify::verify_commit(&self.mirror.repo, tip, &self.cfg.signatures) {
+            Ok(s) => s,
+            Err(refusal) => {
+                self.refuse(base, "signature", refusal.to_string())?;
+                return Ok(false);
+            }
+        };
+        // 2. compile
+        let t0 = Instant::now();
+        let tree = match self.mirror.source_tree(tip) {
+            Ok(t) => t,
+            Err(e) => {
+                self.refuse(Record { signer, ..base }, "compile", format!("{e:?}"))?;
+                return Ok(false);
+            }
+        };
+        let artifacts = match fwc_compiler::compile(&tree, Some(&self.cfg.host), Some(&tip_s)) {
+            Ok((a, _warnings)) => a,
+            Err(diags) => {
+                self.refuse(Record { signer, ..base }, "compile", diags.to_string().trim_end().to_string())?;
+                return Ok(false);
+            }
+        };
+        // 3. adopt when nothing changed
+        if !force {
+            if let Some(cur) = &current {
+                if cur.meta.commit.as_deref() == Some(tip_s.as_str()) && cur.artifacts == artifacts {
+                    self.adopt(&tip_s);
+                    return Ok(false);
+                }
+            }
+        }
+        // 4. apply
+        let detail = forced_note.clone();
+        let base = Record { signer, detail, ..base };
+        self.transaction(lock, &artifacts, Action::Apply, base, t0)?;
+        if forced_note.is_some() {
+            self.forced = None;
+        }
+        Ok(true)
+    }
+
+    fn adopt(&mut self, commit: &str) {
+        if !self.health.ready.load(Ordering::Relaxed) {
+            tracing::info!(commit, "adopted the applied state (commit already live)");
+        }
+        self.journal.handled = Some(Handled { commit: commit.into(), outcome: "applied".into(), reason: None });
+        let _ = self.journal.save(&self.cfg.state_dir);
+        self.metrics.set_applied_commit(Some(commit));
+        self.metrics.set_degraded(false);
+        self.health.degraded.store(false, Ordering::Relaxed);
+        self.health.ready.store(true, Ordering::Relaxed);
+        self.health.set_status(format!("running {}", short(commit)));
+    }
+
+    fn refuse(&mut self, rec: Record, reason: &str, detail: String) -> Result<()> {
+        let commit = rec.commit.clone().unwrap_or_default();
+        tracing::warn!(commit = %commit, reason, "refusing commit: {detail}");
+        eprintln!("fwc agent: refusing {} ({reason}): {}", short(&commit), detail.lines().next().unwrap_or(""));
+        let seq = self.next_seq()?;
+        self.journal.pending = Some(Pending { seq, commit: Some(commit.clone()), action: Action::Refuse });
+        self.journal.save(&self.cfg.state_dir)?;
+        self.append(Record {
+            action: Some(Action::Refuse),
+            result: Some(Outcome::Refused),
+            detail: Some(format!("{reason}: {detail}")),
+            ..rec
+        })?;
+        self.journal.pending = None;
+        self.journal.handled = Some(Handled { commit: commit.clone(), outcome: "refused".into(), reason: Some(reason.into()) });
+        self.journal.save(&self.cfg.state_dir)?;
+        self.metrics.refused(reason);
+        self.set_degraded(true, format!("refused {} ({reason})", short(&commit)));
+        Ok(())
+    }
+
+    fn set_degraded(&self, d: bool, status: String) {
+        self.metrics.set_degraded(d);
+        self.health.degraded.store(d, Ordering::Relaxed);
+        self.health.set_status(status);
+    }
+
+    /// Run the apply transaction over every backend and audit it. Returns whether it succeeded.
+    fn transaction(&mut self, lock: &StateLock, artifacts: &Artifacts, action: Action, base: Record, t0: Instant) -> Result<bool> {
+        let prev = lock.dir.current()?;
+        let commit = artifacts.manifest.commit.clone();
+        let seq = self.next_seq()?;
+        self.journal.pending = Some(Pending { seq, commit: commit.clone(), action });
+        self.journal.save(&self.cfg.state_dir)?;
+        if action == Action::Apply && self.hooks {
+            let msg = commit
+                .as_deref()
+                .and_then(|c| git2::Oid::from_str(c).ok())
+                .and_then(|o| self.mirror.commit_info(o).ok())
+                .map(|i| i.message)
+                .unwrap_or_default();
+            self.fail_commit.store(msg.contains(FAIL_MARKER), Ordering::SeqCst);
+        }
+        let opts = ApplyOptions {
+            source: format!("fwc agent: {} {}", self.cfg.repo_url, commit.as_deref().unwrap_or("-")),
+            netns: self.cfg.netns.clone(),
+            no_sysctl: false,
+        };
+        let r = apply::transaction(&mut self.backends, lock, artifacts, &opts);
+        self.fail_commit.store(false, Ordering::SeqCst);
+        let elapsed = t0.elapsed();
+        let changes = audit::changes_between(prev.as_ref().map(|g| &g.artifacts.manifest), &artifacts.manifest);
+        let (outcome, detail, ok) = match &r {
+            Ok(_) => (Outcome::Ok, base.detail.clone(), true),
+            Err(f) => {
+                let rolled_back = f.rollback.iter().all(|(_, r)| r.is_ok());
+                (if rolled_back { Outcome::RolledBack } else { Outcome::Failed }, Some(f.to_string()), false)
+            }
+        };
+        self.append(Record { action: Some(action), changes, result: Some(outcome), detail, duration_ms: elapsed.as_millis() as u64, ..base })?;
+        self.journal.pending = None;
+        if let Some(c) = &commit {
+            if action == Action::Apply {
+                self.journal.handled = Some(Handled {
+                    commit: c.clone(),
+                    outcome: if ok { "applied" } else { "failed" }.into(),
+                    reason: r.as_ref().err().map(|f| f.to_string()),
+                });
+            }
+        }
+        self.journal.save(&self.cfg.state_dir)?;
+        Metrics::inc(&self.metrics.apply_total, outcome.as_str());
+        self.metrics.apply_duration_seconds.observe(elapsed.as_secs_f64());
+        match r {
+            Ok(rep) => {
+                tracing::info!(commit = ?rep.commit, generation = %rep.generation, ms = rep.total_ms, "{} ok", action.as_str());
+                self.last_drift = None;
+                self.metrics.set_applied_commit(rep.commit.as_deref());
+                self.set_degraded(false, format!("running {}", rep.commit.as_deref().map(short).unwrap_or("-")));
+                self.health.ready.store(true, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(f) => {
+                tracing::error!("{f}");
+                eprintln!("fwc agent: {f}");
+                if action == Action::Apply {
+                    self.metrics.refused("apply");
+                }
+                let now = lock.dir.current()?.and_then(|g| g.meta.commit);
+                self.metrics.set_applied_commit(now.as_deref());
+                self.set_degraded(true, format!("{} of {} failed; running {}", action.as_str(), commit.as_deref().map(short).unwrap_or("-"), now.as_deref().map(short).unwrap_or("nothing")));
+                // Ready = serving a known state, even if it is the previous one.
+                self.health.ready.store(now.is_some(), Ordering::Relaxed);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Compare live with the applied artifacts; heal or report.
+    fn check_drift(&mut self, lock: &StateLock) -> Result<()> {
+        let Some(cur) = lock.dir.current()? else { return Ok(()) };
+        let mut drift = Vec::new();
+        for b in self.backends.iter_mut() {
+            match b.observe(&cur.artifacts) {
+                Ok(obs) => {
+                    self.metrics.observe_rule_counters(&obs.counters);
+                    drift.extend(obs.drift.iter().map(|d| format!("{}: {d}", b.kind().as_str())));
+                }
+                Err(e) => drift.push(format!("{}: cannot read the live state: {e}", b.kind().as_str())),
+            }
+        }
+        if !self.health.ready.load(Ordering::Relaxed) && drift.is_empty() {
+            // Restart: adopt what is live.
+            if let Some(c) = &cur.meta.commit {
+                if !self.is_refused(c) {
+                    self.adopt(c);
+                }
+            }
+            self.health.ready.store(true, Ordering::Relaxed);
+        }
+        if drift.is_empty() {
+            self.last_drift = None;
+            return Ok(());
+        }
+        let text = drift.join("\n");
+        let base = Record {
+            host: self.cfg.host.clone(),
+            commit: cur.meta.commit.clone(),
+            previous_commit: cur.meta.commit.clone(),
+            ..Default::default()
+        };
+        match self.cfg.drift {
+            DriftMode::Alert => {
+                if self.last_drift.as_deref() != Some(text.as_str()) {
+                    self.metrics.drift_total.inc();
+                    tracing::warn!("drift (alert only):\n{text}");
+                    eprintln!("fwc agent: drift detected (alert mode, not healed):\n{text}");
+                    let seq = self.next_seq()?;
+                    self.journal.pending = Some(Pending { seq, commit: cur.meta.commit.clone(), action: Action::Drift });
+                    self.journal.save(&self.cfg.state_dir)?;
+                    self.append(Record { action: Some(Action::Drift), result: Some(Outcome::Reported), detail: Some(text.clone()), ..base })?;
+                    self.journal.pending = None;
+                    self.journal.save(&self.cfg.state_dir)?;
+                    self.last_drift = Some(text);
+                }
+            }
+            DriftMode::Heal => {
+                self.metrics.drift_total.inc();
+                tracing::warn!("drift, healing:\n{text}");
+                eprintln!("fwc agent: drift detected, healing:\n{text}");
+                let t0 = Instant::now();
+                self.transaction(lock, &cur.artifacts, Action::Heal, Record { detail: Some(text), ..base }, t0)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Run the agent until SIGTERM / SIGINT (or one iteration with `once`).
+pub fn run(cfg: AgentConfig) -> Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::new((cfg.interval * 3).max(Duration::from_secs(60)) + cfg.fetch_timeout));
+    let (tx, rx) = mpsc::channel::<Wake>();
+    let _server = match cfg.metrics_addr {
+        Some(addr) => {
+            let push = tx.clone();
+            let s = metrics::serve(
+                addr,
+                metrics::ServerState {
+                    metrics: metrics.clone(),
+                    health: health.clone(),
+                    webhook: cfg.webhook.clone(),
+                    on_push: Arc::new(move || {
+                        let _ = push.send(Wake::Push);
+                    }),
+                },
+            )
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot listen on {addr} (--metrics)"))?;
+            eprintln!("fwc agent: metrics on http://{}/metrics", s.addr);
+            Some(s)
+        }
+        None => None,
+    };
+    spawn_signal_thread(tx.clone());
+    let mut agent = Agent::new(cfg.clone(), metrics, health.clone())?;
+    // Recover an interrupted action before anything else.
+    let mut force = {
+        let _lock = agent.state.lock(true)?;
+        agent.recover()?
+    };
+    eprintln!(
+        "fwc agent: {} branch {} for host {}, every {:?}, state in {}",
+        cfg.repo_url,
+        cfg.branch,
+        cfg.host,
+        cfg.interval,
+        cfg.state_dir.display()
+    );
+    let mut next_fetch = Instant::now();
+    let mut next_check = Instant::now();
+    loop {
+        health.tick();
+        let now = Instant::now();
+        if now >= next_fetch {
+            let delay = agent.fetch();
+            next_fetch = Instant::now() + delay;
+        }
+        if Instant::now() >= next_check || force {
+            if let Err(e) = agent.reconcile(force) {
+                tracing::error!("reconcile failed: {e:?}");
+                eprintln!("fwc agent: reconcile failed: {e:?}");
+                agent.set_degraded(true, format!("reconcile error: {e}"));
+            }
+            force = false;
+            next_check = Instant::now() + cfg.interval;
+        }
+        if cfg.once {
+            return Ok(());
+        }
+        let wait = next_fetch.min(next_check).saturating_duration_since(Instant::now());
+        match rx.recv_timeout(wait) {
+            Ok(Wake::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                eprintln!("fwc agent: stopping");
+                return Ok(());
+            }
+            Ok(Wake::Push) => {
+                // Coalesce a burst of webhooks into one fetch.
+                while let Ok(w) = rx.try_recv() {
+                    if w == Wake::Stop {
+                        eprintln!("fwc agent: stopping");
+                        return Ok(());
+                    }
+                }
+                agent.backoff.reset();
+                next_fetch = Instant::now();
+                next_check = Instant::now();
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+fn spawn_signal_thread(tx: mpsc::Sender<Wake>) {
+    std::thread::Builder::new()
+        .name("fwc-signals".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                    return;
+                };
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+                let _ = tx.send(Wake::Stop);
+            });
+        })
+        .expect("signal thread");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        let mut b = Backoff::new(Duration::from_secs(2));
+        let d: Vec<_> = (0..6).map(|_| b.fail().as_millis()).collect();
+        assert_eq!(d, vec![500, 1000, 2000, 4000, 8000, 8000]);
+        b.reset();
+        assert_eq!(b.fail().as_millis(), 500);
+        let mut b = Backoff::new(Duration::from_millis(200));
+        assert_eq!((0..4).map(|_| b.fail().as_millis()).collect::<Vec<_>>(), vec![500, 1000, 1000, 1000]);
+    }
+
+    #[test]
+    fn journal_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(Journal::load(d.path()).unwrap(), Journal::default());
+        let j = Journal {
+            pending: Some(Pending { seq: 3, commit: Some("abc".into()), action: Action::Apply }),
+            handled: Some(Handled { commit: "abc".into(), outcome: "applied".into(), reason: None }),
+        };
+        j.save(d.path()).unwrap();
+        assert_eq!(Journal::load(d.path()).unwrap(), j);
+    }
+}

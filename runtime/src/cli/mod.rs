@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod compile;
+pub mod agent;
 pub mod apply;
 
 /// Options every subcommand understands.
@@ -50,6 +51,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Pull-mode GitOps: fetch a git remote, verify, compile, apply, heal drift, serve metrics.
+    Agent(agent::AgentArgs),
+    /// Show or verify the hash-chained audit log.
+    Audit(agent::AuditArgs),
     /// Parse and check a rule repository for every host; report all errors.
     Check(compile::CheckArgs),
     /// Compile one host's artifacts (nftables.json, qos.json, forward.json, manifest.json).
@@ -81,6 +86,8 @@ pub fn main() -> ExitCode {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let g = cli.global.clone();
     let result = match cli.command {
+        Command::Agent(a) => agent::agent(a, &g),
+        Command::Audit(a) => agent::audit(a, &g),
         Command::Check(a) => compile::check(a, &g),
         Command::Compile(a) => compile::compile(a, &g),
         Command::Plan(a) => compile::plan(a, &g),
