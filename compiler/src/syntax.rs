@@ -172,6 +172,13 @@ impl Parser<'_, '_> {
                         "see docs/rules.md for the syntax; strings need double quotes, booleans are #true/#false".into()
                     });
                     let label = d.label.clone().unwrap_or_else(|| "here".into());
+                    // KDL v1 habits: bare `true` / `false` / `null` are not values in KDL v2.
+                    let word = text.get(d.span.offset()..d.span.offset() + d.span.len()).unwrap_or("");
+                    if matches!(word, "true" | "false" | "null") {
+                        self.error("kdl-syntax", format!("syntax error: `{word}` is not a value in KDL v2"), span, "bare keyword")
+                            .help(format!("KDL v2 keywords start with #: write #{word}"));
+                        continue;
+                    }
                     self.error("kdl-syntax", format!("syntax error: {msg}"), span, label).help(help);
                 }
                 return;
@@ -347,7 +354,7 @@ impl Parser<'_, '_> {
         if !props.values.contains_key(key) {
             let span = self.span(props.node.span());
             let rule = props.rule.clone();
-            self.error("missing-property", format!("{rule} needs `{key}`"), span, format!("`{key}` missing"))
+            self.error("missing-property", format!("missing `{key}`"), span, format!("`{key}` missing"))
                 .rule(rule)
                 .help(format!("add {key}={example}"));
             return None;
