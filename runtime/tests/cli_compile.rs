@@ -1,0 +1,288 @@
+//! The `fwc` binary's compile-side commands, run as a user would: `check`, `compile`, `plan
+//! --from`, `fmt`, `schema`, `completions`. Exit codes (0 ok, 1 error, 2 plan has changes),
+//! file:line:col + hint on errors, `--json` diagnostics, and that a failed compile writes nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fwc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fwc"))
+        .args(args)
+        .arg("--color=never")
+        .env("NO_COLOR", "1")
+        .env_remove("FWC_LOG")
+        .output()
+        .expect("run fwc")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("fwc exited normally")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Both streams, for assertion messages.
+fn shown(o: &Output) -> String {
+    format!("exit {:?}\n--- stdout\n{}\n--- stderr\n{}", o.status.code(), text(&o.stdout), text(&o.stderr))
+}
+
+fn repo(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, body) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    }
+    dir
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Broken repositories: (fwc.kdl, "file:line:col" the report must show, a hint it must show).
+const BAD: &[(&str, &str, &str)] = &[
+    (
+        "fwc 1\nforward \"tenant\" listen=\":9000\" to=\"10.0.0.7:9000\" bandwidth=\"10mbps\"\n",
+        "fwc.kdl:2:52",
+        "write 10mbit for bits per second or 10MB/s for bytes per second",
+    ),
+    ("fwc 1\ninput {\n    allow \"ssh\" prot=tcp port=22\n}\n", "fwc.kdl:3:17", "did you mean `proto`?"),
+    ("fwc 1\nset \"office\" \"203.0.113.7/24\"\n", "fwc.kdl:2:14", "did you mean 203.0.113.0/24?"),
+    ("fwc 1\ninput {\n    deny \"x\" from=\"192.0.2.0/24\" log=true\n}\n", "fwc.kdl:3:38", "write #true"),
+];
+
+#[test]
+fn check_and_compile_report_errors_and_write_nothing() {
+    for (body, at, hint) in BAD {
+        let dir = repo(&[("fwc.kdl", body)]);
+        let check = fwc(&["check", s(dir.path())]);
+        assert_eq!(code(&check), 1, "check should fail:\n{}", shown(&check));
+        let err = text(&check.stderr);
+        assert!(err.contains(at), "check should point at {at}:\n{}", shown(&check));
+        assert!(err.contains(hint), "check should give the hint {hint:?}:\n{}", shown(&check));
+        assert!(err.contains("1 error(s)"), "summary line missing:\n{}", shown(&check));
+
+        let out = dir.path().join("out");
+        let compile = fwc(&["compile", s(dir.path()), "--out", s(&out)]);
+        assert_eq!(code(&compile), 1, "compile should fail:\n{}", shown(&compile));
+        let err = text(&compile.stderr);
+        assert!(err.contains(at) && err.contains(hint), "compile should report {at} and the hint:\n{}", shown(&compile));
+        assert!(!out.exists(), "a failed compile must not create {}", out.display());
+    }
+}
+
+#[test]
+fn several_errors_are_reported_in_one_run() {
+    let dir = repo(&[(
+        "fwc.kdl",
+        "fwc 1\nset \"office\" \"203.0.113.0/33\"\ninput {\n    allow \"ssh\" proto=tcpp port=22 from=\"@office\"\n}\nforward \"web\" listen=\":8080\" to=\"10.0.0.300:80\"\n",
+    )]);
+    let o = fwc(&["check", s(dir.path())]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    let err = text(&o.stderr);
+    for at in ["fwc.kdl:2:14", "fwc.kdl:4:17", "fwc.kdl:6:30"] {
+        assert!(err.contains(at), "missing {at}:\n{}", shown(&o));
+    }
+    assert!(err.contains("3 error(s), 0 warning(s)"), "{}", shown(&o));
+}
+
+#[test]
+fn json_diagnostics_are_machine_readable() {
+    let dir = repo(&[("fwc.kdl", BAD[0].0)]);
+    let o = fwc(&["check", s(dir.path()), "--json"]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", shown(&o)));
+    let diags = v.as_array().expect("an array of diagnostics");
+    assert_eq!(diags.len(), 1, "{v:#}");
+    let d = &diags[0];
+    assert_eq!(d["severity"], "error");
+    assert_eq!(d["code"], "fwc::bad-bandwidth");
+    assert_eq!(d["file"], "fwc.kdl");
+    assert_eq!(d["line"], 2);
+    assert_eq!(d["column"], 52);
+    assert_eq!(d["rule"], "forward \"tenant\"");
+    assert!(d["message"].as_str().unwrap().contains("ambiguous"), "{d:#}");
+    assert!(d["help"].as_str().unwrap().contains("10mbit"), "{d:#}");
+
+    // compile --json on a broken repo: JSON diagnostics too, exit 1.
+    let o = fwc(&["compile", s(dir.path()), "--json"]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", shown(&o)));
+    assert_eq!(v[0]["code"], "fwc::bad-bandwidth", "{v:#}");
+
+    // Warnings only: exit 0, warnings in the JSON.
+    let dir = repo(&[("fwc.kdl", "fwc 1\nset \"nothing\" {\n}\n")]);
+    let o = fwc(&["check", s(dir.path()), "--json"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["severity"], "warning", "{v:#}");
+    assert_eq!(v[0]["code"], "fwc::empty-set", "{v:#}");
+}
+
+#[test]
+fn compile_quickstart_writes_four_artifacts() {
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("art");
+    let o = fwc(&["check", s(&examples().join("quickstart"))]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    assert!(text(&o.stdout).starts_with("ok:"), "{}", shown(&o));
+
+    let o = fwc(&["compile", s(&examples().join("quickstart")), "--out", s(&dest), "--commit", "abc123"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    for f in ["nftables.json", "qos.json", "forward.json", "manifest.json"] {
+        let body = std::fs::read_to_string(dest.join(f)).unwrap_or_else(|e| panic!("{f} not written ({e}):\n{}", shown(&o)));
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{f} is not JSON: {e}"));
+        assert!(v.is_object(), "{f}");
+    }
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dest.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["host"], "localhost");
+    assert_eq!(manifest["commit"], "abc123");
+    let nft: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dest.join("nftables.json")).unwrap()).unwrap();
+    assert!(nft["nftables"].as_array().is_some_and(|a| !a.is_empty()));
+
+    // --json prints the same artifacts on stdout.
+    let o = fwc(&["compile", s(&examples().join("quickstart")), "--json", "--commit", "abc123"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["manifest"], manifest);
+
+    // A fleet needs --host; an unknown host is an error with the list of hosts.
+    let o = fwc(&["compile", s(&examples().join("fleet")), "--out", s(&out.path().join("fleet"))]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    assert!(text(&o.stderr).contains("--host"), "{}", shown(&o));
+    assert!(!out.path().join("fleet").exists());
+    let o = fwc(&["compile", s(&examples().join("fleet")), "--host", "edge-3", "--out", s(&out.path().join("fleet"))]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    assert!(text(&o.stderr).contains("edge-1"), "{}", shown(&o));
+    let o = fwc(&["compile", s(&examples().join("fleet")), "--host", "edge-1", "--out", s(&out.path().join("fleet"))]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    assert!(out.path().join("fleet/manifest.json").is_file());
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let o = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git runs");
+    assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
+}
+
+#[test]
+fn plan_from_a_git_revision() {
+    let dir = repo(&[(
+        "fwc.kdl",
+        "fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22\n    allow \"web\" proto=tcp port=80\n    allow \"old\" proto=tcp port=8080\n}\nforward \"fwd\" listen=\":9000\" to=\"10.0.0.7:9000\"\n",
+    )]);
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "main"]);
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "one"]);
+    std::fs::write(
+        d.join("fwc.kdl"),
+        "fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22\n    allow \"web\" proto=tcp port=\"80,443\"\n    allow \"new\" proto=udp port=51820\n}\nforward \"fwd\" listen=\":9000\" to=\"app.internal:9000\"\n",
+    )
+    .unwrap();
+    git(d, &["commit", "-q", "-am", "two"]);
+
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1"]);
+    assert_eq!(code(&o), 2, "a plan with changes exits 2:\n{}", shown(&o));
+    let out = text(&o.stdout);
+    for want in ["+ filter \"new\"", "~ filter \"web\"", "- filter \"old\"", "~ forward \"fwd\"", "[userspace]", "moves from [nftables]", "was: input allow tcp port 80"] {
+        assert!(out.contains(want), "plan should show {want:?}:\n{}", shown(&o));
+    }
+    assert!(!out.contains("filter \"ssh\""), "unchanged rules are not listed:\n{out}");
+    assert!(out.contains("Plan: 1 to add, 2 to change, 1 to remove."), "{}", shown(&o));
+
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--json"]);
+    assert_eq!(code(&o), 2, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["add"].as_u64(), v["change"].as_u64(), v["remove"].as_u64()), (Some(1), Some(2), Some(1)), "{v:#}");
+
+    // Nothing changed since HEAD: exit 0.
+    let o = fwc(&["plan", s(d), "--from", "HEAD"]);
+    assert_eq!(code(&o), 0, "no changes exits 0:\n{}", shown(&o));
+    assert!(text(&o.stdout).contains("No rule changes"), "{}", shown(&o));
+
+    // --to: between two revisions, ignoring the work tree.
+    std::fs::write(d.join("fwc.kdl"), "fwc 1\n").unwrap();
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD"]);
+    assert_eq!(code(&o), 2, "{}", shown(&o));
+    assert!(text(&o.stdout).contains("+ filter \"new\""), "{}", shown(&o));
+
+    // A broken work tree: exit 1 with the diagnostic.
+    std::fs::write(d.join("fwc.kdl"), "fwc 1\nsett \"x\"\n").unwrap();
+    let o = fwc(&["plan", s(d), "--from", "HEAD"]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    assert!(text(&o.stderr).contains("fwc.kdl:2:1"), "{}", shown(&o));
+}
+
+#[test]
+fn fmt_check_detects_unformatted_files() {
+    let messy = "fwc 1\ninput   policy=drop {\n        allow \"ssh\"    proto=tcp port=22\n}\n";
+    let dir = repo(&[("fwc.kdl", messy), ("rules/a.kdl", "set \"x\" \"192.0.2.1\"\n")]);
+    let o = fwc(&["fmt", "--check", s(dir.path())]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    assert!(text(&o.stdout).contains("fwc.kdl"), "{}", shown(&o));
+    assert_eq!(std::fs::read_to_string(dir.path().join("fwc.kdl")).unwrap(), messy, "--check must not write");
+
+    let o = fwc(&["fmt", s(dir.path())]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    assert_ne!(std::fs::read_to_string(dir.path().join("fwc.kdl")).unwrap(), messy, "fmt rewrites the file");
+    let o = fwc(&["fmt", "--check", s(dir.path())]);
+    assert_eq!(code(&o), 0, "formatted files pass --check:\n{}", shown(&o));
+    // Formatting does not change what the rules mean.
+    let o = fwc(&["check", s(dir.path())]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+}
+
+#[test]
+fn schema_prints_json_schemas() {
+    let o = fwc(&["schema", "qos.json"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", shown(&o)));
+    assert!(v.get("$schema").is_some(), "{v:#}");
+    assert!(text(&o.stdout).contains("mark_mask"), "{}", shown(&o));
+
+    let o = fwc(&["schema"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    for key in ["mark_mask", "listeners", "artifact_hashes", "nftables"] {
+        assert!(text(&o.stdout).contains(key), "all schemas should mention {key}:\n{}", shown(&o));
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let o = fwc(&["schema", "--out", s(dir.path())]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    for f in ["nftables", "qos", "forward", "manifest"] {
+        assert!(dir.path().join(format!("{f}.schema.json")).is_file(), "{f}.schema.json");
+    }
+
+    let o = fwc(&["schema", "nope.json"]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+}
+
+#[test]
+fn completions_for_bash() {
+    let o = fwc(&["completions", "bash"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let out = text(&o.stdout);
+    assert!(out.contains("_fwc") && out.contains("complete"), "{}", shown(&o));
+    for sub in ["check", "compile", "plan", "fmt", "schema"] {
+        assert!(out.contains(sub), "bash completions should know `{sub}`");
+    }
+    let o = fwc(&["completions", "no-such-shell"]);
+    assert_ne!(code(&o), 0);
+}
