@@ -1,7 +1,387 @@
-//! Semantic checks. (being written)
-use crate::diag::Diagnostics;
-use crate::model::Ruleset;
+//! Semantic checks over a parsed ruleset: names unique per kind, set references that exist,
+//! one forward per (host, proto, port), selectors that select something, address families
+//! that the kernel path can translate, and values that only make sense together. Errors
+//! point at the exact span and name the rule; all of them are reported in one run.
+
+use std::collections::BTreeMap;
+
+use crate::artifacts::QOS_MAX_CLASS_ID;
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::model::*;
+use crate::select::place_forward;
 use crate::source::SourceMap;
-pub fn check(_map: &SourceMap, _rs: &Ruleset) -> Result<Diagnostics, Diagnostics> {
-    Ok(Diagnostics::default())
+use crate::syntax::did_you_mean;
+
+/// Most ports one userspace forward may listen on (each is a socket).
+pub const MAX_USERSPACE_PORTS: u32 = 1024;
+
+/// Check `rs`; `Ok` carries the warnings, `Err` all errors and warnings.
+pub fn check(map: &SourceMap, rs: &Ruleset) -> Result<Diagnostics, Diagnostics> {
+    let mut c = Checker { map, rs, out: Diagnostics::default() };
+    c.hosts();
+    c.sets();
+    c.chains();
+    c.forwards();
+    c.shapes();
+    c.selectors();
+    if c.out.has_errors() {
+        Err(c.out)
+    } else {
+        Ok(c.out)
+    }
+}
+
+struct Checker<'a> {
+    map: &'a SourceMap,
+    rs: &'a Ruleset,
+    out: Diagnostics,
+}
+
+impl Checker<'_> {
+    fn err(&mut self, code: &str, rule: &str, msg: impl Into<String>, span: Span, label: &str, help: impl Into<String>) {
+        self.out.push(Diagnostic::error(code, msg).at(self.map, span, label).rule(rule).help(help));
+    }
+
+    fn warn(&mut self, code: &str, rule: &str, msg: impl Into<String>, span: Span, label: &str, help: impl Into<String>) {
+        self.out.push(Diagnostic::warning(code, msg).at(self.map, span, label).rule(rule).help(help));
+    }
+
+    /// Report the second and later uses of a name within one kind.
+    fn unique<'n>(&mut self, kind: &str, names: impl Iterator<Item = &'n Spanned<String>>) {
+        let mut seen: BTreeMap<&str, Span> = BTreeMap::new();
+        for n in names {
+            if let Some(first) = seen.get(n.value.as_str()) {
+                let first = self.map.file(first.file).path.clone() + &format!(" line {}", {
+                    let f = self.map.file(first.file);
+                    crate::diag::line_col(&f.text, first.offset as usize).0
+                });
+                let rule = format!("{kind} \"{}\"", n.value);
+                self.err(
+                    "duplicate-name",
+                    &rule,
+                    format!("{kind} name \"{}\" is used twice", n.value),
+                    n.span,
+                    "second use",
+                    format!("names are unique per kind (first use: {first}); rename one of them"),
+                );
+            } else {
+                seen.insert(&n.value, n.span);
+            }
+        }
+    }
+
+    fn hosts(&mut self) {
+        self.unique("host", self.rs.hosts.iter().map(|h| &h.name));
+    }
+
+    fn sets(&mut self) {
+        self.unique("set", self.rs.sets.iter().map(|s| &s.name));
+        for s in &self.rs.sets {
+            if s.elements.is_empty() {
+                let rule = format!("set \"{}\"", s.name.value);
+                self.warn("empty-set", &rule, "this set is empty", s.name.span, "no elements", "a rule matching an empty set never matches; add elements or remove the set");
+            }
+        }
+    }
+
+    fn addr(&mut self, rule: &str, m: &Option<Spanned<AddrMatch>>) {
+        let Some(m) = m else { return };
+        if let AddrMatch::Set(name) = &m.value {
+            if !self.rs.sets.iter().any(|s| &s.name.value == name) {
+                let help = match did_you_mean(name, self.rs.sets.iter().map(|s| s.name.value.as_str())) {
+                    Some(s) => format!("did you mean \"@{s}\"?"),
+                    None => format!("declare it: set \"{name}\" \"192.0.2.0/24\""),
+                };
+                self.err("unknown-set", rule, format!("set \"{name}\" is not declared"), m.span, "unknown set", help);
+            }
+        }
+    }
+
+    fn ports_need_proto(&mut self, rule: &str, proto: Option<&Spanned<Proto>>, ports: Option<&Spanned<Vec<PortRange>>>, key: &str) {
+        let Some(ports) = ports else { return };
+        match proto {
+            None => self.err(
+                "port-without-proto",
+                rule,
+                format!("`{key}` needs a protocol"),
+                ports.span,
+                "ports without proto",
+                "add proto=\"tcp\", \"udp\" or \"both\"",
+            ),
+            Some(p) if !p.value.has_ports() => self.err(
+                "port-with-icmp",
+                rule,
+                format!("{} has no ports", p.value.as_str()),
+                ports.span,
+                "ports on an ICMP rule",
+                "remove the port, or use proto=\"tcp\"/\"udp\"",
+            ),
+            _ => {}
+        }
+    }
+
+    fn chains(&mut self) {
+        let rules: Vec<&FilterRule> = self.rs.chains.iter().flat_map(|c| c.rules.iter()).collect();
+        self.unique("filter rule", rules.iter().map(|r| &r.name));
+        for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output] {
+            let mut policy: Option<&Spanned<Policy>> = None;
+            for c in self.rs.chains.iter().filter(|c| c.kind == kind) {
+                if let (Some(first), Some(p)) = (policy, &c.policy) {
+                    if first.value != p.value {
+                        let rule = format!("{} chain", kind.as_str());
+                        self.err(
+                            "conflicting-policy",
+                            &rule,
+                            format!("the {} chain's policy is set twice, differently", kind.as_str()),
+                            p.span,
+                            "conflicts with an earlier block",
+                            "give the policy in one block only",
+                        );
+                    }
+                }
+                policy = policy.or(c.policy.as_ref());
+            }
+        }
+        for r in rules {
+            let rule = format!("{} \"{}\"", r.action.as_str(), r.name.value);
+            self.addr(&rule, &r.from);
+            self.addr(&rule, &r.to);
+            self.ports_need_proto(&rule, r.proto.as_ref(), r.ports.as_ref(), "port");
+            self.ports_need_proto(&rule, r.proto.as_ref(), r.sports.as_ref(), "sport");
+            if let (ChainKind::Output, Some(i)) = (r.chain, &r.iif) {
+                self.err("iif-in-output", &rule, "locally generated packets have no input interface", i.span, "`in` in the output chain", "use `out=` in the output chain");
+            }
+            if let (ChainKind::Input, Some(o)) = (r.chain, &r.oif) {
+                self.err("oif-in-input", &rule, "packets for this host have no output interface", o.span, "`out` in the input chain", "use `in=` in the input chain");
+            }
+            self.family_mix(&rule, &r.from, &r.to);
+            if let Some(p) = &r.proto {
+                let fam = self.match_family(&r.from).or(self.match_family(&r.to));
+                let clash = match (p.value, fam) {
+                    (Proto::Icmp, Some(Family::V6)) => Some("icmp is IPv4; use proto=\"icmpv6\" for IPv6 addresses"),
+                    (Proto::Icmpv6, Some(Family::V4)) => Some("icmpv6 is IPv6; use proto=\"icmp\" for IPv4 addresses"),
+                    _ => None,
+                };
+                if let Some(help) = clash {
+                    self.err("family-mismatch", &rule, "protocol and addresses are of different IP families", p.span, "this protocol", help);
+                }
+            }
+        }
+    }
+
+    fn match_family(&self, m: &Option<Spanned<AddrMatch>>) -> Option<Family> {
+        let elems: Vec<AddrElem> = match &m.as_ref()?.value {
+            AddrMatch::Literal(l) => l.clone(),
+            AddrMatch::Set(n) => self.rs.sets.iter().find(|s| &s.name.value == n)?.elements.iter().map(|e| e.value).collect(),
+        };
+        family_of(elems.iter().map(|e| e.is_ipv4()))
+    }
+
+    /// `from` only IPv4 and `to` only IPv6 (or the reverse) can never match.
+    fn family_mix(&mut self, rule: &str, from: &Option<Spanned<AddrMatch>>, to: &Option<Spanned<AddrMatch>>) {
+        if let (Some(a), Some(b), Some(to_m)) = (self.match_family(from), self.match_family(to), to) {
+            if a != b && a != Family::Both && b != Family::Both {
+                self.err("family-mismatch", rule, "`from` and `to` are of different IP families: this rule can never match", to_m.span, "other family than `from`", "split it into an IPv4 and an IPv6 rule");
+            }
+        }
+    }
+
+    fn forwards(&mut self) {
+        self.unique("forward", self.rs.forwards.iter().map(|f| &f.name));
+        for f in &self.rs.forwards {
+            let rule = format!("forward \"{}\"", f.name.value);
+            self.addr(&rule, &f.from);
+            let (backends, _) = place_forward(f);
+            let userspace = backends.contains(&crate::artifacts::BackendKind::Userspace);
+            let listen_len = f.listen.ports.len();
+            for t in f.targets.value.iter() {
+                if let Some(tp) = t.ports {
+                    if !tp.is_single() && tp.len() != listen_len {
+                        self.err(
+                            "port-range-mismatch",
+                            &rule,
+                            format!("target ports {tp} ({} ports) do not match listen ports {} ({listen_len} ports)", tp.len(), f.listen.ports),
+                            f.targets.span,
+                            "different length",
+                            "a target range maps one to one onto the listen range: give it the same length, a single port, or none (same port)",
+                        );
+                    }
+                }
+            }
+            if f.backend.value == crate::model::BackendChoice::Kernel && userspace {
+                let (_, reason) = place_forward(&ForwardRule { backend: Spanned::new(BackendChoice::Auto, f.backend.span), ..f.clone() });
+                self.err("kernel-impossible", &rule, format!("backend=\"kernel\" was asked for, but {reason}"), f.backend.span, "kernel not possible", "remove backend=\"kernel\" or the option that needs userspace");
+            }
+            if userspace && listen_len > MAX_USERSPACE_PORTS {
+                self.err(
+                    "too-many-ports",
+                    &rule,
+                    format!("a userspace forward listens on one socket per port; {listen_len} ports is more than {MAX_USERSPACE_PORTS}"),
+                    f.listen.span,
+                    "port range",
+                    "use IP-literal targets (kernel path) for large port ranges, or split the range",
+                );
+            }
+            if !userspace {
+                self.kernel_families(&rule, f);
+            }
+            if let (Some(b), None, None) = (&f.burst, &f.up, &f.down) {
+                self.err("burst-without-rate", &rule, "burst without a bandwidth cap", b.span, "burst alone", "add bandwidth=\"100mbit\" (or up=/down=), or remove burst");
+            }
+        }
+        self.listen_conflicts();
+    }
+
+    /// The kernel path translates within one family: an IPv4 listen address cannot DNAT to IPv6.
+    fn kernel_families(&mut self, rule: &str, f: &ForwardRule) {
+        let fam = family_of(f.targets.value.iter().filter_map(|t| match t.host {
+            TargetHost::Ip(ip) => Some(ip.is_ipv4()),
+            TargetHost::Dns(_) => None,
+        }));
+        if let (Some(listen), Some(fam)) = (f.listen.addr, fam) {
+            let lf = if listen.is_ipv4() { Family::V4 } else { Family::V6 };
+            if fam != lf {
+                self.err(
+                    "family-mismatch",
+                    rule,
+                    format!("listen address {listen} is {} but the target is {}: the kernel path cannot translate between IPv4 and IPv6", lf.name(), fam.name()),
+                    f.targets.span,
+                    "other family",
+                    "use a target of the same family, listen on \":port\" (both families), or set backend=\"userspace\" to proxy across families",
+                );
+            }
+        }
+        if f.targets.value.len() > 1 && fam == Some(Family::Both) {
+            self.err(
+                "family-mismatch",
+                rule,
+                "a kernel forward balances within one family, but these targets mix IPv4 and IPv6",
+                f.targets.span,
+                "mixed families",
+                "make two forwards (one per family, different listen addresses), or set backend=\"userspace\"",
+            );
+        }
+    }
+
+    /// Two forwards of one host on the same proto and overlapping ports (and addresses).
+    fn listen_conflicts(&mut self) {
+        let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::select::implicit_host()] } else { self.rs.hosts.clone() };
+        let mut reported = std::collections::BTreeSet::new();
+        for h in &hosts {
+            let fs: Vec<&ForwardRule> = self.rs.forwards.iter().filter(|f| f.on.as_ref().map_or(true, |s| s.value.matches(h))).collect();
+            for (i, a) in fs.iter().enumerate() {
+                for b in &fs[..i] {
+                    let protos = |p: ForwardProto| match p {
+                        ForwardProto::Tcp => [true, false],
+                        ForwardProto::Udp => [false, true],
+                        ForwardProto::Both => [true, true],
+                    };
+                    let (pa, pb) = (protos(a.proto), protos(b.proto));
+                    let same_proto = (pa[0] && pb[0]) || (pa[1] && pb[1]);
+                    let same_addr = match (a.listen.addr, b.listen.addr) {
+                        (Some(x), Some(y)) => x == y,
+                        _ => true,
+                    };
+                    if same_proto && same_addr && a.listen.ports.overlaps(&b.listen.ports) && reported.insert((a.name.value.clone(), b.name.value.clone())) {
+                        let rule = format!("forward \"{}\"", a.name.value);
+                        self.err(
+                            "listen-conflict",
+                            &rule,
+                            format!("listens on {} {} which forward \"{}\" already uses on host \"{}\"", a.proto.as_str(), a.listen.ports, b.name.value, h.name.value),
+                            a.listen.span,
+                            "port already taken",
+                            "use another port, or restrict one of them to other hosts with on=…",
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn shapes(&mut self) {
+        self.unique("shape", self.rs.shapes.iter().map(|s| &s.name));
+        for s in &self.rs.shapes {
+            let rule = format!("shape \"{}\"", s.name.value);
+            self.addr(&rule, &s.from);
+            self.addr(&rule, &s.to);
+            self.ports_need_proto(&rule, s.proto.as_ref(), s.ports.as_ref(), "port");
+            self.family_mix(&rule, &s.from, &s.to);
+            if s.from.is_none() && s.to.is_none() && s.proto.is_none() && s.devs.is_empty() {
+                self.err("shape-matches-everything", &rule, "this shape matches all traffic on every interface", s.name.span, "no match given", "say what to shape: from=, to=, proto=/port= or dev=");
+            }
+        }
+        let capped = self.rs.forwards.iter().filter(|f| f.up.is_some() || f.down.is_some()).count() + self.rs.shapes.len();
+        if capped as u32 >= QOS_MAX_CLASS_ID / 2 - 1 {
+            let span = self.rs.shapes.first().map(|s| s.span).or(self.rs.forwards.first().map(|f| f.span)).unwrap_or_default();
+            self.err("too-many-classes", "qos", format!("{capped} capped rules; at most {} fit in the QoS mark space", QOS_MAX_CLASS_ID / 2 - 2), span, "here", "merge caps into shape rules that cover several addresses");
+        }
+    }
+
+    /// A selector that matches no declared host is probably a typo: warn.
+    fn selectors(&mut self) {
+        let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::select::implicit_host()] } else { self.rs.hosts.clone() };
+        let mut sels: Vec<(String, &Spanned<Selector>)> = Vec::new();
+        for r in self.rs.chains.iter().flat_map(|c| &c.rules) {
+            if let Some(s) = &r.on {
+                sels.push((format!("{} \"{}\"", r.action.as_str(), r.name.value), s));
+            }
+        }
+        for f in &self.rs.forwards {
+            if let Some(s) = &f.on {
+                sels.push((format!("forward \"{}\"", f.name.value), s));
+            }
+        }
+        for sh in &self.rs.shapes {
+            if let Some(s) = &sh.on {
+                sels.push((format!("shape \"{}\"", sh.name.value), s));
+            }
+        }
+        for (rule, s) in sels {
+            if !hosts.iter().any(|h| s.value.matches(h)) {
+                let names: Vec<&str> = hosts.iter().map(|h| h.name.value.as_str()).collect();
+                let help = match &s.value {
+                    Selector::Name(n) => match did_you_mean(n, names.iter().copied()) {
+                        Some(m) => format!("did you mean on=\"{m}\"?"),
+                        None => format!("hosts: {}", names.join(", ")),
+                    },
+                    Selector::Labels(_) => "no host has all these labels; check `labels` in the host blocks".into(),
+                };
+                self.warn("selector-matches-nothing", &rule, "this rule's on= selects no host, so it is never applied", s.span, "selects no host", help);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+    Both,
+}
+
+impl Family {
+    fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+            Family::Both => "IPv4 and IPv6",
+        }
+    }
+}
+
+fn family_of(is_v4: impl Iterator<Item = bool>) -> Option<Family> {
+    let (mut v4, mut v6) = (false, false);
+    for f in is_v4 {
+        if f {
+            v4 = true
+        } else {
+            v6 = true
+        }
+    }
+    match (v4, v6) {
+        (true, true) => Some(Family::Both),
+        (true, false) => Some(Family::V4),
+        (false, true) => Some(Family::V6),
+        _ => None,
+    }
 }

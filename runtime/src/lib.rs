@@ -2,10 +2,11 @@
 //! artifacts; this crate applies them through one [`backend::Backend`] per dataplane, and
 //! hosts the CLI, the agent, metrics and the audit log.
 
-pub mod audit;
 pub mod agent;
 pub mod apply;
+pub mod audit;
 pub mod backend;
 pub mod cli;
-pub mod state;
 pub mod metrics;
+pub mod repo;
+pub mod state;

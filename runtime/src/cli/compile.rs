@@ -1,17 +1,289 @@
 //! `fwc check`, `fwc compile`, `fwc plan --from`, `fwc fmt`, `fwc schema`, `fwc completions`:
-//! the commands that only read rule files. (being written)
+//! the commands that only read rule files and never touch the host.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use fwc_compiler::artifacts::{self, Artifacts};
+use fwc_compiler::diag::Diagnostics;
+use fwc_compiler::source::SourceTree;
+use miette::{miette, IntoDiagnostic, Result, WrapErr};
+
 use super::Global;
 
-#[derive(Debug, clap::Args)] pub struct CheckArgs {}
-#[derive(Debug, clap::Args)] pub struct CompileArgs {}
-#[derive(Debug, clap::Args)] pub struct PlanArgs {}
-#[derive(Debug, clap::Args)] pub struct FmtArgs {}
-#[derive(Debug, clap::Args)] pub struct SchemaArgs {}
-#[derive(Debug, clap::Args)] pub struct CompletionsArgs {}
-pub fn check(_: CheckArgs, _: &Global) -> miette::Result<ExitCode> { Ok(ExitCode::SUCCESS) }
-pub fn compile(_: CompileArgs, _: &Global) -> miette::Result<ExitCode> { Ok(ExitCode::SUCCESS) }
-pub fn plan(_: PlanArgs, _: &Global) -> miette::Result<ExitCode> { Ok(ExitCode::SUCCESS) }
-pub fn fmt(_: FmtArgs, _: &Global) -> miette::Result<ExitCode> { Ok(ExitCode::SUCCESS) }
-pub fn schema(_: SchemaArgs, _: &Global) -> miette::Result<ExitCode> { Ok(ExitCode::SUCCESS) }
-pub fn completions(_: CompletionsArgs) -> miette::Result<ExitCode> { Ok(ExitCode::SUCCESS) }
+/// Exit code for "the plan has changes".
+pub const EXIT_CHANGES: u8 = 2;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  fwc check                 # the repository in the current directory\n  fwc check examples/fleet --json")]
+pub struct CheckArgs {
+    /// Rule repository (directory with fwc.kdl).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// Print diagnostics as JSON (an array) on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  fwc compile --out /tmp/art                      # the only host\n  fwc compile examples/fleet --host edge-1 --out out/edge-1\n  fwc compile --json | jq .manifest.rules")]
+pub struct CompileArgs {
+    /// Rule repository (directory with fwc.kdl).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// Host to compile for (needed when the repository declares several).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Directory to write nftables.json, qos.json, forward.json and manifest.json into.
+    #[arg(long, required_unless_present = "json")]
+    pub out: Option<PathBuf>,
+    /// Commit to record in the manifest (default: the repository's HEAD, if it is a git checkout).
+    #[arg(long)]
+    pub commit: Option<String>,
+    /// Print all artifacts as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  fwc plan --from HEAD~1                 # what the last commit changed\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 no changes, 1 error, 2 changes.")]
+pub struct PlanArgs {
+    /// Rule repository (directory with fwc.kdl, inside a git checkout for --from).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// Host to plan for (needed when the repository declares several).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Compare against this git revision of the rule repository instead of the live host.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// The new side: a git revision (default: the files in DIR as they are now).
+    #[arg(long, requires = "from")]
+    pub to: Option<String>,
+    /// Print the plan as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 2 when there are changes (always on; accepted for terraform habits).
+    #[arg(long)]
+    pub detailed_exitcode: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  fwc fmt            # rewrite files in place\n  fwc fmt --check    # CI: exit 1 and list files that are not formatted")]
+pub struct FmtArgs {
+    /// Rule repository (directory with fwc.kdl).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// Do not write; exit 1 if any file is not formatted.
+    #[arg(long)]
+    pub check: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  fwc schema forward.json\n  fwc schema --out schemas/")]
+pub struct SchemaArgs {
+    /// Artifact file name (nftables.json, qos.json, forward.json, manifest.json); all when omitted.
+    pub name: Option<String>,
+    /// Write every schema as DIR/<name>.schema.json instead of printing.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:\n  fwc completions bash > /etc/bash_completion.d/fwc")]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell
+    pub shell: clap_complete::Shell,
+}
+
+/// Print diagnostics (people: miette to stderr; machines: JSON to stdout).
+fn report(diags: &Diagnostics, json: bool, g: &Global) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(diags).expect("diagnostics serialize"));
+    } else if !diags.is_empty() {
+        eprint!("{}", diags.render(g.color()));
+    }
+}
+
+fn read_tree(dir: &Path) -> std::result::Result<SourceTree, Diagnostics> {
+    SourceTree::from_dir(dir)
+}
+
+pub fn check(a: CheckArgs, g: &Global) -> Result<ExitCode> {
+    let result = read_tree(&a.dir).and_then(|t| fwc_compiler::check_all(&t).map(|w| (t, w)));
+    match result {
+        Ok((tree, warnings)) => {
+            report(&warnings, a.json, g);
+            if !a.json {
+                let mut map = Default::default();
+                let hosts = fwc_compiler::syntax::parse_plain(&tree, &mut map).map(|rs| fwc_compiler::host_names(&rs).len()).unwrap_or(0);
+                println!("ok: {} file(s), {hosts} host(s), {} warning(s)", tree.files.len(), warnings.0.len());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(diags) => {
+            report(&diags, a.json, g);
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// The HEAD commit of the git checkout containing `dir`, if any.
+pub fn head_commit(dir: &Path) -> Option<String> {
+    let (repo, _) = crate::repo::discover(dir).ok()?;
+    let head = repo.head().ok()?.peel_to_commit().ok()?;
+    Some(head.id().to_string())
+}
+
+/// Compile `dir` for `host`, rendering diagnostics on failure (as `fwc compile` does).
+pub fn compile_dir(dir: &Path, host: Option<&str>, commit: Option<&str>, json: bool, g: &Global) -> Result<Option<Artifacts>> {
+    let commit = commit.map(str::to_string).or_else(|| head_commit(dir));
+    match read_tree(dir).and_then(|t| fwc_compiler::compile(&t, host, commit.as_deref())) {
+        Ok((artifacts, warnings)) => {
+            if !json {
+                report(&warnings, false, g);
+            }
+            Ok(Some(artifacts))
+        }
+        Err(diags) => {
+            report(&diags, json, g);
+            Ok(None)
+        }
+    }
+}
+
+pub fn compile(a: CompileArgs, g: &Global) -> Result<ExitCode> {
+    let Some(artifacts) = compile_dir(&a.dir, a.host.as_deref(), a.commit.as_deref(), a.json, g)? else {
+        return Ok(ExitCode::from(1));
+    };
+    if let Some(out) = &a.out {
+        write_artifacts(out, &artifacts)?;
+        if !a.json {
+            let m = &artifacts.manifest;
+            eprintln!(
+                "compiled {} rule(s) for host {} into {}: nftables.json qos.json forward.json manifest.json",
+                m.rules.len(),
+                m.host,
+                out.display()
+            );
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&artifacts).into_diagnostic()?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write the four artifact files into `out` (created if needed); each file atomically.
+pub fn write_artifacts(out: &Path, artifacts: &Artifacts) -> Result<()> {
+    std::fs::create_dir_all(out).into_diagnostic().wrap_err_with(|| format!("cannot create {}", out.display()))?;
+    for (name, text) in artifacts.files() {
+        let mut tmp = tempfile::NamedTempFile::new_in(out).into_diagnostic()?;
+        tmp.write_all(text.as_bytes()).into_diagnostic()?;
+        tmp.persist(out.join(name)).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(name).display()))?;
+    }
+    Ok(())
+}
+
+pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
+    let Some(from) = &a.from else {
+        return Err(miette!(
+            help = "use --from REV to compare two git revisions of the rule repository",
+            "planning against the live host is not available in this build"
+        ));
+    };
+    let (repo, sub) = crate::repo::discover(&a.dir)?;
+    let old_commit = crate::repo::commit_at(&repo, from)?;
+    let old_tree = crate::repo::source_tree_at(&repo, &old_commit, &sub)?;
+    let (new_tree, new_id) = match &a.to {
+        Some(to) => {
+            let c = crate::repo::commit_at(&repo, to)?;
+            (crate::repo::source_tree_at(&repo, &c, &sub)?, Some(c.id().to_string()))
+        }
+        None => (read_tree(&a.dir).map_err(|d| miette!("{d}"))?, None),
+    };
+    let host = a.host.as_deref();
+    // The old side may not even compile (that is often why one plans); then all is new.
+    let old = fwc_compiler::compile(&old_tree, host, Some(&old_commit.id().to_string())).ok().map(|(art, _)| art);
+    let new = match fwc_compiler::compile(&new_tree, host, new_id.as_deref()) {
+        Ok((art, warnings)) => {
+            report(&warnings, a.json, g);
+            art
+        }
+        Err(diags) => {
+            report(&diags, a.json, g);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let plan = fwc_compiler::diff::plan(old.as_ref(), &new);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
+    } else {
+        print!("{}", fwc_compiler::diff::render(&plan, g.color()));
+    }
+    Ok(if plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
+}
+
+pub fn fmt(a: FmtArgs, _g: &Global) -> Result<ExitCode> {
+    let tree = read_tree(&a.dir).map_err(|d| miette!("{d}"))?;
+    let mut unformatted = Vec::new();
+    for (path, text) in tree.files.iter().filter(|(p, _)| !p.ends_with(".j2")) {
+        let formatted = format_kdl(text).map_err(|e| miette!("{path}: {e}; run `fwc check` for details"))?;
+        if formatted != *text {
+            unformatted.push(path.clone());
+            if !a.check {
+                std::fs::write(a.dir.join(path), &formatted).into_diagnostic()?;
+            }
+        }
+    }
+    for p in &unformatted {
+        println!("{}{p}", if a.check { "not formatted: " } else { "formatted " });
+    }
+    Ok(if a.check && !unformatted.is_empty() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Canonical formatting of one KDL file (comments kept; templates are left alone).
+pub fn format_kdl(text: &str) -> std::result::Result<String, String> {
+    let mut doc = kdl::KdlDocument::parse_v2(text).map_err(|_| "not valid KDL".to_string())?;
+    doc.autoformat();
+    let mut out = doc.to_string();
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+pub fn schema(a: SchemaArgs, _g: &Global) -> Result<ExitCode> {
+    let all = artifacts::schemas();
+    let selected: Vec<(&str, &serde_json::Value)> = match &a.name {
+        Some(n) => {
+            let key = all.keys().find(|k| **k == n.as_str() || k.trim_end_matches(".json") == n.as_str()).ok_or_else(|| {
+                miette!(help = format!("one of: {}", all.keys().copied().collect::<Vec<_>>().join(", ")), "no artifact named {n}")
+            })?;
+            vec![(*key, &all[key])]
+        }
+        None => all.iter().map(|(k, v)| (*k, v)).collect(),
+    };
+    match &a.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).into_diagnostic()?;
+            for (name, schema) in selected {
+                let file = dir.join(format!("{}.schema.json", name.trim_end_matches(".json")));
+                std::fs::write(&file, artifacts::to_pretty(schema)).into_diagnostic()?;
+            }
+        }
+        None => {
+            for (_, schema) in selected {
+                print!("{}", artifacts::to_pretty(schema));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn completions(a: CompletionsArgs) -> Result<ExitCode> {
+    let mut cmd = <super::Cli as clap::CommandFactory>::command();
+    clap_complete::generate(a.shell, &mut cmd, "fwc", &mut std::io::stdout());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,61 @@
+//! Every example repository compiles for every host it declares, and (privileged) every
+//! nftables.json produced by the examples and the golden cases passes `nft -j -c -f` inside a
+//! fresh network namespace.
+
+use std::path::{Path, PathBuf};
+
+use fwc_compiler::source::{SourceMap, SourceTree};
+
+fn repos(under: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(under);
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("fwc.kdl").is_file()).collect();
+    dirs.sort();
+    dirs
+}
+
+/// (repo, host, nftables.json text) for every host of every repository under `under`.
+fn compiled(under: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for dir in repos(under) {
+        let tree = SourceTree::from_dir(&dir).unwrap_or_else(|d| panic!("{}: {d}", dir.display()));
+        let mut map = SourceMap::default();
+        let rs = fwc_compiler::syntax::parse_plain(&tree, &mut map).unwrap();
+        for host in fwc_compiler::host_names(&rs) {
+            let (art, _) = fwc_compiler::compile(&tree, Some(&host), None)
+                .unwrap_or_else(|d| panic!("{} / {host}:\n{}", dir.display(), d.render(false)));
+            out.push((dir.display().to_string(), host, fwc_compiler::artifacts::to_pretty(&art.nftables)));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_example_compiles() {
+    let all = compiled("examples");
+    let repos: std::collections::BTreeSet<_> = all.iter().map(|(r, _, _)| r.clone()).collect();
+    assert!(repos.len() >= 3, "quickstart, edge-host and fleet at least: {repos:?}");
+    for name in ["quickstart", "edge-host", "fleet"] {
+        assert!(repos.iter().any(|r| r.ends_with(name)), "examples/{name} missing");
+    }
+    // The fleet declares three hosts and all of them compile.
+    assert_eq!(all.iter().filter(|(r, _, _)| r.ends_with("fleet")).count(), 3);
+}
+
+#[test]
+fn every_nftables_json_passes_nft_check() {
+    if !fwc_testkit::privileged("every_nftables_json_passes_nft_check") {
+        return;
+    }
+    let ns = fwc_testkit::Netns::new("ck");
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (i, (repo, host, json)) in compiled("examples").into_iter().chain(compiled("golden")).enumerate() {
+        let file = dir.path().join(format!("{i}.json"));
+        std::fs::write(&file, &json).unwrap();
+        let out = ns.try_exec(&["nft", "-j", "-c", "-f", file.to_str().unwrap()]);
+        if !out.status.success() {
+            failures.push(format!("{repo} / {host}: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    assert!(failures.is_empty(), "nft -j -c rejected:\n{}", failures.join("\n"));
+}

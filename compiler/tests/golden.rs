@@ -1,0 +1,78 @@
+//! Golden tests: every directory under `golden/` is a small rule repository. For each host it
+//! declares, every artifact and the plan text (from nothing, and from `before/` when the case
+//! has one) is compared with the insta snapshots in `golden/<case>/snapshots/`.
+//! Review snapshot changes like code: `cargo insta review`.
+
+use std::path::{Path, PathBuf};
+
+use fwc_compiler::source::{SourceMap, SourceTree};
+
+fn golden_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden")
+}
+
+fn cases() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(golden_root())
+        .expect("golden/ exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("fwc.kdl").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn hosts(tree: &SourceTree) -> Vec<String> {
+    let mut map = SourceMap::default();
+    let rs = fwc_compiler::syntax::parse_plain(tree, &mut map).expect("golden cases parse");
+    fwc_compiler::host_names(&rs)
+}
+
+#[test]
+fn golden_cases() {
+    let cases = cases();
+    assert!(cases.len() >= 15, "expected at least 15 golden cases, found {}", cases.len());
+    for case in cases {
+        let name = case.file_name().unwrap().to_string_lossy().to_string();
+        let tree = SourceTree::from_dir(&case).unwrap_or_else(|d| panic!("{name}: {d}"));
+        let before = case.join("before");
+        let old_tree = before.join("fwc.kdl").is_file().then(|| SourceTree::from_dir(&before).unwrap());
+        let mut settings = insta::Settings::clone_current();
+        settings.set_snapshot_path(case.join("snapshots"));
+        settings.set_prepend_module_to_snapshot(false);
+        settings.set_omit_expression(true);
+        settings.bind(|| {
+            for host in hosts(&tree) {
+                let (art, warnings) = fwc_compiler::compile(&tree, Some(&host), Some("golden"))
+                    .unwrap_or_else(|d| panic!("golden case {name}, host {host}:\n{}", d.render(false)));
+                for (file, text) in art.files() {
+                    insta::assert_snapshot!(format!("{host}__{file}"), text);
+                }
+                let plan = fwc_compiler::diff::plan(None, &art);
+                let mut text = fwc_compiler::diff::render(&plan, false);
+                if let Some(old_tree) = &old_tree {
+                    let (old, _) = fwc_compiler::compile(old_tree, Some(&host), Some("before")).expect("before/ compiles");
+                    text.push_str("\n--- from before/ ---\n");
+                    text.push_str(&fwc_compiler::diff::render(&fwc_compiler::diff::plan(Some(&old), &art), false));
+                }
+                if !warnings.is_empty() {
+                    text.push_str("\n--- warnings ---\n");
+                    text.push_str(&warnings.to_string());
+                }
+                insta::assert_snapshot!(format!("{host}__plan"), text);
+            }
+        });
+    }
+}
+
+/// Golden output is deterministic: compiling twice gives identical bytes.
+#[test]
+fn golden_output_is_deterministic() {
+    for case in cases() {
+        let tree = SourceTree::from_dir(&case).unwrap();
+        for host in hosts(&tree) {
+            let a = fwc_compiler::compile(&tree, Some(&host), None).unwrap().0.files();
+            let b = fwc_compiler::compile(&tree, Some(&host), None).unwrap().0.files();
+            assert_eq!(a, b, "{} / {host} is not deterministic", case.display());
+        }
+    }
+}
