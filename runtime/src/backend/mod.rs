@@ -3,6 +3,7 @@
 //! roll every backend back to the previously applied artifacts.
 
 pub mod nft;
+pub mod qos;
 
 use fwc_compiler::artifacts::{Artifacts, BackendKind};
 use serde::Serialize;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod compile;
+mod qos;
 pub mod agent;
 pub mod apply;
 
@@ -67,6 +68,8 @@ pub enum Command {
     Schema(compile::SchemaArgs),
     /// Print a shell completion script.
     Completions(compile::CompletionsArgs),
+    /// eBPF QoS: per-class counters (`stats`), remove the dataplane (`detach`).
+    Qos(qos::QosArgs),
     /// Apply a rule repository, artifact dir or saved plan to this host, atomically.
     Apply(apply::ApplyArgs),
     /// Keep an apply made with --confirm (otherwise it is reverted at the deadline).
@@ -94,6 +97,7 @@ pub fn main() -> ExitCode {
         Command::Fmt(a) => compile::fmt(a, &g),
         Command::Schema(a) => compile::schema(a, &g),
         Command::Completions(a) => compile::completions(a),
+        Command::Qos(a) => qos::run(a, &g),
         Command::Apply(a) => apply::apply(a, &g),
         Command::Confirm(a) => apply::confirm(a, &g),
         Command::Status(a) => apply::status(a, &g),

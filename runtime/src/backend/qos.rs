@@ -1,0 +1,296 @@
+//! The eBPF QoS backend: writes `qos.json`'s classes into the pinned class map of the
+//! `fwc-qos` program and attaches it (TCX, clsact fallback) to the egress of every interface
+//! that has a class; detaches where no class remains.
+//!
+//! - prepare: validate the classes, resolve their interfaces, load and verify the program
+//!   (reusing the pinned maps; nothing about shaping changes).
+//! - commit: write every class in place (an existing class keeps its bucket), attach where
+//!   new, detach where unused, then remove classes that are gone.
+//! - rollback: the same with the previous artifacts, or remove everything without them.
+//! - observe: class map and attachments vs. expected; per-rule counters.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use fwc_compiler::artifacts::{Artifacts, BackendKind, QosArtifact, QosClass, QOS_MAX_CLASS_ID};
+use fwc_qos::{ClassCfg, Qos, Stats};
+use miette::{miette, Result};
+
+use super::{Backend, Observation, RuleCounter};
+
+/// One class as it will be written: id, map entry, resolved interfaces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedClass {
+    pub id: u32,
+    pub rule: String,
+    pub cfg: ClassCfg,
+    pub interfaces: Vec<String>,
+}
+
+/// What prepare validated and commit will make live.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct QosPlan {
+    pub mark_mask: u32,
+    pub classes: Vec<PlannedClass>,
+    /// Union of every class's interfaces.
+    pub interfaces: BTreeSet<String>,
+}
+
+pub struct QosBackend {
+    pin_root: PathBuf,
+    qos: Option<Qos>,
+    staged: Option<QosPlan>,
+}
+
+impl Default for QosBackend {
+    fn default() -> Self {
+        QosBackend::new(fwc_qos::DEFAULT_PIN_ROOT)
+    }
+}
+
+impl QosBackend {
+    /// A backend that pins under `pin_root` (default `/sys/fs/bpf/fwc`).
+    pub fn new(pin_root: impl AsRef<Path>) -> QosBackend {
+        QosBackend { pin_root: pin_root.as_ref().to_path_buf(), qos: None, staged: None }
+    }
+
+    pub fn pin_root(&self) -> &Path {
+        &self.pin_root
+    }
+
+    fn pinned(&self) -> bool {
+        self.pin_root.join(fwc_qos::maps::MAP_CFG).exists()
+    }
+
+    fn loaded(&mut self) -> Result<&mut Qos> {
+        if self.qos.is_none() {
+            let q = Qos::open(&self.pin_root).map_err(|e| miette!("eBPF QoS: {e}"))?;
+            self.qos = Some(q);
+        }
+        Ok(self.qos.as_mut().unwrap())
+    }
+
+    /// Per-class counters (summed over CPUs) of the live dataplane, by class id; empty when
+    /// nothing is pinned. Id 0 holds the packets that carry no class.
+    pub fn class_stats(&self) -> Result<BTreeMap<u32, Stats>> {
+        if !self.pinned() {
+            return Ok(BTreeMap::new());
+        }
+        let q = Qos::open_pinned(&self.pin_root).map_err(|e| miette!("eBPF QoS: {e}"))?;
+        let mut m = BTreeMap::new();
+        m.insert(0, q.stats(0).map_err(|e| miette!("{e}"))?);
+        for (id, _) in q.classes().map_err(|e| miette!("{e}"))? {
+            m.insert(id, q.stats(id).map_err(|e| miette!("{e}"))?);
+        }
+        Ok(m)
+    }
+}
+
+/// Validate `qos.json` and turn it into map entries and interfaces (pure apart from reading
+/// which interfaces exist and which root qdisc they have).
+pub fn plan(a: &QosArtifact) -> Result<QosPlan> {
+    let mut classes = Vec::new();
+    let mut all = BTreeSet::new();
+    if a.classes.is_empty() {
+        return Ok(QosPlan { mark_mask: a.mark_mask, ..Default::default() });
+    }
+    if a.mark_mask == 0 {
+        return Err(miette!("qos.json: mark_mask is 0 but there are classes"));
+    }
+    let shift = a.mark_mask.trailing_zeros();
+    let max_id = a.mark_mask >> shift;
+    let live = up_interfaces();
+    let mut seen = BTreeSet::new();
+    for c in &a.classes {
+        let what = format!("QoS class {} (rule {:?}, {:?})", c.id, c.rule, c.direction);
+        if c.id == 0 || c.id > max_id || c.id > QOS_MAX_CLASS_ID || c.id >= fwc_qos::maps::MAX_CLASSES {
+            return Err(miette!("{what}: id outside 1..={}", max_id.min(QOS_MAX_CLASS_ID)));
+        }
+        if !seen.insert(c.id) {
+            return Err(miette!("{what}: duplicate class id"));
+        }
+        if c.mark != c.id << shift || c.mark & !a.mark_mask != 0 {
+            return Err(miette!("{what}: mark {:#x} is not id << {shift} inside mask {:#x}", c.mark, a.mark_mask));
+        }
+        if c.rate_bytes_per_sec == 0 || c.rate_bytes_per_sec > fwc_qos::MAX_RATE {
+            return Err(miette!("{what}: rate {} bytes/s outside 1..={}", c.rate_bytes_per_sec, fwc_qos::MAX_RATE));
+        }
+        let interfaces = resolve_interfaces(c, &live)?;
+        if interfaces.is_empty() {
+            return Err(miette!("{what}: no interface to shape (none is up besides loopback)"));
+        }
+        // EDT pacing only where every interface of the class has fq as root qdisc.
+        let edt = interfaces.iter().all(|i| fwc_qos::root_qdisc_is_fq(i));
+        all.extend(interfaces.iter().cloned());
+        classes.push(PlannedClass {
+            id: c.id,
+            rule: c.rule.clone(),
+            cfg: fwc_qos::class_cfg(c.rate_bytes_per_sec, c.burst_bytes, edt),
+            interfaces,
+        });
+    }
+    Ok(QosPlan { mark_mask: a.mark_mask, classes, interfaces: all })
+}
+
+fn resolve_interfaces(c: &QosClass, live: &[String]) -> Result<Vec<String>> {
+    if c.interfaces.is_empty() {
+        return Ok(live.iter().filter(|i| i.as_str() != "lo").cloned().collect());
+    }
+    for i in &c.interfaces {
+        if fwc_qos::sys::ifindex(i).is_none() {
+            return Err(miette!("QoS class {} (rule {:?}): interface {i} does not exist", c.id, c.rule));
+        }
+    }
+    Ok(c.interfaces.clone())
+}
+
+/// Interfaces that are up, in this network namespace (`ip -j link show up`).
+pub fn up_interfaces() -> Vec<String> {
+    let Ok(out) = std::process::Command::new("ip").args(["-j", "link", "show", "up"]).output() else {
+        return Vec::new();
+    };
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let mut names: Vec<String> = v
+        .as_array()
+        .map(|a| a.iter().filter_map(|l| l["ifname"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+impl QosBackend {
+    /// Make `plan` live: classes in place, attach where new, detach where unused.
+    fn apply_plan(&mut self, plan: &QosPlan) -> Result<()> {
+        if plan.classes.is_empty() && !self.pinned() {
+            return Ok(()); // nothing was ever shaped here, nothing to do
+        }
+        let q = self.loaded()?;
+        let e = |e: fwc_qos::QosError| miette!("eBPF QoS: {e}");
+        if plan.mark_mask != 0 {
+            q.set_mark_mask(plan.mark_mask).map_err(e)?;
+        }
+        for c in &plan.classes {
+            q.set_class(c.id, &c.cfg).map_err(e)?;
+        }
+        for i in &plan.interfaces {
+            q.attach(i).map_err(e)?;
+        }
+        // detach where no class remains: pinned TCX links and clsact filters elsewhere
+        let mut gone: BTreeSet<String> = q.tcx_links().into_iter().collect();
+        for i in fwc_qos::interfaces() {
+            if !plan.interfaces.contains(&i) && q.attached(&i).is_some() {
+                gone.insert(i);
+            }
+        }
+        for i in gone.difference(&plan.interfaces) {
+            q.detach(i).map_err(e)?;
+        }
+        let keep: BTreeSet<u32> = plan.classes.iter().map(|c| c.id).collect();
+        for (id, _) in q.classes().map_err(e)? {
+            if !keep.contains(&id) {
+                q.remove_class(id).map_err(e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Compare the live dataplane with `plan`.
+    pub fn drift(&self, plan: &QosPlan) -> Result<Vec<String>> {
+        let mut drift = Vec::new();
+        if !self.pinned() {
+            if !plan.classes.is_empty() {
+                drift.push(format!("eBPF QoS: nothing pinned under {}", self.pin_root.display()));
+            }
+            return Ok(drift);
+        }
+        let q = Qos::open_pinned(&self.pin_root).map_err(|e| miette!("eBPF QoS: {e}"))?;
+        let live: BTreeMap<u32, ClassCfg> = q.classes().map_err(|e| miette!("{e}"))?.into_iter().collect();
+        for c in &plan.classes {
+            match live.get(&c.id) {
+                None => drift.push(format!("QoS class {} (rule {}): missing from the class map", c.id, c.rule)),
+                Some(l) => {
+                    let mut want = c.cfg;
+                    want.gen = l.gen;
+                    if *l != want {
+                        drift.push(format!(
+                            "QoS class {} (rule {}): live rate {} burst {} flags {:#x}, expected rate {} burst {} flags {:#x}",
+                            c.id, c.rule, l.rate, l.burst, l.flags, want.rate, want.burst, want.flags
+                        ));
+                    }
+                }
+            }
+        }
+        let want: BTreeSet<u32> = plan.classes.iter().map(|c| c.id).collect();
+        for id in live.keys().filter(|id| !want.contains(id)) {
+            drift.push(format!("QoS class {id}: live but not in qos.json"));
+        }
+        for i in &plan.interfaces {
+            if q.attached(i).is_none() {
+                drift.push(format!("eBPF QoS program not attached to {i}"));
+            }
+        }
+        if plan.mark_mask != 0 {
+            let g = q.glob().map_err(|e| miette!("{e}"))?;
+            if g.mark_mask != plan.mark_mask {
+                drift.push(format!("QoS mark mask is {:#x}, expected {:#x}", g.mark_mask, plan.mark_mask));
+            }
+        }
+        Ok(drift)
+    }
+}
+
+impl Backend for QosBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Qos
+    }
+
+    fn prepare(&mut self, next: &Artifacts) -> Result<()> {
+        let p = plan(&next.qos)?;
+        if !p.classes.is_empty() || self.pinned() {
+            self.loaded()?; // load + verify the object now: a refusal stops the apply here
+        }
+        self.staged = Some(p);
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        let p = self.staged.take().ok_or_else(|| miette!("eBPF QoS: commit without prepare"))?;
+        self.apply_plan(&p)
+    }
+
+    fn rollback(&mut self, previous: Option<&Artifacts>) -> Result<()> {
+        self.staged = None;
+        match previous {
+            Some(prev) => {
+                let p = plan(&prev.qos)?;
+                self.apply_plan(&p)
+            }
+            None => {
+                self.qos = None;
+                if self.pin_root.exists() {
+                    fwc_qos::detach_all(&self.pin_root).map_err(|e| miette!("eBPF QoS: {e}"))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn observe(&mut self, expected: &Artifacts) -> Result<Observation> {
+        let p = plan(&expected.qos)?;
+        let drift = self.drift(&p)?;
+        let stats = self.class_stats()?;
+        let mut per_rule: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for c in &expected.qos.classes {
+            if let Some(s) = stats.get(&c.id) {
+                let e = per_rule.entry(c.rule.clone()).or_default();
+                e.0 += s.passed_pkts;
+                e.1 += s.passed_bytes;
+            }
+        }
+        let counters = per_rule
+            .into_iter()
+            .map(|(rule, (packets, bytes))| RuleCounter { rule, backend: BackendKind::Qos, packets, bytes })
+            .collect();
+        Ok(Observation { drift, counters })
+    }
+}
