@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rustix::net::Shutdown;
+use rustix::net::{RecvFlags, Shutdown};
 use rustix::pipe::{PipeFlags, SpliceFlags};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -159,7 +159,20 @@ async fn splice_loop(src: &TcpStream, dst: &TcpStream, pool: &PipePool, f: &Flow
         f.bucket.ready().await;
         src.readable().await?;
         if pipe.is_none() {
-            pipe = Some(pool.get()?);
+            // Readiness may be spurious: take a pipe only once a byte (or EOF) is really there,
+            // so thousands of idle connections hold no pipes.
+            let mut probe = [0u8; 1];
+            let peek = src.try_io(Interest::READABLE, || {
+                rustix::net::recv(src.as_fd(), &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT)
+                    .map(|(n, _)| n)
+                    .map_err(io::Error::from)
+            });
+            match peek {
+                Ok(0) => break, // EOF before any data
+                Ok(_) => pipe = Some(pool.get()?),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
         }
         let p = pipe.as_ref().unwrap();
         let want = p.size.min(f.bucket.chunk());

@@ -57,7 +57,9 @@ where
     F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l: TcpListener = sock.listen(4096).unwrap();
     let a = l.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((s, _)) = l.accept().await {
