@@ -1,1 +1,62 @@
-//! Benchmark support: generators of large rule repositories.
+//! Benchmark support: a generator of large, realistic rule repositories (mixed kinds) used by
+//! the criterion compiler bench and by `fwc-bench-compile` (time and peak memory per size).
+
+use fwc_compiler::source::SourceTree;
+
+/// A repository with `n` rules: per 20 rules, 2 sets of 8 addresses, 10 filter rules (set
+/// and literal matches, port lists, rates), 6 single-target kernel forwards, 1 multi-target
+/// forward, 1 capped forward (QoS) — capped ones stop at 1,000 so the class space is not
+/// exceeded — and 1 userspace forward (DNS target) or shape every other block.
+pub fn generate(n: usize) -> SourceTree {
+    let mut fwc = String::from("fwc 1\n");
+    let mut filters = String::from("input policy=drop {\n");
+    let mut forwards = String::new();
+    let blocks = n.div_ceil(20);
+    for b in 0..blocks {
+        let (hi, lo) = ((b / 250) % 250, b % 250);
+        for s in 0..2 {
+            fwc.push_str(&format!("set \"s{b}-{s}\" {{\n"));
+            for e in 0..8 {
+                fwc.push_str(&format!("    - \"10.{hi}.{lo}.{}\"\n", s * 100 + e * 4));
+            }
+            fwc.push_str("}\n");
+        }
+        for r in 0..10 {
+            let line = match r % 4 {
+                0 => format!("    allow \"f{b}-{r}\" proto=tcp port={} from=\"@s{b}-{}\"\n", 1 + (b * 10 + r) % 60000, r % 2),
+                1 => format!("    allow \"f{b}-{r}\" proto=udp port=\"{},{}\" rate=\"50/second\"\n", 1 + b % 60000, 2 + b % 60000),
+                2 => format!("    deny \"f{b}-{r}\" from=\"172.{hi}.{lo}.0/24\" log=#true\n"),
+                _ => format!("    reject \"f{b}-{r}\" proto=tcp port=\"{}-{}\" from=\"2001:db8:{b:x}::/48\"\n", 1000 + r, 1100 + r),
+            };
+            filters.push_str(&line);
+        }
+        let port = |k: usize| 1024 + (b * 9 + k) % 60000;
+        for k in 0..6 {
+            forwards.push_str(&format!("forward \"k{b}-{k}\" listen=\":{}\" to=\"10.200.{hi}.{lo}:{}\"\n", port(k), 80 + k));
+        }
+        forwards.push_str(&format!("forward \"m{b}\" listen=\":{}\" to=\"10.201.{hi}.{lo}:80,10.202.{hi}.{lo}:80\"\n", port(6)));
+        if b < 1000 {
+            forwards.push_str(&format!("forward \"q{b}\" listen=\":{}\" to=\"10.203.{hi}.{lo}:80\" bandwidth=\"{}mbit\"\n", port(7), 10 + b % 90));
+        } else {
+            forwards.push_str(&format!("forward \"q{b}\" proto=udp listen=\":{}\" to=\"10.203.{hi}.{lo}:80\"\n", port(7)));
+        }
+        if b % 2 == 0 {
+            forwards.push_str(&format!("forward \"u{b}\" listen=\":{}\" to=\"svc-{b}.internal:443\" proxy-protocol=2\n", port(8)));
+        } else if b < 1000 {
+            forwards.push_str(&format!("shape \"sh{b}\" from=\"10.{hi}.{lo}.0/24\" rate=\"20mbit\" dev=\"eth1\"\n"));
+        } else {
+            forwards.push_str(&format!("forward \"u{b}\" proto=udp listen=\":{}\" to=\"10.204.{hi}.{lo}\"\n", port(8)));
+        }
+    }
+    filters.push_str("}\n");
+    SourceTree::from_files([
+        ("fwc.kdl".to_string(), fwc),
+        ("rules/filter.kdl".to_string(), filters),
+        ("rules/forwards.kdl".to_string(), forwards),
+    ])
+}
+
+/// Number of rules (filter rules, forwards, shapes, sets) in a generated tree.
+pub fn rule_count(n: usize) -> usize {
+    n.div_ceil(20) * 20
+}

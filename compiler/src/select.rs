@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::artifacts::{BackendKind, QosClass};
+use crate::artifacts::{BackendKind, QosClass, QosDirection};
 use crate::model::*;
 
 /// Where a rule goes and why.
@@ -44,17 +44,20 @@ pub struct HostPlan<'a> {
     pub qos_classes: Vec<QosClass>,
     /// Per rule: backend and reason (sorted by kind, name).
     pub placements: Vec<Placement>,
+    /// Lookup indexes, so emitters stay linear in the number of rules.
+    set_index: BTreeMap<&'a str, &'a AddrSet>,
+    class_index: BTreeMap<(RuleKind, &'a str, QosDirection), usize>,
 }
 
 impl<'a> HostPlan<'a> {
     /// The set named `name` (check has made sure it exists).
     pub fn set(&self, name: &str) -> Option<&'a AddrSet> {
-        self.sets.iter().copied().find(|s| s.name.value == name)
+        self.set_index.get(name).copied()
     }
 
     /// The QoS class of rule `rule` in direction `dir`, if the rule has one.
-    pub fn qos_class(&self, kind: RuleKind, rule: &str, dir: crate::artifacts::QosDirection) -> Option<&QosClass> {
-        self.qos_classes.iter().find(|c| c.kind == kind && c.rule == rule && c.direction == dir)
+    pub fn qos_class(&self, kind: RuleKind, rule: &str, dir: QosDirection) -> Option<&QosClass> {
+        self.class_index.get(&(kind, rule, dir)).map(|&i| &self.qos_classes[i])
     }
 }
 
@@ -149,7 +152,19 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     placements.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
 
     let qos_classes = crate::emit::qos::assign_classes(&kernel_forwards, &shapes);
-    HostPlan { host, sets, chains, kernel_forwards, userspace_forwards, shapes, qos_classes, placements }
+    let set_index = sets.iter().map(|s| (s.name.value.as_str(), *s)).collect();
+    // Class rules are names of forwards/shapes that live as long as `rs`.
+    let rule_names: BTreeMap<(RuleKind, &str), &'a str> = kernel_forwards
+        .iter()
+        .map(|f| ((RuleKind::Forward, f.name.value.as_str()), f.name.value.as_str()))
+        .chain(shapes.iter().map(|s| ((RuleKind::Shape, s.name.value.as_str()), s.name.value.as_str())))
+        .collect();
+    let class_index = qos_classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ((c.kind, rule_names[&(c.kind, c.rule.as_str())], c.direction), i))
+        .collect();
+    HostPlan { host, sets, chains, kernel_forwards, userspace_forwards, shapes, qos_classes, placements, set_index, class_index }
 }
 
 /// The implicit host used when the repository declares none.

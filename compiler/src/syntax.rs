@@ -28,9 +28,13 @@ const SHAPE_PROPS: &[&str] = &["from", "to", "proto", "port", "dev", "rate", "bu
 pub fn parse_plain(tree: &SourceTree, map: &mut SourceMap) -> Result<Ruleset, Diagnostics> {
     let mut rs = Ruleset::default();
     let mut diags = Diagnostics::default();
-    for (path, text) in tree.files.iter().filter(|(p, _)| !p.ends_with(".j2")) {
+    let plain: Vec<(&String, &String)> = tree.files.iter().filter(|(p, _)| !p.ends_with(".j2")).collect();
+    // The kdl crate's parser dominates compile time on large repositories: parse the files
+    // on all cores, then convert them in path order.
+    let docs = parse_parallel(plain.iter().map(|(_, t)| t.as_str()).collect());
+    for ((path, text), doc) in plain.into_iter().zip(docs) {
         let id = map.add(path.clone(), text);
-        Parser { map, file: id, diags: &mut diags, in_template: false }.file(path == ROOT_FILE, text, &mut rs);
+        Parser { map, file: id, diags: &mut diags, in_template: false }.document(path == ROOT_FILE, text, doc, &mut rs);
     }
     finish(rs, diags)
 }
@@ -73,6 +77,37 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
         }
     }
     finish(rs, diags)
+}
+
+/// Parse several KDL texts, spread over the available cores (largest first), results in order.
+fn parse_parallel(texts: Vec<&str>) -> Vec<Result<KdlDocument, kdl::KdlError>> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(texts.len());
+    if workers <= 1 || texts.iter().map(|t| t.len()).sum::<usize>() < 64 * 1024 {
+        return texts.into_iter().map(KdlDocument::parse_v2).collect();
+    }
+    let mut order: Vec<usize> = (0..texts.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(texts[i].len()));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<Option<Result<KdlDocument, kdl::KdlError>>> = (0..texts.len()).map(|_| None).collect();
+    let done: Vec<Vec<(usize, Result<KdlDocument, kdl::KdlError>)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = order.get(k) else { break mine };
+                        mine.push((i, KdlDocument::parse_v2(texts[i])));
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("kdl parser thread")).collect()
+    });
+    for (i, r) in done.into_iter().flatten() {
+        results[i] = Some(r);
+    }
+    results.into_iter().map(|r| r.expect("every file parsed")).collect()
 }
 
 fn finish(rs: Ruleset, diags: Diagnostics) -> Result<Ruleset, Diagnostics> {
@@ -162,7 +197,12 @@ impl Parser<'_, '_> {
     }
 
     fn file(&mut self, is_root: bool, text: &str, rs: &mut Ruleset) {
-        let doc = match KdlDocument::parse_v2(text) {
+        self.document(is_root, text, KdlDocument::parse_v2(text), rs)
+    }
+
+    /// Convert an already parsed (or failed) KDL document of `text`.
+    fn document(&mut self, is_root: bool, text: &str, parsed: Result<KdlDocument, kdl::KdlError>, rs: &mut Ruleset) {
+        let doc = match parsed {
             Ok(doc) => doc,
             Err(e) => {
                 for d in &e.diagnostics {

@@ -11,25 +11,21 @@ use crate::model::*;
 use crate::select::HostPlan;
 
 pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value, qos: &QosArtifact, forward: &ForwardArtifact) -> Manifest {
+    let filters: BTreeMap<&str, &FilterRule> = plan.chains.iter().flat_map(|c| &c.rules).map(|r| (r.name.value.as_str(), *r)).collect();
+    let forwards: BTreeMap<&str, &ForwardRule> =
+        plan.kernel_forwards.iter().chain(&plan.userspace_forwards).map(|f| (f.name.value.as_str(), *f)).collect();
+    let shapes: BTreeMap<&str, &ShapeRule> = plan.shapes.iter().map(|s| (s.name.value.as_str(), *s)).collect();
     let mut rules = Vec::new();
     for p in &plan.placements {
+        let name = p.name.as_str();
         let (summary, digest) = match p.kind {
             RuleKind::Set => {
-                let s = plan.set(&p.name).expect("placed sets exist");
+                let s = plan.set(name).expect("placed sets exist");
                 (set_summary(s), digest(&s.elements.iter().map(|e| e.value).collect::<Vec<_>>()))
             }
-            RuleKind::Filter => {
-                let r = plan.chains.iter().flat_map(|c| &c.rules).find(|r| r.name.value == p.name).expect("placed rules exist");
-                (filter_summary(r), digest(r))
-            }
-            RuleKind::Forward => {
-                let f = plan.kernel_forwards.iter().chain(&plan.userspace_forwards).find(|f| f.name.value == p.name).expect("placed forwards exist");
-                (forward_summary(f), digest(f))
-            }
-            RuleKind::Shape => {
-                let s = plan.shapes.iter().find(|s| s.name.value == p.name).expect("placed shapes exist");
-                (shape_summary(s), digest(s))
-            }
+            RuleKind::Filter => (filter_summary(filters[name]), digest(filters[name])),
+            RuleKind::Forward => (forward_summary(forwards[name]), digest(forwards[name])),
+            RuleKind::Shape => (shape_summary(shapes[name]), digest(shapes[name])),
         };
         rules.push(ManifestRule {
             kind: p.kind,

@@ -977,7 +977,7 @@ fn class_chain(id: u32) -> String {
 
 /// The class pair base (the up id, even) of a rule with QoS classes.
 fn pair_base(plan: &HostPlan, kind: RuleKind, name: &str) -> Option<u32> {
-    plan.qos_classes.iter().find(|c| c.kind == kind && c.rule == name).map(|c| c.id & !1)
+    plan.qos_class(kind, name, QosDirection::Up).or_else(|| plan.qos_class(kind, name, QosDirection::Down)).map(|c| c.id & !1)
 }
 
 fn qos(out: &mut Out, plan: &HostPlan) {

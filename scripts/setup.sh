@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install what fwc needs to build and to run its tests on Debian: nftables, iproute2, clang
+# and libbpf headers for the eBPF program, iperf3/socat for dataplane tests, OpenSSL headers
+# for git2. Needs root (apt-get). Safe to run again.
+set -euo pipefail
+packages=(nftables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client gnupg procps python3 ca-certificates)
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: run as root (it installs: ${packages[*]})" >&2
+  exit 1
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
+    [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
+  done
+fi
+command -v cargo >/dev/null 2>&1 || { echo "setup.sh: Rust (cargo 1.95+) is required: https://rustup.rs" >&2; exit 1; }
+# bpffs for pinned QoS maps
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+echo "setup.sh: ok ($(cargo --version), $(nft --version), $(clang --version | head -1))"
