@@ -16,6 +16,14 @@ pub struct UnitError {
     pub help: String,
 }
 
+impl std::fmt::Display for UnitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.help)
+    }
+}
+
+impl std::error::Error for UnitError {}
+
 fn err<T>(message: impl Into<String>, help: impl Into<String>) -> Result<T, UnitError> {
     Err(UnitError { message: message.into(), help: help.into() })
 }
