@@ -41,6 +41,12 @@ pub fn default_backends(netns: Option<&str>) -> Vec<Box<dyn Backend>> {
     vec![Box::new(NftBackend::new(netns.map(str::to_string)))]
 }
 
+/// [`default_backends`], with the nftables backend caching its kernel renderings in
+/// `<state_dir>/cache` (derived data: safe to delete, ignored by [`crate::state::dir_digest`]).
+pub fn default_backends_for(netns: Option<&str>, state_dir: &std::path::Path) -> Vec<Box<dyn Backend>> {
+    vec![Box::new(NftBackend::new(netns.map(str::to_string)).with_cache_dir(state_dir.join(crate::state::CACHE_DIR)))]
+}
+
 /// A phase of the transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -10,6 +10,7 @@
 //!                     + applied.json (commit, host, hashes, applied time, source)
 //! D/confirm.json      present while an `fwc apply --confirm` waits for `fwc confirm`
 //! D/confirm.log       what the background reverter did
+//! D/cache/            derived data: the kernel's rendering of recent nftables.json (for drift)
 //! ```
 //!
 //! A new generation is written into a temp dir, every file fsynced, the dir renamed into place
@@ -33,6 +34,8 @@ const LOCK_FILE: &str = "lock";
 pub const APPLIED_FILE: &str = "applied.json";
 pub const CONFIRM_FILE: &str = "confirm.json";
 pub const CONFIRM_LOG: &str = "confirm.log";
+/// Derived data (the kernel's rendering of applied rulesets); safe to delete.
+pub const CACHE_DIR: &str = "cache";
 
 /// `state.json`: which generations are current and previous.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -347,7 +350,7 @@ pub fn rfc3339(unix: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
-/// A digest of everything in the state dir except the lock file and the confirm log: equal
+/// A digest of everything in the state dir except the lock file and the cache: equal
 /// digests mean the state dir is unchanged (tests use it to prove a failed apply wrote nothing).
 pub fn dir_digest(dir: &Path) -> String {
     fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
@@ -355,7 +358,7 @@ pub fn dir_digest(dir: &Path) -> String {
         for e in rd.flatten() {
             let p = e.path();
             let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
-            if rel == LOCK_FILE {
+            if rel == LOCK_FILE || rel == CACHE_DIR || rel.starts_with("cache/") {
                 continue;
             }
             if p.is_dir() {

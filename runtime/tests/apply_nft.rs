@@ -187,7 +187,7 @@ fn drift_status_plan_and_stale_plan() {
     write_dir(&table(&[80, 81], &["198.18.1.0/24"]), &d2);
     let (a2, _) = fwc_runtime::cli::apply::load_artifacts(&d2, None, false).unwrap();
     let plan = fwc_runtime::cli::apply::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
-    assert_eq!(plan.changes.len(), 0);
+    assert_eq!(plan.rules.as_ref().unwrap().changes.len(), 0);
     assert!(plan.has_changes());
     let planfile = tmp.path().join("plan.json");
     std::fs::write(&planfile, serde_json::to_string(&plan).unwrap()).unwrap();

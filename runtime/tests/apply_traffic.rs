@@ -345,3 +345,29 @@ fn stream_through_forward_survives_50_applies() {
     assert_eq!(ack, sent.to_string());
     eprintln!("50 applies in {elapsed:?} while {sent} bytes streamed through the forward without loss");
 }
+
+#[test]
+fn quickstart_example_forwards_and_refuses() {
+    if !privileged("quickstart_example_forwards_and_refuses") {
+        return;
+    }
+    let mut t = Topology::new();
+    serve(&mut t.backend, None, 80, "backend80");
+    serve(&mut t.host, None, 113, "ident");
+    serve(&mut t.host, None, 8081, "unlisted");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart");
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    apply_repo(&t, &repo, &state);
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8080, None), Probe::Ok("backend80".into()), "forwarded");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 113, None), Probe::Refused, "rejected");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8081, None), Probe::Timeout, "dropped by policy");
+
+    // Planning the same repository against the live host: nothing to do.
+    let (a, src) = fwc_runtime::cli::apply::load_artifacts(&repo, None, false).unwrap();
+    let plan = fwc_runtime::cli::apply::make_plan(&fwc_runtime::state::StateDir::new(&state), Some(&t.host.name), a, src).unwrap();
+    assert!(!plan.has_changes(), "{}", fwc_runtime::cli::apply::render_plan(&plan, false));
+    // Applying it again changes nothing.
+    let out = apply_repo(&t, &repo, &state);
+    assert!(out.contains("No changes"), "{out}");
+}

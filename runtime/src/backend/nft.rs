@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::Command;
 
 use fwc_compiler::artifacts::{sha256_hex, Artifacts, BackendKind, NFT_TABLE};
@@ -55,11 +56,27 @@ pub struct NftBackend {
     committed: bool,
     /// Kernel renderings of nftables.json documents, by sha256 of their text.
     canonical: HashMap<String, Value>,
+    /// Where renderings are also cached on disk (`<state dir>/cache`), so `fwc status` and
+    /// `fwc plan` need not render the applied ruleset again.
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// A scratch-namespace rendering in progress.
+struct Render {
+    key: String,
+    child: std::process::Child,
+    _file: tempfile::NamedTempFile,
 }
 
 impl NftBackend {
     pub fn new(netns: Option<String>) -> NftBackend {
-        NftBackend { netns, nft: "nft".into(), staged: None, committed: false, canonical: HashMap::new() }
+        NftBackend { netns, nft: "nft".into(), staged: None, committed: false, canonical: HashMap::new(), cache_dir: None }
+    }
+
+    /// Cache kernel renderings in `dir` (created when needed).
+    pub fn with_cache_dir(mut self, dir: impl Into<PathBuf>) -> NftBackend {
+        self.cache_dir = Some(dir.into());
+        self
     }
 
     fn command(&self) -> Command {
@@ -147,33 +164,63 @@ impl NftBackend {
     }
 
     /// How the kernel renders `nftables` when listed: load it into a private, empty network
-    /// namespace (`unshare -n`) and list it there. Cached per document.
+    /// namespace (`unshare -n`) and list it there. Cached per document (memory and cache dir).
     pub fn canonical(&mut self, nftables: &Value) -> Result<Value> {
-        let key = sha256_hex(serde_json::to_string(nftables).unwrap().as_bytes());
-        if let Some(v) = self.canonical.get(&key) {
-            return Ok(v.clone());
+        match self.start_render(nftables)? {
+            Ok(v) => Ok(v),
+            Err(r) => self.finish_render(r),
         }
-        let v = if items(nftables)?.is_empty() {
-            json!({"nftables": []})
-        } else {
-            let mut tmp = tempfile::Builder::new().prefix("fwc-nft-").suffix(".json").tempfile().into_diagnostic()?;
-            serde_json::to_writer(&mut tmp, &replace_tx(nftables)?).into_diagnostic()?;
-            tmp.flush().into_diagnostic()?;
-            let out = Command::new("unshare")
-                .args(["-n", "sh", "-c", "\"$1\" -j -f \"$2\" && \"$1\" -j list table inet fwc", "sh", &self.nft])
-                .arg(tmp.path())
-                .output()
-                .into_diagnostic()
-                .wrap_err("cannot run unshare -n (util-linux) to render the ruleset")?;
-            if !out.status.success() {
-                return Err(miette!(
-                    "cannot render nftables.json in a scratch namespace: {}",
-                    clean_nft_error(&String::from_utf8_lossy(&out.stderr))
-                ));
+    }
+
+    fn cache_file(&self, key: &str) -> Option<PathBuf> {
+        self.cache_dir.as_ref().map(|d| d.join(format!("nft-render-{}.json", &key[..24])))
+    }
+
+    /// The rendering if cached (`Ok`), else a started scratch-namespace render (`Err`).
+    fn start_render(&mut self, nftables: &Value) -> Result<std::result::Result<Value, Render>> {
+        let key = sha256_hex(format!("{}\n{}", self.nft, serde_json::to_string(nftables).unwrap()).as_bytes());
+        if let Some(v) = self.canonical.get(&key) {
+            return Ok(Ok(v.clone()));
+        }
+        if items(nftables)?.is_empty() {
+            let v = json!({"nftables": []});
+            self.canonical.insert(key, v.clone());
+            return Ok(Ok(v));
+        }
+        if let Some(v) = self.cache_file(&key).and_then(|f| std::fs::read(f).ok()).and_then(|b| serde_json::from_slice::<Value>(&b).ok()) {
+            self.canonical.insert(key, v.clone());
+            return Ok(Ok(v));
+        }
+        let mut tmp = tempfile::Builder::new().prefix("fwc-nft-").suffix(".json").tempfile().into_diagnostic()?;
+        serde_json::to_writer(&mut tmp, &replace_tx(nftables)?).into_diagnostic()?;
+        tmp.flush().into_diagnostic()?;
+        let child = Command::new("unshare")
+            .args(["-n", "sh", "-c", "\"$1\" -j -f \"$2\" && \"$1\" -j list table inet fwc", "sh", &self.nft])
+            .arg(tmp.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .into_diagnostic()
+            .wrap_err("cannot run unshare -n (util-linux) to render the ruleset")?;
+        Ok(Err(Render { key, child, _file: tmp }))
+    }
+
+    fn finish_render(&mut self, r: Render) -> Result<Value> {
+        let out = r.child.wait_with_output().into_diagnostic()?;
+        if !out.status.success() {
+            return Err(miette!(
+                "cannot render nftables.json in a scratch namespace: {}",
+                clean_nft_error(&String::from_utf8_lossy(&out.stderr))
+            ));
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).into_diagnostic()?;
+        if let Some(f) = self.cache_file(&r.key) {
+            let dir = f.parent().unwrap().to_path_buf();
+            if std::fs::create_dir_all(&dir).is_ok() && crate::state::write_atomic(&f, &out.stdout).is_ok() {
+                gc_cache(&dir, 4);
             }
-            serde_json::from_slice(&out.stdout).into_diagnostic()?
-        };
-        self.canonical.insert(key, v.clone());
+        }
+        self.canonical.insert(r.key, v.clone());
         Ok(v)
     }
 
@@ -213,9 +260,17 @@ impl Backend for NftBackend {
                 "family": "inet", "table": NFT_TABLE, "chain": "fwc-test-injected-missing-chain",
                 "expr": [{"accept": null}]}}}));
         }
-        self.run_file(&tx, true).wrap_err("nftables: prepare (nft -j -c) failed")?;
-        // Render the new ruleset the way the kernel lists it, for verify.
-        self.canonical(&next.nftables).wrap_err("nftables: prepare failed")?;
+        // Render the new ruleset the way the kernel lists it (for verify) in a scratch
+        // namespace, in parallel with the check in the real one.
+        let render = self.start_render(&next.nftables).wrap_err("nftables: prepare failed")?;
+        let checked = self.run_file(&tx, true).wrap_err("nftables: prepare (nft -j -c) failed");
+        if let Err(r) = render {
+            let rendered = self.finish_render(r);
+            checked?;
+            rendered.wrap_err("nftables: prepare failed")?;
+        } else {
+            checked?;
+        }
         let hash = sha256_hex(serde_json::to_string(&next.nftables).unwrap().as_bytes());
         self.staged = Some(Staged { tx, hash });
         Ok(())
@@ -251,6 +306,18 @@ impl Backend for NftBackend {
 
     fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
         self.drift(&expected.nftables)
+    }
+}
+
+/// Keep the `keep` most recently written files of a cache dir.
+fn gc_cache(dir: &std::path::Path, keep: usize) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> =
+        rd.flatten().filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path()))).collect();
+    files.sort();
+    files.reverse();
+    for (_, p) in files.into_iter().skip(keep) {
+        let _ = std::fs::remove_file(p);
     }
 }
 

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fwc_compiler::artifacts::{sha256_hex, Artifacts, BackendKind, MANIFEST_FILE, NFTABLES_FILE};
+use fwc_compiler::artifacts::{sha256_hex, Artifacts, MANIFEST_FILE, NFTABLES_FILE};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 use serde::{Deserialize, Serialize};
 
@@ -179,22 +179,6 @@ pub fn load(path: &Path, host: Option<&str>, color: bool) -> Result<Loaded> {
 
 pub const PLAN_VERSION: u32 = 1;
 
-/// One rule that changes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuleChange {
-    /// `add`, `remove` or `change`.
-    pub action: String,
-    pub kind: String,
-    pub name: String,
-    pub backends: Vec<BackendKind>,
-    pub summary: String,
-    /// For `change`: the summary before, and the backends before.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub old_summary: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub old_backends: Option<Vec<BackendKind>>,
-}
-
 /// A plan against the live host: what `fwc apply` would change. Saved by `--out` and applied
 /// only while the live state still hashes to `live_hash`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -208,9 +192,11 @@ pub struct LivePlan {
     pub applied_generation: Option<String>,
     pub applied_commit: Option<String>,
     pub commit: Option<String>,
-    /// Per-rule changes between the applied artifacts and the new ones.
-    pub changes: Vec<RuleChange>,
-    /// Artifacts whose content changes (beyond what the per-rule list shows).
+    /// Per-rule changes between the applied artifacts and the new ones (recomputed when a
+    /// saved plan is applied).
+    #[serde(skip_deserializing)]
+    pub rules: Option<fwc_compiler::diff::Plan>,
+    /// Artifacts whose content changes.
     pub artifacts_changed: Vec<String>,
     /// Differences between the live dataplane and the applied artifacts (hand edits).
     pub drift: Vec<String>,
@@ -221,56 +207,11 @@ pub struct LivePlan {
 
 impl LivePlan {
     pub fn has_changes(&self) -> bool {
-        !self.changes.is_empty()
+        self.rules.as_ref().is_some_and(|r| !r.changes.is_empty())
             || !self.artifacts_changed.is_empty()
             || !self.drift.is_empty()
             || self.sysctls.iter().any(|s| s.was.as_deref() != Some(s.want.as_str()))
     }
-}
-
-/// Per-rule diff of two manifests (by kind and name; digest decides "changed").
-pub fn rule_changes(old: Option<&Artifacts>, new: &Artifacts) -> Vec<RuleChange> {
-    let key = |r: &fwc_compiler::artifacts::ManifestRule| (r.kind.as_str().to_string(), r.name.clone());
-    let olds: BTreeMap<_, _> = old.map(|o| o.manifest.rules.iter().map(|r| (key(r), r)).collect()).unwrap_or_default();
-    let news: BTreeMap<_, _> = new.manifest.rules.iter().map(|r| (key(r), r)).collect();
-    let mut out = Vec::new();
-    for (k, n) in &news {
-        match olds.get(k) {
-            None => out.push(RuleChange {
-                action: "add".into(),
-                kind: k.0.clone(),
-                name: k.1.clone(),
-                backends: n.backends.clone(),
-                summary: n.summary.clone(),
-                old_summary: None,
-                old_backends: None,
-            }),
-            Some(o) if o.digest != n.digest || o.backends != n.backends => out.push(RuleChange {
-                action: "change".into(),
-                kind: k.0.clone(),
-                name: k.1.clone(),
-                backends: n.backends.clone(),
-                summary: n.summary.clone(),
-                old_summary: (o.summary != n.summary).then(|| o.summary.clone()),
-                old_backends: (o.backends != n.backends).then(|| o.backends.clone()),
-            }),
-            _ => {}
-        }
-    }
-    for (k, o) in &olds {
-        if !news.contains_key(k) {
-            out.push(RuleChange {
-                action: "remove".into(),
-                kind: k.0.clone(),
-                name: k.1.clone(),
-                backends: o.backends.clone(),
-                summary: o.summary.clone(),
-                old_summary: None,
-                old_backends: None,
-            });
-        }
-    }
-    out
 }
 
 fn file_hashes(a: &Artifacts) -> BTreeMap<&'static str, String> {
@@ -286,7 +227,7 @@ pub fn live_hash(state: &StateDir, nft: &NftBackend) -> Result<String> {
 
 /// Build the plan of applying `next` on the live host.
 pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source: String) -> Result<LivePlan> {
-    let mut nft = NftBackend::new(netns.map(str::to_string));
+    let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     let current = state.current()?;
     let live_hash = live_hash(state, &nft)?;
     let drift = match &current {
@@ -296,7 +237,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
             None => vec![],
         },
     };
-    let changes = rule_changes(current.as_ref().map(|g| &g.artifacts), &next);
+    let rules = fwc_compiler::diff::plan(current.as_ref().map(|g| &g.artifacts), &next);
     let old_h = current.as_ref().map(|g| file_hashes(&g.artifacts)).unwrap_or_default();
     let artifacts_changed =
         file_hashes(&next).into_iter().filter(|(f, h)| old_h.get(f) != Some(h)).map(|(f, _)| f.to_string()).collect();
@@ -310,7 +251,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
         applied_generation: current.as_ref().map(|g| g.name.clone()),
         applied_commit: current.as_ref().and_then(|g| g.meta.commit.clone()),
         commit: next.manifest.commit.clone(),
-        changes,
+        rules: Some(rules),
         artifacts_changed,
         drift,
         sysctls,
@@ -329,10 +270,6 @@ impl Paint {
     }
 }
 
-fn backends_text(b: &[BackendKind]) -> String {
-    b.iter().map(|k| k.as_str()).collect::<Vec<_>>().join("+")
-}
-
 fn short(c: &Option<String>) -> String {
     match c {
         Some(c) if c.len() > 12 && !c.contains("dirty") => c[..12].to_string(),
@@ -341,44 +278,24 @@ fn short(c: &Option<String>) -> String {
     }
 }
 
-/// Terraform-like text of a plan.
+/// Terraform-like text of a plan: the per-rule diff (`fwc_compiler::diff::render`), then the
+/// live-host part: what is applied now, drift, sysctls.
 pub fn render_plan(p: &LivePlan, color: bool) -> String {
     let paint = Paint(color);
     let mut s = String::new();
-    s.push_str(&format!("Plan for host {} from {} ({})\n", p.host, p.source, short(&p.commit)));
+    if let Some(r) = &p.rules {
+        s.push_str(&fwc_compiler::diff::render(r, color));
+    }
+    s.push_str(&format!("\nSource: {}\n", p.source));
     match &p.applied_generation {
-        Some(g) => s.push_str(&format!("Applied now: {} ({})\n", short(&p.applied_commit), g)),
-        None => s.push_str("Applied now: nothing (first apply)\n"),
+        Some(g) => s.push_str(&format!("Live:   {} applied ({g})\n", short(&p.applied_commit))),
+        None => s.push_str("Live:   nothing applied yet by fwc\n"),
     }
     if !p.drift.is_empty() {
         s.push_str(&format!("\n{}\n", paint.c("1;35", "Drift: the live state differs from what fwc applied (apply overwrites it):")));
         for d in &p.drift {
             s.push_str(&format!("  {} {d}\n", paint.c("35", "!")));
         }
-    }
-    if !p.changes.is_empty() {
-        s.push_str("\nChanges:\n");
-        let w = p.changes.iter().map(|c| c.kind.len() + c.name.len() + 3).max().unwrap_or(0);
-        for c in &p.changes {
-            let (sym, code) = match c.action.as_str() {
-                "add" => ("+", "32"),
-                "remove" => ("-", "31"),
-                _ => ("~", "33"),
-            };
-            let label = format!("{} \"{}\"", c.kind, c.name);
-            let mut line = format!("  {} {label:<w$}  [{}]  {}", paint.c(code, sym), backends_text(&c.backends), c.summary);
-            if let Some(ob) = &c.old_backends {
-                line.push_str(&format!("  (backend was {})", backends_text(ob)));
-            }
-            if let Some(os) = &c.old_summary {
-                line.push_str(&format!("\n      {} {os}", paint.c("2", "was:")));
-            }
-            s.push_str(&line);
-            s.push('\n');
-        }
-    }
-    if p.changes.is_empty() && !p.artifacts_changed.is_empty() {
-        s.push_str(&format!("\nArtifacts that change: {}\n", p.artifacts_changed.join(", ")));
     }
     if !p.sysctls.is_empty() {
         s.push_str("\nSysctls:\n");
@@ -391,19 +308,20 @@ pub fn render_plan(p: &LivePlan, color: bool) -> String {
             }
         }
     }
-    let count = |a: &str| p.changes.iter().filter(|c| c.action == a).count();
     s.push('\n');
     if p.has_changes() {
-        s.push_str(&paint.c(
-            "1",
-            &format!(
-                "Plan: {} to add, {} to change, {} to remove{}.",
-                count("add"),
-                count("change"),
-                count("remove"),
-                if p.drift.is_empty() { String::new() } else { format!(", {} drift item(s) to overwrite", p.drift.len()) }
-            ),
-        ));
+        let mut what = Vec::new();
+        if p.rules.as_ref().is_some_and(|r| !r.changes.is_empty()) || !p.artifacts_changed.is_empty() {
+            what.push("the rules above".to_string());
+        }
+        if !p.drift.is_empty() {
+            what.push(format!("{} drift item(s) overwritten", p.drift.len()));
+        }
+        let sys = p.sysctls.iter().filter(|s| s.was.as_deref() != Some(s.want.as_str())).count();
+        if sys > 0 {
+            what.push(format!("{sys} sysctl(s) set"));
+        }
+        s.push_str(&paint.c("1", &format!("Apply would change the live host: {}.", what.join(", "))));
     } else {
         s.push_str(&paint.c("1", "No changes: the live state matches the rules."));
     }
@@ -432,6 +350,7 @@ pub fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
     if req.json {
         let mut v = serde_json::to_value(&plan).into_diagnostic()?;
         v.as_object_mut().unwrap().remove("artifacts");
+        v.as_object_mut().unwrap().insert("has_changes".into(), serde_json::json!(plan.has_changes()));
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
     } else {
         print!("{}", render_plan(&plan, g.color()));
@@ -513,7 +432,7 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     }
-    let mut backends = apply::default_backends(netns.as_deref());
+    let mut backends = apply::default_backends_for(netns.as_deref(), &state.path);
     let opts = ApplyOptions { source: plan.source.clone(), netns: netns.clone(), no_sysctl: a.no_sysctl };
     let report = match apply::transaction(&mut backends, &lock, &plan.artifacts, &opts) {
         Ok(r) => r,
@@ -621,7 +540,7 @@ fn revert(lock: &StateLock, netns: Option<&str>, why: &str) -> std::result::Resu
         (None, Some(c)) => (apply::empty_artifacts(&c.meta.host), format!("{why}: back to nothing (first apply)")),
         (None, None) => return Err("nothing has been applied, so there is nothing to roll back".into()),
     };
-    let mut backends = apply::default_backends(netns);
+    let mut backends = apply::default_backends_for(netns, &lock.dir.path);
     let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true };
     apply::transaction(&mut backends, lock, &artifacts, &opts).map_err(|f| f.to_string())
 }
@@ -720,7 +639,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
         pending_confirm: state.pending_confirm()?,
         counters: vec![],
     };
-    let mut nft = NftBackend::new(netns.map(str::to_string));
+    let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     match &cur {
         Some(g) => {
             st.generation = Some(g.name.clone());
