@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" -eq 0 ]; then bash scripts/setup.sh; fi
 for d in "$HOME/.cargo/bin" /root/.cargo/bin; do [ -d "$d" ] && PATH="$d:$PATH"; done
 export PATH
-cargo build --workspace --all-targets --locked
-cargo test --workspace --locked --no-fail-fast "$@"
+cargo build --workspace --all-targets
+cargo test --workspace --no-fail-fast "$@"
