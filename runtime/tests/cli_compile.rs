@@ -181,8 +181,9 @@ fn git(dir: &Path, args: &[&str]) {
     assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
 }
 
-#[test]
-fn plan_from_a_git_revision() {
+/// A repository with two commits: the second adds, changes (one rule moves to userspace) and
+/// removes rules.
+fn two_commits() -> tempfile::TempDir {
     let dir = repo(&[(
         "fwc.kdl",
         "fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22\n    allow \"web\" proto=tcp port=80\n    allow \"old\" proto=tcp port=8080\n}\nforward \"fwd\" listen=\":9000\" to=\"10.0.0.7:9000\"\n",
@@ -197,7 +198,13 @@ fn plan_from_a_git_revision() {
     )
     .unwrap();
     git(d, &["commit", "-q", "-am", "two"]);
+    dir
+}
 
+#[test]
+fn plan_from_a_git_revision() {
+    let dir = two_commits();
+    let d = dir.path();
     let o = fwc(&["plan", s(d), "--from", "HEAD~1"]);
     assert_eq!(code(&o), 2, "a plan with changes exits 2:\n{}", shown(&o));
     let out = text(&o.stdout);
@@ -206,11 +213,6 @@ fn plan_from_a_git_revision() {
     }
     assert!(!out.contains("filter \"ssh\""), "unchanged rules are not listed:\n{out}");
     assert!(out.contains("Plan: 1 to add, 2 to change, 1 to remove."), "{}", shown(&o));
-
-    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--json"]);
-    assert_eq!(code(&o), 2, "{}", shown(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((v["add"].as_u64(), v["change"].as_u64(), v["remove"].as_u64()), (Some(1), Some(2), Some(1)), "{v:#}");
 
     // Nothing changed since HEAD: exit 0.
     let o = fwc(&["plan", s(d), "--from", "HEAD"]);
@@ -228,6 +230,18 @@ fn plan_from_a_git_revision() {
     let o = fwc(&["plan", s(d), "--from", "HEAD"]);
     assert_eq!(code(&o), 1, "{}", shown(&o));
     assert!(text(&o.stderr).contains("fwc.kdl:2:1"), "{}", shown(&o));
+}
+
+/// `--json` output is one JSON document (the plan), so `fwc plan --json | jq` works.
+#[test]
+fn plan_json_is_one_document() {
+    let dir = two_commits();
+    let o = fwc(&["plan", s(dir.path()), "--from", "HEAD~1", "--json"]);
+    assert_eq!(code(&o), 2, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("plan --json must print exactly one JSON document ({e}):\n{}", shown(&o)));
+    assert_eq!((v["add"].as_u64(), v["change"].as_u64(), v["remove"].as_u64()), (Some(1), Some(2), Some(1)), "{v:#}");
+    assert_eq!(v["changes"].as_array().map(Vec::len), Some(4), "{v:#}");
 }
 
 #[test]
