@@ -49,16 +49,15 @@ impl Checker<'_> {
         self.out.push(Diagnostic::warning(code, msg).at(self.map, span, label).rule(rule).help(help));
     }
 
-    /// Report the second and later uses of a name within one kind.
-    fn unique<'n>(&mut self, kind: &str, names: impl Iterator<Item = &'n Spanned<String>>) {
+    /// Report the second and later uses of a name within one kind. Items are (the word the
+    /// rule starts with, e.g. `allow`, and its name).
+    fn unique<'n>(&mut self, kind: &str, names: impl Iterator<Item = (&'n str, &'n Spanned<String>)>) {
         let mut seen: BTreeMap<&str, Span> = BTreeMap::new();
-        for n in names {
+        for (word, n) in names {
             if let Some(first) = seen.get(n.value.as_str()) {
-                let first = self.map.file(first.file).path.clone() + &format!(" line {}", {
-                    let f = self.map.file(first.file);
-                    crate::diag::line_col(&f.text, first.offset as usize).0
-                });
-                let rule = format!("{kind} \"{}\"", n.value);
+                let f = self.map.file(first.file);
+                let first = format!("{} line {}", f.path, crate::diag::line_col(&f.text, first.offset as usize).0);
+                let rule = format!("{word} \"{}\"", n.value);
                 self.err(
                     "duplicate-name",
                     &rule,
@@ -74,11 +73,11 @@ impl Checker<'_> {
     }
 
     fn hosts(&mut self) {
-        self.unique("host", self.rs.hosts.iter().map(|h| &h.name));
+        self.unique("host", self.rs.hosts.iter().map(|h| ("host", &h.name)));
     }
 
     fn sets(&mut self) {
-        self.unique("set", self.rs.sets.iter().map(|s| &s.name));
+        self.unique("set", self.rs.sets.iter().map(|s| ("set", &s.name)));
         for s in &self.rs.sets {
             if s.elements.is_empty() {
                 let rule = format!("set \"{}\"", s.name.value);
@@ -125,7 +124,7 @@ impl Checker<'_> {
 
     fn chains(&mut self) {
         let rules: Vec<&FilterRule> = self.rs.chains.iter().flat_map(|c| c.rules.iter()).collect();
-        self.unique("filter rule", rules.iter().map(|r| &r.name));
+        self.unique("filter rule", rules.iter().map(|r| (r.action.as_str(), &r.name)));
         for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output] {
             let mut policy: Option<&Spanned<Policy>> = None;
             for c in self.rs.chains.iter().filter(|c| c.kind == kind) {
@@ -189,7 +188,7 @@ impl Checker<'_> {
     }
 
     fn forwards(&mut self) {
-        self.unique("forward", self.rs.forwards.iter().map(|f| &f.name));
+        self.unique("forward", self.rs.forwards.iter().map(|f| ("forward", &f.name)));
         for f in &self.rs.forwards {
             let rule = format!("forward \"{}\"", f.name.value);
             self.addr(&rule, &f.from);
@@ -295,8 +294,8 @@ impl Checker<'_> {
                                 "listen-conflict",
                                 &rule,
                                 format!(
-                                    "listens on {} {} which forward \"{}\" already uses on host \"{}\"",
-                                    second.proto.as_str(),
+                                    "listens on {} port {} which forward \"{}\" already uses on host \"{}\"",
+                                    proto.as_str(),
                                     second.listen.ports,
                                     first.name.value,
                                     h.name.value
@@ -314,7 +313,7 @@ impl Checker<'_> {
     }
 
     fn shapes(&mut self) {
-        self.unique("shape", self.rs.shapes.iter().map(|s| &s.name));
+        self.unique("shape", self.rs.shapes.iter().map(|s| ("shape", &s.name)));
         for s in &self.rs.shapes {
             let rule = format!("shape \"{}\"", s.name.value);
             self.addr(&rule, &s.from);

@@ -419,6 +419,8 @@ pub struct ShapeRule {
 #[serde(rename_all = "lowercase")]
 pub enum RuleKind {
     Set,
+    /// A filter chain as a whole: its policy and the order of its rules.
+    Chain,
     Filter,
     Forward,
     Shape,
@@ -428,6 +430,7 @@ impl RuleKind {
     pub fn as_str(self) -> &'static str {
         match self {
             RuleKind::Set => "set",
+            RuleKind::Chain => "chain",
             RuleKind::Filter => "filter",
             RuleKind::Forward => "forward",
             RuleKind::Shape => "shape",

@@ -112,6 +112,13 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
             }
             rules.extend(c.rules.iter().filter(|r| applies(&r.on)));
         }
+        placements.push(Placement {
+            kind: RuleKind::Chain,
+            name: kind.as_str().to_string(),
+            chain: Some(kind),
+            backends: vec![BackendKind::Nftables],
+            reason: "nftables filter chain: first match wins, then the policy".into(),
+        });
         for r in &rules {
             placements.push(Placement {
                 kind: RuleKind::Filter,

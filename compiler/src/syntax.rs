@@ -601,8 +601,8 @@ impl Parser<'_, '_> {
             sports: self.parsed(&mut p, "sport", units::parse_port_list),
             from: self.addr_match(&mut p, "from"),
             to: self.addr_match(&mut p, "to"),
-            iif: self.text(&mut p, "in").map(|(t, s)| Spanned::new(t, s)),
-            oif: self.text(&mut p, "out").map(|(t, s)| Spanned::new(t, s)),
+            iif: self.parsed(&mut p, "in", parse_ifname),
+            oif: self.parsed(&mut p, "out", parse_ifname),
             log: self.bool(&mut p, "log"),
             rate: self.parsed(&mut p, "rate", units::parse_event_rate),
             on: self.selector(&mut p),
@@ -725,6 +725,17 @@ fn valid_name(s: &str) -> bool {
 
 fn valid_ifname(s: &str) -> bool {
     !s.is_empty() && s.len() <= 15 && !s.contains(['/', ' ', '\t', '"', '\\']) && s != "." && s != ".."
+}
+
+fn parse_ifname(s: &str) -> Result<String, UnitError> {
+    if valid_ifname(s) {
+        Ok(s.to_string())
+    } else {
+        Err(UnitError {
+            message: format!("\"{s}\" is not an interface name"),
+            help: "interface names are 1-15 characters without spaces or `/`, e.g. in=\"eth0\"".into(),
+        })
+    }
 }
 
 fn parse_selector(s: &str) -> Result<Selector, UnitError> {

@@ -23,6 +23,11 @@ pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value,
                 let s = plan.set(name).expect("placed sets exist");
                 (set_summary(s), digest(&s.elements.iter().map(|e| e.value).collect::<Vec<_>>()))
             }
+            RuleKind::Chain => {
+                let c = plan.chains.iter().find(|c| c.kind.as_str() == name).expect("placed chains exist");
+                let order: Vec<&str> = c.rules.iter().map(|r| r.name.value.as_str()).collect();
+                (chain_summary(c.policy, &order), digest(&(c.policy, &order)))
+            }
             RuleKind::Filter => (filter_summary(filters[name]), digest(filters[name])),
             RuleKind::Forward => (forward_summary(forwards[name]), digest(forwards[name])),
             RuleKind::Shape => (shape_summary(shapes[name]), digest(shapes[name])),
@@ -59,7 +64,27 @@ fn ports(p: &[PortRange]) -> String {
     p.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
 }
 
+fn chain_summary(policy: Policy, order: &[&str]) -> String {
+    let policy = match policy {
+        Policy::Accept => "accept",
+        Policy::Drop => "drop",
+    };
+    let shown: Vec<&str> = order.iter().take(8).copied().collect();
+    let more = order.len().saturating_sub(8);
+    let mut out = format!("policy {policy}, {} rule(s)", order.len());
+    if !shown.is_empty() {
+        out.push_str(&format!(" in order: {}", shown.join(", ")));
+    }
+    if more > 0 {
+        out.push_str(&format!(", … {more} more"));
+    }
+    out
+}
+
 fn set_summary(s: &AddrSet) -> String {
+    if s.elements.is_empty() {
+        return "empty".into();
+    }
     let shown: Vec<String> = s.elements.iter().take(4).map(|e| e.value.to_string()).collect();
     let more = s.elements.len().saturating_sub(4);
     let mut out = format!("{} element(s): {}", s.elements.len(), shown.join(", "));
@@ -98,7 +123,36 @@ fn filter_summary(r: &FilterRule) -> String {
     if r.log {
         out.push_str(" log");
     }
+    comment(&mut out, &r.comment);
     out
+}
+
+fn comment(out: &mut String, c: &Option<String>) {
+    if let Some(c) = c {
+        out.push_str(&format!(" # {c}"));
+    }
+}
+
+/// Bytes, the way operators write sizes: `2MiB`, `256KiB`, `1500B`.
+pub fn size(b: u64) -> String {
+    match b {
+        0 => "0B".into(),
+        _ if b % (1 << 30) == 0 => format!("{}GiB", b >> 30),
+        _ if b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
+        _ if b % 1024 == 0 => format!("{}KiB", b >> 10),
+        _ => format!("{b}B"),
+    }
+}
+
+/// Milliseconds, the way operators write durations: `10m`, `30s`, `1500ms`.
+pub fn duration(ms: u64) -> String {
+    match ms {
+        _ if ms % 86_400_000 == 0 => format!("{}d", ms / 86_400_000),
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ => format!("{ms}ms"),
+    }
 }
 
 fn forward_summary(f: &ForwardRule) -> String {
@@ -132,9 +186,13 @@ fn forward_summary(f: &ForwardRule) -> String {
     if let Some(p) = &f.proxy_protocol {
         out.push_str(&format!(" proxy-protocol v{}", p.value));
     }
-    if let Some(t) = &f.idle_timeout_ms {
-        out.push_str(&format!(" idle-timeout {}ms", t.value));
+    if let Some(b) = &f.burst {
+        out.push_str(&format!(" burst {}", size(b.value)));
     }
+    if let Some(t) = &f.idle_timeout_ms {
+        out.push_str(&format!(" idle-timeout {}", duration(t.value)));
+    }
+    comment(&mut out, &f.comment);
     out
 }
 
@@ -152,14 +210,25 @@ fn shape_summary(s: &ShapeRule) -> String {
     if let Some(p) = &s.ports {
         out.push_str(&format!(" port {}", ports(&p.value)));
     }
+    if let Some(b) = &s.burst {
+        out.push_str(&format!(" burst {}", size(b.value)));
+    }
     if !s.devs.is_empty() {
         out.push_str(&format!(" dev {}", s.devs.iter().map(|d| d.value.as_str()).collect::<Vec<_>>().join(",")));
     }
+    if s.direction == Direction::Ingress {
+        out.push_str(" direction ingress");
+    }
+    comment(&mut out, &s.comment);
     out
 }
 
-/// Bytes per second, shown in bits the way operators write them.
+/// Bytes per second, the way operators write them: bits (`100mbit`) unless the value is a
+/// whole number of binary bytes per second and not of kilobits (`1MiB/s`).
 pub fn rate(b: Bandwidth) -> String {
+    if (b.0 * 8) % 1000 != 0 && b.0 % 1024 == 0 {
+        return format!("{}/s", size(b.0));
+    }
     let bits = b.0 as f64 * 8.0;
     let (v, unit) = if bits >= 1e9 {
         (bits / 1e9, "gbit")

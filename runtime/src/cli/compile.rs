@@ -208,7 +208,9 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
     let old = fwc_compiler::compile(&old_tree, host, Some(&old_commit.id().to_string())).ok().map(|(art, _)| art);
     let new = match fwc_compiler::compile(&new_tree, host, new_id.as_deref()) {
         Ok((art, warnings)) => {
-            report(&warnings, a.json, g);
+            if !a.json {
+                report(&warnings, false, g);
+            }
             art
         }
         Err(diags) => {

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod compile;
-mod qos;
 pub mod agent;
+mod qos;
+mod forward;
 pub mod apply;
 
 /// Options every subcommand understands.
@@ -68,6 +69,8 @@ pub enum Command {
     Schema(compile::SchemaArgs),
     /// Print a shell completion script.
     Completions(compile::CompletionsArgs),
+    /// Run the userspace forwarder (standalone or for a state dir), or print its counters.
+    Forward(forward::ForwardArgs),
     /// eBPF QoS: per-class counters (`stats`), remove the dataplane (`detach`).
     Qos(qos::QosArgs),
     /// Apply a rule repository, artifact dir or saved plan to this host, atomically.
@@ -85,6 +88,13 @@ pub enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Report commands die quietly on a closed pipe (`fwc compile --json | head`) instead of
+    // panicking. Long-running ones (agent, forwarder) keep Rust's SIGPIPE=ignore: they write
+    // to sockets that peers may close.
+    if matches!(cli.command, Command::Check(_) | Command::Compile(_) | Command::Plan(_) | Command::Schema(_) | Command::Completions(_)) {
+        // SAFETY: setting a signal disposition before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("FWC_LOG").unwrap_or_else(|_| "warn".into());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let g = cli.global.clone();
@@ -97,6 +107,7 @@ pub fn main() -> ExitCode {
         Command::Fmt(a) => compile::fmt(a, &g),
         Command::Schema(a) => compile::schema(a, &g),
         Command::Completions(a) => compile::completions(a),
+        Command::Forward(a) => forward::run(a, &g),
         Command::Qos(a) => qos::run(a, &g),
         Command::Apply(a) => apply::apply(a, &g),
         Command::Confirm(a) => apply::confirm(a, &g),
