@@ -305,8 +305,9 @@ impl Agent {
         }
     }
 
-    /// Fetch, with backoff bookkeeping and metrics. Returns the delay before the next fetch.
-    pub fn fetch(&mut self) -> Duration {
+    /// Fetch, with backoff bookkeeping and metrics. Returns the delay before the next fetch
+    /// and whether the tip moved.
+    pub fn fetch(&mut self) -> (Duration, bool) {
         match self.mirror.fetch(self.cfg.fetch_timeout) {
             Ok(f) => {
                 Metrics::inc(&self.metrics.git_fetch_total, "ok");
@@ -316,14 +317,14 @@ impl Agent {
                     tracing::warn!(old = %old, new = %f.new, "the branch was force-pushed");
                     self.forced = Some((old, f.new.to_string()));
                 }
-                self.cfg.interval
+                (self.cfg.interval, f.changed())
             }
             Err(e) => {
                 Metrics::inc(&self.metrics.git_fetch_total, "error");
                 let d = self.backoff.fail();
                 tracing::warn!("{e}; retrying in {d:?}");
                 self.health.set_status(format!("fetch failing ({} times): {e}", self.backoff.failures));
-                d
+                (d, false)
             }
         }
     }
@@ -635,8 +636,12 @@ pub fn run(cfg: AgentConfig) -> Result<()> {
         health.tick();
         let now = Instant::now();
         if now >= next_fetch {
-            let delay = agent.fetch();
+            let (delay, changed) = agent.fetch();
             next_fetch = Instant::now() + delay;
+            if changed {
+                // A new tip is reconciled at once, not at the next drift-check tick.
+                next_check = Instant::now();
+            }
         }
         if Instant::now() >= next_check || force {
             if let Err(e) = agent.reconcile(force) {
