@@ -47,7 +47,7 @@ pub struct CompileArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  fwc plan --from HEAD~1                 # what the last commit changed\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 no changes, 1 error, 2 changes.")]
+#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 no changes, 1 error, 2 changes.")]
 pub struct PlanArgs {
     /// Rule repository (directory with fwc.kdl, inside a git checkout for --from).
     #[arg(default_value = ".")]
@@ -67,6 +67,11 @@ pub struct PlanArgs {
     /// Exit 2 when there are changes (always on; accepted for terraform habits).
     #[arg(long)]
     pub detailed_exitcode: bool,
+    /// Save the live plan (with a hash of the live state) for `fwc apply plan.json`.
+    #[arg(long, conflicts_with = "from")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: super::apply::HostArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -188,10 +193,15 @@ pub fn write_artifacts(out: &Path, artifacts: &Artifacts) -> Result<()> {
 
 pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
     let Some(from) = &a.from else {
-        return Err(miette!(
-            help = "use --from REV to compare two git revisions of the rule repository",
-            "planning against the live host is not available in this build"
-        ));
+        let req = super::apply::LivePlanRequest {
+            dir: a.dir,
+            host: a.host,
+            target: a.target,
+            out: a.out,
+            json: a.json,
+            detailed_exitcode: true,
+        };
+        return super::apply::plan_live(req, g);
     };
     let (repo, sub) = crate::repo::discover(&a.dir)?;
     let old_commit = crate::repo::commit_at(&repo, from)?;
