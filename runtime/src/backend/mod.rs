@@ -2,6 +2,7 @@
 //! (`crate::apply`) drives: prepare everything, commit everything, verify, and on any failure
 //! roll every backend back to the previously applied artifacts.
 
+pub mod forward;
 pub mod nft;
 pub mod qos;
 

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Summarise a bench/forward/run.sh run: medians per variant, CPU, cap accuracy -> JSON + markdown.
+
+usage: report.py RAW_DIR OUT_DIR REPEATS TIME VARIANT...
+"""
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+raw, out, repeats, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+variants = sys.argv[5:]
+
+
+def load(p):
+    try:
+        with open(p) as f:
+            return json.load(f)
+    except Exception:
+        return None
+
+
+cpu = {}
+with open(os.path.join(raw, "cpu.jsonl")) as f:
+    for line in f:
+        e = json.loads(line)
+        cpu[(e["variant"], e["repeat"])] = e
+
+rows = []
+for v in variants:
+    gbps, pcpu, scpu, gbytes = [], [], [], []
+    for r in range(1, repeats + 1):
+        j = load(os.path.join(raw, f"{v}.{r}.json"))
+        if not j or "end" not in j or "sum_received" not in j["end"]:
+            continue
+        recv = j["end"]["sum_received"]
+        gbps.append(recv["bits_per_second"] / 1e9)
+        gbytes.append(recv["bytes"] / 1e9)
+        c = cpu.get((v, r), {})
+        pcpu.append(c.get("proc_cpu_s", 0.0))
+        scpu.append(c.get("sys_cpu_s", 0.0))
+    if not gbps:
+        rows.append({"variant": v, "runs": 0})
+        continue
+    med = statistics.median(gbps)
+    gb = statistics.median(gbytes)
+    pc = statistics.median(pcpu)
+    rows.append({
+        "variant": v,
+        "runs": len(gbps),
+        "gbit_per_s_median": round(med, 3),
+        "gbit_per_s_all": [round(x, 3) for x in gbps],
+        "proc_cpu_s_median": round(pc, 2),
+        "proc_cpu_s_all": pcpu,
+        "sys_cpu_s_median": round(statistics.median(scpu), 2),
+        "proc_cpu_s_per_gb": round(pc / gb, 3) if gb and v not in ("direct", "nft-redirect") else None,
+    })
+ref = next((r.get("gbit_per_s_median") for r in rows if r["variant"] == "nft-redirect"), None)
+for r in rows:
+    if ref and r.get("gbit_per_s_median"):
+        r["vs_nft_redirect"] = round(r["gbit_per_s_median"] / ref, 3)
+
+caps = []
+for p in sorted(glob.glob(os.path.join(raw, "cap-*.iperf.json"))):
+    target = int(os.path.basename(p).split("-")[1].split(".")[0])
+    j = load(p)
+    if not j or "intervals" not in j:
+        continue
+    ivs = [i["sum"] for i in j["intervals"] if not i["sum"].get("omitted")]
+    total_bytes = sum(i["bytes"] for i in ivs)
+    total_secs = sum(i["seconds"] for i in ivs)
+    measured = total_bytes / total_secs
+    caps.append({
+        "target_bytes_per_s": target,
+        "target": {1000000: "1 MB/s", 1250000: "10 Mbit/s", 12500000: "100 Mbit/s"}.get(target, str(target)),
+        "measured_bytes_per_s": round(measured),
+        "ratio": round(measured / target, 4),
+        "seconds_measured": round(total_secs, 1),
+    })
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+    except Exception:
+        return ""
+
+machine = {
+    "cpu": sh("lscpu | sed -n 's/^Model name: *//p' | head -1"),
+    "cores": os.cpu_count(),
+    "kernel": platform.release(),
+    "iperf3": sh("iperf3 --version | head -1"),
+    "pipe_max_size": sh("cat /proc/sys/fs/pipe-max-size"),
+}
+result = {"machine": machine, "repeats": repeats, "seconds_per_run": secs, "throughput": rows, "caps": caps}
+with open(os.path.join(out, "results.json"), "w") as f:
+    json.dump(result, f, indent=2)
+    f.write("\n")
+
+md = []
+md.append(f"Machine: {machine['cpu']}, {machine['cores']} cores, Linux {machine['kernel']}, {machine['iperf3']}.")
+md.append(f"iperf3 over loopback in a throwaway netns, {secs:g} s per run, {repeats} runs per variant, alternating; medians.")
+md.append("")
+md.append("| variant | Gbit/s (median) | vs nft REDIRECT | forwarder CPU s / run | CPU s per GB | machine CPU s / run | all runs (Gbit/s) |")
+md.append("|---|---:|---:|---:|---:|---:|---|")
+for r in rows:
+    if not r.get("runs"):
+        md.append(f"| {r['variant']} | failed | | | | | |")
+        continue
+    md.append("| {} | {:.2f} | {} | {} | {} | {:.2f} | {} |".format(
+        r["variant"], r["gbit_per_s_median"],
+        f"{r['vs_nft_redirect']:.2f}" if r.get("vs_nft_redirect") else "",
+        f"{r['proc_cpu_s_median']:.2f}" if r["variant"] not in ("direct", "nft-redirect") else "(kernel)",
+        f"{r['proc_cpu_s_per_gb']:.3f}" if r.get("proc_cpu_s_per_gb") is not None else "",
+        r["sys_cpu_s_median"], ", ".join(f"{x:.2f}" for x in r["gbit_per_s_all"])))
+if caps:
+    md.append("")
+    md.append("| cap | target bytes/s | measured bytes/s | measured/target |")
+    md.append("|---|---:|---:|---:|")
+    for c in caps:
+        md.append(f"| {c['target']} | {c['target_bytes_per_s']} | {c['measured_bytes_per_s']} | {c['ratio']:.4f} |")
+with open(os.path.join(out, "results.md"), "w") as f:
+    f.write("\n".join(md) + "\n")
+print("\n".join(md))
