@@ -228,7 +228,8 @@ fn kitchen_sink() -> Ruleset {
     let mut office_only = fwd("office-only", ForwardProto::Tcp, ":9443", "10.0.0.10:443");
     office_only.from = addrs("@office");
     office_only.max_conns = Some(sp(10));
-    let on_addr = fwd("on-addr", ForwardProto::Tcp, "203.0.113.1:80", "10.0.0.11");
+    let mut on_addr = fwd("on-addr", ForwardProto::Tcp, "203.0.113.1:80", "10.0.0.11");
+    on_addr.max_conns = Some(sp(5)); // a guard on a listen address: `ct original ip daddr`
     let v6 = fwd("v6", ForwardProto::Tcp, ":8443", "[2001:db8:2::5]:443");
     let mut tenant = fwd("tenant-b", ForwardProto::Tcp, ":9000", "10.0.0.7:9000");
     tenant.up = Some(sp(Bandwidth(12_500_000)));
@@ -291,6 +292,10 @@ fn empty_ruleset_is_the_skeleton() {
         ])
     );
     assert_eq!(input[3]["expr"], json!([{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "invalid"}}, {"drop": null}]));
+    // Output accepts neighbour discovery too (a drop policy must not cut IPv6 off).
+    let output = chain_rules(&doc, "output");
+    assert_eq!(output.len(), 3);
+    assert_eq!(output[2]["expr"], input[2]["expr"]);
     let forward = chain_rules(&doc, "forward");
     assert_eq!(forward.len(), 2);
     assert_eq!(forward[1]["expr"], json!([{"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}}, {"accept": null}]));
@@ -501,40 +506,57 @@ fn kernel_forwards_use_maps() {
         }}}})
     ));
     let key = json!({"concat": [{"meta": {"key": "l4proto"}}, payload("th", "dport")]});
+    // The map rules look up only their own family's packets.
     assert_eq!(
         dnat[3]["expr"],
         json!([
+            m(json!({"meta": {"key": "nfproto"}}), json!("ipv4")),
             m(json!({"meta": {"key": "l4proto"}}), json!({"set": ["tcp", "udp"]})),
             {"dnat": {"family": "ip",
                 "addr": {"map": {"key": key, "data": "@fwd4_addr"}},
                 "port": {"map": {"key": key, "data": "@fwd4_port"}}}}
         ])
     );
-    assert_eq!(dnat[4]["expr"][1], json!({"dnat": {"family": "ip", "addr": {"map": {"key": key, "data": "@fwd4_keep"}}}}));
-    assert_eq!(dnat[5]["expr"][1]["dnat"]["family"], "ip6");
+    assert_eq!(dnat[4]["expr"][0], m(json!({"meta": {"key": "nfproto"}}), json!("ipv4")));
+    assert_eq!(dnat[4]["expr"][2], json!({"dnat": {"family": "ip", "addr": {"map": {"key": key, "data": "@fwd4_keep"}}}}));
+    for r in &dnat[5..7] {
+        assert_eq!(r["expr"][0], m(json!({"meta": {"key": "nfproto"}}), json!("ipv6")));
+        assert_eq!(r["expr"][2]["dnat"]["family"], "ip6");
+    }
 }
 
 #[test]
-fn forward_guards_in_the_forward_chain() {
+fn forward_guards_shared_by_forward_and_output() {
     let doc = emit(&kitchen_sink());
-    let fwd = chain_rules(&doc, "forward");
-    let comments: Vec<&str> = fwd.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
+    let jump = json!([{"jump": {"target": "fwd_guard"}}]);
+    let dnat_accept = json!([{"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}}, {"accept": null}]);
+    // forward: established, jump to the guards, ct status dnat accept, user rules.
+    let fw = chain_rules(&doc, "forward");
+    let comments: Vec<&str> = fw.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
+    assert_eq!(comments, ["-", "-", "-", "fwc:filter:lan-out"]);
+    assert_eq!(fw[1]["expr"], jump);
+    assert_eq!(fw[2]["expr"], dnat_accept);
+    // output: the same guards for clients on the host, then their DNATed flows pass.
+    let out = chain_rules(&doc, "output");
+    let i = out.iter().position(|r| r["expr"] == jump).expect("output jumps to the guards");
+    assert_eq!(out[i + 1]["expr"], dnat_accept);
+    assert_eq!(out[i + 2]["comment"], "fwc:filter:no-smtp", "fwc's accepts come before the user rules");
+
+    let guard = chain_rules(&doc, chains::FWD_GUARD);
+    let comments: Vec<&str> = guard.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
     assert_eq!(
         comments,
         [
-            "-",
             "fwc:forward:lb",
             "fwc:forward:office-only",
             "fwc:forward:office-only",
+            "fwc:forward:on-addr",
             "fwc:forward:shifted",
-            "fwc:forward:shifted",
-            "-",
-            "fwc:filter:lan-out"
+            "fwc:forward:shifted"
         ]
     );
-    let lb = fwd[1];
     assert_eq!(
-        lb["expr"],
+        guard[0]["expr"],
         json!([
             {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "new"}},
             {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
@@ -546,16 +568,82 @@ fn forward_guards_in_the_forward_chain() {
         ])
     );
     // from=@office has both families -> one guard per family.
-    assert!(has_stmt(fwd[2], json!({"ct count": {"val": 10, "inv": true}})));
-    assert!(has_stmt(fwd[2], m(payload("ip", "saddr"), json!("@office_v4"))));
-    assert!(has_stmt(fwd[3], m(payload("ip6", "saddr"), json!("@office_v6"))));
-    assert!(has_stmt(fwd[2], json!({"reject": {"type": "tcp reset"}})));
+    assert!(has_stmt(guard[1], json!({"ct count": {"val": 10, "inv": true}})));
+    assert!(has_stmt(guard[1], m(payload("ip", "saddr"), json!("@office_v4"))));
+    assert!(has_stmt(guard[2], m(payload("ip6", "saddr"), json!("@office_v6"))));
+    assert!(has_stmt(guard[1], json!({"reject": {"type": "tcp reset"}})));
+    // A listen address: nft's JSON puts the family into the ct key (1.0.6 refuses "family").
+    assert!(has_stmt(guard[3], m(json!({"ct": {"key": "ip daddr", "dir": "original"}}), json!("203.0.113.1"))));
     // proto=both: one guard per protocol (tcp reset for tcp, icmpx for udp).
-    assert!(has_stmt(fwd[4], m(json!({"ct": {"key": "proto-dst", "dir": "original"}}), json!({"range": [3000, 3003]}))));
-    assert!(has_stmt(fwd[4], m(json!({"meta": {"key": "l4proto"}}), json!("tcp"))));
-    assert!(has_stmt(fwd[4], json!({"reject": {"type": "tcp reset"}})));
-    assert!(has_stmt(fwd[5], m(json!({"meta": {"key": "l4proto"}}), json!("udp"))));
-    assert!(has_stmt(fwd[5], json!({"reject": {"type": "icmpx", "expr": "port-unreachable"}})));
+    assert!(has_stmt(guard[4], m(json!({"ct": {"key": "proto-dst", "dir": "original"}}), json!({"range": [3000, 3003]}))));
+    assert!(has_stmt(guard[4], m(json!({"meta": {"key": "l4proto"}}), json!("tcp"))));
+    assert!(has_stmt(guard[4], json!({"reject": {"type": "tcp reset"}})));
+    assert!(has_stmt(guard[5], m(json!({"meta": {"key": "l4proto"}}), json!("udp"))));
+    assert!(has_stmt(guard[5], json!({"reject": {"type": "icmpx", "expr": "port-unreachable"}})));
+
+    // Without guards there is no guard chain and no jump.
+    let plain = emit(&Ruleset { forwards: vec![fwd("web", ForwardProto::Tcp, ":8080", "10.0.0.5:80")], ..Ruleset::default() });
+    assert!(objects(&plain, "chain").iter().all(|c| c["name"] != chains::FWD_GUARD));
+    assert!(!text(&plain).contains("fwd_guard"));
+    // ... but local clients' DNATed flows still pass output.
+    assert!(chain_rules(&plain, "output").iter().any(|r| r["expr"] == dnat_accept));
+    // Without kernel forwards output accepts no DNATed flows (of other tables).
+    assert!(!chain_rules(&emit(&Ruleset::default()), "output").iter().any(|r| r["expr"] == dnat_accept));
+}
+
+#[test]
+fn conn_rate_burst_defaults_to_the_count() {
+    // The userspace forwarder uses burst = count when none is given; the kernel must too
+    // (nft's default burst is 5).
+    let mut a = fwd("a", ForwardProto::Tcp, ":8000", "10.0.0.1:80");
+    a.conn_rate = rate(30, TimeUnit::Minute, None);
+    let mut b = fwd("b", ForwardProto::Tcp, ":8001", "10.0.0.1:80");
+    b.conn_rate = rate(2, TimeUnit::Second, Some(7));
+    let doc = emit(&Ruleset { forwards: vec![a, b], ..Ruleset::default() });
+    assert!(has_stmt(rules_with_comment(&doc, "fwc:forward:a")[0], json!({"limit": {"rate": 30, "per": "minute", "burst": 30, "inv": true}})));
+    assert!(has_stmt(rules_with_comment(&doc, "fwc:forward:b")[0], json!({"limit": {"rate": 2, "per": "second", "burst": 7, "inv": true}})));
+    // Filter rule rates keep nft's default burst.
+    let mut r = rule(ChainKind::Input, Action::Allow, "r");
+    r.rate = rate(10, TimeUnit::Second, None);
+    let doc = emit(&Ruleset { chains: vec![chain(ChainKind::Input, Policy::Accept, vec![r])], ..Ruleset::default() });
+    assert!(has_stmt(rules_with_comment(&doc, "fwc:filter:r")[0], json!({"limit": {"rate": 10, "per": "second", "burst": 5}})));
+}
+
+#[test]
+fn output_lets_the_forwarder_out() {
+    let mut ip = fwd("legacy", ForwardProto::Tcp, ":2222", "10.0.0.9:22,10.0.0.10:22,[2001:db8::9]");
+    ip.backend = sp(BackendChoice::Userspace);
+    let mut range = fwd("range", ForwardProto::Both, ":5000-5003", "10.0.0.9:6000-6003");
+    range.backend = sp(BackendChoice::Userspace);
+    let rs = Ruleset {
+        chains: vec![chain(ChainKind::Output, Policy::Drop, vec![])],
+        forwards: vec![ip.clone(), range.clone()],
+        ..Ruleset::default()
+    };
+    let doc = emit(&rs);
+    let legacy = chain_rules(&doc, "output").into_iter().filter(|r| r["comment"] == "fwc:forward:legacy").collect::<Vec<_>>();
+    assert_eq!(legacy.len(), 2, "one rule per (family, target ports)");
+    assert_eq!(
+        legacy[0]["expr"],
+        json!([m(payload("tcp", "dport"), json!(22)), m(payload("ip", "daddr"), json!({"set": ["10.0.0.9", "10.0.0.10"]})), {"accept": null}])
+    );
+    // A target without port: the forwarder connects to the listen port.
+    assert_eq!(
+        legacy[1]["expr"],
+        json!([m(payload("tcp", "dport"), json!(2222)), m(payload("ip6", "daddr"), json!("2001:db8::9")), {"accept": null}])
+    );
+    let r = chain_rules(&doc, "output").into_iter().find(|r| r["comment"] == "fwc:forward:range").unwrap();
+    assert!(has_stmt(r, m(payload("th", "dport"), json!({"range": [6000, 6003]}))));
+    // No DNS target: no mark accept.
+    assert!(!text(&doc).contains(&nft::FORWARDER_SOCKET_MARK.to_string()));
+
+    let mut dns = fwd("api", ForwardProto::Tcp, ":443", "api.internal:8443");
+    dns.backend = sp(BackendChoice::Auto);
+    let doc = emit(&Ruleset { chains: vec![chain(ChainKind::Output, Policy::Drop, vec![])], forwards: vec![dns], ..Ruleset::default() });
+    let mark = nft::FORWARDER_SOCKET_MARK;
+    assert_eq!(mark & fwc_compiler::artifacts::QOS_MARK_MASK, 0);
+    assert!(chain_rules(&doc, "output").iter().any(|r| r["expr"]
+        == json!([{"match": {"op": "==", "left": {"&": [{"meta": {"key": "mark"}}, mark]}, "right": mark}}, {"accept": null}])));
 }
 
 #[test]
@@ -579,9 +667,10 @@ fn qos_marks_only_touch_the_mask() {
         chain_rules(&doc, chains::QOS_MARK)[0]["expr"],
         json!([{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "new"}}, {"jump": {"target": "qos_classify"}}])
     );
+    // Only capped forwards classify flows; shapes are matched per packet in qos_apply.
     let classify = chain_rules(&doc, chains::QOS_CLASSIFY);
     let comments: Vec<&str> = classify.iter().map(|r| r["comment"].as_str().unwrap()).collect();
-    assert_eq!(comments, ["fwc:forward:tenant-b", "fwc:shape:bulk", "fwc:shape:guests"]);
+    assert_eq!(comments, ["fwc:forward:tenant-b"]);
     let t = classify[0];
     assert_eq!(
         t["expr"],
@@ -594,7 +683,6 @@ fn qos_marks_only_touch_the_mask() {
             {"return": null}
         ])
     );
-    assert!(has_stmt(classify[2], m(payload("ip", "saddr"), json!({"prefix": {"addr": "10.2.0.0", "len": 16}}))));
 
     // One chain per class that ORs the class mark into meta mark, only inside the mask.
     for c in &plan.qos_classes {
@@ -606,9 +694,11 @@ fn qos_marks_only_touch_the_mask() {
         );
         assert_eq!(c.mark & !QOS_MARK_MASK, 0);
     }
-    // The apply chain: ct mark class bits -> class chain; replies of a forward use the down class.
+    // The apply chain: ct mark class bits -> class chain; replies of a forward use the down
+    // class. Then the shapes, per packet.
     let apply = chain_rules(&doc, chains::QOS_APPLY);
-    assert_eq!(apply.len(), 2);
+    let comments: Vec<&str> = apply.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
+    assert_eq!(comments, ["-", "-", "fwc:shape:bulk", "fwc:shape:guests"]);
     assert_eq!(apply[0]["expr"][0], m(json!({"ct": {"key": "direction"}}), json!("original")));
     let vmap = |r: &Value| r["expr"][1]["vmap"].clone();
     assert_eq!(vmap(apply[0])["key"], json!({"&": [{"ct": {"key": "mark"}}, QOS_MARK_MASK]}));
@@ -616,9 +706,104 @@ fn qos_marks_only_touch_the_mask() {
     let reply = text(&vmap(apply[1])["data"]);
     assert!(orig.contains(&format!("[{},{{\"goto\":{{\"target\":\"qos_c{}\"}}}}]", up.mark, up.id)), "{orig}");
     assert!(reply.contains(&format!("[{},{{\"goto\":{{\"target\":\"qos_c{}\"}}}}]", up.mark, up.id + 1)), "{reply}");
-    // Shapes: both directions charge the shape's class.
-    assert!(orig.contains(&format!("[{},{{\"goto\":{{\"target\":\"qos_c{}\"}}}}]", guests.mark, guests.id)), "{orig}");
-    assert!(reply.contains(&format!("[{},{{\"goto\":{{\"target\":\"qos_c{}\"}}}}]", guests.mark, guests.id)), "{reply}");
+    assert!(!orig.contains(&guests.mark.to_string()) && !reply.contains(&guests.mark.to_string()), "shapes use no ct mark");
+    assert_eq!(
+        apply[3]["expr"],
+        json!([
+            m(json!({"meta": {"key": "oifname"}}), json!("eth1")),
+            m(json!({"ct": {"key": "ip saddr", "dir": "original"}}), json!({"prefix": {"addr": "10.2.0.0", "len": 16}})),
+            {"goto": {"target": format!("qos_c{}", guests.id)}}
+        ])
+    );
+}
+
+fn shaped(name: &str, devs: &[&str], direction: Direction) -> ShapeRule {
+    let mut s = shape(name, 1_000_000);
+    s.devs = devs.iter().map(|d| sp(d.to_string())).collect();
+    s.direction = direction;
+    s
+}
+
+#[test]
+fn shapes_match_dev_direction_and_most_specific_first() {
+    let all = shaped("a-all", &["eth0"], Direction::Egress);
+    let mut guests = shaped("guests", &["eth0"], Direction::Egress);
+    guests.from = addrs("@guests");
+    let mut voip = shaped("voip", &[], Direction::Egress);
+    voip.proto = Some(sp(Proto::Udp));
+    voip.ports = Some(sp(ports("5060-5080,10000-20000")));
+    let mut lab = shaped("lab", &["eth3", "eth2"], Direction::Ingress);
+    lab.proto = Some(sp(Proto::Both));
+    let any_in = shaped("any-in", &[], Direction::Ingress);
+    let mut any_in = any_in;
+    any_in.to = addrs("10.9.0.0/16");
+    let rs = Ruleset {
+        sets: vec![addr_set("guests", &["10.2.0.0/16", "fd00:2::/64"])],
+        shapes: vec![all, guests, voip, lab, any_in],
+        ..Ruleset::default()
+    };
+    let host = implicit_host();
+    let plan = plan_host(&rs, &host);
+    let doc = nft::emit(&plan);
+    let id = |name: &str| plan.qos_classes.iter().find(|c| c.rule == name).unwrap().id;
+    let goto = |name: &str| json!({"goto": {"target": format!("qos_c{}", id(name))}});
+    // No forward classes: no flow classification at all.
+    for c in [chains::QOS_CLASSIFY, chains::QOS_MARK, chains::QOS_MARK_OUT] {
+        assert!(objects(&doc, "chain").iter().all(|o| o["name"] != c), "{c}");
+    }
+    let apply = chain_rules(&doc, chains::QOS_APPLY);
+    let comments: Vec<&str> = apply.iter().map(|r| r["comment"].as_str().unwrap()).collect();
+    // Most match properties first (guests: dev+from, lab: dev+proto, voip: proto+port), then
+    // any-in (to), a-all (dev) — a catch-all never shadows a more specific shape.
+    assert_eq!(
+        comments,
+        ["fwc:shape:guests", "fwc:shape:guests", "fwc:shape:lab", "fwc:shape:voip", "fwc:shape:a-all", "fwc:shape:any-in"]
+    );
+    // Egress: the interface the packet leaves through.
+    assert_eq!(apply[4]["expr"], json!([m(json!({"meta": {"key": "oifname"}}), json!("eth0")), goto("a-all")]));
+    assert_eq!(
+        apply[1]["expr"],
+        json!([
+            m(json!({"meta": {"key": "oifname"}}), json!("eth0")),
+            m(json!({"ct": {"key": "ip6 saddr", "dir": "original"}}), json!("@guests_v6")),
+            goto("guests")
+        ])
+    );
+    // Ingress: the interface the packet arrived on.
+    assert_eq!(
+        apply[2]["expr"],
+        json!([
+            m(json!({"meta": {"key": "iifname"}}), json!({"set": ["eth2", "eth3"]})),
+            m(json!({"meta": {"key": "l4proto"}}), json!({"set": ["tcp", "udp"]})),
+            goto("lab")
+        ])
+    );
+    // Ingress without dev: every packet that arrived (not sent by the host itself).
+    assert_eq!(
+        apply[5]["expr"],
+        json!([
+            {"match": {"op": "!=", "left": {"meta": {"key": "iif"}}, "right": 0}},
+            m(json!({"ct": {"key": "ip daddr", "dir": "original"}}), json!({"prefix": {"addr": "10.9.0.0", "len": 16}})),
+            goto("any-in")
+        ])
+    );
+    // Ports: the connection's destination port, against a named set (typed by the set).
+    let p = format!("qos_p{}", id("voip"));
+    assert_eq!(named(&doc, "set", &p)["elem"], json!([{"range": [5060, 5080]}, {"range": [10000, 20000]}]));
+    assert_eq!(
+        apply[3]["expr"],
+        json!([
+            m(json!({"meta": {"key": "l4proto"}}), json!("udp")),
+            m(json!({"ct": {"key": "proto-dst", "dir": "original"}}), json!(format!("@{p}"))),
+            goto("voip")
+        ])
+    );
+    // qos.json: an ingress shape's traffic leaves through any interface, so its class is
+    // attached everywhere (empty); an egress shape only on its devs.
+    let class = |name: &str| plan.qos_classes.iter().find(|c| c.rule == name).unwrap();
+    assert_eq!(class("lab").interfaces, Vec::<String>::new());
+    assert_eq!(class("a-all").interfaces, ["eth0"]);
+    assert_eq!(class("voip").interfaces, Vec::<String>::new());
 }
 
 fn many_forwards(n: u16) -> Ruleset {

@@ -15,20 +15,26 @@
 //!   chain input    filter/input/0     ct state established,related accept; iif lo accept;
 //!                                     icmpv6 neighbour discovery accept; ct state invalid drop;
 //!                                     userspace listener accepts; user rules
-//!   chain forward  filter/forward/0   ct state established,related accept; per-forward max-conns /
-//!                                     conn-rate guards; ct status dnat accept; user rules
-//!   chain output   filter/output/0    ct state established,related accept; oif lo accept; user rules
+//!   chain forward  filter/forward/0   ct state established,related accept; jump fwd_guard;
+//!                                     ct status dnat accept; user rules
+//!   chain output   filter/output/0    ct state established,related accept; oif lo accept;
+//!                                     icmpv6 neighbour discovery accept; forwarder accepts
+//!                                     (IP targets; FORWARDER_SOCKET_MARK for DNS targets);
+//!                                     jump fwd_guard; ct status dnat accept; user rules
 //!   -- only with kernel forwards:
+//!   chain fwd_guard                   (regular, only with max-conns / conn-rate) the guards
 //!   chain fwd_dnat                    (regular) the DNAT rules, see below
 //!   chain prerouting   nat/prerouting/-100   fib daddr type local jump fwd_dnat
 //!   chain nat_output   nat/output/-100       fib daddr type local jump fwd_dnat   (local clients)
 //!   chain postrouting  nat/postrouting/100   masquerade fwc's DNAT flows (see below)
 //!   -- only with QoS classes:
-//!   chain qos_classify                (regular) new flow -> `ct mark` class bits
-//!   chain qos_mark     filter/prerouting/-150  ct state new jump qos_classify
-//!   chain qos_mark_out filter/output/-150      ct state new jump qos_classify
+//!   set qos_p<id>                     inet_service (interval): a shape's ports
+//!   chain qos_classify                (regular, capped forwards) new flow -> `ct mark` class bits
+//!   chain qos_mark     filter/prerouting/-150  ct state new jump qos_classify  (capped forwards)
+//!   chain qos_mark_out filter/output/-150      ct state new jump qos_classify  (capped forwards)
 //!   chain qos_c<id>                   (regular) meta mark set meta mark & ~MASK | id<<16
-//!   chain qos_apply    filter/postrouting/-150 ct direction {original,reply} ct mark & MASK vmap {…}
+//!   chain qos_apply    filter/postrouting/-150 forwards: ct direction {original,reply}
+//!                                     ct mark & MASK vmap {…}; then shapes, per packet
 //! ```
 //!
 //! # Kernel forwards
@@ -59,11 +65,24 @@
 //! alone unless docker publishes a port fwc also forwards, which would conflict anyway. No mark
 //! bits are used for this, so fwc only ever touches `QOS_MARK_MASK`.
 //!
-//! `max-conns` and `conn-rate` are enforced in the filter `forward` chain for new DNATed flows of
-//! the forward (`ct state new ct status dnat meta l4proto … ct original proto-dst …`) with
-//! `ct count over N` (reject) and `limit rate over` (drop). Each guard is one rule, counting
-//! its own connections: a `proto="both"` forward gets one per protocol, a forward whose `from=`
-//! has both address families one per family (so the limits apply per protocol / family).
+//! `max-conns` and `conn-rate` are enforced for new DNATed flows of the forward
+//! (`ct state new ct status dnat meta l4proto … ct original proto-dst …`) with `ct count over N`
+//! (reject) and `limit rate over` (drop; burst: the rule's, else the count — what the userspace
+//! forwarder does). The guards live in one regular chain, `fwd_guard`, jumped to from the filter
+//! `forward` chain (remote clients) and from `output` (clients on the host itself: nat output
+//! has already DNATed their flow). The `ct count` list and the token bucket belong to the rule,
+//! so both paths share one limit. Each guard is one rule, counting its own connections: a
+//! `proto="both"` forward gets one per protocol, a forward whose `from=` has both address
+//! families one per family (so the limits apply per protocol / family).
+//!
+//! # Output with `policy=drop`
+//!
+//! `output` accepts, before the user rules: neighbour discovery (as `input`); the userspace
+//! forwarder's connections to IP-literal targets (daddr + protocol + target ports of every
+//! userspace forward); packets whose mark carries [`FORWARDER_SOCKET_MARK`] (the forwarder sets
+//! it with `SO_MARK` on its upstream sockets; the only way to let connections to DNS-named
+//! targets out, emitted when a userspace forward has one); and, with kernel forwards, the DNATed
+//! flows of local clients (`ct status dnat accept`, after the guards).
 //!
 //! # Counters and comments
 //!
@@ -76,16 +95,33 @@
 //!
 //! # QoS marks
 //!
-//! A new flow matching a capped kernel forward (proto + listen port on a local address, plus
-//! `from=`/listen address) or a shape rule (from/to/proto/port) gets its class pair into the
-//! `ct mark`: `ct mark set ct mark & ~MASK | (up_id << 16)` (classification happens before DNAT,
-//! at mangle priority, in prerouting and output). `qos_apply` copies it to each packet's
-//! `meta mark`, touching only the mask bits. nft 1.0.6 cannot OR two registers
+//! Capped kernel forwards mark the *flow*: a new flow matching one (proto + listen port on a
+//! local address, plus `from=`/listen address) gets its class pair into the `ct mark`:
+//! `ct mark set ct mark & ~MASK | (up_id << 16)` (classification happens before DNAT, at mangle
+//! priority, in prerouting and output). `qos_apply` copies it to each packet's `meta mark`,
+//! touching only the mask bits. nft 1.0.6 cannot OR two registers
 //! (`meta mark & ~MASK | ct mark & MASK`), so the copy is a verdict map from the ct-mark class
-//! bits to one small chain per class that ORs in a constant. Forwards: original direction gets
-//! the up class, replies the down class (`up_id + 1`). Shapes have one class; both directions of
-//! a matching flow carry it, and the eBPF program charges whatever leaves its interfaces (so
-//! `shape from=<lan> dev=<lan-if>` shapes the downloads of that LAN).
+//! bits to one small chain per class that ORs in a constant. Original direction gets the up
+//! class, replies the down class (`up_id + 1`).
+//!
+//! Shapes are classified *per packet* in `qos_apply` (postrouting, where both `iifname` and
+//! `oifname` are known, before the tc egress program), by `goto qos_c<id>`:
+//! - `dev` + `direction`: egress (default) matches packets leaving through `dev`
+//!   (`oifname`), ingress packets that arrived on `dev` (`iifname`; without `dev`, every packet
+//!   that arrived at all, `iif != 0`). Without `dev` an egress shape matches every interface.
+//! - `from` / `to` / `proto` / `port` describe the *connection* as its first packet saw it
+//!   (`ct original ip saddr`, `… daddr`, `meta l4proto`, `ct original proto-dst @qos_p<id>`),
+//!   so both directions of a matching connection are charged where they pass `dev`:
+//!   `shape from=<lan> dev=<lan-if>` shapes the downloads of that LAN.
+//! - A packet gets one class. Forward classes come first (a packet whose flow carries a
+//!   forward class for its direction never reaches the shape rules); then the shapes, **most
+//!   specific first**: ordered by the number of match properties (`dev`, `from`, `to`,
+//!   `proto`, `port`; more first), ties by name. So a catch-all `shape dev=eth0` never shadows
+//!   `shape from=@guests dev=eth0`. The order depends only on the rules, not on file
+//!   positions, so a rule's digest in the plan covers everything that decides precedence.
+//! - Per-packet cost grows with the number of shapes (a few compares each).
+//!
+//! The class chain `qos_c<id>` counts every packet and byte charged to the class.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -93,7 +129,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use nftables::expr::{
     BinaryOperation, Expression, Fib, FibFlag, FibResult, Map as MapExpr, Meta, MetaKey, NamedExpression, NgMode, Numgen, Payload,
-    PayloadField, Prefix, Range, SetItem, Verdict, CT, CTDir, CTFamily,
+    PayloadField, Prefix, Range, SetItem, Verdict, CT, CTDir,
 };
 use nftables::schema::{Chain, Map, NfCmd, NfListObject, NfObject, Rule, Set, SetFlag, SetType, SetTypeValue, Table};
 use nftables::stmt::{
@@ -116,6 +152,7 @@ pub mod chains {
     pub const FORWARD: &str = "forward";
     pub const OUTPUT: &str = "output";
     pub const FWD_DNAT: &str = "fwd_dnat";
+    pub const FWD_GUARD: &str = "fwd_guard";
     pub const PREROUTING: &str = "prerouting";
     pub const NAT_OUTPUT: &str = "nat_output";
     pub const POSTROUTING: &str = "postrouting";
@@ -145,6 +182,17 @@ const MAX_COMMENT: usize = 127;
 const MAX_LOG_PREFIX: usize = 127;
 /// nft's default limit burst.
 const DEFAULT_BURST: u32 = 5;
+
+/// The socket mark (`SO_MARK`) the userspace forwarder puts on its upstream sockets, so the
+/// `output` chain can let its connections to DNS-named targets out (there is no address to
+/// match). Bit 13: outside [`QOS_MARK_MASK`] (`0x0fff0000`), so it never collides with a QoS
+/// class and the eBPF program ignores it; and clear of the low bits others are known to use:
+/// kube-proxy / kubelet mark 0x4000 (masquerade) and 0x8000 (KUBE-MARK-DROP — kubelet's
+/// KUBE-FIREWALL drops `mark & 0x8000` in OUTPUT, so 0x8000 would drop the forwarder's traffic
+/// on Kubernetes nodes), Cilium 0x0f00, Istio 0x539. Only processes with `CAP_NET_ADMIN` can
+/// set `SO_MARK`, so the accept is no hole for unprivileged users.
+pub const FORWARDER_SOCKET_MARK: u32 = 0x0000_2000;
+const _: () = assert!(FORWARDER_SOCKET_MARK & QOS_MARK_MASK == 0);
 
 /// The comment fwc puts on every nft rule (and map element) that stands for an fwc rule.
 pub fn rule_comment(kind: RuleKind, name: &str) -> String {
@@ -214,12 +262,6 @@ impl Fam {
         match self {
             Fam::V4 => NATFamily::IP,
             Fam::V6 => NATFamily::IP6,
-        }
-    }
-    fn ct(self) -> CTFamily {
-        match self {
-            Fam::V4 => CTFamily::IP,
-            Fam::V6 => CTFamily::IP6,
         }
     }
     fn nfproto(self) -> &'static str {
@@ -386,8 +428,16 @@ fn payload(protocol: &'static str, field: &'static str) -> E {
 fn ct(key: &'static str) -> E {
     named(NamedExpression::CT(CT { key: key.into(), family: None, dir: None }))
 }
-fn ct_orig(key: &'static str, family: Option<CTFamily>) -> E {
-    named(NamedExpression::CT(CT { key: key.into(), family, dir: Some(CTDir::Original) }))
+/// `ct original <key>` (a key without address family: `proto-dst`, …).
+fn ct_orig(key: &'static str) -> E {
+    named(NamedExpression::CT(CT { key: key.into(), family: None, dir: Some(CTDir::Original) }))
+}
+/// `ct original ip saddr` / `ct original ip6 daddr`. nft's JSON spells the family inside the
+/// key (`"key": "ip saddr"`); nft 1.0.6 refuses the separate `"family"` field ("cannot
+/// determine ip protocol version").
+fn ct_orig_addr(fam: Fam, field: &'static str) -> E {
+    let key = format!("{} {field}", fam.proto());
+    named(NamedExpression::CT(CT { key: key.into(), family: None, dir: Some(CTDir::Original) }))
 }
 fn fib_daddr_type() -> E {
     named(NamedExpression::Fib(Fib { result: FibResult::Type, flags: HashSet::from([FibFlag::Daddr]) }))
@@ -445,12 +495,15 @@ fn drop_() -> S {
 fn jump(target: &str) -> S {
     Statement::Jump(JumpTarget { target: target.to_string().into() })
 }
-fn limit(rate: &EventRate, over: bool) -> S {
+/// `limit rate [over] count/per burst B`: B is the rule's burst, else `default_burst`
+/// (nft's 5 for filter `rate=`; the count for a forward's `conn-rate`, as the userspace
+/// forwarder does, so both backends enforce the same limit).
+fn limit(rate: &EventRate, over: bool, default_burst: u32) -> S {
     Statement::Limit(Limit {
         rate: rate.count,
         rate_unit: None,
         per: Some(rate.per.as_str().into()),
-        burst: Some(rate.burst.filter(|b| *b > 0).unwrap_or(DEFAULT_BURST)),
+        burst: Some(rate.burst.filter(|b| *b > 0).unwrap_or(default_burst)),
         burst_unit: None,
         inv: over.then_some(true),
     })
@@ -874,11 +927,11 @@ fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(ForwardProto,
                 ct_state(&["new"]),
                 ct_status_dnat(),
                 l4proto_is(proto),
-                eq(ct_orig("proto-dst", None), port_expr(f.listen.value.ports)),
+                eq(ct_orig("proto-dst"), port_expr(f.listen.value.ports)),
             ];
             if let Some(fam) = fam {
                 if let Some(a) = listen_addr(f) {
-                    v.push(eq(ct_orig("daddr", Some(fam.ct())), s(a.to_string())));
+                    v.push(eq(ct_orig_addr(fam, "daddr"), s(a.to_string())));
                 }
                 if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
                     v.push(eq(payload(fam.proto(), "saddr"), e.clone()));
@@ -923,7 +976,7 @@ fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
         }
         if let Some(rate) = &r.rate {
             expr.push(ct_state(&["new"]));
-            expr.push(limit(&rate.value, false));
+            expr.push(limit(&rate.value, false, DEFAULT_BURST));
         }
         if r.log {
             let prefix = truncate(format!("fwc {}: ", r.name.value), MAX_LOG_PREFIX);
@@ -968,6 +1021,41 @@ fn userspace_accept(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
     }
 }
 
+fn has_dns_target(f: &ForwardRule) -> bool {
+    f.targets.value.iter().any(|t| matches!(t.host, TargetHost::Dns(_)))
+}
+
+/// `output` accepts for a userspace forward's connections to its IP-literal targets (address,
+/// protocol and the ports the forwarder connects to, as in `forward.json`), so a drop policy
+/// does not cut the forwarder off. One rule per (family, target ports), addresses in a set.
+fn forwarder_target_accept(out: &mut Out, f: &ForwardRule) {
+    let comment = rule_comment(RuleKind::Forward, &f.name.value);
+    let listen = f.listen.value.ports;
+    let mut groups: Vec<((Fam, PortRange), Vec<IpAddr>)> = Vec::new();
+    for (ip, tports) in ip_targets(f) {
+        let ports = match tports {
+            None => listen,
+            Some(r) if r.is_single() => r,
+            Some(r) => PortRange { lo: r.lo, hi: r.lo.saturating_add(listen.hi - listen.lo) },
+        };
+        let key = (Fam::of(&ip), ports);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, ips)) => ips.push(ip),
+            None => groups.push((key, vec![ip])),
+        }
+    }
+    groups.sort_by_key(|(k, _)| *k);
+    for ((fam, ports), mut ips) in groups {
+        ips.sort();
+        ips.dedup();
+        let mut expr = l4_match(Some(fproto(f.proto)), Some(&[ports]), None);
+        let addrs = one_or_set(ips.iter().map(|ip| s(ip.to_string())).collect()).expect("at least one target");
+        expr.push(eq(payload(fam.proto(), "daddr"), addrs));
+        expr.push(accept());
+        out.rule(chains::OUTPUT, expr, Some(comment.clone()));
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // QoS
 
@@ -980,19 +1068,106 @@ fn pair_base(plan: &HostPlan, kind: RuleKind, name: &str) -> Option<u32> {
     plan.qos_class(kind, name, QosDirection::Up).or_else(|| plan.qos_class(kind, name, QosDirection::Down)).map(|c| c.id & !1)
 }
 
+/// How specific a shape is: the number of its match properties (`dev`, `from`, `to`, `proto`,
+/// `port`). `direction` does not count, it only says which side `dev` is.
+fn shape_specificity(sh: &ShapeRule) -> usize {
+    usize::from(!sh.devs.is_empty())
+        + usize::from(sh.from.is_some())
+        + usize::from(sh.to.is_some())
+        + usize::from(sh.proto.is_some())
+        + usize::from(sh.ports.is_some())
+}
+
+/// Shapes in classification order: most specific first, ties by name. The order depends only
+/// on the rules themselves (not on where they are written), so the compiled ruleset is a
+/// function of the rules' digests and `fwc plan` never misses a change of precedence.
+fn shape_order<'a>(shapes: &[&'a ShapeRule]) -> Vec<&'a ShapeRule> {
+    let mut v = shapes.to_vec();
+    v.sort_by(|a, b| shape_specificity(b).cmp(&shape_specificity(a)).then_with(|| a.name.value.cmp(&b.name.value)));
+    v
+}
+
+/// Name of the `inet_service` set with a shape's ports (`ct original proto-dst` only types
+/// correctly against a named set when the ports are a list or the protocol is `both`).
+fn shape_ports_set(id: u32) -> String {
+    format!("qos_p{id}")
+}
+
+/// The rules in `qos_apply` that put a shape's class into the packet mark.
+fn shape_rules(out: &mut Out, plan: &HostPlan, sh: &ShapeRule) {
+    let Some(class) = plan.qos_class(RuleKind::Shape, &sh.name.value, QosDirection::Up) else { return };
+    let comment = rule_comment(RuleKind::Shape, &sh.name.value);
+    let mut head = Vec::new();
+    let mut devs: Vec<String> = sh.devs.iter().map(|d| d.value.clone()).collect();
+    devs.sort();
+    devs.dedup();
+    let side = match sh.direction {
+        Direction::Egress => MetaKey::Oifname,
+        Direction::Ingress => MetaKey::Iifname,
+    };
+    match one_or_set(devs.into_iter().map(s).collect()) {
+        Some(d) => head.push(eq(meta(side), d)),
+        // Ingress on any interface: everything that arrived (locally sent packets have iif 0).
+        None if sh.direction == Direction::Ingress => head.push(m(meta(MetaKey::Iif), Operator::NEQ, n(0))),
+        None => {}
+    }
+    let proto = sh.proto.as_ref().map(|p| p.value);
+    let ports = sh.ports.as_ref().map(|p| p.value.as_slice());
+    let l4 = match (proto, ports.is_some()) {
+        (None, false) => None,
+        (None, true) | (Some(Proto::Both), _) => Some(set(vec![s("tcp"), s("udp")])),
+        (Some(Proto::Tcp), _) => Some(s("tcp")),
+        (Some(Proto::Udp), _) => Some(s("udp")),
+        (Some(Proto::Icmp), _) => Some(s("icmp")),
+        (Some(Proto::Icmpv6), _) => Some(s("ipv6-icmp")),
+    };
+    if let Some(l4) = l4 {
+        head.push(eq(meta(MetaKey::L4proto), l4));
+    }
+    if let Some(ports) = ports.filter(|_| !matches!(proto, Some(Proto::Icmp | Proto::Icmpv6))) {
+        let name = shape_ports_set(class.id);
+        out.port_set(&name, ports);
+        head.push(eq(ct_orig("proto-dst"), s(format!("@{name}"))));
+    }
+    let from = sh.from.as_ref().map(|m| addr_parts(plan, &m.value));
+    let to = sh.to.as_ref().map(|m| addr_parts(plan, &m.value));
+    let parts: Vec<&AddrParts> = from.iter().chain(to.iter()).collect();
+    let only = match proto {
+        Some(Proto::Icmp) => Some(Fam::V4),
+        Some(Proto::Icmpv6) => Some(Fam::V6),
+        _ => None,
+    };
+    for fam in families(&parts, only) {
+        let mut expr = head.clone();
+        if let Some(fam) = fam {
+            if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
+                expr.push(eq(ct_orig_addr(fam, "saddr"), e.clone()));
+            }
+            if let Some(Some(e)) = to.as_ref().map(|p| &p[fam.idx()]) {
+                expr.push(eq(ct_orig_addr(fam, "daddr"), e.clone()));
+            }
+        }
+        expr.push(Statement::Goto(JumpTarget { target: class_chain(class.id).into() }));
+        out.rule(chains::QOS_APPLY, expr, Some(comment.clone()));
+    }
+}
+
 fn qos(out: &mut Out, plan: &HostPlan) {
     if plan.qos_classes.is_empty() {
         return;
     }
-    out.chain(chains::QOS_CLASSIFY, None);
-    out.chain(chains::QOS_MARK, Some((NfChainType::Filter, NfHook::Prerouting, -150, NfChainPolicy::Accept)));
-    out.chain(chains::QOS_MARK_OUT, Some((NfChainType::Filter, NfHook::Output, -150, NfChainPolicy::Accept)));
+    let forward_classes = plan.qos_classes.iter().any(|c| c.kind == RuleKind::Forward);
+    if forward_classes {
+        out.chain(chains::QOS_CLASSIFY, None);
+        out.chain(chains::QOS_MARK, Some((NfChainType::Filter, NfHook::Prerouting, -150, NfChainPolicy::Accept)));
+        out.chain(chains::QOS_MARK_OUT, Some((NfChainType::Filter, NfHook::Output, -150, NfChainPolicy::Accept)));
+    }
     for c in &plan.qos_classes {
         out.chain(&class_chain(c.id), None);
     }
     out.chain(chains::QOS_APPLY, Some((NfChainType::Filter, NfHook::Postrouting, -150, NfChainPolicy::Accept)));
 
-    // Classification: forwards first (more specific), then shapes; first match wins.
+    // Capped forwards: a new flow's class pair goes into its ct mark (before DNAT).
     let classify_tail = |base: u32| vec![set_mark_bits(ct("mark"), base << QOS_MARK_SHIFT), counter(), Statement::Return(None)];
     for f in &plan.kernel_forwards {
         let Some(base) = pair_base(plan, RuleKind::Forward, &f.name.value) else { continue };
@@ -1029,35 +1204,10 @@ fn qos(out: &mut Out, plan: &HostPlan) {
             out.rule(chains::QOS_CLASSIFY, expr, Some(comment.clone()));
         }
     }
-    for sh in &plan.shapes {
-        let Some(base) = pair_base(plan, RuleKind::Shape, &sh.name.value) else { continue };
-        let comment = rule_comment(RuleKind::Shape, &sh.name.value);
-        let proto = sh.proto.as_ref().map(|p| p.value);
-        let from = sh.from.as_ref().map(|m| addr_parts(plan, &m.value));
-        let to = sh.to.as_ref().map(|m| addr_parts(plan, &m.value));
-        let parts: Vec<&AddrParts> = from.iter().chain(to.iter()).collect();
-        let only = match proto {
-            Some(Proto::Icmp) => Some(Fam::V4),
-            Some(Proto::Icmpv6) => Some(Fam::V6),
-            _ => None,
-        };
-        let l4 = l4_match(proto, sh.ports.as_ref().map(|p| p.value.as_slice()), None);
-        for fam in families(&parts, only) {
-            let mut expr = l4.clone();
-            if let Some(fam) = fam {
-                if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
-                    expr.push(eq(payload(fam.proto(), "saddr"), e.clone()));
-                }
-                if let Some(Some(e)) = to.as_ref().map(|p| &p[fam.idx()]) {
-                    expr.push(eq(payload(fam.proto(), "daddr"), e.clone()));
-                }
-            }
-            expr.extend(classify_tail(base));
-            out.rule(chains::QOS_CLASSIFY, expr, Some(comment.clone()));
+    if forward_classes {
+        for hooked in [chains::QOS_MARK, chains::QOS_MARK_OUT] {
+            out.rule(hooked, vec![ct_state(&["new"]), jump(chains::QOS_CLASSIFY)], None);
         }
-    }
-    for hooked in [chains::QOS_MARK, chains::QOS_MARK_OUT] {
-        out.rule(hooked, vec![ct_state(&["new"]), jump(chains::QOS_CLASSIFY)], None);
     }
 
     // Per class: OR its mark into the packet mark.
@@ -1066,19 +1216,15 @@ fn qos(out: &mut Out, plan: &HostPlan) {
         out.rule(&class_chain(c.id), expr, Some(rule_comment(c.kind, &c.rule)));
     }
 
-    // ct mark class bits (always the pair base) -> class chain, per direction.
+    // Forwards: ct mark class bits (always the pair base) -> class chain, per direction.
     let mut original: Vec<(E, E)> = Vec::new();
     let mut reply: Vec<(E, E)> = Vec::new();
-    for c in &plan.qos_classes {
+    for c in plan.qos_classes.iter().filter(|c| c.kind == RuleKind::Forward) {
         let key = n((c.id & !1) << QOS_MARK_SHIFT);
         let goto = Expression::Verdict(Verdict::Goto(JumpTarget { target: class_chain(c.id).into() }));
-        match (c.kind, c.direction) {
-            (RuleKind::Shape, _) => {
-                original.push((key.clone(), goto.clone()));
-                reply.push((key, goto));
-            }
-            (_, QosDirection::Up) => original.push((key, goto)),
-            (_, QosDirection::Down) => reply.push((key, goto)),
+        match c.direction {
+            QosDirection::Up => original.push((key, goto)),
+            QosDirection::Down => reply.push((key, goto)),
         }
     }
     for (dir, entries) in [("original", original), ("reply", reply)] {
@@ -1090,6 +1236,10 @@ fn qos(out: &mut Out, plan: &HostPlan) {
             Statement::VerdictMap(stmt::VerdictMap { key: and(ct("mark"), n(QOS_MARK_MASK)), data: mapping(entries) }),
         ];
         out.rule(chains::QOS_APPLY, expr, None);
+    }
+    // Shapes, per packet: a packet no forward class took gets the first matching shape's.
+    for sh in shape_order(&plan.shapes) {
+        shape_rules(out, plan, sh);
     }
 }
 
@@ -1158,6 +1308,32 @@ pub fn emit(plan: &HostPlan) -> Value {
         };
         out.chain(c.kind.as_str(), Some((NfChainType::Filter, hook, 0, policy)));
     }
+    // max-conns / conn-rate guards of kernel forwards: one regular chain, jumped to from both
+    // `forward` (remote clients) and `output` (clients on the host itself), so both paths share
+    // one `ct count` list and one token bucket per guard (the state lives in the rule).
+    let mut guards: Vec<(Vec<S>, String)> = Vec::new();
+    for f in &plan.kernel_forwards {
+        let comment = rule_comment(RuleKind::Forward, &f.name.value);
+        for (proto, matches) in forward_guard_matches(plan, f) {
+            if let Some(max) = &f.max_conns {
+                let mut e = matches.clone();
+                e.push(Statement::CTCount(CTCount { val: n(max.value), inv: Some(true) }));
+                e.push(counter());
+                e.push(reject(proto == ForwardProto::Tcp));
+                guards.push((e, comment.clone()));
+            }
+            if let Some(rate) = &f.conn_rate {
+                let mut e = matches.clone();
+                e.push(limit(&rate.value, true, rate.value.count));
+                e.push(counter());
+                e.push(drop_());
+                guards.push((e, comment.clone()));
+            }
+        }
+    }
+    if !guards.is_empty() {
+        out.chain(chains::FWD_GUARD, None);
+    }
     if has_nat {
         out.chain(chains::FWD_DNAT, None);
         out.chain(chains::PREROUTING, Some((NfChainType::NAT, NfHook::Prerouting, -100, NfChainPolicy::Accept)));
@@ -1165,24 +1341,23 @@ pub fn emit(plan: &HostPlan) -> Value {
         out.chain(chains::POSTROUTING, Some((NfChainType::NAT, NfHook::Postrouting, 100, NfChainPolicy::Accept)));
     }
 
+    // Neighbour discovery has no conntrack entry (it would hit `invalid`); without it a drop
+    // policy cuts the host off IPv6 entirely, in either direction.
+    let nd = || {
+        let types = ["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit", "nd-router-advert"];
+        vec![
+            eq(meta(MetaKey::L4proto), s("ipv6-icmp")),
+            eq(payload("icmpv6", "type"), set(types.iter().map(|t| s(*t)).collect())),
+            accept(),
+        ]
+    };
     for c in &plan.chains {
         let name = c.kind.as_str();
         match c.kind {
             ChainKind::Input => {
                 out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
                 out.rule(name, vec![eq(meta(MetaKey::Iif), s("lo")), accept()], None);
-                // Neighbour discovery has no conntrack entry (it would hit `invalid`); without
-                // it a drop policy cuts the host off IPv6 entirely.
-                let nd = ["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit", "nd-router-advert"];
-                out.rule(
-                    name,
-                    vec![
-                        eq(meta(MetaKey::L4proto), s("ipv6-icmp")),
-                        eq(payload("icmpv6", "type"), set(nd.iter().map(|t| s(*t)).collect())),
-                        accept(),
-                    ],
-                    None,
-                );
+                out.rule(name, nd(), None);
                 out.rule(name, vec![ct_state(&["invalid"]), drop_()], None);
                 for f in &plan.userspace_forwards {
                     userspace_accept(&mut out, plan, f);
@@ -1190,35 +1365,40 @@ pub fn emit(plan: &HostPlan) -> Value {
             }
             ChainKind::Forward => {
                 out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
-                for f in &plan.kernel_forwards {
-                    let comment = rule_comment(RuleKind::Forward, &f.name.value);
-                    for (proto, matches) in forward_guard_matches(plan, f) {
-                        if let Some(max) = &f.max_conns {
-                            let mut e = matches.clone();
-                            e.push(Statement::CTCount(CTCount { val: n(max.value), inv: Some(true) }));
-                            e.push(counter());
-                            e.push(reject(proto == ForwardProto::Tcp));
-                            out.rule(name, e, Some(comment.clone()));
-                        }
-                        if let Some(rate) = &f.conn_rate {
-                            let mut e = matches.clone();
-                            e.push(limit(&rate.value, true));
-                            e.push(counter());
-                            e.push(drop_());
-                            out.rule(name, e, Some(comment.clone()));
-                        }
-                    }
+                if !guards.is_empty() {
+                    out.rule(name, vec![jump(chains::FWD_GUARD)], None);
                 }
                 out.rule(name, vec![ct_status_dnat(), accept()], None);
             }
             ChainKind::Output => {
                 out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
                 out.rule(name, vec![eq(meta(MetaKey::Oif), s("lo")), accept()], None);
+                out.rule(name, nd(), None);
+                // The userspace forwarder's own connections to its targets.
+                for f in &plan.userspace_forwards {
+                    forwarder_target_accept(&mut out, f);
+                }
+                if plan.userspace_forwards.iter().any(|f| has_dns_target(f)) {
+                    let mark = n(FORWARDER_SOCKET_MARK);
+                    out.rule(name, vec![eq(and(meta(MetaKey::Mark), mark.clone()), mark), accept()], None);
+                }
+                // Clients on the host itself connecting to a kernel forward: nat output has
+                // DNATed the flow already; guard it like a remote client's, then let it out.
+                if has_nat {
+                    if !guards.is_empty() {
+                        out.rule(name, vec![jump(chains::FWD_GUARD)], None);
+                    }
+                    out.rule(name, vec![ct_status_dnat(), accept()], None);
+                }
             }
         }
         for r in &c.rules {
             filter_rule(&mut out, plan, r);
         }
+    }
+
+    for (e, comment) in guards.iter().cloned() {
+        out.rule(chains::FWD_GUARD, e, Some(comment));
     }
 
     if has_nat {
@@ -1233,9 +1413,12 @@ pub fn emit(plan: &HostPlan) -> Value {
             };
             let lookup = |m: &str| map_lookup(l4_key(), s(format!("@{m}")));
             let both = NAT { addr: Some(lookup(addr)), family: Some(fam.nat()), port: Some(lookup(port)), flags: None };
-            out.rule(chains::FWD_DNAT, vec![l4(), Statement::DNAT(Some(both))], None);
+            // `meta nfproto`: the lookups must not see the other family's packets (they would
+            // count them in the element counters and hand `dnat ip` an IPv6 packet).
+            let nfproto = || eq(meta(MetaKey::Nfproto), s(fam.nfproto()));
+            out.rule(chains::FWD_DNAT, vec![nfproto(), l4(), Statement::DNAT(Some(both))], None);
             let kept = NAT { addr: Some(lookup(keep)), family: Some(fam.nat()), port: None, flags: None };
-            out.rule(chains::FWD_DNAT, vec![l4(), Statement::DNAT(Some(kept))], None);
+            out.rule(chains::FWD_DNAT, vec![nfproto(), l4(), Statement::DNAT(Some(kept))], None);
         }
         for f in &demoted {
             own_dnat_rules(&mut out, plan, f);
@@ -1247,7 +1430,7 @@ pub fn emit(plan: &HostPlan) -> Value {
             let expr = vec![
                 ct_status_dnat(),
                 eq(meta(MetaKey::L4proto), s(proto)),
-                eq(ct_orig("proto-dst", None), s(format!("@{set}"))),
+                eq(ct_orig("proto-dst"), s(format!("@{set}"))),
                 Statement::Masquerade(None),
             ];
             out.rule(chains::POSTROUTING, expr, None);

@@ -1,6 +1,11 @@
 //! `qos.json`: one token-bucket class per capped direction of a kernel forward, and one per
 //! shape rule. Class ids are derived from the rule name, so adding or removing a rule never
 //! renumbers the others (and never rewrites their live BPF map entries).
+//!
+//! A class's `interfaces` are where the eBPF program must run (it charges on egress): a
+//! forward's traffic can leave anywhere (empty = every non-loopback interface), an egress
+//! shape's through its `dev`s, an ingress shape's — arriving on its `dev`s — anywhere else
+//! (empty). Which packets are charged is decided by the nftables marks, not by this list.
 
 use std::collections::BTreeSet;
 
@@ -47,7 +52,14 @@ pub fn assign_classes(kernel_forwards: &[&ForwardRule], shapes: &[&ShapeRule]) -
         }
     }
     for s in shapes {
-        let mut interfaces: Vec<String> = s.devs.iter().map(|d| d.value.clone()).collect();
+        // The program shapes on egress. An egress shape's traffic leaves through its `dev`s;
+        // an ingress shape's traffic *arrives* on them and may leave through any other
+        // interface, so it needs the program everywhere (empty = every non-loopback interface).
+        // nftables only marks the packets that arrived on `dev`, so nothing else is charged.
+        let mut interfaces: Vec<String> = match s.direction {
+            Direction::Egress => s.devs.iter().map(|d| d.value.clone()).collect(),
+            Direction::Ingress => Vec::new(),
+        };
         interfaces.sort();
         interfaces.dedup();
         wants.push(Want {
