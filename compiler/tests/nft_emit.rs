@@ -538,9 +538,10 @@ fn forward_guards_shared_by_forward_and_output() {
     assert_eq!(fw[2]["expr"], dnat_accept);
     // output: the same guards for clients on the host, then their DNATed flows pass.
     let out = chain_rules(&doc, "output");
-    let i = out.iter().position(|r| r["expr"] == jump).expect("output jumps to the guards");
-    assert_eq!(out[i + 1]["expr"], dnat_accept);
-    assert_eq!(out[i + 2]["comment"], "fwc:filter:no-smtp", "fwc's accepts come before the user rules");
+    assert_eq!(out[1]["expr"], jump, "before `oif lo accept`: local clients connect to a local address");
+    assert_eq!(out[2]["expr"], json!([m(json!({"meta": {"key": "oif"}}), json!("lo")), {"accept": null}]));
+    let i = out.iter().position(|r| r["expr"] == dnat_accept).expect("output accepts DNATed flows");
+    assert_eq!(out[i + 1]["comment"], "fwc:filter:no-smtp", "fwc's accepts come before the user rules");
 
     let guard = chain_rules(&doc, chains::FWD_GUARD);
     let comments: Vec<&str> = guard.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
@@ -1176,4 +1177,164 @@ fn privileged_design_example_loads() {
     }
     let ns = Netns::new("nf");
     load(&ns, &compile_design_example());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Privileged: shapes, output with a drop policy, local clients, per-family maps
+
+/// Packets and bytes counted by the class chain `qos_c<id>` (every packet charged to the class).
+fn class_counter(ns: &Netns, id: u32) -> (u64, u64) {
+    let live: Value = serde_json::from_str(&ns.exec(&["nft", "-j", "list", "chain", "inet", "fwc", &format!("qos_c{id}")])).unwrap();
+    let r = listed(&live, "rule")[0];
+    let c = r["expr"].as_array().unwrap().iter().find_map(|s| s.get("counter").cloned()).unwrap();
+    (c["packets"].as_u64().unwrap(), c["bytes"].as_u64().unwrap())
+}
+
+#[test]
+fn privileged_shapes_mark_by_dev_direction_and_specificity() {
+    if !privileged("privileged_shapes_mark_by_dev_direction_and_specificity") || !fwc_testkit::which("socat") {
+        return;
+    }
+    let mut topo = Topology::new();
+    // Plain routing between client and backend (no NAT): the backend routes back via the host.
+    topo.backend.exec(&["ip", "route", "add", "198.18.1.0/24", "via", "198.18.2.1"]);
+    topo.backend.spawn(&["socat", "TCP-LISTEN:80,reuseaddr,fork", "SYSTEM:echo hi"]);
+    topo.backend.spawn(&["socat", "TCP-LISTEN:81,reuseaddr,fork", "SYSTEM:head -c 200000 /dev/zero"]);
+    topo.backend.spawn(&["socat", "TCP-LISTEN:82,reuseaddr,fork", "SYSTEM:echo hi"]);
+    for p in [80, 81, 82] {
+        wait_listen(&topo.backend, p);
+    }
+    let (hc, hb) = (topo.host_if_client.as_str(), topo.host_if_backend.as_str());
+    // "a-all" sorts first by name but is the least specific: it must not shadow "web".
+    let all = shaped("a-all", &[hb], Direction::Egress);
+    let mut web = shaped("web", &[hb], Direction::Egress);
+    web.proto = Some(sp(Proto::Tcp));
+    web.ports = Some(sp(ports("80")));
+    let mut inc = shaped("in-client", &[hc], Direction::Ingress);
+    inc.proto = Some(sp(Proto::Tcp));
+    inc.ports = Some(sp(ports("81")));
+    let mut never = shaped("never", &[hc], Direction::Egress);
+    never.proto = Some(sp(Proto::Tcp));
+    never.ports = Some(sp(ports("9999")));
+    let rs = Ruleset { shapes: vec![all, web, inc, never], ..Ruleset::default() };
+    let host = implicit_host();
+    let plan = plan_host(&rs, &host);
+    load(&topo.host, &nft::emit(&plan));
+    let id = |name: &str| plan.qos_classes.iter().find(|c| c.rule == name).unwrap().id;
+
+    // tcp/80: the requests leave through hb and go to "web" (most specific), the replies leave
+    // through hc, where no egress shape on hb may charge them.
+    assert_eq!(fetch(&topo.client, "198.18.2.2", 80).as_deref(), Some("hi"));
+    assert!(class_counter(&topo.host, id("web")).0 > 0, "web saw no packets");
+    assert_eq!(class_counter(&topo.host, id("a-all")), (0, 0), "catch-all shadowed a specific shape or charged another dev");
+
+    // tcp/81: a 200 kB download. The ingress shape on hc charges what arrives on hc (the
+    // client's handshake and ACKs), not the download that leaves through hc.
+    assert_eq!(fetch(&topo.client, "198.18.2.2", 81).map(|s| s.len()), Some(200_000));
+    let (pk, bytes) = class_counter(&topo.host, id("in-client"));
+    assert!(pk > 0 && bytes < 50_000, "ingress shape charged {pk} packets / {bytes} bytes: only the client's side may count");
+    assert_eq!(class_counter(&topo.host, id("a-all")), (0, 0), "more specific in-client comes first");
+
+    // tcp/82: only the catch-all matches (requests leaving through hb).
+    assert_eq!(fetch(&topo.client, "198.18.2.2", 82).as_deref(), Some("hi"));
+    assert!(class_counter(&topo.host, id("a-all")).0 > 0, "a-all saw no packets");
+    assert_eq!(class_counter(&topo.host, id("never")), (0, 0));
+}
+
+#[test]
+fn privileged_output_drop_policy_lets_fwc_traffic_out() {
+    if !privileged("privileged_output_drop_policy_lets_fwc_traffic_out") || !fwc_testkit::which("socat") {
+        return;
+    }
+    let mut topo = Topology::new();
+    topo.backend.spawn(&["socat", "TCP6-LISTEN:80,reuseaddr,fork,ipv6only=0", "SYSTEM:echo backend-80"]);
+    for port in [9200u16, 9201, 9300] {
+        let listen = format!("TCP6-LISTEN:{port},reuseaddr,fork,ipv6only=0");
+        let reply = format!("SYSTEM:echo up-{port}");
+        topo.backend.spawn(&["socat", &listen, &reply]);
+    }
+    for port in [80, 9200, 9201, 9300] {
+        wait_listen(&topo.backend, port);
+    }
+    let mut rate_fwd = fwd("rate", ForwardProto::Tcp, ":8070", "198.18.2.2:80");
+    rate_fwd.conn_rate = rate(3, TimeUnit::Minute, None);
+    let mut legacy = fwd("legacy", ForwardProto::Tcp, ":2222", "198.18.2.2:9200,[2001:db8:2::2]:9200");
+    legacy.backend = sp(BackendChoice::Userspace);
+    let api = fwd("api", ForwardProto::Tcp, ":2223", "backend.test:9300");
+    let rs = Ruleset {
+        chains: vec![chain(ChainKind::Output, Policy::Drop, vec![])],
+        forwards: vec![fwd("web", ForwardProto::Tcp, ":8080", "198.18.2.2:80"), rate_fwd, legacy, api],
+        ..Ruleset::default()
+    };
+    load(&topo.host, &emit(&rs));
+
+    // A client on the host itself reaches a kernel forward (nat output DNATs, output lets it out).
+    assert_eq!(fetch(&topo.host, "198.18.1.1", 8080).as_deref(), Some("backend-80"), "local client through a kernel forward");
+    // The forwarder's connections to its IP targets get out, IPv6 too (neighbour discovery);
+    // anything else stays dropped.
+    assert_eq!(fetch(&topo.host, "198.18.2.2", 9200).as_deref(), Some("up-9200"), "v4 target of a userspace forward");
+    assert_eq!(fetch(&topo.host, "2001:db8:2::2", 9200).as_deref(), Some("up-9200"), "v6 target: needs ND in output");
+    assert_eq!(fetch(&topo.host, "198.18.2.2", 9201), None, "not a target: the drop policy applies");
+    // DNS targets: only sockets carrying FORWARDER_SOCKET_MARK (SO_MARK = 36 on SOL_SOCKET = 1).
+    assert_eq!(fetch(&topo.host, "198.18.2.2", 9300), None, "unmarked socket to a non-target");
+    // (socat applies `setsockopt-listen` before connect; `setsockopt-int` only after it.)
+    let hex: String = nft::FORWARDER_SOCKET_MARK.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let marked = format!("TCP4:198.18.2.2:9300,connect-timeout=2,setsockopt-listen=1:36:x{hex}");
+    let out = topo.host.try_exec(&["timeout", "5", "socat", "-T", "2", "-u", &marked, "STDOUT"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "up-9300", "a socket with the forwarder's mark gets out");
+
+    // conn-rate without burst: burst = count, as in the userspace forwarder (nft's default is 5).
+    let got: Vec<bool> = (0..4).map(|_| fetch(&topo.client, "198.18.1.1", 8070).is_some()).collect();
+    assert_eq!(got, [true, true, true, false], "3/minute: three connections, then the limit");
+}
+
+#[test]
+fn privileged_max_conns_counts_local_and_remote_clients_together() {
+    if !privileged("privileged_max_conns_counts_local_and_remote_clients_together") || !fwc_testkit::which("socat") {
+        return;
+    }
+    let mut topo = Topology::new();
+    topo.backend.spawn(&["socat", "TCP-LISTEN:9100,reuseaddr,fork", "SYSTEM:echo held; sleep 3"]);
+    wait_listen(&topo.backend, 9100);
+    let mut one = fwd("one-conn", ForwardProto::Tcp, ":8090", "198.18.2.2:9100");
+    one.max_conns = Some(sp(1));
+    load(&topo.host, &emit(&Ruleset { forwards: vec![one], ..Ruleset::default() }));
+    // A remote client holds the only slot: a client on the host is refused (tcp reset) ...
+    topo.client.spawn(&["socat", "-u", "TCP4:198.18.1.1:8090", "OPEN:/dev/null"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    assert_eq!(fetch(&topo.host, "198.18.1.1", 8090), None, "local client must count against max-conns");
+    assert!(started.elapsed() < std::time::Duration::from_millis(1500), "refused with a reset, not timed out");
+    // ... and once the slot is free, a local connection holds it against remote clients.
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    topo.host.spawn(&["socat", "-u", "TCP4:198.18.1.1:8090", "OPEN:/dev/null"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(fetch(&topo.client, "198.18.1.1", 8090), None, "the local connection holds the slot");
+}
+
+#[test]
+fn privileged_v4_maps_do_not_see_ipv6() {
+    if !privileged("privileged_v4_maps_do_not_see_ipv6") || !fwc_testkit::which("socat") {
+        return;
+    }
+    let mut topo = Topology::new();
+    topo.backend.spawn(&["socat", "TCP-LISTEN:80,reuseaddr,fork", "SYSTEM:echo backend-80"]);
+    wait_listen(&topo.backend, 80);
+    load(&topo.host, &emit(&Ruleset { forwards: vec![fwd("web4", ForwardProto::Tcp, ":8080", "198.18.2.2:80")], ..Ruleset::default() }));
+    let count = || {
+        let live: Value = serde_json::from_str(&topo.host.exec(&["nft", "-j", "list", "map", "inet", "fwc", maps::FWD4_ADDR])).unwrap();
+        listed(&live, "map")[0]["elem"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e[0]["elem"]["comment"] == "fwc:forward:web4")
+            .map(|e| e[0]["elem"]["counter"]["packets"].as_u64().unwrap())
+            .unwrap()
+    };
+    // An IPv6 connection to the same port: no IPv6 target, so nothing answers, and the v4
+    // map must not have looked at it.
+    assert_eq!(fetch(&topo.client, "2001:db8:1::1", 8080), None);
+    assert_eq!(count(), 0, "IPv6 packets counted by the IPv4 map element");
+    assert_eq!(fetch(&topo.client, "198.18.1.1", 8080).as_deref(), Some("backend-80"));
+    assert_eq!(count(), 1);
 }

@@ -17,10 +17,10 @@
 //!                                     userspace listener accepts; user rules
 //!   chain forward  filter/forward/0   ct state established,related accept; jump fwd_guard;
 //!                                     ct status dnat accept; user rules
-//!   chain output   filter/output/0    ct state established,related accept; oif lo accept;
-//!                                     icmpv6 neighbour discovery accept; forwarder accepts
-//!                                     (IP targets; FORWARDER_SOCKET_MARK for DNS targets);
-//!                                     jump fwd_guard; ct status dnat accept; user rules
+//!   chain output   filter/output/0    ct state established,related accept; jump fwd_guard;
+//!                                     oif lo accept; icmpv6 neighbour discovery accept;
+//!                                     forwarder accepts (IP targets; FORWARDER_SOCKET_MARK for
+//!                                     DNS targets); ct status dnat accept; user rules
 //!   -- only with kernel forwards:
 //!   chain fwd_guard                   (regular, only with max-conns / conn-rate) the guards
 //!   chain fwd_dnat                    (regular) the DNAT rules, see below
@@ -70,7 +70,8 @@
 //! (reject) and `limit rate over` (drop; burst: the rule's, else the count — what the userspace
 //! forwarder does). The guards live in one regular chain, `fwd_guard`, jumped to from the filter
 //! `forward` chain (remote clients) and from `output` (clients on the host itself: nat output
-//! has already DNATed their flow). The `ct count` list and the token bucket belong to the rule,
+//! has already DNATed their flow; the jump precedes `oif lo accept`, since the output hook
+//! keeps the pre-DNAT oif, `lo`, for a connection to a local listen address). The `ct count` list and the token bucket belong to the rule,
 //! so both paths share one limit. Each guard is one rule, counting its own connections: a
 //! `proto="both"` forward gets one per protocol, a forward whose `from=` has both address
 //! families one per family (so the limits apply per protocol / family).
@@ -1372,6 +1373,13 @@ pub fn emit(plan: &HostPlan) -> Value {
             }
             ChainKind::Output => {
                 out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
+                // Clients on the host itself connecting to a kernel forward: nat output has
+                // DNATed the flow already, guard it like a remote client's. Before `oif lo`:
+                // a forward's listen address is local, so the hook's oif is `lo` even after
+                // the DNAT reroute.
+                if !guards.is_empty() {
+                    out.rule(name, vec![jump(chains::FWD_GUARD)], None);
+                }
                 out.rule(name, vec![eq(meta(MetaKey::Oif), s("lo")), accept()], None);
                 out.rule(name, nd(), None);
                 // The userspace forwarder's own connections to its targets.
@@ -1382,12 +1390,9 @@ pub fn emit(plan: &HostPlan) -> Value {
                     let mark = n(FORWARDER_SOCKET_MARK);
                     out.rule(name, vec![eq(and(meta(MetaKey::Mark), mark.clone()), mark), accept()], None);
                 }
-                // Clients on the host itself connecting to a kernel forward: nat output has
-                // DNATed the flow already; guard it like a remote client's, then let it out.
+                // Local clients' DNATed flows (today they pass `oif lo` already; this keeps
+                // them out of the user rules whatever the route).
                 if has_nat {
-                    if !guards.is_empty() {
-                        out.rule(name, vec![jump(chains::FWD_GUARD)], None);
-                    }
                     out.rule(name, vec![ct_status_dnat(), accept()], None);
                 }
             }
