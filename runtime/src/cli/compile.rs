@@ -88,7 +88,7 @@ pub struct FmtArgs {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  fwc schema forward.json\n  fwc schema --out schemas/")]
 pub struct SchemaArgs {
-    /// Artifact file name (nftables.json, qos.json, forward.json, manifest.json); all when omitted.
+    /// Artifact file name (nftables.json, qos.json, forward.json, manifest.json, audit-entry.json); all when omitted.
     pub name: Option<String>,
     /// Write every schema as DIR/<name>.schema.json instead of printing.
     #[arg(long)]
@@ -266,8 +266,15 @@ pub fn format_kdl(text: &str) -> std::result::Result<String, String> {
     Ok(out)
 }
 
+/// Schemas of every artifact and of the audit entry, by file name.
+pub fn all_schemas() -> std::collections::BTreeMap<&'static str, serde_json::Value> {
+    let mut all = artifacts::schemas();
+    all.insert("audit-entry.json", serde_json::to_value(schemars::schema_for!(crate::audit::AuditEntry)).expect("schema serializes"));
+    all
+}
+
 pub fn schema(a: SchemaArgs, _g: &Global) -> Result<ExitCode> {
-    let all = artifacts::schemas();
+    let all = all_schemas();
     let selected: Vec<(&str, &serde_json::Value)> = match &a.name {
         Some(n) => {
             let key = all.keys().find(|k| **k == n.as_str() || k.trim_end_matches(".json") == n.as_str()).ok_or_else(|| {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod compile;
+pub mod compile;
 pub mod agent;
 mod qos;
 mod forward;
