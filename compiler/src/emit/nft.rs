@@ -904,8 +904,8 @@ fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
     }
 }
 
-/// Matches that pick a forward's new connections in the filter `forward` chain (after DNAT),
-/// per family needed.
+/// Matches that pick a forward's new connections after DNAT (in `fwd_guard`, reached from the
+/// filter `forward` and `output` chains), per family needed.
 fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(ForwardProto, Vec<S>)> {
     let from = f.from.as_ref().map(|m| addr_parts(plan, &m.value));
     let fams: Vec<Option<Fam>> = match (&from, listen_addr(f)) {
