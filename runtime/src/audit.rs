@@ -297,7 +297,8 @@ impl AuditLog {
         f.write_all(line.as_bytes())?;
         f.sync_data()?;
         let head = Head { seq, hash: hash.clone() };
-        write_atomic(&self.head_path, serde_json::to_string(&head).expect("head serializes").as_bytes())?;
+        crate::state::write_atomic(&self.head_path, serde_json::to_string(&head).expect("head serializes").as_bytes())
+            .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         Ok((AuditEntry { hash, ..entry }, torn))
     }
 
@@ -594,41 +595,11 @@ fn last_line(f: &mut File) -> std::io::Result<Option<String>> {
     String::from_utf8(buf).map(Some).map_err(std::io::Error::other)
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp{}", path.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    File::open(dir)?.sync_all()
-}
-
 /// `2024-05-01T12:34:56.789Z`.
 pub fn rfc3339_millis(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    // civil_from_days (H. Hinnant)
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let dd = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    let secs = crate::state::rfc3339(d.as_secs());
+    format!("{}.{:03}Z", secs.trim_end_matches('Z'), d.subsec_millis())
 }
 
 #[cfg(test)]
