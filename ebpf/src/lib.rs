@@ -104,6 +104,10 @@ pub fn ensure_pin_root(root: &Path) -> Result<()> {
     let sys = Path::new("/sys/fs/bpf");
     if root.starts_with(sys) && !sys::is_bpffs(sys) {
         sys::mount_bpffs(sys).map_err(err("mounting bpffs at /sys/fs/bpf"))?;
+        eprintln!(
+            "fwc-qos: mounted a bpffs at /sys/fs/bpf. In a private mount namespace (e.g. under \
+             `ip netns exec`) pins made there vanish with the process: use `nsenter --net=...`"
+        );
     }
     std::fs::create_dir_all(root.join(LINKS_DIR)).map_err(err(format!("creating {}", root.display())))?;
     if !sys::is_bpffs(root) {
