@@ -116,32 +116,50 @@ EOF
     echo "{\"kind\":\"apply\",\"forwards\":$n,\"set_elements\":10000,\"first\":$first,\"change\":$change,\"nft_f_ms\":$((t1 - t0)),\"nft_c_ms\":$((t3 - t2)),\"nft_rules\":$rules,\"tx_bytes\":$(stat -c %s "$WORK/tx.json")}" | tee -a "$results" >&2
 done
 
-median() { python3 -c "import sys,statistics; print(statistics.median([float(x) for x in sys.argv[1:]]))" "$@"; }
-
-measure() { # label
-    local bps=() cps=()
-    for _ in $(seq "$REPS"); do
-        b=$(ip netns exec $C iperf3 -c 198.18.1.1 -p 30001 -t 5 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])')
-        c=$(ip netns exec $C "$CR" connect 198.18.1.1:30002 5 2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["per_sec"])')
-        bps+=("$b"); cps+=("$c")
-        ip netns exec $H conntrack -F >/dev/null 2>&1 || true
-        sleep 1
-    done
-    echo "{\"kind\":\"traffic\",\"label\":\"$1\",\"gbit_per_sec\":$(median "${bps[@]}" | python3 -c 'import sys; print(round(float(sys.stdin.read())/1e9, 2))'),\"new_conn_per_sec\":$(median "${cps[@]}"),\"runs\":$REPS}" | tee -a "$results" >&2
+one() { # -> "gbit conn_per_sec"
+    local b c
+    b=$(ip netns exec $C iperf3 -c 198.18.1.1 -p 30001 -t 5 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)')
+    c=$(ip netns exec $C "$CR" connect 198.18.1.1:30002 5 2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["per_sec"])')
+    ip netns exec $H conntrack -F >/dev/null 2>&1 || true
+    sleep 1
+    echo "$b $c"
 }
 
-echo "== traffic" >&2
-for n in 10 10000; do
+load_fwc() {
     ip netns exec $H nft delete table ip naive 2>/dev/null || true
-    gen_repo "$WORK/t$n" $n 0
     rm -rf "$WORK/tstate"
-    "$FWC" apply "$WORK/t$n" --state-dir "$WORK/tstate" --netns $H --auto-approve >/dev/null
-    measure "fwc, $n forwards"
-    ip netns exec $H nft delete table inet fwc
+    "$FWC" apply "$WORK/t$1" --state-dir "$WORK/tstate" --netns $H --auto-approve >/dev/null
+}
+
+load_naive() {
+    ip netns exec $H nft delete table inet fwc 2>/dev/null || true
+    ip netns exec $H nft -f "$WORK/naive$1.nft"
+}
+
+report() { # label "b c" lines...
+    local label=$1; shift
+    python3 -c '
+import json, statistics, sys
+label, reps, runs = sys.argv[1], int(sys.argv[2]), [tuple(map(float, r.split())) for r in sys.argv[3:]]
+b = [r[0] for r in runs]; c = [r[1] for r in runs]
+print(json.dumps({"kind": "traffic", "label": label, "runs": reps,
+    "gbit_per_sec": round(statistics.median(b), 2), "gbit_min": round(min(b), 2), "gbit_max": round(max(b), 2),
+    "new_conn_per_sec": round(statistics.median(c)), "conn_min": round(min(c)), "conn_max": round(max(c))}))
+' "$label" "$REPS" "$@"
+}
+
+echo "== traffic (fwc and naive alternate, $REPS runs each)" >&2
+for n in 10 10000; do
+    gen_repo "$WORK/t$n" $n 0
     gen_naive "$WORK/naive$n.nft" $n
-    ip netns exec $H nft -f "$WORK/naive$n.nft"
-    measure "naive, $n forwards"
-    ip netns exec $H nft delete table ip naive
+    fr=() nr=()
+    for _ in $(seq "$REPS"); do
+        load_fwc $n;   fr+=("$(one)")
+        load_naive $n; nr+=("$(one)")
+    done
+    report "fwc, $n forwards" "${fr[@]}" | tee -a "$results" >&2
+    report "naive, $n forwards" "${nr[@]}" | tee -a "$results" >&2
+    ip netns exec $H nft delete table ip naive 2>/dev/null || true
 done
 
 cp "$results" "$HERE/results.json"
@@ -155,9 +173,9 @@ for r in rows:
         f = r["first"]
         print(f"| | {r['forwards']} | {r['set_elements']} | {r['nft_rules']} | {f['prepare_ms']} / {f['commit_ms']} / {f['verify_ms']} / {f['total_ms']} | {r['change']['total_ms']} | {r['nft_f_ms']} | {r['nft_c_ms']} |")
 print()
-print("| ruleset | throughput (Gbit/s, median) | new connections/s (median) |")
+print("| ruleset | throughput Gbit/s: median (min-max) | new connections/s: median (min-max) |")
 print("|---|---|---|")
 for r in rows:
     if r["kind"] == "traffic":
-        print(f"| {r['label']} | {r['gbit_per_sec']} | {r['new_conn_per_sec']:.0f} |")
+        print(f"| {r['label']} | {r['gbit_per_sec']} ({r['gbit_min']}-{r['gbit_max']}) | {r['new_conn_per_sec']} ({r['conn_min']}-{r['conn_max']}) |")
 EOF

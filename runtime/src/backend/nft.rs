@@ -514,10 +514,32 @@ pub fn describe_drift(want: &Normalized, live: &Normalized, live_text: Option<&s
         let before = out.len();
         for (label, rw) in &gw {
             match gl.get(label) {
+                None if label.is_empty() => {
+                    for r in rw {
+                        out.push(format!("chain {chain}: fwc rule deleted: {}", render_rule(chain, r, &[], None)));
+                    }
+                }
                 None => out.push(format!("chain {chain}: rule {} was deleted", label_text(&rw[0]))),
                 Some(rl) if rl != rw => {
                     if label.is_empty() {
-                        out.push(format!("chain {chain}: rules without a fwc comment differ"));
+                        // fwc's own housekeeping rules have no comment: report the difference
+                        // as a multiset (hand-added rules usually land here).
+                        let mut missing: Vec<&Value> = rw.iter().collect();
+                        let mut extra = Vec::new();
+                        for r in rl {
+                            match missing.iter().position(|m| *m == r) {
+                                Some(i) => {
+                                    missing.remove(i);
+                                }
+                                None => extra.push(r),
+                            }
+                        }
+                        for r in extra {
+                            out.push(format!("chain {chain}: rule added outside fwc: {}", render_rule(chain, r, l, live_text)));
+                        }
+                        for r in missing {
+                            out.push(format!("chain {chain}: fwc rule deleted: {}", render_rule(chain, r, &[], None)));
+                        }
                     } else {
                         out.push(format!("chain {chain}: rule {} was changed", label_text(&rw[0])));
                     }
@@ -749,13 +771,22 @@ mod tests {
         let hand = json!({"chain": "input", "expr": [{"drop": null}]});
         let want = base(json!(["10.0.0.1"]), vec![ssh.clone(), web.clone()], "drop");
         assert!(describe_drift(&want, &want, None).is_empty());
-        let live = base(json!(["10.0.0.1", "10.9.9.9"]), vec![ssh2, hand], "accept");
+        let live = base(json!(["10.0.0.1", "10.9.9.9"]), vec![ssh2, hand.clone()], "accept");
         let d = describe_drift(&want, &live, None);
         assert!(d.contains(&"chain input: policy changed from drop to accept".to_string()), "{d:?}");
         assert!(d.contains(&"set office: elements added outside fwc: 10.9.9.9".to_string()), "{d:?}");
         assert!(d.contains(&"chain input: rule filter \"ssh\" was changed".to_string()), "{d:?}");
         assert!(d.contains(&"chain input: rule filter \"web\" was deleted".to_string()), "{d:?}");
         assert!(d.iter().any(|l| l.starts_with("chain input: rule added outside fwc:")), "{d:?}");
+        let est = json!({"chain": "input", "expr": [{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established"]}}, {"accept": null}]});
+        let want2 = base(json!(["10.0.0.1"]), vec![est.clone(), ssh.clone()], "drop");
+        let live2 = base(json!(["10.0.0.1"]), vec![est.clone(), ssh.clone(), hand.clone()], "drop");
+        let d = describe_drift(&want2, &live2, None);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].starts_with("chain input: rule added outside fwc: "), "{d:?}");
+        let live3 = base(json!(["10.0.0.1"]), vec![ssh.clone()], "drop");
+        let d = describe_drift(&want2, &live3, None);
+        assert!(d.len() == 1 && d[0].starts_with("chain input: fwc rule deleted: "), "{d:?}");
         let reordered = base(json!(["10.0.0.1"]), vec![web, ssh], "drop");
         assert_eq!(describe_drift(&want, &reordered, None), vec!["chain input: rules were reordered".to_string()]);
     }
