@@ -93,6 +93,7 @@ machine = {
     "kernel": platform.release(),
     "iperf3": sh("iperf3 --version | head -1"),
     "pipe_max_size": sh("cat /proc/sys/fs/pipe-max-size"),
+    "loadavg_at_end": sh("cat /proc/loadavg"),
 }
 result = {"machine": machine, "repeats": repeats, "seconds_per_run": secs, "throughput": rows, "caps": caps}
 with open(os.path.join(out, "results.json"), "w") as f:
@@ -100,7 +101,7 @@ with open(os.path.join(out, "results.json"), "w") as f:
     f.write("\n")
 
 md = []
-md.append(f"Machine: {machine['cpu']}, {machine['cores']} cores, Linux {machine['kernel']}, {machine['iperf3']}.")
+md.append(f"Machine: {machine['cpu']}, {machine['cores']} cores, Linux {machine['kernel']}, {machine['iperf3']}; load average at the end: {machine['loadavg_at_end']}.")
 md.append(f"iperf3 over loopback in a throwaway netns, {secs:g} s per run, {repeats} runs per variant, alternating; medians.")
 md.append("")
 md.append("| variant | Gbit/s (median) | vs nft REDIRECT | forwarder CPU s / run | CPU s per GB | machine CPU s / run | all runs (Gbit/s) |")

@@ -55,6 +55,8 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  # Anything else still inside the namespace (forked children of a peer) goes too.
+  for p in $(ip netns pids "$NS" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
   ip netns del "$NS" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -63,7 +65,7 @@ ip netns exec "$NS" ip link set lo up
 nsx() { ip netns exec "$NS" "$@"; }
 
 SERVER=5201
-nsx iperf3 -s -p $SERVER >/dev/null 2>&1 & PIDS+=($!)
+ip netns exec "$NS" iperf3 -s -p $SERVER >/dev/null 2>&1 & PIDS+=($!)
 
 # nft REDIRECT: port 6000 -> SERVER, for locally generated traffic (nat output hook).
 nsx nft -f - <<NFT
@@ -86,8 +88,8 @@ print(json.dumps({"version": 1, "listeners": [{
 PY
 }
 
-start_bg() { # name env... -- cmd...   (prints pid)
-  nsx env "$@" >"$RAW/$NAME.log" 2>&1 &
+start_bg() { # VAR=value... cmd...   (prints the pid of cmd itself: ip netns exec and env exec)
+  ip netns exec "$NS" env "$@" >"$RAW/$NAME.log" 2>&1 &
   echo $!
 }
 

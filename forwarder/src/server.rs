@@ -30,7 +30,7 @@ pub struct Options {
     /// Move uncapped and capped TCP with splice(2); off = buffered copy. Default on; the
     /// environment variable `FWC_FORWARD_SPLICE=0` turns it off.
     pub splice: bool,
-    /// Pipe capacity requested with F_SETPIPE_SZ.
+    /// Pipe capacity requested with F_SETPIPE_SZ (env `FWC_FORWARD_PIPE_SIZE` overrides the default).
     pub pipe_size: usize,
     /// Empty pipes kept for reuse.
     pub pipe_pool: usize,
@@ -47,7 +47,10 @@ impl Default for Options {
         let splice = !matches!(std::env::var("FWC_FORWARD_SPLICE").as_deref(), Ok("0") | Ok("off") | Ok("false"));
         Options {
             splice,
-            pipe_size: DEFAULT_PIPE_SIZE,
+            pipe_size: std::env::var("FWC_FORWARD_PIPE_SIZE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_PIPE_SIZE),
             pipe_pool: 256,
             drain_timeout: Duration::from_secs(30),
             dns_ttl: crate::resolve::DEFAULT_TTL,
