@@ -21,6 +21,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::backend::nft::{injected_failure, NftBackend};
+use crate::backend::forward::ForwardBackend;
+use crate::backend::netns::InNetns;
+use crate::backend::qos::QosBackend;
 use crate::backend::Backend;
 use crate::state::StateLock;
 
@@ -35,16 +38,21 @@ pub struct ApplyOptions {
     pub no_sysctl: bool,
 }
 
-/// The backends `fwc apply` drives, in commit order. The QoS and userspace-forwarder backends
-/// are added here when they are available.
-pub fn default_backends(netns: Option<&str>) -> Vec<Box<dyn Backend>> {
-    vec![Box::new(NftBackend::new(netns.map(str::to_string)))]
-}
-
-/// [`default_backends`], with the nftables backend caching its kernel renderings in
-/// `<state_dir>/cache` (derived data: safe to delete, ignored by [`crate::state::dir_digest`]).
-pub fn default_backends_for(netns: Option<&str>, state_dir: &std::path::Path) -> Vec<Box<dyn Backend>> {
-    vec![Box::new(NftBackend::new(netns.map(str::to_string)).with_cache_dir(state_dir.join(crate::state::CACHE_DIR)))]
+/// The backends `fwc apply` and the agent drive, in commit order:
+/// - nftables (filter, NAT, marks), caching its kernel renderings in `<state_dir>/cache`
+///   (derived data: safe to delete, ignored by [`crate::state::dir_digest`]);
+/// - eBPF QoS, pinned under `/sys/fs/bpf/fwc` (with `--netns NS`: `/sys/fs/bpf/fwc-netns-NS`,
+///   every call made from inside the namespace, so only its interfaces are touched);
+/// - the userspace forwarder, reached over the control socket in `state_dir`.
+///
+/// A backend with nothing to do (no classes, no listeners, nothing applied before) is a no-op.
+pub fn default_backends(netns: Option<&str>, state_dir: &std::path::Path) -> Vec<Box<dyn Backend>> {
+    let nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state_dir.join(crate::state::CACHE_DIR));
+    let qos: Box<dyn Backend> = match netns {
+        None => Box::new(QosBackend::default()),
+        Some(ns) => Box::new(InNetns::new(ns, QosBackend::new(format!("{}-netns-{ns}", fwc_qos::DEFAULT_PIN_ROOT)))),
+    };
+    vec![Box::new(nft), qos, Box::new(ForwardBackend::new(state_dir))]
 }
 
 /// A phase of the transaction.

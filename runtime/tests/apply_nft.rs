@@ -83,14 +83,14 @@ fn transaction_applies_verifies_and_rolls_back() {
 
     let v1 = table(&[], &["198.18.1.0/24"]);
     let lock = state.lock(false).unwrap();
-    let mut b = apply::default_backends(Some(&ns.name));
+    let mut b = apply::default_backends(Some(&ns.name), &state.path);
     let r = apply::transaction(&mut b, &lock, &v1, &opts).unwrap();
     assert_eq!(r.generation, "gen-000001");
     let live1 = ns.exec(&["nft", "list", "table", "inet", "fwc"]);
     assert!(live1.contains("fwc:filter:ssh"), "{live1}");
 
     let v2 = table(&[80, 443], &["198.18.1.0/24", "198.18.3.7"]);
-    let mut b = apply::default_backends(Some(&ns.name));
+    let mut b = apply::default_backends(Some(&ns.name), &state.path);
     apply::transaction(&mut b, &lock, &v2, &opts).unwrap();
     let live2 = ns.exec(&["nft", "list", "table", "inet", "fwc"]);
     assert!(live2.contains("fwc:filter:port443") && live2.contains("198.18.3.7"), "{live2}");
@@ -101,7 +101,7 @@ fn transaction_applies_verifies_and_rolls_back() {
     let before = dir_digest(&state.path);
     let v3 = table(&[8080], &[]);
     std::env::set_var("FWC_TEST_FAIL", "verify:nftables");
-    let mut b = apply::default_backends(Some(&ns.name));
+    let mut b = apply::default_backends(Some(&ns.name), &state.path);
     let err = apply::transaction(&mut b, &lock, &v3, &opts).unwrap_err();
     std::env::remove_var("FWC_TEST_FAIL");
     assert!(err.to_string().contains("backend nftables failed in verify"), "{err}");

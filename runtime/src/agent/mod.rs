@@ -217,7 +217,7 @@ impl Agent {
         let hooks = std::env::var("FWC_AGENT_TEST_HOOKS").as_deref() == Ok("1");
         let fail_commit = Arc::new(AtomicBool::new(false));
         let slow = std::env::var("FWC_AGENT_TEST_SLOW_COMMIT_MS").ok().and_then(|v| v.parse().ok()).map(Duration::from_millis);
-        let mut backends = apply::default_backends(cfg.netns.as_deref());
+        let mut backends = apply::default_backends(cfg.netns.as_deref(), &cfg.state_dir);
         if hooks {
             backends = backends
                 .into_iter()
@@ -226,7 +226,7 @@ impl Agent {
                     Box::new(Hooked {
                         inner: b,
                         fail_commit: if i == 0 { fail_commit.clone() } else { Arc::new(AtomicBool::new(false)) },
-                        slow,
+                        slow: if i == 0 { slow } else { None },
                     }) as Box<dyn Backend>
                 })
                 .collect();

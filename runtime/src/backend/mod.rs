@@ -3,6 +3,7 @@
 //! roll every backend back to the previously applied artifacts.
 
 pub mod forward;
+pub mod netns;
 pub mod nft;
 pub mod qos;
 

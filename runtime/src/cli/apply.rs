@@ -432,7 +432,7 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     }
-    let mut backends = apply::default_backends_for(netns.as_deref(), &state.path);
+    let mut backends = apply::default_backends(netns.as_deref(), &state.path);
     let opts = ApplyOptions { source: plan.source.clone(), netns: netns.clone(), no_sysctl: a.no_sysctl };
     let report = match apply::transaction(&mut backends, &lock, &plan.artifacts, &opts) {
         Ok(r) => r,
@@ -540,7 +540,7 @@ fn revert(lock: &StateLock, netns: Option<&str>, why: &str) -> std::result::Resu
         (None, Some(c)) => (apply::empty_artifacts(&c.meta.host), format!("{why}: back to nothing (first apply)")),
         (None, None) => return Err("nothing has been applied, so there is nothing to roll back".into()),
     };
-    let mut backends = apply::default_backends_for(netns, &lock.dir.path);
+    let mut backends = apply::default_backends(netns, &lock.dir.path);
     let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true };
     apply::transaction(&mut backends, lock, &artifacts, &opts).map_err(|f| f.to_string())
 }
