@@ -60,4 +60,11 @@ fn capped_forward_is_shaped_by_the_ebpf_program_inside_the_namespace() {
     let o = fwc(&["qos", "stats", "--pin-dir", &pins, "--json"]);
     let after: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     assert_eq!(after["classes"].as_array().map(Vec::len).unwrap_or(0), 0, "classes of the removed cap remain: {after}");
+
+    // Both manual applies are in the hash-chained audit log, which verifies.
+    let o = fwc(&["audit", "verify", "--state-dir", st]);
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = fwc(&["audit", "show", "--state-dir", st, "--json"]);
+    let log = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(log.matches("\"action\": \"apply\"").count() + log.matches("\"action\":\"apply\"").count(), 2, "{log}");
 }

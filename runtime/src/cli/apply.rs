@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Global;
 use crate::apply::{self, ApplyOptions, SysctlStatus};
+use crate::audit::{self, AuditLog, Outcome};
 use crate::backend::nft::NftBackend;
 use crate::backend::Backend;
 use crate::state::{self, PendingConfirm, StateDir, StateLock};
@@ -434,7 +435,10 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
     }
     let mut backends = apply::default_backends(netns.as_deref(), &state.path);
     let opts = ApplyOptions { source: plan.source.clone(), netns: netns.clone(), no_sysctl: a.no_sysctl };
-    let report = match apply::transaction(&mut backends, &lock, &plan.artifacts, &opts) {
+    let before = lock.dir.current().ok().flatten().map(|g| g.artifacts);
+    let result = apply::transaction(&mut backends, &lock, &plan.artifacts, &opts);
+    record(&lock, audit::Action::Apply, before.as_ref(), &plan.artifacts, result.as_ref().map_err(|f| f.to_string()), &plan.source);
+    let report = match result {
         Ok(r) => r,
         Err(f) => {
             if a.json {
@@ -541,8 +545,42 @@ fn revert(lock: &StateLock, netns: Option<&str>, why: &str) -> std::result::Resu
         (None, None) => return Err("nothing has been applied, so there is nothing to roll back".into()),
     };
     let mut backends = apply::default_backends(netns, &lock.dir.path);
-    let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true };
-    apply::transaction(&mut backends, lock, &artifacts, &opts).map_err(|f| f.to_string())
+    let opts = ApplyOptions { source: source.clone(), netns: netns.map(str::to_string), no_sysctl: true };
+    let before = cur.map(|g| g.artifacts);
+    let result = apply::transaction(&mut backends, lock, &artifacts, &opts).map_err(|f| f.to_string());
+    record(lock, audit::Action::Rollback, before.as_ref(), &artifacts, result.as_ref().map_err(Clone::clone), &source);
+    result
+}
+
+/// Write a manual apply or rollback into the same hash-chained audit log the agent keeps
+/// (`<state-dir>/audit.jsonl`). A log that cannot be written is reported, not fatal: the
+/// change itself already happened or was rolled back.
+fn record(
+    lock: &StateLock,
+    action: audit::Action,
+    before: Option<&Artifacts>,
+    next: &Artifacts,
+    result: std::result::Result<&apply::ApplyReport, String>,
+    source: &str,
+) {
+    let (outcome, detail, ms) = match &result {
+        Ok(r) => (Outcome::Ok, source.to_string(), r.total_ms),
+        Err(e) => (Outcome::RolledBack, format!("{source}: {e}"), 0),
+    };
+    let rec = audit::Record {
+        host: next.manifest.host.clone(),
+        action: Some(action),
+        commit: next.manifest.commit.clone(),
+        previous_commit: before.and_then(|b| b.manifest.commit.clone()),
+        changes: audit::changes_between(before.map(|b| &b.manifest), &next.manifest),
+        result: Some(outcome),
+        detail: Some(detail),
+        duration_ms: ms,
+        ..Default::default()
+    };
+    if let Err(e) = AuditLog::in_state_dir(&lock.dir.path).append(rec) {
+        eprintln!("warning: could not write the audit log in {}: {e}", lock.dir.path.display());
+    }
 }
 
 pub fn confirm_watch(a: ConfirmWatchArgs) -> Result<ExitCode> {
