@@ -436,22 +436,39 @@ fn kernel_forwards_use_maps() {
     let a4 = named(&doc, "map", maps::FWD4_ADDR);
     assert_eq!(a4["type"], json!(["inet_proto", "inet_service"]));
     assert_eq!(a4["map"], "ipv4_addr");
-    assert_eq!(a4["flags"], json!(["interval"]));
+    // Exact ports: hash maps (no interval flag), with per-element counters.
+    assert!(a4.get("flags").is_none(), "{a4}");
     assert_eq!(a4["stmt"], json!([{"counter": null}]));
     let a4e = text(&a4["elem"]);
     assert!(a4e.contains(r#"[{"elem":{"val":{"concat":["tcp",8080]},"comment":"fwc:forward:web"}},"10.0.0.5"]"#), "{a4e}");
-    assert!(a4e.contains(r#"{"concat":["udp",{"range":[3000,3003]}]},"comment":"fwc:forward:shifted"}},"10.0.0.7"]"#), "{a4e}");
-    let p4 = text(&named(&doc, "map", maps::FWD4_PORT)["elem"]);
+    assert!(!a4e.contains("range"), "{a4e}");
+    let p4m = named(&doc, "map", maps::FWD4_PORT);
+    assert!(p4m.get("flags").is_none() && p4m.get("stmt").is_none(), "{p4m}");
+    let p4 = text(&p4m["elem"]);
     assert!(p4.contains(r#"[{"concat":["tcp",8080]},80]"#), "{p4}");
+    assert!(!p4.contains("3002"), "{p4}");
+    // Port ranges: interval maps.
+    let ra4 = named(&doc, "map", maps::FWD4R_ADDR);
+    assert_eq!((&ra4["map"], &ra4["flags"], &ra4["stmt"]), (&json!("ipv4_addr"), &json!(["interval"]), &json!([{"counter": null}])));
+    let ra4e = text(&ra4["elem"]);
+    assert!(ra4e.contains(r#"{"concat":["udp",{"range":[3000,3003]}]},"comment":"fwc:forward:shifted"}},"10.0.0.7"]"#), "{ra4e}");
+    let rp4m = named(&doc, "map", maps::FWD4R_PORT);
+    assert_eq!((&rp4m["map"], &rp4m["flags"]), (&json!("inet_service"), &json!(["interval"])));
     // A range onto another range keeps the offset, port by port.
-    assert!(p4.contains(r#"[{"concat":["tcp",3002]},4002]"#), "{p4}");
-    assert!(p4.contains(r#"[{"concat":["udp",3003]},4003]"#), "{p4}");
+    let rp4 = text(&rp4m["elem"]);
+    assert!(rp4.contains(r#"[{"concat":["tcp",3002]},4002]"#), "{rp4}");
+    assert!(rp4.contains(r#"[{"concat":["udp",3003]},4003]"#), "{rp4}");
     // A range without target port keeps the port.
-    let k4 = text(&named(&doc, "map", maps::FWD4_KEEP)["elem"]);
+    let k4m = named(&doc, "map", maps::FWD4_KEEP);
+    assert_eq!(k4m["flags"], json!(["interval"]));
+    let k4 = text(&k4m["elem"]);
     assert_eq!(k4, r#"[[{"elem":{"val":{"concat":["udp",{"range":[27015,27020]}]},"comment":"fwc:forward:game"}},"10.0.0.6"]]"#);
     let a6 = text(&named(&doc, "map", maps::FWD6_ADDR)["elem"]);
     assert!(a6.contains(r#""comment":"fwc:forward:v6"}},"2001:db8:2::5"]"#), "{a6}");
+    assert!(named(&doc, "map", maps::FWD6_ADDR).get("flags").is_none());
     assert_eq!(named(&doc, "map", maps::FWD6_PORT)["map"], "inet_service");
+    assert_eq!(named(&doc, "map", maps::FWD6R_ADDR)["flags"], json!(["interval"]));
+    assert!(named(&doc, "map", maps::FWD6R_ADDR).get("elem").is_none());
 
     // Masquerade ports.
     assert_eq!(
@@ -485,10 +502,10 @@ fn kernel_forwards_use_maps() {
         );
     }
 
-    // fwd_dnat: own rules (specific first), then the four map rules.
+    // fwd_dnat: own rules (specific first), then the six map rules.
     let dnat = chain_rules(&doc, chains::FWD_DNAT);
     let comments: Vec<&str> = dnat.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
-    assert_eq!(comments, ["fwc:forward:office-only", "fwc:forward:on-addr", "fwc:forward:lb", "-", "-", "-", "-"]);
+    assert_eq!(comments, ["fwc:forward:office-only", "fwc:forward:on-addr", "fwc:forward:lb", "-", "-", "-", "-", "-", "-"]);
     // office-only: the office set has v4 and v6 elements but the target is v4 -> only ip.
     assert_eq!(rules_with_comment(&doc, "fwc:forward:office-only").iter().filter(|r| r["chain"] == "fwd_dnat").count(), 1);
     let office = dnat[0];
@@ -517,12 +534,20 @@ fn kernel_forwards_use_maps() {
                 "port": {"map": {"key": key, "data": "@fwd4_port"}}}}
         ])
     );
+    // Then the port ranges, then the keep-port ranges.
     assert_eq!(dnat[4]["expr"][0], m(json!({"meta": {"key": "nfproto"}}), json!("ipv4")));
-    assert_eq!(dnat[4]["expr"][2], json!({"dnat": {"family": "ip", "addr": {"map": {"key": key, "data": "@fwd4_keep"}}}}));
-    for r in &dnat[5..7] {
+    assert_eq!(
+        dnat[4]["expr"][2],
+        json!({"dnat": {"family": "ip", "addr": {"map": {"key": key, "data": "@fwd4r_addr"}}, "port": {"map": {"key": key, "data": "@fwd4r_port"}}}})
+    );
+    assert_eq!(dnat[5]["expr"][0], m(json!({"meta": {"key": "nfproto"}}), json!("ipv4")));
+    assert_eq!(dnat[5]["expr"][2], json!({"dnat": {"family": "ip", "addr": {"map": {"key": key, "data": "@fwd4_keep"}}}}));
+    for r in &dnat[6..9] {
         assert_eq!(r["expr"][0], m(json!({"meta": {"key": "nfproto"}}), json!("ipv6")));
         assert_eq!(r["expr"][2]["dnat"]["family"], "ip6");
     }
+    let data = |r: &&Value| r["expr"][2]["dnat"]["addr"]["map"]["data"].clone();
+    assert_eq!(dnat[6..9].iter().map(data).collect::<Vec<_>>(), [json!("@fwd6_addr"), json!("@fwd6r_addr"), json!("@fwd6_keep")]);
 }
 
 #[test]
@@ -826,6 +851,56 @@ fn rule_count_does_not_grow_with_forwards() {
     let a4 = named(&big, "map", maps::FWD4_ADDR)["elem"].as_array().unwrap().len();
     let a6 = named(&big, "map", maps::FWD6_ADDR)["elem"].as_array().unwrap().len();
     assert_eq!(a4 + a6, 10_000);
+    // All exact ports: the interval maps stay empty.
+    for m in [maps::FWD4R_ADDR, maps::FWD6R_ADDR, maps::FWD4_KEEP, maps::FWD6_KEEP] {
+        assert!(named(&big, "map", m).get("elem").is_none(), "{m}");
+    }
+}
+
+#[test]
+fn exact_ports_in_hash_maps_ranges_in_interval_maps() {
+    let rs = Ruleset {
+        forwards: vec![
+            fwd("one", ForwardProto::Tcp, ":8000", "10.0.0.1:80"),
+            fwd("range-to-one", ForwardProto::Udp, ":5000-5010", "10.0.0.2:53"),
+            fwd("one6", ForwardProto::Both, ":8001", "[2001:db8::1]"),
+            fwd("range6", ForwardProto::Tcp, ":6000-6001", "[2001:db8::2]:7000-7001"),
+        ],
+        ..Ruleset::default()
+    };
+    let doc = emit(&rs);
+    let elems = |name: &str| text(&named(&doc, "map", name)["elem"]);
+    assert_eq!(elems(maps::FWD4_ADDR), r#"[[{"elem":{"val":{"concat":["tcp",8000]},"comment":"fwc:forward:one"}},"10.0.0.1"]]"#);
+    assert_eq!(elems(maps::FWD4_PORT), r#"[[{"concat":["tcp",8000]},80]]"#);
+    // A range onto one port: one interval element in each range map.
+    assert_eq!(
+        elems(maps::FWD4R_ADDR),
+        r#"[[{"elem":{"val":{"concat":["udp",{"range":[5000,5010]}]},"comment":"fwc:forward:range-to-one"}},"10.0.0.2"]]"#
+    );
+    assert_eq!(elems(maps::FWD4R_PORT), r#"[[{"concat":["udp",{"range":[5000,5010]}]},53]]"#);
+    // Without a target port an exact listen port is kept: still a hash map element.
+    assert_eq!(
+        elems(maps::FWD6_PORT),
+        r#"[[{"concat":["tcp",8001]},8001],[{"concat":["udp",8001]},8001]]"#
+    );
+    assert_eq!(elems(maps::FWD6R_PORT), r#"[[{"concat":["tcp",6000]},7000],[{"concat":["tcp",6001]},7001]]"#);
+    for m in [maps::FWD4_KEEP, maps::FWD6_KEEP] {
+        assert!(named(&doc, "map", m).get("elem").is_none());
+    }
+    for (m, interval) in [
+        (maps::FWD4_ADDR, false),
+        (maps::FWD4_PORT, false),
+        (maps::FWD6_ADDR, false),
+        (maps::FWD6_PORT, false),
+        (maps::FWD4R_ADDR, true),
+        (maps::FWD4R_PORT, true),
+        (maps::FWD6R_ADDR, true),
+        (maps::FWD6R_PORT, true),
+        (maps::FWD4_KEEP, true),
+        (maps::FWD6_KEEP, true),
+    ] {
+        assert_eq!(named(&doc, "map", m).get("flags").is_some(), interval, "{m}");
+    }
 }
 
 #[test]
@@ -917,6 +992,9 @@ fn privileged_rulesets_load() {
         fwd("b", ForwardProto::Tcp, ":8005", "10.0.0.2:80"),
         fwd("c", ForwardProto::Tcp, "[2001:db8::9]:8100-8110", "[2001:db8::1]:9100-9110"),
         fwd("d", ForwardProto::Udp, "0.0.0.0:53", "10.0.0.53"),
+        fwd("e", ForwardProto::Udp, ":5500-5510", "10.0.0.2:53"),
+        fwd("f", ForwardProto::Both, ":8200", "[2001:db8::1]"),
+        fwd("g", ForwardProto::Tcp, ":8300-8301", "[2001:db8::2]:9300-9301"),
         ],
         ..Ruleset::default()
     };
@@ -968,6 +1046,10 @@ fn privileged_ten_thousand_forwards_load_as_maps() {
     eprintln!("10,000 forwards: check+load+list in {:?}", started.elapsed());
     let rules = listed(&live, "rule").len();
     assert_eq!(rules, objects(&emit(&many_forwards(1)), "rule").len(), "rule count must not grow with forwards");
+    // Exact ports live in hash maps (an interval map with a concatenated key is slow to fill).
+    for m in listed(&live, "map").iter().filter(|m| m["name"] == maps::FWD4_ADDR || m["name"] == maps::FWD6_ADDR) {
+        assert!(m.get("flags").is_none_or(|f| !text(f).contains("interval")), "{}", m["name"]);
+    }
     let elems: usize = listed(&live, "map")
         .iter()
         .filter(|m| m["name"] == maps::FWD4_ADDR || m["name"] == maps::FWD6_ADDR)
@@ -1065,6 +1147,16 @@ fn privileged_dnat_map_forward_carries_traffic() {
         .map(|e| e[0]["elem"]["counter"]["packets"].as_u64().unwrap())
         .unwrap();
     assert!(web >= 2, "web forward: {web} new connections counted, expected at least 2");
+    // Range forwards count in the interval map's elements.
+    let live: Value = serde_json::from_str(&topo.host.exec(&["nft", "-j", "list", "map", "inet", "fwc", maps::FWD4R_ADDR])).unwrap();
+    let shift = listed(&live, "map")[0]["elem"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e[0]["elem"]["comment"] == "fwc:forward:shift")
+        .map(|e| e[0]["elem"]["counter"]["packets"].as_u64().unwrap())
+        .unwrap();
+    assert!(shift >= 1, "shift forward: {shift} new connections counted, expected at least 1");
 }
 
 #[test]

@@ -8,8 +8,10 @@
 //! ```text
 //! table inet fwc
 //!   set <name>_v4 / <name>_v6           every AddrSet, type ipv{4,6}_addr, flags interval (maybe empty)
-//!   map fwd4_addr, fwd6_addr             inet_proto . inet_service : ipv{4,6}_addr   (interval, counter)
-//!   map fwd4_port, fwd6_port             inet_proto . inet_service : inet_service    (interval)
+//!   map fwd4_addr, fwd6_addr             inet_proto . inet_service : ipv{4,6}_addr   (hash, counter)
+//!   map fwd4_port, fwd6_port             inet_proto . inet_service : inet_service    (hash)
+//!   map fwd4r_addr, fwd6r_addr           inet_proto . inet_service : ipv{4,6}_addr   (interval, counter)
+//!   map fwd4r_port, fwd6r_port           inet_proto . inet_service : inet_service    (interval)
 //!   map fwd4_keep, fwd6_keep             inet_proto . inet_service : ipv{4,6}_addr   (interval, counter)
 //!   set fwd_ports_tcp, fwd_ports_udp     inet_service (interval): listen ports of kernel forwards
 //!   chain input    filter/input/0     ct state established,related accept; iif lo accept;
@@ -40,23 +42,31 @@
 //! # Kernel forwards
 //!
 //! A forward with one target, no `from=` and no listen address is a *map forward*: it adds
-//! elements to the maps and costs no rule, so `fwd_dnat` always ends with the same four rules
+//! elements to the maps and costs no rule, so `fwd_dnat` always ends with the same six rules
 //! however many forwards there are:
 //!
 //! ```text
-//! meta l4proto {tcp,udp} dnat ip  to meta l4proto . th dport map @fwd4_addr : meta l4proto . th dport map @fwd4_port
-//! meta l4proto {tcp,udp} dnat ip  to meta l4proto . th dport map @fwd4_keep
-//! (the same for ip6)
+//! meta nfproto ipv4 meta l4proto {tcp,udp} dnat ip to meta l4proto . th dport map @fwd4_addr  : meta l4proto . th dport map @fwd4_port
+//! meta nfproto ipv4 meta l4proto {tcp,udp} dnat ip to meta l4proto . th dport map @fwd4r_addr : meta l4proto . th dport map @fwd4r_port
+//! meta nfproto ipv4 meta l4proto {tcp,udp} dnat ip to meta l4proto . th dport map @fwd4_keep
+//! (the same for ipv6 / ip6)
 //! ```
 //!
+//! A key missing from a map ends that rule, so a packet falls through to the next one.
 //! nft 1.0.6 cannot read a map whose *data* is a concatenation (`ipv4_addr . inet_service`)
 //! from JSON ("Invalid map type"), so address and port live in two maps with the same keys.
-//! `*_keep` holds listen port ranges whose target keeps the port (no target port, or the same
-//! range); a range mapped to another range keeps the offset by listing each port in `*_port`.
+//! Forwards of a single listen port (nearly all) go to the *hash* maps `*_addr` / `*_port`:
+//! an interval map with a concatenated key uses the kernel's pipapo backend, whose insert cost
+//! grows with the set size (10,000 forwards: ~2 s of `nft -j -f` in interval maps, ~0.3 s in
+//! hash maps; docs/performance.md). Listen port *ranges* need interval maps: `*r_addr` /
+//! `*r_port` for a range with a fixed target port or mapped onto another range (which keeps
+//! the offset by listing each port in `*r_port`), and `*_keep` for a range whose target keeps
+//! the port (no target port, or the same range). Exact ports are looked up first.
 //! Forwards with several targets (`numgen inc mod N map {…}`), `from=` or a listen address get
 //! their own rules, placed before the map rules (those with `from=`/listen address first). A map
 //! forward whose key would overlap an earlier one is emitted as its own rule after the map rules
-//! (interval maps refuse overlaps; `check` reports the conflict).
+//! (hash maps refuse duplicate keys, interval maps overlaps, and an exact port would shadow a
+//! range across the maps; `check` reports the conflict).
 //!
 //! Masquerade: only fwc's own DNAT flows. Postrouting matches `ct status dnat` together with the
 //! connection's *original* destination port (`ct original proto-dst`) in `fwd_ports_tcp` /
@@ -90,9 +100,9 @@
 //! Every rule that stands for an fwc rule carries `counter` and the comment
 //! `fwc:<kind>:<name>` (see [`rule_comment`] / [`parse_rule_comment`]). NAT chains only see the
 //! first packet of a flow, so forward counters count new connections. Map forwards have no rule:
-//! their elements in `fwd{4,6}_addr` / `fwd{4,6}_keep` carry the comment and a per-element
-//! counter (the maps have a `counter` statement). The `qos_c<id>` rules count every packet and
-//! byte of their class.
+//! their elements in `fwd{4,6}_addr` / `fwd{4,6}r_addr` / `fwd{4,6}_keep` carry the comment
+//! and a per-element counter (the maps have a `counter` statement). The `qos_c<id>` rules count
+//! every packet and byte of their class.
 //!
 //! # QoS marks
 //!
@@ -167,9 +177,13 @@ pub mod chains {
 pub mod maps {
     pub const FWD4_ADDR: &str = "fwd4_addr";
     pub const FWD4_PORT: &str = "fwd4_port";
+    pub const FWD4R_ADDR: &str = "fwd4r_addr";
+    pub const FWD4R_PORT: &str = "fwd4r_port";
     pub const FWD4_KEEP: &str = "fwd4_keep";
     pub const FWD6_ADDR: &str = "fwd6_addr";
     pub const FWD6_PORT: &str = "fwd6_port";
+    pub const FWD6R_ADDR: &str = "fwd6r_addr";
+    pub const FWD6R_PORT: &str = "fwd6r_port";
     pub const FWD6_KEEP: &str = "fwd6_keep";
     pub const PORTS_TCP: &str = "fwd_ports_tcp";
     pub const PORTS_UDP: &str = "fwd_ports_udp";
@@ -684,9 +698,10 @@ impl Out {
         self.add(NfListObject::Set(Box::new(set)));
     }
 
-    /// A `inet_proto . inet_service : <data>` interval map. Elements are `[key, value]` JSON
-    /// pairs (built raw: element comments need fields the crate would serialize as null).
-    fn fwd_map(&mut self, name: &str, data: SetType, elems: Vec<Value>, counters: bool) {
+    /// A `inet_proto . inet_service : <data>` map: a hash map for exact keys, an interval map
+    /// when keys may be port ranges. Elements are `[key, value]` JSON pairs (built raw: element
+    /// comments need fields the crate would serialize as null).
+    fn fwd_map(&mut self, name: &str, data: SetType, elems: Vec<Value>, interval: bool, counters: bool) {
         let map = Map {
             family: NfFamily::INet,
             table: NFT_TABLE.into(),
@@ -695,7 +710,7 @@ impl Out {
             set_type: SetTypeValue::Concatenated(Cow::Owned(vec![SetType::InetProto, SetType::InetService])),
             map: SetTypeValue::Single(data),
             policy: None,
-            flags: Some(HashSet::from([SetFlag::Interval])),
+            flags: interval.then(|| HashSet::from([SetFlag::Interval])),
             elem: None,
             timeout: None,
             gc_interval: None,
@@ -792,8 +807,13 @@ fn is_map_forward(f: &ForwardRule) -> bool {
 
 #[derive(Default)]
 struct NatMaps {
+    /// Single listen port (hash maps).
     addr: [Vec<Value>; 2],
     port: [Vec<Value>; 2],
+    /// Listen port range with a fixed or offset target port (interval maps).
+    raddr: [Vec<Value>; 2],
+    rport: [Vec<Value>; 2],
+    /// Listen port range keeping the port (interval map).
     keep: [Vec<Value>; 2],
     /// Keys already taken per family: (proto, listen range).
     used: [Vec<(&'static str, PortRange)>; 2],
@@ -821,14 +841,18 @@ impl NatMaps {
             let addr = ev(&s(ip.to_string()));
             match tp {
                 TPort::Keep => self.keep[i].push(json!([commented(key, &comment), addr])),
-                TPort::Fixed(p) => {
+                TPort::Fixed(p) if listen.is_single() => {
                     self.addr[i].push(json!([commented(key.clone(), &comment), addr]));
                     self.port[i].push(json!([ev(&key), p]));
                 }
+                TPort::Fixed(p) => {
+                    self.raddr[i].push(json!([commented(key.clone(), &comment), addr]));
+                    self.rport[i].push(json!([ev(&key), p]));
+                }
                 TPort::Offset { .. } => {
-                    self.addr[i].push(json!([commented(key, &comment), addr]));
+                    self.raddr[i].push(json!([commented(key, &comment), addr]));
                     for p in listen.lo..=listen.hi {
-                        self.port[i].push(json!([ev(&concat(vec![s(*proto), n(u32::from(p))])), tp.port(p)]));
+                        self.rport[i].push(json!([ev(&concat(vec![s(*proto), n(u32::from(p))])), tp.port(p)]));
                     }
                 }
             }
@@ -1279,16 +1303,24 @@ pub fn emit(plan: &HostPlan) -> Value {
     // Specific forwards (from= or a listen address) before catch-all multi-target ones.
     own.sort_by_key(|f| (f.from.is_none() && listen_addr(f).is_none(), f.name.value.clone()));
     if has_nat {
-        let NatMaps { addr, port, keep, .. } = maps;
+        let NatMaps { addr, port, raddr, rport, keep, .. } = maps;
         let [a4, a6] = addr;
         let [p4, p6] = port;
+        let [ra4, ra6] = raddr;
+        let [rp4, rp6] = rport;
         let [k4, k6] = keep;
-        out.fwd_map(maps::FWD4_ADDR, SetType::Ipv4Addr, a4, true);
-        out.fwd_map(maps::FWD4_PORT, SetType::InetService, p4, false);
-        out.fwd_map(maps::FWD4_KEEP, SetType::Ipv4Addr, k4, true);
-        out.fwd_map(maps::FWD6_ADDR, SetType::Ipv6Addr, a6, true);
-        out.fwd_map(maps::FWD6_PORT, SetType::InetService, p6, false);
-        out.fwd_map(maps::FWD6_KEEP, SetType::Ipv6Addr, k6, true);
+        // Exact-port forwards in hash maps (the bulk, cheap to load); ranges in interval maps,
+        // whose kernel backend (pipapo, for concatenated keys) is slow to fill.
+        out.fwd_map(maps::FWD4_ADDR, SetType::Ipv4Addr, a4, false, true);
+        out.fwd_map(maps::FWD4_PORT, SetType::InetService, p4, false, false);
+        out.fwd_map(maps::FWD4R_ADDR, SetType::Ipv4Addr, ra4, true, true);
+        out.fwd_map(maps::FWD4R_PORT, SetType::InetService, rp4, true, false);
+        out.fwd_map(maps::FWD4_KEEP, SetType::Ipv4Addr, k4, true, true);
+        out.fwd_map(maps::FWD6_ADDR, SetType::Ipv6Addr, a6, false, true);
+        out.fwd_map(maps::FWD6_PORT, SetType::InetService, p6, false, false);
+        out.fwd_map(maps::FWD6R_ADDR, SetType::Ipv6Addr, ra6, true, true);
+        out.fwd_map(maps::FWD6R_PORT, SetType::InetService, rp6, true, false);
+        out.fwd_map(maps::FWD6_KEEP, SetType::Ipv6Addr, k6, true, true);
         let ports = |proto: &str| -> Vec<PortRange> {
             plan.kernel_forwards.iter().filter(|f| fproto_names(f.proto).contains(&proto)).map(|f| f.listen.value.ports).collect()
         };
@@ -1412,16 +1444,19 @@ pub fn emit(plan: &HostPlan) -> Value {
         }
         let l4 = || eq(meta(MetaKey::L4proto), set(vec![s("tcp"), s("udp")]));
         for fam in FAMS {
-            let (addr, port, keep) = match fam {
-                Fam::V4 => (maps::FWD4_ADDR, maps::FWD4_PORT, maps::FWD4_KEEP),
-                Fam::V6 => (maps::FWD6_ADDR, maps::FWD6_PORT, maps::FWD6_KEEP),
+            let (addr, port, raddr, rport, keep) = match fam {
+                Fam::V4 => (maps::FWD4_ADDR, maps::FWD4_PORT, maps::FWD4R_ADDR, maps::FWD4R_PORT, maps::FWD4_KEEP),
+                Fam::V6 => (maps::FWD6_ADDR, maps::FWD6_PORT, maps::FWD6R_ADDR, maps::FWD6R_PORT, maps::FWD6_KEEP),
             };
             let lookup = |m: &str| map_lookup(l4_key(), s(format!("@{m}")));
-            let both = NAT { addr: Some(lookup(addr)), family: Some(fam.nat()), port: Some(lookup(port)), flags: None };
             // `meta nfproto`: the lookups must not see the other family's packets (they would
             // count them in the element counters and hand `dnat ip` an IPv6 packet).
             let nfproto = || eq(meta(MetaKey::Nfproto), s(fam.nfproto()));
-            out.rule(chains::FWD_DNAT, vec![nfproto(), l4(), Statement::DNAT(Some(both))], None);
+            // Exact ports first (hash maps), then ranges; a key missing from a map ends the rule.
+            for (a, p) in [(addr, port), (raddr, rport)] {
+                let both = NAT { addr: Some(lookup(a)), family: Some(fam.nat()), port: Some(lookup(p)), flags: None };
+                out.rule(chains::FWD_DNAT, vec![nfproto(), l4(), Statement::DNAT(Some(both))], None);
+            }
             let kept = NAT { addr: Some(lookup(keep)), family: Some(fam.nat()), port: None, flags: None };
             out.rule(chains::FWD_DNAT, vec![nfproto(), l4(), Statement::DNAT(Some(kept))], None);
         }
