@@ -69,7 +69,9 @@ for p in sorted(glob.glob(os.path.join(raw, "cap-*.iperf.json"))):
     j = load(p)
     if not j or "intervals" not in j:
         continue
-    ivs = [i["sum"] for i in j["intervals"] if not i["sum"].get("omitted")]
+    # Omitted intervals hold the burst; the last interval holds iperf3's end-of-test drain
+    # (it is stretched, e.g. 1.48 s, while the sender stops): both are left out.
+    ivs = [i["sum"] for i in j["intervals"] if not i["sum"].get("omitted")][:-1]
     total_bytes = sum(i["bytes"] for i in ivs)
     total_secs = sum(i["seconds"] for i in ivs)
     measured = total_bytes / total_secs

@@ -16,7 +16,8 @@
 # CPU seconds of the forwarding process (utime+stime, children included) per run, and of the
 # whole machine (/proc/stat busy time), are recorded.
 # Cap accuracy: fwc-splice with a cap of 1 MB/s, 10 Mbit/s and 100 Mbit/s, iperf3 -R (the
-# client measures what it receives), first 3 s (the burst) omitted: measured/target.
+# client measures what it receives), first 3 s (the burst) and the last interval (iperf3's
+# end-of-test drain) left out: measured/target.
 # Output: DIR/results.json and DIR/results.md (default bench/forward/out/).
 set -euo pipefail
 
