@@ -25,7 +25,7 @@ pub struct AgentArgs {
     #[arg(long, default_value = "main")]
     pub branch: String,
     /// How often to fetch and check for drift (`30s`, `5m`, `500ms`).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub interval: Duration,
     /// Applied state, the git mirror, the audit log.
     #[arg(long, default_value = crate::state::DEFAULT_STATE_DIR)]
@@ -49,16 +49,13 @@ pub struct AgentArgs {
     #[arg(long)]
     pub netns: Option<String>,
     /// Deadline of one git fetch.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub fetch_timeout: Duration,
     /// Run one fetch + reconcile and exit.
     #[arg(long)]
     pub once: bool,
 }
 
-fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
-    fwc_compiler::units::parse_duration_ms(s).map(Duration::from_millis).map_err(|e| format!("{} ({})", e.message, e.help))
-}
 
 pub fn agent(a: AgentArgs, _g: &Global) -> Result<ExitCode> {
     let metrics_addr: Option<SocketAddr> = match a.metrics.as_str() {

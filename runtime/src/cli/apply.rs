@@ -57,7 +57,7 @@ pub struct ApplyArgs {
     #[arg(long)]
     pub auto_approve: bool,
     /// Revert automatically unless `fwc confirm` runs within this time (e.g. 60s, 5m).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = super::parse_duration)]
     pub confirm: Option<Duration>,
     /// Check and report needed sysctls but do not set them.
     #[arg(long)]
@@ -98,25 +98,6 @@ pub struct ConfirmWatchArgs {
     pub target: HostArgs,
     #[arg(long)]
     pub token: String,
-}
-
-/// `60s`, `5m`, `1h`, `500ms`, or plain seconds.
-pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?} (examples: 60s, 5m, 1h)"))?;
-    let secs = match unit.trim() {
-        "" | "s" | "sec" | "secs" => n,
-        "ms" => n / 1000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
-    };
-    if secs <= 0.0 {
-        return Err("duration must be positive".into());
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -86,6 +86,14 @@ pub enum Command {
     ConfirmWatch(apply::ConfirmWatchArgs),
 }
 
+/// clap value parser for durations on the command line: `500ms`, `60s`, `5m`, `1h`, `1d`,
+/// or a bare number of seconds (the rule language's `units::parse_duration_ms`).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let with_unit = if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) { format!("{s}s") } else { s.to_string() };
+    fwc_compiler::units::parse_duration_ms(&with_unit).map(std::time::Duration::from_millis).map_err(|e| e.to_string())
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // Report commands die quietly on a closed pipe (`fwc compile --json | head`) instead of
