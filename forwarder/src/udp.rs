@@ -201,8 +201,10 @@ async fn session_task(
             return;
         }
         tokio::select! {
-            r = upstream.recv(&mut buf) => match r {
-                Ok(n) => {
+            r = upstream.recv(&mut buf) => {
+                // An error is ECONNREFUSED from an ICMP port unreachable: keep the session,
+                // the target may come back.
+                if let Ok(n) = r {
                     last.store(crate::now_ms(), Relaxed);
                     if !cur.rule.down.try_consume(n) {
                         stats.udp_dropped.fetch_add(1, Relaxed);
@@ -213,8 +215,6 @@ async fn session_task(
                         Err(_) => { stats.udp_dropped.fetch_add(1, Relaxed); }
                     }
                 }
-                // ECONNREFUSED from an ICMP port unreachable: keep the session, it may come back.
-                Err(_) => {}
             },
             _ = tokio::time::sleep(Duration::from_millis(deadline - now)) => {}
         }

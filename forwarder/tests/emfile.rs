@@ -23,7 +23,7 @@ async fn emfile_on_accept_backs_off() {
     let be = echo_backend().await;
     let (f, addr) = start(opts(), vec![tcp("fd", &[be])]).await;
     let old = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    let mut low = old.clone();
+    let mut low = old;
     low.current = Some(512);
     rustix::process::setrlimit(rustix::process::Resource::Nofile, low).unwrap();
     // Use up every descriptor but one, which the client socket takes.
