@@ -84,7 +84,7 @@ fn backend_child() {
             let mut n = 0u64;
             while rx.recv().await.is_some() {
                 n += 1;
-                if n % 250 == 0 || rx.is_empty() {
+                if n.is_multiple_of(250) || rx.is_empty() {
                     println!("COUNT {n}");
                     std::io::stdout().flush().unwrap();
                 }
