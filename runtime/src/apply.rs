@@ -377,7 +377,7 @@ pub fn transaction(
     for i in 0..backends.len() {
         let kind = backends[i].kind();
         let r = if injected_failure("verify", kind) {
-            Ok(crate::backend::Observation { drift: vec!["injected drift (FWC_TEST_FAIL)".into()], counters: vec![] })
+            Ok(crate::backend::Observation { drift: vec!["injected drift (FWC_TEST_FAIL)".into()], ..Default::default() })
         } else {
             backends[i].observe(next)
         };

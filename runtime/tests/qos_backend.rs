@@ -89,6 +89,9 @@ fn qos_backend_prepare_commit_observe_rollback() {
         }
         let o = b.observe(&a1).unwrap();
         assert!(o.counters[0].packets >= 3, "{:?}", o.counters);
+        // Per class and action, for fwc_qos_packets_total{class,action}.
+        assert!(o.qos_packets.iter().any(|q| q.action == "passed" && q.packets >= 3), "{:?}", o.qos_packets);
+        assert!(o.qos_packets.iter().all(|q| q.class.ends_with("/up") || q.class.ends_with("/down")), "{:?}", o.qos_packets);
 
         // update in place: class 2 faster, class 3 gone
         let a2 = artifacts(vec![class(2, "guests", 12_500_000, &s_if)]);

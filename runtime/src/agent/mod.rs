@@ -537,6 +537,12 @@ impl Agent {
             match b.observe(&cur.artifacts) {
                 Ok(obs) => {
                     self.metrics.observe_rule_counters(&obs.counters);
+                    for (rule, n) in &obs.active_connections {
+                        self.metrics.set_forward_connections(rule, *n as i64);
+                    }
+                    let qos: Vec<(String, String, u64)> =
+                        obs.qos_packets.iter().map(|q| (q.class.clone(), q.action.to_string(), q.packets)).collect();
+                    self.metrics.observe_qos_counters(&qos);
                     drift.extend(obs.drift.iter().map(|d| format!("{}: {d}", b.kind().as_str())));
                 }
                 Err(e) => drift.push(format!("{}: cannot read the live state: {e}", b.kind().as_str())),

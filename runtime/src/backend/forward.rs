@@ -216,6 +216,7 @@ impl Backend for ForwardBackend {
                 bytes: r.bytes_up + r.bytes_down,
             })
             .collect();
-        Ok(Observation { drift, counters })
+        let active_connections = st.rules.iter().map(|r| (r.rule.clone(), r.conns_active + r.udp_sessions_active)).collect();
+        Ok(Observation { drift, counters, active_connections, ..Default::default() })
     }
 }

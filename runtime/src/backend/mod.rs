@@ -39,6 +39,18 @@ pub struct Observation {
     pub drift: Vec<String>,
     /// Per-rule counters, where the dataplane keeps them.
     pub counters: Vec<RuleCounter>,
+    /// Per-rule gauge of open connections and UDP sessions (the userspace forwarder).
+    pub active_connections: Vec<(String, u64)>,
+    /// Packets per QoS class and action (`passed`, `paced`, `ecn`, `fastpass`, `dropped`).
+    pub qos_packets: Vec<QosPackets>,
+}
+
+/// A QoS class's packet counter for one action; `class` is `<rule>/<up|down>`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct QosPackets {
+    pub class: String,
+    pub action: &'static str,
+    pub packets: u64,
 }
 
 impl Observation {

@@ -16,7 +16,7 @@ use fwc_compiler::artifacts::{Artifacts, BackendKind, QosArtifact, QosClass, QOS
 use fwc_qos::{ClassCfg, Qos, Stats};
 use miette::{miette, Result};
 
-use super::{Backend, Observation, RuleCounter};
+use super::{Backend, Observation, QosPackets, RuleCounter};
 
 /// One class as it will be written: id, map entry, resolved interfaces.
 #[derive(Debug, Clone, PartialEq)]
@@ -291,6 +291,16 @@ impl Backend for QosBackend {
             .into_iter()
             .map(|(rule, (packets, bytes))| RuleCounter { rule, backend: BackendKind::Qos, packets, bytes })
             .collect();
-        Ok(Observation { drift, counters })
+        let mut qos_packets = Vec::new();
+        for c in &expected.qos.classes {
+            let Some(s) = stats.get(&c.id) else { continue };
+            let class = format!("{}/{}", c.rule, if c.direction == fwc_compiler::artifacts::QosDirection::Up { "up" } else { "down" });
+            for (action, packets) in
+                [("passed", s.passed_pkts), ("paced", s.paced_pkts), ("ecn", s.ecn_pkts), ("fastpass", s.fast_pkts), ("dropped", s.dropped_pkts)]
+            {
+                qos_packets.push(QosPackets { class: class.clone(), action, packets });
+            }
+        }
+        Ok(Observation { drift, counters, qos_packets, ..Default::default() })
     }
 }
