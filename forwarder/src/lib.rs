@@ -29,3 +29,25 @@ pub(crate) fn now_ms() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
+
+/// Put fwc's forwarder mark (`FORWARDER_SOCKET_MARK`) on an upstream socket, so the nftables
+/// ruleset's `output` chain lets the forwarder reach DNS-named targets even with
+/// `output policy=drop`. Needs CAP_NET_ADMIN; without it (an unprivileged run) the socket
+/// simply stays unmarked, which only matters under such a policy.
+pub fn mark_upstream(fd: std::os::fd::BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    let mark: u32 = fwc_compiler::emit::nft::FORWARDER_SOCKET_MARK;
+    // SAFETY: a valid socket fd and a 4-byte option value that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&mark as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!("SO_MARK on an upstream socket: {}", std::io::Error::last_os_error());
+    }
+}

@@ -156,7 +156,9 @@ async fn open(
         IpAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         IpAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
     };
-    let upstream = Arc::new(UdpSocket::bind(local).await?);
+    let upstream = UdpSocket::bind(local).await?;
+    crate::mark_upstream(std::os::fd::AsFd::as_fd(&upstream));
+    let upstream = Arc::new(upstream);
     upstream.connect(target).await?;
     let last = Arc::new(AtomicU64::new(crate::now_ms()));
     let idle_ms = if cfg.idle_timeout_ms == 0 {
