@@ -477,3 +477,30 @@ fn agent_killed_mid_apply_converges_after_restart_with_one_entry_per_action() {
     std::fs::File::open(&agent.log).unwrap().read_to_string(&mut s).unwrap();
     assert!(s.contains("was interrupted; redoing it"), "{s}");
 }
+
+/// The agent hosts the userspace forwarder: a commit with a forward to a DNS name (which only
+/// the forwarder can do) is applied by the agent and carries traffic; a later commit removes it.
+#[test]
+fn agent_hosts_the_forwarder_for_userspace_rules() {
+    if !privileged("agent_hosts_the_forwarder_for_userspace_rules") {
+        return;
+    }
+    let mut t = Topology::new();
+    // The target, by name: `localhost` inside the fwc host's namespace.
+    t.host.spawn(&["socat", "TCP-LISTEN:7001,bind=127.0.0.1,reuseaddr,fork", "SYSTEM:echo via-forwarder"]);
+    let repo = Repo::new();
+    let state = repo.root.join("state");
+    let rules = "fwc 1\nforward \"api\" listen=\":7000\" to=\"localhost:7001\"\n";
+    let c1 = repo.commit(rules, "userspace forward", None, false);
+    let agent = AgentProc::start(&state, &repo.url(), &t.host.name, &[], &[]);
+    let e = wait_entry(&state, &c1, "apply", &agent);
+    assert_eq!(e["result"], "ok", "{e:#}\n{}", agent.log_text());
+    let out = t.client.exec(&["bash", "-c", "exec 3<>/dev/tcp/198.18.1.1/7000; timeout 5 cat <&3"]);
+    assert_eq!(out.trim(), "via-forwarder", "{}", agent.log_text());
+    assert!(agent.log_text().contains("forwarder running"), "{}", agent.log_text());
+
+    let c2 = repo.commit("fwc 1\n", "no forwards", None, false);
+    wait_entry(&state, &c2, "apply", &agent);
+    let gone = t.client.try_exec(&["timeout", "3", "bash", "-c", "exec 3<>/dev/tcp/198.18.1.1/7000"]);
+    assert!(!gone.status.success(), "the removed forward still accepts");
+}

@@ -70,6 +70,8 @@ pub struct AgentConfig {
     pub fetch_timeout: Duration,
     /// Do one iteration and return (for scripts and tests).
     pub once: bool,
+    /// Host the userspace forwarder in this process (off when one runs separately).
+    pub forwarder: bool,
 }
 
 /// File of the agent's intent journal in the state dir.
@@ -622,6 +624,9 @@ pub fn run(cfg: AgentConfig) -> Result<()> {
         None => None,
     };
     spawn_signal_thread(tx.clone());
+    if cfg.forwarder {
+        spawn_forwarder(&cfg.state_dir, cfg.netns.as_deref())?;
+    }
     let mut agent = Agent::new(cfg.clone(), metrics, health.clone())?;
     // Recover an interrupted action before anything else.
     let mut force = {
@@ -681,6 +686,65 @@ pub fn run(cfg: AgentConfig) -> Result<()> {
             }
             Err(RecvTimeoutError::Timeout) => {}
         }
+    }
+}
+
+/// The userspace forwarder, hosted by the agent: a tokio runtime on its own thread (inside
+/// `--netns` when given, so its sockets live there) serving the control socket in the state
+/// dir, which the forward backend of every apply talks to. It starts with the applied
+/// `forward.json`, so a restart adopts the listeners. Returns once it serves (or failed to).
+fn spawn_forwarder(state_dir: &std::path::Path, netns: Option<&str>) -> Result<()> {
+    use fwc_forwarder::control;
+    let (ready_tx, ready_rx) = mpsc::channel::<std::result::Result<usize, String>>();
+    let (dir, ns) = (state_dir.to_path_buf(), netns.map(str::to_string));
+    std::thread::Builder::new()
+        .name("fwc-forwarder".into())
+        .spawn(move || {
+            if let Some(ns) = &ns {
+                if let Err(e) = crate::backend::netns::enter_netns(ns) {
+                    let _ = ready_tx.send(Err(format!("{e}")));
+                    return;
+                }
+            }
+            let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("tokio runtime: {e}")));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let sock = control::socket_path(&dir);
+                let listener = match control::bind(&sock) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("control socket {}: {e}", sock.display())));
+                        return;
+                    }
+                };
+                let fwd = fwc_forwarder::server::Forwarder::new(Default::default());
+                let mut n = 0;
+                if let Ok(Some(cfg)) = control::applied_config(&dir) {
+                    n = cfg.listeners.len();
+                    if let Err(e) = fwd.reload(cfg).await {
+                        eprintln!("fwc agent: forwarder could not restore the applied listeners: {e}");
+                    }
+                }
+                let _ = ready_tx.send(Ok(n));
+                control::serve(fwd, listener).await;
+            });
+        })
+        .into_diagnostic()?;
+    match ready_rx.recv() {
+        Ok(Ok(n)) => {
+            eprintln!("fwc agent: forwarder running ({n} listener(s) restored)");
+            Ok(())
+        }
+        Ok(Err(e)) => Err(miette::miette!(
+            help = "if a `fwc forward --state-dir` already serves this state dir, run the agent with --no-forwarder",
+            "cannot start the in-process forwarder: {e}"
+        )),
+        Err(_) => Err(miette::miette!("the forwarder thread ended before it started")),
     }
 }
 

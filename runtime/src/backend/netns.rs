@@ -22,16 +22,22 @@ impl<B> InNetns<B> {
     }
 }
 
+/// Move the calling thread into network namespace `ns` (threads it starts afterwards inherit it).
+pub fn enter_netns(ns: &str) -> Result<()> {
+    let path = format!("/run/netns/{ns}");
+    let handle = std::fs::File::open(&path).map_err(|e| miette!("cannot open network namespace {path}: {e}"))?;
+    // SAFETY: setns on this thread only; the fd is valid for the call.
+    if unsafe { libc::setns(handle.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(miette!("cannot enter network namespace {ns}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// Run `f` on a thread that has joined network namespace `ns`.
 pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    let path = format!("/run/netns/{ns}");
     std::thread::scope(|s| {
         s.spawn(|| {
-            let handle = std::fs::File::open(&path).map_err(|e| miette!("cannot open network namespace {path}: {e}"))?;
-            // SAFETY: setns on this thread only; the fd is valid for the call.
-            if unsafe { libc::setns(handle.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(miette!("cannot enter network namespace {ns}: {}", std::io::Error::last_os_error()));
-            }
+            enter_netns(ns)?;
             f()
         })
         .join()

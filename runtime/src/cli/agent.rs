@@ -54,6 +54,9 @@ pub struct AgentArgs {
     /// Run one fetch + reconcile and exit.
     #[arg(long)]
     pub once: bool,
+    /// Do not host the userspace forwarder in the agent (run `fwc forward --state-dir DIR` yourself).
+    #[arg(long)]
+    pub no_forwarder: bool,
 }
 
 
@@ -94,6 +97,7 @@ pub fn agent(a: AgentArgs, _g: &Global) -> Result<ExitCode> {
         netns: a.netns,
         fetch_timeout: a.fetch_timeout,
         once: a.once,
+        forwarder: !a.no_forwarder,
     };
     crate::agent::run(cfg)?;
     Ok(ExitCode::SUCCESS)
