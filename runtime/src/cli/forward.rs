@@ -39,13 +39,10 @@ pub struct ForwardArgs {
     #[arg(long)]
     pub no_splice: bool,
     /// How long connections of a removed rule may run before they are cut.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub drain_timeout: Duration,
 }
 
-fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
-    fwc_compiler::units::parse_duration_ms(s).map(Duration::from_millis).map_err(|e| e.to_string())
-}
 
 fn state_dir(a: &ForwardArgs) -> Option<PathBuf> {
     a.state_dir
