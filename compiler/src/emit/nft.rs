@@ -662,31 +662,22 @@ impl Out {
     }
 
     fn addr_set(&mut self, name: String, fam: Fam, elems: Vec<E>) {
+        self.interval_set(name, fam.set_type(), elems);
+    }
+
+    fn port_set(&mut self, name: &str, ports: &[PortRange]) {
+        let elems: Vec<E> = merged_ports(ports).into_iter().map(port_expr).collect();
+        self.interval_set(name.to_string(), SetType::InetService, elems);
+    }
+
+    /// A named interval set of `set_type` holding `elems`.
+    fn interval_set(&mut self, name: String, set_type: SetType, elems: Vec<E>) {
         let set = Set {
             family: NfFamily::INet,
             table: NFT_TABLE.into(),
             name: name.into(),
             handle: None,
-            set_type: SetTypeValue::Single(fam.set_type()),
-            policy: None,
-            flags: Some(HashSet::from([SetFlag::Interval])),
-            elem: (!elems.is_empty()).then(|| elems.into()),
-            timeout: None,
-            gc_interval: None,
-            size: None,
-            comment: None,
-        };
-        self.add(NfListObject::Set(Box::new(set)));
-    }
-
-    fn port_set(&mut self, name: &str, ports: &[PortRange]) {
-        let elems: Vec<E> = merged_ports(ports).into_iter().map(port_expr).collect();
-        let set = Set {
-            family: NfFamily::INet,
-            table: NFT_TABLE.into(),
-            name: name.to_string().into(),
-            handle: None,
-            set_type: SetTypeValue::Single(SetType::InetService),
+            set_type: SetTypeValue::Single(set_type),
             policy: None,
             flags: Some(HashSet::from([SetFlag::Interval])),
             elem: (!elems.is_empty()).then(|| elems.into()),
