@@ -358,7 +358,9 @@ pub fn dir_digest(dir: &Path) -> String {
         for e in rd.flatten() {
             let p = e.path();
             let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
-            if rel == LOCK_FILE || rel == CACHE_DIR || rel.starts_with("cache/") {
+            // Not applied state: the lock, derived caches, and the audit log (which records
+            // failed attempts too, by design).
+            if rel == LOCK_FILE || rel == CACHE_DIR || rel.starts_with("cache/") || rel.starts_with("audit.") {
                 continue;
             }
             if p.is_dir() {

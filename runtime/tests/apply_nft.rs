@@ -151,6 +151,10 @@ fn injected_prepare_and_commit_failures_change_nothing() {
         assert!(t.contains("the state dir is unchanged"), "{t}");
         assert_eq!(ruleset(&ns), before_rules, "{phase} failure changed the live ruleset");
         assert_eq!(dir_digest(Path::new(sd)), before_state, "{phase} failure changed the state dir");
+        // …but the attempt is in the audit log.
+        let log = std::fs::read_to_string(Path::new(sd).join("audit.jsonl")).unwrap_or_default();
+        let last = log.lines().last().unwrap_or_default();
+        assert!(last.contains("\"rolled_back\"") && last.contains(phase), "{phase} failure not audited: {last}");
     }
     // And without injection it goes through.
     let o = fwc(&["apply", d2.to_str().unwrap(), "--state-dir", sd, "--netns", &ns.name, "--auto-approve"], &[]);
