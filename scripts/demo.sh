@@ -53,7 +53,9 @@ s = socket.socket(); s.settimeout(2)
 try:
     s.connect((sys.argv[1], int(sys.argv[2])))
     if sys.argv[2] == "8080":
-        s.sendall(b"GET / HTTP/1.0\r\n\r\n"); body = s.recv(4096).decode(errors="replace")
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n"); chunks = []
+        while (c := s.recv(4096)): chunks.append(c)
+        body = b"".join(chunks).decode(errors="replace")
         print("connected, backend answered:", body.strip().splitlines()[-1])
     else:
         print("connected")
