@@ -134,7 +134,7 @@ impl Metrics {
             "Open connections of userspace forwards",
             m.forward_connections_active.clone(),
         );
-        registry.register("fwc_qos_packets", "QoS packets per class and action (passed, paced, marked, dropped)", m.qos_packets_total.clone());
+        registry.register("fwc_qos_packets", "QoS packets per class (<rule>/<up|down>) and action (passed, paced, ecn, fastpass, dropped)", m.qos_packets_total.clone());
         registry.register(
             "fwc_webhook_requests",
             "Webhook requests by result (accepted, unauthorized, bad_request, disabled)",
