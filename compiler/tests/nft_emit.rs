@@ -1297,8 +1297,10 @@ fn privileged_shapes_mark_by_dev_direction_and_specificity() {
         wait_listen(&topo.backend, p);
     }
     let (hc, hb) = (topo.host_if_client.as_str(), topo.host_if_backend.as_str());
-    // "a-all" sorts first by name but is the least specific: it must not shadow "web".
-    let all = shaped("a-all", &[hb], Direction::Egress);
+    // "a-all" sorts first by name but is the least specific: it must not shadow "web". (TCP
+    // only, so background IPv6 neighbour discovery leaving hb does not count in this test.)
+    let mut all = shaped("a-all", &[hb], Direction::Egress);
+    all.proto = Some(sp(Proto::Tcp));
     let mut web = shaped("web", &[hb], Direction::Egress);
     web.proto = Some(sp(Proto::Tcp));
     web.ports = Some(sp(ports("80")));
