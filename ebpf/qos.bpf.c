@@ -10,8 +10,10 @@
  *   - else drop.
  * Short-flow fast pass (FWC_QOS_F_FASTPASS): a count-min sketch keeps a decaying byte count
  * per 5-tuple; a packet of a flow whose count is below glob.fp_threshold that would be dropped
- * is let through (and charged) while the debt is below fp_budget, so short requests are not dropped
- * behind an elephant of the same class. Everything passed is charged: the long-term rate holds.
+ * is let through when the class's fast-pass bucket (fp_rate bytes/s, fp_budget deep) has credit
+ * and the class debt is below one burst, so short requests are not dropped behind an elephant
+ * of the same class. It is charged to both buckets: the class's long-term rate holds, short
+ * flows take at most fp_rate over rate, and the rest of the class keeps rate - fp_rate.
  *
  * Only TC_ACT_OK and TC_ACT_SHOT are returned (TC_ACT_STOLEN would pass under TCX).
  */
@@ -72,6 +74,19 @@ struct {
 #define MAX_ELAPSED_NS (8ULL * NSEC_PER_SEC)
 
 enum verdict { V_PASS, V_FAST, V_ECN, V_PACE, V_DROP };
+
+/* Add el ns worth of rate to a bucket (remainder carried in *rem), capped at depth. */
+static __always_inline __s64 refill(__s64 credit, __u64 *rem, __u64 el, __u64 rate, __u64 depth)
+{
+	__u64 t = el * rate + *rem;
+	credit += (__s64)(t / NSEC_PER_SEC);
+	*rem = t % NSEC_PER_SEC;
+	if (credit > (__s64)depth) {
+		credit = (__s64)depth;
+		*rem = 0;
+	}
+	return credit;
+}
 
 struct pkt {
 	__u64 hash;  /* 5-tuple hash, 0 when the packet could not be parsed */
@@ -209,7 +224,8 @@ int fwc_qos(struct __sk_buff *skb)
 
 	__u64 rate = cfg->rate, burst = cfg->burst;
 	__u32 flags = cfg->flags, gen = cfg->gen;
-	__u64 ecn_debt = cfg->ecn_debt, fp_budget = cfg->fp_budget, horizon = cfg->horizon;
+	__u64 ecn_debt = cfg->ecn_debt, fp_budget = cfg->fp_budget, fp_rate = cfg->fp_rate;
+	__u64 horizon = cfg->horizon;
 	__u64 now = bpf_ktime_get_ns();
 
 	struct pkt p = {};
@@ -225,23 +241,21 @@ int fwc_qos(struct __sk_buff *skb)
 	if (s->gen != gen) {
 		s->gen = gen;
 		s->credit = (__s64)burst;
+		s->fp_credit = (__s64)fp_budget;
 		s->last_ns = now;
 		s->rem = 0;
+		s->fp_rem = 0;
 	} else if (now > s->last_ns) {
 		__u64 el = now - s->last_ns;
 		s->last_ns = now;
 		if (el >= MAX_ELAPSED_NS) {
 			s->credit = (__s64)burst;
+			s->fp_credit = (__s64)fp_budget;
 			s->rem = 0;
+			s->fp_rem = 0;
 		} else {
-			__u64 t = el * rate + s->rem;
-			__s64 earned = (__s64)(t / NSEC_PER_SEC);
-			s->rem = t % NSEC_PER_SEC;
-			s->credit += earned;
-			if (s->credit > (__s64)burst) {
-				s->credit = (__s64)burst;
-				s->rem = 0;
-			}
+			s->credit = refill(s->credit, &s->rem, el, rate, burst);
+			s->fp_credit = refill(s->fp_credit, &s->fp_rem, el, fp_rate, fp_budget);
 		}
 	}
 	__s64 credit = s->credit;
@@ -250,8 +264,9 @@ int fwc_qos(struct __sk_buff *skb)
 		v = V_PASS;
 	} else if (flags & FWC_QOS_F_EDT) {
 		v = debt < horizon ? V_PACE : V_DROP;
-	} else if (short_flow && debt < fp_budget) {
+	} else if (short_flow && s->fp_credit > 0 && debt < burst) {
 		v = V_FAST;
+		s->fp_credit -= (__s64)len;
 	} else if ((flags & FWC_QOS_F_ECN) && p.tcp && p.ect && debt < ecn_debt) {
 		v = V_ECN;
 	} else {

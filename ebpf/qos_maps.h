@@ -34,7 +34,7 @@
 /* fwc_qos_class_cfg.flags */
 #define FWC_QOS_F_ECN 0x1      /* over rate: CE-mark ECN-capable TCP while debt < ecn_debt */
 #define FWC_QOS_F_EDT 0x2      /* over rate: pace with skb->tstamp (root qdisc is fq) */
-#define FWC_QOS_F_FASTPASS 0x4 /* short flows may run up fp_budget bytes of debt */
+#define FWC_QOS_F_FASTPASS 0x4 /* short flows may pass over rate, from their own bucket */
 
 /* fwc_qos_glob.flags */
 #define FWC_QOS_G_ENABLED 0x1  /* 0 = pass everything untouched (still counted) */
@@ -52,11 +52,13 @@ struct fwc_qos_class_cfg {
 	__u64 rate;      /* bytes per second (wire length); 0 = no such class, pass */
 	__u64 burst;     /* bucket depth in bytes */
 	__u64 ecn_debt;  /* FWC_QOS_F_ECN: CE-mark while debt (bytes) is below this */
-	__u64 fp_budget; /* FWC_QOS_F_FASTPASS: debt (bytes) short flows may run up */
+	__u64 fp_budget; /* FWC_QOS_F_FASTPASS: depth (bytes) of the fast-pass bucket */
+	__u64 fp_rate;   /* FWC_QOS_F_FASTPASS: refill (bytes/s) of the fast-pass bucket: the most
+			    short flows may take over rate, so the rest of the class keeps rate - fp_rate */
 	__u64 horizon;   /* FWC_QOS_F_EDT: most debt (bytes) paced before dropping */
 	__u32 flags;     /* FWC_QOS_F_* */
 	__u32 gen;       /* generation: when it differs from the state's, the bucket restarts full */
-};                       /* 48 bytes */
+};                       /* 56 bytes */
 
 struct fwc_qos_class_state {
 	struct bpf_spin_lock lock; /* 4 bytes */
@@ -64,7 +66,9 @@ struct fwc_qos_class_state {
 	__s64 credit;    /* bytes; negative = debt */
 	__u64 last_ns;   /* bpf_ktime_get_ns() of the last refill */
 	__u64 rem;       /* refill remainder, in byte*ns/s units (< 1e9) */
-};                       /* 32 bytes */
+	__s64 fp_credit; /* fast-pass bucket, bytes (refilled at cfg.fp_rate up to cfg.fp_budget) */
+	__u64 fp_rem;    /* its refill remainder */
+};                       /* 48 bytes */
 
 struct fwc_qos_stats {
 	__u64 passed_pkts;  /* within rate (includes fast-pass, ECN-marked and paced packets) */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fwc eBPF QoS vs `tc tbf` vs no limit, same run, side by side (see docs/performance.md, "eBPF QoS").
-#   sudo bench/qos/run.sh            # DUR=10 RATES="10 100 1000" MIXED_RATES="10 100" override
+#   sudo bench/qos/run.sh            # DUR=10 RATES="10 100 1000" MIXED_RATES="10 100" LOAD=0.1 override
+#   (RATES="" runs only the mixed workload)
 # Topology: namespaces S (sender) and C (receiver) joined by a veth; everything S sends is marked
 # class 1 by one nft rule; the limiter sits on S's veth egress. Elephant = iperf3 S->C; short
 # requests = `rr` (ebpf/examples/rr.rs): new TCP connection per request, 10 KB responses S->C.
@@ -14,7 +15,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 cargo build --release -q -p fwc-qos --examples
 BIN=$CARGO_TARGET_DIR/release/examples
 QOSCTL=$BIN/qosctl RR=$BIN/rr
-DUR=${DUR:-10} RATES=${RATES:-"10 100 1000"} MIXED_RATES=${MIXED_RATES:-"10 100"}
+DUR=${DUR:-10} RATES=${RATES-"10 100 1000"} MIXED_RATES=${MIXED_RATES-"10 100"}
 T=fb$$ ; S=${T}s C=${T}c SIF=${T}s0 CIF=${T}c0 PIN=/sys/fs/bpf/fwc-bench-$$
 SA=198.18.7.1 CA=198.18.7.2
 
@@ -122,27 +123,54 @@ for proto in tcp udp; do
 done
 
 echo
-echo "## Mixed: one capped elephant + short requests in the same class"
-echo
-echo "Elephant: iperf3 TCP, 1 stream, S->C. Requests: 16 concurrent clients in C, a new TCP connection per request, 10 KB response, ${DUR}s."
-echo
-echo "| cap | limiter | elephant Mbit/s (wire) | requests/s | p50 ms | p99 ms | errors |"
-echo "|---|---|---|---|---|---|---|"
-for r in $MIXED_RATES; do
-  for m in none tbf fwc fwc-nofp; do
-    limit_off; limit_on $m "$r"
+# One mixed run: the elephant (unless mode is "alone") plus `rr` clients for DUR s.
+# $3 = requests/s (open loop, 64 workers) or "closed" (16 closed-loop workers).
+mixed_run() { # mode rate_mbit rps|closed -> markdown row
+  local m=$1 r=$2 load=$3 el="-" EP="" rr
+  limit_off; [ "$m" = alone ] || limit_on "$m" "$r"
+  if [ "$m" != alone ]; then
     ip netns exec "$S" iperf3 -c $CA -p 5202 -J -t $(( DUR + 3 )) > /tmp/$T-eleph.json &
     EP=$!
     sleep 2
+  fi
+  if [ "$load" = closed ]; then
     rr=$(ip netns exec "$C" "$RR" client $SA:8080 10000 16 "$DUR")
+  else
+    rr=$(ip netns exec "$C" "$RR" client $SA:8080 10000 64 "$DUR" "$load")
+  fi
+  if [ -n "$EP" ]; then
     wait $EP || true
     el=$(python3 -c 'import json,sys; print("%.2f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]*1514/1448/1e6))' /tmp/$T-eleph.json)
-    python3 - "$r" "$m" "$el" "$rr" <<'PY'
+  fi
+  limit_off
+  python3 - "$r" "$m" "$el" "$rr" <<'PY'
 import json,sys
 r,m,el,rr=sys.argv[1],sys.argv[2],sys.argv[3],json.loads(sys.argv[4])
-print("| %sM | %s | %s | %.0f | %.2f | %.2f | %d |" % (r,m,el,rr["rps"],rr["p50_ms"],rr["p99_ms"],rr["errors"]))
+short=rr["rps"]*10000*8/1e6
+print("| %sM | %s | %s | %.0f (%.1f Mbit/s) | %.2f | %.2f | %d |" % (r,m,el,rr["rps"],short,rr["p50_ms"],rr["p99_ms"],rr["errors"]))
 PY
-    limit_off
-  done
+}
+
+LOAD=${LOAD:-0.1}
+echo "## Mixed: one capped elephant + short requests in the same class"
+echo
+echo "Elephant: iperf3 TCP, 1 stream, S->C. Requests: a new TCP connection per request, 10 KB response, ${DUR}s."
+echo "\`alone\` = the requests without elephant and without limiter; \`none\` = with the elephant, no limiter (the uncapped baseline)."
+echo
+echo "### Open loop: requests at a fixed rate, ${LOAD} of the cap (latency from each request's due time)"
+echo
+echo "| cap | limiter | elephant Mbit/s (wire) | requests/s (goodput) | p50 ms | p99 ms | errors |"
+echo "|---|---|---|---|---|---|---|"
+for r in $MIXED_RATES; do
+  rps=$(python3 -c "print('%.1f' % ($r * 125000 * $LOAD / 10000))")
+  for m in alone none tbf fwc fwc-nofp; do mixed_run $m "$r" "$rps"; done
+done
+echo
+echo "### Closed loop: 16 clients back to back (the requests alone want more than the cap)"
+echo
+echo "| cap | limiter | elephant Mbit/s (wire) | requests/s (goodput) | p50 ms | p99 ms | errors |"
+echo "|---|---|---|---|---|---|---|"
+for r in $MIXED_RATES; do
+  for m in none tbf fwc fwc-nofp; do mixed_run $m "$r" closed; done
 done
 rm -f /tmp/$T-eleph.json

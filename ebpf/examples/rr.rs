@@ -1,7 +1,11 @@
 //! A tiny HTTP-ish request/response load generator for the mixed-workload benchmark: every
 //! request is a new TCP connection (a short flow) that fetches SIZE bytes.
 //!   rr server ADDR:PORT SIZE
-//!   rr client ADDR:PORT SIZE CONCURRENCY SECONDS   -> one JSON line: requests/s, p50, p99
+//!   rr client ADDR:PORT SIZE CONCURRENCY SECONDS [RATE]  -> one JSON line: requests/s, p50, p99
+//! Without RATE the client is closed-loop (each of CONCURRENCY workers sends its next request
+//! when the last one ends). With RATE (requests/s, all workers together) it is open-loop: request
+//! k is due at start + k/RATE and its latency counts from that due time, so a stalled worker
+//! cannot hide the queueing it causes (no coordinated omission).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -28,8 +32,8 @@ fn server(addr: &str, size: usize) {
     }
 }
 
-fn one(addr: &str, size: usize) -> Option<Duration> {
-    let t = Instant::now();
+/// One request; its latency counts from `t` (the due time in open-loop mode).
+fn one(addr: &str, size: usize, t: Instant) -> Option<Duration> {
     let sa = addr.parse().ok()?;
     let mut c = TcpStream::connect_timeout(&sa, Duration::from_secs(5)).ok()?;
     c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -59,16 +63,35 @@ fn one(addr: &str, size: usize) -> Option<Duration> {
     (n >= size).then(|| t.elapsed())
 }
 
-fn client(addr: &str, size: usize, conc: usize, secs: f64) {
-    let end = Instant::now() + Duration::from_secs_f64(secs);
+fn client(addr: &str, size: usize, conc: usize, secs: f64, rate: Option<f64>) {
     let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let handles: Vec<_> = (0..conc)
         .map(|_| {
             let addr = addr.to_string();
+            let next = next.clone();
             std::thread::spawn(move || {
                 let (mut lat, mut errors) = (Vec::new(), 0u64);
-                while Instant::now() < end {
-                    match one(&addr, size) {
+                loop {
+                    let due = match rate {
+                        None => Instant::now(),
+                        Some(r) => {
+                            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let due = start + Duration::from_secs_f64(k as f64 / r);
+                            if due >= end {
+                                break;
+                            }
+                            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                                std::thread::sleep(wait);
+                            }
+                            due
+                        }
+                    };
+                    if due >= end {
+                        break;
+                    }
+                    match one(&addr, size, due) {
                         Some(d) => lat.push(d),
                         None => errors += 1,
                     }
@@ -101,9 +124,15 @@ fn main() {
     let a: Vec<String> = std::env::args().collect();
     match a.get(1).map(String::as_str) {
         Some("server") if a.len() >= 4 => server(&a[2], a[3].parse().unwrap()),
-        Some("client") if a.len() >= 6 => client(&a[2], a[3].parse().unwrap(), a[4].parse().unwrap(), a[5].parse().unwrap()),
+        Some("client") if a.len() >= 6 => client(
+            &a[2],
+            a[3].parse().unwrap(),
+            a[4].parse().unwrap(),
+            a[5].parse().unwrap(),
+            a.get(6).map(|r| r.parse().unwrap()),
+        ),
         _ => {
-            eprintln!("usage: rr server ADDR:PORT SIZE | rr client ADDR:PORT SIZE CONCURRENCY SECONDS");
+            eprintln!("usage: rr server ADDR:PORT SIZE | rr client ADDR:PORT SIZE CONCURRENCY SECONDS [RATE]");
             std::process::exit(2);
         }
     }

@@ -3,7 +3,8 @@
 //!
 //! [`Qos::open`] loads and verifies the object once per process, reuses the maps pinned under the
 //! pin root (default [`DEFAULT_PIN_ROOT`]) so class state and counters survive a restart,
-//! atomically switches every pinned TCX link to the freshly loaded program (no gap for traffic)
+//! atomically switches every pinned TCX link and every clsact filter of its namespace to the
+//! freshly loaded program (no gap for traffic)
 //! and pins the program. [`Qos::attach`] attaches with TCX (pinned link per interface) and falls
 //! back to a clsact filter; [`Qos::set_class`] updates a class in place. See docs/qos.md.
 
@@ -78,9 +79,11 @@ pub fn class_cfg(rate: u64, burst: u64, edt: bool) -> ClassCfg {
         burst,
         // CE-mark ECN-capable TCP for up to a quarter bucket of debt before dropping.
         ecn_debt: (burst / 4).max(3028),
-        // Short flows may pass while the debt is under a quarter bucket, and at least above
-        // one 64 KiB GSO packet of the elephant (repaid by everyone after).
+        // Short flows pass over rate from their own bucket: a quarter of the class bucket deep
+        // (at least above one 64 KiB GSO packet of the elephant), refilled at half the class
+        // rate, so a crowd of short flows can never take more than half from the rest.
         fp_budget: (burst / 4).max(96 * 1024),
+        fp_rate: rate / 2,
         // EDT: pace at most one second ahead, drop beyond.
         horizon: rate.max(64 * 1024),
         flags: maps::F_ECN | maps::F_FASTPASS | if edt { maps::F_EDT } else { 0 },
@@ -184,6 +187,17 @@ impl Qos {
             for (ifname, link) in pinned_links(&root) {
                 let lfd = sys::obj_get(&link).map_err(err(format!("opening {}", link.display())))?;
                 sys::link_update(&lfd, fd.as_fd()).map_err(err(format!("switching the link of {ifname}")))?;
+            }
+            // Adopt: every clsact filter of ours (interfaces of this namespace) is replaced in
+            // place (same priority and handle) by the new program.
+            for ifname in interfaces() {
+                if let Some((prio, handle)) = clsact_filter(&ifname) {
+                    let link = tc::SchedClassifierLink::attached(&ifname, TcAttachType::Egress, prio, handle.into(), None)
+                        .map_err(err(format!("the clsact filter of {ifname}")))?;
+                    let id = prog.attach_to_link(link).map_err(err(format!("replacing the clsact filter of {ifname}")))?;
+                    // The filter must outlive this process: dropping the link would delete it.
+                    std::mem::forget(prog.take_link(id).map_err(err("taking the clsact link"))?);
+                }
             }
             let pin = root.join(PROG_PIN);
             let _ = std::fs::remove_file(&pin);
@@ -431,12 +445,25 @@ fn pinned_links(root: &Path) -> Vec<(String, PathBuf)> {
     v
 }
 
+/// fwc's clsact egress filter on `ifname`, if any: (priority, handle), from `tc -j filter show`.
+fn clsact_filter(ifname: &str) -> Option<(u16, u32)> {
+    let out = std::process::Command::new("tc").args(["-j", "filter", "show", "dev", ifname, "egress"]).output().ok()?;
+    let filters: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).ok()?;
+    filters.iter().find_map(|f| {
+        let o = f.get("options")?;
+        let ours = o.pointer("/prog/name").and_then(|n| n.as_str()) == Some(maps::PROG_NAME)
+            || o.get("bpf_name").and_then(|n| n.as_str()) == Some(maps::PROG_NAME);
+        if !ours {
+            return None;
+        }
+        let prio = u16::try_from(f.get("pref")?.as_u64()?).ok()?;
+        let handle = u32::from_str_radix(o.get("handle")?.as_str()?.trim_start_matches("0x"), 16).ok()?;
+        Some((prio, handle))
+    })
+}
+
 fn clsact_attached(ifname: &str) -> bool {
-    std::process::Command::new("tc")
-        .args(["filter", "show", "dev", ifname, "egress"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains(&format!(" {}", maps::PROG_NAME)))
-        .unwrap_or(false)
+    clsact_filter(ifname).is_some()
 }
 
 fn detach_iface(root: &Path, ifname: &str) -> Result<()> {

@@ -45,7 +45,10 @@ pub struct ClassCfg {
     pub rate: u64,
     pub burst: u64,
     pub ecn_debt: u64,
+    /// Depth of the fast-pass bucket (bytes).
     pub fp_budget: u64,
+    /// Refill of the fast-pass bucket (bytes/s): the most short flows may take over rate.
+    pub fp_rate: u64,
     pub horizon: u64,
     pub flags: u32,
     /// Generation: bumped when a class is (re)created so the program restarts its bucket full.
@@ -61,6 +64,8 @@ pub struct ClassState {
     pub credit: i64,
     pub last_ns: u64,
     pub rem: u64,
+    pub fp_credit: i64,
+    pub fp_rem: u64,
 }
 
 /// `struct fwc_qos_stats` (per CPU; [`crate::Qos::stats`] sums them).
@@ -115,24 +120,27 @@ mod tests {
 
     #[test]
     fn class_cfg_layout() {
-        assert_eq!(size_of::<ClassCfg>(), 48);
+        assert_eq!(size_of::<ClassCfg>(), 56);
         assert_eq!(offset_of!(ClassCfg, rate), 0);
         assert_eq!(offset_of!(ClassCfg, burst), 8);
         assert_eq!(offset_of!(ClassCfg, ecn_debt), 16);
         assert_eq!(offset_of!(ClassCfg, fp_budget), 24);
-        assert_eq!(offset_of!(ClassCfg, horizon), 32);
-        assert_eq!(offset_of!(ClassCfg, flags), 40);
-        assert_eq!(offset_of!(ClassCfg, gen), 44);
+        assert_eq!(offset_of!(ClassCfg, fp_rate), 32);
+        assert_eq!(offset_of!(ClassCfg, horizon), 40);
+        assert_eq!(offset_of!(ClassCfg, flags), 48);
+        assert_eq!(offset_of!(ClassCfg, gen), 52);
     }
 
     #[test]
     fn class_state_layout() {
-        assert_eq!(size_of::<ClassState>(), 32);
+        assert_eq!(size_of::<ClassState>(), 48);
         assert_eq!(offset_of!(ClassState, lock), 0);
         assert_eq!(offset_of!(ClassState, gen), 4);
         assert_eq!(offset_of!(ClassState, credit), 8);
         assert_eq!(offset_of!(ClassState, last_ns), 16);
         assert_eq!(offset_of!(ClassState, rem), 24);
+        assert_eq!(offset_of!(ClassState, fp_credit), 32);
+        assert_eq!(offset_of!(ClassState, fp_rem), 40);
     }
 
     #[test]

@@ -24,7 +24,8 @@ struct Pair {
     // drop order: root (detach) first, then the namespaces
     root: PinRoot,
     s: Netns,
-    r: Netns,
+    // held so the receiving namespace lives as long as the pair
+    _r: Netns,
     s_if: String,
     r_if: String,
     server_pid: u32,
@@ -75,7 +76,7 @@ EOF",
     }
     let mut root = PinRoot::new(tag);
     root.netns = Some(s.name.clone());
-    Some((lock, Pair { root, s, r, s_if, r_if, server_pid }))
+    Some((lock, Pair { root, s, _r: r, s_if, r_if, server_pid }))
 }
 
 impl Pair {
@@ -248,18 +249,31 @@ fn loader_restart_keeps_the_pinned_state() {
 #[test]
 fn clsact_fallback_and_detach() {
     let Some((_l, p)) = setup("ns-clsact") else { return };
-    let mut q = in_netns(&p.s.name, || {
+    let q = in_netns(&p.s.name, || {
         let mut q = Qos::open(&p.root.path).unwrap();
         q.force_clsact = true;
         q.set_class(1, &class_cfg(10 * MBIT, 5 * MBIT, false)).unwrap();
         assert_eq!(q.attach(&p.s_if).unwrap(), AttachMode::Clsact);
         q
     });
+    let prog_id = || {
+        let out = Command::new("ip").args(["netns", "exec", &p.s.name, "tc", "-j", "filter", "show", "dev", &p.s_if, "egress"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ids: Vec<u64> = v.as_array().unwrap().iter().filter_map(|f| f.pointer("/options/prog/id")?.as_u64()).collect();
+        assert_eq!(ids.len(), 1, "exactly one filter: {v}");
+        ids[0]
+    };
+    let id0 = prog_id();
     let start = Instant::now();
-    let c = p.iperf(&["-p", "5201", "-t", "5", "-u", "-b", "20M", "-l", "1400"]);
-    let measured = p.rate_between(start, 1.5, 4.5);
+    let c = p.iperf(&["-p", "5201", "-t", "6", "-u", "-b", "20M", "-l", "1400"]);
+    sleep_until(start, 1.0);
+    // A loader restart replaces the filter's program in place (same priority and handle).
+    drop(q);
+    let mut q = in_netns(&p.s.name, || Qos::open(&p.root.path).expect("reopen"));
+    assert_ne!(prog_id(), id0, "the clsact filter now runs the newly loaded program");
+    let measured = p.rate_between(start, 1.5, 5.5);
     finish(c);
-    assert_cap("clsact fallback", measured, 10 * MBIT);
+    assert_cap("clsact fallback, across a loader restart", measured, 10 * MBIT);
     in_netns(&p.s.name, || {
         assert_eq!(q.attached(&p.s_if), Some(AttachMode::Clsact));
         q.detach(&p.s_if).unwrap();

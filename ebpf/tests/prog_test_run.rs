@@ -18,7 +18,7 @@ fn open(tag: &str) -> Option<(PinRoot, Qos)> {
 }
 
 fn cfg(rate: u64, burst: u64, flags: u32) -> ClassCfg {
-    ClassCfg { rate, burst, ecn_debt: 0, fp_budget: 0, horizon: 0, flags, gen: 0 }
+    ClassCfg { rate, burst, ecn_debt: 0, fp_budget: 0, fp_rate: 0, horizon: 0, flags, gen: 0 }
 }
 
 fn run(q: &mut Qos, mark: u32, wire: u32, pkt: &[u8]) -> i32 {
@@ -142,36 +142,77 @@ fn debt_is_repaid_and_rate_updates_in_place() {
     assert_eq!(q.class_state(1).unwrap().credit, 2000);
 }
 
-#[test]
-fn fast_pass_lets_short_flows_through_within_a_budget() {
-    let Some((_root, mut q)) = open("tr-fast") else { return };
+/// An elephant (5201) spends the class bucket (40 kB, no refill) into 20 kB of debt and is then
+/// dropped; returns the short flow's packet for the caller.
+fn elephant_into_debt(q: &mut Qos, c: &ClassCfg) -> Vec<u8> {
     let mut g = q.glob().unwrap();
     g.fp_threshold = 20_000;
     g.fp_window_shift = 34; // 17 s windows: no decay during the test
     q.set_glob(&g).unwrap();
-    let mut c = cfg(1, 40_000, F_FASTPASS);
-    c.fp_budget = 30_000;
-    q.set_class(1, &c).unwrap();
+    q.set_class(1, c).unwrap();
     let elephant = ipv4(1000, true, 0, 40000, 5201);
-    let short = ipv4(1000, true, 0, 40001, 80);
     // the elephant's GSO packets: 40000 -> 20000 -> 0 -> -20000, then it is long: dropped
     for _ in 0..3 {
-        assert_eq!(run(&mut q, MARK1, 20_000, &elephant), TC_ACT_OK);
+        assert_eq!(run(q, MARK1, 20_000, &elephant), TC_ACT_OK);
     }
     for _ in 0..5 {
-        assert_eq!(run(&mut q, MARK1, 20_000, &elephant), TC_ACT_SHOT);
+        assert_eq!(run(q, MARK1, 20_000, &elephant), TC_ACT_SHOT);
     }
-    // a short flow in the same class gets through while the debt is under the budget
+    ipv4(1000, true, 0, 40001, 80)
+}
+
+#[test]
+fn fast_pass_lets_short_flows_through_from_its_own_bucket() {
+    let Some((_root, mut q)) = open("tr-fast") else { return };
+    let mut c = cfg(1, 40_000, F_FASTPASS);
+    c.fp_budget = 10_000; // fp_rate 0: no refill during the test
+    let short = elephant_into_debt(&mut q, &c);
+    // a short flow in the same class gets through while the fast-pass bucket has credit
     let v: Vec<i32> = (0..12).map(|_| run(&mut q, MARK1, 1000, &short)).collect();
-    assert_eq!(&v[..10], &[TC_ACT_OK; 10], "debt 20000..29000 < 30000");
-    assert_eq!(&v[10..], &[TC_ACT_SHOT; 2], "budget spent");
+    assert_eq!(&v[..10], &[TC_ACT_OK; 10], "fast-pass bucket 10000 -> 0");
+    assert_eq!(&v[10..], &[TC_ACT_SHOT; 2], "fast-pass bucket spent");
     let s = q.stats(1).unwrap();
     assert_eq!((s.fast_pkts, s.fast_bytes), (10, 10_000));
-    assert_eq!(q.class_state(1).unwrap().credit, -30_000, "fast-pass bytes are charged");
+    let st = q.class_state(1).unwrap();
+    assert_eq!(st.credit, -30_000, "fast-pass bytes are charged to the class too");
+    assert_eq!(st.fp_credit, 0);
     // without the flag the same short flow is dropped
     c.flags = 0;
     q.set_class(1, &c).unwrap();
     assert_eq!(run(&mut q, MARK1, 1000, &ipv4(1000, true, 0, 40002, 80)), TC_ACT_SHOT);
+}
+
+#[test]
+fn fast_pass_never_pushes_the_class_debt_past_one_burst() {
+    let Some((_root, mut q)) = open("tr-fastcap") else { return };
+    let mut c = cfg(1, 40_000, F_FASTPASS);
+    c.fp_budget = 1_000_000;
+    let short = elephant_into_debt(&mut q, &c);
+    let v: Vec<i32> = (0..22).map(|_| run(&mut q, MARK1, 1000, &short)).collect();
+    assert_eq!(&v[..20], &[TC_ACT_OK; 20], "debt 20000 -> 40000");
+    assert_eq!(&v[20..], &[TC_ACT_SHOT; 2], "debt reached the burst");
+    assert_eq!(q.class_state(1).unwrap().credit, -40_000);
+}
+
+#[test]
+fn fast_pass_bucket_refills_at_its_own_rate() {
+    let Some((_root, mut q)) = open("tr-fastrate") else { return };
+    // class: 1 MB/s; fast pass: 1 kB/s (1 byte per ms), 2 kB deep
+    let mut c = cfg(1_000_000, 40_000, F_FASTPASS);
+    c.fp_budget = 2_000;
+    c.fp_rate = 1_000;
+    let short = elephant_into_debt(&mut q, &c);
+    assert_eq!(run(&mut q, MARK1, 1000, &short), TC_ACT_OK);
+    assert_eq!(run(&mut q, MARK1, 1000, &short), TC_ACT_OK);
+    assert_eq!(run(&mut q, MARK1, 1000, &short), TC_ACT_SHOT, "fast-pass bucket empty");
+    // 5 ms earn the fast pass ~5 bytes (> 0: one packet may pass into fast-pass debt) while
+    // the class, at 1 MB/s, is still ~17 kB in debt.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(run(&mut q, MARK1, 1000, &short), TC_ACT_OK);
+    assert_eq!(run(&mut q, MARK1, 1000, &short), TC_ACT_SHOT, "fast-pass bucket in debt");
+    let st = q.class_state(1).unwrap();
+    assert!(st.credit < 0 && st.fp_credit < 0, "{st:?}");
+    assert_eq!(q.stats(1).unwrap().fast_pkts, 3);
 }
 
 #[test]
