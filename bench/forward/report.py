@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarise a bench/forward/run.sh run: medians per variant, CPU, cap accuracy -> JSON + markdown.
 
-usage: report.py RAW_DIR OUT_DIR REPEATS TIME VARIANT...
+usage: report.py RAW_DIR OUT_DIR REPEATS TIME TOPOLOGY VARIANT...
 """
 import glob
 import json
@@ -12,7 +12,11 @@ import subprocess
 import sys
 
 raw, out, repeats, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-variants = sys.argv[5:]
+topology = sys.argv[5]
+variants = sys.argv[6:]
+# The kernel's own forward, the reference of every ratio.
+KERNEL = {"loopback": "nft-redirect", "veth": "nft-dnat"}[topology]
+KERNEL_LABEL = {"loopback": "nft REDIRECT", "veth": "nft DNAT"}[topology]
 
 
 def load(p):
@@ -56,12 +60,12 @@ for v in variants:
         "proc_cpu_s_median": round(pc, 2),
         "proc_cpu_s_all": pcpu,
         "sys_cpu_s_median": round(statistics.median(scpu), 2),
-        "proc_cpu_s_per_gb": round(pc / gb, 3) if gb and v not in ("direct", "nft-redirect") else None,
+        "proc_cpu_s_per_gb": round(pc / gb, 3) if gb and v not in ("direct", KERNEL) else None,
     })
-ref = next((r.get("gbit_per_s_median") for r in rows if r["variant"] == "nft-redirect"), None)
+ref = next((r.get("gbit_per_s_median") for r in rows if r["variant"] == KERNEL), None)
 for r in rows:
     if ref and r.get("gbit_per_s_median"):
-        r["vs_nft_redirect"] = round(r["gbit_per_s_median"] / ref, 3)
+        r["vs_kernel"] = round(r["gbit_per_s_median"] / ref, 3)
 
 caps = []
 for p in sorted(glob.glob(os.path.join(raw, "cap-*.iperf.json"))):
@@ -97,16 +101,17 @@ machine = {
     "pipe_max_size": sh("cat /proc/sys/fs/pipe-max-size"),
     "loadavg_at_end": sh("cat /proc/loadavg"),
 }
-result = {"machine": machine, "repeats": repeats, "seconds_per_run": secs, "throughput": rows, "caps": caps}
+result = {"machine": machine, "topology": topology, "kernel_reference": KERNEL, "repeats": repeats, "seconds_per_run": secs, "throughput": rows, "caps": caps}
 with open(os.path.join(out, "results.json"), "w") as f:
     json.dump(result, f, indent=2)
     f.write("\n")
 
 md = []
 md.append(f"Machine: {machine['cpu']}, {machine['cores']} cores, Linux {machine['kernel']}, {machine['iperf3']}; load average at the end: {machine['loadavg_at_end']}.")
-md.append(f"iperf3 over loopback in a throwaway netns, {secs:g} s per run, {repeats} runs per variant, alternating; medians.")
+where = {"loopback": "over loopback in a throwaway netns", "veth": "client ns -> veth -> forwarder ns -> veth -> server ns"}[topology]
+md.append(f"iperf3 {where}, {secs:g} s per run, {repeats} runs per variant, alternating; medians.")
 md.append("")
-md.append("| variant | Gbit/s (median) | vs nft REDIRECT | forwarder CPU s / run | CPU s per GB | machine CPU s / run | all runs (Gbit/s) |")
+md.append(f"| variant | Gbit/s (median) | vs {KERNEL_LABEL} | forwarder CPU s / run | CPU s per GB | machine CPU s / run | all runs (Gbit/s) |")
 md.append("|---|---:|---:|---:|---:|---:|---|")
 for r in rows:
     if not r.get("runs"):
@@ -114,8 +119,8 @@ for r in rows:
         continue
     md.append("| {} | {:.2f} | {} | {} | {} | {:.2f} | {} |".format(
         r["variant"], r["gbit_per_s_median"],
-        f"{r['vs_nft_redirect']:.2f}" if r.get("vs_nft_redirect") else "",
-        f"{r['proc_cpu_s_median']:.2f}" if r["variant"] not in ("direct", "nft-redirect") else "(kernel)",
+        f"{r['vs_kernel']:.2f}" if r.get("vs_kernel") else "",
+        f"{r['proc_cpu_s_median']:.2f}" if r["variant"] not in ("direct", KERNEL) else "(kernel)",
         f"{r['proc_cpu_s_per_gb']:.3f}" if r.get("proc_cpu_s_per_gb") is not None else "",
         r["sys_cpu_s_median"], ", ".join(f"{x:.2f}" for x in r["gbit_per_s_all"])))
 if caps:

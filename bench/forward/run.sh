@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# Throughput and cap-accuracy bench of fwc's userspace forwarder, over loopback inside a
-# throwaway network namespace (deleted on exit). Needs root, iperf3, nft, ip, python3.
+# Throughput and cap-accuracy bench of fwc's userspace forwarder, in throwaway network
+# namespaces (deleted on exit). Needs root, iperf3, nft, ip, python3.
 #
-#   bench/forward/run.sh [--repeats 5] [--time 5] [--out DIR] [--fwc PATH] [--no-caps]
-#                        [--peer NAME='CMD'] ...
+#   bench/forward/run.sh [--topology loopback|veth] [--repeats 5] [--time 5] [--out DIR]
+#                        [--fwc PATH] [--no-caps] [--peer NAME='CMD'] ...
 #
+# Topologies:
+#   loopback (default)  client, forwarder and server in one namespace, over 127.0.0.1
+#   veth                client ns --veth-- forwarder ns --veth-- server ns (198.18.1.0/24 and
+#                       198.18.2.0/24): the forwarder host of an edge box, where the kernel
+#                       alternative is DNAT + routing instead of a local redirect
 # Variants, run alternately (A B C D A B C D …), REPEATS times each, medians reported:
-#   direct        iperf3 client -> iperf3 server
-#   nft-redirect  nftables `redirect` (nat output hook) to the server port
+#   direct        iperf3 client -> iperf3 server (veth: routed through the forwarder ns)
+#   nft-redirect  loopback: nftables `redirect` (nat output hook) to the server port
+#   nft-dnat      veth: nftables `dnat` (nat prerouting) to the server, routed
 #   fwc-splice    `fwc forward --config` (splice(2))
 #   fwc-copy      the same with FWC_FORWARD_SPLICE=0 (buffered copy)
 #   peers         --peer NAME='CMD', CMD with {listen} (port to listen on) and {target}
-#                 (server port), e.g.  --peer socat='socat TCP-LISTEN:{listen},fork,reuseaddr TCP:127.0.0.1:{target}'
-#                 Built in: --peer socat, --peer haproxy (if installed).
+#                 (server port), {laddr} (address to listen on) and {taddr} (server address),
+#                 e.g.  --peer socat='socat TCP-LISTEN:{listen},fork,reuseaddr TCP:{taddr}:{target}'
+#                 Built in: --peer socat, --peer haproxy (if installed), --peer realm (realm's
+#                 relay library, built from bench/forward/peers/realm on first use).
 # CPU seconds of the forwarding process (utime+stime, children included) per run, and of the
 # whole machine (/proc/stat busy time), are recorded.
 # Cap accuracy: fwc-splice with a cap of 1 MB/s, 10 Mbit/s and 100 Mbit/s, iperf3 -R (the
@@ -29,9 +37,11 @@ OUT="$HERE/out"
 FWC=""
 CAPS=1
 PEERS=()
+TOPO=loopback
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --repeats) REPEATS=$2; shift 2;;
+    --topology) TOPO=$2; shift 2;;
     --time) TIME=$2; shift 2;;
     --out) OUT=$2; shift 2;;
     --fwc) FWC=$2; shift 2;;
@@ -51,38 +61,67 @@ fi
 mkdir -p "$OUT"
 RAW="$OUT/raw"; rm -rf "$RAW"; mkdir -p "$RAW"
 
+# NS runs the forwarders; CNS the iperf3 client, SNS the server (all three NS for loopback).
 NS="fwc-bench-$$"
+case "$TOPO" in
+  loopback) CNS=$NS SNS=$NS LADDR=127.0.0.1 SADDR=127.0.0.1 NFTV=nft-redirect;;
+  veth) CNS=$NS-c SNS=$NS-s LADDR=198.18.1.2 SADDR=198.18.2.2 NFTV=nft-dnat;;
+  *) echo "unknown topology $TOPO (loopback or veth)" >&2; exit 2;;
+esac
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  # Anything else still inside the namespace (forked children of a peer) goes too.
-  for p in $(ip netns pids "$NS" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
-  ip netns del "$NS" 2>/dev/null || true
+  # Anything else still inside the namespaces (forked children of a peer) goes too.
+  for n in $(printf '%s\n' "$NS" "$CNS" "$SNS" | sort -u); do
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+    ip netns del "$n" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT
-ip netns add "$NS"
-ip netns exec "$NS" ip link set lo up
+for n in $(printf '%s\n' "$NS" "$CNS" "$SNS" | sort -u); do
+  ip netns add "$n"
+  ip netns exec "$n" ip link set lo up
+done
 nsx() { ip netns exec "$NS" "$@"; }
+if [[ $TOPO == veth ]]; then
+  ip link add fwcb-c$$ netns "$CNS" type veth peer name fwcb-fc$$ netns "$NS"
+  ip link add fwcb-s$$ netns "$SNS" type veth peer name fwcb-fs$$ netns "$NS"
+  ip -n "$CNS" addr add 198.18.1.1/24 dev fwcb-c$$; ip -n "$NS" addr add 198.18.1.2/24 dev fwcb-fc$$
+  ip -n "$SNS" addr add 198.18.2.2/24 dev fwcb-s$$; ip -n "$NS" addr add 198.18.2.1/24 dev fwcb-fs$$
+  for l in "$CNS fwcb-c$$" "$NS fwcb-fc$$" "$SNS fwcb-s$$" "$NS fwcb-fs$$"; do set -- $l; ip -n "$1" link set "$2" up; done
+  ip -n "$CNS" route add default via 198.18.1.2
+  ip -n "$SNS" route add default via 198.18.2.1
+  nsx sysctl -qw net.ipv4.ip_forward=1
+fi
 
 SERVER=5201
-ip netns exec "$NS" iperf3 -s -p $SERVER >/dev/null 2>&1 & PIDS+=($!)
+ip netns exec "$SNS" iperf3 -s -p $SERVER >/dev/null 2>&1 & PIDS+=($!)
 
-# nft REDIRECT: port 6000 -> SERVER, for locally generated traffic (nat output hook).
+# The kernel's own forward on port 6000: REDIRECT for local traffic (nat output hook) or, on
+# the forwarder host of the veth topology, DNAT in prerouting.
+if [[ $TOPO == loopback ]]; then
 nsx nft -f - <<NFT
 table ip fwcbench {
   chain out { type nat hook output priority -100; tcp dport 6000 redirect to :$SERVER; }
 }
 NFT
+else
+nsx nft -f - <<NFT
+table ip fwcbench {
+  chain pre { type nat hook prerouting priority -100; ip daddr $LADDR tcp dport 6000 dnat to $SADDR:$SERVER; }
+}
+NFT
+fi
 
 fwc_config() { # port up_bytes_per_sec|null
-  python3 - "$1" "$2" "$SERVER" <<'PY'
+  python3 - "$1" "$2" "$SERVER" "$LADDR" "$SADDR" <<'PY'
 import json, sys
-port, cap, server = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+port, cap, server, laddr, saddr = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 cap = None if cap == "null" else int(cap)
 print(json.dumps({"version": 1, "listeners": [{
-  "rule": f"bench-{port}", "proto": "tcp", "listen_addr": "127.0.0.1", "listen_port": port,
-  "targets": [{"host": "127.0.0.1", "port": server}], "allow_from": [],
+  "rule": f"bench-{port}", "proto": "tcp", "listen_addr": laddr, "listen_port": port,
+  "targets": [{"host": saddr, "port": server}], "allow_from": [],
   "up_bytes_per_sec": cap, "down_bytes_per_sec": cap, "burst_bytes": None if cap is None else max(cap // 2, 65536),
   "max_conns": None, "conn_rate": None, "proxy_protocol": None,
   "idle_timeout_ms": 3600000, "connect_timeout_ms": 5000}]}))
@@ -95,9 +134,10 @@ start_bg() { # VAR=value... cmd...   (prints the pid of cmd itself: ip netns exe
 }
 
 declare -A PORT PID
-VARIANTS=(direct nft-redirect fwc-splice fwc-copy)
-PORT[direct]=$SERVER; PID[direct]=""
-PORT[nft-redirect]=6000; PID[nft-redirect]=""
+declare -A ADDR
+VARIANTS=(direct $NFTV fwc-splice fwc-copy)
+PORT[direct]=$SERVER; PID[direct]=""; ADDR[direct]=$SADDR
+PORT[$NFTV]=6000; PID[$NFTV]=""
 
 fwc_config 6001 null >"$RAW/fwc-splice.json"
 NAME=fwc-splice; PID[fwc-splice]=$(start_bg FWC_FORWARD_SPLICE=1 "$FWC" forward --config "$RAW/fwc-splice.json"); PIDS+=(${PID[fwc-splice]}); PORT[fwc-splice]=6001
@@ -110,7 +150,11 @@ for spec in "${PEERS[@]}"; do
   port=$((port + 1))
   if [[ "$spec" == "$name" ]]; then
     case "$name" in
-      socat) cmd='socat TCP-LISTEN:{listen},bind=127.0.0.1,fork,reuseaddr TCP:127.0.0.1:{target}';;
+      socat) cmd='socat TCP-LISTEN:{listen},bind={laddr},fork,reuseaddr TCP:{taddr}:{target}';;
+      realm)
+        # realm's relay library (bench/forward/peers/realm), built on first use.
+        (cd "$HERE/peers/realm" && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/peers cargo build -q --release)
+        cmd="${CARGO_TARGET_DIR:-$ROOT/target}/peers/release/realm-peer {laddr}:{listen} {taddr}:{target}";;
       haproxy)
         cat >"$RAW/haproxy.cfg" <<HAP
 global
@@ -121,17 +165,17 @@ defaults
   timeout client 1h
   timeout server 1h
 frontend f
-  bind 127.0.0.1:{listen}
+  bind $LADDR:{listen}
   default_backend b
 backend b
-  server s 127.0.0.1:{target}
+  server s $SADDR:{target}
 HAP
         sed -i "s/{listen}/$port/; s/{target}/$SERVER/" "$RAW/haproxy.cfg"
         cmd="haproxy -db -f $RAW/haproxy.cfg";;
       *) echo "unknown built-in peer $name (use NAME='CMD')" >&2; exit 2;;
     esac
   fi
-  cmd=${cmd//\{listen\}/$port}; cmd=${cmd//\{target\}/$SERVER}
+  cmd=${cmd//\{listen\}/$port}; cmd=${cmd//\{target\}/$SERVER}; cmd=${cmd//\{laddr\}/$LADDR}; cmd=${cmd//\{taddr\}/$SADDR}
   NAME=$name; PID[$name]=$(start_bg X=1 sh -c "exec $cmd"); PIDS+=(${PID[$name]}); PORT[$name]=$port
   VARIANTS+=("$name")
 done
@@ -151,7 +195,7 @@ sys_busy() { awk '/^cpu /{print ($2+$3+$4+$7+$8)/100}' /proc/stat; }
 for r in $(seq 1 "$REPEATS"); do
   for v in "${VARIANTS[@]}"; do
     c0=$(proc_cpu "${PID[$v]}"); s0=$(sys_busy)
-    nsx iperf3 -c 127.0.0.1 -p "${PORT[$v]}" -t "$TIME" -J >"$RAW/$v.$r.json" || echo "iperf3 failed for $v" >&2
+    ip netns exec "$CNS" iperf3 -c "${ADDR[$v]:-$LADDR}" -p "${PORT[$v]}" -t "$TIME" -J >"$RAW/$v.$r.json" || echo "iperf3 failed for $v" >&2
     sleep 0.3
     c1=$(proc_cpu "${PID[$v]}"); s1=$(sys_busy)
     echo "{\"variant\":\"$v\",\"repeat\":$r,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")}" >>"$RAW/cpu.jsonl"
@@ -166,10 +210,10 @@ if [[ $CAPS == 1 ]]; then
     fwc_config $cport $cap >"$RAW/cap-$cap.json"
     NAME=cap-$cap; p=$(start_bg X=1 "$FWC" forward --config "$RAW/cap-$cap.json"); PIDS+=($p)
     sleep 0.5
-    nsx iperf3 -c 127.0.0.1 -p $cport -t 13 -O 3 -R -J >"$RAW/cap-$cap.iperf.json" || echo "iperf3 failed for cap $cap" >&2
+    ip netns exec "$CNS" iperf3 -c "$LADDR" -p $cport -t 13 -O 3 -R -J >"$RAW/cap-$cap.iperf.json" || echo "iperf3 failed for cap $cap" >&2
     kill "$p"; wait "$p" 2>/dev/null || true
     echo "cap $cap done" >&2
   done
 fi
 
-python3 "$HERE/report.py" "$RAW" "$OUT" "$REPEATS" "$TIME" "${VARIANTS[@]}"
+python3 "$HERE/report.py" "$RAW" "$OUT" "$REPEATS" "$TIME" "$TOPO" "${VARIANTS[@]}"

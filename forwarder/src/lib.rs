@@ -10,6 +10,7 @@
 pub mod bucket;
 pub mod control;
 pub mod limits;
+mod mmsg;
 pub mod proxy;
 pub mod resolve;
 pub mod server;

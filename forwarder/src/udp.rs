@@ -1,24 +1,41 @@
 //! UDP listeners: one session per client address with its own connected upstream socket,
 //! idle expiry, a session cap that evicts the least recently active session, conn-rate on
 //! new sessions and caps applied per datagram (a datagram over the cap is dropped and counted).
+//!
+//! Syscalls are batched (module `mmsg`): the listener drains up to 32 datagrams per
+//! `recvmmsg`, and consecutive datagrams of one client go to its upstream socket with one
+//! `sendmmsg`; a session drains its upstream socket the same way and sends the batch back to
+//! the client with one `sendmmsg` from the listening socket.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::ops::Range;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::bucket::Bucket;
+use crate::mmsg::{RecvBatch, BATCH};
 use crate::server::{Current, ListenerHandle};
 use crate::stats::RuleStats;
 
 /// Session cap of a rule without `max-conns`.
 pub const DEFAULT_MAX_SESSIONS: usize = 16_384;
-const MAX_DATAGRAM: usize = 65_536;
+
+thread_local! {
+    /// Receive buffers of the sessions running on this thread. A session uses them only
+    /// between a `recvmmsg` and the `sendmmsg` that follows it, with no `.await` in between,
+    /// so one set per thread serves all sessions and an idle session holds no buffer.
+    static SESSION_BATCH: RefCell<Option<RecvBatch>> = const { RefCell::new(None) };
+}
 
 struct Session {
     id: u64,
@@ -39,7 +56,7 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
     let (expired_tx, mut expired) = mpsc::unbounded_channel::<(SocketAddr, u64)>();
     let mut sessions: HashMap<SocketAddr, Session> = HashMap::new();
     let mut next_id = 0u64;
-    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut batch = RecvBatch::new();
     loop {
         if *stop.borrow() {
             break;
@@ -52,36 +69,49 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
                     sessions.remove(&addr);
                 }
             }
-            r = sock.recv_from(&mut buf) => match r {
-                Ok((n, peer)) => {
+            r = recv_batch(&sock, &mut batch) => match r {
+                Ok(n) => {
                     let cur = h.current();
-                    if let Some(s) = sessions.get(&peer) {
-                        forward_up(s, &buf[..n], &cur);
-                        continue;
-                    }
-                    if !cur.allowed(peer.ip()) || cur.rule.limits.admit_rate().is_err() {
-                        cur.rule.stats.conns_refused.fetch_add(1, Relaxed);
-                        continue;
-                    }
-                    let cap = cur.rule.limits.max_conns().map(|m| m as usize).unwrap_or(DEFAULT_MAX_SESSIONS);
-                    while sessions.len() >= cap.max(1) {
-                        let oldest = sessions.iter().min_by_key(|(_, s)| s.last.load(Relaxed)).map(|(a, _)| *a);
-                        match oldest {
-                            Some(a) => { sessions.remove(&a); }
-                            None => break,
+                    let mut i = 0;
+                    while i < n {
+                        let Some(peer) = batch.from(i) else {
+                            i += 1;
+                            continue;
+                        };
+                        // The run of consecutive datagrams from this client goes out together.
+                        let end = (i + 1..n).find(|&j| batch.from(j) != Some(peer)).unwrap_or(n);
+                        if !sessions.contains_key(&peer) {
+                            // A new client: its first datagram is admitted (or refused) as one;
+                            // after a refusal the next datagram of the run is asked again.
+                            if !cur.allowed(peer.ip()) || cur.rule.limits.admit_rate().is_err() {
+                                cur.rule.stats.conns_refused.fetch_add(1, Relaxed);
+                                i += 1;
+                                continue;
+                            }
+                            let cap = cur.rule.limits.max_conns().map(|m| m as usize).unwrap_or(DEFAULT_MAX_SESSIONS);
+                            while sessions.len() >= cap.max(1) {
+                                let oldest = sessions.iter().min_by_key(|(_, s)| s.last.load(Relaxed)).map(|(a, _)| *a);
+                                match oldest {
+                                    Some(a) => { sessions.remove(&a); }
+                                    None => break,
+                                }
+                            }
+                            next_id += 1;
+                            match open(&sock, peer, next_id, &h, &cur, expired_tx.clone()).await {
+                                Ok(s) => {
+                                    sessions.insert(peer, s);
+                                }
+                                Err(e) => {
+                                    cur.rule.stats.connect_failures.fetch_add(1, Relaxed);
+                                    cur.rule.stats.udp_dropped.fetch_add(1, Relaxed);
+                                    tracing::debug!(rule = %cur.cfg.rule, %peer, "udp session: {e}");
+                                    i += 1;
+                                    continue;
+                                }
+                            }
                         }
-                    }
-                    next_id += 1;
-                    match open(&sock, peer, next_id, &h, &cur, expired_tx.clone()).await {
-                        Ok(s) => {
-                            forward_up(&s, &buf[..n], &cur);
-                            sessions.insert(peer, s);
-                        }
-                        Err(e) => {
-                            cur.rule.stats.connect_failures.fetch_add(1, Relaxed);
-                            cur.rule.stats.udp_dropped.fetch_add(1, Relaxed);
-                            tracing::debug!(rule = %cur.cfg.rule, %peer, "udp session: {e}");
-                        }
+                        forward_up(&sessions[&peer], &batch, i..end, &cur);
+                        i = end;
                     }
                 }
                 Err(e) => {
@@ -96,31 +126,51 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
     }
 }
 
-/// Send on a non-blocking UDP socket straight away. (tokio's `try_send*` refuse until the
-/// reactor has reported the socket writable once, which drops the first datagram of a new
-/// session.) A full socket buffer returns `WouldBlock`: the datagram is dropped and counted.
-fn send(s: &UdpSocket, data: &[u8], to: Option<SocketAddr>) -> io::Result<usize> {
-    let flags = rustix::net::SendFlags::DONTWAIT;
-    let r = match to {
-        None => rustix::net::send(s, data, flags),
-        Some(to) => rustix::net::sendto(s, data, flags, &to),
-    };
-    r.map_err(io::Error::from)
+/// Wait until `sock` is readable, then receive up to [`BATCH`] datagrams with one `recvmmsg`.
+/// A wakeup that finds nothing (`WouldBlock`) clears tokio's readiness and waits again.
+/// Cancel-safe: nothing is received before the last `.await`.
+async fn recv_batch(sock: &UdpSocket, batch: &mut RecvBatch) -> io::Result<usize> {
+    loop {
+        sock.readable().await?;
+        match sock.try_io(Interest::READABLE, || batch.recv(sock.as_fd())) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            r => return r,
+        }
+    }
 }
 
-fn forward_up(s: &Session, data: &[u8], cur: &Current) {
-    s.last.store(crate::now_ms(), Relaxed);
-    if !cur.rule.up.try_consume(data.len()) {
-        cur.rule.stats.udp_dropped.fetch_add(1, Relaxed);
-        return;
+/// Indices of the datagrams of `range` the bucket lets through, and how many it refused.
+fn under_cap(batch: &RecvBatch, range: Range<usize>, bucket: &Bucket) -> ([usize; BATCH], usize, usize) {
+    let mut picks = [0usize; BATCH];
+    let (mut n, mut refused) = (0, 0);
+    for i in range {
+        if bucket.try_consume(batch.size(i)) {
+            picks[n] = i;
+            n += 1;
+        } else {
+            refused += 1;
+        }
     }
-    match send(&s.upstream, data, None) {
-        Ok(n) => {
-            cur.rule.stats.bytes_up.fetch_add(n as u64, Relaxed);
-        }
-        Err(_) => {
-            cur.rule.stats.udp_dropped.fetch_add(1, Relaxed);
-        }
+    (picks, n, refused)
+}
+
+/// Client -> target: the datagrams `range` of `batch` (all from this session's client). Caps
+/// per datagram (refused ones are dropped and counted), then the rest with one `sendmmsg` on
+/// the connected upstream socket. `sendmmsg` never waits: a full socket buffer drops the
+/// datagrams it could not take, and they are counted.
+fn forward_up(s: &Session, batch: &RecvBatch, range: Range<usize>, cur: &Current) {
+    s.last.store(crate::now_ms(), Relaxed);
+    let (picks, n, refused) = under_cap(batch, range, &cur.rule.up);
+    let sent = batch.send(s.upstream.as_fd(), None, &picks[..n]);
+    count(&cur.rule.stats, &cur.rule.stats.bytes_up, sent.bytes, refused + sent.dropped);
+}
+
+fn count(stats: &RuleStats, bytes: &AtomicU64, n: u64, dropped: usize) {
+    if n > 0 {
+        bytes.fetch_add(n, Relaxed);
+    }
+    if dropped > 0 {
+        stats.udp_dropped.fetch_add(dropped as u64, Relaxed);
     }
 }
 
@@ -193,7 +243,6 @@ async fn session_task(
     cur: Arc<Current>,
     expired: mpsc::UnboundedSender<(SocketAddr, u64)>,
 ) {
-    let mut buf = vec![0u8; MAX_DATAGRAM];
     let stats = &cur.rule.stats;
     loop {
         let now = crate::now_ms();
@@ -203,20 +252,22 @@ async fn session_task(
             return;
         }
         tokio::select! {
-            r = upstream.recv(&mut buf) => {
-                // An error is ECONNREFUSED from an ICMP port unreachable: keep the session,
-                // the target may come back.
-                if let Ok(n) = r {
-                    last.store(crate::now_ms(), Relaxed);
-                    if !cur.rule.down.try_consume(n) {
-                        stats.udp_dropped.fetch_add(1, Relaxed);
-                        continue;
-                    }
-                    match send(&listener, &buf[..n], Some(peer)) {
-                        Ok(n) => { stats.bytes_down.fetch_add(n as u64, Relaxed); }
-                        Err(_) => { stats.udp_dropped.fetch_add(1, Relaxed); }
-                    }
+            r = upstream.readable() => {
+                if r.is_err() {
+                    return; // the runtime is going away
                 }
+                SESSION_BATCH.with_borrow_mut(|b| {
+                    let batch = b.get_or_insert_with(RecvBatch::new);
+                    // An error is ECONNREFUSED from an ICMP port unreachable: keep the session,
+                    // the target may come back. WouldBlock: try_io cleared the readiness.
+                    let Ok(n) = upstream.try_io(Interest::READABLE, || batch.recv(upstream.as_fd())) else {
+                        return;
+                    };
+                    last.store(crate::now_ms(), Relaxed);
+                    let (picks, k, refused) = under_cap(batch, 0..n, &cur.rule.down);
+                    let sent = batch.send(listener.as_fd(), Some(peer), &picks[..k]);
+                    count(stats, &stats.bytes_down, sent.bytes, refused + sent.dropped);
+                });
             },
             _ = tokio::time::sleep(Duration::from_millis(deadline - now)) => {}
         }
