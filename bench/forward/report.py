@@ -74,8 +74,10 @@ for p in sorted(glob.glob(os.path.join(raw, "cap-*.iperf.json"))):
     if not j or "intervals" not in j:
         continue
     # Omitted intervals hold the burst; the last interval holds iperf3's end-of-test drain
-    # (it is stretched, e.g. 1.48 s, while the sender stops): both are left out.
-    ivs = [i["sum"] for i in j["intervals"] if not i["sum"].get("omitted")][:-1]
+    # (it is stretched, e.g. 1.48 s, while the sender stops): both are left out. So is the
+    # first one after the omitted ones: iperf3 3.12 sometimes reports it with the seconds of
+    # the omitted period included (start 1.0, 2.0 s, one second's bytes).
+    ivs = [i["sum"] for i in j["intervals"] if not i["sum"].get("omitted")][1:-1]
     total_bytes = sum(i["bytes"] for i in ivs)
     total_secs = sum(i["seconds"] for i in ivs)
     measured = total_bytes / total_secs
