@@ -275,7 +275,7 @@ impl Checker<'_> {
                     .rs
                     .forwards
                     .iter()
-                    .filter(|f| (f.proto == proto || f.proto == ForwardProto::Both) && f.on.as_ref().map_or(true, |s| s.value.matches(h)))
+                    .filter(|f| (f.proto == proto || f.proto == ForwardProto::Both) && f.on.as_ref().is_none_or(|s| s.value.matches(h)))
                     .collect();
                 fs.sort_by_key(|f| (f.listen.ports.lo, f.span));
                 let mut active: Vec<&ForwardRule> = Vec::new();

@@ -87,7 +87,7 @@ pub fn place_forward(f: &ForwardRule) -> (Vec<BackendKind>, String) {
 
 /// Filter the ruleset for `host`, decide backends, and assign QoS classes.
 pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
-    let applies = |on: &Option<Spanned<Selector>>| on.as_ref().map_or(true, |s| s.value.matches(host));
+    let applies = |on: &Option<Spanned<Selector>>| on.as_ref().is_none_or(|s| s.value.matches(host));
     let mut placements = Vec::new();
 
     let mut sets: Vec<&AddrSet> = rs.sets.iter().collect();

@@ -3,6 +3,8 @@
 
 /// Class ids index arrays of this size (`FWC_QOS_MAX_CLASSES`).
 pub const MAX_CLASSES: u32 = 4096;
+// Class ids of the compiler's mark mask fit the arrays.
+const _: () = assert!(fwc_compiler::artifacts::QOS_MAX_CLASS_ID < MAX_CLASSES);
 /// Count-min sketch rows and cells per row.
 pub const CMS_DEPTH: u32 = 4;
 pub const CMS_WIDTH: u32 = 4096;
@@ -174,8 +176,6 @@ mod tests {
         assert_eq!(def("FWC_QOS_F_EDT"), format!("0x{F_EDT:x}"));
         assert_eq!(def("FWC_QOS_F_FASTPASS"), format!("0x{F_FASTPASS:x}"));
         assert_eq!(def("FWC_QOS_G_ENABLED"), format!("0x{G_ENABLED:x}"));
-        // class ids of the compiler's mark mask fit the arrays
-        assert!(fwc_compiler::artifacts::QOS_MAX_CLASS_ID < MAX_CLASSES);
         // every struct in the header is mirrored here
         for s in ["fwc_qos_glob", "fwc_qos_class_cfg", "fwc_qos_class_state", "fwc_qos_stats"] {
             assert!(h.contains(&format!("struct {s} {{")), "{s}");

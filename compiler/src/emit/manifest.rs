@@ -137,9 +137,9 @@ fn comment(out: &mut String, c: &Option<String>) {
 pub fn size(b: u64) -> String {
     match b {
         0 => "0B".into(),
-        _ if b % (1 << 30) == 0 => format!("{}GiB", b >> 30),
-        _ if b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
-        _ if b % 1024 == 0 => format!("{}KiB", b >> 10),
+        _ if b.is_multiple_of(1 << 30) => format!("{}GiB", b >> 30),
+        _ if b.is_multiple_of(1 << 20) => format!("{}MiB", b >> 20),
+        _ if b.is_multiple_of(1024) => format!("{}KiB", b >> 10),
         _ => format!("{b}B"),
     }
 }
@@ -147,10 +147,10 @@ pub fn size(b: u64) -> String {
 /// Milliseconds, the way operators write durations: `10m`, `30s`, `1500ms`.
 pub fn duration(ms: u64) -> String {
     match ms {
-        _ if ms % 86_400_000 == 0 => format!("{}d", ms / 86_400_000),
-        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ if ms.is_multiple_of(86_400_000) => format!("{}d", ms / 86_400_000),
+        _ if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
+        _ if ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
+        _ if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
         _ => format!("{ms}ms"),
     }
 }
@@ -226,7 +226,7 @@ fn shape_summary(s: &ShapeRule) -> String {
 /// Bytes per second, the way operators write them: bits (`100mbit`) unless the value is a
 /// whole number of binary bytes per second and not of kilobits (`1MiB/s`).
 pub fn rate(b: Bandwidth) -> String {
-    if (b.0 * 8) % 1000 != 0 && b.0 % 1024 == 0 {
+    if !(b.0 * 8).is_multiple_of(1000) && b.0.is_multiple_of(1024) {
         return format!("{}/s", size(b.0));
     }
     let bits = b.0 as f64 * 8.0;
