@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install what fwc needs to build and to run its tests on Debian: nftables, iproute2, clang
 # and libbpf headers for the eBPF program, iperf3/socat for dataplane tests, OpenSSL headers
-# for git2. Needs root (apt-get). Safe to run again.
+# for git2, sshd (openssh-server) and gnupg for the agent's ssh-transport and signature tests.
+# Needs root (apt-get). Safe to run again.
 set -euo pipefail
-packages=(nftables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client gnupg procps python3 ca-certificates)
+packages=(nftables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates)
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup.sh: run as root (it installs: ${packages[*]})" >&2
   exit 1
@@ -17,6 +18,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The tests run their own sshd (127.0.0.1, a free port, config and keys in a temp dir) and
+  # need only the binary. If this run is what installed openssh-server, do not leave the
+  # distribution's sshd enabled on port 22 (in containers policy-rc.d usually kept it from
+  # starting anyway). An sshd that was installed before is left alone.
+  if [[ " ${missing[*]} " == *" openssh-server "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+  fi
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do

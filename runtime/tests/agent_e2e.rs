@@ -6,7 +6,6 @@
 //! Nothing is loaded into the root namespace: the agent runs with `--netns`.
 
 use std::io::Read;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,20 +14,11 @@ use fwc_runtime::metrics::{github_signature, http_request};
 use fwc_testkit::{privileged, Netns, Topology};
 use serde_json::Value;
 
+mod agent_common;
+use agent_common::*;
+
 // ---------------------------------------------------------------------------------------------
 // helpers
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=Alice", "-c", "user.email=alice@example.com", "-c", "init.defaultBranch=main", "-c", "gpg.format=ssh"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// A bare repository and a work tree that pushes to it.
 struct Repo {
@@ -73,120 +63,6 @@ impl Repo {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A running `fwc agent`; killed on drop. stderr goes to a file.
-struct AgentProc {
-    child: Option<Child>,
-    pub metrics: SocketAddr,
-    pub log: PathBuf,
-}
-
-impl AgentProc {
-    fn start(state: &Path, url: &str, netns: &str, extra: &[&str], env: &[(&str, &str)]) -> AgentProc {
-        let port = free_port();
-        let metrics: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let log = state.with_extension(format!("log{}", port));
-        let err = std::fs::File::create(&log).unwrap();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_fwc"));
-        c.args(["agent", "--repo", url, "--host", "localhost", "--interval", "1s", "--fetch-timeout", "5s"])
-            .args(["--state-dir", state.to_str().unwrap(), "--metrics", &metrics.to_string(), "--netns", netns])
-            .args(extra)
-            .env("FWC_LOG", "info")
-            .env_remove("FWC_TEST_FAIL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let child = c.spawn().unwrap();
-        let a = AgentProc { child: Some(child), metrics, log };
-        assert!(
-            wait_until(Duration::from_secs(10), || http_request(metrics, "GET", "/healthz", &[], b"").is_ok()),
-            "agent did not start:\n{}",
-            a.log_text()
-        );
-        a
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn scrape(&self) -> String {
-        let (code, body) = http_request(self.metrics, "GET", "/metrics", &[], b"").unwrap();
-        assert_eq!(code, 200);
-        body
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill(); // SIGKILL
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM and wait for a clean exit.
-    fn term(&mut self) -> std::process::ExitStatus {
-        let mut c = self.child.take().unwrap();
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        loop {
-            if let Some(s) = c.try_wait().unwrap() {
-                return s;
-            }
-            if t0.elapsed() > Duration::from_secs(15) {
-                let _ = c.kill();
-                panic!("agent did not exit on SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < timeout {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
-fn audit(state: &Path) -> Vec<Value> {
-    std::fs::read_to_string(state.join("audit.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
-/// Wait for an audit entry about `commit` with `action`; returns it.
-fn wait_entry(state: &Path, commit: &str, action: &str, agent: &AgentProc) -> Value {
-    let mut found = None;
-    wait_until(Duration::from_secs(30), || {
-        found = audit(state).into_iter().find(|e| e["commit"] == commit && e["action"] == action);
-        found.is_some()
-    });
-    found.unwrap_or_else(|| panic!("no {action} entry for {commit}; audit:\n{:#?}\nagent log:\n{}", audit(state), agent.log_text()))
-}
-
-/// Does the entry's nftables change list `which` (added/changed/removed) name `rule`?
-fn lists(e: &Value, which: &str, rule: &str) -> bool {
-    e["changes"]["nftables"][which].as_array().is_some_and(|a| a.iter().any(|r| r == rule))
-}
-
 fn tcp_ok(ns: &Netns, port: u16) -> bool {
     let o = ns.try_exec(&["timeout", "3", "socat", "-T1", "-", &format!("TCP4:198.18.1.1:{port},connect-timeout=1")]);
     o.status.success() && String::from_utf8_lossy(&o.stdout).contains(&format!("p{port}"))
@@ -199,10 +75,6 @@ fn serve(t: &mut Topology, port: u16) {
         let o = Command::new("ip").args(["netns", "exec", &ns, "ss", "-ltnH"]).output().unwrap();
         String::from_utf8_lossy(&o.stdout).contains(&format!(":{port} "))
     }));
-}
-
-fn allow(port: u16, name: &str) -> String {
-    format!("fwc 1\ninput policy=drop {{\n    allow \"{name}\" proto=tcp port={port}\n}}\n")
 }
 
 /// (alice's private key, mallory's private key, allowed-signers file naming only alice).

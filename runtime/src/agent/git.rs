@@ -5,8 +5,16 @@
 //! Only one ref is fetched: `+refs/heads/<branch>:refs/remotes/origin/<branch>`. The `+`
 //! accepts non-fast-forward updates: a force-push simply becomes the new desired state, and
 //! [`FetchOutcome::forced`] tells the agent to say so in the audit log.
+//!
+//! ssh remotes: the server's host key must be listed in a known_hosts file
+//! (`FWC_GIT_KNOWN_HOSTS`, default `~/.ssh/known_hosts` of the user running the agent); it is
+//! looked up with `ssh-keygen -F` (hashed entries, `[host]:port`, `@revoked` work as in
+//! OpenSSH). An unknown, changed or revoked key refuses the fetch with an error that names the
+//! host, the key's fingerprint and what to do. Nothing is ever accepted or recorded silently.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -49,6 +57,12 @@ pub struct Mirror {
     pub path: PathBuf,
     pub url: String,
     pub branch: String,
+    /// ssh: the private key to authenticate with (`FWC_GIT_SSH_KEY`); None tries the
+    /// ssh-agent, then `~/.ssh/id_ed25519|id_ecdsa|id_rsa`.
+    pub ssh_key: Option<PathBuf>,
+    /// ssh: the known_hosts file the server's host key must be in (`FWC_GIT_KNOWN_HOSTS`,
+    /// default `~/.ssh/known_hosts`).
+    pub known_hosts: PathBuf,
 }
 
 static GIT_TIMEOUTS: Once = Once::new();
@@ -86,7 +100,12 @@ impl Mirror {
                 repo.remote_with_fetch("origin", url, &refspec(branch)).into_diagnostic()?;
             }
         }
-        Ok(Mirror { repo, path, url: url.to_string(), branch: branch.to_string() })
+        let ssh_key = std::env::var_os("FWC_GIT_SSH_KEY").filter(|k| !k.is_empty()).map(PathBuf::from);
+        let known_hosts = std::env::var_os("FWC_GIT_KNOWN_HOSTS")
+            .filter(|k| !k.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home_dir().join(".ssh").join("known_hosts"));
+        Ok(Mirror { repo, path, url: url.to_string(), branch: branch.to_string(), ssh_key, known_hosts })
     }
 
     fn tracking_ref(&self) -> String {
@@ -102,10 +121,33 @@ impl Mirror {
     pub fn fetch(&self, timeout: Duration) -> Result<FetchOutcome> {
         let old = self.tip();
         let deadline = Instant::now() + timeout;
+        // ssh: the host key must be in known_hosts (libgit2 alone only consults
+        // ~/.ssh/known_hosts and says "invalid or unknown remote ssh hostkey"). libgit2
+        // replaces the callback's error message with that text, so the reason is kept here.
+        let refusal: RefCell<Option<String>> = RefCell::new(None);
+        let port = ssh_port(&self.url);
         let mut cb = git2::RemoteCallbacks::new();
         cb.transfer_progress(move |_| Instant::now() < deadline);
         cb.sideband_progress(move |_| Instant::now() < deadline);
-        cb.credentials(|url, user, allowed| credentials(url, user, allowed));
+        cb.credentials(|url, user, allowed| credentials(url, user, allowed, self.ssh_key.as_deref()));
+        cb.certificate_check(|cert, host| {
+            let Some(hk) = cert.as_hostkey() else {
+                // TLS (https): libgit2's own certificate verification decides.
+                return Ok(git2::CertificateCheckStatus::CertificatePassthrough);
+            };
+            let Some(blob) = hk.hostkey() else {
+                let msg = format!("ssh host key of {host}: the server's key could not be read; refusing");
+                *refusal.borrow_mut() = Some(msg.clone());
+                return Err(git2::Error::new(git2::ErrorCode::Certificate, git2::ErrorClass::Ssh, msg));
+            };
+            match check_host_key(&self.known_hosts, host, port, blob) {
+                Ok(()) => Ok(git2::CertificateCheckStatus::CertificateOk),
+                Err(msg) => {
+                    *refusal.borrow_mut() = Some(msg.clone());
+                    Err(git2::Error::new(git2::ErrorCode::Certificate, git2::ErrorClass::Ssh, msg))
+                }
+            }
+        });
         let mut fo = git2::FetchOptions::new();
         fo.remote_callbacks(cb);
         fo.download_tags(git2::AutotagOption::None);
@@ -115,8 +157,16 @@ impl Mirror {
         remote
             .fetch(&[spec.as_str()], Some(&mut fo), Some("fwc agent fetch"))
             .map_err(|e| {
-                if Instant::now() >= deadline {
+                if let Some(why) = refusal.borrow_mut().take() {
+                    miette!("fetch from {} refused: {why}", self.url)
+                } else if Instant::now() >= deadline {
                     miette!("fetch from {} timed out after {:?}", self.url, timeout)
+                } else if e.class() == git2::ErrorClass::Ssh && e.code() == git2::ErrorCode::Auth {
+                    let key = match &self.ssh_key {
+                        Some(k) => format!("the key FWC_GIT_SSH_KEY={}", k.display()),
+                        None => "the ssh-agent's keys or ~/.ssh/id_ed25519|id_ecdsa|id_rsa".to_string(),
+                    };
+                    miette!("fetch from {} failed: {} (the server did not accept {key})", self.url, e.message())
                 } else {
                     miette!("fetch from {} failed: {}", self.url, e.message())
                 }
@@ -150,20 +200,28 @@ fn refspec(branch: &str) -> String {
     format!("+refs/heads/{branch}:refs/remotes/origin/{branch}")
 }
 
-/// ssh: the ssh-agent, then `~/.ssh/id_ed25519` / `id_rsa` of the user running the agent
-/// (or `FWC_GIT_SSH_KEY`); https: `FWC_GIT_USERNAME` / `FWC_GIT_PASSWORD` (a token).
-fn credentials(_url: &str, user: Option<&str>, allowed: git2::CredentialType) -> std::result::Result<git2::Cred, git2::Error> {
+fn home_dir() -> PathBuf {
+    PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty()).unwrap_or_else(|| "/root".into()))
+}
+
+/// ssh: `FWC_GIT_SSH_KEY` when set, else the ssh-agent, then `~/.ssh/id_ed25519|id_ecdsa|id_rsa`
+/// of the user running the agent; https: `FWC_GIT_USERNAME` / `FWC_GIT_PASSWORD` (a token).
+fn credentials(
+    _url: &str,
+    user: Option<&str>,
+    allowed: git2::CredentialType,
+    ssh_key: Option<&Path>,
+) -> std::result::Result<git2::Cred, git2::Error> {
     if allowed.contains(git2::CredentialType::SSH_KEY) {
         let user = user.unwrap_or("git");
-        if let Ok(key) = std::env::var("FWC_GIT_SSH_KEY") {
-            return git2::Cred::ssh_key(user, None, Path::new(&key), None);
+        if let Some(key) = ssh_key {
+            return git2::Cred::ssh_key(user, None, key, None);
         }
         if let Ok(c) = git2::Cred::ssh_key_from_agent(user) {
             return Ok(c);
         }
-        let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
         for k in ["id_ed25519", "id_ecdsa", "id_rsa"] {
-            let p = Path::new(&home).join(".ssh").join(k);
+            let p = home_dir().join(".ssh").join(k);
             if p.exists() {
                 return git2::Cred::ssh_key(user, None, &p, None);
             }
@@ -175,6 +233,139 @@ fn credentials(_url: &str, user: Option<&str>, allowed: git2::CredentialType) ->
         }
     }
     Err(git2::Error::from_str("no credentials for this remote (see docs/operations.md, agent: git access)"))
+}
+
+/// The ssh port of a remote URL: `ssh://[user@]host[:port]/path` (also `ssh+git://`,
+/// `git+ssh://`, `[v6addr]:port`); 22 for scp-like `[user@]host:path` and anything else.
+pub fn ssh_port(url: &str) -> u16 {
+    let Some(rest) = ["ssh://", "ssh+git://", "git+ssh://"].iter().find_map(|s| url.strip_prefix(s)) else {
+        return 22;
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let port = if hostport.starts_with('[') {
+        hostport.split_once("]:").map(|(_, p)| p)
+    } else {
+        hostport.rsplit_once(':').map(|(_, p)| p)
+    };
+    port.and_then(|p| p.parse().ok()).unwrap_or(22)
+}
+
+/// The name of `host` in known_hosts: `host` on port 22, `[host]:port` otherwise.
+pub fn known_hosts_name(host: &str, port: u16) -> String {
+    if port == 22 {
+        host.to_string()
+    } else {
+        format!("[{host}]:{port}")
+    }
+}
+
+/// OpenSSH's fingerprint of a host key blob (`SHA256:` + unpadded base64 of its SHA-256).
+pub fn ssh_fingerprint(blob: &[u8]) -> String {
+    use sha2::Digest;
+    format!("SHA256:{}", base64(&sha2::Sha256::digest(blob)).trim_end_matches('='))
+}
+
+/// The key type written inside an ssh public key blob (`ssh-ed25519`, `ssh-rsa`, ...).
+fn blob_key_type(blob: &[u8]) -> Option<&str> {
+    let len = u32::from_be_bytes(blob.get(..4)?.try_into().ok()?) as usize;
+    std::str::from_utf8(blob.get(4..4 + len)?).ok()
+}
+
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for c in data.chunks(3) {
+        let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Is the host key `blob` that `host`:`port` presented listed for it in `known_hosts`?
+/// Err is the operator-facing reason for refusing (unknown, changed, revoked).
+pub fn check_host_key(known_hosts: &Path, host: &str, port: u16, blob: &[u8]) -> std::result::Result<(), String> {
+    let name = known_hosts_name(host, port);
+    let fp = ssh_fingerprint(blob);
+    let ktype = blob_key_type(blob).unwrap_or("unknown");
+    let key = base64(blob);
+    let file = known_hosts.display();
+    let p = if port == 22 { String::new() } else { format!("-p {port} ") };
+    let short = match ktype {
+        "ssh-rsa" => "rsa",
+        "ssh-dss" => "dsa",
+        t if t.starts_with("ecdsa-sha2-") => "ecdsa",
+        t => t.strip_prefix("ssh-").unwrap_or(t),
+    };
+    let add = format!(
+        "if {fp} is the server's host key (on the server: `ssh-keygen -lf /etc/ssh/ssh_host_{short}_key.pub`), add it with \
+         `ssh-keyscan {p}-t {short} {host} >> {file}` (or point FWC_GIT_KNOWN_HOSTS at a known_hosts file that lists it)"
+    );
+    if !known_hosts.exists() {
+        return Err(format!("ssh host key of {name} is not known: the server presented {ktype} key {fp}, and there is no known_hosts file {file}; {add}"));
+    }
+    let out = Command::new("ssh-keygen")
+        .arg("-F")
+        .arg(&name)
+        .arg("-f")
+        .arg(known_hosts)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("ssh host key of {name}: cannot run ssh-keygen to read {file}: {e}; refusing"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // 0: found, 1: not found, anything else: the file cannot be read.
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        return Err(format!(
+            "ssh host key of {name}: cannot read {file} (ssh-keygen -F: {}); refusing",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let mut same_type_other_key = false;
+    let mut other_types = Vec::new();
+    let mut matched = false;
+    for line in stdout.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let mut f = line.split_whitespace();
+        let first = f.next().unwrap_or("");
+        let (marker, t, k) = if first.starts_with('@') {
+            (first, f.nth(1).unwrap_or(""), f.next().unwrap_or(""))
+        } else {
+            ("", f.next().unwrap_or(""), f.next().unwrap_or(""))
+        };
+        match marker {
+            "@revoked" if k == key => {
+                return Err(format!(
+                    "ssh host key of {name} is REVOKED in {file}: the server presented {ktype} key {fp}, which is marked @revoked; refusing"
+                ))
+            }
+            "" if k == key => matched = true,
+            "" if t == ktype => same_type_other_key = true,
+            "" => other_types.push(t.to_string()),
+            _ => {} // @cert-authority: host certificates are not supported by libgit2's ssh
+        }
+    }
+    if matched {
+        return Ok(());
+    }
+    if same_type_other_key {
+        return Err(format!(
+            "ssh host key of {name} CHANGED: the server presented {ktype} key {fp}, but {file} lists a different {ktype} key for {name}. \
+             This can be a man-in-the-middle attack; nothing was fetched. If the server's key was really replaced, \
+             remove the old entry (`ssh-keygen -R '{name}' -f {file}`) and then, {add}"
+        ));
+    }
+    if !other_types.is_empty() {
+        return Err(format!(
+            "ssh host key of {name} is not known: the server presented {ktype} key {fp}, but {file} only lists {} key(s) for {name}; {add}",
+            other_types.join(", ")
+        ));
+    }
+    Err(format!("ssh host key of {name} is not known: the server presented {ktype} key {fp}, and {file} has no entry for {name}; {add}"))
 }
 
 /// Every rule file (`fwc.kdl`, `rules/**/*.kdl{,.j2}`) of commit `id`, straight from the
@@ -231,6 +422,36 @@ mod tests {
             .unwrap();
         assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    #[test]
+    fn ssh_url_ports_names_and_fingerprints() {
+        assert_eq!(ssh_port("ssh://git@git.example.com:2222/net/rules.git"), 2222);
+        assert_eq!(ssh_port("ssh://git.example.com/net/rules.git"), 22);
+        assert_eq!(ssh_port("ssh://user@[2001:db8::1]:2200/r.git"), 2200);
+        assert_eq!(ssh_port("ssh://[2001:db8::1]/r.git"), 22);
+        assert_eq!(ssh_port("git+ssh://h:23/r.git"), 23);
+        assert_eq!(ssh_port("git@git.example.com:net/rules.git"), 22);
+        assert_eq!(ssh_port("https://git.example.com:8443/r.git"), 22);
+        assert_eq!(known_hosts_name("h", 22), "h");
+        assert_eq!(known_hosts_name("h", 2222), "[h]:2222");
+        for (i, o) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE=")] {
+            assert_eq!(base64(i.as_bytes()), o);
+        }
+        // The blob of an ssh-ed25519 key, as in `ssh-ed25519 AAAA…` (OpenSSH's fingerprint).
+        let b64 = "AAAAC3NzaC1lZDI1NTE5AAAAIGUVNj8s+NR/BZ8Tym/hY1q4NIRC8Wm/qD0cJSQW/avR";
+        let blob: Vec<u8> = {
+            let val = |c: u8| b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".iter().position(|x| *x == c).unwrap() as u32;
+            let mut out = Vec::new();
+            for ch in b64.as_bytes().chunks(4) {
+                let n = ch.iter().fold(0u32, |n, c| (n << 6) | val(*c)) << (6 * (4 - ch.len()));
+                out.extend_from_slice(&n.to_be_bytes()[1..ch.len()]);
+            }
+            out
+        };
+        assert_eq!(base64(&blob).trim_end_matches('='), b64);
+        assert_eq!(blob_key_type(&blob), Some("ssh-ed25519"));
+        assert_eq!(ssh_fingerprint(&blob), "SHA256:rIDEYwnlZD5lbN7dYpYf465yxOSgmqe+c/MCmzLxqq4");
     }
 
     #[test]

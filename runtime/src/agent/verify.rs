@@ -202,6 +202,82 @@ mod tests {
         assert!(verify_ssh(&p.join("allowed"), &sig, &p2).is_err());
     }
 
+    /// Kills the gpg-agent (and any other GnuPG daemon) of each home on drop, also on panic.
+    struct GpgHomes(Vec<PathBuf>);
+    impl Drop for GpgHomes {
+        fn drop(&mut self) {
+            for h in &self.0 {
+                let _ = Command::new("gpgconf").arg("--homedir").arg(h).args(["--kill", "all"]).output();
+            }
+        }
+    }
+
+    #[test]
+    fn gpg_signed_unsigned_and_foreign_commits() {
+        let have = ["gpg", "gpgconf", "git"].iter().all(|t| fwc_testkit::which(t));
+        if !have {
+            if std::env::var("FWC_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+                panic!("gpg_signed_unsigned_and_foreign_commits: gpg, gpgconf or git missing but FWC_REQUIRE_PRIVILEGED=1");
+            }
+            eprintln!("SKIP gpg_signed_unsigned_and_foreign_commits: gpg, gpgconf or git missing");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        // The committers' keyring (alice and mallory) and the agent's (alice's public key only).
+        let (signer, trusted) = (p.join("signer"), p.join("trusted"));
+        let _agents = GpgHomes(vec![signer.clone(), trusted.clone()]);
+        for h in [&signer, &trusted] {
+            std::fs::create_dir(h).unwrap();
+            std::fs::set_permissions(h, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        }
+        let gpg = |line: &str| sh(p, &format!("GNUPGHOME={} {line}", signer.display()));
+        gpg("gpg --batch --quiet --passphrase '' --quick-gen-key 'fwc test <t@example.com>' ed25519 sign never");
+        gpg("gpg --batch --quiet --passphrase '' --quick-gen-key 'mallory <m@example.com>' ed25519 sign never");
+        let fpr = |uid: &str| {
+            gpg(&format!("gpg --batch --with-colons --list-keys {uid}"))
+                .lines()
+                .find_map(|l| l.strip_prefix("fpr:").map(|r| r.trim_matches(':').to_string()))
+                .unwrap()
+        };
+        let (alice, mallory) = (fpr("t@example.com"), fpr("m@example.com"));
+        sh(p, &format!("GNUPGHOME={} gpg --batch --export {alice} | GNUPGHOME={} gpg --batch --quiet --import", signer.display(), trusted.display()));
+
+        sh(p, "git init -q -b main w && cd w && git config user.name T && git config user.email t@example.com && git config gpg.format openpgp && git config gpg.program gpg");
+        let w = p.join("w");
+        let commit = |key: Option<&str>, n: u32| {
+            let git = match key {
+                Some(k) => format!("git -c user.signingkey={k} commit -q -S -m c{n}"),
+                None => format!("git commit -q --no-gpg-sign -m c{n}"),
+            };
+            sh(&w, &format!("echo {n} > f && git add f && GNUPGHOME={} {git}", signer.display()));
+            Oid::from_str(&sh(&w, "git rev-parse HEAD")).unwrap()
+        };
+        let signed = commit(Some(&alice), 1);
+        let unsigned = commit(None, 2);
+        let foreign = commit(Some(&mallory), 3);
+        let repo = Repository::open(&w).unwrap();
+        let pol = SignaturePolicy { allowed_signers: None, gpg_home: Some(trusted.clone()) };
+
+        // Good signature: the fingerprint and the user id are reported as the signer.
+        let who = verify_commit(&repo, signed, &pol).unwrap().unwrap();
+        assert_eq!(who, format!("{alice} fwc test <t@example.com>"));
+        // Signed, but by a key the agent's keyring does not hold.
+        match verify_commit(&repo, foreign, &pol) {
+            Err(Refusal::BadSignature(why)) => assert!(why.contains("ERRSIG"), "{why}"),
+            other => panic!("foreign key accepted or misreported: {other:?}"),
+        }
+        assert_eq!(verify_commit(&repo, unsigned, &pol), Err(Refusal::Unsigned));
+        // A GPG signature when only SSH signers are configured.
+        let ssh_only = SignaturePolicy { allowed_signers: Some(p.join("allowed")), gpg_home: None };
+        assert_eq!(verify_commit(&repo, signed, &ssh_only), Err(Refusal::UnsupportedKind("GPG".into())));
+        // The same signature over a tampered payload is a BADSIG.
+        let (sig, payload) = repo.extract_signature(&signed, None).unwrap();
+        let mut p2 = payload.to_vec();
+        p2.extend_from_slice(b"x");
+        assert_eq!(verify_gpg(&trusted, &sig, &p2), Err(Refusal::BadSignature("gpg: BADSIG".into())));
+    }
+
     fn fwc_ssh_tools() -> bool {
         ["ssh-keygen", "git"].iter().all(|t| Command::new(t).arg("--version").output().is_ok() || Command::new("which").arg(t).status().map(|s| s.success()).unwrap_or(false))
     }
