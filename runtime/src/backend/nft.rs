@@ -12,7 +12,11 @@
 //!   (or delete the table when there is none); otherwise the live table is untouched already.
 //! - **observe**: `nft -j list table inet fwc`, normalised (no handles, counter values, set
 //!   element order, dynamic set contents) and compared with the expected rendering; drift is
-//!   reported per rule using the `fwc:<kind>:<name>` comments the emitter puts on rules.
+//!   reported per rule using the `fwc:<kind>:<name>` comments the emitter puts on rules. The
+//!   observe that verifies a commit lists tersely (`nft -t`: chains, rules, set and map
+//!   declarations, no elements): the elements went in with the same atomic transaction, and
+//!   listing 10,000 of them costs more than the commit. Every later observe (`fwc status`,
+//!   `fwc plan`, the agent's drift check) compares elements too.
 //!
 //! With `netns: Some(NS)` every nft command runs as `ip netns exec NS nft …` (tests, demos).
 //! Test hook: `FWC_TEST_FAIL=prepare:nftables` makes the prepare batch contain a rule for a
@@ -54,6 +58,9 @@ pub struct NftBackend {
     pub nft: String,
     staged: Option<Staged>,
     committed: bool,
+    /// Set by commit: the next observe is the apply's verify, which compares without set
+    /// elements (see the module doc).
+    verify_pending: bool,
     /// Kernel renderings of nftables.json documents, by sha256 of their text.
     canonical: HashMap<String, Value>,
     /// Where renderings are also cached on disk (`<state dir>/cache`), so `fwc status` and
@@ -70,7 +77,7 @@ struct Render {
 
 impl NftBackend {
     pub fn new(netns: Option<String>) -> NftBackend {
-        NftBackend { netns, nft: "nft".into(), staged: None, committed: false, canonical: HashMap::new(), cache_dir: None }
+        NftBackend { netns, nft: "nft".into(), staged: None, committed: false, verify_pending: false, canonical: HashMap::new(), cache_dir: None }
     }
 
     /// Cache kernel renderings in `dir` (created when needed).
@@ -100,7 +107,8 @@ impl NftBackend {
     /// Run `nft -j [-c] -f FILE` on a transaction document.
     fn run_file(&self, doc: &Value, check: bool) -> Result<()> {
         let mut tmp = tempfile::Builder::new().prefix("fwc-nft-").suffix(".json").tempfile().into_diagnostic()?;
-        serde_json::to_writer(&mut tmp, doc).into_diagnostic()?;
+        // One write, not one per JSON token (a 10k-forward ruleset is megabytes).
+        tmp.write_all(&serde_json::to_vec(doc).into_diagnostic()?).into_diagnostic()?;
         tmp.flush().into_diagnostic()?;
         let mut c = self.command();
         c.arg("-j");
@@ -122,9 +130,16 @@ impl NftBackend {
 
     /// The live `table inet fwc` as nft lists it (JSON), or None when it does not exist.
     pub fn list_table(&self) -> Result<Option<Value>> {
+        self.list_table_with(false)
+    }
+
+    /// `terse`: `nft -t`, without the elements of sets and maps (a fraction of the time with
+    /// large sets).
+    fn list_table_with(&self, terse: bool) -> Result<Option<Value>> {
         let out = self
             .command()
-            .args(["-j", "list", "table", "inet", NFT_TABLE])
+            .args(if terse { &["-t", "-j"][..] } else { &["-j"][..] })
+            .args(["list", "table", "inet", NFT_TABLE])
             .output()
             .into_diagnostic()
             .wrap_err("cannot run nft (is nftables installed?)")?;
@@ -157,10 +172,7 @@ impl NftBackend {
     /// sha256 over the normalised live table ("absent" when there is none): what a saved plan
     /// records, so `fwc apply plan.json` can refuse when the live state changed since.
     pub fn live_hash(&self) -> Result<String> {
-        Ok(match self.list_table()? {
-            Some(v) => sha256_hex(serde_json::to_string(&normalize(&v)).unwrap().as_bytes()),
-            None => sha256_hex(b"absent"),
-        })
+        Ok(hash_of_listing(self.list_table()?.as_ref()))
     }
 
     /// How the kernel renders `nftables` when listed: load it into a private, empty network
@@ -192,7 +204,7 @@ impl NftBackend {
             return Ok(Ok(v));
         }
         let mut tmp = tempfile::Builder::new().prefix("fwc-nft-").suffix(".json").tempfile().into_diagnostic()?;
-        serde_json::to_writer(&mut tmp, &replace_tx(nftables)?).into_diagnostic()?;
+        tmp.write_all(&serde_json::to_vec(&replace_tx(nftables)?).into_diagnostic()?).into_diagnostic()?;
         tmp.flush().into_diagnostic()?;
         let child = Command::new("unshare")
             .args(["-n", "sh", "-c", "\"$1\" -j -f \"$2\" && \"$1\" -j list table inet fwc", "sh", &self.nft])
@@ -226,8 +238,20 @@ impl NftBackend {
 
     /// Compare the live table with the expected `nftables.json`.
     pub fn drift(&mut self, expected: &Value) -> Result<Observation> {
-        let want = self.canonical(expected)?;
         let live = self.list_table()?;
+        self.drift_of(expected, live)
+    }
+
+    /// [`Self::drift`] against a listing already taken (`list_table`), so a caller that also
+    /// needs [`hash_of_listing`] lists a large table once.
+    pub fn drift_of(&mut self, expected: &Value, live: Option<Value>) -> Result<Observation> {
+        self.compare(expected, live, false)
+    }
+
+    /// Compare `live` with the kernel's rendering of `expected`; `terse`: `live` was listed
+    /// without set elements, so they are left out of the comparison.
+    fn compare(&mut self, expected: &Value, live: Option<Value>, terse: bool) -> Result<Observation> {
+        let want = self.canonical(expected)?;
         let want_empty = items(expected)?.is_empty();
         let mut obs = Observation::default();
         match live {
@@ -237,8 +261,15 @@ impl NftBackend {
                 if want_empty {
                     obs.drift.push(format!("table inet {NFT_TABLE} exists but fwc has nothing applied"));
                 } else {
-                    let text = self.list_table_text();
-                    obs.drift = describe_drift(&normalize(&want), &normalize(&live), text.as_deref());
+                    let (want, live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
+                    // The text listing (rules in nft syntax for the report) is a second full
+                    // listing: taken only when there is drift to describe.
+                    if describe_drift(&want, &live, None).is_empty() {
+                        obs.drift = vec![];
+                    } else {
+                        let text = self.list_table_text();
+                        obs.drift = describe_drift(&want, &live, text.as_deref());
+                    }
                 }
                 obs.counters = counters(&live);
             }
@@ -277,14 +308,20 @@ impl Backend for NftBackend {
     }
 
     fn commit(&mut self) -> miette::Result<()> {
-        let staged = self.staged.clone().ok_or_else(|| miette!("nftables: commit without prepare"))?;
-        let mut tx = staged.tx;
-        if injected_failure("commit", BackendKind::Nftables) {
+        let staged = self.staged.as_ref().ok_or_else(|| miette!("nftables: commit without prepare"))?;
+        let injected;
+        let tx = if injected_failure("commit", BackendKind::Nftables) {
+            let mut tx = staged.tx.clone();
             tx["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
-        }
-        self.run_file(&tx, false).wrap_err("nftables: commit (nft -j -f) failed; the kernel aborted the whole transaction")?;
-        self.committed = true;
+            injected = tx;
+            &injected
+        } else {
+            &staged.tx
+        };
+        self.run_file(tx, false).wrap_err("nftables: commit (nft -j -f) failed; the kernel aborted the whole transaction")?;
         tracing::debug!(hash = %staged.hash, "nftables committed");
+        self.committed = true;
+        self.verify_pending = true;
         Ok(())
     }
 
@@ -305,7 +342,20 @@ impl Backend for NftBackend {
     }
 
     fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
+        if std::mem::take(&mut self.verify_pending) {
+            let live = self.list_table_with(true)?;
+            return self.compare(&expected.nftables, live, true);
+        }
         self.drift(&expected.nftables)
+    }
+}
+
+/// sha256 over a normalised listing ("absent" when there is no table): what a saved plan
+/// records, so `fwc apply plan.json` can refuse when the live state changed since.
+pub fn hash_of_listing(live: Option<&Value>) -> String {
+    match live {
+        Some(v) => sha256_hex(serde_json::to_string(&normalize(v)).unwrap().as_bytes()),
+        None => sha256_hex(b"absent"),
     }
 }
 
@@ -399,6 +449,12 @@ impl serde::Serialize for Normalized {
 /// Remove handles, counter values, quota usage, element expiry; sort set elements (except in
 /// dynamic sets, whose contents the kernel fills at run time and which are ignored).
 pub fn normalize(listing: &Value) -> Normalized {
+    normalize_with(listing, true)
+}
+
+/// [`normalize`]; `elements: false` leaves the elements of sets and maps out (what a terse
+/// listing, `nft -t`, does not show).
+fn normalize_with(listing: &Value, elements: bool) -> Normalized {
     let mut n = Normalized::default();
     let Some(arr) = listing.get("nftables").and_then(Value::as_array) else { return n };
     for o in arr {
@@ -407,7 +463,15 @@ pub fn normalize(listing: &Value) -> Normalized {
         if kind == "metainfo" || kind == "table" {
             continue;
         }
-        let mut body = body.clone();
+        let mut body = if !elements && (kind == "set" || kind == "map") {
+            let mut b = body.clone();
+            if let Value::Object(m) = &mut b {
+                m.remove("elem");
+            }
+            b
+        } else {
+            body.clone()
+        };
         strip_volatile(&mut body);
         if let Value::Object(b) = &mut body {
             b.remove("handle");

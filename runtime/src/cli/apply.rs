@@ -202,8 +202,11 @@ fn file_hashes(a: &Artifacts) -> BTreeMap<&'static str, String> {
 
 /// sha256 over the live state: the normalised live nftables table plus the applied generation.
 pub fn live_hash(state: &StateDir, nft: &NftBackend) -> Result<String> {
+    live_hash_of(state, &nft.live_hash()?)
+}
+
+fn live_hash_of(state: &StateDir, nft_hash: &str) -> Result<String> {
     let ptr = state.pointer()?;
-    let nft_hash = nft.live_hash()?;
     Ok(sha256_hex(format!("nft={nft_hash}\ngen={}\n", ptr.current.as_deref().unwrap_or("-")).as_bytes()))
 }
 
@@ -211,10 +214,13 @@ pub fn live_hash(state: &StateDir, nft: &NftBackend) -> Result<String> {
 pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source: String) -> Result<LivePlan> {
     let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     let current = state.current()?;
-    let live_hash = live_hash(state, &nft)?;
+    // One listing of the live table serves the hash and the drift check (it is the costly
+    // part with large sets).
+    let live = nft.list_table()?;
+    let live_hash = live_hash_of(state, &crate::backend::nft::hash_of_listing(live.as_ref()))?;
     let drift = match &current {
-        Some(g) => nft.observe(&g.artifacts)?.drift,
-        None => match nft.list_table()? {
+        Some(g) => nft.drift_of(&g.artifacts.nftables, live)?.drift,
+        None => match live {
             Some(_) => vec!["table inet fwc exists but fwc has no applied state here (it will be replaced)".into()],
             None => vec![],
         },
