@@ -25,7 +25,7 @@ fn class(id: u32, rule: &str, rate: u64, ifname: &str) -> QosClass {
         mark: id << 16,
         kind: RuleKind::Shape,
         rule: rule.into(),
-        direction: if id % 2 == 0 { QosDirection::Up } else { QosDirection::Down },
+        direction: if id.is_multiple_of(2) { QosDirection::Up } else { QosDirection::Down },
         rate_bytes_per_sec: rate,
         burst_bytes: (rate / 2).max(65536),
         interfaces: vec![ifname.into()],

@@ -285,6 +285,7 @@ impl Backend for NftBackend {
 
     fn prepare(&mut self, next: &Artifacts) -> miette::Result<()> {
         self.committed = false;
+        self.verify_pending = false;
         let mut tx = replace_tx(&next.nftables)?;
         if injected_failure("prepare", BackendKind::Nftables) {
             tx["nftables"].as_array_mut().unwrap().push(json!({"add": {"rule": {
@@ -326,6 +327,7 @@ impl Backend for NftBackend {
     }
 
     fn rollback(&mut self, previous: Option<&Artifacts>) -> miette::Result<()> {
+        self.verify_pending = false;
         if !self.committed {
             // Nothing of ours went live: the previous table is still in place, untouched.
             self.staged = None;
@@ -463,14 +465,11 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
         if kind == "metainfo" || kind == "table" {
             continue;
         }
-        let mut body = if !elements && (kind == "set" || kind == "map") {
-            let mut b = body.clone();
-            if let Value::Object(m) = &mut b {
-                m.remove("elem");
+        let mut body = match body {
+            Value::Object(m) if !elements && (kind == "set" || kind == "map") => {
+                Value::Object(m.iter().filter(|(k, _)| *k != "elem").map(|(k, v)| (k.clone(), v.clone())).collect())
             }
-            b
-        } else {
-            body.clone()
+            _ => body.clone(),
         };
         strip_volatile(&mut body);
         if let Value::Object(b) = &mut body {

@@ -106,7 +106,7 @@ pub struct ConfirmWatchArgs {
 /// Where the artifacts came from.
 pub enum Loaded {
     /// Compiled from a rule repository or read from an artifact dir.
-    Artifacts { artifacts: Artifacts, source: String },
+    Artifacts { artifacts: Box<Artifacts>, source: String },
     /// A saved plan (`fwc plan --out`).
     Plan(Box<LivePlan>),
 }
@@ -153,7 +153,7 @@ pub fn load(path: &Path, host: Option<&str>, color: bool) -> Result<Loaded> {
         return Ok(Loaded::Plan(Box::new(plan)));
     }
     let (artifacts, source) = load_artifacts(path, host, color)?;
-    Ok(Loaded::Artifacts { artifacts, source })
+    Ok(Loaded::Artifacts { artifacts: Box::new(artifacts), source })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -400,7 +400,7 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
             }
             make_plan(&state, netns.as_deref(), saved.artifacts, saved.source)?
         }
-        Loaded::Artifacts { artifacts, source } => make_plan(&state, netns.as_deref(), artifacts, source)?,
+        Loaded::Artifacts { artifacts, source } => make_plan(&state, netns.as_deref(), *artifacts, source)?,
     };
     if !a.json {
         print!("{}", render_plan(&plan, color));
