@@ -12,11 +12,15 @@ use crate::diag::{Diagnostic, Diagnostics};
 pub const ROOT_FILE: &str = "fwc.kdl";
 /// Directory whose `*.kdl` and `*.kdl.j2` files are read too.
 pub const RULES_DIR: &str = "rules";
+/// Directory of policy test files (`*.kdl`, see [`crate::policytest`]); kept apart from the rules.
+pub const TESTS_DIR: &str = "tests";
 
 /// The rule files of a repository: relative path (with `/`) -> contents, in path order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SourceTree {
     pub files: BTreeMap<String, String>,
+    /// Policy test files `tests/**/*.kdl`: relative path -> contents. Not rules.
+    pub tests: BTreeMap<String, String>,
 }
 
 impl SourceTree {
@@ -35,32 +39,19 @@ impl SourceTree {
                 ))
             }
         }
-        let rules = dir.join(RULES_DIR);
-        if rules.is_dir() {
-            let mut stack = vec![rules];
-            while let Some(d) = stack.pop() {
-                let entries = std::fs::read_dir(&d).map_err(|e| io_error(&d, e))?;
-                for entry in entries {
-                    let entry = entry.map_err(|e| io_error(&d, e))?;
-                    let path = entry.path();
-                    if path.is_dir() {
-                        stack.push(path);
-                    } else if is_rule_file(&path.to_string_lossy()) {
-                        let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
-                        let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
-                        files.insert(rel, text);
-                    }
-                }
-            }
-        }
-        Ok(SourceTree { files })
+        read_tree_dir(dir, RULES_DIR, is_rule_file, &mut files)?;
+        let mut tests = BTreeMap::new();
+        read_tree_dir(dir, TESTS_DIR, is_test_file, &mut tests)?;
+        Ok(SourceTree { files, tests })
     }
 
     /// Build a tree from (path, contents) pairs, keeping only rule files (for git trees).
     pub fn from_files<I: IntoIterator<Item = (String, String)>>(files: I) -> SourceTree {
-        SourceTree {
-            files: files.into_iter().filter(|(p, _)| p == ROOT_FILE || (p.starts_with("rules/") && is_rule_file(p))).collect(),
-        }
+        let (tests, files): (BTreeMap<_, _>, BTreeMap<_, _>) = files
+            .into_iter()
+            .filter(|(p, _)| p == ROOT_FILE || (p.starts_with("rules/") && is_rule_file(p)) || (p.starts_with("tests/") && is_test_file(p)))
+            .partition(|(p, _)| p.starts_with("tests/"));
+        SourceTree { files, tests }
     }
 
     pub fn has_templates(&self) -> bool {
@@ -71,6 +62,35 @@ impl SourceTree {
 /// Is this path a rule file (`*.kdl` or `*.kdl.j2`)?
 pub fn is_rule_file(path: &str) -> bool {
     path.ends_with(".kdl") || path.ends_with(".kdl.j2")
+}
+
+/// Is this path a policy test file (`*.kdl`)?
+pub fn is_test_file(path: &str) -> bool {
+    path.ends_with(".kdl")
+}
+
+/// Read every file below `dir/sub` that `keep` accepts into `out` (relative paths with `/`).
+fn read_tree_dir(dir: &Path, sub: &str, keep: fn(&str) -> bool, out: &mut BTreeMap<String, String>) -> Result<(), Diagnostics> {
+    let top = dir.join(sub);
+    if !top.is_dir() {
+        return Ok(());
+    }
+    let mut stack = vec![top];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| io_error(&d, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(&d, e))?;
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if keep(&path.to_string_lossy()) {
+                let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
+                let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+                out.insert(rel, text);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> Diagnostics {
