@@ -382,6 +382,14 @@ pub fn run(tree: &SourceTree) -> Result<Report, RunError> {
     Ok(report)
 }
 
+/// Validate the test files of `tree` (syntax, flows, hosts) without evaluating them: `fwc check`.
+pub fn check(tree: &SourceTree) -> Result<(), Diagnostics> {
+    let mut map = SourceMap::default();
+    let tests = parse(tree, &mut map)?;
+    let plain = crate::syntax::parse_plain(tree, &mut SourceMap::default())?;
+    unknown_hosts(&tests, &crate::host_names(&plain), &map)
+}
+
 /// Check that every `host=` names a host of the repository (also used by `fwc check`).
 pub fn unknown_hosts(tests: &[PolicyTest], hosts: &[String], map: &SourceMap) -> Result<(), Diagnostics> {
     let mut diags = Diagnostics::default();

@@ -8,6 +8,7 @@
 
 pub mod flow;
 pub mod nft;
+pub mod render;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
