@@ -233,7 +233,8 @@ impl Evaluator {
                 index: Some(hit.index),
                 what: match &hit.identity {
                     Some(id) => format!("rule {id} (chain {}, rule {})", hit.chain, hit.index),
-                    None => format!("built-in rule {} of chain {}", hit.index, hit.chain),
+                    None if hit.matches.is_empty() => format!("built-in rule {} of chain {}", hit.index, hit.chain),
+                    None => format!("built-in rule {} of chain {} ({})", hit.index, hit.chain, hit.matches),
                 },
             },
             (None, Some(chain)) => Decision {

@@ -230,6 +230,8 @@ pub struct Hit {
     pub chain: String,
     /// 0-based index of the rule in its chain.
     pub index: usize,
+    /// The rule's matches in nft-like words (`ct status dnat`, `tcp dport 22`).
+    pub matches: String,
     /// The rule's comment (`fwc:<kind>:<name>`), or of the map element that decided.
     pub identity: Option<String>,
     pub effects: Vec<Effect>,
@@ -292,7 +294,7 @@ fn run_chain(t: &Table, base: &ChainDef, policy: Verdict, p: &mut Packet, hits: 
             }
         }
         let rule = &chain.rules[i];
-        let mut hit = Hit { chain: chain.name.clone(), index: i, identity: rule.comment.clone(), effects: Vec::new(), notes: Vec::new() };
+        let mut hit = Hit { chain: chain.name.clone(), index: i, matches: describe_matches(&rule.expr), identity: rule.comment.clone(), effects: Vec::new(), notes: Vec::new() };
         let ctl = eval_rule(t, chain, i, rule, p, &mut hit)?;
         i += 1;
         let Some(ctl) = ctl else { continue };
@@ -450,6 +452,48 @@ fn done(hit: &mut Hit, ctl: Flowctl) -> Flowctl {
         hit.effects.pop();
     }
     ctl
+}
+
+/// The match statements of a rule in nft-like words, for people reading a trace.
+pub fn describe_matches(expr: &[Value]) -> String {
+    fn side(v: &Value) -> String {
+        match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Array(a) => a.iter().map(side).collect::<Vec<_>>().join(","),
+            Value::Object(o) => match o.iter().next() {
+                Some((k, b)) if k == "meta" || k == "ct" => {
+                    let key = b.get("key").and_then(Value::as_str).unwrap_or_default();
+                    match b.get("dir").and_then(Value::as_str) {
+                        Some(d) => format!("{k} {d} {key}"),
+                        None => format!("{k} {key}"),
+                    }
+                }
+                Some((k, b)) if k == "payload" => format!(
+                    "{} {}",
+                    b.get("protocol").and_then(Value::as_str).unwrap_or_default(),
+                    b.get("field").and_then(Value::as_str).unwrap_or_default()
+                ),
+                Some((k, b)) if k == "fib" => format!("fib daddr {}", b.get("result").and_then(Value::as_str).unwrap_or_default()),
+                Some((k, b)) if k == "set" => format!("{{{}}}", side(b)),
+                Some((k, b)) if k == "prefix" => format!("{}/{}", side(&b["addr"]), side(&b["len"])),
+                Some((k, b)) if k == "range" => b.as_array().map(|r| r.iter().map(side).collect::<Vec<_>>().join("-")).unwrap_or_default(),
+                Some((k, b)) if k == "&" || k == "|" => b.as_array().map(|r| r.iter().map(side).collect::<Vec<_>>().join(&format!(" {k} "))).unwrap_or_default(),
+                Some((k, _)) => k.clone(),
+                None => String::new(),
+            },
+            _ => v.to_string(),
+        }
+    }
+    expr.iter()
+        .filter_map(|s| s.get("match"))
+        .map(|m| {
+            let op = m.get("op").and_then(Value::as_str).unwrap_or("==");
+            let op = if op == "==" || op == "in" { String::new() } else { format!("{op} ") };
+            format!("{} {op}{}", side(m.get("left").unwrap_or(&Value::Null)), side(m.get("right").unwrap_or(&Value::Null)))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A value an expression produces.

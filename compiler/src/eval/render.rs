@@ -35,7 +35,8 @@ fn effect(e: &Effect) -> String {
 fn hit_line(out: &mut String, h: &Hit, locs: &BTreeMap<String, Location>) {
     let who = h.identity.as_deref().unwrap_or("(fwc built-in)");
     let effects: Vec<String> = h.effects.iter().map(effect).collect();
-    let _ = write!(out, "    {:<14} #{:<3} {:<28} {}", h.chain, h.index, who, effects.join(", "));
+    let matches = if h.matches.is_empty() { String::new() } else { format!("{} => ", h.matches) };
+    let _ = write!(out, "    {:<14} #{:<3} {:<28} {matches}{}", h.chain, h.index, who, effects.join(", "));
     let _ = writeln!(out, "{}", at(locs, h.identity.as_deref()));
     for n in &h.notes {
         let _ = writeln!(out, "{:>25}note: {n}", "");
