@@ -67,7 +67,7 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report).into_diagnostic()?);
     } else {
-        print!("{}", human(&report, g.color()));
+        print!("{}", human(&report, &a.dir.display().to_string(), g.color()));
     }
     Ok(if report.failed() > 0 { ExitCode::from(EXIT_FAILED) } else { ExitCode::SUCCESS })
 }
@@ -77,7 +77,7 @@ fn loc(l: &fwc_compiler::diag::Location) -> String {
 }
 
 /// One line per expectation; failures get what was expected and what happened.
-fn human(r: &Report, color: bool) -> String {
+fn human(r: &Report, dir: &str, color: bool) -> String {
     let paint = |s: &str, code: &str| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_string() };
     let mut out = String::new();
     if r.results.is_empty() {
@@ -94,7 +94,7 @@ fn human(r: &Report, color: bool) -> String {
             let _ = writeln!(out, "     expected: {}", t.expected);
             let _ = writeln!(out, "     actual:   {}", t.actual);
             let _ = writeln!(out, "     decided by {}{decided_at}", t.decided_by);
-            let _ = writeln!(out, "     see why:  fwc explain . \"{}\" --host {}", flow_arg(&t.explanation.flow), t.host);
+            let _ = writeln!(out, "     see why:  fwc explain {dir} \"{}\" --host {}", flow_arg(&t.explanation.flow), t.host);
         }
     }
     let failed = r.failed();
