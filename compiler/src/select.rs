@@ -142,7 +142,13 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
         } else {
             kernel_forwards.push(f);
         }
-        placements.push(Placement { kind: RuleKind::Forward, name: f.name.value.clone(), chain: None, backends, reason });
+        // Which filter chain judges the forward's new connections (docs/rules.md, "Forwards and
+        // the filter chains"): plan shows it with the backend.
+        let (chain, reason) = match backends.contains(&BackendKind::Userspace) {
+            true => (ChainKind::Input, format!("{reason}; new connections pass the input chain's rules first (a deny there stops them), then fwc accepts the listen port")),
+            false => (ChainKind::Forward, format!("{reason}; new connections, DNATed, pass the forward chain's rules first (a deny there stops them), then fwc accepts them")),
+        };
+        placements.push(Placement { kind: RuleKind::Forward, name: f.name.value.clone(), chain: Some(chain), backends, reason });
     }
 
     let mut shapes: Vec<&ShapeRule> = rs.shapes.iter().filter(|s| applies(&s.on)).collect();

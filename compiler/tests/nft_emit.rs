@@ -329,10 +329,19 @@ fn sets_have_both_families_always() {
 fn filter_rules_split_by_family_and_carry_comments() {
     let doc = emit(&kitchen_sink());
     let input = chain_rules(&doc, "input");
-    // established, lo, nd, invalid, then the userspace forward "api" (from=@office: two families).
+    // established, lo, nd, invalid, the user rules, then the userspace forward "api"
+    // (from=@office: two families) and the DNATed flows of kernel forwards to a local target:
+    // forwards obey the user's denies, their accepts only stand in for the policy.
     let api = rules_with_comment(&doc, "fwc:forward:api");
     assert_eq!(api.len(), 2);
-    assert_eq!(input[4]["comment"], "fwc:forward:api");
+    let comments: Vec<&str> = input.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
+    let last_user = comments.iter().rposition(|c| c.starts_with("fwc:filter:")).unwrap();
+    assert_eq!(&comments[..5], ["-", "-", "-", "-", "fwc:filter:ssh"]);
+    assert_eq!(&comments[last_user + 1..], ["fwc:forward:api", "fwc:forward:api", "-"]);
+    assert_eq!(
+        input.last().unwrap()["expr"],
+        json!([{"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}}, {"accept": null}])
+    );
     assert!(has_stmt(api[0], m(payload("tcp", "dport"), json!(443))));
     assert!(has_stmt(api[0], m(payload("ip", "saddr"), json!("@office_v4"))));
     assert!(has_stmt(api[1], m(payload("ip6", "saddr"), json!("@office_v6"))));
@@ -414,7 +423,6 @@ fn filter_rules_split_by_family_and_carry_comments() {
     assert_eq!(
         dedup,
         [
-            "fwc:forward:api",
             "fwc:filter:ssh",
             "fwc:filter:web",
             "fwc:filter:ping",
@@ -422,7 +430,8 @@ fn filter_rules_split_by_family_and_carry_comments() {
             "fwc:filter:blocked",
             "fwc:filter:ident",
             "fwc:filter:dns",
-            "fwc:filter:udp-reject"
+            "fwc:filter:udp-reject",
+            "fwc:forward:api"
         ]
     );
     // Every chain policy comes from the plan.
@@ -555,12 +564,13 @@ fn forward_guards_shared_by_forward_and_output() {
     let doc = emit(&kitchen_sink());
     let jump = json!([{"jump": {"target": "fwd_guard"}}]);
     let dnat_accept = json!([{"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}}, {"accept": null}]);
-    // forward: established, jump to the guards, ct status dnat accept, user rules.
+    // forward: established, jump to the guards, user rules, then ct status dnat accept
+    // (forwards obey the user's rules: the accept only stands in for the policy).
     let fw = chain_rules(&doc, "forward");
     let comments: Vec<&str> = fw.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
-    assert_eq!(comments, ["-", "-", "-", "fwc:filter:lan-out"]);
+    assert_eq!(comments, ["-", "-", "fwc:filter:lan-out", "-"]);
     assert_eq!(fw[1]["expr"], jump);
-    assert_eq!(fw[2]["expr"], dnat_accept);
+    assert_eq!(fw[3]["expr"], dnat_accept);
     // output: the same guards for clients on the host, then their DNATed flows pass.
     let out = chain_rules(&doc, "output");
     assert_eq!(out[1]["expr"], jump, "before `oif lo accept`: local clients connect to a local address");
@@ -1091,8 +1101,11 @@ fn privileged_dnat_map_forward_carries_traffic() {
         topo.backend.spawn(&["socat", &cmd, &sys]);
         wait_listen(&topo.backend, port);
     }
-    let mut blocked = rule(ChainKind::Forward, Action::Deny, "no-direct");
-    blocked.to = addrs("198.18.2.0/24,2001:db8:2::/64");
+    // A deny that does not match the client: forwards pass it, then fwc's accept.
+    // (A `to=<backend net>` deny would stop the forwards too: in `forward` the destination
+    // is the target. Direct traffic is stopped by the drop policy instead.)
+    let mut blocked = rule(ChainKind::Forward, Action::Deny, "blocked");
+    blocked.from = addrs("198.51.100.0/24,2001:db8:99::/64");
     // A backend that holds each connection open for a while, for max-conns.
     topo.backend.spawn(&["socat", "TCP-LISTEN:9100,reuseaddr,fork", "SYSTEM:echo held; sleep 3"]);
     wait_listen(&topo.backend, 9100);
@@ -1123,7 +1136,7 @@ fn privileged_dnat_map_forward_carries_traffic() {
     let lb: Vec<Option<String>> = (0..2).map(|_| fetch(&topo.client, "198.18.1.1", 6000)).collect();
     assert!(lb.contains(&Some("backend-80".into())) && lb.contains(&Some("backend-9001".into())), "round robin: {lb:?}");
     assert_eq!(fetch(&topo.client, "198.18.1.1", 8081), None, "from= must restrict the forward");
-    // Direct traffic to the backend network is still denied by the user rule.
+    // Direct traffic to the backend network is still dropped by the policy.
     assert_eq!(fetch(&topo.client, "198.18.2.2", 80), None);
     // Locally originated connections are forwarded too (nat output).
     assert_eq!(fetch(&topo.host, "198.18.1.1", 8080).as_deref(), Some("backend-80"), "local client");

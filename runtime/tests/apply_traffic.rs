@@ -383,3 +383,70 @@ fn quickstart_example_forwards_and_refuses() {
     let out = apply_repo(&t, &repo, &state);
     assert!(out.contains("No changes"), "{out}");
 }
+
+/// Start `fwc forward --state-dir STATE` in the host namespace (killed with the namespace's
+/// processes) and wait for its control socket.
+fn start_forwarder(t: &mut Topology, state: &Path) {
+    std::fs::create_dir_all(state).unwrap();
+    let fwd = Command::new("ip")
+        .args(["netns", "exec", &t.host.name, env!("CARGO_BIN_EXE_fwc"), "forward", "--state-dir", state.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    t.host.adopt(fwd);
+    let sock = state.join("forwarder.sock");
+    let t0 = Instant::now();
+    while !sock.exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(sock.exists(), "the forwarder did not create {}", sock.display());
+}
+
+/// Issue #14: forwards obey the filter policy. A blocklisted client (198.18.1.3) reaches
+/// neither a kernel forward (denied in `forward`, the chain its DNATed connection passes) nor
+/// a userspace forward (denied in `input`, where the forwarder's socket is); another client
+/// (198.18.1.2) reaches both. Before the fix, fwc's `ct status dnat accept` and the userspace
+/// listener accepts came before the user's rules and let the blocklisted client through.
+#[test]
+fn blocklist_denies_kernel_and_userspace_forwards() {
+    if !privileged("blocklist_denies_kernel_and_userspace_forwards") {
+        return;
+    }
+    let mut t = Topology::new();
+    t.client.exec(&["ip", "addr", "add", "198.18.1.3/24", "dev", &t.client_if, "nodad"]);
+    serve(&mut t.backend, None, 80, "kernel80");
+    serve(&mut t.backend, None, 81, "userspace81");
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    start_forwarder(&mut t, &state);
+    let repo = tmp.path().join("repo");
+    write_repo(
+        &repo,
+        r#"fwc 1
+set "blocklist" "198.18.1.3"
+forward "web" listen=":8080" to="198.18.2.2:80"
+forward "web-us" listen=":8081" to="198.18.2.2:81" backend="userspace"
+forward policy=drop {
+    deny "blocked-fwd" from="@blocklist"
+}
+input {
+    deny "blocked-in" from="@blocklist"
+}
+"#,
+    );
+    let out = apply_repo(&t, &repo, &state);
+    assert!(out.contains("pass the forward chain's rules first"), "plan names the chain of the kernel forward:\n{out}");
+    assert!(out.contains("pass the input chain's rules first"), "plan names the chain of the userspace forward:\n{out}");
+
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8080, Some("198.18.1.2")), Probe::Ok("kernel80".into()), "kernel forward, allowed client");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8081, Some("198.18.1.2")), Probe::Ok("userspace81".into()), "userspace forward, allowed client");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8080, Some("198.18.1.3")), Probe::Timeout, "kernel forward, blocklisted client");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8081, Some("198.18.1.3")), Probe::Timeout, "userspace forward, blocklisted client");
+    // The denies counted the blocked attempts (the kernel saw them, not a lucky timeout).
+    let listed = t.host.exec(&["nft", "list", "chain", "inet", "fwc", "forward"]);
+    assert!(!listed.contains("packets 0 bytes 0 drop comment \"fwc:filter:blocked-fwd\""), "{listed}");
+    let listed = t.host.exec(&["nft", "list", "chain", "inet", "fwc", "input"]);
+    assert!(!listed.contains("packets 0 bytes 0 drop comment \"fwc:filter:blocked-in\""), "{listed}");
+}

@@ -16,9 +16,10 @@
 //!   set fwd_ports_tcp, fwd_ports_udp     inet_service (interval): listen ports of kernel forwards
 //!   chain input    filter/input/0     ct state established,related accept; iif lo accept;
 //!                                     icmpv6 neighbour discovery accept; ct state invalid drop;
-//!                                     userspace listener accepts; user rules
+//!                                     user rules; userspace listener accepts;
+//!                                     ct status dnat accept (kernel forwards to a local target)
 //!   chain forward  filter/forward/0   ct state established,related accept; jump fwd_guard;
-//!                                     ct status dnat accept; user rules
+//!                                     user rules; ct status dnat accept
 //!   chain output   filter/output/0    ct state established,related accept; jump fwd_guard;
 //!                                     oif lo accept; icmpv6 neighbour discovery accept;
 //!                                     forwarder accepts (IP targets; FORWARDER_SOCKET_MARK for
@@ -85,6 +86,17 @@
 //! so both paths share one limit. Each guard is one rule, counting its own connections: a
 //! `proto="both"` forward gets one per protocol, a forward whose `from=` has both address
 //! families one per family (so the limits apply per protocol / family).
+//!
+//! # Forwards and the filter chains
+//!
+//! A forward's new connection is judged by the user rules of the chain it passes, and only
+//! then accepted by fwc (the accept stands in for the chain's policy): a kernel forward to
+//! another host is DNATed in prerouting and routed through `forward`, so `forward`'s user
+//! rules see it (destination already the target: `th dport`/`daddr` are the target's); a
+//! userspace forward's client connects to the forwarder on this host, so `input`'s user rules
+//! see it (destination = the listen port). The forward's own `from=` is an extra condition
+//! on top (no DNAT / no accept for other sources). Packets of accepted flows take the
+//! `ct state established,related accept` fast path at the top of each chain.
 //!
 //! # Output with `policy=drop`
 //!
@@ -1383,16 +1395,12 @@ pub fn emit(plan: &HostPlan) -> Value {
                 out.rule(name, vec![eq(meta(MetaKey::Iif), s("lo")), accept()], None);
                 out.rule(name, nd(), None);
                 out.rule(name, vec![ct_state(&["invalid"]), drop_()], None);
-                for f in &plan.userspace_forwards {
-                    userspace_accept(&mut out, plan, f);
-                }
             }
             ChainKind::Forward => {
                 out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
                 if !guards.is_empty() {
                     out.rule(name, vec![jump(chains::FWD_GUARD)], None);
                 }
-                out.rule(name, vec![ct_status_dnat(), accept()], None);
             }
             ChainKind::Output => {
                 out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
@@ -1422,6 +1430,25 @@ pub fn emit(plan: &HostPlan) -> Value {
         }
         for r in &c.rules {
             filter_rule(&mut out, plan, r);
+        }
+        // Forwards obey the filter policy: their accepts come AFTER the user's rules, so a
+        // `deny`/`reject` of the chain a forward's new connection passes stops it, and the
+        // accept only stands in for the chain's policy (see "Forwards and the filter chains"
+        // in docs/rules.md). Established/related packets took the fast path above.
+        match c.kind {
+            // Userspace forwards: the client connects to the forwarder's socket on this host.
+            // Kernel forwards to a local target (DNAT to an address of this host) arrive here too.
+            ChainKind::Input => {
+                for f in &plan.userspace_forwards {
+                    userspace_accept(&mut out, plan, f);
+                }
+                if has_nat {
+                    out.rule(name, vec![ct_status_dnat(), accept()], None);
+                }
+            }
+            // Kernel forwards to another host: DNATed in prerouting, routed through `forward`.
+            ChainKind::Forward => out.rule(name, vec![ct_status_dnat(), accept()], None),
+            ChainKind::Output => {}
         }
     }
 
