@@ -11,6 +11,9 @@ use fwc_compiler::eval::{Evaluator, Flow, FlowSpec, Origin, L4};
 use fwc_compiler::source::SourceTree;
 use fwc_runtime::kernel_eval;
 
+/// The tests here run one at a time: the cleanup checks look at every scratch namespace of this process.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// xorshift64*: deterministic, seeded, no dependency.
 struct Rng(u64);
 impl Rng {
@@ -128,6 +131,7 @@ fn pure_and_kernel_evaluators_agree() {
     if !fwc_testkit::privileged("pure_and_kernel_evaluators_agree") {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rulesets: usize = std::env::var("FWC_KERNEL_EVAL_RULESETS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
     let per: usize = std::env::var("FWC_KERNEL_EVAL_FLOWS").ok().and_then(|v| v.parse().ok()).unwrap_or(120);
     let seed: u64 = std::env::var("FWC_KERNEL_EVAL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_f00d);
@@ -174,4 +178,51 @@ fn pure_and_kernel_evaluators_agree() {
     eprintln!("pure vs kernel: {cases} cases ({compiled} of {rulesets} generated rulesets compiled, {per} flows each), verdicts {verdicts:?}, {:.1} s, seed {seed:#x}", took.as_secs_f64());
     assert!(compiled * 10 >= rulesets * 8, "only {compiled} of {rulesets} generated rulesets compiled: fix the generator");
     assert!(disagreements.is_empty(), "{} of {cases} cases disagree; first:\n{}", disagreements.len(), disagreements.iter().take(3).cloned().collect::<Vec<_>>().join("\n\n"));
+}
+
+fn scratch_namespaces() -> Vec<String> {
+    let out = std::process::Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let prefix = format!("fwc-k-{}-", std::process::id());
+    String::from_utf8_lossy(&out.stdout).split_whitespace().filter(|n| n.starts_with(&prefix)).map(str::to_string).collect()
+}
+
+#[test]
+fn a_failed_load_leaves_nothing_behind() {
+    if !fwc_testkit::privileged("a_failed_load_leaves_nothing_behind") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tree = SourceTree::from_files([("fwc.kdl".to_string(), "fwc 1\ninput policy=drop {\n allow \"ssh\" proto=tcp port=22\n}\n".to_string())]);
+    let (mut art, _) = fwc_compiler::compile(&tree, None, None).unwrap();
+    let flow = Flow::parse("tcp 192.0.2.1:1000 -> :22").unwrap();
+    // A good load works and is cleaned up...
+    let k = kernel_eval::evaluate(&art, std::slice::from_ref(&flow)).unwrap();
+    assert_eq!(k[0].as_ref().unwrap().identity.as_deref(), Some("fwc:filter:ssh"));
+    assert!(scratch_namespaces().is_empty(), "{:?}", scratch_namespaces());
+    // ...and a ruleset the kernel refuses fails with the step named, leaving no namespace.
+    art.nftables["nftables"].as_array_mut().unwrap().push(serde_json::json!({"add": {"rule": {"family": "inet", "table": "fwc", "chain": "nope", "expr": [{"accept": null}]}}}));
+    let err = kernel_eval::evaluate(&art, &[flow]).unwrap_err().to_string();
+    assert!(err.starts_with("load nftables.json:"), "{err}");
+    assert!(scratch_namespaces().is_empty(), "{:?}", scratch_namespaces());
+}
+
+#[test]
+fn fwc_test_kernel_on_the_examples() {
+    if !fwc_testkit::privileged("fwc_test_kernel_on_the_examples") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for ex in ["quickstart", "edge-host", "fleet"] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fwc"))
+            .args(["test", "--kernel", "--color=never"])
+            .arg(root.join("examples").join(ex))
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{ex}:\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
+        assert!(!out.contains("DISAGREES"), "{out}");
+        assert!(out.matches("[kernel agrees]").count() >= 8, "{ex}: {out}");
+    }
+    assert!(scratch_namespaces().is_empty());
 }
