@@ -1,5 +1,5 @@
 //! Finding and holding the rule files: `fwc.kdl` at the root and every `*.kdl` / `*.kdl.j2`
-//! under `rules/`, in path order. A [`SourceTree`] is read from a directory (the compiler's
+//! under `rules/`, in path order, and the set files under `lists/` (`set … file=`). A [`SourceTree`] is read from a directory (the compiler's
 //! only I/O) or built in memory (the agent builds it from git objects).
 
 use std::collections::BTreeMap;
@@ -12,11 +12,15 @@ use crate::diag::{Diagnostic, Diagnostics};
 pub const ROOT_FILE: &str = "fwc.kdl";
 /// Directory whose `*.kdl` and `*.kdl.j2` files are read too.
 pub const RULES_DIR: &str = "rules";
+/// Directory of set files (any name), read by `set … file="lists/…"` (see `setfile`).
+pub const LISTS_DIR: &str = "lists";
 
 /// The rule files of a repository: relative path (with `/`) -> contents, in path order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SourceTree {
     pub files: BTreeMap<String, String>,
+    /// Set files: every file under `lists/`, relative path -> contents.
+    pub lists: BTreeMap<String, String>,
 }
 
 impl SourceTree {
@@ -53,14 +57,14 @@ impl SourceTree {
                 }
             }
         }
-        Ok(SourceTree { files })
+        let lists = read_lists(dir)?;
+        Ok(SourceTree { files, lists })
     }
 
     /// Build a tree from (path, contents) pairs, keeping only rule files (for git trees).
     pub fn from_files<I: IntoIterator<Item = (String, String)>>(files: I) -> SourceTree {
-        SourceTree {
-            files: files.into_iter().filter(|(p, _)| p == ROOT_FILE || (p.starts_with("rules/") && is_rule_file(p))).collect(),
-        }
+        let (lists, files) = files.into_iter().filter(|(p, _)| is_tree_file(p)).partition(|(p, _)| is_list_file(p));
+        SourceTree { files, lists }
     }
 
     pub fn has_templates(&self) -> bool {
@@ -71,6 +75,39 @@ impl SourceTree {
 /// Is this path a rule file (`*.kdl` or `*.kdl.j2`)?
 pub fn is_rule_file(path: &str) -> bool {
     path.ends_with(".kdl") || path.ends_with(".kdl.j2")
+}
+
+/// Is this repository path a set file (anything under `lists/`)?
+pub fn is_list_file(path: &str) -> bool {
+    path.strip_prefix(LISTS_DIR).is_some_and(|r| r.starts_with('/'))
+}
+
+/// Does this repository path belong in a [`SourceTree`] (root file, rule file, set file)?
+/// The git readers use it to pick blobs.
+pub fn is_tree_file(path: &str) -> bool {
+    path == ROOT_FILE || (path.starts_with("rules/") && is_rule_file(path)) || is_list_file(path)
+}
+
+/// Every file under `dir/lists/` (recursively), relative path -> contents.
+fn read_lists(dir: &Path) -> Result<BTreeMap<String, String>, Diagnostics> {
+    let mut lists = BTreeMap::new();
+    let mut stack = vec![dir.join(LISTS_DIR)];
+    while let Some(d) = stack.pop() {
+        if !d.is_dir() {
+            continue;
+        }
+        for entry in std::fs::read_dir(&d).map_err(|e| io_error(&d, e))? {
+            let path = entry.map_err(|e| io_error(&d, e))?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
+                let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+                lists.insert(rel, text);
+            }
+        }
+    }
+    Ok(lists)
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> Diagnostics {
