@@ -14,6 +14,8 @@ pub const ROOT_FILE: &str = "fwc.kdl";
 pub const RULES_DIR: &str = "rules";
 /// Directory of set files (any name), read by `set … file="lists/…"` (see `setfile`).
 pub const LISTS_DIR: &str = "lists";
+/// Directory of policy test files (`*.kdl`, see [`crate::policytest`]); kept apart from the rules.
+pub const TESTS_DIR: &str = "tests";
 
 /// The rule files of a repository: relative path (with `/`) -> contents, in path order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -21,6 +23,8 @@ pub struct SourceTree {
     pub files: BTreeMap<String, String>,
     /// Set files: every file under `lists/`, relative path -> contents.
     pub lists: BTreeMap<String, String>,
+    /// Policy test files `tests/**/*.kdl`: relative path -> contents. Not rules.
+    pub tests: BTreeMap<String, String>,
 }
 
 impl SourceTree {
@@ -39,32 +43,22 @@ impl SourceTree {
                 ))
             }
         }
-        let rules = dir.join(RULES_DIR);
-        if rules.is_dir() {
-            let mut stack = vec![rules];
-            while let Some(d) = stack.pop() {
-                let entries = std::fs::read_dir(&d).map_err(|e| io_error(&d, e))?;
-                for entry in entries {
-                    let entry = entry.map_err(|e| io_error(&d, e))?;
-                    let path = entry.path();
-                    if path.is_dir() {
-                        stack.push(path);
-                    } else if is_rule_file(&path.to_string_lossy()) {
-                        let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
-                        let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
-                        files.insert(rel, text);
-                    }
-                }
-            }
-        }
-        let lists = read_lists(dir)?;
-        Ok(SourceTree { files, lists })
+        read_tree_dir(dir, RULES_DIR, is_rule_file, &mut files)?;
+        let mut tests = BTreeMap::new();
+        read_tree_dir(dir, TESTS_DIR, is_test_file, &mut tests)?;
+        let mut lists = BTreeMap::new();
+        read_tree_dir(dir, LISTS_DIR, |_| true, &mut lists)?;
+        Ok(SourceTree { files, lists, tests })
     }
 
     /// Build a tree from (path, contents) pairs, keeping only rule files (for git trees).
     pub fn from_files<I: IntoIterator<Item = (String, String)>>(files: I) -> SourceTree {
-        let (lists, files) = files.into_iter().filter(|(p, _)| is_tree_file(p)).partition(|(p, _)| is_list_file(p));
-        SourceTree { files, lists }
+        let (tests, files): (BTreeMap<_, _>, BTreeMap<_, _>) = files
+            .into_iter()
+            .filter(|(p, _)| is_tree_file(p))
+            .partition(|(p, _)| p.starts_with("tests/"));
+        let (lists, files) = files.into_iter().partition(|(p, _)| is_list_file(p));
+        SourceTree { files, lists, tests }
     }
 
     pub fn has_templates(&self) -> bool {
@@ -82,32 +76,42 @@ pub fn is_list_file(path: &str) -> bool {
     path.strip_prefix(LISTS_DIR).is_some_and(|r| r.starts_with('/'))
 }
 
-/// Does this repository path belong in a [`SourceTree`] (root file, rule file, set file)?
-/// The git readers use it to pick blobs.
+/// Does this repository path belong in a [`SourceTree`] (root file, rule file, set file,
+/// policy test file)? The git readers use it to pick blobs.
 pub fn is_tree_file(path: &str) -> bool {
-    path == ROOT_FILE || (path.starts_with("rules/") && is_rule_file(path)) || is_list_file(path)
+    path == ROOT_FILE
+        || (path.starts_with("rules/") && is_rule_file(path))
+        || is_list_file(path)
+        || (path.starts_with("tests/") && is_test_file(path))
 }
 
-/// Every file under `dir/lists/` (recursively), relative path -> contents.
-fn read_lists(dir: &Path) -> Result<BTreeMap<String, String>, Diagnostics> {
-    let mut lists = BTreeMap::new();
-    let mut stack = vec![dir.join(LISTS_DIR)];
+/// Is this path a policy test file (`*.kdl`)?
+pub fn is_test_file(path: &str) -> bool {
+    path.ends_with(".kdl")
+}
+
+/// Read every file below `dir/sub` that `keep` accepts into `out` (relative paths with `/`).
+fn read_tree_dir(dir: &Path, sub: &str, keep: fn(&str) -> bool, out: &mut BTreeMap<String, String>) -> Result<(), Diagnostics> {
+    let top = dir.join(sub);
+    if !top.is_dir() {
+        return Ok(());
+    }
+    let mut stack = vec![top];
     while let Some(d) = stack.pop() {
-        if !d.is_dir() {
-            continue;
-        }
-        for entry in std::fs::read_dir(&d).map_err(|e| io_error(&d, e))? {
-            let path = entry.map_err(|e| io_error(&d, e))?.path();
+        let entries = std::fs::read_dir(&d).map_err(|e| io_error(&d, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(&d, e))?;
+            let path = entry.path();
             if path.is_dir() {
                 stack.push(path);
-            } else {
+            } else if keep(&path.to_string_lossy()) {
                 let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
                 let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
-                lists.insert(rel, text);
+                out.insert(rel, text);
             }
         }
     }
-    Ok(lists)
+    Ok(())
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> Diagnostics {

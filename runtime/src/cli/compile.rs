@@ -116,14 +116,17 @@ fn read_tree(dir: &Path) -> std::result::Result<SourceTree, Diagnostics> {
 }
 
 pub fn check(a: CheckArgs, g: &Global) -> Result<ExitCode> {
-    let result = read_tree(&a.dir).and_then(|t| fwc_compiler::check_all(&t).map(|w| (t, w)));
+    let result = read_tree(&a.dir).and_then(|t| fwc_compiler::check_all(&t).map(|w| (t, w))).and_then(|(t, w)| {
+        fwc_compiler::policytest::check(&t)?;
+        Ok((t, w))
+    });
     match result {
         Ok((tree, warnings)) => {
             report(&warnings, a.json, g);
             if !a.json {
                 let mut map = Default::default();
                 let hosts = fwc_compiler::syntax::parse_plain(&tree, &mut map).map(|rs| fwc_compiler::host_names(&rs).len()).unwrap_or(0);
-                println!("ok: {} file(s), {hosts} host(s), {} warning(s)", tree.files.len(), warnings.0.len());
+                println!("ok: {} file(s), {} test file(s), {hosts} host(s), {} warning(s)", tree.files.len(), tree.tests.len(), warnings.0.len());
             }
             Ok(ExitCode::SUCCESS)
         }

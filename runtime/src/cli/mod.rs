@@ -11,6 +11,8 @@ pub mod agent;
 mod qos;
 mod forward;
 pub mod apply;
+pub mod explain;
+pub mod test;
 
 /// Options every subcommand understands.
 #[derive(Debug, Clone, clap::Args)]
@@ -81,6 +83,10 @@ pub enum Command {
     Status(apply::StatusArgs),
     /// Go back to the previously applied artifacts.
     Rollback(apply::RollbackArgs),
+    /// Run the policy tests in tests/*.kdl against the compiled rules (exit 3 if one fails).
+    Test(test::TestArgs),
+    /// Show what the compiled rules do to one flow: path, matching rules, deciding rule (file:line:col), DNAT, QoS, forwarder.
+    Explain(explain::ExplainArgs),
     /// (internal) the reverter process of `fwc apply --confirm`.
     #[command(name = "__confirm-watch", hide = true)]
     ConfirmWatch(apply::ConfirmWatchArgs),
@@ -99,7 +105,7 @@ pub fn main() -> ExitCode {
     // Report commands die quietly on a closed pipe (`fwc compile --json | head`) instead of
     // panicking. Long-running ones (agent, forwarder) keep Rust's SIGPIPE=ignore: they write
     // to sockets that peers may close.
-    if matches!(cli.command, Command::Check(_) | Command::Compile(_) | Command::Plan(_) | Command::Schema(_) | Command::Completions(_)) {
+    if matches!(cli.command, Command::Check(_) | Command::Test(_) | Command::Explain(_) | Command::Compile(_) | Command::Plan(_) | Command::Schema(_) | Command::Completions(_)) {
         // SAFETY: setting a signal disposition before any thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
@@ -122,6 +128,8 @@ pub fn main() -> ExitCode {
         Command::Status(a) => apply::status(a, &g),
         Command::Rollback(a) => apply::rollback(a, &g),
         Command::ConfirmWatch(a) => apply::confirm_watch(a),
+        Command::Test(a) => test::run(a, &g),
+        Command::Explain(a) => explain::run(a, &g),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,307 @@
+//! A flow to evaluate: the first packet of a new connection, where it enters the host (from
+//! outside to a local address, routed through, or sent by the host) and its interfaces. Parsed
+//! from `fwc explain`'s one-line form (`tcp 203.0.113.5:40000 -> 198.18.1.1:8080`) or built
+//! from a policy test's properties.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The address that stands for "this host" when a flow names only a port (`-> :22`).
+pub const DEFAULT_LOCAL_V4: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
+pub const DEFAULT_LOCAL_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+/// The client when a flow names none: outside every documentation range fwc's examples use.
+pub const DEFAULT_REMOTE_V4: Ipv4Addr = Ipv4Addr::new(198, 18, 200, 1);
+pub const DEFAULT_REMOTE_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1);
+/// Source port when none is given.
+pub const DEFAULT_SPORT: u16 = 40000;
+
+/// Transport protocol of a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum L4 {
+    Tcp,
+    Udp,
+    Icmp,
+    Icmpv6,
+}
+
+impl L4 {
+    pub fn number(self) -> u64 {
+        match self {
+            L4::Tcp => 6,
+            L4::Udp => 17,
+            L4::Icmp => 1,
+            L4::Icmpv6 => 58,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            L4::Tcp => "tcp",
+            L4::Udp => "udp",
+            L4::Icmp => "icmp",
+            L4::Icmpv6 => "icmpv6",
+        }
+    }
+    pub fn has_ports(self) -> bool {
+        matches!(self, L4::Tcp | L4::Udp)
+    }
+    pub fn parse(s: &str) -> Option<L4> {
+        match s {
+            "tcp" => Some(L4::Tcp),
+            "udp" => Some(L4::Udp),
+            "icmp" => Some(L4::Icmp),
+            "icmpv6" | "ipv6-icmp" => Some(L4::Icmpv6),
+            _ => None,
+        }
+    }
+}
+
+/// Where the first packet meets the host: the filter chain that decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// Arrives from outside, addressed to this host (a DNAT may still route it on).
+    Input,
+    /// Arrives from outside, addressed elsewhere: routed through the host.
+    Forward,
+    /// Sent by a process on this host.
+    Output,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Input => "input",
+            Origin::Forward => "forward",
+            Origin::Output => "output",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Origin> {
+        match s {
+            "input" => Some(Origin::Input),
+            "forward" => Some(Origin::Forward),
+            "output" => Some(Origin::Output),
+            _ => None,
+        }
+    }
+}
+
+/// The first packet of a new connection.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Flow {
+    pub proto: L4,
+    pub saddr: IpAddr,
+    pub sport: u16,
+    pub daddr: IpAddr,
+    /// Destination port (TCP/UDP) or ICMP type (ICMP: 8 echo request; ICMPv6: 128).
+    pub dport: u16,
+    pub origin: Origin,
+    /// Interface the packet arrives on (`None`: an interface no rule names; output: none).
+    pub iif: Option<String>,
+    /// Interface it leaves by (`None`: one no rule names; to a local address: `lo`).
+    pub oif: Option<String>,
+}
+
+/// A flow description that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct FlowError {
+    pub message: String,
+    pub help: String,
+}
+
+fn flow_err<T>(message: impl Into<String>) -> Result<T, FlowError> {
+    Err(FlowError {
+        message: message.into(),
+        help: "write a flow as `PROTO [SRC[:PORT]] -> [DST]:PORT`, e.g. `tcp 203.0.113.5:40000 -> 198.18.1.1:8080`, \
+`udp -> :53`, `tcp [2001:db8::5]:40000 -> [2001:db8::10]:8443`, `icmp 192.0.2.1 -> 198.18.1.1`"
+            .into(),
+    })
+}
+
+/// An endpoint as written: an optional address and an optional port (`1.2.3.4:80`, `:22`,
+/// `[2001:db8::1]:443`, `2001:db8::1`, `10.0.0.0`).
+pub fn parse_endpoint(s: &str) -> Result<(Option<IpAddr>, Option<u16>), FlowError> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok((None, None));
+    }
+    let port = |p: &str| -> Result<Option<u16>, FlowError> {
+        match p.parse::<u16>() {
+            Ok(0) | Err(_) => flow_err(format!("\"{p}\" is not a port (1-65535)")),
+            Ok(n) => Ok(Some(n)),
+        }
+    };
+    let addr = |a: &str| -> Result<Option<IpAddr>, FlowError> {
+        if a.is_empty() {
+            return Ok(None);
+        }
+        a.parse::<IpAddr>().map(Some).or_else(|_| flow_err(format!("\"{a}\" is not an IP address")))
+    };
+    if let Some(rest) = s.strip_prefix('[') {
+        let Some((a, tail)) = rest.split_once(']') else { return flow_err(format!("\"{s}\": `[` without `]`")) };
+        let a = addr(a)?;
+        return match tail.strip_prefix(':') {
+            Some(p) => Ok((a, port(p)?)),
+            None if tail.is_empty() => Ok((a, None)),
+            None => flow_err(format!("\"{s}\": expected `:PORT` after `]`")),
+        };
+    }
+    if s.matches(':').count() > 1 {
+        // A bare IPv6 address (ports on IPv6 need brackets).
+        return Ok((addr(s)?, None));
+    }
+    match s.split_once(':') {
+        Some((a, p)) => Ok((addr(a)?, port(p)?)),
+        None if s.chars().all(|c| c.is_ascii_digit()) => Ok((None, port(s)?)),
+        None => Ok((addr(s)?, None)),
+    }
+}
+
+/// The parts a flow is built from; unset parts take the documented defaults.
+#[derive(Debug, Clone, Default)]
+pub struct FlowSpec {
+    pub proto: Option<L4>,
+    pub from: (Option<IpAddr>, Option<u16>),
+    pub to: (Option<IpAddr>, Option<u16>),
+    pub origin: Option<Origin>,
+    pub iif: Option<String>,
+    pub oif: Option<String>,
+}
+
+impl FlowSpec {
+    /// Fill the defaults and check the parts fit together.
+    pub fn build(self) -> Result<Flow, FlowError> {
+        let proto = self.proto.unwrap_or(L4::Tcp);
+        let family_v6 = match (self.from.0, self.to.0) {
+            (Some(a), Some(b)) if a.is_ipv4() != b.is_ipv4() => {
+                return flow_err(format!("source {a} and destination {b} are of different address families"))
+            }
+            (Some(a), _) | (None, Some(a)) => a.is_ipv6(),
+            (None, None) => proto == L4::Icmpv6,
+        };
+        match (proto, family_v6) {
+            (L4::Icmp, true) => return flow_err("icmp is IPv4; use icmpv6 for IPv6"),
+            (L4::Icmpv6, false) => return flow_err("icmpv6 is IPv6; use icmp for IPv4"),
+            _ => {}
+        }
+        let origin = self.origin.unwrap_or(Origin::Input);
+        let local = if family_v6 { IpAddr::V6(DEFAULT_LOCAL_V6) } else { IpAddr::V4(DEFAULT_LOCAL_V4) };
+        let remote = if family_v6 { IpAddr::V6(DEFAULT_REMOTE_V6) } else { IpAddr::V4(DEFAULT_REMOTE_V4) };
+        let (saddr, daddr) = match origin {
+            Origin::Input | Origin::Forward => (self.from.0.unwrap_or(remote), self.to.0.unwrap_or(local)),
+            Origin::Output => (self.from.0.unwrap_or(local), self.to.0.unwrap_or(remote)),
+        };
+        if origin == Origin::Forward && self.to.0.is_none() {
+            return flow_err("a routed (forward) flow needs a destination address that is not this host's");
+        }
+        let dport = match (proto.has_ports(), self.to.1) {
+            (true, Some(p)) => p,
+            (true, None) => return flow_err(format!("a {} flow needs a destination port", proto.as_str())),
+            (false, Some(_)) => return flow_err(format!("{} has no ports", proto.as_str())),
+            (false, None) if proto == L4::Icmp => 8,
+            (false, None) => 128,
+        };
+        let sport = if proto.has_ports() { self.from.1.unwrap_or(DEFAULT_SPORT) } else { 0 };
+        if origin == Origin::Output && self.iif.is_some() {
+            return flow_err("a flow sent by this host has no input interface");
+        }
+        Ok(Flow { proto, saddr, sport, daddr, dport, origin, iif: self.iif, oif: self.oif })
+    }
+}
+
+impl Flow {
+    /// Parse `PROTO [SRC[:PORT]] -> [DST]:PORT [in IF] [out IF] [input|forward|output]`.
+    pub fn parse(s: &str) -> Result<Flow, FlowError> {
+        let mut words = s.split_whitespace().peekable();
+        let Some(p) = words.next() else { return flow_err("empty flow") };
+        let Some(proto) = L4::parse(p) else { return flow_err(format!("unknown protocol \"{p}\" (tcp, udp, icmp, icmpv6)")) };
+        let mut spec = FlowSpec { proto: Some(proto), ..FlowSpec::default() };
+        match words.next() {
+            Some("->") => {}
+            Some(src) => {
+                spec.from = parse_endpoint(src)?;
+                if words.next() != Some("->") {
+                    return flow_err("expected `->` after the source");
+                }
+            }
+            None => return flow_err("expected `-> DST`"),
+        }
+        let Some(dst) = words.next() else { return flow_err("expected a destination after `->`") };
+        spec.to = parse_endpoint(dst)?;
+        while let Some(w) = words.next() {
+            match w {
+                "in" | "out" => {
+                    let Some(name) = words.next() else { return flow_err(format!("`{w}` needs an interface name")) };
+                    if w == "in" {
+                        spec.iif = Some(name.to_string());
+                    } else {
+                        spec.oif = Some(name.to_string());
+                    }
+                }
+                other => match Origin::parse(other) {
+                    Some(o) => spec.origin = Some(o),
+                    None => return flow_err(format!("unexpected \"{other}\" (in IF, out IF, input, forward, output)")),
+                },
+            }
+        }
+        spec.build()
+    }
+
+    pub fn is_ipv6(&self) -> bool {
+        self.saddr.is_ipv6()
+    }
+}
+
+fn endpoint(f: &mut fmt::Formatter<'_>, a: IpAddr, port: Option<u16>) -> fmt::Result {
+    match (a, port) {
+        (IpAddr::V6(a), Some(p)) => write!(f, "[{a}]:{p}"),
+        (a, Some(p)) => write!(f, "{a}:{p}"),
+        (a, None) => write!(f, "{a}"),
+    }
+}
+
+impl fmt::Display for Flow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ports = self.proto.has_ports();
+        write!(f, "{} ", self.proto.as_str())?;
+        endpoint(f, self.saddr, ports.then_some(self.sport))?;
+        f.write_str(" -> ")?;
+        endpoint(f, self.daddr, ports.then_some(self.dport))?;
+        if let Some(i) = &self.iif {
+            write!(f, " in {i}")?;
+        }
+        if let Some(o) = &self.oif {
+            write!(f, " out {o}")?;
+        }
+        write!(f, " ({})", self.origin.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_explain_form() {
+        let f = Flow::parse("tcp 203.0.113.5:40000 -> 198.18.1.1:8080").unwrap();
+        assert_eq!(f.to_string(), "tcp 203.0.113.5:40000 -> 198.18.1.1:8080 (input)");
+        let f = Flow::parse("udp -> :53 in eth0").unwrap();
+        assert_eq!((f.saddr, f.daddr, f.dport, f.iif.as_deref()), (IpAddr::V4(DEFAULT_REMOTE_V4), IpAddr::V4(DEFAULT_LOCAL_V4), 53, Some("eth0")));
+        let f = Flow::parse("tcp [2001:db8::5]:1234 -> [2001:db8::10]:8443").unwrap();
+        assert!(f.is_ipv6());
+        assert_eq!(f.sport, 1234);
+        let f = Flow::parse("icmpv6 -> 2001:db8::1").unwrap();
+        assert_eq!(f.dport, 128);
+        let f = Flow::parse("tcp -> 192.0.2.7:25 out eth0 output").unwrap();
+        assert_eq!((f.origin, f.saddr), (Origin::Output, IpAddr::V4(DEFAULT_LOCAL_V4)));
+    }
+
+    #[test]
+    fn refuses_what_does_not_fit() {
+        for bad in ["", "sctp -> :1", "tcp -> 1.2.3.4", "tcp 1.2.3.4 -> [2001:db8::1]:80", "icmp -> 1.2.3.4:5", "tcp -> :0", "icmp -> 2001:db8::1", "tcp -> :22 sideways", "tcp -> :22 forward"] {
+            assert!(Flow::parse(bad).is_err(), "{bad} parsed");
+        }
+        assert!(Flow::parse("tcp 1.2.3.4 ->").unwrap_err().help.contains("PROTO"));
+    }
+}

@@ -1,0 +1,809 @@
+//! An interpreter of `nftables.json` as fwc emits it: chains, jumps/gotos/returns, verdict
+//! maps, named and anonymous sets (prefixes, ranges, concatenations), DNAT maps, `ct` state,
+//! status and marks, `fib daddr type`, mark mangling. It reads the JSON, not the emitter's
+//! code: an expression it does not know is an [`EvalError::Unsupported`], never a guess.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde_json::Value;
+
+use super::flow::{Flow, L4};
+
+/// Why a ruleset could not be evaluated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    #[error("nftables.json: {what} is not something the evaluator understands (chain {chain}, rule {rule})")]
+    Unsupported { chain: String, rule: usize, what: String },
+    #[error("nftables.json: {0}")]
+    Malformed(String),
+    #[error("nftables.json: chain {from} jumps to unknown chain {to}")]
+    UnknownChain { from: String, to: String },
+    #[error("nftables.json: rule refers to unknown set @{set} (chain {chain})")]
+    UnknownSet { chain: String, set: String },
+    #[error("nftables.json: jumps nest deeper than 16 chains from {0} (a loop?)")]
+    TooDeep(String),
+}
+
+/// A base chain's hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    pub hook: String,
+    pub kind: String,
+    pub prio: i64,
+    pub policy: Verdict,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChainDef {
+    pub name: String,
+    pub hook: Option<Hook>,
+    pub rules: Vec<RuleDef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RuleDef {
+    pub comment: Option<String>,
+    pub expr: Vec<Value>,
+}
+
+/// A set or map element: key (one value or a concatenation; each part exact, prefix or range),
+/// optional data, optional element comment.
+#[derive(Debug, Clone)]
+struct Elem {
+    key: Value,
+    data: Option<Value>,
+    comment: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct SetDef {
+    elems: Vec<Elem>,
+}
+
+/// `table inet fwc`, read from `nftables.json`.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    pub chains: BTreeMap<String, ChainDef>,
+    sets: BTreeMap<String, SetDef>,
+}
+
+/// The verdict of a rule or chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Accept,
+    Drop,
+    Reject,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Accept => "accept",
+            Verdict::Drop => "drop",
+            Verdict::Reject => "reject",
+        }
+    }
+}
+
+impl Table {
+    /// Read the commands of `nftables.json` (`add`/`create` of table, chain, set, map, rule, element).
+    pub fn from_json(v: &Value) -> Result<Table, EvalError> {
+        let cmds = v.get("nftables").and_then(Value::as_array).ok_or_else(|| EvalError::Malformed("no `nftables` array".into()))?;
+        let mut t = Table::default();
+        for cmd in cmds {
+            let Some(obj) = cmd.get("add").or_else(|| cmd.get("create")) else {
+                if cmd.get("metainfo").is_some() {
+                    continue;
+                }
+                return Err(EvalError::Malformed(format!("command {cmd} is not add/create")));
+            };
+            let (kind, o) = obj.as_object().and_then(|m| m.iter().next()).ok_or_else(|| EvalError::Malformed("empty command".into()))?;
+            let name = o.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+            match kind.as_str() {
+                "table" => {}
+                "chain" => {
+                    let hook = match o.get("hook").and_then(Value::as_str) {
+                        Some(h) => Some(Hook {
+                            hook: h.to_string(),
+                            kind: o.get("type").and_then(Value::as_str).unwrap_or("filter").to_string(),
+                            prio: o.get("prio").and_then(Value::as_i64).unwrap_or(0),
+                            policy: if o.get("policy").and_then(Value::as_str) == Some("drop") { Verdict::Drop } else { Verdict::Accept },
+                        }),
+                        None => None,
+                    };
+                    t.chains.insert(name.clone(), ChainDef { name, hook, rules: Vec::new() });
+                }
+                "set" | "map" => {
+                    let mut def = SetDef::default();
+                    for e in o.get("elem").and_then(Value::as_array).into_iter().flatten() {
+                        def.elems.push(read_elem(e, kind == "map"));
+                    }
+                    t.sets.insert(name, def);
+                }
+                "element" => {
+                    let set = o.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+                    let def = t.sets.entry(set).or_default();
+                    for e in o.get("elem").and_then(Value::as_array).into_iter().flatten() {
+                        def.elems.push(read_elem(e, e.is_array()));
+                    }
+                }
+                "rule" => {
+                    let chain = o.get("chain").and_then(Value::as_str).unwrap_or_default();
+                    let c = t.chains.get_mut(chain).ok_or_else(|| EvalError::Malformed(format!("rule in unknown chain {chain}")))?;
+                    let expr = o.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
+                    c.rules.push(RuleDef { comment: o.get("comment").and_then(Value::as_str).map(str::to_string), expr });
+                }
+                other => return Err(EvalError::Malformed(format!("unknown object `{other}`"))),
+            }
+        }
+        Ok(t)
+    }
+
+    /// Base chains of `hook`, in priority order (ties: name order, as nft does not promise one).
+    pub fn base_chains(&self, hook: &str) -> Vec<&ChainDef> {
+        let mut v: Vec<&ChainDef> = self.chains.values().filter(|c| c.hook.as_ref().is_some_and(|h| h.hook == hook)).collect();
+        v.sort_by_key(|c| (c.hook.as_ref().map_or(0, |h| h.prio), c.name.clone()));
+        v
+    }
+}
+
+fn read_elem(e: &Value, is_map: bool) -> Elem {
+    let (k, data) = match (is_map, e.as_array()) {
+        (true, Some(pair)) if pair.len() == 2 => (pair[0].clone(), Some(pair[1].clone())),
+        _ => (e.clone(), None),
+    };
+    // `{"elem": {"val": KEY, "comment": …}}` carries per-element options.
+    match k.get("elem") {
+        Some(inner) => Elem {
+            key: inner.get("val").cloned().unwrap_or(Value::Null),
+            data,
+            comment: inner.get("comment").and_then(Value::as_str).map(str::to_string),
+        },
+        None => Elem { key: k, data, comment: None },
+    }
+}
+
+/// The state of the packet and its connection while the hooks run.
+#[derive(Debug, Clone)]
+pub struct Packet {
+    pub proto: L4,
+    pub saddr: IpAddr,
+    pub daddr: IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+    pub iifname: Option<String>,
+    pub oifname: Option<String>,
+    pub meta_mark: u32,
+    pub ct_mark: u32,
+    /// `ct state` (`new` for the first packet).
+    pub ct_state: &'static str,
+    /// `original` or `reply`.
+    pub ct_direction: &'static str,
+    pub ct_dnat: bool,
+    /// The connection's original tuple (before any NAT).
+    pub orig: (IpAddr, IpAddr, u16, u16),
+    /// Addresses `fib daddr type` calls `local`.
+    pub local: Vec<IpAddr>,
+}
+
+impl Packet {
+    pub fn new(flow: &Flow, local: Vec<IpAddr>) -> Packet {
+        Packet {
+            proto: flow.proto,
+            saddr: flow.saddr,
+            daddr: flow.daddr,
+            sport: flow.sport,
+            dport: flow.dport,
+            iifname: flow.iif.clone(),
+            oifname: flow.oif.clone(),
+            meta_mark: 0,
+            ct_mark: 0,
+            ct_state: "new",
+            ct_direction: "original",
+            ct_dnat: false,
+            orig: (flow.saddr, flow.daddr, flow.sport, flow.dport),
+            local,
+        }
+    }
+}
+
+/// What a rule did, for the trace.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Effect {
+    Verdict { verdict: Verdict },
+    Jump { chain: String },
+    Goto { chain: String },
+    Return,
+    Dnat { addr: IpAddr, port: Option<u16> },
+    Masquerade,
+    SetMark { which: &'static str, value: u32 },
+    /// The rule matched but only counted or logged.
+    Continue,
+}
+
+/// One rule that matched.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Hit {
+    pub chain: String,
+    /// 0-based index of the rule in its chain.
+    pub index: usize,
+    /// The rule's matches in nft-like words (`ct status dnat`, `tcp dport 22`).
+    pub matches: String,
+    /// The rule's comment (`fwc:<kind>:<name>`), or of the map element that decided.
+    pub identity: Option<String>,
+    pub effects: Vec<Effect>,
+    /// Things the evaluator assumed (a rate limit passes the first packet, …).
+    pub notes: Vec<String>,
+}
+
+/// The outcome of running one hook's base chains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookResult {
+    pub verdict: Verdict,
+    /// The rule that gave a terminal verdict, or `None` for a chain policy / no chain.
+    pub decided_by: Option<Hit>,
+    /// The base chain whose policy decided (when `decided_by` is `None` and a chain ran).
+    pub policy_of: Option<String>,
+}
+
+enum Flowctl {
+    Next,
+    Verdict(Verdict),
+    Jump(String),
+    Goto(String),
+    Return,
+}
+
+/// Run every base chain of `hook` in priority order, recording matching rules in `hits`.
+/// `nat` chains see only a connection's first packet; so does every evaluation here.
+/// With `skip_nat`, `nat` chains are left out (packets after a connection's first).
+pub fn run_hook(t: &Table, hook: &str, p: &mut Packet, hits: &mut Vec<Hit>, skip_nat: bool) -> Result<HookResult, EvalError> {
+    let mut last = HookResult { verdict: Verdict::Accept, decided_by: None, policy_of: None };
+    for base in t.base_chains(hook) {
+        if skip_nat && base.hook.as_ref().is_some_and(|h| h.kind == "nat") {
+            continue;
+        }
+        let policy = base.hook.as_ref().map_or(Verdict::Accept, |h| h.policy);
+        let (verdict, by) = run_chain(t, base, policy, p, hits)?;
+        last = HookResult { verdict, policy_of: by.is_none().then(|| base.name.clone()), decided_by: by };
+        if verdict != Verdict::Accept {
+            return Ok(last);
+        }
+    }
+    Ok(last)
+}
+
+/// Run a base chain (with its jumps) to a verdict: `(verdict, deciding rule or None = policy)`.
+fn run_chain(t: &Table, base: &ChainDef, policy: Verdict, p: &mut Packet, hits: &mut Vec<Hit>) -> Result<(Verdict, Option<Hit>), EvalError> {
+    // Stack of (chain, next rule index) to return to.
+    let mut stack: Vec<(&ChainDef, usize)> = Vec::new();
+    let mut chain = base;
+    let mut i = 0;
+    loop {
+        if i >= chain.rules.len() {
+            match stack.pop() {
+                Some((c, at)) => {
+                    chain = c;
+                    i = at;
+                    continue;
+                }
+                None => return Ok((policy, None)),
+            }
+        }
+        let rule = &chain.rules[i];
+        let mut hit = Hit { chain: chain.name.clone(), index: i, matches: describe_matches(&rule.expr), identity: rule.comment.clone(), effects: Vec::new(), notes: Vec::new() };
+        let ctl = eval_rule(t, chain, i, rule, p, &mut hit)?;
+        i += 1;
+        let Some(ctl) = ctl else { continue };
+        hits.push(hit.clone());
+        let target = |name: &str| t.chains.get(name).ok_or_else(|| EvalError::UnknownChain { from: chain.name.clone(), to: name.to_string() });
+        match ctl {
+            Flowctl::Next => {}
+            Flowctl::Verdict(v) => return Ok((v, Some(hit))),
+            Flowctl::Jump(name) => {
+                let next = target(&name)?;
+                if stack.len() >= 16 {
+                    return Err(EvalError::TooDeep(base.name.clone()));
+                }
+                stack.push((chain, i));
+                chain = next;
+                i = 0;
+            }
+            Flowctl::Goto(name) => {
+                chain = target(&name)?;
+                i = 0;
+            }
+            Flowctl::Return => match stack.pop() {
+                Some((c, at)) => {
+                    chain = c;
+                    i = at;
+                }
+                None => return Ok((policy, None)),
+            },
+        }
+    }
+}
+
+/// Evaluate one rule: `None` if a match failed (or a map lookup missed), else what it does.
+fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut Packet, hit: &mut Hit) -> Result<Option<Flowctl>, EvalError> {
+    let unsupported = |what: String| EvalError::Unsupported { chain: chain.name.clone(), rule: index, what };
+    let cx = Cx { t, chain: &chain.name, index };
+    for stmt in &rule.expr {
+        let (kind, body) = stmt.as_object().and_then(|m| m.iter().next()).ok_or_else(|| unsupported(format!("statement {stmt}")))?;
+        match kind.as_str() {
+            "match" => {
+                if !cx.eval_match(body, p)? {
+                    return Ok(None);
+                }
+            }
+            "counter" => {}
+            "log" => hit.notes.push("logged".into()),
+            "limit" => hit.notes.push("rate limit: the first packet is within the rate".into()),
+            "ct count" => {
+                // The first connection: one connection counted.
+                let n = body.get("val").and_then(Value::as_u64).ok_or_else(|| unsupported(format!("ct count {body}")))?;
+                let over = body.get("inv").and_then(Value::as_bool).unwrap_or(false);
+                if over && n >= 1 {
+                    hit.notes.push(format!("connection limit {n}: the first connection is within it"));
+                    return Ok(None);
+                }
+                if !over && n < 1 {
+                    return Ok(None);
+                }
+            }
+            "accept" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept)))),
+            "drop" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Drop)))),
+            "reject" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Reject)))),
+            "return" => return Ok(Some(done(hit, Flowctl::Return))),
+            "jump" | "goto" => {
+                let target = body.get("target").and_then(Value::as_str).ok_or_else(|| unsupported(format!("{kind} {body}")))?.to_string();
+                return Ok(Some(done(hit, if kind == "jump" { Flowctl::Jump(target) } else { Flowctl::Goto(target) })));
+            }
+            "vmap" => {
+                let key = cx.eval_expr(body.get("key").unwrap_or(&Value::Null), p)?;
+                let data = body.get("data").ok_or_else(|| unsupported("vmap without data".into()))?;
+                let Some(Some(v)) = cx.lookup(data, &key, p)? else { return Ok(None) };
+                let (k, b) = v.as_object().and_then(|m| m.iter().next()).ok_or_else(|| unsupported(format!("vmap verdict {v}")))?;
+                let ctl = match k.as_str() {
+                    "accept" => Flowctl::Verdict(Verdict::Accept),
+                    "drop" => Flowctl::Verdict(Verdict::Drop),
+                    "jump" | "goto" => {
+                        let target = b.get("target").and_then(Value::as_str).ok_or_else(|| unsupported(format!("vmap {v}")))?.to_string();
+                        if k == "jump" { Flowctl::Jump(target) } else { Flowctl::Goto(target) }
+                    }
+                    _ => return Err(unsupported(format!("vmap verdict {v}"))),
+                };
+                return Ok(Some(done(hit, ctl)));
+            }
+            "mangle" => {
+                let key = body.get("key").ok_or_else(|| unsupported(format!("mangle {body}")))?;
+                let value = match cx.eval_expr(body.get("value").unwrap_or(&Value::Null), p)? {
+                    Val::Int(n) => n as u32,
+                    other => return Err(unsupported(format!("mangle value {other:?}"))),
+                };
+                let which = if key.pointer("/ct/key").and_then(Value::as_str) == Some("mark") {
+                    p.ct_mark = value;
+                    "ct mark"
+                } else if key.pointer("/meta/key").and_then(Value::as_str) == Some("mark") {
+                    p.meta_mark = value;
+                    "meta mark"
+                } else {
+                    return Err(unsupported(format!("mangle of {key}")));
+                };
+                hit.effects.push(Effect::SetMark { which, value });
+            }
+            "dnat" => {
+                let fam_v6 = match body.get("family").and_then(Value::as_str) {
+                    Some("ip") => false,
+                    Some("ip6") => true,
+                    _ => p.daddr.is_ipv6(),
+                };
+                if fam_v6 != p.daddr.is_ipv6() {
+                    return Err(unsupported("dnat of the other address family".into()));
+                }
+                let addr_v = body.get("addr").ok_or_else(|| unsupported("dnat without addr".into()))?;
+                let (addr, port_from_addr, ident) = match cx.dnat_value(addr_v, p)? {
+                    None => return Ok(None),
+                    Some(x) => x,
+                };
+                if let Some(c) = ident {
+                    hit.identity = Some(c);
+                }
+                let port = match body.get("port") {
+                    None => port_from_addr,
+                    Some(pv) => match cx.dnat_value(pv, p)? {
+                        None => return Ok(None),
+                        Some((Val::Int(n), _, _)) => Some(n as u16),
+                        Some(other) => return Err(unsupported(format!("dnat port {:?}", other.0))),
+                    },
+                };
+                let Val::Addr(addr) = addr else { return Err(unsupported(format!("dnat address {addr:?}"))) };
+                p.daddr = addr;
+                if let Some(port) = port {
+                    p.dport = port;
+                }
+                p.ct_dnat = true;
+                hit.effects.push(Effect::Dnat { addr, port });
+                return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept))));
+            }
+            "masquerade" => {
+                hit.effects.push(Effect::Masquerade);
+                return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept))));
+            }
+            other => return Err(unsupported(format!("statement `{other}`"))),
+        }
+    }
+    Ok(Some(done(hit, Flowctl::Next)))
+}
+
+fn done(hit: &mut Hit, ctl: Flowctl) -> Flowctl {
+    hit.effects.push(match &ctl {
+        Flowctl::Next => Effect::Continue,
+        Flowctl::Verdict(v) => Effect::Verdict { verdict: *v },
+        Flowctl::Jump(c) => Effect::Jump { chain: c.clone() },
+        Flowctl::Goto(c) => Effect::Goto { chain: c.clone() },
+        Flowctl::Return => Effect::Return,
+    });
+    // NAT statements are terminal in nft but record their own effect; drop the generic accept.
+    if matches!(hit.effects.first(), Some(Effect::Dnat { .. } | Effect::Masquerade)) && hit.effects.len() == 2 {
+        hit.effects.pop();
+    }
+    ctl
+}
+
+/// The match statements of a rule in nft-like words, for people reading a trace.
+pub fn describe_matches(expr: &[Value]) -> String {
+    fn side(v: &Value) -> String {
+        match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Array(a) => a.iter().map(side).collect::<Vec<_>>().join(","),
+            Value::Object(o) => match o.iter().next() {
+                Some((k, b)) if k == "meta" || k == "ct" => {
+                    let key = b.get("key").and_then(Value::as_str).unwrap_or_default();
+                    match b.get("dir").and_then(Value::as_str) {
+                        Some(d) => format!("{k} {d} {key}"),
+                        None => format!("{k} {key}"),
+                    }
+                }
+                Some((k, b)) if k == "payload" => format!(
+                    "{} {}",
+                    b.get("protocol").and_then(Value::as_str).unwrap_or_default(),
+                    b.get("field").and_then(Value::as_str).unwrap_or_default()
+                ),
+                Some((k, b)) if k == "fib" => format!("fib daddr {}", b.get("result").and_then(Value::as_str).unwrap_or_default()),
+                Some((k, b)) if k == "set" => format!("{{{}}}", side(b)),
+                Some((k, b)) if k == "prefix" => format!("{}/{}", side(&b["addr"]), side(&b["len"])),
+                Some((k, b)) if k == "range" => b.as_array().map(|r| r.iter().map(side).collect::<Vec<_>>().join("-")).unwrap_or_default(),
+                Some((k, b)) if k == "&" || k == "|" => b.as_array().map(|r| r.iter().map(side).collect::<Vec<_>>().join(&format!(" {k} "))).unwrap_or_default(),
+                Some((k, _)) => k.clone(),
+                None => String::new(),
+            },
+            _ => v.to_string(),
+        }
+    }
+    expr.iter()
+        .filter_map(|s| s.get("match"))
+        .map(|m| {
+            let op = m.get("op").and_then(Value::as_str).unwrap_or("==");
+            let op = if op == "==" || op == "in" { String::new() } else { format!("{op} ") };
+            format!("{} {op}{}", side(m.get("left").unwrap_or(&Value::Null)), side(m.get("right").unwrap_or(&Value::Null)))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A value an expression produces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Val {
+    Int(u64),
+    Addr(IpAddr),
+    Str(String),
+    Concat(Vec<Val>),
+    /// The expression does not apply to this packet (`ip saddr` of an IPv6 packet, `tcp dport`
+    /// of UDP): nft's implicit dependency fails, so the match fails.
+    Absent,
+}
+
+struct Cx<'a> {
+    t: &'a Table,
+    chain: &'a str,
+    index: usize,
+}
+
+fn proto_number(s: &str) -> Option<u64> {
+    L4::parse(s).map(L4::number)
+}
+
+fn icmp_type(s: &str) -> Option<u64> {
+    Some(match s {
+        "echo-reply" => 0,
+        "destination-unreachable" => 3,
+        "echo-request" => 8,
+        "time-exceeded" => 11,
+        "nd-router-solicit" => 133,
+        "nd-router-advert" => 134,
+        "nd-neighbor-solicit" => 135,
+        "nd-neighbor-advert" => 136,
+        "packet-too-big" => 2,
+        _ => return None,
+    })
+}
+
+impl Cx<'_> {
+    fn unsupported(&self, what: String) -> EvalError {
+        EvalError::Unsupported { chain: self.chain.to_string(), rule: self.index, what }
+    }
+
+    fn eval_match(&self, m: &Value, p: &Packet) -> Result<bool, EvalError> {
+        let left = self.eval_expr(m.get("left").unwrap_or(&Value::Null), p)?;
+        let op = m.get("op").and_then(Value::as_str).unwrap_or("==");
+        let right = m.get("right").unwrap_or(&Value::Null);
+        if left == Val::Absent {
+            return Ok(false);
+        }
+        let hit = match op {
+            "==" | "in" => self.contains(right, &left, p)?,
+            "!=" => !self.contains(right, &left, p)?,
+            other => return Err(self.unsupported(format!("match operator `{other}`"))),
+        };
+        Ok(hit)
+    }
+
+    /// Does `right` (a literal, prefix, range, anonymous set, `@named` set, or flag list) hold `v`?
+    fn contains(&self, right: &Value, v: &Val, p: &Packet) -> Result<bool, EvalError> {
+        match right {
+            Value::String(s) if s.starts_with('@') => Ok(self.lookup(right, v, p)?.is_some()),
+            Value::Object(o) if o.contains_key("set") => {
+                let elems = o["set"].as_array().ok_or_else(|| self.unsupported(format!("set {right}")))?;
+                for e in elems {
+                    if self.elem_matches(e, v)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            }
+            Value::Array(list) => {
+                for e in list {
+                    if self.elem_matches(e, v)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            }
+            _ => self.elem_matches(right, v),
+        }
+    }
+
+    /// Look `key` up in `set` (`"@name"` or `{"set": [[k, data], …]}`): `None` = absent,
+    /// `Some(data)` = found (data `None` for a plain set).
+    fn lookup(&self, set: &Value, key: &Val, _p: &Packet) -> Result<Option<Option<Value>>, EvalError> {
+        Ok(self.lookup_elem(set, key)?.map(|(d, _)| d))
+    }
+
+    fn lookup_elem(&self, set: &Value, key: &Val) -> Result<Option<(Option<Value>, Option<String>)>, EvalError> {
+        match set {
+            Value::String(s) if s.starts_with('@') => {
+                let name = &s[1..];
+                let def = self.t.sets.get(name).ok_or_else(|| EvalError::UnknownSet { chain: self.chain.to_string(), set: name.to_string() })?;
+                for e in &def.elems {
+                    if self.elem_matches(&e.key, key)? {
+                        return Ok(Some((e.data.clone(), e.comment.clone())));
+                    }
+                }
+                Ok(None)
+            }
+            Value::Object(o) if o.contains_key("set") => {
+                for e in o["set"].as_array().into_iter().flatten() {
+                    match e.as_array() {
+                        Some(pair) if pair.len() == 2 => {
+                            if self.elem_matches(&pair[0], key)? {
+                                return Ok(Some((Some(pair[1].clone()), None)));
+                            }
+                        }
+                        _ => {
+                            if self.elem_matches(e, key)? {
+                                return Ok(Some((None, None)));
+                            }
+                        }
+                    }
+                }
+                Ok(None)
+            }
+            other => Err(self.unsupported(format!("lookup in {other}"))),
+        }
+    }
+
+    /// Does one element (exact value, `prefix`, `range`, `concat` of those) match `v`?
+    fn elem_matches(&self, e: &Value, v: &Val) -> Result<bool, EvalError> {
+        if let Some(inner) = e.get("elem") {
+            return self.elem_matches(inner.get("val").unwrap_or(&Value::Null), v);
+        }
+        if let Some(parts) = e.get("concat").and_then(Value::as_array) {
+            let Val::Concat(vs) = v else { return Ok(false) };
+            if parts.len() != vs.len() {
+                return Ok(false);
+            }
+            for (part, val) in parts.iter().zip(vs) {
+                if !self.elem_matches(part, val)? {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
+        }
+        if let Some(pre) = e.get("prefix") {
+            let (Some(addr), Some(len)) = (pre.get("addr").and_then(Value::as_str), pre.get("len").and_then(Value::as_u64)) else {
+                return Err(self.unsupported(format!("prefix {e}")));
+            };
+            let net: ipnet::IpNet = format!("{addr}/{len}").parse().map_err(|_| self.unsupported(format!("prefix {e}")))?;
+            return Ok(matches!(v, Val::Addr(a) if net.contains(a)));
+        }
+        if let Some(r) = e.get("range").and_then(Value::as_array) {
+            if r.len() != 2 {
+                return Err(self.unsupported(format!("range {e}")));
+            }
+            let (lo, hi) = (self.literal(&r[0], v)?, self.literal(&r[1], v)?);
+            return Ok(match (lo, hi, v) {
+                (Val::Int(a), Val::Int(b), Val::Int(x)) => a <= *x && *x <= b,
+                (Val::Addr(a), Val::Addr(b), Val::Addr(x)) => a.is_ipv4() == x.is_ipv4() && a <= *x && *x <= b,
+                _ => false,
+            });
+        }
+        Ok(self.literal(e, v)? == *v)
+    }
+
+    /// A literal on the right, read in the type of the left value `like`.
+    fn literal(&self, e: &Value, like: &Val) -> Result<Val, EvalError> {
+        Ok(match (e, like) {
+            (Value::Number(n), _) => Val::Int(n.as_u64().ok_or_else(|| self.unsupported(format!("number {n}")))?),
+            (Value::String(s), Val::Int(_)) => match proto_number(s).or_else(|| icmp_type(s)).or(match s.as_str() {
+                "ipv4" => Some(2),
+                "ipv6" => Some(10),
+                _ => None,
+            }) {
+                Some(n) => Val::Int(n),
+                None => return Err(self.unsupported(format!("value \"{s}\""))),
+            },
+            (Value::String(s), Val::Addr(_)) => Val::Addr(s.parse().map_err(|_| self.unsupported(format!("address \"{s}\"")))?),
+            (Value::String(s), _) => Val::Str(s.clone()),
+            (other, _) => return Err(self.unsupported(format!("value {other}"))),
+        })
+    }
+
+    fn eval_expr(&self, e: &Value, p: &Packet) -> Result<Val, EvalError> {
+        let (kind, body) = e.as_object().and_then(|m| m.iter().next()).ok_or_else(|| self.unsupported(format!("expression {e}")))?;
+        let key = body.get("key").and_then(Value::as_str).unwrap_or_default();
+        Ok(match kind.as_str() {
+            "meta" => match key {
+                "l4proto" => Val::Int(p.proto.number()),
+                "nfproto" => Val::Int(if p.daddr.is_ipv6() { 10 } else { 2 }),
+                "iif" | "iifname" => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
+                "oif" | "oifname" => Val::Str(p.oifname.clone().unwrap_or_else(|| "(unnamed)".into())),
+                "mark" => Val::Int(u64::from(p.meta_mark)),
+                other => return Err(self.unsupported(format!("meta {other}"))),
+            },
+            "payload" => {
+                let proto = body.get("protocol").and_then(Value::as_str).unwrap_or_default();
+                let field = body.get("field").and_then(Value::as_str).unwrap_or_default();
+                match (proto, field) {
+                    ("ip", "saddr") if p.saddr.is_ipv4() => Val::Addr(p.saddr),
+                    ("ip", "daddr") if p.daddr.is_ipv4() => Val::Addr(p.daddr),
+                    ("ip6", "saddr") if p.saddr.is_ipv6() => Val::Addr(p.saddr),
+                    ("ip6", "daddr") if p.daddr.is_ipv6() => Val::Addr(p.daddr),
+                    ("ip" | "ip6", "saddr" | "daddr") => Val::Absent,
+                    ("tcp" | "udp" | "th", "dport" | "sport") => {
+                        let ok = match proto {
+                            "th" => p.proto.has_ports(),
+                            _ => L4::parse(proto) == Some(p.proto),
+                        };
+                        match (ok, field) {
+                            (false, _) => Val::Absent,
+                            (true, "dport") => Val::Int(u64::from(p.dport)),
+                            (true, _) => Val::Int(u64::from(p.sport)),
+                        }
+                    }
+                    ("icmp" | "icmpv6", "type") => {
+                        if L4::parse(proto) == Some(p.proto) {
+                            Val::Int(u64::from(p.dport))
+                        } else {
+                            Val::Absent
+                        }
+                    }
+                    _ => return Err(self.unsupported(format!("payload {proto} {field}"))),
+                }
+            }
+            "ct" => {
+                let original = body.get("dir").and_then(Value::as_str) == Some("original");
+                match (key, original) {
+                    ("state", false) => Val::Str(p.ct_state.into()),
+                    ("status", false) => Val::Str(if p.ct_dnat { "dnat".into() } else { "(none)".into() }),
+                    ("direction", false) => Val::Str(p.ct_direction.into()),
+                    ("mark", false) => Val::Int(u64::from(p.ct_mark)),
+                    ("proto-dst", true) => Val::Int(u64::from(p.orig.3)),
+                    ("proto-src", true) => Val::Int(u64::from(p.orig.2)),
+                    ("ip saddr", true) if p.orig.0.is_ipv4() => Val::Addr(p.orig.0),
+                    ("ip daddr", true) if p.orig.1.is_ipv4() => Val::Addr(p.orig.1),
+                    ("ip6 saddr", true) if p.orig.0.is_ipv6() => Val::Addr(p.orig.0),
+                    ("ip6 daddr", true) if p.orig.1.is_ipv6() => Val::Addr(p.orig.1),
+                    ("ip saddr" | "ip daddr" | "ip6 saddr" | "ip6 daddr", true) => Val::Absent,
+                    (other, _) => return Err(self.unsupported(format!("ct {other}"))),
+                }
+            }
+            "fib" => {
+                let flags = body.get("flags").and_then(Value::as_array).cloned().unwrap_or_default();
+                if body.get("result").and_then(Value::as_str) != Some("type") || flags != [Value::from("daddr")] {
+                    return Err(self.unsupported(format!("fib {body}")));
+                }
+                Val::Str(if p.local.contains(&p.daddr) { "local".into() } else { "unicast".into() })
+            }
+            "&" | "|" => {
+                let args = body.as_array().filter(|a| a.len() == 2).ok_or_else(|| self.unsupported(format!("{kind} {body}")))?;
+                let a = self.eval_expr_or_literal(&args[0], p)?;
+                let b = self.eval_expr_or_literal(&args[1], p)?;
+                Val::Int(if kind == "&" { a & b } else { a | b })
+            }
+            "concat" => {
+                let parts = body.as_array().ok_or_else(|| self.unsupported(format!("concat {body}")))?;
+                let mut vs = Vec::with_capacity(parts.len());
+                for part in parts {
+                    let v = self.eval_expr(part, p)?;
+                    if v == Val::Absent {
+                        return Ok(Val::Absent);
+                    }
+                    vs.push(v);
+                }
+                Val::Concat(vs)
+            }
+            "numgen" => {
+                if body.get("mode").and_then(Value::as_str) != Some("inc") {
+                    return Err(self.unsupported(format!("numgen {body}")));
+                }
+                // The first packet through the rule gets 0.
+                Val::Int(0)
+            }
+            other => return Err(self.unsupported(format!("expression `{other}`"))),
+        })
+    }
+
+    fn eval_expr_or_literal(&self, e: &Value, p: &Packet) -> Result<u64, EvalError> {
+        match e {
+            Value::Number(n) => n.as_u64().ok_or_else(|| self.unsupported(format!("number {n}"))),
+            _ => match self.eval_expr(e, p)? {
+                Val::Int(n) => Ok(n),
+                other => Err(self.unsupported(format!("arithmetic on {other:?}"))),
+            },
+        }
+    }
+
+    /// A DNAT address or port: a literal, or `{"map": {key, data}}` (absent key = `None`).
+    /// Returns the value, a port carried by a concatenated value, and the element's comment.
+    #[allow(clippy::type_complexity)]
+    fn dnat_value(&self, v: &Value, p: &Packet) -> Result<Option<(Val, Option<u16>, Option<String>)>, EvalError> {
+        if let Some(m) = v.get("map") {
+            let key = self.eval_expr(m.get("key").unwrap_or(&Value::Null), p)?;
+            if key == Val::Absent {
+                return Ok(None);
+            }
+            let data = m.get("data").ok_or_else(|| self.unsupported(format!("map {m}")))?;
+            let Some((Some(found), comment)) = self.lookup_elem(data, &key)? else { return Ok(None) };
+            return Ok(self.dnat_value(&found, p)?.map(|(val, port, c)| (val, port, c.or(comment))));
+        }
+        match v {
+            Value::String(s) => match s.parse::<IpAddr>() {
+                Ok(a) => Ok(Some((Val::Addr(a), None, None))),
+                Err(_) => Err(self.unsupported(format!("dnat value \"{s}\""))),
+            },
+            Value::Number(n) => Ok(Some((Val::Int(n.as_u64().unwrap_or(0)), None, None))),
+            Value::Object(o) if o.contains_key("concat") => {
+                let parts = o["concat"].as_array().filter(|a| a.len() == 2).ok_or_else(|| self.unsupported(format!("dnat {v}")))?;
+                let addr = parts[0].as_str().and_then(|s| s.parse::<IpAddr>().ok()).ok_or_else(|| self.unsupported(format!("dnat {v}")))?;
+                let port = parts[1].as_u64().and_then(|n| u16::try_from(n).ok()).ok_or_else(|| self.unsupported(format!("dnat {v}")))?;
+                Ok(Some((Val::Addr(addr), Some(port), None)))
+            }
+            other => Err(self.unsupported(format!("dnat value {other}"))),
+        }
+    }
+}

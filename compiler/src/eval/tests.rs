@@ -1,0 +1,108 @@
+//! The evaluator against the edge-host example: every kind of path and decision.
+
+use std::path::Path;
+
+use super::*;
+use crate::source::SourceTree;
+
+fn edge() -> (Evaluator, BTreeMap<String, Location>) {
+    let tree = SourceTree::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/edge-host")).unwrap();
+    let view = crate::load_host(&tree, Some("edge-1")).unwrap();
+    let a = crate::emit_view(&view, None);
+    (Evaluator::new(&a).unwrap(), rule_locations(&view))
+}
+
+fn x(ev: &Evaluator, flow: &str) -> Explanation {
+    ev.explain(&Flow::parse(flow).unwrap()).unwrap()
+}
+
+#[test]
+fn filter_verdicts_and_deciding_rules() {
+    let (ev, locs) = edge();
+    let e = x(&ev, "tcp 203.0.113.5:40000 -> 198.18.1.1:22");
+    assert_eq!((e.verdict, e.decided_by.identity.as_deref()), (Verdict::Accept, Some("fwc:filter:ssh")));
+    let l = &locs["fwc:filter:ssh"];
+    assert_eq!((l.file.as_str(), l.line, l.column), ("rules/10-filter.kdl", 3, 5));
+    let e = x(&ev, "tcp 198.51.100.9 -> 198.18.1.1:22");
+    assert_eq!((e.verdict, e.decided_by.identity.as_deref()), (Verdict::Drop, Some("fwc:filter:blocked")));
+    let e = x(&ev, "tcp 192.0.2.1 -> 198.18.1.1:22");
+    assert_eq!((e.verdict, e.decided_by.identity.as_deref(), e.decided_by.what.as_str()), (Verdict::Drop, None, "policy drop of chain input"));
+    let e = x(&ev, "tcp -> :113");
+    assert_eq!((e.verdict, e.decided_by.identity.as_deref()), (Verdict::Reject, Some("fwc:filter:ident")));
+    // IPv6: the office's v6 prefix reaches ssh, the v4 set does not apply.
+    let e = x(&ev, "tcp [2001:db8:1::7]:40000 -> [2001:db8::1]:22");
+    assert_eq!(e.decided_by.identity.as_deref(), Some("fwc:filter:ssh"));
+    // Interface-bound rule: only via eth0.
+    assert_eq!(x(&ev, "tcp 198.18.9.10 -> :9100").verdict, Verdict::Drop);
+    assert_eq!(x(&ev, "tcp 198.18.9.11 -> :9100 in eth0").decided_by.identity.as_deref(), Some("fwc:filter:node-exporter"));
+    // Rate-limited ping: the first packet passes.
+    let e = x(&ev, "icmp -> 198.18.1.1");
+    assert_eq!(e.decided_by.identity.as_deref(), Some("fwc:filter:ping"));
+    assert!(e.steps.iter().flat_map(|s| &s.hits).any(|h| h.notes.iter().any(|n| n.contains("rate limit"))));
+}
+
+#[test]
+fn kernel_forwards_dnat_and_qos() {
+    let (ev, _) = edge();
+    let e = x(&ev, "tcp 203.0.113.5:40000 -> 198.18.1.1:8080");
+    assert_eq!(e.path, Origin::Forward);
+    assert_eq!(e.dnat, Some(("10.0.0.5".parse().unwrap(), 80)));
+    assert_eq!(e.dnat_rule.as_deref(), Some("fwc:forward:web"));
+    assert_eq!(e.verdict, Verdict::Accept);
+    assert!(e.masquerade);
+    assert!(e.qos.is_empty());
+    // Port range kept: udp 27017 -> 10.0.0.6:27017.
+    let e = x(&ev, "udp -> :27017");
+    assert_eq!((e.dnat, e.dnat_rule.as_deref()), (Some(("10.0.0.6".parse().unwrap(), 27017)), Some("fwc:forward:game")));
+    // Round robin: the first connection goes to the first target.
+    let e = x(&ev, "tcp -> :7000");
+    assert_eq!((e.dnat, e.dnat_rule.as_deref()), (Some(("10.0.0.8".parse().unwrap(), 7000)), Some("fwc:forward:lb")));
+    // IPv6 forward with a listen address; the same port elsewhere is not forwarded.
+    let e = x(&ev, "tcp -> [2001:db8::10]:8443");
+    assert_eq!(e.dnat, Some(("2001:db8:2::5".parse().unwrap(), 443)));
+    assert_eq!(x(&ev, "tcp -> [2001:db8::11]:8443").dnat, None);
+    // Capped forward: both classes.
+    let e = x(&ev, "tcp -> :9000");
+    let classes: Vec<(&str, QosDirection)> = e.qos.iter().map(|q| (q.rule.as_str(), q.direction)).collect();
+    assert_eq!(classes, vec![("tenant-b", QosDirection::Up), ("tenant-b", QosDirection::Down)]);
+    // A routed flow not forwarded: forward chain policy, unless lan-out.
+    assert_eq!(x(&ev, "tcp 10.2.0.5 -> 192.0.2.80:80 forward").decided_by.what, "policy drop of chain forward");
+    let e = x(&ev, "tcp 10.2.0.5 -> 192.0.2.80:80 in eth1 out eth0 forward");
+    assert_eq!(e.decided_by.identity.as_deref(), Some("fwc:filter:lan-out"));
+    // Shape on the LAN: answers to a guest leave through eth1 and are charged to "guests".
+    let e = x(&ev, "tcp 10.2.0.5 -> 192.0.2.80:80 in eth1 out eth0 forward");
+    assert_eq!(e.qos.iter().map(|q| q.rule.as_str()).collect::<Vec<_>>(), vec!["guests"]);
+}
+
+#[test]
+fn userspace_forwarder_and_output() {
+    let (ev, _) = edge();
+    let e = x(&ev, "tcp -> :443");
+    let u = e.userspace.clone().unwrap();
+    assert_eq!((u.rule.as_str(), u.targets.clone(), u.allowed), ("api", vec!["api.internal:8443".to_string()], true));
+    // `legacy` only admits the office (nftables rule and allow_from agree).
+    assert_eq!(x(&ev, "tcp 192.0.2.1 -> :2222").verdict, Verdict::Drop);
+    let e = x(&ev, "tcp 203.0.113.9 -> :2222");
+    assert_eq!((e.verdict, e.userspace.map(|u| u.rule)), (Verdict::Accept, Some("legacy".to_string())));
+    // Output: smtp out of eth0 is denied, elsewhere accepted by policy.
+    assert_eq!(x(&ev, "tcp -> 192.0.2.25:25 out eth0 output").decided_by.identity.as_deref(), Some("fwc:filter:no-smtp"));
+    assert_eq!(x(&ev, "tcp -> 192.0.2.25:25 out eth1 output").verdict, Verdict::Accept);
+}
+
+#[test]
+fn unknown_json_is_an_error_not_a_guess() {
+    let (_, _) = edge();
+    let a = Artifacts {
+        nftables: serde_json::json!({"nftables": [
+            {"add": {"table": {"family": "inet", "name": "fwc"}}},
+            {"add": {"chain": {"family": "inet", "table": "fwc", "name": "input", "type": "filter", "hook": "input", "prio": 0, "policy": "drop"}}},
+            {"add": {"rule": {"family": "inet", "table": "fwc", "chain": "input", "expr": [{"match": {"left": {"osf": {"key": "name"}}, "right": "Linux", "op": "=="}}, {"accept": null}]}}}
+        ]}),
+        qos: Default::default(),
+        forward: Default::default(),
+        manifest: crate::artifacts::Manifest { version: 1, host: "h".into(), commit: None, rules: vec![], artifact_hashes: Default::default() },
+    };
+    let ev = Evaluator::new(&a).unwrap();
+    let err = ev.explain(&Flow::parse("tcp -> :22").unwrap()).unwrap_err();
+    assert!(matches!(&err, EvalError::Unsupported { chain, rule: 0, what } if chain == "input" && what.contains("osf")), "{err}");
+}

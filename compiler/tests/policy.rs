@@ -1,0 +1,104 @@
+//! Policy tests and `explain` end to end (pure, no root): every example repository's
+//! expectations hold; expectations that must fail do, with a clear message; `explain` output
+//! is snapshot-tested in golden/explain/snapshots.
+
+use std::path::{Path, PathBuf};
+
+use fwc_compiler::eval::{self, Evaluator, Flow};
+use fwc_compiler::policytest;
+use fwc_compiler::source::SourceTree;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn every_example_has_passing_expectations() {
+    let mut total = 0;
+    for name in ["quickstart", "edge-host", "fleet"] {
+        let tree = SourceTree::from_dir(&root().join("examples").join(name)).unwrap();
+        assert!(!tree.tests.is_empty(), "examples/{name} has no tests/");
+        let report = policytest::run(&tree).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        for r in &report.results {
+            assert!(r.passed, "examples/{name} {}:{} [{}] {}: expected {}, got {}", r.location.file, r.location.line, r.host, r.name, r.expected, r.actual);
+            // Every expectation names the rule that decided it, with a position, unless a policy decided.
+            if r.explanation.decided_by.index.is_some() && r.explanation.decided_by.identity.is_some() {
+                assert!(r.decided_at.is_some(), "{name} {}: no location for {}", r.name, r.decided_by);
+            }
+        }
+        total += report.results.len();
+    }
+    assert!(total >= 50, "only {total} expectations across the examples");
+}
+
+#[test]
+fn expectations_that_must_fail_fail_clearly() {
+    let tree = SourceTree::from_dir(&root().join("compiler/tests/policy/must-fail")).unwrap();
+    let report = policytest::run(&tree).unwrap();
+    let got: Vec<(usize, bool, String, String)> =
+        report.results.iter().map(|r| (r.location.line, r.passed, r.expected.clone(), r.actual.clone())).collect();
+    let want = [
+        (1, "accept", "drop by policy drop of chain input"),
+        (2, "drop", "accept by rule fwc:filter:ssh (chain input, rule "),
+        (3, "accept, decided by rule \"ssh\"", "accept by rule fwc:filter:web (chain input, rule "),
+        (4, "forwarded to 10.0.0.6:80", "DNAT to 10.0.0.5:80"),
+        (5, "forwarded by the userspace forwarder", "DNAT to 10.0.0.5:80"),
+        (6, "charged to the QoS class of \"other\"", "QoS class"),
+        (7, "reject", "accept by rule fwc:filter:web"),
+        (8, "forwarded by a kernel DNAT", "userspace forwarder \"api\" to api.internal:8443"),
+    ];
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for ((line, passed, expected, actual), (wline, wexp, wact)) in got.iter().zip(want) {
+        assert_eq!(*line, wline);
+        assert!(!passed, "line {line} passed");
+        assert_eq!(expected, wexp, "line {line}");
+        assert!(actual.contains(wact), "line {line}: {actual:?} lacks {wact:?}");
+    }
+}
+
+#[test]
+fn check_reports_bad_test_files_with_positions() {
+    let tree = SourceTree::from_files([
+        ("fwc.kdl".to_string(), "fwc 1\nhost \"a\"\n".to_string()),
+        ("tests/x.kdl".to_string(), "expect accept to=\":22\" host=\"b\"\nexpect dorp to=\":22\"\n".to_string()),
+    ]);
+    let d = policytest::check(&tree).unwrap_err();
+    let l = d.0[0].location.clone().unwrap();
+    assert_eq!((d.0[0].code.as_str(), l.file.as_str(), l.line, l.column), ("fwc::bad-outcome", "tests/x.kdl", 2, 8));
+    assert!(d.0[0].help.as_deref().unwrap().contains("`drop`"));
+    let tree = SourceTree::from_files([
+        ("fwc.kdl".to_string(), "fwc 1\nhost \"a\"\n".to_string()),
+        ("tests/x.kdl".to_string(), "expect accept to=\":22\" host=\"b\"\n".to_string()),
+    ]);
+    let d = policytest::check(&tree).unwrap_err();
+    assert_eq!(d.0[0].code, "fwc::unknown-host");
+    assert_eq!(d.0[0].location.as_ref().unwrap().line, 1);
+}
+
+#[test]
+fn explain_snapshots() {
+    let tree = SourceTree::from_dir(&root().join("examples/edge-host")).unwrap();
+    let view = fwc_compiler::load_host(&tree, Some("edge-1")).unwrap();
+    let art = fwc_compiler::emit_view(&view, None);
+    let ev = Evaluator::new(&art).unwrap();
+    let locs = eval::rule_locations(&view);
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(root().join("golden/explain/snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| {
+        for (name, flow) in [
+            ("edge-dnat-8080", "tcp 203.0.113.5:40000 -> 198.18.1.1:8080"),
+            ("edge-ssh-office", "tcp 203.0.113.5:40000 -> 198.18.1.1:22"),
+            ("edge-ssh-blocked", "tcp 198.51.100.9:40000 -> 198.18.1.1:22"),
+            ("edge-ssh-policy", "tcp 192.0.2.1:40000 -> 198.18.1.1:22"),
+            ("edge-capped-9000", "tcp 192.0.2.1:40000 -> 198.18.1.1:9000"),
+            ("edge-userspace-443", "tcp 192.0.2.1:40000 -> 198.18.1.1:443"),
+            ("edge-v6-forward", "tcp [2001:db8:1::5]:40000 -> [2001:db8::10]:8443"),
+            ("edge-guests-shaped", "tcp 10.2.0.5:40000 -> 192.0.2.80:443 in eth1 out eth0 forward"),
+            ("edge-output-smtp", "tcp 198.18.1.1:40000 -> 192.0.2.25:25 out eth0 output"),
+        ] {
+            let x = ev.explain(&Flow::parse(flow).unwrap()).unwrap();
+            insta::assert_snapshot!(name, eval::render::text(&x, "edge-1", &locs));
+        }
+    });
+}

@@ -1,0 +1,156 @@
+//! `fwc test [DIR]`: run the repository's policy tests (`tests/**/*.kdl`) against the compiled
+//! artifacts with the pure evaluator; report each expectation with its file:line and the rule
+//! that decided it; `--json` and `--junit FILE` for CI.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use fwc_compiler::policytest::{self, Report, RunError};
+use fwc_compiler::source::SourceTree;
+use miette::{IntoDiagnostic, Result, WrapErr};
+
+use super::Global;
+
+/// Exit code when at least one expectation failed.
+pub const EXIT_FAILED: u8 = 3;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Test files live in DIR/tests/**/*.kdl, one `expect` per line:\n  \
+expect \"office reaches ssh\" accept proto=tcp from=\"203.0.113.5\" to=\":22\" rule=\"ssh\"\n  \
+expect drop proto=tcp from=\"198.51.100.9\" to=\":22\"\n  \
+expect forward proto=tcp to=\":8080\" reaches=\"10.0.0.5:80\"\n  \
+expect shaped proto=tcp to=\":9000\" class=\"tenant-b\"\n\
+See docs/testing-policies.md.\n\n\
+Examples:\n  fwc test\n  fwc test examples/edge-host --junit report.xml\n  fwc test --json | jq '.results[] | select(.passed | not)'\n\n\
+Exit codes: 0 every expectation holds, 1 error (rules or test files invalid; nothing evaluated), 3 an expectation failed.")]
+pub struct TestArgs {
+    /// Rule repository (directory with fwc.kdl and tests/).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// Print the results (with each flow's full explanation) as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a JUnit XML report to FILE (one testcase per expectation and host).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+}
+
+pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
+    let tree = match SourceTree::from_dir(&a.dir) {
+        Ok(t) => t,
+        Err(d) => {
+            eprint!("{}", d.render(g.color()));
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let report = match policytest::run(&tree) {
+        Ok(r) => r,
+        Err(RunError::Diagnostics(d)) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&d).expect("diagnostics serialize"));
+            } else {
+                eprint!("{}", d.render(g.color()));
+            }
+            return Ok(ExitCode::from(1));
+        }
+        Err(RunError::Eval { host, error }) => {
+            return Err(miette::miette!(
+                help = "this is a bug in fwc's evaluator (it must understand everything the compiler emits); please report it with the rules",
+                "cannot evaluate host {host}: {error}"
+            ))
+        }
+    };
+    if let Some(path) = &a.junit {
+        std::fs::write(path, junit(&report)).into_diagnostic().wrap_err_with(|| format!("cannot write {}", path.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report).into_diagnostic()?);
+    } else {
+        print!("{}", human(&report, &a.dir.display().to_string(), g.color()));
+    }
+    Ok(if report.failed() > 0 { ExitCode::from(EXIT_FAILED) } else { ExitCode::SUCCESS })
+}
+
+fn loc(l: &fwc_compiler::diag::Location) -> String {
+    format!("{}:{}:{}", l.file, l.line, l.column)
+}
+
+/// One line per expectation; failures get what was expected and what happened.
+fn human(r: &Report, dir: &str, color: bool) -> String {
+    let paint = |s: &str, code: &str| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_string() };
+    let mut out = String::new();
+    if r.results.is_empty() {
+        let _ = writeln!(out, "no policy tests: add expectations to tests/*.kdl (see docs/testing-policies.md)");
+        return out;
+    }
+    for t in &r.results {
+        let status = if t.passed { paint("PASS", "32") } else { paint("FAIL", "31;1") };
+        let decided_at = t.decided_at.as_ref().map(|l| format!(" ({})", loc(l))).unwrap_or_default();
+        let _ = writeln!(out, "{status} {} [{}] {}", loc(&t.location), t.host, t.name);
+        if t.passed {
+            let _ = writeln!(out, "     {}: {}{decided_at}", t.expected, t.decided_by);
+        } else {
+            let _ = writeln!(out, "     expected: {}", t.expected);
+            let _ = writeln!(out, "     actual:   {}", t.actual);
+            let _ = writeln!(out, "     decided by {}{decided_at}", t.decided_by);
+            let _ = writeln!(out, "     see why:  fwc explain {dir} \"{}\" --host {}", flow_arg(&t.explanation.flow), t.host);
+        }
+    }
+    let failed = r.failed();
+    let _ = writeln!(out, "{} expectation(s): {} passed, {failed} failed", r.results.len(), r.results.len() - failed);
+    out
+}
+
+/// The flow as `fwc explain` reads it (drop the trailing `(input)` unless it is not the default).
+fn flow_arg(flow: &str) -> String {
+    match flow.rsplit_once(" (") {
+        Some((f, "input)")) => f.to_string(),
+        Some((f, o)) => format!("{f} {}", o.trim_end_matches(')')),
+        None => flow.to_string(),
+    }
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JUnit XML: one suite, one testcase per expectation and host (`classname` = the test file).
+pub fn junit(r: &Report) -> String {
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(out, "<testsuites name=\"fwc policy tests\" tests=\"{}\" failures=\"{}\">", r.results.len(), r.failed());
+    let _ = writeln!(out, "  <testsuite name=\"fwc test\" tests=\"{}\" failures=\"{}\">", r.results.len(), r.failed());
+    for t in &r.results {
+        let _ = write!(
+            out,
+            "    <testcase classname=\"{}\" name=\"{} [{}]\" file=\"{}\" line=\"{}\"",
+            xml_escape(&t.location.file),
+            xml_escape(&t.name),
+            xml_escape(&t.host),
+            xml_escape(&t.location.file),
+            t.location.line
+        );
+        if t.passed {
+            out.push_str("/>\n");
+        } else {
+            let at = t.decided_at.as_ref().map(|l| format!(" ({})", loc(l))).unwrap_or_default();
+            let msg = format!("expected {}, got {}", t.expected, t.actual);
+            let _ = writeln!(out, ">\n      <failure message=\"{}\">{}: expected {}\nactual: {}\ndecided by {}{}</failure>\n    </testcase>",
+                xml_escape(&msg), xml_escape(&loc(&t.location)), xml_escape(&t.expected), xml_escape(&t.actual), xml_escape(&t.decided_by), xml_escape(&at));
+        }
+    }
+    out.push_str("  </testsuite>\n</testsuites>\n");
+    out
+}
