@@ -12,6 +12,7 @@ pub mod eval;
 pub mod model;
 pub mod policytest;
 pub mod select;
+pub mod setfile;
 pub mod source;
 pub mod syntax;
 pub mod units;
@@ -36,7 +37,8 @@ pub fn load_host(tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diag
     let mut map = SourceMap::default();
     let plain = syntax::parse_plain(tree, &mut map)?;
     let host = pick_host(&plain, host)?;
-    let ruleset = syntax::add_templates(tree, &mut map, plain, &host)?;
+    let mut ruleset = syntax::add_templates(tree, &mut map, plain, &host)?;
+    setfile::load_all(tree, &mut map, &mut ruleset)?;
     let warnings = check::check(&map, &ruleset)?;
     Ok(HostView { host, ruleset, map, warnings })
 }

@@ -85,7 +85,11 @@ impl fmt::Display for AddrElem {
 #[derive(Debug, Clone, Serialize)]
 pub struct AddrSet {
     pub name: Spanned<String>,
+    /// Inline elements, then those of `files` (read by `setfile::load_all`).
     pub elements: Vec<Spanned<AddrElem>>,
+    /// `file=` paths as written (relative to the repository root, under `lists/`).
+    #[serde(skip)]
+    pub files: Vec<Spanned<String>>,
     #[serde(skip)]
     pub span: Span,
 }

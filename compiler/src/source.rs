@@ -1,5 +1,5 @@
 //! Finding and holding the rule files: `fwc.kdl` at the root and every `*.kdl` / `*.kdl.j2`
-//! under `rules/`, in path order. A [`SourceTree`] is read from a directory (the compiler's
+//! under `rules/`, in path order, and the set files under `lists/` (`set … file=`). A [`SourceTree`] is read from a directory (the compiler's
 //! only I/O) or built in memory (the agent builds it from git objects).
 
 use std::collections::BTreeMap;
@@ -12,6 +12,8 @@ use crate::diag::{Diagnostic, Diagnostics};
 pub const ROOT_FILE: &str = "fwc.kdl";
 /// Directory whose `*.kdl` and `*.kdl.j2` files are read too.
 pub const RULES_DIR: &str = "rules";
+/// Directory of set files (any name), read by `set … file="lists/…"` (see `setfile`).
+pub const LISTS_DIR: &str = "lists";
 /// Directory of policy test files (`*.kdl`, see [`crate::policytest`]); kept apart from the rules.
 pub const TESTS_DIR: &str = "tests";
 
@@ -19,6 +21,8 @@ pub const TESTS_DIR: &str = "tests";
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SourceTree {
     pub files: BTreeMap<String, String>,
+    /// Set files: every file under `lists/`, relative path -> contents.
+    pub lists: BTreeMap<String, String>,
     /// Policy test files `tests/**/*.kdl`: relative path -> contents. Not rules.
     pub tests: BTreeMap<String, String>,
 }
@@ -42,16 +46,19 @@ impl SourceTree {
         read_tree_dir(dir, RULES_DIR, is_rule_file, &mut files)?;
         let mut tests = BTreeMap::new();
         read_tree_dir(dir, TESTS_DIR, is_test_file, &mut tests)?;
-        Ok(SourceTree { files, tests })
+        let mut lists = BTreeMap::new();
+        read_tree_dir(dir, LISTS_DIR, |_| true, &mut lists)?;
+        Ok(SourceTree { files, lists, tests })
     }
 
     /// Build a tree from (path, contents) pairs, keeping only rule files (for git trees).
     pub fn from_files<I: IntoIterator<Item = (String, String)>>(files: I) -> SourceTree {
         let (tests, files): (BTreeMap<_, _>, BTreeMap<_, _>) = files
             .into_iter()
-            .filter(|(p, _)| p == ROOT_FILE || (p.starts_with("rules/") && is_rule_file(p)) || (p.starts_with("tests/") && is_test_file(p)))
+            .filter(|(p, _)| is_tree_file(p))
             .partition(|(p, _)| p.starts_with("tests/"));
-        SourceTree { files, tests }
+        let (lists, files) = files.into_iter().partition(|(p, _)| is_list_file(p));
+        SourceTree { files, lists, tests }
     }
 
     pub fn has_templates(&self) -> bool {
@@ -62,6 +69,20 @@ impl SourceTree {
 /// Is this path a rule file (`*.kdl` or `*.kdl.j2`)?
 pub fn is_rule_file(path: &str) -> bool {
     path.ends_with(".kdl") || path.ends_with(".kdl.j2")
+}
+
+/// Is this repository path a set file (anything under `lists/`)?
+pub fn is_list_file(path: &str) -> bool {
+    path.strip_prefix(LISTS_DIR).is_some_and(|r| r.starts_with('/'))
+}
+
+/// Does this repository path belong in a [`SourceTree`] (root file, rule file, set file,
+/// policy test file)? The git readers use it to pick blobs.
+pub fn is_tree_file(path: &str) -> bool {
+    path == ROOT_FILE
+        || (path.starts_with("rules/") && is_rule_file(path))
+        || is_list_file(path)
+        || (path.starts_with("tests/") && is_test_file(path))
 }
 
 /// Is this path a policy test file (`*.kdl`)?

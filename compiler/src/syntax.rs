@@ -22,6 +22,9 @@ const FORWARD_PROPS: &[&str] = &[
     "proto", "listen", "to", "from", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
     "idle-timeout", "backend", "on", "comment",
 ];
+/// Properties that may be given several times (each occurrence counts; read from the node's entries).
+const REPEATABLE_PROPS: &[&str] = &["file"];
+const SET_PROPS: &[&str] = &["file"];
 const SHAPE_PROPS: &[&str] = &["from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment"];
 
 /// Parse every plain `.kdl` file of the tree (templates are added per host by [`add_templates`]).
@@ -345,7 +348,7 @@ impl Parser<'_, '_> {
                         self.error("unknown-property", format!("unknown property `{key}`"), span, "not a property of this node")
                             .rule(rule)
                             .help(help);
-                    } else if values.insert(key.clone(), e).is_some() {
+                    } else if values.insert(key.clone(), e).is_some() && !REPEATABLE_PROPS.contains(&key.as_str()) {
                         self.error("duplicate-property", format!("property `{key}` is given twice"), span, "second one")
                             .rule(rule)
                             .help("give each property once; for several values use a comma list: port=\"80,443\"");
@@ -520,7 +523,20 @@ impl Parser<'_, '_> {
     fn set(&mut self, node: &KdlNode) -> Option<AddrSet> {
         let name = self.name(node, "set")?;
         let rule = format!("set \"{}\"", name.value);
-        self.props(node, &rule, &[], usize::MAX);
+        self.props(node, &rule, SET_PROPS, usize::MAX);
+        // `file=` may be repeated: every occurrence is a set file (read by setfile::load_all).
+        let mut files = Vec::new();
+        for e in node.entries().iter().filter(|e| e.name().is_some_and(|n| n.value() == "file")) {
+            let span = self.span(e.span());
+            match e.value() {
+                KdlValue::String(s) => files.push(Spanned::new(s.clone(), span)),
+                _ => {
+                    self.error("bad-set-file", "file= is a quoted path", span, "not a string")
+                        .rule(&rule)
+                        .help("write file=\"lists/blocklist.netset\"");
+                }
+            }
+        }
         let mut elements = Vec::new();
         let mut entries: Vec<&KdlEntry> = node.entries().iter().filter(|e| e.name().is_none()).skip(1).collect();
         for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
@@ -546,7 +562,7 @@ impl Parser<'_, '_> {
                 }
             }
         }
-        Some(AddrSet { name, elements, span: self.span(node.span()) })
+        Some(AddrSet { name, elements, files, span: self.span(node.span()) })
     }
 
     fn chain(&mut self, node: &KdlNode) -> Option<Chain> {

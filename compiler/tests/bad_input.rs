@@ -6,7 +6,9 @@
 //! // expect: <line>:<column> <code> <message substring>
 //! ```
 //!
-//! one line per expected error (all of them, in order). The test asserts the exact code,
+//! one line per expected error (all of them, in order); `<file>:<line>:<column>` when the
+//! error is in another file than fwc.kdl (set files: `<case>.lists.<name>` becomes
+//! `lists/<name>`). The test asserts the exact code,
 //! position and message, that a rule name and a hint are present when the file says
 //! `// rule: …` / always for errors, and that nothing compiles.
 
@@ -33,7 +35,10 @@ fn tree_of(case: &Path) -> SourceTree {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().to_string();
         if let Some(rest) = name.strip_prefix(&format!("{stem}.")) {
-            if rest != "kdl" {
+            if let Some(list) = rest.strip_prefix("lists.") {
+                // `<case>.lists.<name>`: a set file, lists/<name>.
+                files.push((format!("lists/{list}"), std::fs::read_to_string(&p).unwrap()));
+            } else if rest != "kdl" {
                 files.push((format!("rules/{rest}"), std::fs::read_to_string(&p).unwrap()));
             }
         }
@@ -43,6 +48,7 @@ fn tree_of(case: &Path) -> SourceTree {
 
 #[derive(Debug)]
 struct Expect {
+    file: Option<String>,
     line: usize,
     column: usize,
     code: String,
@@ -55,8 +61,13 @@ fn expectations(text: &str) -> Vec<Expect> {
         .map(|e| {
             let mut parts = e.trim().splitn(3, ' ');
             let pos = parts.next().unwrap();
-            let (line, column) = pos.split_once(':').expect("expect: LINE:COL code message");
+            let (file, pos) = match pos.matches(':').count() {
+                2 => pos.split_once(':').map(|(f, p)| (Some(f.to_string()), p)).unwrap(),
+                _ => (None, pos),
+            };
+            let (line, column) = pos.split_once(':').expect("expect: [FILE:]LINE:COL code message");
             Expect {
+                file,
                 line: line.parse().unwrap(),
                 column: column.parse().unwrap(),
                 code: parts.next().unwrap().to_string(),
@@ -104,7 +115,8 @@ fn bad_input_corpus() {
         }
         for (d, e) in diags.0.iter().zip(&want) {
             let l = d.location.as_ref().expect("every diagnostic has a location");
-            let ok = l.line == e.line && l.column == e.column && d.code == format!("fwc::{}", e.code) && d.message.contains(&e.message);
+            let file_ok = e.file.as_deref().is_none_or(|f| l.file == f);
+            let ok = file_ok && l.line == e.line && l.column == e.column && d.code == format!("fwc::{}", e.code) && d.message.contains(&e.message);
             if !ok {
                 failures.push(format!("{name}: expected {}:{} {} \"{}\", got {}:{} {} \"{}\"", e.line, e.column, e.code, e.message, l.line, l.column, d.code, d.message));
             }

@@ -23,7 +23,7 @@ pub fn source_tree_at(repo: &git2::Repository, commit: &git2::Commit, subdir: &P
             return git2::TreeWalkResult::Ok;
         }
         let path = format!("{dir}{}", entry.name().unwrap_or_default());
-        if !fwc_compiler::source::is_rule_file(&path) {
+        if !fwc_compiler::source::is_tree_file(&path) {
             return git2::TreeWalkResult::Ok;
         }
         match entry.to_object(repo).and_then(|o| o.peel_to_blob()) {

@@ -302,3 +302,54 @@ fn completions_for_bash() {
     let o = fwc(&["completions", "no-such-shell"]);
     assert_ne!(code(&o), 0);
 }
+
+/// Issue #14: sets from files. `file=` (repeatable) reads lists/ of the repository, combined
+/// with inline elements, in the work tree (`compile`) and in a git commit (`plan --from/--to`):
+/// a change of the set file alone is a change of the set.
+#[test]
+fn set_files_in_the_work_tree_and_in_git() {
+    let dir = repo(&[
+        (
+            "fwc.kdl",
+            "fwc 1\nset \"blocklist\" \"203.0.113.9\" file=\"lists/firehol.netset\" file=\"lists/ipset.save\"\ninput {\n    deny \"blocked\" from=\"@blocklist\"\n}\n",
+        ),
+        ("lists/firehol.netset", "# FireHOL level 1\n192.0.2.0/24\n; comment\n\n198.51.100.1-198.51.100.9\n2001:db8::/32\n"),
+        ("lists/ipset.save", "create bl hash:net family inet\nadd bl 10.9.0.0/16\n"),
+    ]);
+    let d = dir.path();
+    let out = tempfile::tempdir().unwrap();
+    let o = fwc(&["compile", s(d), "--out", s(out.path())]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let nft: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("nftables.json")).unwrap()).unwrap();
+    let set = |name: &str| {
+        nft["nftables"].as_array().unwrap().iter().find_map(|o| o["add"]["set"].as_object().filter(|s| s["name"] == name).cloned()).unwrap()
+    };
+    assert_eq!(
+        set("blocklist_v4")["elem"],
+        serde_json::json!([
+            {"prefix": {"addr": "10.9.0.0", "len": 16}},
+            {"prefix": {"addr": "192.0.2.0", "len": 24}},
+            {"range": ["198.51.100.1", "198.51.100.9"]},
+            "203.0.113.9"
+        ])
+    );
+    assert_eq!(set("blocklist_v6")["elem"], serde_json::json!([{"prefix": {"addr": "2001:db8::", "len": 32}}]));
+
+    // Git: the set file is read from the commit, not from the work tree.
+    git(d, &["init", "-q", "-b", "main"]);
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "one"]);
+    std::fs::write(d.join("lists/firehol.netset"), "192.0.2.0/24\n192.0.2.77-192.0.2.80\n").unwrap();
+    git(d, &["commit", "-q", "-am", "two"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD"]);
+    assert_eq!(code(&o), 2, "{}", shown(&o));
+    assert!(text(&o.stdout).contains("~ set \"blocklist\""), "{}", shown(&o));
+    let o = fwc(&["plan", s(d), "--from", "HEAD", "--to", "HEAD"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    // A bad line in the committed set file: file:line:column, exit 1.
+    std::fs::write(d.join("lists/firehol.netset"), "192.0.2.0/24\nnot-an-address\n").unwrap();
+    git(d, &["commit", "-q", "-am", "three"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD"]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    assert!(text(&o.stderr).contains("lists/firehol.netset:2:1"), "{}", shown(&o));
+}

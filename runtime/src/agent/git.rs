@@ -380,9 +380,7 @@ pub fn source_tree(repo: &Repository, id: Oid) -> Result<SourceTree> {
             return git2::TreeWalkResult::Ok;
         }
         let path = format!("{dir}{}", entry.name().unwrap_or(""));
-        if !(path == fwc_compiler::source::ROOT_FILE
-            || (path.starts_with("rules/") && fwc_compiler::source::is_rule_file(&path)))
-        {
+        if !fwc_compiler::source::is_tree_file(&path) {
             return git2::TreeWalkResult::Ok;
         }
         match repo.find_blob(entry.id()) {
