@@ -321,6 +321,8 @@ pub struct TestResult {
     pub name: String,
     pub host: String,
     pub location: Location,
+    /// The flow evaluated.
+    pub flow: Flow,
     pub passed: bool,
     /// What was expected, in words.
     pub expected: String,
@@ -480,6 +482,7 @@ pub fn judge(t: &PolicyTest, host: &str, x: Explanation, locs: &BTreeMap<String,
         name: t.name.clone(),
         host: host.to_string(),
         location: t.location.clone(),
+        flow: t.flow.clone(),
         passed,
         expected,
         actual,

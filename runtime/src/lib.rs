@@ -7,6 +7,7 @@ pub mod apply;
 pub mod audit;
 pub mod backend;
 pub mod cli;
+pub mod kernel_eval;
 pub mod metrics;
 pub mod repo;
 pub mod state;

@@ -87,6 +87,9 @@ pub struct Explanation {
     pub dnat: Option<(IpAddr, u16)>,
     /// The DNAT's identity (map element or rule comment).
     pub dnat_rule: Option<String>,
+    /// All targets of a round-robin DNAT (`dnat` is the first connection's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dnat_round_robin: Vec<(IpAddr, u16)>,
     pub masquerade: bool,
     pub userspace: Option<UserspaceHit>,
     /// Classes charged (original direction first, then replies).
@@ -204,6 +207,7 @@ impl Evaluator {
             decided_by: self.decision(&result, &hook),
             dnat: p.ct_dnat.then_some((p.daddr, p.dport)),
             dnat_rule: dnat_hit.and_then(|h| h.identity.clone()),
+            dnat_round_robin: p.round_robin.iter().map(|(a, port)| (*a, port.unwrap_or(flow.dport))).collect(),
             masquerade,
             userspace,
             qos,

@@ -186,6 +186,9 @@ pub struct Packet {
     pub orig: (IpAddr, IpAddr, u16, u16),
     /// Addresses `fib daddr type` calls `local`.
     pub local: Vec<IpAddr>,
+    /// Every target of a round-robin DNAT (`numgen inc`): the first connection gets the first,
+    /// later ones the others in turn.
+    pub round_robin: Vec<(IpAddr, Option<u16>)>,
 }
 
 impl Packet {
@@ -205,6 +208,7 @@ impl Packet {
             ct_dnat: false,
             orig: (flow.saddr, flow.daddr, flow.sport, flow.dport),
             local,
+            round_robin: Vec::new(),
         }
     }
 }
@@ -402,9 +406,20 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                     _ => p.daddr.is_ipv6(),
                 };
                 if fam_v6 != p.daddr.is_ipv6() {
-                    return Err(unsupported("dnat of the other address family".into()));
+                    // The kernel's inet NAT expression ignores a packet of the other family
+                    // (nft_nat_inet_eval): the statement does nothing and the rule goes on.
+                    hit.notes.push(format!("dnat {} to … does not apply to this packet's family", if fam_v6 { "ip6" } else { "ip" }));
+                    continue;
                 }
                 let addr_v = body.get("addr").ok_or_else(|| unsupported("dnat without addr".into()))?;
+                if addr_v.pointer("/map/key/numgen").is_some() {
+                    for pair in addr_v.pointer("/map/data/set").and_then(Value::as_array).into_iter().flatten() {
+                        if let Some(Some((Val::Addr(a), port, _))) = pair.get(1).map(|d| cx.dnat_value(d, p)).transpose()? {
+                            p.round_robin.push((a, port));
+                        }
+                    }
+                    hit.notes.push("round robin: the first connection goes to the first target".into());
+                }
                 let (addr, port_from_addr, ident) = match cx.dnat_value(addr_v, p)? {
                     None => return Ok(None),
                     Some(x) => x,

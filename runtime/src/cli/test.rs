@@ -31,6 +31,13 @@ pub struct TestArgs {
     /// Print the results (with each flow's full explanation) as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Also run every expectation's flow through the real kernel: load the compiled ruleset
+    /// into a scratch network namespace (never this host's), send the packets through veth
+    /// pairs and compare the traced verdict, deciding rule and DNAT with the pure evaluator's.
+    /// A disagreement fails the expectation. Needs root. Flows sent by the host itself
+    /// (chain=output) and ICMP are checked by the pure evaluator only.
+    #[arg(long)]
+    pub kernel: bool,
     /// Also write a JUnit XML report to FILE (one testcase per expectation and host).
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
@@ -61,6 +68,10 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
             ))
         }
     };
+    let mut report = report;
+    if a.kernel {
+        kernel_check(&tree, &mut report)?;
+    }
     if let Some(path) = &a.junit {
         std::fs::write(path, junit(&report)).into_diagnostic().wrap_err_with(|| format!("cannot write {}", path.display()))?;
     }
@@ -70,6 +81,38 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
         print!("{}", human(&report, &a.dir.display().to_string(), g.color()));
     }
     Ok(if report.failed() > 0 { ExitCode::from(EXIT_FAILED) } else { ExitCode::SUCCESS })
+}
+
+/// Run every result's flow in the kernel (per host) and fail those where the kernel disagrees.
+fn kernel_check(tree: &SourceTree, report: &mut Report) -> Result<()> {
+    let hosts: std::collections::BTreeSet<String> = report.results.iter().map(|r| r.host.clone()).collect();
+    for host in hosts {
+        let (artifacts, _) = fwc_compiler::compile(tree, Some(&host), None).map_err(|d| miette::miette!("{}", d.render(false)))?;
+        let idx: Vec<usize> = (0..report.results.len()).filter(|&i| report.results[i].host == host).collect();
+        let flows: Vec<_> = idx.iter().map(|&i| report.results[i].flow.clone()).collect();
+        let outcomes = crate::kernel_eval::evaluate_all(&artifacts, &flows).map_err(|e| miette::miette!(help = "run fwc test --kernel as root; it only touches namespaces it creates", "kernel mode: {e}"))?;
+        for (i, k) in idx.into_iter().zip(outcomes) {
+            let r = &mut report.results[i];
+            match k {
+                None if r.flow.origin == fwc_compiler::eval::Origin::Output || !r.flow.proto.has_ports() => {
+                    r.decided_by.push_str(" [kernel: not sent (output/ICMP flows: pure evaluator only)]");
+                }
+                None => {
+                    r.passed = false;
+                    r.actual.push_str(" [kernel: the packet never showed up in the trace]");
+                }
+                Some(k) => {
+                    if crate::kernel_eval::agree(&r.flow, &r.explanation, &k) {
+                        r.decided_by.push_str(" [kernel agrees]");
+                    } else {
+                        r.passed = false;
+                        r.actual.push_str(&format!(" [kernel DISAGREES: {} by {}{}]", k.verdict.as_str(), if k.policy { "policy".to_string() } else { k.identity.clone().unwrap_or_else(|| "a built-in rule".into()) }, k.seen_dst.map(|(a, p)| format!(", destination {a} port {p}")).unwrap_or_default()));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn loc(l: &fwc_compiler::diag::Location) -> String {

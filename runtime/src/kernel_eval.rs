@@ -1,0 +1,440 @@
+//! The kernel evaluator: loads compiled artifacts into a private scratch network namespace
+//! (never the host's), sends real packets into it through veth pairs from a second scratch
+//! namespace, and reads what the kernel did from nftables tracing (`meta nftrace` + `nft
+//! monitor trace`). It answers the same questions as the pure evaluator
+//! (`fwc_compiler::eval`) — verdict, deciding rule, destination after DNAT — so the two can be
+//! held equal (`fwc test --kernel`, runtime/tests/kernel_eval.rs). Both namespaces (and with
+//! them every link, route and ruleset) are deleted on drop, also when a step fails.
+//!
+//! Scope: first packets of TCP and UDP flows arriving from outside (`input` and `forward`
+//! origins); a flow sent by the host itself (`output`) or ICMP is not sent (`None`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use fwc_compiler::artifacts::Artifacts;
+use fwc_compiler::eval::{Flow, Origin, Verdict, L4};
+
+/// What the kernel did to one flow's first packet.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KernelOutcome {
+    pub verdict: Verdict,
+    /// The comment (`fwc:<kind>:<name>`) of the rule that decided; `None` for a built-in rule
+    /// or a policy.
+    pub identity: Option<String>,
+    /// True when a chain policy decided.
+    pub policy: bool,
+    /// Destination as the input/forward filter chain saw it (after any DNAT).
+    pub seen_dst: Option<(IpAddr, u16)>,
+    /// The raw trace lines of this packet, for reports.
+    pub trace: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("kernel mode needs root (it creates network namespaces and loads nftables rulesets into them)")]
+    NotRoot,
+    #[error("{step}: {detail}")]
+    Step { step: String, detail: String },
+}
+
+fn step_err(step: &str, detail: impl std::fmt::Display) -> KernelError {
+    KernelError::Step { step: step.to_string(), detail: detail.to_string() }
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// Two scratch namespaces, deleted (with everything inside) on drop.
+struct Scratch {
+    host: String,
+    peer: String,
+    monitor: Option<std::process::Child>,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Some(mut m) = self.monitor.take() {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+        for ns in [&self.host, &self.peer] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
+        }
+    }
+}
+
+fn run(step: &str, argv: &[&str], stdin: Option<&str>) -> Result<String, KernelError> {
+    let mut c = Command::new(argv[0]);
+    c.args(&argv[1..]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if stdin.is_some() {
+        c.stdin(Stdio::piped());
+    }
+    let mut child = c.spawn().map_err(|e| step_err(step, format!("cannot run {}: {e}", argv[0])))?;
+    if let Some(text) = stdin {
+        child.stdin.take().expect("piped").write_all(text.as_bytes()).map_err(|e| step_err(step, e))?;
+    }
+    let out = child.wait_with_output().map_err(|e| step_err(step, e))?;
+    if !out.status.success() {
+        return Err(step_err(step, format!("`{}` failed: {}", argv.join(" "), String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Name of the host-side interface a flow arrives on (`fwck0` when the flow names none).
+const DEFAULT_IF: &str = "fwck0";
+
+fn sends(f: &Flow) -> bool {
+    f.origin != Origin::Output && f.proto.has_ports()
+}
+
+/// Evaluate `flows` in the kernel. Flows must have distinct source ports (they identify the
+/// packets in the trace). The result has one entry per flow (`None`: not sent, see module doc).
+pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcome>>, KernelError> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(KernelError::NotRoot);
+    }
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tag = format!("fwc-k-{}-{n}", std::process::id());
+    let mut s = Scratch { host: format!("{tag}h"), peer: format!("{tag}p"), monitor: None };
+    run("create namespace", &["ip", "netns", "add", &s.host], None)?;
+    run("create namespace", &["ip", "netns", "add", &s.peer], None)?;
+    let (h, p) = (s.host.clone(), s.peer.clone());
+    for ns in [&h, &p] {
+        run("loopback", &["ip", "-n", ns, "link", "set", "lo", "up"], None)?;
+    }
+    // Interfaces: the default one plus every in=/out= name the flows use.
+    let mut names: BTreeSet<String> = BTreeSet::from([DEFAULT_IF.to_string()]);
+    for f in flows.iter().filter(|f| sends(f)) {
+        names.extend(f.iif.iter().cloned());
+        names.extend(f.oif.iter().cloned());
+    }
+    let mut ifaces: BTreeMap<String, (String, [u8; 6])> = BTreeMap::new();
+    for (i, name) in names.iter().enumerate() {
+        let peer_name = format!("p{i}");
+        let mac = [0x02, 0, 0, 0, 1, i as u8];
+        let mac_s = mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+        run("veth", &["ip", "-n", &h, "link", "add", name, "address", &mac_s, "type", "veth", "peer", "name", &peer_name, "netns", &p], None)?;
+        run("veth", &["ip", "-n", &h, "link", "set", name, "up"], None)?;
+        run("veth", &["ip", "-n", &p, "link", "set", &peer_name, "up"], None)?;
+        ifaces.insert(name.clone(), (peer_name, mac));
+    }
+    let sysctl = |k: &str| run("sysctl", &["ip", "netns", "exec", &h, "sysctl", "-qw", k], None);
+    for k in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"] {
+        sysctl(k)?;
+    }
+    for name in &names {
+        sysctl(&format!("net.ipv4.conf.{name}.rp_filter=0"))?;
+    }
+    run("route", &["ip", "-n", &h, "route", "add", "default", "dev", DEFAULT_IF], None)?;
+    run("route", &["ip", "-n", &h, "-6", "route", "add", "default", "dev", DEFAULT_IF], None)?;
+    let mut locals = BTreeSet::new();
+    let mut routes = BTreeSet::new();
+    for f in flows.iter().filter(|f| sends(f)) {
+        match f.origin {
+            Origin::Input => {
+                locals.insert(f.daddr);
+            }
+            _ => {
+                if let Some(o) = &f.oif {
+                    routes.insert((f.daddr, o.clone()));
+                }
+            }
+        }
+    }
+    for a in &locals {
+        let cidr = if a.is_ipv4() { format!("{a}/32") } else { format!("{a}/128") };
+        let mut argv = vec!["ip", "-n", &h, "addr", "add", &cidr, "dev", "lo"];
+        if a.is_ipv6() {
+            argv.push("nodad");
+        }
+        run("local address", &argv, None)?;
+    }
+    for (a, dev) in &routes {
+        if locals.contains(a) {
+            continue;
+        }
+        let cidr = if a.is_ipv4() { format!("{a}/32") } else { format!("{a}/128") };
+        run("route", &["ip", "-n", &h, "route", "replace", &cidr, "dev", dev], None)?;
+    }
+    // The ruleset under test, and a separate table that turns tracing on for every packet.
+    let ruleset = serde_json::to_string(&a.nftables).expect("json");
+    run("load nftables.json", &["ip", "netns", "exec", &h, "nft", "-j", "-f", "-"], Some(&ruleset))?;
+    run(
+        "trace table",
+        &["ip", "netns", "exec", &h, "nft", "-f", "-"],
+        Some("table inet fwc_trace {\n chain pre { type filter hook prerouting priority -500; meta nftrace set 1; }\n}\n"),
+    )?;
+    let out_path = tempfile::NamedTempFile::new().map_err(|e| step_err("trace file", e))?;
+    let out_file = out_path.reopen().map_err(|e| step_err("trace file", e))?;
+    s.monitor = Some(
+        Command::new("ip")
+            .args(["netns", "exec", &h, "nft", "monitor", "trace"])
+            .stdout(out_file)
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| step_err("nft monitor trace", e))?,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // Send from the peer namespace (a thread that joins it; the process stays where it is).
+    let frames: Vec<(String, Vec<u8>)> = flows
+        .iter()
+        .filter(|f| sends(f))
+        .map(|f| {
+            let (peer_if, mac) = &ifaces[f.iif.as_deref().unwrap_or(DEFAULT_IF)];
+            (peer_if.clone(), frame(f, *mac))
+        })
+        .collect();
+    let peer_path = format!("/run/netns/{p}");
+    std::thread::spawn(move || send_frames(&peer_path, &frames))
+        .join()
+        .map_err(|_| step_err("send", "sender thread panicked"))??;
+    std::thread::sleep(Duration::from_millis(400));
+    if let Some(mut m) = s.monitor.take() {
+        let _ = m.kill();
+        let _ = m.wait();
+    }
+    let text = std::fs::read_to_string(out_path.path()).map_err(|e| step_err("read trace", e))?;
+    let table = fwc_compiler::eval::nft::Table::from_json(&a.nftables).map_err(|e| step_err("read nftables.json", e))?;
+    let by_sport = parse_trace(&text, &table);
+    Ok(flows.iter().map(|f| if sends(f) { by_sport.get(&f.sport).cloned() } else { None }).collect())
+}
+
+fn send_frames(netns: &str, frames: &[(String, Vec<u8>)]) -> Result<(), KernelError> {
+    let fd = std::fs::File::open(netns).map_err(|e| step_err("join peer namespace", e))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns on this (dedicated, short-lived) thread only.
+    if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(step_err("join peer namespace", std::io::Error::last_os_error()));
+    }
+    // SAFETY: plain socket calls; the fd is closed below.
+    let sock = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+    if sock < 0 {
+        return Err(step_err("packet socket", std::io::Error::last_os_error()));
+    }
+    let mut result = Ok(());
+    for (ifname, frame) in frames {
+        let cname = std::ffi::CString::new(ifname.as_str()).expect("no NUL");
+        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_ifindex = ifindex as i32;
+        addr.sll_halen = 6;
+        addr.sll_addr[..6].copy_from_slice(&frame[..6]);
+        let rc = unsafe {
+            libc::sendto(sock, frame.as_ptr().cast(), frame.len(), 0, (&addr as *const libc::sockaddr_ll).cast(), std::mem::size_of::<libc::sockaddr_ll>() as u32)
+        };
+        if rc < 0 {
+            result = Err(step_err("send", std::io::Error::last_os_error()));
+            break;
+        }
+    }
+    unsafe { libc::close(sock) };
+    result
+}
+
+fn csum(data: &[u8], mut sum: u32) -> u16 {
+    for chunk in data.chunks(2) {
+        let word = if chunk.len() == 2 { u16::from_be_bytes([chunk[0], chunk[1]]) } else { u16::from_be_bytes([chunk[0], 0]) };
+        sum += u32::from(word);
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// An Ethernet frame carrying the flow's first packet (TCP SYN or a small UDP datagram).
+fn frame(f: &Flow, dst_mac: [u8; 6]) -> Vec<u8> {
+    let mut l4 = Vec::new();
+    l4.extend(f.sport.to_be_bytes());
+    l4.extend(f.dport.to_be_bytes());
+    let proto = match f.proto {
+        L4::Tcp => {
+            l4.extend(1u32.to_be_bytes()); // seq
+            l4.extend(0u32.to_be_bytes()); // ack
+            l4.extend([5 << 4, 0x02]); // data offset, SYN
+            l4.extend(65535u16.to_be_bytes());
+            l4.extend([0, 0, 0, 0]); // checksum, urgent
+            6u8
+        }
+        _ => {
+            l4.extend(12u16.to_be_bytes());
+            l4.extend([0, 0]);
+            l4.extend(b"fwc!");
+            17u8
+        }
+    };
+    let mut pseudo = Vec::new();
+    let (src, dst) = (ip_bytes(f.saddr), ip_bytes(f.daddr));
+    pseudo.extend(&src);
+    pseudo.extend(&dst);
+    if f.saddr.is_ipv4() {
+        pseudo.extend([0, proto]);
+        pseudo.extend((l4.len() as u16).to_be_bytes());
+    } else {
+        pseudo.extend((l4.len() as u32).to_be_bytes());
+        pseudo.extend([0, 0, 0, proto]);
+    }
+    let pre: u32 = pseudo.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+    let c = csum(&l4, pre);
+    let at = if proto == 6 { 16 } else { 6 };
+    l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    let mut out = Vec::new();
+    out.extend(dst_mac);
+    out.extend([0x02, 0, 0, 0, 2, 1]);
+    if f.saddr.is_ipv4() {
+        out.extend([0x08, 0x00]);
+        let mut ip = vec![0x45, 0];
+        ip.extend(((20 + l4.len()) as u16).to_be_bytes());
+        ip.extend([0, 1, 0x40, 0, 64, proto, 0, 0]);
+        ip.extend(&src);
+        ip.extend(&dst);
+        let c = csum(&ip, 0);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        out.extend(ip);
+    } else {
+        out.extend([0x86, 0xdd]);
+        out.extend([0x60, 0, 0, 0]);
+        out.extend((l4.len() as u16).to_be_bytes());
+        out.extend([proto, 64]);
+        out.extend(&src);
+        out.extend(&dst);
+    }
+    out.extend(l4);
+    out
+}
+
+fn ip_bytes(a: IpAddr) -> Vec<u8> {
+    match a {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+/// `… tcp sport 40000 …` -> 40000 (the word after `key`).
+fn word_after<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let i = line.find(key)?;
+    line[i + key.len()..].split_whitespace().next()
+}
+
+/// Group `nft monitor trace` lines by trace id, identify each packet by its source port, and
+/// read off the outcome.
+fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u16, KernelOutcome> {
+    let hook_of = |chain: &str| table.chains.get(chain).and_then(|c| c.hook.as_ref()).map(|h| (h.hook.clone(), h.kind.clone()));
+    let mut by_id: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("trace id ") else { continue };
+        let Some((id, _)) = rest.split_once(' ') else { continue };
+        if !by_id.contains_key(id) {
+            order.push(id.to_string());
+        }
+        by_id.entry(id.to_string()).or_default().push(line);
+    }
+    let mut out = BTreeMap::new();
+    for id in order {
+        let lines = &by_id[&id];
+        let Some(first) = lines.iter().find(|l| l.contains(" packet: ")) else { continue };
+        let Some(sport) = word_after(first, "tcp sport ").or_else(|| word_after(first, "udp sport ")).and_then(|w| w.parse::<u16>().ok()) else { continue };
+        let mut verdict = Verdict::Accept;
+        let mut identity = None;
+        let mut policy = false;
+        let mut decided = false;
+        let mut seen_dst = None;
+        for l in lines.iter().filter(|l| l.contains(" inet fwc ")) {
+            let after = &l[l.find(" inet fwc ").expect("filtered") + " inet fwc ".len()..];
+            let Some((chain, what)) = after.split_once(' ') else { continue };
+            let hook = hook_of(chain);
+            let filter_hook = hook.as_ref().is_some_and(|(h, k)| k == "filter" && (h == "input" || h == "forward"));
+            if what.starts_with("packet: ") && filter_hook && seen_dst.is_none() {
+                let addr = word_after(what, "ip daddr ").or_else(|| word_after(what, "ip6 daddr ")).and_then(|w| w.parse().ok());
+                let port = word_after(what, "tcp dport ").or_else(|| word_after(what, "udp dport ")).and_then(|w| w.parse().ok());
+                if let (Some(a), Some(p)) = (addr, port) {
+                    seen_dst = Some((a, p));
+                }
+            }
+            let comment = word_after(what, "comment ").map(|c| c.trim_matches('"').to_string());
+            let is_drop = what.ends_with("(verdict drop)") || what.trim_end() == "policy drop";
+            if is_drop && !decided {
+                verdict = if what.contains("reject") { Verdict::Reject } else { Verdict::Drop };
+                policy = what.starts_with("policy");
+                identity = if policy { None } else { comment.clone() };
+                decided = true;
+            }
+            if !decided && filter_hook {
+                if what.ends_with("(verdict accept)") {
+                    identity = comment;
+                    policy = false;
+                } else if what.trim_end() == "policy accept" {
+                    identity = None;
+                    policy = true;
+                }
+            }
+        }
+        out.insert(sport, KernelOutcome { verdict, identity, policy, seen_dst, trace: lines.iter().map(|l| l.to_string()).collect() });
+    }
+    out
+}
+
+/// The part of a pure explanation the kernel can be checked against: verdict, deciding rule
+/// identity, whether a policy decided, destination seen by the input/forward filter chain.
+pub type Comparable = (Verdict, Option<String>, bool, Option<(IpAddr, u16)>);
+
+/// [`Comparable`] of the pure evaluator's explanation of `f`.
+pub fn pure_comparable(f: &Flow, x: &fwc_compiler::eval::Explanation) -> Comparable {
+    let reached_filter = !x.steps.iter().any(|s| s.hook == "prerouting" && s.verdict != Verdict::Accept);
+    (x.verdict, x.decided_by.identity.clone(), x.decided_by.index.is_none(), reached_filter.then(|| x.dnat.unwrap_or((f.daddr, f.dport))))
+}
+
+/// Do the pure explanation and the kernel outcome agree? A round-robin DNAT agrees with any of
+/// its targets (the kernel's counter has moved on with earlier connections).
+pub fn agree(f: &Flow, x: &fwc_compiler::eval::Explanation, k: &KernelOutcome) -> bool {
+    let mut pure = pure_comparable(f, x);
+    let kern = kernel_comparable(k);
+    if let (Some(_), Some(kd)) = (pure.3, kern.3) {
+        if x.dnat_round_robin.contains(&kd) {
+            pure.3 = Some(kd);
+        }
+    }
+    pure == kern
+}
+
+/// [`Comparable`] of the kernel's outcome.
+pub fn kernel_comparable(k: &KernelOutcome) -> Comparable {
+    (k.verdict, k.identity.clone(), k.policy, k.seen_dst)
+}
+
+/// Evaluate `flows` in the kernel, in as few namespace loads as possible: flows are packed
+/// into batches of distinct source ports; when no rule matches a source port, ports are
+/// renumbered so that one batch holds them all.
+pub fn evaluate_all(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcome>>, KernelError> {
+    let matches_sport = a.nftables.to_string().contains("\"sport\"");
+    let mut flows: Vec<Flow> = flows.to_vec();
+    if !matches_sport {
+        for (i, f) in flows.iter_mut().enumerate() {
+            f.sport = 20000 + i as u16;
+        }
+    }
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    for (i, f) in flows.iter().enumerate() {
+        // One batch: distinct source ports (they identify packets in the trace) and one route
+        // per destination (a destination reached through two interfaces needs two loads).
+        let fits = |b: &Vec<usize>| b.iter().all(|&j| flows[j].sport != f.sport && (flows[j].daddr != f.daddr || flows[j].oif == f.oif || f.origin == Origin::Input));
+        match batches.iter_mut().find(|b| fits(b)) {
+            Some(b) => b.push(i),
+            None => batches.push(vec![i]),
+        }
+    }
+    let mut out = vec![None; flows.len()];
+    for b in batches {
+        let batch: Vec<Flow> = b.iter().map(|&i| flows[i].clone()).collect();
+        for (i, r) in b.into_iter().zip(evaluate(a, &batch)?) {
+            out[i] = r;
+        }
+    }
+    Ok(out)
+}

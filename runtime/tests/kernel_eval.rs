@@ -1,0 +1,228 @@
+//! The pure evaluator and the kernel agree (privileged): many generated rulesets, each loaded
+//! into a scratch namespace pair, many generated flows sent through each as real packets; the
+//! verdict, the deciding rule (or policy) and the destination after DNAT must be equal for
+//! every flow. Any disagreement is a bug in the pure evaluator (or an emitter change it does
+//! not follow). Sizes: FWC_KERNEL_EVAL_RULESETS (default 40) x FWC_KERNEL_EVAL_FLOWS (120).
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use fwc_compiler::eval::{Evaluator, Flow, FlowSpec, Origin, L4};
+use fwc_compiler::source::SourceTree;
+use fwc_runtime::kernel_eval;
+
+/// The tests here run one at a time: the cleanup checks look at every scratch namespace of this process.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// xorshift64*: deterministic, seeded, no dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len())]
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+const V4_NETS: &[&str] = &["10.1.0.0/16", "10.2.0.0/24", "10.3.3.3", "192.0.2.0/28", "10.4.0.0-10.4.0.200"];
+const V6_NETS: &[&str] = &["2001:db8:1::/48", "2001:db8:2::5", "2001:db8:3::/64"];
+const V4_SRC: &[&str] = &["10.1.2.3", "10.2.0.9", "10.3.3.3", "192.0.2.5", "192.0.2.200", "10.4.0.100", "10.4.0.250", "203.0.113.7"];
+const V6_SRC: &[&str] = &["2001:db8:1::9", "2001:db8:2::5", "2001:db8:3::1", "2001:db8:9::1"];
+const PORTS: &[&str] = &["22", "80", "443", "53", "80,443", "8000-8010", "25"];
+const DPORTS: &[u16] = &[22, 80, 443, 53, 8005, 8011, 25, 7000, 7001, 9000, 9003, 9010, 1234];
+const IFS: &[&str] = &["eth0", "eth1"];
+
+fn ruleset(r: &mut Rng) -> String {
+    let mut s = String::from("fwc 1\n");
+    let mut elems: Vec<&str> = (0..1 + r.below(3)).map(|_| *r.pick(V4_NETS)).collect();
+    elems.push(*r.pick(V6_NETS));
+    elems.sort();
+    elems.dedup();
+    s += &format!("set \"a\" {}\n", elems.iter().map(|e| format!("\"{e}\"")).collect::<Vec<_>>().join(" "));
+    for (chain, n) in [("input", 2 + r.below(6)), ("forward", r.below(4))] {
+        s += &format!("{chain} policy={} {{\n", if r.chance(60) { "drop" } else { "accept" });
+        for i in 0..n {
+            let action = *r.pick(&["allow", "allow", "deny", "reject"]);
+            let mut props = Vec::new();
+            if r.chance(85) {
+                props.push(format!("proto={}", r.pick(&["tcp", "udp"])));
+                if r.chance(80) {
+                    props.push(format!("port=\"{}\"", r.pick(PORTS)));
+                }
+            }
+            match r.below(3) {
+                0 => props.push("from=\"@a\"".into()),
+                1 => props.push(format!("from=\"{}\"", if r.chance(70) { r.pick(V4_NETS) } else { r.pick(V6_NETS) })),
+                _ => {}
+            }
+            if r.chance(30) {
+                props.push(format!("in=\"{}\"", r.pick(IFS)));
+            }
+            if chain == "forward" && r.chance(30) {
+                props.push(format!("out=\"{}\"", r.pick(IFS)));
+            }
+            s += &format!("    {action} \"{chain}-{i}\" {}\n", props.join(" "));
+        }
+        s += "}\n";
+    }
+    let mut used = Vec::new();
+    for i in 0..r.below(4) {
+        let (listen, target) = *r.pick(&[
+            (":7000", "10.9.0.1:80"),
+            (":7001", "10.9.0.2"),
+            (":9000-9005", "10.9.0.3"),
+            (":9010", "10.9.0.4:9010,10.9.0.5:9010"),
+            ("[2001:db8::1]:7000", "[2001:db8:9::7]:80"),
+        ]);
+        if used.contains(&listen) {
+            continue;
+        }
+        used.push(listen);
+        let proto = if r.chance(70) { "tcp" } else { "udp" };
+        s += &format!("forward \"fwd-{i}\" proto={proto} listen=\"{listen}\" to=\"{target}\"\n");
+    }
+    s
+}
+
+fn flows(r: &mut Rng, n: usize) -> Vec<Flow> {
+    (0..n)
+        .map(|i| {
+            let v6 = r.chance(25);
+            let proto = if r.chance(70) { L4::Tcp } else { L4::Udp };
+            let src: IpAddr = if v6 { r.pick(V6_SRC).parse().unwrap() } else { r.pick(V4_SRC).parse().unwrap() };
+            let forward = r.chance(30);
+            let oif = if forward && r.chance(60) { Some(r.pick(IFS).to_string()) } else { None };
+            // One destination per output interface, so one namespace load routes them all.
+            let host = match oif.as_deref() {
+                Some("eth0") => 20,
+                Some(_) => 21,
+                None => 22,
+            };
+            let dst: Option<IpAddr> = match (forward, v6) {
+                (true, false) => Some(format!("198.51.100.{host}").parse().unwrap()),
+                (true, true) => Some(format!("2001:db8:77::{host}").parse().unwrap()),
+                (false, _) => None,
+            };
+            let spec = FlowSpec {
+                proto: Some(proto),
+                from: (Some(src), Some(20000 + i as u16)),
+                to: (dst, Some(*r.pick(DPORTS))),
+                origin: Some(if forward { Origin::Forward } else { Origin::Input }),
+                iif: if r.chance(60) { Some(r.pick(IFS).to_string()) } else { None },
+                oif,
+            };
+            spec.build().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn pure_and_kernel_evaluators_agree() {
+    if !fwc_testkit::privileged("pure_and_kernel_evaluators_agree") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rulesets: usize = std::env::var("FWC_KERNEL_EVAL_RULESETS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let per: usize = std::env::var("FWC_KERNEL_EVAL_FLOWS").ok().and_then(|v| v.parse().ok()).unwrap_or(120);
+    let seed: u64 = std::env::var("FWC_KERNEL_EVAL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_f00d);
+    let mut r = Rng(seed);
+    let start = Instant::now();
+    let (mut cases, mut compiled, mut verdicts) = (0usize, 0usize, std::collections::BTreeMap::<&str, usize>::new());
+    let mut disagreements = Vec::new();
+    for k in 0..rulesets {
+        let text = ruleset(&mut r);
+        let fl = flows(&mut r, per);
+        let tree = SourceTree::from_files([("fwc.kdl".to_string(), text.clone())]);
+        let Ok((art, _)) = fwc_compiler::compile(&tree, None, None) else { continue };
+        compiled += 1;
+        let ev = Evaluator::new(&art).unwrap();
+        let kernel = kernel_eval::evaluate_all(&art, &fl).unwrap_or_else(|e| panic!("ruleset {k}: {e}\n{text}"));
+        for (f, kr) in fl.iter().zip(kernel) {
+            let x = ev.explain(f).unwrap();
+            cases += 1;
+            *verdicts.entry(x.verdict.as_str()).or_default() += 1;
+            if x.dnat.is_some() {
+                *verdicts.entry("of which dnat").or_default() += 1;
+            }
+            if f.origin == Origin::Forward {
+                *verdicts.entry("routed (forward)").or_default() += 1;
+            }
+            if f.daddr.is_ipv6() {
+                *verdicts.entry("ipv6").or_default() += 1;
+            }
+            let pure = kernel_eval::pure_comparable(f, &x);
+            let Some(kr) = kr else {
+                disagreements.push(format!("ruleset {k}, flow {f}: the kernel trace has no packet\n{text}"));
+                continue;
+            };
+            let kern = kernel_eval::kernel_comparable(&kr);
+            if std::env::var_os("FWC_KERNEL_EVAL_SHOW").is_some() {
+                eprintln!("{f}\n  pure:   {pure:?}\n  kernel: {kern:?}");
+            }
+            if !kernel_eval::agree(f, &x, &kr) {
+                disagreements.push(format!("ruleset {k}, flow {f}:\n  pure:   {pure:?} ({})\n  kernel: {kern:?}\n  trace:\n    {}\n{text}", x.decided_by.what, kr.trace.join("\n    ")));
+            }
+        }
+    }
+    let took = start.elapsed();
+    eprintln!("pure vs kernel: {cases} cases ({compiled} of {rulesets} generated rulesets compiled, {per} flows each), verdicts {verdicts:?}, {:.1} s, seed {seed:#x}", took.as_secs_f64());
+    assert!(compiled * 10 >= rulesets * 8, "only {compiled} of {rulesets} generated rulesets compiled: fix the generator");
+    assert!(disagreements.is_empty(), "{} of {cases} cases disagree; first:\n{}", disagreements.len(), disagreements.iter().take(3).cloned().collect::<Vec<_>>().join("\n\n"));
+}
+
+fn scratch_namespaces() -> Vec<String> {
+    let out = std::process::Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let prefix = format!("fwc-k-{}-", std::process::id());
+    String::from_utf8_lossy(&out.stdout).split_whitespace().filter(|n| n.starts_with(&prefix)).map(str::to_string).collect()
+}
+
+#[test]
+fn a_failed_load_leaves_nothing_behind() {
+    if !fwc_testkit::privileged("a_failed_load_leaves_nothing_behind") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tree = SourceTree::from_files([("fwc.kdl".to_string(), "fwc 1\ninput policy=drop {\n allow \"ssh\" proto=tcp port=22\n}\n".to_string())]);
+    let (mut art, _) = fwc_compiler::compile(&tree, None, None).unwrap();
+    let flow = Flow::parse("tcp 192.0.2.1:1000 -> :22").unwrap();
+    // A good load works and is cleaned up...
+    let k = kernel_eval::evaluate(&art, std::slice::from_ref(&flow)).unwrap();
+    assert_eq!(k[0].as_ref().unwrap().identity.as_deref(), Some("fwc:filter:ssh"));
+    assert!(scratch_namespaces().is_empty(), "{:?}", scratch_namespaces());
+    // ...and a ruleset the kernel refuses fails with the step named, leaving no namespace.
+    art.nftables["nftables"].as_array_mut().unwrap().push(serde_json::json!({"add": {"rule": {"family": "inet", "table": "fwc", "chain": "nope", "expr": [{"accept": null}]}}}));
+    let err = kernel_eval::evaluate(&art, &[flow]).unwrap_err().to_string();
+    assert!(err.starts_with("load nftables.json:"), "{err}");
+    assert!(scratch_namespaces().is_empty(), "{:?}", scratch_namespaces());
+}
+
+#[test]
+fn fwc_test_kernel_on_the_examples() {
+    if !fwc_testkit::privileged("fwc_test_kernel_on_the_examples") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for ex in ["quickstart", "edge-host", "fleet"] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fwc"))
+            .args(["test", "--kernel", "--color=never"])
+            .arg(root.join("examples").join(ex))
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{ex}:\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
+        assert!(!out.contains("DISAGREES"), "{out}");
+        assert!(out.matches("[kernel agrees]").count() >= 8, "{ex}: {out}");
+    }
+    assert!(scratch_namespaces().is_empty());
+}
