@@ -17,7 +17,12 @@ pub const MAX_USERSPACE_PORTS: u32 = 1024;
 
 /// Check `rs`; `Ok` carries the warnings, `Err` all errors and warnings.
 pub fn check(map: &SourceMap, rs: &Ruleset) -> Result<Diagnostics, Diagnostics> {
-    let set_families = rs.sets.iter().map(|s| (s.name.value.as_str(), family_of(s.elements.iter().map(|e| e.is_ipv4())))).collect();
+    // A dynamic set holds whatever other programs add at run time: either family.
+    let set_families = rs
+        .sets
+        .iter()
+        .map(|s| (s.name.value.as_str(), if s.dynamic.is_some() { Some(Family::Both) } else { family_of(s.elements.iter().map(|e| e.is_ipv4())) }))
+        .collect();
     let mut c = Checker { map, rs, set_families, out: Diagnostics::default() };
     c.hosts();
     c.sets();
@@ -79,7 +84,7 @@ impl Checker<'_> {
     fn sets(&mut self) {
         self.unique("set", self.rs.sets.iter().map(|s| ("set", &s.name)));
         for s in &self.rs.sets {
-            if s.elements.is_empty() {
+            if s.elements.is_empty() && s.dynamic.is_none() {
                 let rule = format!("set \"{}\"", s.name.value);
                 self.warn("empty-set", &rule, "this set is empty", s.name.span, "no elements", "a rule matching an empty set never matches; add elements or remove the set");
             }
@@ -194,6 +199,20 @@ impl Checker<'_> {
             self.addr(&rule, &f.from);
             let (backends, _) = place_forward(f);
             let userspace = backends.contains(&crate::artifacts::BackendKind::Userspace);
+            if let (true, Some(m)) = (userspace, &f.from) {
+                if let AddrMatch::Set(name) = &m.value {
+                    if self.rs.sets.iter().any(|s| &s.name.value == name && s.dynamic.is_some()) {
+                        self.err(
+                            "dynamic-set-in-userspace-forward",
+                            &rule,
+                            format!("the userspace forwarder cannot follow dynamic set \"{name}\""),
+                            m.span,
+                            "dynamic set in from=",
+                            "the forwarder reads from= once per apply, a dynamic set changes at run time; deny the set in the input chain instead (input { deny \"banned\" from=\"@banned\" } stops userspace forwards too)",
+                        );
+                    }
+                }
+            }
             let listen_len = f.listen.ports.len();
             for t in f.targets.value.iter() {
                 if let Some(tp) = t.ports {

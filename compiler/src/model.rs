@@ -90,8 +90,20 @@ pub struct AddrSet {
     /// `file=` paths as written (relative to the repository root, under `lists/`).
     #[serde(skip)]
     pub files: Vec<Spanned<String>>,
+    /// `dynamic=#true`: other programs (fail2ban, CrowdSec, `nft add element`) fill the set at
+    /// run time; fwc owns the declaration only, never the elements.
+    pub dynamic: Option<DynamicSet>,
     #[serde(skip)]
     pub span: Span,
+}
+
+/// The run-time part of a `dynamic=#true` set: default element timeout and maximum size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DynamicSet {
+    /// `timeout=`: elements added without their own timeout expire after this (None: never).
+    pub timeout_s: Option<u32>,
+    /// `size=`: most elements the kernel accepts (per address family).
+    pub size: Option<u32>,
 }
 
 /// An address match in a rule: a set reference, or literal addresses.

@@ -93,12 +93,16 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     let mut sets: Vec<&AddrSet> = rs.sets.iter().collect();
     sets.sort_by(|a, b| a.name.value.cmp(&b.name.value));
     for s in &sets {
+        let reason = match s.dynamic {
+            Some(_) => "named nftables set (interval + timeout, one per address family); its elements belong to other programs: applies keep them, drift ignores them",
+            None => "named nftables set (interval, one per address family)",
+        };
         placements.push(Placement {
             kind: RuleKind::Set,
             name: s.name.value.clone(),
             chain: None,
             backends: vec![BackendKind::Nftables],
-            reason: "named nftables set (interval, one per address family)".into(),
+            reason: reason.into(),
         });
     }
 

@@ -24,7 +24,9 @@ const FORWARD_PROPS: &[&str] = &[
 ];
 /// Properties that may be given several times (each occurrence counts; read from the node's entries).
 const REPEATABLE_PROPS: &[&str] = &["file"];
-const SET_PROPS: &[&str] = &["file"];
+const SET_PROPS: &[&str] = &["file", "dynamic", "timeout", "size"];
+/// Largest `size=` of a dynamic set (elements per address family).
+pub const MAX_DYNAMIC_SET_SIZE: i128 = 16_777_216;
 const SHAPE_PROPS: &[&str] = &["from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment"];
 
 /// Parse every plain `.kdl` file of the tree (templates are added per host by [`add_templates`]).
@@ -523,7 +525,8 @@ impl Parser<'_, '_> {
     fn set(&mut self, node: &KdlNode) -> Option<AddrSet> {
         let name = self.name(node, "set")?;
         let rule = format!("set \"{}\"", name.value);
-        self.props(node, &rule, SET_PROPS, usize::MAX);
+        let mut props = self.props(node, &rule, SET_PROPS, usize::MAX);
+        let dynamic = self.dynamic_set(&mut props, node, &rule);
         // `file=` may be repeated: every occurrence is a set file (read by setfile::load_all).
         let mut files = Vec::new();
         for e in node.entries().iter().filter(|e| e.name().is_some_and(|n| n.value() == "file")) {
@@ -562,7 +565,47 @@ impl Parser<'_, '_> {
                 }
             }
         }
-        Some(AddrSet { name, elements, files, span: self.span(node.span()) })
+        if dynamic.is_some() {
+            if let Some(e) = elements.first() {
+                self.error("dynamic-set-elements", format!("dynamic set \"{}\" lists elements", name.value), e.span, "element of a dynamic set")
+                    .rule(&rule)
+                    .help("a dynamic set starts empty and other programs (fail2ban, CrowdSec, `nft add element`) fill it; use a second, static set for fixed addresses");
+            } else if let Some(f) = files.first() {
+                self.error("dynamic-set-elements", format!("dynamic set \"{}\" reads a set file", name.value), f.span, "file= of a dynamic set")
+                    .rule(&rule)
+                    .help("a dynamic set starts empty and other programs fill it; use a second, static set for a list from a file");
+            }
+        }
+        Some(AddrSet { name, elements, files, dynamic, span: self.span(node.span()) })
+    }
+
+    /// `dynamic=#true timeout="1h" size=65536`; `timeout`/`size` without `dynamic=#true` are errors.
+    fn dynamic_set(&mut self, props: &mut Props, node: &KdlNode, rule: &str) -> Option<DynamicSet> {
+        let dynamic = props.values.contains_key("dynamic") && self.bool(props, "dynamic");
+        if !dynamic {
+            for key in ["timeout", "size"] {
+                if let Some(e) = node.entries().iter().find(|e| e.name().is_some_and(|n| n.value() == key)) {
+                    let span = self.span(e.span());
+                    self.error("dynamic-set-property", format!("`{key}` is only for dynamic sets"), span, "needs dynamic=#true")
+                        .rule(rule)
+                        .help(format!("add dynamic=#true to let other programs fill the set, or remove {key}="));
+                }
+            }
+            return None;
+        }
+        let timeout = self.parsed(props, "timeout", units::parse_duration_ms);
+        let size = self.number(props, "size", 1, MAX_DYNAMIC_SET_SIZE);
+        let timeout_s = match timeout {
+            Some(t) if t.value < 1000 || t.value / 1000 > u64::from(u32::MAX) => {
+                self.error("bad-timeout", "bad timeout: a dynamic set's timeout is from 1s to about 136 years", t.span, "this value")
+                    .rule(rule)
+                    .help("write timeout=\"1h\" (or leave it out: elements without their own timeout stay until removed)");
+                None
+            }
+            Some(t) => Some((t.value / 1000) as u32),
+            None => None,
+        };
+        Some(DynamicSet { timeout_s, size: size.map(|s| s.value as u32) })
     }
 
     fn chain(&mut self, node: &KdlNode) -> Option<Chain> {

@@ -41,7 +41,7 @@ fn ports(s: &str) -> Vec<PortRange> {
 }
 
 fn addr_set(name: &str, elems: &[&str]) -> AddrSet {
-    AddrSet { name: sp(name.into()), elements: elems.iter().map(|e| sp(elem(e))).collect(), files: vec![], span: Span::default() }
+    AddrSet { name: sp(name.into()), elements: elems.iter().map(|e| sp(elem(e))).collect(), files: vec![], dynamic: None, span: Span::default() }
 }
 
 fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
@@ -1444,4 +1444,24 @@ fn privileged_v4_maps_do_not_see_ipv6() {
     assert_eq!(count(), 0, "IPv6 packets counted by the IPv4 map element");
     assert_eq!(fetch(&topo.client, "198.18.1.1", 8080).as_deref(), Some("backend-80"));
     assert_eq!(count(), 1);
+}
+
+#[test]
+fn dynamic_sets_are_declared_empty_with_timeout_and_size() {
+    let mut banned = addr_set("banned", &[]);
+    banned.dynamic = Some(DynamicSet { timeout_s: Some(3600), size: Some(65536) });
+    let mut deny = rule(ChainKind::Input, Action::Deny, "banned");
+    deny.from = addrs("@banned");
+    let doc = emit(&Ruleset { sets: vec![banned], chains: vec![chain(ChainKind::Input, Policy::Accept, vec![deny])], ..Ruleset::default() });
+    for (name, ty) in [("banned_v4", "ipv4_addr"), ("banned_v6", "ipv6_addr")] {
+        assert_eq!(
+            named(&doc, "set", name),
+            &json!({"family": "inet", "table": "fwc", "name": name, "type": ty, "flags": ["interval", "timeout"], "timeout": 3600, "size": 65536})
+        );
+    }
+    // Empty at compile time, either family at run time: the rule matches both halves.
+    let rules = rules_with_comment(&doc, "fwc:filter:banned");
+    assert_eq!(rules.len(), 2);
+    assert!(has_stmt(rules[0], m(payload("ip", "saddr"), json!("@banned_v4"))));
+    assert!(has_stmt(rules[1], m(payload("ip6", "saddr"), json!("@banned_v6"))));
 }

@@ -450,3 +450,64 @@ input {
     let listed = t.host.exec(&["nft", "list", "chain", "inet", "fwc", "input"]);
     assert!(!listed.contains("packets 0 bytes 0 drop comment \"fwc:filter:blocked-in\""), "{listed}");
 }
+
+/// Elements of a dynamic set, as `nft list set` shows them (text, one per line-ish).
+fn dynamic_elements(t: &Topology, set: &str) -> String {
+    t.host.exec(&["nft", "list", "set", "inet", "fwc", set])
+}
+
+/// Issue #14: a dynamic set keeps what other programs (fail2ban, CrowdSec: `nft add element
+/// … timeout`) put into it across ten applies, is never reported as drift, bans by traffic,
+/// and its elements still expire on time.
+#[test]
+fn dynamic_set_keeps_external_elements_across_ten_applies() {
+    if !privileged("dynamic_set_keeps_external_elements_across_ten_applies") {
+        return;
+    }
+    let mut t = Topology::new();
+    t.client.exec(&["ip", "addr", "add", "198.18.1.3/24", "dev", &t.client_if, "nodad"]);
+    t.client.exec(&["ip", "addr", "add", "198.18.1.4/24", "dev", &t.client_if, "nodad"]);
+    serve(&mut t.host, None, 8000, "hostsvc");
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let state = tmp.path().join("state");
+    let base = "fwc 1\nset \"banned\" dynamic=#true timeout=\"1h\" size=65536\ninput {\n    deny \"banned\" from=\"@banned\"\n";
+    write_repo(&repo, &format!("{base}}}\n"));
+    apply_repo(&t, &repo, &state);
+    let listed = dynamic_elements(&t, "banned_v4");
+    assert!(listed.contains("flags interval,timeout") && listed.contains("timeout 1h") && listed.contains("size 65536"), "{listed}");
+
+    // Written from outside, as fail2ban's and CrowdSec's nftables actions do.
+    let expiring = Instant::now();
+    t.host.exec(&["nft", "add", "element", "inet", "fwc", "banned_v4", "{ 198.18.1.3 timeout 25s, 198.18.1.4 }"]);
+    t.host.exec(&["nft", "add", "element", "inet", "fwc", "banned_v6", "{ 2001:db8:1::99 timeout 10m }"]);
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8000, Some("198.18.1.3")), Probe::Timeout, "banned (25 s)");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8000, Some("198.18.1.2")), Probe::Ok("hostsvc".into()), "not banned");
+
+    for i in 0..10 {
+        // A real change every time (the table is replaced).
+        write_repo(&repo, &format!("{base}    allow \"x{i}\" proto=tcp port={}\n}}\n", 20000 + i));
+        apply_repo(&t, &repo, &state);
+        let listed = dynamic_elements(&t, "banned_v4");
+        if expiring.elapsed() < Duration::from_secs(20) {
+            assert!(listed.contains("198.18.1.3 timeout"), "apply {i} lost the timed element:\n{listed}");
+        }
+        assert!(listed.contains("198.18.1.4 expires 59m"), "apply {i} lost the element with the set's timeout:\n{listed}");
+        assert!(dynamic_elements(&t, "banned_v6").contains("2001:db8:1::99"), "apply {i} lost the IPv6 element");
+    }
+    assert!(expiring.elapsed() < Duration::from_secs(20), "ten applies took too long to prove the timed element survived them");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8000, Some("198.18.1.4")), Probe::Timeout, "still banned after ten applies");
+
+    // The external elements are not drift: planning the same repository shows no change.
+    let o = fwc(&["plan", repo.to_str().unwrap(), "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name]);
+    assert_eq!(o.status.code(), Some(0), "plan reports changes/drift for externally added elements:\n{}", text(&o));
+
+    // ... and they still expire on time: 25 s after the add (the applies left them alone).
+    let left = Duration::from_secs(25).saturating_sub(expiring.elapsed());
+    std::thread::sleep(left.saturating_sub(Duration::from_secs(1)));
+    assert!(dynamic_elements(&t, "banned_v4").contains("198.18.1.3"), "expired more than 1 s early");
+    std::thread::sleep(Duration::from_secs(2));
+    let listed = dynamic_elements(&t, "banned_v4");
+    assert!(!listed.contains("198.18.1.3"), "not expired 1 s after its timeout:\n{listed}");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8000, Some("198.18.1.3")), Probe::Ok("hostsvc".into()), "ban expired");
+}

@@ -21,7 +21,12 @@ pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value,
         let (summary, digest) = match p.kind {
             RuleKind::Set => {
                 let s = plan.set(name).expect("placed sets exist");
-                (set_summary(s), digest(&s.elements.iter().map(|e| e.value).collect::<Vec<_>>()))
+                let digest = match s.dynamic {
+                    // Its declaration is all fwc owns of a dynamic set.
+                    Some(d) => digest(&("dynamic", d)),
+                    None => digest(&s.elements.iter().map(|e| e.value).collect::<Vec<_>>()),
+                };
+                (set_summary(s), digest)
             }
             RuleKind::Chain => {
                 let c = plan.chains.iter().find(|c| c.kind.as_str() == name).expect("placed chains exist");
@@ -82,6 +87,16 @@ fn chain_summary(policy: Policy, order: &[&str]) -> String {
 }
 
 fn set_summary(s: &AddrSet) -> String {
+    if let Some(d) = s.dynamic {
+        let mut out = "dynamic (filled at run time by other programs)".to_string();
+        if let Some(t) = d.timeout_s {
+            out.push_str(&format!(", timeout {t}s"));
+        }
+        if let Some(n) = d.size {
+            out.push_str(&format!(", size {n}"));
+        }
+        return out;
+    }
     if s.elements.is_empty() {
         return "empty".into();
     }

@@ -389,8 +389,10 @@ type AddrParts = [Option<E>; 2];
 fn addr_parts(plan: &HostPlan, m: &AddrMatch) -> AddrParts {
     match m {
         AddrMatch::Set(name) => {
+            // A dynamic set may hold either family at run time: match both halves.
+            let dynamic = plan.set(name).is_some_and(|s| s.dynamic.is_some());
             let elems: Vec<AddrElem> = plan.set(name).map(|s| s.elements.iter().map(|e| e.value).collect()).unwrap_or_default();
-            let has = |fam: Fam| elems.iter().any(|e| e.is_ipv4() == (fam == Fam::V4));
+            let has = |fam: Fam| dynamic || elems.iter().any(|e| e.is_ipv4() == (fam == Fam::V4));
             [Fam::V4, Fam::V6].map(|fam| has(fam).then(|| s(format!("@{}", set_name(name, fam == Fam::V6)))))
         }
         AddrMatch::Literal(elems) => {
@@ -675,6 +677,24 @@ impl Out {
 
     fn addr_set(&mut self, name: String, fam: Fam, elems: Vec<E>) {
         self.interval_set(name, fam.set_type(), elems);
+    }
+
+    /// A `dynamic=#true` set: `flags interval, timeout` (other programs add addresses, CIDRs
+    /// or ranges, with or without their own timeout), the default `timeout` and `size`, no
+    /// elements. Raw JSON: the crate keeps flags in a HashSet, whose order is not deterministic.
+    fn dynamic_set(&mut self, name: String, fam: Fam, d: DynamicSet) {
+        let mut set = json!({
+            "family": "inet", "table": NFT_TABLE, "name": name,
+            "type": match fam { Fam::V4 => "ipv4_addr", Fam::V6 => "ipv6_addr" },
+            "flags": ["interval", "timeout"],
+        });
+        if let Some(t) = d.timeout_s {
+            set["timeout"] = json!(t);
+        }
+        if let Some(s) = d.size {
+            set["size"] = json!(s);
+        }
+        self.objects.push(json!({"add": {"set": set}}));
     }
 
     fn port_set(&mut self, name: &str, ports: &[PortRange]) {
@@ -1280,6 +1300,11 @@ pub fn emit(plan: &HostPlan) -> Value {
 
     // Sets: both halves of every set, always.
     for set in &plan.sets {
+        if let Some(d) = set.dynamic {
+            out.dynamic_set(set_name(&set.name.value, false), Fam::V4, d);
+            out.dynamic_set(set_name(&set.name.value, true), Fam::V6, d);
+            continue;
+        }
         let elems: Vec<AddrElem> = set.elements.iter().map(|e| e.value).collect();
         let [v4, v6] = set_elems(&elems);
         out.addr_set(set_name(&set.name.value, false), Fam::V4, v4);

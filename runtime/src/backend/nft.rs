@@ -5,7 +5,10 @@
 //!   the batch and aborts it; nothing changes). The kernel's own rendering of the new ruleset
 //!   is also taken here, by loading it into a private throwaway network namespace
 //!   (`unshare -n`), so verify and drift compare like with like.
-//! - **commit**: `nft -j -f` the same transaction. The kernel applies the whole batch or none
+//! - **commit**: `nft -j -f` the same transaction — except when the new table has dynamic sets
+//!   (`timeout` flag) that exist live with the same declaration: then the `delete table` is
+//!   replaced by flushing/deleting every other live object, so those sets keep the elements
+//!   other programs (fail2ban, CrowdSec) wrote, with their timeouts ([`NftBackend::preserving_tx`]). The kernel applies the whole batch or none
 //!   of it: there is no instant where the table is missing or half built, and conntrack entries
 //!   (established and NATed flows) survive because only rules change.
 //! - **rollback**: if this backend committed, load the previous `nftables.json` the same way
@@ -47,6 +50,8 @@ struct Staged {
     tx: Value,
     /// sha256 of the new nftables.json.
     hash: String,
+    /// Dynamic sets of the new table: name -> declaration (see [`dynamic_sets`]).
+    dynamic: Vec<(String, Value)>,
 }
 
 /// fwc's nftables table, optionally inside a named network namespace.
@@ -157,6 +162,59 @@ impl NftBackend {
     pub fn list_table_text(&self) -> Option<String> {
         let out = self.command().args(["-a", "list", "table", "inet", NFT_TABLE]).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The transaction that replaces everything of fwc's table EXCEPT the dynamic sets that
+    /// live with the same declaration (type, flags, timeout, size) as in `sets`: their
+    /// elements, written by other programs with their own timeouts, stay untouched (no
+    /// re-add, no rounding of timeouts, no window without them). Instead of `delete table`
+    /// it flushes and deletes every live chain and deletes every other live object (from a
+    /// terse listing, which has no elements), then adds the new table's objects, minus the
+    /// kept sets. `Ok(None)`: nothing to keep (no dynamic set, first apply, or every dynamic
+    /// set's declaration changed: those start empty); the caller replaces the whole table.
+    fn preserving_tx(&self, replace: &Value, sets: &[(String, Value)]) -> Result<Option<Value>> {
+        if sets.is_empty() {
+            return Ok(None);
+        }
+        let Some(live) = self.list_table_with(true)? else { return Ok(None) };
+        let objects: Vec<(&String, &Value)> = live["nftables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.as_object()?.iter().next())
+            .filter(|(kind, _)| *kind != "metainfo" && *kind != "table" && *kind != "rule")
+            .collect();
+        let keep: Vec<&str> = sets
+            .iter()
+            .filter(|(name, want)| {
+                let same = objects.iter().any(|(k, o)| *k == "set" && o["name"] == name.as_str() && declaration(o) == declaration(want));
+                if !same && objects.iter().any(|(k, o)| *k == "set" && o["name"] == name.as_str()) {
+                    tracing::warn!(set = %name, "dynamic set declaration changed: it starts empty");
+                }
+                same
+            })
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if keep.is_empty() {
+            return Ok(None);
+        }
+        let id = |kind: &str, o: &Value| json!({kind: {"family": "inet", "table": NFT_TABLE, "name": o["name"].clone()}});
+        let mut tx = vec![add_table()];
+        for (_, o) in objects.iter().filter(|(k, _)| *k == "chain") {
+            tx.push(json!({"flush": id("chain", o)}));
+        }
+        for (kind, o) in &objects {
+            if *kind == "set" && keep.contains(&o["name"].as_str().unwrap_or_default()) {
+                continue;
+            }
+            tx.push(json!({"delete": id(kind, o)}));
+        }
+        // The new table's objects (after `add table; delete table`), minus the kept sets.
+        let kept = |o: &Value| {
+            o.get("add").and_then(|a| a.get("set")).and_then(|s| s["name"].as_str()).is_some_and(|n| keep.contains(&n))
+        };
+        tx.extend(replace["nftables"].as_array().into_iter().flatten().skip(2).filter(|o| !kept(o)).cloned());
+        Ok(Some(json!({"nftables": tx})))
     }
 
     /// Replace the table with `nftables` (a complete `{"nftables": [...]}` document) atomically.
@@ -304,23 +362,38 @@ impl Backend for NftBackend {
             checked?;
         }
         let hash = sha256_hex(serde_json::to_string(&next.nftables).unwrap().as_bytes());
-        self.staged = Some(Staged { tx, hash });
+        let dynamic = dynamic_sets(&next.nftables);
+        self.staged = Some(Staged { tx, hash, dynamic });
         Ok(())
     }
 
     fn commit(&mut self) -> miette::Result<()> {
-        let staged = self.staged.as_ref().ok_or_else(|| miette!("nftables: commit without prepare"))?;
-        let injected;
-        let tx = if injected_failure("commit", BackendKind::Nftables) {
-            let mut tx = staged.tx.clone();
-            tx["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
-            injected = tx;
-            &injected
-        } else {
-            &staged.tx
+        let mut staged = self.staged.take().ok_or_else(|| miette!("nftables: commit without prepare"))?;
+        // Dynamic sets that exist unchanged stay in place with their elements (see
+        // `preserving_tx`); otherwise the table is replaced whole.
+        let preserving = self.preserving_tx(&staged.tx, &staged.dynamic);
+        let len = staged.tx["nftables"].as_array().map_or(0, Vec::len);
+        let mut owned;
+        let tx = match preserving {
+            Ok(Some(tx)) => {
+                owned = tx;
+                &mut owned
+            }
+            Ok(None) => &mut staged.tx,
+            Err(e) => {
+                self.staged = Some(staged);
+                return Err(e.wrap_err("nftables: commit failed"));
+            }
         };
-        self.run_file(tx, false).wrap_err("nftables: commit (nft -j -f) failed; the kernel aborted the whole transaction")?;
-        tracing::debug!(hash = %staged.hash, "nftables committed");
+        if injected_failure("commit", BackendKind::Nftables) {
+            tx["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
+        }
+        let result = self.run_file(tx, false);
+        staged.tx["nftables"].as_array_mut().unwrap().truncate(len);
+        let hash = staged.hash.clone();
+        self.staged = Some(staged);
+        result.wrap_err("nftables: commit (nft -j -f) failed; the kernel aborted the whole transaction")?;
+        tracing::debug!(hash = %hash, "nftables committed");
         self.committed = true;
         self.verify_pending = true;
         Ok(())
@@ -334,7 +407,14 @@ impl Backend for NftBackend {
             return Ok(());
         }
         match previous {
-            Some(p) if !items(&p.nftables)?.is_empty() => self.load(&p.nftables),
+            Some(p) if !items(&p.nftables)?.is_empty() => {
+                // Keep what fail2ban & co. added meanwhile, as commit does.
+                let tx = replace_tx(&p.nftables)?;
+                match self.preserving_tx(&tx, &dynamic_sets(&p.nftables))? {
+                    Some(keep) => self.run_file(&keep, false),
+                    None => self.run_file(&tx, false),
+                }
+            }
             _ => self.delete_table(),
         }
         .wrap_err("nftables: rollback failed")?;
@@ -371,6 +451,25 @@ fn gc_cache(dir: &std::path::Path, keep: usize) {
     for (_, p) in files.into_iter().skip(keep) {
         let _ = std::fs::remove_file(p);
     }
+}
+
+/// The dynamic sets of an `nftables.json` (name, declaration): sets with the `timeout` flag,
+/// which the emitter gives exactly the `dynamic=#true` sets. Other programs own their
+/// elements: drift ignores them ([`normalize`]) and an apply carries them over.
+pub fn dynamic_sets(doc: &Value) -> Vec<(String, Value)> {
+    let Some(arr) = doc.get("nftables").and_then(Value::as_array) else { return Vec::new() };
+    arr.iter()
+        .filter_map(|o| o.get("add").and_then(|a| a.get("set")).or_else(|| o.get("set")))
+        .filter(|s| s["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "timeout")))
+        .filter_map(|s| Some((s["name"].as_str()?.to_string(), s.clone())))
+        .collect()
+}
+
+/// What must match for a dynamic set's elements to be carried over.
+fn declaration(set: &Value) -> (Value, Vec<String>, Value, Value) {
+    let mut flags: Vec<String> = set["flags"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(str::to_string)).collect();
+    flags.sort();
+    (set["type"].clone(), flags, set["timeout"].clone(), set["size"].clone())
 }
 
 fn add_table() -> Value {
