@@ -259,19 +259,27 @@ fn service(f: &Flow) -> String {
 }
 
 /// Compare `old` (None: nothing applied / did not compile) and `new` for the host of `new_view`.
-pub fn flow_effects(old: Option<(&HostView, &Artifacts)>, new_view: &HostView, new: &Artifacts, tests: &[crate::policytest::PolicyTest]) -> Result<FlowEffects, super::EvalError> {
-    let changed = changed_identities(old.map(|o| o.1), new);
+/// `old_view` (the old rules, when known: a `--from` plan) adds probes for rules the change
+/// removes; against an applied generation only its artifacts are known.
+pub fn flow_effects(
+    old_view: Option<&HostView>,
+    old: Option<&Artifacts>,
+    new_view: &HostView,
+    new: &Artifacts,
+    tests: &[crate::policytest::PolicyTest],
+) -> Result<FlowEffects, super::EvalError> {
+    let changed = changed_identities(old, new);
     let mut elems = all_elems(&new_view.ruleset);
-    if let Some((ov, _)) = old {
+    if let Some(ov) = old_view {
         elems.extend(all_elems(&ov.ruleset));
     }
     let mut probes = Vec::new();
     probes_for(&new_view.ruleset, &changed, &elems, &mut probes);
-    if let Some((ov, _)) = old {
+    if let Some(ov) = old_view {
         probes_for(&ov.ruleset, &changed, &elems, &mut probes);
     }
     let new_ev = Evaluator::new(new)?;
-    let old_ev = old.map(|(_, a)| Evaluator::new(a)).transpose()?;
+    let old_ev = old.map(Evaluator::new).transpose()?;
     let empty = Evaluator { table: super::nft::Table::default(), qos: Default::default(), forward: Default::default() };
     let old_ev = old_ev.as_ref().unwrap_or(&empty);
     let mut out = FlowEffects::default();
@@ -331,7 +339,16 @@ pub fn between_trees(old: Option<&SourceTree>, new: &SourceTree, host: Option<&s
     let ov = old.and_then(|t| crate::load_host(t, Some(&nv.host.name.value)).ok());
     let oa = ov.as_ref().map(|v| crate::emit_view(v, None));
     let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
-    Some(flow_effects(ov.as_ref().zip(oa.as_ref()), &nv, &na, &tests))
+    Some(flow_effects(ov.as_ref(), oa.as_ref(), &nv, &na, &tests))
+}
+
+/// Flow effects of a live plan: the applied artifacts (None: nothing applied) against `new`'s
+/// rules for `host`. `None` when the new side does not compile.
+pub fn against_applied(applied: Option<&Artifacts>, new: &SourceTree, host: Option<&str>) -> Option<Result<FlowEffects, super::EvalError>> {
+    let nv = crate::load_host(new, host).ok()?;
+    let na = crate::emit_view(&nv, None);
+    let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
+    Some(flow_effects(None, applied, &nv, &na, &tests))
 }
 
 /// The flow-effects section of a plan, as text.
