@@ -135,6 +135,9 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             (Origin::Forward | Origin::Output, None) => Some(outside(elems, v6)),
             (_, d) => d,
         };
+        if dst == Some(src.0) {
+            return; // a packet from an address to itself is no flow a rule is written for
+        }
         let src_addr = if origin == Origin::Output { None } else { Some(src.0) };
         let spec = FlowSpec { proto: Some(proto), from: (src_addr, None), to: (dst, port.filter(|_| proto.has_ports()).or(proto.has_ports().then_some(9))), origin: Some(origin), iif, oif };
         if let Ok(flow) = spec.build() {
@@ -330,6 +333,24 @@ pub fn flow_effects(
         }
     }
     Ok(out)
+}
+
+/// Representative flows of every rule of a host (as if everything were new), plus the flows of
+/// `tests`: what `fwc plan` would try for a first apply. The kernel cross-check of the golden
+/// cases uses them.
+pub fn representative_flows(view: &HostView, art: &Artifacts, tests: &[crate::policytest::PolicyTest]) -> Vec<Flow> {
+    let changed = changed_identities(None, art);
+    let elems = all_elems(&view.ruleset);
+    let mut probes = Vec::new();
+    probes_for(&view.ruleset, &changed, &elems, &mut probes);
+    let mut seen = BTreeSet::new();
+    let mut out: Vec<Flow> = Vec::new();
+    for f in probes.into_iter().map(|p| p.flow).chain(tests.iter().map(|t| t.flow.clone())) {
+        if seen.insert(f.to_string()) {
+            out.push(f);
+        }
+    }
+    out
 }
 
 /// Flow effects of `--from`-style plans: both trees, one host. `None` when the new side does not compile.

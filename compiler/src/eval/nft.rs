@@ -345,7 +345,15 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
             }
             "counter" => {}
             "log" => hit.notes.push("logged".into()),
-            "limit" => hit.notes.push("rate limit: the first packet is within the rate".into()),
+            "limit" => {
+                // The first packet is within any rate: `limit rate N` matches it, `limit rate
+                // over N` (inv) does not.
+                if body.get("inv").and_then(Value::as_bool).unwrap_or(false) {
+                    hit.notes.push("rate limit over: the first packet is within the rate".into());
+                    return Ok(None);
+                }
+                hit.notes.push("rate limit: the first packet is within the rate".into());
+            }
             "ct count" => {
                 // The first connection: one connection counted.
                 let n = body.get("val").and_then(Value::as_u64).ok_or_else(|| unsupported(format!("ct count {body}")))?;
