@@ -102,3 +102,44 @@ fn explain_snapshots() {
         }
     });
 }
+
+/// The edge-host example as (path, text) pairs, with `edit` applied to each file's text.
+fn edge_tree(edit: impl Fn(&str, String) -> String) -> SourceTree {
+    let base = SourceTree::from_dir(&root().join("examples/edge-host")).unwrap();
+    let files = base.files.iter().chain(base.tests.iter()).map(|(p, t)| (p.clone(), edit(p, t.clone())));
+    SourceTree::from_files(files)
+}
+
+#[test]
+fn plan_flow_effects_snapshot() {
+    let old = edge_tree(|_, t| t);
+    let new = edge_tree(|p, t| match p {
+        "fwc.kdl" => t.replace("    - \"198.51.100.0/24\"\n", ""),
+        "rules/10-filter.kdl" => t.replace("    allow \"web\"", "    allow \"postgres\" proto=tcp port=5432\n    allow \"web\"").replace(" from=\"@office\" comment", " from=\"198.51.100.0/24\" comment"),
+        "rules/20-forwards.kdl" => t.replace("to=\"10.0.0.5:80\"", "to=\"10.0.0.6:80\""),
+        _ => t,
+    });
+    assert_ne!(old, new);
+    let effects = fwc_compiler::eval::effects::between_trees(Some(&old), &new, Some("edge-1")).unwrap().unwrap();
+    let texts: Vec<&str> = effects.effects.iter().map(|e| e.text.as_str()).collect();
+    for want in ["opens tcp/5432 from anywhere", "closes tcp/22 from 203.0.113.0/24 (@office)", "opens tcp/22 from 198.51.100.0/24", "opens tcp/443 from 198.51.100.0/24"] {
+        assert!(texts.contains(&want), "{want:?} not in {texts:#?}");
+    }
+    assert!(texts.iter().any(|t| t.starts_with("changes tcp/8080 from anywhere: accept, DNAT 10.0.0.5:80 -> accept, DNAT 10.0.0.6:80")), "{texts:#?}");
+    assert!(effects.expectations.iter().any(|x| x.name == "office reaches ssh" && x.before && !x.after));
+    let (oa, _) = fwc_compiler::compile(&old, Some("edge-1"), None).unwrap();
+    let (na, _) = fwc_compiler::compile(&new, Some("edge-1"), None).unwrap();
+    let plan = fwc_compiler::diff::plan(Some(&oa), &na);
+    let text = format!("{}{}", fwc_compiler::diff::render(&plan, false), fwc_compiler::eval::effects::render_text(&effects));
+    let md = fwc_compiler::eval::effects::render_markdown(&fwc_compiler::diff::render(&plan, false), &effects);
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(root().join("golden/explain/snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| {
+        insta::assert_snapshot!("plan-effects-text", text);
+        insta::assert_snapshot!("plan-effects-markdown", md);
+    });
+    // No change, no effects.
+    let same = fwc_compiler::eval::effects::between_trees(Some(&old), &old, Some("edge-1")).unwrap().unwrap();
+    assert!(same.effects.is_empty() && same.expectations.is_empty(), "{same:?}");
+}

@@ -99,3 +99,80 @@ fn explain_names_the_deciding_line() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("nothing is applied"), "{}", shown(&o));
 }
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let o = Command::new("git").current_dir(dir).args(["-c", "user.email=t@example.org", "-c", "user.name=t"]).args(args).output().unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn plan_from_rev_shows_flow_effects_text_markdown_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    copy_dir(&root().join("examples/quickstart"), &repo);
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "init"]);
+    let f = repo.join("fwc.kdl");
+    let text = std::fs::read_to_string(&f).unwrap().replace("    reject \"ident\"", "    allow \"postgres\" proto=tcp port=5432\n    reject \"ident\"").replace("port=22 from=\"@office\"", "port=22 from=\"192.0.2.0/24\"");
+    std::fs::write(&f, text).unwrap();
+    let d = repo.to_str().unwrap();
+    let o = fwc(&["plan", d, "--from", "HEAD"]);
+    assert_eq!(o.status.code(), Some(2), "{}", shown(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for want in ["Flow effects (", "  + opens tcp/5432 from anywhere\n", "  - closes tcp/22 from 198.18.1.0/24 (@office)\n", "  + opens tcp/22 from 192.0.2.0/24\n", "  ! expectation \"office reaches ssh\" (tests/policy.kdl:2) now FAILS\n"] {
+        assert!(out.contains(want), "{want:?} missing:\n{out}");
+    }
+    let o = fwc(&["plan", d, "--from", "HEAD", "--format", "markdown"]);
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(md.starts_with("### fwc plan\n") && md.contains("| 🟢 opens | `tcp/5432 from anywhere` |") && md.contains("```diff\n"), "{md}");
+    let o = fwc(&["plan", d, "--from", "HEAD", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let effects = v["flow_effects"]["effects"].as_array().unwrap();
+    assert!(effects.iter().any(|e| e["effect"] == "opens" && e["text"] == "opens tcp/5432 from anywhere"), "{v:#}");
+    // Nothing changed: no effects.
+    git(&repo, &["checkout", "-q", "--", "."]);
+    let o = fwc(&["plan", d, "--from", "HEAD"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Flow effects: none"), "{}", shown(&o));
+}
+
+#[test]
+fn live_plan_and_explain_live_against_an_applied_generation() {
+    if !fwc_testkit::privileged("live_plan_and_explain_live_against_an_applied_generation") {
+        return;
+    }
+    let ns = fwc_testkit::Netns::new("explain");
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let state = tmp.path().join("state");
+    copy_dir(&root().join("examples/quickstart"), &repo);
+    let (d, s) = (repo.to_str().unwrap(), state.to_str().unwrap());
+    let o = fwc(&["apply", d, "--netns", &ns.name, "--state-dir", s, "--auto-approve"]);
+    assert_eq!(o.status.code(), Some(0), "{}", shown(&o));
+    // explain --live reads the applied generation (and finds positions in DIR).
+    let o = fwc(&["explain", "--live", "--state-dir", s, d, "tcp 192.0.2.9 -> :8080"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", shown(&o));
+    assert!(out.contains("(applied generation gen-000001)") && out.contains("dnat:    198.18.2.2:80 by fwc:forward:web  fwc.kdl:16:1"), "{out}");
+    // The live plan lists what the working copy would open.
+    let f = repo.join("fwc.kdl");
+    std::fs::write(&f, std::fs::read_to_string(&f).unwrap().replace("    reject \"ident\"", "    allow \"postgres\" proto=tcp port=5432\n    reject \"ident\"")).unwrap();
+    let o = fwc(&["plan", d, "--netns", &ns.name, "--state-dir", s]);
+    assert_eq!(o.status.code(), Some(2), "{}", shown(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("  + opens tcp/5432 from anywhere\n"), "{}", shown(&o));
+    let o = fwc(&["plan", d, "--netns", &ns.name, "--state-dir", s, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["flow_effects"]["effects"][0]["text"], "opens tcp/5432 from anywhere");
+}

@@ -6,6 +6,7 @@
 //! generation read back from the state dir. Rule identities (`fwc:<kind>:<name>`) map back to
 //! KDL file:line:column through [`rule_locations`].
 
+pub mod effects;
 pub mod flow;
 pub mod nft;
 pub mod render;

@@ -335,13 +335,18 @@ pub fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
     if let Some(out) = &req.out {
         state::write_atomic(out, fwc_compiler::artifacts::to_pretty(&plan).as_bytes())?;
     }
+    let effects = super::explain::live_flow_effects(&state, &req.dir, req.host.as_deref())?;
     if req.json {
         let mut v = serde_json::to_value(&plan).into_diagnostic()?;
         v.as_object_mut().unwrap().remove("artifacts");
         v.as_object_mut().unwrap().insert("has_changes".into(), serde_json::json!(plan.has_changes()));
+        v.as_object_mut().unwrap().insert("flow_effects".into(), serde_json::to_value(&effects).into_diagnostic()?);
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
     } else {
         print!("{}", render_plan(&plan, g.color()));
+        if let Some(e) = &effects {
+            print!("{}", fwc_compiler::eval::effects::render_text(e));
+        }
         if let Some(out) = &req.out {
             println!("Saved the plan to {}; apply exactly it with `fwc apply {}`.", out.display(), out.display());
         }

@@ -67,6 +67,10 @@ pub struct PlanArgs {
     /// Print the plan as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Output format of the plan: `text`, or `markdown` (plan and flow effects as a pull-request
+    /// comment). `--json` prints JSON (with `flow_effects`).
+    #[arg(long, default_value = "text", value_parser = ["text", "markdown"])]
+    pub format: String,
     /// Exit 2 when there are changes (always on; accepted for terraform habits).
     #[arg(long)]
     pub detailed_exitcode: bool,
@@ -239,10 +243,24 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
         }
     };
     let plan = fwc_compiler::diff::plan(old.as_ref(), &new);
+    // Which flows the change opens, closes or redirects (docs/testing-policies.md).
+    let effects = match fwc_compiler::eval::effects::between_trees(old.is_some().then_some(&old_tree), &new_tree, host) {
+        Some(Ok(e)) => Some(e),
+        Some(Err(e)) => return Err(miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "cannot compute flow effects: {e}")),
+        None => None,
+    };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
+        let mut v = serde_json::to_value(&plan).into_diagnostic()?;
+        v["flow_effects"] = serde_json::to_value(&effects).into_diagnostic()?;
+        println!("{}", serde_json::to_string_pretty(&v).into_diagnostic()?);
+    } else if a.format == "markdown" {
+        let e = effects.unwrap_or_default();
+        print!("{}", fwc_compiler::eval::effects::render_markdown(&fwc_compiler::diff::render(&plan, false), &e));
     } else {
         print!("{}", fwc_compiler::diff::render(&plan, g.color()));
+        if let Some(e) = &effects {
+            print!("{}", fwc_compiler::eval::effects::render_text(e));
+        }
     }
     Ok(if plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
 }

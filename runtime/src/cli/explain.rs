@@ -95,3 +95,18 @@ fn locations(dir: &Path, host: Option<&str>, _g: &Global) -> Option<BTreeMap<Str
     let view = fwc_compiler::load_host(&tree, host).ok()?;
     Some(eval::rule_locations(&view))
 }
+
+/// Flow effects of a live plan (`fwc plan` without `--from`): the generation applied in
+/// `state` against the rules in `dir` (None when `dir` is not a rule repository or does not compile).
+pub fn live_flow_effects(state: &crate::state::StateDir, dir: &Path, host: Option<&str>) -> Result<Option<fwc_compiler::eval::effects::FlowEffects>> {
+    if !dir.join(fwc_compiler::source::ROOT_FILE).is_file() {
+        return Ok(None);
+    }
+    let Ok(tree) = SourceTree::from_dir(dir) else { return Ok(None) };
+    let applied = state.current()?.map(|g| g.artifacts);
+    match fwc_compiler::eval::effects::against_applied(applied.as_ref(), &tree, host) {
+        None => Ok(None),
+        Some(Ok(e)) => Ok(Some(e)),
+        Some(Err(e)) => Err(miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "cannot compute flow effects: {e}")),
+    }
+}
