@@ -339,6 +339,31 @@ impl<'a> Linter<'a> {
     }
 }
 
+/// `apply` over SSH: would the compiled ruleset drop a *new* connection of the SSH session
+/// described by `ssh_connection` (the `SSH_CONNECTION` variable sshd sets: `client_ip
+/// client_port server_ip server_port`)? The running session survives (established flows take
+/// the fast path), but the next login would not. Evaluated on the artifacts themselves with
+/// the pure evaluator. `Some(why)`: it would be dropped or rejected; `None`: accepted, or the
+/// variable cannot be read (nothing to protect then).
+pub fn ssh_session_refusal(artifacts: &crate::artifacts::Artifacts, ssh_connection: &str) -> Option<String> {
+    use crate::eval::{Evaluator, FlowSpec, Origin, Verdict, L4};
+    let parts: Vec<&str> = ssh_connection.split_whitespace().collect();
+    let [client, cport, server, sport] = parts.as_slice() else { return None };
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().ok().map(|a| a.to_canonical());
+    let (client, server) = (ip(client)?, ip(server)?);
+    let (cport, sport) = (cport.parse::<u16>().ok()?, sport.parse::<u16>().ok()?);
+    let spec = FlowSpec { proto: Some(L4::Tcp), from: (Some(client), Some(cport)), to: (Some(server), Some(sport)), origin: Some(Origin::Input), ..FlowSpec::default() };
+    let flow = spec.build().ok()?;
+    let explained = Evaluator::new(artifacts).ok()?.explain(&flow).ok()?;
+    (explained.verdict != Verdict::Accept).then(|| {
+        format!(
+            "this ruleset would {} a new SSH connection from {client} to {server}:{sport} (your own session's peer and port; decided by {}): the next login would be locked out",
+            explained.verdict.as_str(),
+            explained.decided_by.what
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,6 +371,23 @@ mod tests {
     fn iv(s: &str) -> Intervals {
         let elems: Vec<AddrElem> = s.split(',').map(|e| crate::units::parse_addr(e).unwrap()).collect();
         merge(elems.iter())
+    }
+
+    #[test]
+    fn ssh_session_refusal_evaluates_the_artifacts() {
+        let art = |kdl: &str| {
+            let tree = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
+            crate::compile(&tree, None, None).unwrap().0
+        };
+        let conn = "192.0.2.10 50000 198.51.100.1 2222";
+        let locked = art("fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22\n}\n");
+        let why = ssh_session_refusal(&locked, conn).expect("port 2222 is not allowed");
+        assert!(why.contains("drop a new SSH connection from 192.0.2.10 to 198.51.100.1:2222"), "{why}");
+        let open = art("fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=2222 from=\"192.0.2.0/24\"\n}\n");
+        assert_eq!(ssh_session_refusal(&open, conn), None);
+        let rejected = art("fwc 1\ninput {\n    reject \"no\" from=\"192.0.2.10\"\n}\n");
+        assert!(ssh_session_refusal(&rejected, "::ffff:192.0.2.10 1 198.51.100.1 22").unwrap().contains("would reject"));
+        assert_eq!(ssh_session_refusal(&locked, "garbage"), None);
     }
 
     #[test]
