@@ -9,6 +9,7 @@ pub mod diag;
 pub mod diff;
 pub mod emit;
 pub mod eval;
+pub mod lint;
 pub mod model;
 pub mod policytest;
 pub mod select;
@@ -39,7 +40,8 @@ pub fn load_host(tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diag
     let host = pick_host(&plain, host)?;
     let mut ruleset = syntax::add_templates(tree, &mut map, plain, &host)?;
     setfile::load_all(tree, &mut map, &mut ruleset)?;
-    let warnings = check::check(&map, &ruleset)?;
+    let mut warnings = check::check(&map, &ruleset)?;
+    warnings.0.extend(lint::lint(&map, &ruleset).0);
     Ok(HostView { host, ruleset, map, warnings })
 }
 

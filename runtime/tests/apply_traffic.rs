@@ -511,3 +511,54 @@ fn dynamic_set_keeps_external_elements_across_ten_applies() {
     assert!(!listed.contains("198.18.1.3"), "not expired 1 s after its timeout:\n{listed}");
     assert_eq!(tcp(&t.client, "198.18.1.1", 8000, Some("198.18.1.3")), Probe::Ok("hostsvc".into()), "ban expired");
 }
+
+/// Issue #14: `fwc apply` over an SSH session (SSH_CONNECTION) refuses a ruleset that would
+/// drop that session's next connection, applies nothing, and goes ahead with --allow-lockout;
+/// a ruleset that allows the session's peer applies without the flag.
+#[test]
+fn apply_over_ssh_refuses_lockout_unless_allowed() {
+    if !privileged("apply_over_ssh_refuses_lockout_unless_allowed") {
+        return;
+    }
+    let mut t = Topology::new();
+    serve(&mut t.host, None, 22, "sshd");
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, state) = (tmp.path().join("repo"), tmp.path().join("state"));
+    let run = |extra: &[&str]| {
+        let mut args = vec!["apply", repo.to_str().unwrap(), "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name, "--auto-approve"];
+        args.extend_from_slice(extra);
+        let o = Command::new(env!("CARGO_BIN_EXE_fwc"))
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .env("SSH_CONNECTION", "198.18.1.2 51234 198.18.1.1 22")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        // miette wraps long messages: compare with the wrapping undone.
+        let flat = text(&o).replace('│', " ").split_whitespace().collect::<Vec<_>>().join(" ");
+        (o.status.code(), flat)
+    };
+    write_repo(&repo, "fwc 1\ninput policy=drop {\n    allow \"web\" proto=tcp port=443\n}\n");
+    let (code, out) = run(&[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("refusing to apply") && out.contains("198.18.1.2 to 198.18.1.1:22") && out.contains("policy drop of chain input"), "{out}");
+    assert!(out.contains("--allow-lockout"), "{out}");
+    assert!(!t.host.exec(&["nft", "list", "tables"]).contains("fwc"), "nothing may be applied");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 22, None), Probe::Ok("sshd".into()));
+
+    // SSH allowed from the session's peer: applies.
+    write_repo(&repo, "fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22 from=\"198.18.1.2\"\n}\n");
+    let (code, out) = run(&[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 22, None), Probe::Ok("sshd".into()));
+
+    // SSH only from elsewhere: refused again; --allow-lockout applies it (and it does lock out).
+    write_repo(&repo, "fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22 from=\"192.0.2.0/24\"\n}\n");
+    let (code, out) = run(&[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("decided by policy drop of chain input"), "{out}");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 22, None), Probe::Ok("sshd".into()), "the refused ruleset was not applied");
+    let (code, out) = run(&["--allow-lockout"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 22, None), Probe::Timeout, "applied with --allow-lockout");
+}

@@ -353,3 +353,21 @@ fn set_files_in_the_work_tree_and_in_git() {
     assert_eq!(code(&o), 1, "{}", shown(&o));
     assert!(text(&o.stderr).contains("lists/firehol.netset:2:1"), "{}", shown(&o));
 }
+
+/// Issue #14: lints are warnings (exit 0, with file:line:col and a hint); `--deny-warnings`
+/// makes them fail CI (exit 1).
+#[test]
+fn check_deny_warnings_fails_on_lints() {
+    let dir = repo(&[("fwc.kdl", "fwc 1\ninput policy=drop {\n    allow \"web\" proto=tcp port=443\n}\n")]);
+    let o = fwc(&["check", s(dir.path())]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let all = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(all.contains("fwc.kdl:2:7") && all.contains("no rule allows SSH") && all.contains("allow \"ssh\" proto=tcp port=22"), "{}", shown(&o));
+    let o = fwc(&["check", s(dir.path()), "--deny-warnings"]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    assert!(text(&o.stderr).contains("1 warning(s) and --deny-warnings"), "{}", shown(&o));
+    // Allowing SSH (from a set, even) silences it.
+    let ok = repo(&[("fwc.kdl", "fwc 1\nset \"admins\" \"192.0.2.0/24\"\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22 from=\"@admins\"\n}\n")]);
+    let o = fwc(&["check", s(ok.path()), "--deny-warnings"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+}

@@ -65,6 +65,10 @@ pub struct ApplyArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Apply even if the ruleset would drop new connections of the SSH session this runs in
+    /// (SSH_CONNECTION): you may be locked out after this session ends.
+    #[arg(long)]
+    pub allow_lockout: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -415,6 +419,15 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
             println!("{}", serde_json::json!({"result": "unchanged", "generation": plan.applied_generation}));
         }
         return Ok(ExitCode::SUCCESS);
+    }
+    // Over SSH: refuse a ruleset that would drop this very session's next login.
+    if let (false, Ok(conn)) = (a.allow_lockout, std::env::var("SSH_CONNECTION")) {
+        if let Some(why) = fwc_compiler::lint::ssh_session_refusal(&plan.artifacts, &conn) {
+            return Err(miette!(
+                help = "allow SSH first (allow \"ssh\" proto=tcp port=22 from=\"@admins\"), or pass --allow-lockout if you have another way in (console, --confirm to auto-revert)",
+                "refusing to apply: {why}. Nothing was applied."
+            ));
+        }
     }
     if !a.auto_approve {
         if !std::io::stdin().is_terminal() {

@@ -24,6 +24,9 @@ pub struct CheckArgs {
     /// Print diagnostics as JSON (an array) on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Exit 1 when there are warnings (lockout, shadowed rules, unused sets…): for CI.
+    #[arg(long)]
+    pub deny_warnings: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -131,6 +134,10 @@ pub fn check(a: CheckArgs, g: &Global) -> Result<ExitCode> {
                 let mut map = Default::default();
                 let hosts = fwc_compiler::syntax::parse_plain(&tree, &mut map).map(|rs| fwc_compiler::host_names(&rs).len()).unwrap_or(0);
                 println!("ok: {} file(s), {} test file(s), {hosts} host(s), {} warning(s)", tree.files.len(), tree.tests.len(), warnings.0.len());
+            }
+            if a.deny_warnings && !warnings.0.is_empty() {
+                eprintln!("error: {} warning(s) and --deny-warnings", warnings.0.len());
+                return Ok(ExitCode::from(1));
             }
             Ok(ExitCode::SUCCESS)
         }

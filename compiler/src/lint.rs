@@ -1,0 +1,414 @@
+//! Lints: rules that are valid but almost certainly not what the operator meant. Warnings
+//! with spans (`fwc check --deny-warnings` turns them into a failing exit for CI):
+//! - `no-ssh-allow`: `input policy=drop` and no `allow` that lets SSH (tcp/22) in;
+//! - `shadowed-rule`: a rule that an earlier rule of the same chain fully covers (never hit);
+//! - `forward-denied`: a forward whose `from=` sources the chain it passes denies entirely;
+//! - `unused-set`: a set no rule uses.
+//!
+//! "Covers" is decided exactly on the match properties (protocol, ports, addresses as
+//! intervals, interfaces, host selector); a rule with `rate=` never covers another (it stops
+//! matching over the rate), and a dynamic set only covers itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::diag::{line_col, Diagnostic, Diagnostics};
+use crate::model::*;
+use crate::select::place_forward;
+use crate::source::SourceMap;
+
+/// The port SSH listens on in the lockout lint.
+pub const SSH_PORT: u16 = 22;
+
+/// Every lint warning of `rs`.
+pub fn lint(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
+    let mut l = Linter { map, rs, out: Diagnostics::default(), intervals: BTreeMap::new() };
+    l.ssh_lockout();
+    l.shadowed();
+    l.forwards_denied();
+    l.unused_sets();
+    l.out
+}
+
+/// Sorted, merged address intervals: [IPv4, IPv6].
+type Intervals = [Vec<(u128, u128)>; 2];
+
+struct Linter<'a> {
+    map: &'a SourceMap,
+    rs: &'a Ruleset,
+    out: Diagnostics,
+    /// Intervals of static sets, computed once per set.
+    intervals: BTreeMap<&'a str, Option<Intervals>>,
+}
+
+fn elem_interval(e: &AddrElem) -> (usize, u128, u128) {
+    let num = |a: std::net::IpAddr| match a {
+        std::net::IpAddr::V4(a) => u128::from(u32::from(a)),
+        std::net::IpAddr::V6(a) => u128::from(a),
+    };
+    let fam = usize::from(!e.is_ipv4());
+    match e {
+        AddrElem::Net(n) => (fam, num(n.network()), num(n.broadcast())),
+        AddrElem::Range(a, b) => (fam, num(*a), num(*b)),
+    }
+}
+
+fn merge<'e>(elems: impl Iterator<Item = &'e AddrElem>) -> Intervals {
+    let mut out: Intervals = [Vec::new(), Vec::new()];
+    for e in elems {
+        let (f, lo, hi) = elem_interval(e);
+        out[f].push((lo, hi));
+    }
+    for v in &mut out {
+        v.sort_unstable();
+        let mut merged: Vec<(u128, u128)> = Vec::with_capacity(v.len());
+        for &(lo, hi) in v.iter() {
+            match merged.last_mut() {
+                Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+                _ => merged.push((lo, hi)),
+            }
+        }
+        *v = merged;
+    }
+    out
+}
+
+/// Is every interval of `b` inside the union `a` (both merged)?
+fn contains(a: &Intervals, b: &Intervals) -> bool {
+    (0..2).all(|f| {
+        b[f].iter().all(|&(lo, hi)| {
+            let i = a[f].partition_point(|&(_, ahi)| ahi < lo);
+            a[f].get(i).is_some_and(|&(alo, ahi)| alo <= lo && hi <= ahi)
+        })
+    })
+}
+
+/// Do `a` and `b` share an address?
+fn intersects(a: &Intervals, b: &Intervals) -> bool {
+    (0..2).any(|f| {
+        b[f].iter().any(|&(lo, hi)| {
+            let i = a[f].partition_point(|&(_, ahi)| ahi < lo);
+            a[f].get(i).is_some_and(|&(alo, _)| alo <= hi)
+        })
+    })
+}
+
+fn proto_covers(a: Option<Proto>, b: Option<Proto>) -> bool {
+    match (a, b) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(x), Some(y)) => x == y || (x == Proto::Both && matches!(y, Proto::Tcp | Proto::Udp)),
+    }
+}
+
+fn ports_cover(a: Option<&[PortRange]>, b: Option<&[PortRange]>) -> bool {
+    match (a, b) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(b)) => b.iter().all(|r| {
+            // Walk r's ports through a's ranges (they may be split over several).
+            let mut next = u32::from(r.lo);
+            let mut sorted: Vec<PortRange> = a.to_vec();
+            sorted.sort();
+            for s in sorted {
+                if u32::from(s.lo) <= next && next <= u32::from(s.hi) {
+                    next = u32::from(s.hi) + 1;
+                }
+            }
+            next > u32::from(r.hi)
+        }),
+    }
+}
+
+fn same_or_any<T: PartialEq>(a: Option<&T>, b: Option<&T>) -> bool {
+    match (a, b) {
+        (None, _) => true,
+        (Some(x), Some(y)) => x == y,
+        (Some(_), None) => false,
+    }
+}
+
+fn selector_key(s: &Option<Spanned<Selector>>) -> Option<String> {
+    s.as_ref().map(|s| format!("{:?}", s.value))
+}
+
+impl<'a> Linter<'a> {
+    fn warn(&mut self, code: &str, rule: &str, msg: String, span: Span, label: &str, help: String) {
+        self.out.push(Diagnostic::warning(code, msg).at(self.map, span, label).rule(rule).help(help));
+    }
+
+    fn line_of(&self, span: Span) -> String {
+        let f = self.map.file(span.file);
+        format!("{}:{}", f.path, line_col(&f.text, span.offset as usize).0)
+    }
+
+    /// Intervals of an address match; None for "any". A dynamic set has no intervals
+    /// (`Some(None)`): it is compared by name only.
+    fn addr(&mut self, m: &'a AddrMatch) -> Option<Intervals> {
+        match m {
+            AddrMatch::Literal(l) => Some(merge(l.iter())),
+            AddrMatch::Set(name) => {
+                let rs = self.rs;
+                self.intervals
+                    .entry(name.as_str())
+                    .or_insert_with(|| {
+                        let s = rs.sets.iter().find(|s| &s.name.value == name)?;
+                        s.dynamic.is_none().then(|| merge(s.elements.iter().map(|e| &e.value)))
+                    })
+                    .clone()
+            }
+        }
+    }
+
+    /// Does address match `a` cover `b` (None = any address)?
+    fn addr_covers(&mut self, a: Option<&'a Spanned<AddrMatch>>, b: Option<&'a Spanned<AddrMatch>>) -> bool {
+        match (a, b) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(a), Some(b)) => {
+                if let (AddrMatch::Set(x), AddrMatch::Set(y)) = (&a.value, &b.value) {
+                    if x == y {
+                        return true;
+                    }
+                }
+                match (self.addr(&a.value), self.addr(&b.value)) {
+                    (Some(ia), Some(ib)) => contains(&ia, &ib),
+                    _ => false,
+                }
+            }
+        }
+    }
+
+    /// Could address matches `a` and `b` share an address (None = any)?
+    fn addr_meets(&mut self, a: Option<&'a Spanned<AddrMatch>>, b: Option<&'a Spanned<AddrMatch>>) -> bool {
+        match (a, b) {
+            (Some(a), Some(b)) => match (self.addr(&a.value), self.addr(&b.value)) {
+                (Some(ia), Some(ib)) => intersects(&ia, &ib),
+                _ => true,
+            },
+            _ => true,
+        }
+    }
+
+    /// Does rule `a` match every packet rule `b` matches?
+    fn covers(&mut self, a: &'a FilterRule, b: &'a FilterRule) -> bool {
+        a.rate.is_none()
+            && selector_key(&a.on).is_none_or(|k| Some(k) == selector_key(&b.on))
+            && proto_covers(a.proto.as_ref().map(|p| p.value), b.proto.as_ref().map(|p| p.value))
+            && ports_cover(a.ports.as_ref().map(|p| p.value.as_slice()), b.ports.as_ref().map(|p| p.value.as_slice()))
+            && ports_cover(a.sports.as_ref().map(|p| p.value.as_slice()), b.sports.as_ref().map(|p| p.value.as_slice()))
+            && same_or_any(a.iif.as_ref().map(|i| &i.value), b.iif.as_ref().map(|i| &i.value))
+            && same_or_any(a.oif.as_ref().map(|i| &i.value), b.oif.as_ref().map(|i| &i.value))
+            && self.addr_covers(a.from.as_ref(), b.from.as_ref())
+            && self.addr_covers(a.to.as_ref(), b.to.as_ref())
+    }
+
+    /// The rules of one chain kind, all blocks concatenated in file order, and its policy.
+    fn chain(&self, kind: ChainKind) -> (Vec<&'a FilterRule>, Option<&'a Spanned<Policy>>) {
+        let mut rules = Vec::new();
+        let mut policy = None;
+        for c in self.rs.chains.iter().filter(|c| c.kind == kind) {
+            if c.policy.is_some() {
+                policy = c.policy.as_ref();
+            }
+            rules.extend(c.rules.iter());
+        }
+        (rules, policy)
+    }
+
+    fn ssh_lockout(&mut self) {
+        let (rules, policy) = self.chain(ChainKind::Input);
+        let Some(policy) = policy.filter(|p| p.value == Policy::Drop) else { return };
+        let ssh = [PortRange::single(SSH_PORT)];
+        let allows_ssh = rules.iter().any(|r| {
+            r.action == Action::Allow
+                && proto_covers(r.proto.as_ref().map(|p| p.value), Some(Proto::Tcp))
+                && ports_cover(r.ports.as_ref().map(|p| p.value.as_slice()), Some(&ssh))
+                && r.iif.is_none()
+                && r.sports.is_none()
+                && r.to.is_none()
+        });
+        if !allows_ssh {
+            self.warn(
+                "no-ssh-allow",
+                "input chain",
+                "input policy=drop and no rule allows SSH (tcp port 22): applying this over SSH locks you out".into(),
+                policy.span,
+                "drops everything not allowed",
+                "add allow \"ssh\" proto=tcp port=22 from=\"@admins\" (fwc apply also refuses a ruleset that drops its own SSH session unless --allow-lockout)".into(),
+            );
+        }
+    }
+
+    fn shadowed(&mut self) {
+        for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output] {
+            let (rules, _) = self.chain(kind);
+            for (j, b) in rules.iter().enumerate() {
+                let by = rules[..j].iter().find(|a| self.covers(a, b));
+                if let Some(a) = by {
+                    let rule = format!("{} \"{}\"", b.action.as_str(), b.name.value);
+                    let at = self.line_of(a.name.span);
+                    self.warn(
+                        "shadowed-rule",
+                        &rule,
+                        format!("rule \"{}\" is never reached: \"{}\" ({at}) earlier in the {} chain matches everything it matches", b.name.value, a.name.value, kind.as_str()),
+                        b.name.span,
+                        "never matches",
+                        format!("remove \"{}\", narrow \"{}\", or move \"{}\" above it", b.name.value, a.name.value, b.name.value),
+                    );
+                }
+            }
+        }
+    }
+
+    fn forwards_denied(&mut self) {
+        let rs = self.rs;
+        for f in &rs.forwards {
+            let Some(from) = &f.from else { continue };
+            let (backends, _) = place_forward(f);
+            let kind = if backends.contains(&crate::artifacts::BackendKind::Userspace) { ChainKind::Input } else { ChainKind::Forward };
+            let (rules, _) = self.chain(kind);
+            let proto = match f.proto {
+                ForwardProto::Tcp => Proto::Tcp,
+                ForwardProto::Udp => Proto::Udp,
+                ForwardProto::Both => Proto::Both,
+            };
+            for r in rules {
+                let plain = r.rate.is_none() && r.on.is_none() && r.iif.is_none() && r.oif.is_none() && r.sports.is_none() && r.ports.is_none() && r.to.is_none();
+                if r.action == Action::Allow {
+                    if self.addr_meets(r.from.as_ref(), Some(from)) {
+                        break; // an allow may let some of them through first
+                    }
+                    continue;
+                }
+                if plain && proto_covers(r.proto.as_ref().map(|p| p.value), Some(proto)) && self.addr_covers(r.from.as_ref(), Some(from)) {
+                    let rule = format!("forward \"{}\"", f.name.value);
+                    let at = self.line_of(r.name.span);
+                    self.warn(
+                        "forward-denied",
+                        &rule,
+                        format!(
+                            "forward \"{}\" forwards nobody: every source its from= allows is denied by \"{}\" ({at}) in the {} chain, which its connections pass",
+                            f.name.value,
+                            r.name.value,
+                            kind.as_str()
+                        ),
+                        from.span,
+                        "all of these are denied",
+                        format!("remove the forward, change its from=, or let these sources through before \"{}\"", r.name.value),
+                    );
+                    break;
+                }
+            }
+        }
+    }
+
+    fn unused_sets(&mut self) {
+        let rs = self.rs;
+        let mut used = BTreeSet::new();
+        let mut note = |m: &Option<Spanned<AddrMatch>>| {
+            if let Some(Spanned { value: AddrMatch::Set(n), .. }) = m {
+                used.insert(n.clone());
+            }
+        };
+        for c in &rs.chains {
+            for r in &c.rules {
+                note(&r.from);
+                note(&r.to);
+            }
+        }
+        for f in &rs.forwards {
+            note(&f.from);
+        }
+        for s in &rs.shapes {
+            note(&s.from);
+            note(&s.to);
+        }
+        for s in &rs.sets {
+            if !used.contains(&s.name.value) {
+                let rule = format!("set \"{}\"", s.name.value);
+                self.warn(
+                    "unused-set",
+                    &rule,
+                    format!("set \"{}\" is used by no rule", s.name.value),
+                    s.name.span,
+                    "declared here",
+                    format!("use it (from=\"@{}\") or remove it", s.name.value),
+                );
+            }
+        }
+    }
+}
+
+/// `apply` over SSH: would the compiled ruleset drop a *new* connection of the SSH session
+/// described by `ssh_connection` (the `SSH_CONNECTION` variable sshd sets: `client_ip
+/// client_port server_ip server_port`)? The running session survives (established flows take
+/// the fast path), but the next login would not. Evaluated on the artifacts themselves with
+/// the pure evaluator. `Some(why)`: it would be dropped or rejected; `None`: accepted, or the
+/// variable cannot be read (nothing to protect then).
+pub fn ssh_session_refusal(artifacts: &crate::artifacts::Artifacts, ssh_connection: &str) -> Option<String> {
+    use crate::eval::{Evaluator, FlowSpec, Origin, Verdict, L4};
+    let parts: Vec<&str> = ssh_connection.split_whitespace().collect();
+    let [client, cport, server, sport] = parts.as_slice() else { return None };
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().ok().map(|a| a.to_canonical());
+    let (client, server) = (ip(client)?, ip(server)?);
+    let (cport, sport) = (cport.parse::<u16>().ok()?, sport.parse::<u16>().ok()?);
+    let spec = FlowSpec { proto: Some(L4::Tcp), from: (Some(client), Some(cport)), to: (Some(server), Some(sport)), origin: Some(Origin::Input), ..FlowSpec::default() };
+    let flow = spec.build().ok()?;
+    let explained = Evaluator::new(artifacts).ok()?.explain(&flow).ok()?;
+    (explained.verdict != Verdict::Accept).then(|| {
+        format!(
+            "this ruleset would {} a new SSH connection from {client} to {server}:{sport} (your own session's peer and port; decided by {}): the next login would be locked out",
+            explained.verdict.as_str(),
+            explained.decided_by.what
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iv(s: &str) -> Intervals {
+        let elems: Vec<AddrElem> = s.split(',').map(|e| crate::units::parse_addr(e).unwrap()).collect();
+        merge(elems.iter())
+    }
+
+    #[test]
+    fn ssh_session_refusal_evaluates_the_artifacts() {
+        let art = |kdl: &str| {
+            let tree = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
+            crate::compile(&tree, None, None).unwrap().0
+        };
+        let conn = "192.0.2.10 50000 198.51.100.1 2222";
+        let locked = art("fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22\n}\n");
+        let why = ssh_session_refusal(&locked, conn).expect("port 2222 is not allowed");
+        assert!(why.contains("drop a new SSH connection from 192.0.2.10 to 198.51.100.1:2222"), "{why}");
+        let open = art("fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=2222 from=\"192.0.2.0/24\"\n}\n");
+        assert_eq!(ssh_session_refusal(&open, conn), None);
+        let rejected = art("fwc 1\ninput {\n    reject \"no\" from=\"192.0.2.10\"\n}\n");
+        assert!(ssh_session_refusal(&rejected, "::ffff:192.0.2.10 1 198.51.100.1 22").unwrap().contains("would reject"));
+        assert_eq!(ssh_session_refusal(&locked, "garbage"), None);
+    }
+
+    #[test]
+    fn interval_containment() {
+        assert!(contains(&iv("10.0.0.0/8"), &iv("10.1.0.0/16,10.2.3.4")));
+        assert!(contains(&iv("10.0.0.0/9,10.128.0.0/9"), &iv("10.127.0.0-10.128.0.5")), "adjacent ranges merge");
+        assert!(!contains(&iv("10.0.0.0/8"), &iv("10.0.0.0/8,11.0.0.1")));
+        assert!(!contains(&iv("10.0.0.0/8"), &iv("2001:db8::1")), "other family");
+        assert!(intersects(&iv("10.0.0.0/8"), &iv("192.0.2.1,10.9.9.9")));
+        assert!(!intersects(&iv("10.0.0.0/8"), &iv("192.0.2.1")));
+    }
+
+    #[test]
+    fn ports_and_protocols() {
+        let p = |s: &[(u16, u16)]| s.iter().map(|&(lo, hi)| PortRange { lo, hi }).collect::<Vec<_>>();
+        assert!(ports_cover(Some(&p(&[(1, 100), (101, 200)])), Some(&p(&[(50, 150)]))));
+        assert!(!ports_cover(Some(&p(&[(1, 100)])), Some(&p(&[(50, 150)]))));
+        assert!(!ports_cover(Some(&p(&[(22, 22)])), None));
+        assert!(ports_cover(None, Some(&p(&[(22, 22)]))));
+        assert!(proto_covers(Some(Proto::Both), Some(Proto::Udp)));
+        assert!(!proto_covers(Some(Proto::Tcp), Some(Proto::Both)));
+        assert!(!proto_covers(Some(Proto::Tcp), None));
+    }
+}
