@@ -170,3 +170,20 @@ fn evaluator_understands_every_golden_case_and_example() {
     }
     assert!(cases > 500, "only {cases} flows");
 }
+
+/// Golden cases with a tests/ directory: their expectations hold.
+#[test]
+fn golden_cases_with_tests_pass() {
+    let mut with_tests = 0;
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("golden")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("tests").is_dir()).collect();
+    dirs.sort();
+    for dir in dirs {
+        let tree = SourceTree::from_dir(&dir).unwrap();
+        let report = policytest::run(&tree).unwrap_or_else(|e| panic!("{}: {e:?}", dir.display()));
+        for r in &report.results {
+            assert!(r.passed, "{} {}:{} {}: expected {}, got {}", dir.display(), r.location.file, r.location.line, r.name, r.expected, r.actual);
+        }
+        with_tests += 1;
+    }
+    assert!(with_tests >= 6, "{with_tests}");
+}
