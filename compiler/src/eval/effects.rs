@@ -123,6 +123,9 @@ fn l4s(p: Option<Proto>) -> Vec<L4> {
     }
 }
 
+/// What a rule admits, for probing: protocol, destination, port, input and output interface.
+type Service = (L4, Option<IpAddr>, Option<u16>, Option<String>, Option<String>);
+
 /// Probes for the named rules of one ruleset (`changed`: identities `fwc:<kind>:<name>`; a
 /// changed chain probes all its rules).
 fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out: &mut Vec<Probe>) {
@@ -158,7 +161,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             ChainKind::Forward => Origin::Forward,
             ChainKind::Output => Origin::Output,
         };
-        let mut services: BTreeSet<(L4, Option<IpAddr>, Option<u16>, Option<String>, Option<String>)> = BTreeSet::new();
+        let mut services: BTreeSet<Service> = BTreeSet::new();
         let mut srcs: Vec<(IpAddr, String)> = Vec::new();
         for r in &c.rules {
             let dsts: Vec<Option<IpAddr>> = match r.to.as_ref().map(|m| &m.value) {
@@ -411,7 +414,7 @@ pub fn render_markdown(plan_text: &str, e: &FlowEffects) -> String {
                 "closes" => "🔴 closes",
                 _ => "🟡 changes",
             };
-            let text = f.text.splitn(2, ' ').nth(1).unwrap_or(&f.text).split(": ").next().unwrap_or_default();
+            let text = f.text.split_once(' ').map_or(f.text.as_str(), |(_, rest)| rest).split(": ").next().unwrap_or_default();
             let _ = writeln!(out, "| {icon} | `{}` | {} | {} |", text.replace('|', "\\|"), f.before.replace('|', "\\|"), f.after.replace('|', "\\|"));
         }
         out.push('\n');
