@@ -436,7 +436,8 @@ pub fn judge(t: &PolicyTest, host: &str, x: Explanation, locs: &BTreeMap<String,
     let actual = describe(&x, &forwarded_to);
     let (mut passed, expected) = match &t.expect {
         Expect::Accept => (accepted, "accept".to_string()),
-        Expect::Drop => (x.verdict == Verdict::Drop, "drop".to_string()),
+        // A client the userspace forwarder's allow_from refuses does not get through either.
+        Expect::Drop => (x.verdict == Verdict::Drop || (x.verdict == Verdict::Accept && !accepted), "drop".to_string()),
         Expect::Reject => (x.verdict == Verdict::Reject, "reject".to_string()),
         Expect::Forward { reaches, via } => {
             let by_kernel = x.dnat.is_some();

@@ -423,7 +423,18 @@ pub fn evaluate_all(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOu
     for (i, f) in flows.iter().enumerate() {
         // One batch: distinct source ports (they identify packets in the trace) and one route
         // per destination (a destination reached through two interfaces needs two loads).
-        let fits = |b: &Vec<usize>| b.iter().all(|&j| flows[j].sport != f.sport && (flows[j].daddr != f.daddr || flows[j].oif == f.oif || f.origin == Origin::Input));
+        // Nor a source that another flow's destination makes a local address (the kernel
+        // drops packets from its own addresses arriving from outside as martians).
+        let local_of = |g: &Flow| (g.origin == Origin::Input).then_some(g.daddr);
+        let fits = |b: &Vec<usize>| {
+            b.iter().all(|&j| {
+                let g = &flows[j];
+                g.sport != f.sport
+                    && (g.daddr != f.daddr || g.oif == f.oif || f.origin == Origin::Input)
+                    && local_of(g) != Some(f.saddr)
+                    && local_of(f) != Some(g.saddr)
+            })
+        };
         match batches.iter_mut().find(|b| fits(b)) {
             Some(b) => b.push(i),
             None => batches.push(vec![i]),

@@ -226,3 +226,54 @@ fn fwc_test_kernel_on_the_examples() {
     }
     assert!(scratch_namespaces().is_empty());
 }
+
+/// Every golden case and example, every host: representative flows of every rule (and the
+/// repository's expectations) get the same answer from the kernel as from the pure evaluator.
+/// This covers what the random generator does not: QoS marks, shapes, userspace listeners,
+/// connection guards, listen addresses, templates.
+#[test]
+fn golden_cases_and_examples_agree_with_the_kernel() {
+    if !fwc_testkit::privileged("golden_cases_and_examples_agree_with_the_kernel") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let start = Instant::now();
+    let (mut cases, mut sent, mut hosts) = (0usize, 0usize, 0usize);
+    let mut disagreements = Vec::new();
+    for under in ["golden", "examples"] {
+        let mut dirs: Vec<_> = std::fs::read_dir(root.join(under)).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("fwc.kdl").is_file()).collect();
+        dirs.sort();
+        for dir in dirs {
+            let tree = SourceTree::from_dir(&dir).unwrap();
+            let Ok(rs) = fwc_compiler::syntax::parse_plain(&tree, &mut Default::default()) else { continue };
+            let tests = fwc_compiler::policytest::parse(&tree, &mut Default::default()).unwrap();
+            for host in fwc_compiler::host_names(&rs) {
+                let Ok(view) = fwc_compiler::load_host(&tree, Some(&host)) else { continue };
+                hosts += 1;
+                let art = fwc_compiler::emit_view(&view, None);
+                let ev = Evaluator::new(&art).unwrap();
+                let flows = fwc_compiler::eval::effects::representative_flows(&view, &art, &tests);
+                let kernel = kernel_eval::evaluate_all(&art, &flows).unwrap_or_else(|e| panic!("{} [{host}]: {e}", dir.display()));
+                for (f, k) in flows.iter().zip(kernel) {
+                    cases += 1;
+                    let Some(k) = k else { continue };
+                    sent += 1;
+                    let x = ev.explain(f).unwrap();
+                    if !kernel_eval::agree(f, &x, &k) {
+                        disagreements.push(format!(
+                            "{} [{host}] {f}:\n  pure:   {:?} ({})\n  kernel: {:?}\n    {}",
+                            dir.display(),
+                            kernel_eval::pure_comparable(f, &x),
+                            x.decided_by.what,
+                            kernel_eval::kernel_comparable(&k),
+                            k.trace.join("\n    ")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("golden cases and examples: {hosts} hosts, {cases} flows, {sent} sent through the kernel, {:.1} s", start.elapsed().as_secs_f64());
+    assert!(disagreements.is_empty(), "{} disagreements; first:\n{}", disagreements.len(), disagreements.iter().take(3).cloned().collect::<Vec<_>>().join("\n\n"));
+}

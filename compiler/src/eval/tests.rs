@@ -106,3 +106,15 @@ fn unknown_json_is_an_error_not_a_guess() {
     let err = ev.explain(&Flow::parse("tcp -> :22").unwrap()).unwrap_err();
     assert!(matches!(&err, EvalError::Unsupported { chain, rule: 0, what } if chain == "input" && what.contains("osf")), "{err}");
 }
+
+#[test]
+fn rate_guards_do_not_fire_on_the_first_connection() {
+    // Found by the kernel cross-check of golden/09: `limit rate over` does not match a first packet.
+    let tree = SourceTree::from_files([(
+        "fwc.kdl".to_string(),
+        "fwc 1\nforward \"throttled\" listen=\":7200\" to=\"10.0.0.12:80\" conn-rate=\"5/second\"\n".to_string(),
+    )]);
+    let (a, _) = crate::compile(&tree, None, None).unwrap();
+    let e = Evaluator::new(&a).unwrap().explain(&Flow::parse("tcp -> :7200").unwrap()).unwrap();
+    assert_eq!((e.verdict, e.dnat), (Verdict::Accept, Some(("10.0.0.12".parse().unwrap(), 80))));
+}

@@ -43,8 +43,8 @@ impl Global {
 userspace forwarder listeners, and applies them atomically.\n\n\
 Start with `fwc check` in a rule repository (a directory with fwc.kdl), then `fwc compile --out DIR` \
 to see the artifacts and `fwc plan --from HEAD~1` to see what a commit changes.",
-    after_help = "Exit codes: 0 ok, 1 error (nothing was applied), 2 changes present (plan --detailed-exitcode).\n\
-Docs: docs/rules.md (the rule language), docs/architecture.md, docs/operations.md."
+    after_help = "Exit codes: 0 ok, 1 error (nothing was applied), 2 changes present (plan --detailed-exitcode), 3 a policy test failed (fwc test).\n\
+Docs: docs/rules.md (the rule language), docs/testing-policies.md, docs/architecture.md, docs/operations.md."
 )]
 pub struct Cli {
     #[command(flatten)]
