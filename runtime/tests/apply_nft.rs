@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use fwc_compiler::artifacts::Artifacts;
-use fwc_runtime::apply::{self, empty_artifacts, ApplyOptions};
+use fwc_runtime::engine::transaction::{self as apply, empty_artifacts, ApplyOptions};
 use fwc_runtime::state::{dir_digest, StateDir};
 use fwc_testkit::{privileged, Netns};
 use serde_json::{json, Value};
@@ -189,8 +189,8 @@ fn drift_status_plan_and_stale_plan() {
     // A saved plan of a new version; then someone edits the table by hand.
     let d2 = tmp.path().join("a2");
     write_dir(&table(&[80, 81], &["198.18.1.0/24"]), &d2);
-    let (a2, _) = fwc_runtime::cli::apply::load_artifacts(&d2, None, false).unwrap();
-    let plan = fwc_runtime::cli::apply::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
+    let (a2, _) = fwc_runtime::engine::load::load_artifacts(&d2, None, false).unwrap();
+    let plan = fwc_runtime::engine::plan::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
     assert_eq!(plan.rules.as_ref().unwrap().changes.len(), 0);
     assert!(plan.has_changes());
     let planfile = tmp.path().join("plan.json");
@@ -212,8 +212,8 @@ fn drift_status_plan_and_stale_plan() {
     assert!(ns.exec(&["nft", "list", "table", "inet", "fwc"]).contains("dport 23"));
 
     // A fresh plan applies, and heals the drift.
-    let (a2, _) = fwc_runtime::cli::apply::load_artifacts(&d2, None, false).unwrap();
-    let plan = fwc_runtime::cli::apply::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
+    let (a2, _) = fwc_runtime::engine::load::load_artifacts(&d2, None, false).unwrap();
+    let plan = fwc_runtime::engine::plan::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
     assert_eq!(plan.drift.len(), 2, "{:?}", plan.drift);
     std::fs::write(&planfile, serde_json::to_string(&plan).unwrap()).unwrap();
     let o = fwc(&["apply", planfile.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve"], &[]);

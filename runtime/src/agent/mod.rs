@@ -43,7 +43,7 @@ use fwc_compiler::artifacts::{Artifacts, BackendKind};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{self, ApplyOptions};
+use crate::engine::{self, transaction::{self as apply, ApplyOptions}};
 use crate::audit::{self, Action, AuditLog, Outcome, Record};
 use crate::backend::{Backend, Observation};
 use crate::metrics::{self, Health, Metrics, WebhookSecret};
@@ -559,7 +559,6 @@ impl Agent {
 
     /// Run the apply transaction over every backend and audit it. Returns whether it succeeded.
     fn transaction(&mut self, lock: &StateLock, artifacts: &Artifacts, action: Action, base: Record, t0: Instant) -> Result<bool> {
-        let prev = lock.dir.current()?;
         let commit = artifacts.manifest.commit.clone();
         let seq = self.next_seq()?;
         self.journal.pending = Some(Pending { seq, commit: commit.clone(), action });
@@ -578,18 +577,17 @@ impl Agent {
             netns: self.cfg.netns.clone(),
             no_sysctl: false,
         };
-        let r = apply::transaction(&mut self.backends, lock, artifacts, &opts);
+        let done = engine::record::transact(&mut self.backends, lock, artifacts, &opts, action);
         self.fail_commit.store(false, Ordering::SeqCst);
+        let done = done?;
+        let r = done.result;
         let elapsed = t0.elapsed();
-        let changes = audit::changes_between(prev.as_ref().map(|g| &g.artifacts.manifest), &artifacts.manifest);
-        let (outcome, detail, ok) = match &r {
-            Ok(_) => (Outcome::Ok, base.detail.clone(), true),
-            Err(f) => {
-                let rolled_back = f.rollback.iter().all(|(_, r)| r.is_ok());
-                (if rolled_back { Outcome::RolledBack } else { Outcome::Failed }, Some(f.to_string()), false)
-            }
+        let outcome = done.record.result.unwrap_or(Outcome::Failed);
+        let (detail, ok) = match &r {
+            Ok(_) => (base.detail.clone(), true),
+            Err(f) => (Some(f.to_string()), false),
         };
-        self.append(Record { action: Some(action), changes, result: Some(outcome), detail, duration_ms: elapsed.as_millis() as u64, ..base })?;
+        self.append(Record { action: done.record.action, changes: done.record.changes, result: Some(outcome), detail, duration_ms: elapsed.as_millis() as u64, ..base })?;
         self.journal.pending = None;
         if let Some(c) = &commit {
             if action == Action::Apply {
