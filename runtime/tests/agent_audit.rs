@@ -125,7 +125,7 @@ fn agent_once_refuses_a_commit_that_does_not_compile() {
         "agent", "--once", "--repo", &format!("file://{}", work.display()), "--host", "localhost",
         "--state-dir", state.to_str().unwrap(), "--metrics", "off",
     ]);
-    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(o.status.code(), Some(4), "still refused while it is the tip: {}", out(&o));
     assert_eq!(AuditLog::in_state_dir(&state).entries().unwrap().len(), 1);
     assert!(verify(&state).0);
 }
