@@ -143,3 +143,47 @@ fn plan_flow_effects_snapshot() {
     let same = fwc_compiler::eval::effects::between_trees(Some(&old), &old, Some("edge-1")).unwrap().unwrap();
     assert!(same.effects.is_empty() && same.expectations.is_empty(), "{same:?}");
 }
+
+/// Every golden case and example, every host: the evaluator understands everything the
+/// compiler emits (no `Unsupported`), for representative flows of every rule.
+#[test]
+fn evaluator_understands_every_golden_case_and_example() {
+    let mut cases = 0;
+    for under in ["golden", "examples"] {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join(under)).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("fwc.kdl").is_file()).collect();
+        dirs.sort();
+        for dir in dirs {
+            let tree = SourceTree::from_dir(&dir).unwrap();
+            let mut map = fwc_compiler::source::SourceMap::default();
+            let Ok(rs) = fwc_compiler::syntax::parse_plain(&tree, &mut map) else { continue };
+            let tests = policytest::parse(&tree, &mut fwc_compiler::source::SourceMap::default()).unwrap();
+            for host in fwc_compiler::host_names(&rs) {
+                let Ok(view) = fwc_compiler::load_host(&tree, Some(&host)) else { continue };
+                let art = fwc_compiler::emit_view(&view, None);
+                let ev = Evaluator::new(&art).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+                for f in fwc_compiler::eval::effects::representative_flows(&view, &art, &tests) {
+                    ev.explain(&f).unwrap_or_else(|e| panic!("{} [{host}] {f}: {e}", dir.display()));
+                    cases += 1;
+                }
+            }
+        }
+    }
+    assert!(cases > 500, "only {cases} flows");
+}
+
+/// Golden cases with a tests/ directory: their expectations hold.
+#[test]
+fn golden_cases_with_tests_pass() {
+    let mut with_tests = 0;
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("golden")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("tests").is_dir()).collect();
+    dirs.sort();
+    for dir in dirs {
+        let tree = SourceTree::from_dir(&dir).unwrap();
+        let report = policytest::run(&tree).unwrap_or_else(|e| panic!("{}: {e:?}", dir.display()));
+        for r in &report.results {
+            assert!(r.passed, "{} {}:{} {}: expected {}, got {}", dir.display(), r.location.file, r.location.line, r.name, r.expected, r.actual);
+        }
+        with_tests += 1;
+    }
+    assert!(with_tests >= 6, "{with_tests}");
+}

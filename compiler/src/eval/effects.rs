@@ -123,6 +123,9 @@ fn l4s(p: Option<Proto>) -> Vec<L4> {
     }
 }
 
+/// What a rule admits, for probing: protocol, destination, port, input and output interface.
+type Service = (L4, Option<IpAddr>, Option<u16>, Option<String>, Option<String>);
+
 /// Probes for the named rules of one ruleset (`changed`: identities `fwc:<kind>:<name>`; a
 /// changed chain probes all its rules).
 fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out: &mut Vec<Probe>) {
@@ -135,6 +138,9 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             (Origin::Forward | Origin::Output, None) => Some(outside(elems, v6)),
             (_, d) => d,
         };
+        if dst == Some(src.0) {
+            return; // a packet from an address to itself is no flow a rule is written for
+        }
         let src_addr = if origin == Origin::Output { None } else { Some(src.0) };
         let spec = FlowSpec { proto: Some(proto), from: (src_addr, None), to: (dst, port.filter(|_| proto.has_ports()).or(proto.has_ports().then_some(9))), origin: Some(origin), iif, oif };
         if let Ok(flow) = spec.build() {
@@ -155,7 +161,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             ChainKind::Forward => Origin::Forward,
             ChainKind::Output => Origin::Output,
         };
-        let mut services: BTreeSet<(L4, Option<IpAddr>, Option<u16>, Option<String>, Option<String>)> = BTreeSet::new();
+        let mut services: BTreeSet<Service> = BTreeSet::new();
         let mut srcs: Vec<(IpAddr, String)> = Vec::new();
         for r in &c.rules {
             let dsts: Vec<Option<IpAddr>> = match r.to.as_ref().map(|m| &m.value) {
@@ -332,6 +338,24 @@ pub fn flow_effects(
     Ok(out)
 }
 
+/// Representative flows of every rule of a host (as if everything were new), plus the flows of
+/// `tests`: what `fwc plan` would try for a first apply. The kernel cross-check of the golden
+/// cases uses them.
+pub fn representative_flows(view: &HostView, art: &Artifacts, tests: &[crate::policytest::PolicyTest]) -> Vec<Flow> {
+    let changed = changed_identities(None, art);
+    let elems = all_elems(&view.ruleset);
+    let mut probes = Vec::new();
+    probes_for(&view.ruleset, &changed, &elems, &mut probes);
+    let mut seen = BTreeSet::new();
+    let mut out: Vec<Flow> = Vec::new();
+    for f in probes.into_iter().map(|p| p.flow).chain(tests.iter().map(|t| t.flow.clone())) {
+        if seen.insert(f.to_string()) {
+            out.push(f);
+        }
+    }
+    out
+}
+
 /// Flow effects of `--from`-style plans: both trees, one host. `None` when the new side does not compile.
 pub fn between_trees(old: Option<&SourceTree>, new: &SourceTree, host: Option<&str>) -> Option<Result<FlowEffects, super::EvalError>> {
     let nv = crate::load_host(new, host).ok()?;
@@ -390,7 +414,7 @@ pub fn render_markdown(plan_text: &str, e: &FlowEffects) -> String {
                 "closes" => "🔴 closes",
                 _ => "🟡 changes",
             };
-            let text = f.text.splitn(2, ' ').nth(1).unwrap_or(&f.text).split(": ").next().unwrap_or_default();
+            let text = f.text.split_once(' ').map_or(f.text.as_str(), |(_, rest)| rest).split(": ").next().unwrap_or_default();
             let _ = writeln!(out, "| {icon} | `{}` | {} | {} |", text.replace('|', "\\|"), f.before.replace('|', "\\|"), f.after.replace('|', "\\|"));
         }
         out.push('\n');

@@ -104,15 +104,12 @@ impl Table {
             match kind.as_str() {
                 "table" => {}
                 "chain" => {
-                    let hook = match o.get("hook").and_then(Value::as_str) {
-                        Some(h) => Some(Hook {
-                            hook: h.to_string(),
-                            kind: o.get("type").and_then(Value::as_str).unwrap_or("filter").to_string(),
-                            prio: o.get("prio").and_then(Value::as_i64).unwrap_or(0),
-                            policy: if o.get("policy").and_then(Value::as_str) == Some("drop") { Verdict::Drop } else { Verdict::Accept },
-                        }),
-                        None => None,
-                    };
+                    let hook = o.get("hook").and_then(Value::as_str).map(|h| Hook {
+                        hook: h.to_string(),
+                        kind: o.get("type").and_then(Value::as_str).unwrap_or("filter").to_string(),
+                        prio: o.get("prio").and_then(Value::as_i64).unwrap_or(0),
+                        policy: if o.get("policy").and_then(Value::as_str) == Some("drop") { Verdict::Drop } else { Verdict::Accept },
+                    });
                     t.chains.insert(name.clone(), ChainDef { name, hook, rules: Vec::new() });
                 }
                 "set" | "map" => {
@@ -345,7 +342,15 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
             }
             "counter" => {}
             "log" => hit.notes.push("logged".into()),
-            "limit" => hit.notes.push("rate limit: the first packet is within the rate".into()),
+            "limit" => {
+                // The first packet is within any rate: `limit rate N` matches it, `limit rate
+                // over N` (inv) does not.
+                if body.get("inv").and_then(Value::as_bool).unwrap_or(false) {
+                    hit.notes.push("rate limit over: the first packet is within the rate".into());
+                    return Ok(None);
+                }
+                hit.notes.push("rate limit: the first packet is within the rate".into());
+            }
             "ct count" => {
                 // The first connection: one connection counted.
                 let n = body.get("val").and_then(Value::as_u64).ok_or_else(|| unsupported(format!("ct count {body}")))?;
@@ -523,6 +528,9 @@ pub enum Val {
     Absent,
 }
 
+/// A set/map element found by a lookup: its data (maps) and its comment.
+type Found = (Option<Value>, Option<String>);
+
 struct Cx<'a> {
     t: &'a Table,
     chain: &'a str,
@@ -599,7 +607,8 @@ impl Cx<'_> {
         Ok(self.lookup_elem(set, key)?.map(|(d, _)| d))
     }
 
-    fn lookup_elem(&self, set: &Value, key: &Val) -> Result<Option<(Option<Value>, Option<String>)>, EvalError> {
+    /// Look `key` up: `Some((data, element comment))` when found.
+    fn lookup_elem(&self, set: &Value, key: &Val) -> Result<Option<Found>, EvalError> {
         match set {
             Value::String(s) if s.starts_with('@') => {
                 let name = &s[1..];
