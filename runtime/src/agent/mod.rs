@@ -355,6 +355,13 @@ impl Agent {
     /// says it is applied (recovery of an interrupted apply).
     pub fn reconcile(&mut self, force: bool) -> Result<()> {
         let lock = self.state.lock(true)?;
+        // Fail closed (#12): a manual `fwc apply --confirm` past its deadline whose reverter is
+        // gone is reverted now, before anything else.
+        match engine::confirm::enforce_deadline(&lock, self.cfg.netns.as_deref())? {
+            Some(Ok(rep)) => tracing::warn!(generation = %rep.generation, "an unconfirmed apply was past its deadline: reverted"),
+            Some(Err(e)) => tracing::error!("an unconfirmed apply was past its deadline: REVERT FAILED: {e}"),
+            None => {}
+        }
         let Some(tip) = self.mirror.tip() else {
             self.health.set_status("waiting for the first successful fetch");
             return Ok(());

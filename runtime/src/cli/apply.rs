@@ -14,7 +14,7 @@ use crate::audit;
 use crate::engine::load::{load, load_artifacts};
 use crate::engine::plan::{self, LivePlan};
 use crate::engine::transaction::{self, ApplyOptions};
-use crate::engine::{confirm, record, status};
+use crate::engine::{confirm, record, status, target};
 use crate::state::{self, StateDir, StateLock};
 
 fn default_state_dir() -> PathBuf {
@@ -178,6 +178,7 @@ pub(crate) struct LivePlanRequest {
 }
 
 pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
+    target::check_netns(req.target.netns.as_deref())?;
     let (artifacts, source) = load_artifacts(&req.dir, req.host.as_deref(), g.color())?;
     let state = StateDir::new(&req.target.state_dir);
     let plan = plan::make_plan(&state, req.target.netns.as_deref(), artifacts, source)?;
@@ -228,8 +229,10 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
     let color = g.color();
     let state = StateDir::new(&a.target.state_dir);
     let netns = a.target.netns.clone();
+    target::check_netns(netns.as_deref())?;
     let loaded = load(&a.source, a.host.as_deref(), color)?;
     let lock = lock_state(&state)?;
+    report_enforced(confirm::enforce_deadline(&lock, netns.as_deref())?);
     if let Some(p) = state.pending_confirm()? {
         return Err(miette!(
             "the apply of {} is waiting for `fwc confirm` (reverts in {}s); run `fwc confirm` or `fwc rollback` first",
@@ -326,7 +329,13 @@ fn state_arg(t: &HostArgs) -> String {
 
 pub fn confirm(a: ConfirmArgs, _g: &Global) -> Result<ExitCode> {
     let state = StateDir::new(&a.target.state_dir);
+    target::check_netns(a.target.netns.as_deref())?;
+    target::require_state_dir(&state)?;
     let lock = lock_state(&state)?;
+    if let Some(r) = confirm::enforce_deadline(&lock, a.target.netns.as_deref())? {
+        report_enforced(Some(r));
+        return Err(miette!("too late: the confirmation deadline had passed, so the unconfirmed apply has just been reverted"));
+    }
     let p = confirm::confirm(&lock)?;
     println!("Confirmed {}; it stays applied.", p.generation);
     Ok(ExitCode::SUCCESS)
@@ -339,6 +348,8 @@ pub fn confirm_watch(a: ConfirmWatchArgs) -> Result<ExitCode> {
 
 pub fn rollback(a: RollbackArgs, g: &Global) -> Result<ExitCode> {
     let state = StateDir::new(&a.target.state_dir);
+    target::check_netns(a.target.netns.as_deref())?;
+    target::require_state_dir(&state)?;
     let lock = lock_state(&state)?;
     let (report, _cancelled) = confirm::rollback(&lock, a.target.netns.as_deref())?;
     if a.json {
@@ -360,10 +371,19 @@ pub fn rollback(a: RollbackArgs, g: &Global) -> Result<ExitCode> {
 
 pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
     let state = StateDir::new(&a.target.state_dir);
+    target::check_netns(a.target.netns.as_deref())?;
+    target::require_state_dir(&state)?;
+    // Fail closed: a confirmation past its deadline is reverted now, whatever became of the
+    // reverter, and the status shows the result.
+    if state.pending_confirm()?.is_some_and(|p| state::now_unix() >= p.deadline_unix) {
+        let lock = lock_state(&state)?;
+        report_enforced(confirm::enforce_deadline(&lock, a.target.netns.as_deref())?);
+    }
     let st = status::status_of(&state, a.target.netns.as_deref())?;
+    let code = status_exit_code(&st);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&st).unwrap());
-        return Ok(ExitCode::SUCCESS);
+        return Ok(code);
     }
     let paint = Paint(g.color());
     println!("State dir:  {}", st.state_dir);
@@ -400,5 +420,29 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
             if left > 0 { format!("reverts in {left}s") } else { "deadline passed, reverting".into() }
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
+}
+
+/// Exit codes of `fwc status` (docs/operations.md): 0 applied and in sync; 2 drift (the live
+/// dataplane differs from what was applied); 3 nothing applied with this state dir; 4 an apply
+/// waits for `fwc confirm`; 1 an error. The first that holds, in this order.
+fn status_exit_code(st: &status::Status) -> ExitCode {
+    if st.drift {
+        ExitCode::from(2)
+    } else if !st.applied {
+        ExitCode::from(3)
+    } else if st.pending_confirm.is_some() {
+        ExitCode::from(4)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Tell the operator that a command found an unconfirmed apply past its deadline and reverted it.
+fn report_enforced(r: Option<std::result::Result<transaction::ApplyReport, String>>) {
+    match r {
+        None => {}
+        Some(Ok(rep)) => eprintln!("An apply was not confirmed by its deadline and its reverter was gone: reverted now ({}).", rep.generation),
+        Some(Err(e)) => eprintln!("An apply was not confirmed by its deadline: REVERT FAILED: {e}"),
+    }
 }

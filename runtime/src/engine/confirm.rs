@@ -8,6 +8,13 @@
 //! (or removes everything when there was none), through the same transaction as any apply, then
 //! deletes `confirm.json`. Its log is `confirm.log`. [`rollback`] cancels a pending
 //! confirmation and reverts at once.
+//!
+//! Fail closed: the deadline does not depend on the reverter staying alive. Every command that
+//! takes the state lock (`apply`, `confirm`, and `status` when it sees a passed deadline) first
+//! calls [`enforce_deadline`], which reverts at once when the deadline has passed — whether the
+//! reverter was killed, is stuck, or simply has not run yet. Limit: if nothing runs after the
+//! reverter dies (no command, no agent tick), nothing reverts; a reboot before the deadline
+//! loses the reverter too (the next command reverts).
 
 use std::time::Duration;
 
@@ -88,6 +95,27 @@ pub fn revert(lock: &StateLock, netns: Option<&str>, why: &str) -> std::result::
     let done = record::transact(&mut backends, lock, &artifacts, &opts, Action::Rollback).map_err(|e| transaction::chain(&e))?;
     record::append_or_warn(lock, done.record);
     done.result.map_err(|f| f.to_string())
+}
+
+/// Fail closed: when a confirmation is pending and its deadline has passed, revert now (the
+/// caller holds the lock, so a live reverter cannot revert twice: it finds the confirmation
+/// gone and exits). Returns what was done (`None`: nothing pending past its deadline).
+pub fn enforce_deadline(lock: &StateLock, netns: Option<&str>) -> Result<Option<std::result::Result<ApplyReport, String>>> {
+    let state = &lock.dir;
+    let Some(p) = state.pending_confirm()? else { return Ok(None) };
+    if state::now_unix() < p.deadline_unix {
+        return Ok(None);
+    }
+    // The reverter recorded the namespace it reverts in; a command run without --netns must
+    // not revert the host's root namespace instead.
+    let ns = p.netns.as_deref().or(netns);
+    let r = revert(lock, ns, "not confirmed in time (reverter gone)");
+    lock.set_pending_confirm(None)?;
+    match &r {
+        Ok(rep) => state.log_confirm(&format!("{}: not confirmed in time, reverted by pid {} ({})", p.generation, std::process::id(), rep.generation)),
+        Err(e) => state.log_confirm(&format!("{}: not confirmed in time, REVERT FAILED: {e}", p.generation)),
+    }
+    Ok(Some(r))
 }
 
 /// The reverter process: wait until the pending confirmation with `token` is confirmed or

@@ -7,11 +7,13 @@
 //! - [`transaction`] — prepare, commit and verify every backend, roll all back on failure;
 //! - [`record`] — a transaction together with its audit record (used by the CLI and the agent);
 //! - [`confirm`] — confirm-or-revert and rollback;
-//! - [`status`] — what is applied, drift, pending confirmation, counters.
+//! - [`status`] — what is applied, drift, pending confirmation, counters;
+//! - [`target`] — `--netns` and `--state-dir` must name something that exists.
 
 pub mod confirm;
 pub mod load;
 pub mod plan;
 pub mod record;
 pub mod status;
+pub mod target;
 pub mod transaction;
