@@ -115,7 +115,8 @@ fn agent_applies_signed_commits_refuses_the_rest_heals_drift_and_serves_metrics(
     ] {
         assert!(m.contains(&want), "missing {want} in\n{m}");
     }
-    // Not retried: after a few more intervals there is still one entry per refused commit.
+    // Refusals are not retried, a failed apply only after its backoff (at least 10 s): after
+    // a few more intervals there is still one entry per commit.
     std::thread::sleep(Duration::from_millis(2500));
     let log = audit(&state);
     for c in [&c2, &c3, &c4, &c5] {

@@ -11,8 +11,11 @@
 //!
 //! - A commit that is refused (signature, compile error) or whose apply fails (every backend
 //!   rolled back to the last good state) is remembered in `agent.json`: the agent reports
-//!   itself degraded (also after a restart) and does not retry it; the next commit is tried
-//!   normally.
+//!   itself degraded (also after a restart). A refusal is final for that commit; a failed
+//!   apply may be transient and is retried with exponential backoff (10 s or the interval,
+//!   doubling, at most 1 h). The next commit is tried normally.
+//! - A failing heal backs off the same way; its first failure and its recovery are audited,
+//!   not every attempt.
 //! - No rollback by force-push: a tip that does not descend from the applied commit is
 //!   refused (`rewind`) unless `--allow-rewind` is given or the one-shot
 //!   [`ALLOW_REWIND_FILE`] in the state dir names it.
@@ -138,21 +141,31 @@ pub enum Wake {
     Stop,
 }
 
-/// Exponential backoff of failed fetches: 0.5 s, 1 s, 2 s, … up to `cap`.
+/// Exponential backoff: `base`, 2 × base, 4 × base, … up to `cap` (fetches: 0.5 s doubling).
 #[derive(Debug, Clone)]
 pub struct Backoff {
     pub failures: u32,
+    pub base: Duration,
     pub cap: Duration,
 }
 
+/// Shortest delay before a failed apply or heal is tried again.
+pub const RETRY_MIN: Duration = Duration::from_secs(10);
+
 impl Backoff {
     pub fn new(interval: Duration) -> Backoff {
-        Backoff { failures: 0, cap: (interval * 4).clamp(Duration::from_secs(1), Duration::from_secs(300)).max(interval) }
+        Backoff { failures: 0, base: Duration::from_millis(500), cap: (interval * 4).clamp(Duration::from_secs(1), Duration::from_secs(300)).max(interval) }
+    }
+    /// Retries of a failed apply or heal: the interval (at least [`RETRY_MIN`]), doubling, at
+    /// most 32 times that and 1 h.
+    pub fn for_retries(interval: Duration) -> Backoff {
+        let base = interval.max(RETRY_MIN);
+        Backoff { failures: 0, base, cap: (base * 32).min(Duration::from_secs(3600)).max(base) }
     }
     /// Delay before the next attempt after one more failure.
     pub fn fail(&mut self) -> Duration {
         self.failures = self.failures.saturating_add(1);
-        let d = Duration::from_millis(500).saturating_mul(1u32 << (self.failures - 1).min(20));
+        let d = self.base.saturating_mul(1u32 << (self.failures - 1).min(20));
         d.min(self.cap)
     }
     pub fn reset(&mut self) {
@@ -162,12 +175,21 @@ impl Backoff {
 
 /// Test hooks, active only with `FWC_AGENT_TEST_HOOKS=1`: a commit whose message contains
 /// `[fwc-test: fail-apply]` makes the first backend fail right after its commit (so the real
-/// rollback path runs), and `FWC_AGENT_TEST_SLOW_COMMIT_MS` sleeps after every backend commit
+/// rollback path runs), while the file named by `FWC_AGENT_TEST_FAIL_FILE` exists its commit
+/// and rollback fail (a persistent failure), and `FWC_AGENT_TEST_SLOW_COMMIT_MS` sleeps after every backend commit
 /// (a window for `kill -9` in the middle of an apply).
 struct Hooked {
     inner: Box<dyn Backend>,
     fail_commit: Arc<AtomicBool>,
     slow: Option<Duration>,
+    /// While this file exists, commit and rollback fail (a persistent failure).
+    fail_file: Option<PathBuf>,
+}
+
+impl Hooked {
+    fn failing(&self) -> bool {
+        self.fail_file.as_deref().is_some_and(Path::exists)
+    }
 }
 
 impl Backend for Hooked {
@@ -178,6 +200,9 @@ impl Backend for Hooked {
         self.inner.prepare(next)
     }
     fn commit(&mut self) -> miette::Result<()> {
+        if self.failing() {
+            return Err(miette!("injected failure (FWC_AGENT_TEST_FAIL_FILE exists)"));
+        }
         self.inner.commit()?;
         if let Some(d) = self.slow {
             eprintln!("fwc-agent-test: committed {}, sleeping {d:?}", self.inner.kind().as_str());
@@ -189,6 +214,9 @@ impl Backend for Hooked {
         Ok(())
     }
     fn rollback(&mut self, previous: Option<&Artifacts>) -> miette::Result<()> {
+        if self.failing() {
+            return Err(miette!("injected rollback failure (FWC_AGENT_TEST_FAIL_FILE exists)"));
+        }
         self.inner.rollback(previous)
     }
     fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
@@ -215,6 +243,11 @@ pub struct Agent {
     backoff: Backoff,
     /// The tip of the last successful fetch differs from the one before it by a force-push.
     forced: Option<(String, String)>,
+    /// A failed apply of this commit is retried (the failure may be transient) at `.2`.
+    apply_retry: Option<(String, Backoff, Instant)>,
+    /// Heals are failing: backoff and the time of the next attempt. Only the first failure and
+    /// the recovery are audited.
+    heal_retry: Option<(Backoff, Instant)>,
 }
 
 fn short(c: &str) -> &str {
@@ -242,6 +275,7 @@ impl Agent {
                         inner: b,
                         fail_commit: if i == 0 { fail_commit.clone() } else { Arc::new(AtomicBool::new(false)) },
                         slow: if i == 0 { slow } else { None },
+                        fail_file: if i == 0 { std::env::var_os("FWC_AGENT_TEST_FAIL_FILE").map(PathBuf::from) } else { None },
                     }) as Box<dyn Backend>
                 })
                 .collect();
@@ -269,6 +303,8 @@ impl Agent {
             last_drift: None,
             backoff,
             forced: None,
+            apply_retry: None,
+            heal_retry: None,
         })
     }
 
@@ -391,7 +427,7 @@ impl Agent {
         // A tip refused as a rewind is reconsidered once the rewind is allowed.
         let refused_rewind = self.journal.handled.as_ref().is_some_and(|h| h.commit == tip_s && h.reason.as_deref() == Some("rewind"));
         let rewind_allowed_now = allow_file || (self.cfg.allow_rewind && refused_rewind);
-        if !force && !rewind_allowed_now && self.is_refused(&tip_s) {
+        if !force && !rewind_allowed_now && self.is_refused(&tip_s) && !self.retry_due(&tip_s) {
             return Ok(false);
         }
         let info = self.mirror.commit_info(tip)?;
@@ -474,6 +510,19 @@ impl Agent {
             }
         }
         Ok(true)
+    }
+
+    /// A failed apply of `commit` (not a refusal) is due for another attempt. After a restart
+    /// the first attempt is immediate.
+    fn retry_due(&mut self, commit: &str) -> bool {
+        let failed = self.journal.handled.as_ref().is_some_and(|h| h.commit == commit && h.outcome == "failed");
+        if !failed {
+            return false;
+        }
+        match &self.apply_retry {
+            Some((c, _, at)) if c == commit => Instant::now() >= *at,
+            _ => true,
+        }
     }
 
     /// Does the one-shot allow file name `commit` (its full id, or a prefix of at least 7
@@ -566,6 +615,12 @@ impl Agent {
 
     /// Run the apply transaction over every backend and audit it. Returns whether it succeeded.
     fn transaction(&mut self, lock: &StateLock, artifacts: &Artifacts, action: Action, base: Record, t0: Instant) -> Result<bool> {
+        self.transaction_audited(lock, artifacts, action, base, t0, true)
+    }
+
+    /// [`Self::transaction`]; `audit_it` = false skips the audit entry of a failure (a heal
+    /// that keeps failing).
+    fn transaction_audited(&mut self, lock: &StateLock, artifacts: &Artifacts, action: Action, base: Record, t0: Instant, audit_it: bool) -> Result<bool> {
         let commit = artifacts.manifest.commit.clone();
         let seq = self.next_seq()?;
         self.journal.pending = Some(Pending { seq, commit: commit.clone(), action });
@@ -594,7 +649,10 @@ impl Agent {
             Ok(_) => (base.detail.clone(), true),
             Err(f) => (Some(f.to_string()), false),
         };
-        self.append(Record { action: done.record.action, changes: done.record.changes, result: Some(outcome), detail, duration_ms: elapsed.as_millis() as u64, ..base })?;
+        // A heal that keeps failing is audited once; its recovery always.
+        if audit_it || ok {
+            self.append(Record { action: done.record.action, changes: done.record.changes, result: Some(outcome), detail, duration_ms: elapsed.as_millis() as u64, ..base })?;
+        }
         self.journal.pending = None;
         if let Some(c) = &commit {
             if action == Action::Apply {
@@ -611,6 +669,11 @@ impl Agent {
         match r {
             Ok(rep) => {
                 tracing::info!(commit = ?rep.commit, generation = %rep.generation, ms = rep.total_ms, "{} ok", action.as_str());
+                match action {
+                    Action::Apply => self.apply_retry = None,
+                    Action::Heal => self.heal_retry = None,
+                    _ => {}
+                }
                 self.last_drift = None;
                 self.metrics.set_applied_commit(rep.commit.as_deref());
                 self.set_degraded(false, format!("running {}", rep.commit.as_deref().map(short).unwrap_or("-")));
@@ -618,8 +681,29 @@ impl Agent {
                 Ok(true)
             }
             Err(f) => {
-                tracing::error!("{f}");
-                eprintln!("fwc agent: {f}");
+                // Apply and heal failures may be transient (a busy kernel, a port in use, the
+                // forwarder restarting): retried with exponential backoff.
+                let retry_in = match action {
+                    Action::Apply => {
+                        let c = commit.clone().unwrap_or_default();
+                        let mut b = match self.apply_retry.take() {
+                            Some((rc, b, _)) if rc == c => b,
+                            _ => Backoff::for_retries(self.cfg.interval),
+                        };
+                        let d = b.fail();
+                        self.apply_retry = Some((c, b, Instant::now() + d));
+                        Some(d)
+                    }
+                    Action::Heal => {
+                        let mut b = self.heal_retry.take().map(|(b, _)| b).unwrap_or_else(|| Backoff::for_retries(self.cfg.interval));
+                        let d = b.fail();
+                        self.heal_retry = Some((b, Instant::now() + d));
+                        Some(d)
+                    }
+                    _ => None,
+                };
+                let retry = retry_in.map(|d| format!("; retrying in {:.1} s", d.as_secs_f64())).unwrap_or_default();
+                tracing::error!("{f}{retry}");
                 if action == Action::Apply {
                     self.metrics.refused("apply");
                 }
@@ -663,6 +747,12 @@ impl Agent {
         }
         if drift.is_empty() {
             self.last_drift = None;
+            if self.heal_retry.take().is_some() {
+                tracing::info!("the drift that failed to heal is gone");
+                if self.journal.handled.as_ref().is_none_or(|h| h.outcome == "applied") {
+                    self.set_degraded(false, format!("running {}", cur.meta.commit.as_deref().map(short).unwrap_or("-")));
+                }
+            }
             return Ok(());
         }
         let text = drift.join("\n");
@@ -688,11 +778,16 @@ impl Agent {
                 }
             }
             DriftMode::Heal => {
+                // A failing heal backs off, and only its first failure is audited (and the
+                // recovery): not an entry every interval.
+                let failing = self.heal_retry.as_ref().map(|(_, at)| *at);
+                if failing.is_some_and(|at| Instant::now() < at) {
+                    return Ok(());
+                }
                 self.metrics.drift_total.inc();
-                tracing::warn!("drift, healing:\n{text}");
-                eprintln!("fwc agent: drift detected, healing:\n{text}");
+                tracing::warn!("drift, healing{}:\n{text}", if failing.is_some() { " (retry)" } else { "" });
                 let t0 = Instant::now();
-                self.transaction(lock, &cur.artifacts, Action::Heal, Record { detail: Some(text), ..base }, t0)?;
+                self.transaction_audited(lock, &cur.artifacts, Action::Heal, Record { detail: Some(text), ..base }, t0, failing.is_none())?;
             }
         }
         Ok(())
