@@ -13,6 +13,7 @@ mod forward;
 pub mod apply;
 pub mod explain;
 pub mod test;
+mod man;
 
 /// Options every subcommand understands.
 #[derive(Debug, Clone, clap::Args)]
@@ -90,6 +91,9 @@ pub enum Command {
     /// (internal) the reverter process of `fwc apply --confirm`.
     #[command(name = "__confirm-watch", hide = true)]
     ConfirmWatch(apply::ConfirmWatchArgs),
+    /// (packaging) write the man pages (fwc.1, fwc-SUBCOMMAND.1, ...) generated from this CLI.
+    #[command(hide = true)]
+    Man(man::ManArgs),
 }
 
 /// clap value parser for durations on the command line: `500ms`, `60s`, `5m`, `1h`, `1d`,
@@ -105,7 +109,7 @@ pub fn main() -> ExitCode {
     // Report commands die quietly on a closed pipe (`fwc compile --json | head`) instead of
     // panicking. Long-running ones (agent, forwarder) keep Rust's SIGPIPE=ignore: they write
     // to sockets that peers may close.
-    if matches!(cli.command, Command::Check(_) | Command::Test(_) | Command::Explain(_) | Command::Compile(_) | Command::Plan(_) | Command::Schema(_) | Command::Completions(_)) {
+    if matches!(cli.command, Command::Check(_) | Command::Test(_) | Command::Explain(_) | Command::Compile(_) | Command::Plan(_) | Command::Schema(_) | Command::Completions(_) | Command::Man(_)) {
         // SAFETY: setting a signal disposition before any thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
@@ -130,6 +134,7 @@ pub fn main() -> ExitCode {
         Command::ConfirmWatch(a) => apply::confirm_watch(a),
         Command::Test(a) => test::run(a, &g),
         Command::Explain(a) => explain::run(a, &g),
+        Command::Man(a) => man::run(a),
     };
     match result {
         Ok(code) => code,
