@@ -88,6 +88,34 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// `sha256_hex(to_pretty(v))` without building the text (artifacts can be tens of MB).
+pub fn sha256_pretty<T: Serialize>(v: &T) -> String {
+    let mut h = HashWriter(Sha256::new());
+    serde_json::to_writer_pretty(&mut h, v).expect("artifacts always serialize");
+    h.0.update(b"\n");
+    hex::encode(h.0.finalize())
+}
+
+/// `sha256_hex(serde_json::to_string(v))` without building the text.
+pub fn sha256_compact<T: Serialize>(v: &T) -> String {
+    let mut h = HashWriter(Sha256::new());
+    serde_json::to_writer(&mut h, v).expect("artifacts always serialize");
+    hex::encode(h.0.finalize())
+}
+
+/// An `io::Write` that feeds a hash.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // qos.json
 

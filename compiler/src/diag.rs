@@ -224,10 +224,25 @@ impl miette::Diagnostic for Located<'_> {
         miette::Diagnostic::help(self.0)
     }
     fn source_code(&self) -> Option<&dyn SourceCode> {
-        miette::Diagnostic::source_code(self.0)
+        self.snippet_fits().then(|| miette::Diagnostic::source_code(self.0)).flatten()
     }
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        miette::Diagnostic::labels(self.0)
+        self.snippet_fits().then(|| miette::Diagnostic::labels(self.0)).flatten()
+    }
+}
+
+/// Longest source line shown in a snippet. Past it the header's file:line:column says where;
+/// a snippet of a huge line helps nobody (and miette's renderer slows down and once panicked
+/// past column 65,535).
+const MAX_SNIPPET_LINE: usize = 400;
+
+impl Located<'_> {
+    fn snippet_fits(&self) -> bool {
+        let (Some((_, text)), Some((start, len))) = (&self.0.source, self.0.range) else { return true };
+        let end = (start + len).min(text.len());
+        let line_start = text[..start.min(text.len())].rfind('\n').map_or(0, |p| p + 1);
+        let line_end = text[end..].find('\n').map_or(text.len(), |p| end + p);
+        text[line_start..line_end].lines().all(|l| l.len() <= MAX_SNIPPET_LINE)
     }
 }
 

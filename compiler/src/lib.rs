@@ -9,6 +9,7 @@ pub mod diag;
 pub mod diff;
 pub mod emit;
 pub mod eval;
+pub mod limits;
 pub mod lint;
 pub mod model;
 pub mod policytest;

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use kdl::{KdlDocument, KdlEntry, KdlNode, KdlValue};
+use kdl::{KdlEntry, KdlNode, KdlValue};
 use serde::Serialize;
 
 use crate::diag::{Diagnostic, Diagnostics, Location};
@@ -81,7 +81,11 @@ pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, 
     for (path, text) in &tree.tests {
         let file = map.add(path.clone(), text);
         let mut p = FileParser { map, file, diags: &mut diags };
-        match KdlDocument::parse_v2(text) {
+        match crate::limits::on_big_stack(|| crate::syntax::parse_untrusted(text)) {
+            Err(crate::syntax::ParseFailure::Limit(hit)) => {
+                let span = hit.span(file);
+                p.error("limit", hit.message, span, hit.label).help(hit.help);
+            }
             Ok(doc) => {
                 for node in doc.nodes() {
                     if let Some(t) = p.node(node) {
@@ -89,7 +93,7 @@ pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, 
                     }
                 }
             }
-            Err(e) => {
+            Err(crate::syntax::ParseFailure::Kdl(e)) => {
                 for d in &e.diagnostics {
                     let span = p.span(d.span);
                     let msg = d.message.clone().unwrap_or_else(|| "invalid KDL".into());

@@ -148,6 +148,8 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
             };
             let id = map.add(path.to_string(), text);
             let before = set.elements.len();
+            // One allocation of the right size (a million elements: no doubling on the way).
+            set.elements.reserve(text.bytes().filter(|&b| b == b'\n').count() + 1);
             let elements = &mut set.elements;
             let errors = parse(text, |e, offset, len| elements.push(Spanned::new(e, Span { file: id, offset: offset as u32, len: len as u32 })));
             if !errors.is_empty() {

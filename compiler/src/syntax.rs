@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use kdl::{KdlDocument, KdlEntry, KdlNode, KdlValue};
 
 use crate::diag::{Diagnostic, Diagnostics};
+use crate::limits;
 use crate::model::*;
 use crate::source::{SourceMap, SourceTree, ROOT_FILE};
 use crate::units::{self, UnitError};
@@ -60,7 +61,13 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
         let mut env = minijinja::Environment::new();
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         env.set_keep_trailing_newline(true);
-        let rendered = env.add_template(path, text).and_then(|()| env.get_template(path)?.render(&ctx));
+        // A commit controls its templates: bound their work and their output.
+        env.set_fuel(Some(limits::TEMPLATE_FUEL));
+        let rendered = env.add_template(path, text).and_then(|()| {
+            let mut out = limits::BoundedOutput::default();
+            env.get_template(path)?.render_captured_to(&ctx, &mut out)?;
+            Ok(out.into_string())
+        });
         match rendered {
             Ok(out) => {
                 let id = map.add(format!("{path} (rendered for host {})", host.name.value), &out);
@@ -70,7 +77,11 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
                 let id = map.add(path.clone(), text);
                 let span = template_error_span(text, &e, id);
                 let mut detail = e.detail().map(str::to_string).unwrap_or_else(|| e.kind().to_string());
-                if e.kind() == minijinja::ErrorKind::UndefinedError {
+                if e.kind() == minijinja::ErrorKind::OutOfFuel {
+                    detail = format!("the template did more than {} steps of work (a loop that runs too long?)", limits::TEMPLATE_FUEL);
+                } else if e.kind() == minijinja::ErrorKind::WriteFailure {
+                    detail = format!("the template rendered more than {} bytes", limits::MAX_RENDERED_BYTES);
+                } else if e.kind() == minijinja::ErrorKind::UndefinedError {
                     detail = format!("{detail} (templates see host.name, host.labels, host.vars and hosts)");
                 }
                 diags.push(
@@ -85,26 +96,29 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
 }
 
 /// Parse several KDL texts, spread over the available cores (largest first), results in order.
-fn parse_parallel(texts: Vec<&str>) -> Vec<Result<KdlDocument, kdl::KdlError>> {
+fn parse_parallel(texts: Vec<&str>) -> Vec<Result<KdlDocument, ParseFailure>> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(texts.len());
     if workers <= 1 || texts.iter().map(|t| t.len()).sum::<usize>() < 64 * 1024 {
-        return texts.into_iter().map(KdlDocument::parse_v2).collect();
+        return limits::on_big_stack(|| texts.into_iter().map(parse_untrusted).collect());
     }
     let mut order: Vec<usize> = (0..texts.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(texts[i].len()));
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut results: Vec<Option<Result<KdlDocument, kdl::KdlError>>> = (0..texts.len()).map(|_| None).collect();
-    let done: Vec<Vec<(usize, Result<KdlDocument, kdl::KdlError>)>> = std::thread::scope(|scope| {
+    let mut results: Vec<Option<Result<KdlDocument, ParseFailure>>> = (0..texts.len()).map(|_| None).collect();
+    let done: Vec<Vec<(usize, Result<KdlDocument, ParseFailure>)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&i) = order.get(k) else { break mine };
-                        mine.push((i, KdlDocument::parse_v2(texts[i])));
-                    }
-                })
+                std::thread::Builder::new()
+                    .stack_size(limits::PARSER_STACK_BYTES)
+                    .spawn_scoped(scope, || {
+                        let mut mine = Vec::new();
+                        loop {
+                            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(&i) = order.get(k) else { break mine };
+                            mine.push((i, parse_untrusted(texts[i])));
+                        }
+                    })
+                    .expect("spawning a parser thread")
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("kdl parser thread")).collect()
@@ -113,6 +127,20 @@ fn parse_parallel(texts: Vec<&str>) -> Vec<Result<KdlDocument, kdl::KdlError>> {
         results[i] = Some(r);
     }
     results.into_iter().map(|r| r.expect("every file parsed")).collect()
+}
+
+/// Why a text did not become a KDL document.
+pub enum ParseFailure {
+    /// The text goes past a limit (nesting, line length, size); it was not parsed.
+    Limit(limits::LimitHit),
+    Kdl(kdl::KdlError),
+}
+
+/// Parse a text that may be hostile: limits first, then the KDL parser. Call on a thread with
+/// [`limits::PARSER_STACK_BYTES`] of stack (see [`limits::on_big_stack`]).
+pub fn parse_untrusted(text: &str) -> Result<KdlDocument, ParseFailure> {
+    limits::check_kdl_text(text).map_err(ParseFailure::Limit)?;
+    KdlDocument::parse_v2(text).map_err(ParseFailure::Kdl)
 }
 
 fn finish(rs: Ruleset, diags: Diagnostics) -> Result<Ruleset, Diagnostics> {
@@ -202,14 +230,20 @@ impl Parser<'_, '_> {
     }
 
     fn file(&mut self, is_root: bool, text: &str, rs: &mut Ruleset) {
-        self.document(is_root, text, KdlDocument::parse_v2(text), rs)
+        let parsed = limits::on_big_stack(|| parse_untrusted(text));
+        self.document(is_root, text, parsed, rs)
     }
 
     /// Convert an already parsed (or failed) KDL document of `text`.
-    fn document(&mut self, is_root: bool, text: &str, parsed: Result<KdlDocument, kdl::KdlError>, rs: &mut Ruleset) {
+    fn document(&mut self, is_root: bool, text: &str, parsed: Result<KdlDocument, ParseFailure>, rs: &mut Ruleset) {
         let doc = match parsed {
             Ok(doc) => doc,
-            Err(e) => {
+            Err(ParseFailure::Limit(hit)) => {
+                let span = hit.span(self.file);
+                self.error("limit", hit.message, span, hit.label).help(hit.help);
+                return;
+            }
+            Err(ParseFailure::Kdl(e)) => {
                 for d in &e.diagnostics {
                     let span = self.span(d.span);
                     let msg = d.message.clone().unwrap_or_else(|| "invalid KDL".into());

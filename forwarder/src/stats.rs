@@ -23,7 +23,9 @@ pub struct RuleStats {
     pub accept_errors: AtomicU64,
     pub udp_sessions_active: AtomicU64,
     pub udp_sessions_total: AtomicU64,
-    /// UDP datagrams dropped (cap exceeded, socket full, no target).
+    /// UDP datagrams not delivered, either way: cap exceeded, socket full, no target, a new
+    /// client refused (`from=`, conn-rate), or a reply reaching a session that was evicted or
+    /// expired (see `udp::LINGER`).
     pub udp_dropped: AtomicU64,
     /// Connections closed by the idle timeout.
     pub idle_timeouts: AtomicU64,

@@ -45,10 +45,35 @@ struct Session {
     stats: Arc<RuleStats>,
 }
 
+/// How long the upstream socket of a session that ended (evicted or idle) stays open to
+/// count the replies still on their way to it. Closed at once, the kernel would drop them
+/// with no trace (and answer the target with ICMP port unreachable).
+pub const LINGER: Duration = Duration::from_secs(2);
+
 impl Drop for Session {
     fn drop(&mut self) {
         self.task.abort();
         self.stats.udp_sessions_active.fetch_sub(1, Relaxed);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(linger(self.upstream.clone(), self.stats.clone()));
+        }
+    }
+}
+
+/// Count (as dropped) every datagram that reaches a closed session's upstream socket during
+/// [`LINGER`]; they cannot be delivered: the client has no session any more.
+async fn linger(upstream: Arc<UdpSocket>, stats: Arc<RuleStats>) {
+    let deadline = tokio::time::Instant::now() + LINGER;
+    let mut buf = [0u8; 64]; // only counted: a truncated datagram counts as one
+    loop {
+        tokio::select! {
+            r = upstream.recv(&mut buf) => {
+                if r.is_ok() {
+                    stats.udp_dropped.fetch_add(1, Relaxed);
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => return,
+        }
     }
 }
 
@@ -85,6 +110,7 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
                             // after a refusal the next datagram of the run is asked again.
                             if !cur.allowed(peer.ip()) || cur.rule.limits.admit_rate().is_err() {
                                 cur.rule.stats.conns_refused.fetch_add(1, Relaxed);
+                                cur.rule.stats.udp_dropped.fetch_add(1, Relaxed);
                                 i += 1;
                                 continue;
                             }

@@ -97,6 +97,58 @@ async fn session_cap_evicts_the_oldest_idle() {
     assert_eq!(f.stats("cap").unwrap().udp_sessions_total, 4);
 }
 
+/// Backend that answers each datagram after `delay`.
+async fn udp_slow_echo(delay: Duration) -> SocketAddr {
+    let s = std::sync::Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let a = s.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 2048];
+        while let Ok((n, from)) = s.recv_from(&mut buf).await {
+            let (s, msg) = (s.clone(), buf[..n].to_vec());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let mut out = from.port().to_be_bytes().to_vec();
+                out.extend_from_slice(&msg);
+                let _ = s.send_to(&out, from).await;
+            });
+        }
+    });
+    a
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_to_an_evicted_session_are_counted_as_dropped() {
+    // Regression (#16): a reply reaching the socket of an evicted session vanished uncounted.
+    let be = udp_slow_echo(Duration::from_millis(300)).await;
+    let mut l = udp("evict", &[be]);
+    l.max_conns = Some(1);
+    let (f, addr) = start(opts(), vec![l]).await;
+    let c: Vec<UdpSocket> = futures_join(2).await;
+    c[0].send_to(b"first", addr).await.unwrap();
+    assert!(eventually(Duration::from_secs(2), || f.stats("evict").unwrap().udp_sessions_total == 1).await);
+    // Client 1 takes the only session; client 0's answer is still on its way.
+    let p1 = roundtrip(&c[1], addr, b"second").await;
+    assert!(p1.is_some(), "client 1 is answered");
+    assert!(
+        eventually(Duration::from_secs(3), || f.stats("evict").unwrap().udp_dropped == 1).await,
+        "the reply to the evicted session is counted: {:?}",
+        f.stats("evict")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagrams_of_refused_clients_are_counted_as_dropped() {
+    let be = udp_echo().await;
+    let mut l = udp("refuse", &[be]);
+    l.allow_from = vec!["192.0.2.0/24".to_string()];
+    let (f, addr) = start(opts(), vec![l]).await;
+    let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    for _ in 0..3 {
+        c.send_to(b"x", addr).await.unwrap();
+    }
+    assert!(eventually(Duration::from_secs(2), || f.stats("refuse").unwrap().udp_dropped == 3).await, "{:?}", f.stats("refuse"));
+}
+
 async fn futures_join(n: usize) -> Vec<UdpSocket> {
     let mut v = Vec::new();
     for _ in 0..n {

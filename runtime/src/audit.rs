@@ -370,15 +370,44 @@ impl AuditLog {
     /// Check the whole chain; see the module docs.
     pub fn verify(&self) -> std::io::Result<VerifyReport> {
         let bytes = match fs::read(&self.path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
-        let head: Option<Head> = fs::read_to_string(&self.head_path).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let head_text = match fs::read_to_string(&self.head_path) {
+            Ok(t) => Some(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let head: Option<Head> = head_text.as_deref().and_then(|t| serde_json::from_str(t).ok());
         let torn_recovered = fs::read_to_string(&self.torn_path)
             .map(|t| t.lines().filter(|l| l.starts_with("# ")).map(|l| l[2..].to_string()).collect())
             .unwrap_or_default();
-        Ok(verify_bytes(&bytes, head.as_ref(), torn_recovered))
+        let Some(bytes) = bytes else {
+            // No log: either nothing was ever recorded here, or the log went (with its head).
+            let message = match &head {
+                Some(h) => format!("the log is missing but {HEAD_FILE} records seq {}: the log was deleted", h.seq),
+                None => "no audit log (nothing was recorded in this state dir, or the log and its head were deleted)".to_string(),
+            };
+            let problem = if head.is_some() { Problem::Deleted } else { Problem::Missing };
+            return Ok(VerifyReport { findings: vec![Finding { line: 0, problem, message }], torn_recovered, ..Default::default() });
+        };
+        let mut rep = verify_bytes(&bytes, head.as_ref(), torn_recovered);
+        if rep.entries > 0 && head.is_none() {
+            // The head is written after every append; a log without one had its newest entries
+            // cut together with the head (or the head was edited into nonsense).
+            let why = if head_text.is_some() { "is not a valid head" } else { "is missing" };
+            rep.findings.push(Finding {
+                line: rep.entries + 1,
+                problem: Problem::Deleted,
+                message: format!(
+                    "{HEAD_FILE} {why}: the newest entries may have been deleted together with it \
+                     (the log now ends at seq {})",
+                    rep.last_seq.unwrap_or(0)
+                ),
+            });
+        }
+        Ok(rep)
     }
 }
 
@@ -396,6 +425,8 @@ pub enum Problem {
     Torn,
     /// A line that is not an audit entry at all.
     Corrupt,
+    /// There is no audit log (nor head) at all.
+    Missing,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -712,6 +743,36 @@ mod tests {
         assert_eq!(rep.findings.len(), 1, "{rep:?}");
         assert_eq!(rep.findings[0].problem, Problem::Deleted);
         assert!(rep.findings[0].message.contains("records seq 3"), "{rep:?}");
+    }
+
+    #[test]
+    fn deletion_of_the_newest_with_the_head_is_detected() {
+        // Regression (#11): deleting audit.head and the newest lines together said "chain intact".
+        let (_d, log) = log3();
+        let mut l = lines(&log);
+        l.pop();
+        write_lines(&log, &l);
+        fs::remove_file(&log.head_path).unwrap();
+        let rep = log.verify().unwrap();
+        assert_eq!(rep.findings.len(), 1, "{rep:?}");
+        assert_eq!(rep.findings[0].problem, Problem::Deleted);
+        assert!(rep.findings[0].message.contains("audit.head is missing"), "{rep:?}");
+    }
+
+    #[test]
+    fn no_log_at_all_is_a_finding() {
+        // Regression (#11): with both files gone, verify said "chain intact".
+        let (_d, log) = log3();
+        fs::remove_file(&log.path).unwrap();
+        fs::remove_file(&log.head_path).unwrap();
+        let rep = log.verify().unwrap();
+        assert!(!rep.ok());
+        assert_eq!(rep.findings[0].problem, Problem::Missing);
+        assert!(rep.findings[0].message.contains("no audit log"), "{rep:?}");
+        // The log gone, the head kept: deleted.
+        let (_d2, log2) = log3();
+        fs::remove_file(&log2.path).unwrap();
+        assert_eq!(log2.verify().unwrap().findings[0].problem, Problem::Deleted);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! held equal (`fwc test --kernel`, runtime/tests/kernel_eval.rs). Both namespaces (and with
 //! them every link, route and ruleset) are deleted on drop, also when a step fails.
 //!
-//! Scope: first packets of TCP and UDP flows arriving from outside (`input` and `forward`
-//! origins); a flow sent by the host itself (`output`) or ICMP is not sent (`None`).
+//! Scope: first packets of TCP, UDP and ICMP (echo request) flows arriving from outside
+//! (`input` and `forward` origins); a flow sent by the host itself (`output`) is not sent (`None`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
@@ -88,7 +88,7 @@ fn run(step: &str, argv: &[&str], stdin: Option<&str>) -> Result<String, KernelE
 const DEFAULT_IF: &str = "fwck0";
 
 fn sends(f: &Flow) -> bool {
-    f.origin != Origin::Output && f.proto.has_ports()
+    f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8) | (L4::Icmpv6, 128)))
 }
 
 /// Evaluate `flows` in the kernel. Flows must have distinct source ports (they identify the
@@ -231,6 +231,8 @@ fn send_frames(netns: &str, frames: &[(String, Vec<u8>)]) -> Result<(), KernelEr
             result = Err(step_err("send", std::io::Error::last_os_error()));
             break;
         }
+        // Pace the packets so the trace listener keeps up.
+        std::thread::sleep(Duration::from_micros(200));
     }
     unsafe { libc::close(sock) };
     result
@@ -250,9 +252,19 @@ fn csum(data: &[u8], mut sum: u32) -> u16 {
 /// An Ethernet frame carrying the flow's first packet (TCP SYN or a small UDP datagram).
 fn frame(f: &Flow, dst_mac: [u8; 6]) -> Vec<u8> {
     let mut l4 = Vec::new();
-    l4.extend(f.sport.to_be_bytes());
-    l4.extend(f.dport.to_be_bytes());
+    if matches!(f.proto, L4::Icmp | L4::Icmpv6) {
+        // Echo request: type, code, checksum, identifier (the flow's source port), sequence.
+        l4.extend([f.dport as u8, 0, 0, 0]);
+        l4.extend(f.sport.to_be_bytes());
+        l4.extend(1u16.to_be_bytes());
+        l4.extend(b"fwc!");
+    } else {
+        l4.extend(f.sport.to_be_bytes());
+        l4.extend(f.dport.to_be_bytes());
+    }
     let proto = match f.proto {
+        L4::Icmp => 1u8,
+        L4::Icmpv6 => 58u8,
         L4::Tcp => {
             l4.extend(1u32.to_be_bytes()); // seq
             l4.extend(0u32.to_be_bytes()); // ack
@@ -279,9 +291,14 @@ fn frame(f: &Flow, dst_mac: [u8; 6]) -> Vec<u8> {
         pseudo.extend((l4.len() as u32).to_be_bytes());
         pseudo.extend([0, 0, 0, proto]);
     }
-    let pre: u32 = pseudo.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+    // ICMP (v4) has no pseudo header; TCP, UDP and ICMPv6 do.
+    let pre: u32 = if proto == 1 { 0 } else { pseudo.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum() };
     let c = csum(&l4, pre);
-    let at = if proto == 6 { 16 } else { 6 };
+    let at = match proto {
+        6 => 16,
+        17 => 6,
+        _ => 2,
+    };
     l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
     let mut out = Vec::new();
     out.extend(dst_mac);
@@ -339,7 +356,17 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
     for id in order {
         let lines = &by_id[&id];
         let Some(first) = lines.iter().find(|l| l.contains(" packet: ")) else { continue };
-        let Some(sport) = word_after(first, "tcp sport ").or_else(|| word_after(first, "udp sport ")).and_then(|w| w.parse::<u16>().ok()) else { continue };
+        let Some(sport) = word_after(first, "tcp sport ")
+            .or_else(|| word_after(first, "udp sport "))
+            .or_else(|| word_after(first, "icmp id "))
+            .or_else(|| word_after(first, "icmpv6 id "))
+            .and_then(|w| w.parse::<u16>().ok())
+            // nft 1.0.6 prints an ICMPv6 echo's identifier and sequence as one 32-bit
+            // `icmpv6 parameter-problem` word.
+            .or_else(|| word_after(first, "icmpv6 parameter-problem ").and_then(|w| w.parse::<u32>().ok()).map(|n| (n >> 16) as u16))
+        else {
+            continue;
+        };
         let mut verdict = Verdict::Accept;
         let mut identity = None;
         let mut policy = false;
@@ -352,7 +379,11 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
             let filter_hook = hook.as_ref().is_some_and(|(h, k)| k == "filter" && (h == "input" || h == "forward"));
             if what.starts_with("packet: ") && filter_hook && seen_dst.is_none() {
                 let addr = word_after(what, "ip daddr ").or_else(|| word_after(what, "ip6 daddr ")).and_then(|w| w.parse().ok());
-                let port = word_after(what, "tcp dport ").or_else(|| word_after(what, "udp dport ")).and_then(|w| w.parse().ok());
+                let port = word_after(what, "tcp dport ")
+                    .or_else(|| word_after(what, "udp dport "))
+                    .and_then(|w| w.parse().ok())
+                    .or_else(|| what.contains("icmp type echo-request").then_some(8))
+                    .or_else(|| what.contains("icmpv6 type echo-request").then_some(128));
                 if let (Some(a), Some(p)) = (addr, port) {
                     seen_dst = Some((a, p));
                 }
@@ -443,8 +474,17 @@ pub fn evaluate_all(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOu
     let mut out = vec![None; flows.len()];
     for b in batches {
         let batch: Vec<Flow> = b.iter().map(|&i| flows[i].clone()).collect();
-        for (i, r) in b.into_iter().zip(evaluate(a, &batch)?) {
+        for (i, r) in b.iter().copied().zip(evaluate(a, &batch)?) {
             out[i] = r;
+        }
+        // `nft monitor` can lose trace events when the machine is busy (its netlink socket
+        // overflows): send the packets whose trace is missing once more, in a fresh namespace.
+        let missing: Vec<usize> = b.into_iter().filter(|&i| out[i].is_none() && sends(&flows[i])).collect();
+        if !missing.is_empty() {
+            let batch: Vec<Flow> = missing.iter().map(|&i| flows[i].clone()).collect();
+            for (i, r) in missing.into_iter().zip(evaluate(a, &batch)?) {
+                out[i] = r;
+            }
         }
     }
     Ok(out)

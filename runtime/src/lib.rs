@@ -3,7 +3,7 @@
 //! hosts the CLI, the agent, metrics and the audit log.
 
 pub mod agent;
-pub mod apply;
+pub mod engine;
 pub mod audit;
 pub mod backend;
 pub mod cli;

@@ -137,10 +137,10 @@ impl Metrics {
         registry.register("fwc_qos_packets", "QoS packets per class (<rule>/<up|down>) and action (passed, paced, ecn, fastpass, dropped)", m.qos_packets_total.clone());
         registry.register(
             "fwc_webhook_requests",
-            "Webhook requests by result (accepted, unauthorized, bad_request, disabled)",
+            "Webhook requests by result (accepted, unauthorized, replayed, stale, disabled)",
             m.webhook_requests_total.clone(),
         );
-        registry.register("fwc_commit_refused", "Commits refused by reason (signature, compile, apply)", m.commit_refused_total.clone());
+        registry.register("fwc_commit_refused", "Commits refused by reason (signature, compile, rewind, apply)", m.commit_refused_total.clone());
         registry.register(
             "fwc_agent_degraded",
             "1 while the newest commit could not be applied and the host runs an older one",
@@ -284,6 +284,17 @@ impl WebhookSecret {
             mac.update(body);
             mac.verify_slice(&sig).is_ok()
         };
+        if let Some(v) = get("x-fwc-signature") {
+            // fwc's own scheme: the timestamp is signed with the body (see agent::replay).
+            let Some(ts) = get("x-fwc-timestamp") else { return false };
+            let Some(hexsig) = v.strip_prefix("sha256=") else { return false };
+            let Ok(sig) = hex::decode(hexsig) else { return false };
+            let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("hmac takes any key length");
+            mac.update(ts.as_bytes());
+            mac.update(b".");
+            mac.update(body);
+            return mac.verify_slice(&sig).is_ok();
+        }
         if let Some(v) = get("x-hub-signature-256") {
             return v.strip_prefix("sha256=").is_some_and(hmac_ok);
         }
@@ -311,6 +322,16 @@ pub fn github_signature(secret: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
+/// `X-Fwc-Signature` of fwc's own webhook scheme: `sha256=<hex HMAC of "<timestamp>.<body>">`,
+/// sent with `X-Fwc-Timestamp: <timestamp>` (unix seconds).
+pub fn fwc_signature(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("hmac takes any key length");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
 // ---------------------------------------------------------------------------------------------
 // the HTTP server
 
@@ -326,6 +347,8 @@ pub struct ServerState {
     pub health: Arc<Health>,
     /// None = the webhook is disabled (every POST is answered 404 and counted `disabled`).
     pub webhook: Option<WebhookSecret>,
+    /// Replay protection of authentic webhook requests (None: every authentic one is accepted).
+    pub deliveries: Option<Arc<crate::agent::replay::DeliveryGuard>>,
     /// Called for every authentic webhook request: wakes the reconcile loop.
     pub on_push: Arc<dyn Fn() + Send + Sync>,
 }
@@ -495,9 +518,21 @@ async fn handle(mut stream: tokio::net::TcpStream, st: ServerState) {
                     respond(&mut stream, "404 Not Found", TEXT, "webhook disabled (start the agent with --webhook-secret-file)\n").await
                 }
                 Some(secret) if secret.check(&req.headers, &req.body) => {
-                    count("accepted");
-                    (st.on_push)();
-                    respond(&mut stream, "202 Accepted", TEXT, "fetch scheduled\n").await
+                    match st.deliveries.as_ref().map(|g| g.admit(&req.headers, &req.body)).unwrap_or(Ok(())) {
+                        Ok(()) => {
+                            count("accepted");
+                            (st.on_push)();
+                            respond(&mut stream, "202 Accepted", TEXT, "fetch scheduled\n").await
+                        }
+                        Err(r) => {
+                            count(match r {
+                                crate::agent::replay::Refusal::Replayed => "replayed",
+                                crate::agent::replay::Refusal::Stale(_) => "stale",
+                            });
+                            tracing::warn!("webhook refused: {r}");
+                            respond(&mut stream, "409 Conflict", TEXT, &format!("{r}\n")).await
+                        }
+                    }
                 }
                 Some(_) => {
                     count("unauthorized");
@@ -606,6 +641,7 @@ mod tests {
                 metrics: metrics.clone(),
                 health: health.clone(),
                 webhook: Some(WebhookSecret::new(b"k")),
+                deliveries: Some(Arc::new(crate::agent::replay::DeliveryGuard::in_memory())),
                 on_push: Arc::new(move || {
                     p.fetch_add(1, Ordering::SeqCst);
                 }),
@@ -623,14 +659,27 @@ mod tests {
         assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Hub-Signature-256", &sig)], body).unwrap().0, 202);
         assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Hub-Signature-256", "sha256=00")], body).unwrap().0, 401);
         assert_eq!(http_request(a, "POST", "/hooks/git", &[], body).unwrap().0, 401);
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Gitlab-Token", "k")], body).unwrap().0, 202);
+        // The same signed delivery again is a replay: 409, no fetch.
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Hub-Signature-256", &sig)], body).unwrap().0, 409);
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Gitlab-Token", "k")], br#"{"after":"1"}"#).unwrap().0, 202);
+        // fwc's timestamped scheme: fresh accepted, stale refused, a forged timestamp unauthorized.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        let fwc = |ts: i64| (ts.to_string(), fwc_signature(b"k", ts, body));
+        let (ts, sig) = fwc(now);
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Fwc-Timestamp", &ts), ("X-Fwc-Signature", &sig)], body).unwrap().0, 202);
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Fwc-Timestamp", &ts), ("X-Fwc-Signature", &sig)], body).unwrap().0, 409);
+        let (old, old_sig) = fwc(now - 3600);
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Fwc-Timestamp", &old), ("X-Fwc-Signature", &old_sig)], body).unwrap().0, 409);
+        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Fwc-Timestamp", &(now + 1).to_string()), ("X-Fwc-Signature", &sig)], body).unwrap().0, 401);
         assert_eq!(http_request(a, "GET", "/nope", &[], b"").unwrap().0, 404);
         assert_eq!(http_request(a, "GET", "/hooks/git", &[], b"").unwrap().0, 405);
-        assert_eq!(pushes.load(Ordering::SeqCst), 2);
+        assert_eq!(pushes.load(Ordering::SeqCst), 3);
         let (code, text) = http_request(a, "GET", "/metrics", &[], b"").unwrap();
         assert_eq!(code, 200);
-        assert!(text.contains("fwc_webhook_requests_total{result=\"accepted\"} 2"), "{text}");
-        assert!(text.contains("fwc_webhook_requests_total{result=\"unauthorized\"} 2"), "{text}");
+        assert!(text.contains("fwc_webhook_requests_total{result=\"accepted\"} 3"), "{text}");
+        assert!(text.contains("fwc_webhook_requests_total{result=\"unauthorized\"} 3"), "{text}");
+        assert!(text.contains("fwc_webhook_requests_total{result=\"replayed\"} 2"), "{text}");
+        assert!(text.contains("fwc_webhook_requests_total{result=\"stale\"} 1"), "{text}");
         // Oversized body is refused without reading it.
         let big = vec![b'x'; MAX_BODY + 1];
         assert_eq!(http_request(a, "POST", "/hooks/git", &[], &big).map(|r| r.0).unwrap_or(413), 413);

@@ -110,7 +110,8 @@ fn agent_once_refuses_a_commit_that_does_not_compile() {
         "agent", "--once", "--repo", &format!("file://{}", work.display()), "--host", "localhost",
         "--state-dir", state.to_str().unwrap(), "--metrics", "off",
     ]);
-    assert!(o.status.success(), "{}", out(&o));
+    // `--once` exits 4 on a refused tip (docs/operations.md, "Exit codes of fwc agent --once").
+    assert_eq!(o.status.code(), Some(4), "{}", out(&o));
     assert!(out(&o).contains("refusing"), "{}", out(&o));
     let entries = AuditLog::in_state_dir(&state).entries().unwrap();
     assert_eq!(entries.len(), 1);
@@ -124,7 +125,7 @@ fn agent_once_refuses_a_commit_that_does_not_compile() {
         "agent", "--once", "--repo", &format!("file://{}", work.display()), "--host", "localhost",
         "--state-dir", state.to_str().unwrap(), "--metrics", "off",
     ]);
-    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(o.status.code(), Some(4), "still refused while it is the tip: {}", out(&o));
     assert_eq!(AuditLog::in_state_dir(&state).entries().unwrap().len(), 1);
     assert!(verify(&state).0);
 }

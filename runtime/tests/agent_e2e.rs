@@ -20,49 +20,6 @@ use agent_common::*;
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-/// A bare repository and a work tree that pushes to it.
-struct Repo {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    bare: PathBuf,
-    work: PathBuf,
-}
-
-impl Repo {
-    fn new() -> Repo {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().to_path_buf();
-        let bare = root.join("rules.git");
-        let work = root.join("work");
-        std::fs::create_dir_all(&work).unwrap();
-        git(&root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
-        git(&work, &["init", "-q"]);
-        Repo { _tmp: tmp, root, bare, work }
-    }
-
-    fn url(&self) -> String {
-        format!("file://{}", self.bare.display())
-    }
-
-    /// Commit `fwc.kdl` = `kdl`, signed with `key` (an ssh private key path) or not, and push.
-    fn commit(&self, kdl: &str, msg: &str, key: Option<&Path>, force: bool) -> String {
-        std::fs::write(self.work.join("fwc.kdl"), kdl).unwrap();
-        git(&self.work, &["add", "fwc.kdl"]);
-        match key {
-            Some(k) => git(&self.work, &["-c", &format!("user.signingkey={}", k.display()), "commit", "-q", "--allow-empty", "-S", "-m", msg]),
-            None => git(&self.work, &["commit", "-q", "--allow-empty", "--no-gpg-sign", "-m", msg]),
-        };
-        let mut push = vec!["push", "-q"];
-        if force {
-            push.push("-f");
-        }
-        let bare = self.bare.to_str().unwrap().to_string();
-        push.extend([bare.as_str(), "HEAD:main"]);
-        git(&self.work, &push);
-        git(&self.work, &["rev-parse", "HEAD"])
-    }
-}
-
 fn tcp_ok(ns: &Netns, port: u16) -> bool {
     let o = ns.try_exec(&["timeout", "3", "socat", "-T1", "-", &format!("TCP4:198.18.1.1:{port},connect-timeout=1")]);
     o.status.success() && String::from_utf8_lossy(&o.stdout).contains(&format!("p{port}"))
@@ -178,14 +135,28 @@ fn agent_applies_signed_commits_refuses_the_rest_heals_drift_and_serves_metrics(
     assert_eq!(e["result"], "ok", "{e:#}");
     assert!(lists(&e, "added", "filter:alt") && lists(&e, "removed", "filter:web"), "{e:#}");
     assert!(tcp_ok(&t.client, 81) && !tcp_ok(&t.client, 80));
+    // The same signed delivery again is a replay: refused, no fetch.
+    let (code, text) = http_request(agent.metrics, "POST", "/hooks/git", &[("X-Hub-Signature-256", &sig)], body).unwrap();
+    assert_eq!(code, 409, "{text}");
+    assert!(text.contains("replayed"), "{text}");
 
-    // Force-push: history rewritten back onto c1; the new tip is applied and audited as such.
+    // Force-push: history rewritten back onto c1 (a correctly signed rollback of c6). Refused
+    // as a rewind: degraded, c6 stays live.
     git(&repo.work, &["reset", "-q", "--hard", &c1]);
     let c7 = repo.commit(&allow(80, "web"), "rewritten", Some(&alice), true);
+    let e = wait_entry(&state, &c7, "refuse", &agent);
+    assert!(e["detail"].as_str().unwrap().starts_with("rewind: "), "{e:#}");
+    assert!(tcp_ok(&t.client, 81) && !tcp_ok(&t.client, 80), "a refused rewind must leave c6 live");
+    let (code, text) = http_request(agent.metrics, "GET", "/readyz", &[], b"").unwrap();
+    assert!(code == 200 && text.contains("degraded"), "{code} {text}");
+    assert!(agent.scrape().contains("fwc_commit_refused_total{reason=\"rewind\"} 1"));
+    // Allowed by the documented one-shot file: applied, audited as an allowed rewind, file gone.
+    std::fs::write(state.join("allow-rewind"), format!("{c7}\n")).unwrap();
     let e = wait_entry(&state, &c7, "apply", &agent);
     assert_eq!(e["result"], "ok");
-    assert!(e["detail"].as_str().unwrap_or("").contains("force-push"), "{e:#}");
+    assert!(e["detail"].as_str().unwrap_or("").contains("rewind allowed by the one-shot allow-rewind file"), "{e:#}");
     assert!(tcp_ok(&t.client, 80) && !tcp_ok(&t.client, 81));
+    assert!(wait_until(Duration::from_secs(5), || !state.join("allow-rewind").exists()), "the one-shot file must be used up");
 
     // Drift: a hand-made change to table inet fwc is healed.
     t.host.exec(&["nft", "flush", "table", "inet", "fwc"]);
@@ -193,6 +164,8 @@ fn agent_applies_signed_commits_refuses_the_rest_heals_drift_and_serves_metrics(
     assert_eq!(e["result"], "ok", "{e:#}");
     assert!(tcp_ok(&t.client, 80));
 
+    // The counters move just after the audit entry is written: wait for them.
+    wait_until(Duration::from_secs(5), || agent.scrape().contains("fwc_apply_total{result=\"ok\"} 4"));
     let m = agent.scrape();
     for want in [
         format!("fwc_applied_commit_info{{commit=\"{c7}\"}} 1"),
@@ -200,6 +173,7 @@ fn agent_applies_signed_commits_refuses_the_rest_heals_drift_and_serves_metrics(
         "fwc_drift_total 1".to_string(),
         "fwc_webhook_requests_total{result=\"unauthorized\"} 2".to_string(),
         "fwc_webhook_requests_total{result=\"accepted\"} 1".to_string(),
+        "fwc_webhook_requests_total{result=\"replayed\"} 1".to_string(),
         "fwc_agent_degraded 0".to_string(),
         "fwc_apply_duration_seconds_count 5".to_string(),
     ] {

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use fwc_compiler::artifacts::Artifacts;
-use fwc_runtime::apply::{self, empty_artifacts, ApplyOptions};
+use fwc_runtime::engine::transaction::{self as apply, empty_artifacts, ApplyOptions};
 use fwc_runtime::state::{dir_digest, StateDir};
 use fwc_testkit::{privileged, Netns};
 use serde_json::{json, Value};
@@ -189,8 +189,8 @@ fn drift_status_plan_and_stale_plan() {
     // A saved plan of a new version; then someone edits the table by hand.
     let d2 = tmp.path().join("a2");
     write_dir(&table(&[80, 81], &["198.18.1.0/24"]), &d2);
-    let (a2, _) = fwc_runtime::cli::apply::load_artifacts(&d2, None, false).unwrap();
-    let plan = fwc_runtime::cli::apply::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
+    let (a2, _) = fwc_runtime::engine::load::load_artifacts(&d2, None, false).unwrap();
+    let plan = fwc_runtime::engine::plan::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
     assert_eq!(plan.rules.as_ref().unwrap().changes.len(), 0);
     assert!(plan.has_changes());
     let planfile = tmp.path().join("plan.json");
@@ -205,6 +205,7 @@ fn drift_status_plan_and_stale_plan() {
     assert!(details.contains("set office_v4: elements added outside fwc: 203.0.113.9"), "{details}");
     let o = fwc(&["status", "--state-dir", sds, "--netns", &ns.name], &[]);
     assert!(text(&o).contains("Drift:      yes"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "status exits 2 on drift: {}", text(&o));
 
     let o = fwc(&["apply", planfile.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve"], &[]);
     assert_eq!(o.status.code(), Some(1));
@@ -212,8 +213,8 @@ fn drift_status_plan_and_stale_plan() {
     assert!(ns.exec(&["nft", "list", "table", "inet", "fwc"]).contains("dport 23"));
 
     // A fresh plan applies, and heals the drift.
-    let (a2, _) = fwc_runtime::cli::apply::load_artifacts(&d2, None, false).unwrap();
-    let plan = fwc_runtime::cli::apply::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
+    let (a2, _) = fwc_runtime::engine::load::load_artifacts(&d2, None, false).unwrap();
+    let plan = fwc_runtime::engine::plan::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
     assert_eq!(plan.drift.len(), 2, "{:?}", plan.drift);
     std::fs::write(&planfile, serde_json::to_string(&plan).unwrap()).unwrap();
     let o = fwc(&["apply", planfile.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve"], &[]);
@@ -280,4 +281,135 @@ fn confirm_or_revert() {
     assert!(live().contains("9002"), "{}", live());
     let o = fwc(&["confirm", "--state-dir", sds], &[]);
     assert!(!o.status.success() && text(&o).contains("nothing to confirm"));
+}
+
+/// `fwc status` exit codes, and `--netns` / `--state-dir` that name nothing are errors
+/// (before: `plan --netns typo` planned against nothing, `status --state-dir /nonexistent`
+/// printed "nothing yet / Drift: no" and exited 0).
+#[test]
+fn status_exit_codes_and_targets_that_name_nothing() {
+    if !privileged("status_exit_codes_and_targets_that_name_nothing") {
+        return;
+    }
+    let ns = Netns::new("n");
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = tmp.path().join("state");
+    let sds = sd.to_str().unwrap();
+    let d1 = tmp.path().join("a1");
+    write_dir(&table(&[80], &[]), &d1);
+
+    let missing = tmp.path().join("nonexistent");
+    let o = fwc(&["status", "--state-dir", missing.to_str().unwrap(), "--netns", &ns.name], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("does not exist"), "{}", text(&o));
+    assert!(!missing.exists(), "status must not create the state dir");
+    for cmd in ["confirm", "rollback"] {
+        let o = fwc(&[cmd, "--state-dir", missing.to_str().unwrap()], &[]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", text(&o));
+        assert!(text(&o).contains("does not exist"), "{cmd}: {}", text(&o));
+    }
+    let typo = format!("{}-typo", ns.name);
+    for args in [
+        vec!["status", "--state-dir", sds, "--netns", &typo],
+        vec!["apply", d1.to_str().unwrap(), "--state-dir", sds, "--netns", &typo, "--auto-approve"],
+    ] {
+        let o = fwc(&args, &[]);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("does not exist") && text(&o).contains(&typo), "{args:?}: {}", text(&o));
+    }
+    assert!(!sd.exists(), "a refused apply must not create the state dir");
+
+    std::fs::create_dir_all(&sd).unwrap();
+    let o = fwc(&["status", "--state-dir", sds, "--netns", &ns.name], &[]);
+    assert_eq!(o.status.code(), Some(3), "nothing applied: {}", text(&o));
+    let o = fwc(&["apply", d1.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve"], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = fwc(&["status", "--state-dir", sds, "--netns", &ns.name], &[]);
+    assert_eq!(o.status.code(), Some(0), "in sync: {}", text(&o));
+    let d2 = tmp.path().join("a2");
+    write_dir(&table(&[80, 9001], &[]), &d2);
+    let o = fwc(&["apply", d2.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve", "--confirm", "60s"], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = fwc(&["status", "--state-dir", sds, "--netns", &ns.name], &[]);
+    assert_eq!(o.status.code(), Some(4), "pending confirmation: {}", text(&o));
+    let o = fwc(&["confirm", "--state-dir", sds], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+fn pending_reverter(sd: &Path) -> i32 {
+    let c: Value = serde_json::from_str(&std::fs::read_to_string(sd.join("confirm.json")).unwrap()).unwrap();
+    c["reverter_pid"].as_i64().unwrap() as i32
+}
+
+fn kill9(pid: i32) {
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill -9 {pid}");
+    // the reverter is not our child: wait until it is gone
+    assert!(wait_until(Duration::from_secs(5), || !Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))));
+}
+
+/// Confirm-or-revert fails closed: with the reverter killed (-9), the unconfirmed apply is
+/// reverted by the next `fwc status`, `fwc confirm` or `fwc apply` after the deadline
+/// (before: it stayed live forever, `status` said "deadline passed, reverting", `confirm`
+/// said too late and `apply` refused).
+#[test]
+fn killed_reverter_is_reverted_by_the_next_command() {
+    if !privileged("killed_reverter_is_reverted_by_the_next_command") {
+        return;
+    }
+    let ns = Netns::new("n");
+    let tmp = tempfile::tempdir().unwrap();
+    let sd = tmp.path().join("state");
+    let sds = sd.to_str().unwrap();
+    let (d1, d2, d3) = (tmp.path().join("a1"), tmp.path().join("a2"), tmp.path().join("a3"));
+    write_dir(&table(&[80], &[]), &d1);
+    write_dir(&table(&[80, 9001], &[]), &d2);
+    write_dir(&table(&[80, 9002], &[]), &d3);
+    let apply = |d: &Path, extra: &[&str]| {
+        let mut args = vec!["apply", d.to_str().unwrap(), "--state-dir", sds, "--netns", &ns.name, "--auto-approve"];
+        args.extend_from_slice(extra);
+        fwc(&args, &[])
+    };
+    let live = || ns.exec(&["nft", "list", "table", "inet", "fwc"]);
+    let o = apply(&d1, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // The next command is `fwc status`.
+    let o = apply(&d2, &["--confirm", "2s"]);
+    assert!(o.status.success(), "{}", text(&o));
+    kill9(pending_reverter(&sd));
+    std::thread::sleep(Duration::from_millis(2600));
+    assert!(live().contains("9001"), "nothing reverts before a command runs: {}", live());
+    let t = Instant::now();
+    let o = fwc(&["status", "--state-dir", sds, "--netns", &ns.name], &[]);
+    assert!(!live().contains("9001") && live().contains("dport 80"), "status did not revert: {}\n{}", text(&o), live());
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(text(&o).contains("reverted now"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "after the revert the host is in sync: {}", text(&o));
+    assert!(!sd.join("confirm.json").exists());
+
+    // The next command is `fwc confirm` (without --netns: the namespace recorded with the
+    // pending confirmation is the one reverted): too late, and reverted.
+    let o = apply(&d2, &["--confirm", "2s"]);
+    assert!(o.status.success(), "{}", text(&o));
+    kill9(pending_reverter(&sd));
+    std::thread::sleep(Duration::from_millis(2600));
+    let o = fwc(&["confirm", "--state-dir", sds], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("too late") && text(&o).contains("reverted"), "{}", text(&o));
+    assert!(!live().contains("9001"), "{}", live());
+
+    // The next command is `fwc apply`: it reverts, then applies the new rules.
+    let o = apply(&d2, &["--confirm", "2s"]);
+    assert!(o.status.success(), "{}", text(&o));
+    kill9(pending_reverter(&sd));
+    std::thread::sleep(Duration::from_millis(2600));
+    let o = apply(&d3, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("reverted now"), "{}", text(&o));
+    assert!(!live().contains("9001") && live().contains("9002"), "{}", live());
+    let log = std::fs::read_to_string(sd.join("confirm.log")).unwrap();
+    assert_eq!(log.matches("not confirmed in time, reverted by pid").count(), 3, "{log}");
+    let audit = std::fs::read_to_string(sd.join("audit.jsonl")).unwrap();
+    assert_eq!(audit.matches("reverter gone").count(), 3, "{audit}");
 }

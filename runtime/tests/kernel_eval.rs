@@ -54,7 +54,9 @@ fn ruleset(r: &mut Rng) -> String {
         for i in 0..n {
             let action = *r.pick(&["allow", "allow", "deny", "reject"]);
             let mut props = Vec::new();
-            if r.chance(85) {
+            if r.chance(12) {
+                props.push(format!("proto={}", r.pick(&["icmp", "icmpv6"])));
+            } else if r.chance(85) {
                 props.push(format!("proto={}", r.pick(&["tcp", "udp"])));
                 if r.chance(80) {
                     props.push(format!("port=\"{}\"", r.pick(PORTS)));
@@ -98,7 +100,12 @@ fn flows(r: &mut Rng, n: usize) -> Vec<Flow> {
     (0..n)
         .map(|i| {
             let v6 = r.chance(25);
-            let proto = if r.chance(70) { L4::Tcp } else { L4::Udp };
+            let proto = match (r.chance(12), v6, r.chance(70)) {
+                (true, false, _) => L4::Icmp,
+                (true, true, _) => L4::Icmpv6,
+                (false, _, true) => L4::Tcp,
+                (false, _, false) => L4::Udp,
+            };
             let src: IpAddr = if v6 { r.pick(V6_SRC).parse().unwrap() } else { r.pick(V4_SRC).parse().unwrap() };
             let forward = r.chance(30);
             let oif = if forward && r.chance(60) { Some(r.pick(IFS).to_string()) } else { None };
@@ -116,7 +123,7 @@ fn flows(r: &mut Rng, n: usize) -> Vec<Flow> {
             let spec = FlowSpec {
                 proto: Some(proto),
                 from: (Some(src), Some(20000 + i as u16)),
-                to: (dst, Some(*r.pick(DPORTS))),
+                to: (dst, proto.has_ports().then(|| *r.pick(DPORTS))),
                 origin: Some(if forward { Origin::Forward } else { Origin::Input }),
                 iif: if r.chance(60) { Some(r.pick(IFS).to_string()) } else { None },
                 oif,
@@ -159,6 +166,9 @@ fn pure_and_kernel_evaluators_agree() {
             }
             if f.daddr.is_ipv6() {
                 *verdicts.entry("ipv6").or_default() += 1;
+            }
+            if !f.proto.has_ports() {
+                *verdicts.entry("icmp").or_default() += 1;
             }
             let pure = kernel_eval::pure_comparable(f, &x);
             let Some(kr) = kr else {

@@ -24,7 +24,7 @@ pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value,
                 let digest = match s.dynamic {
                     // Its declaration is all fwc owns of a dynamic set.
                     Some(d) => digest(&("dynamic", d)),
-                    None => digest(&s.elements.iter().map(|e| e.value).collect::<Vec<_>>()),
+                    None => digest(&SerializeIter(s.elements.iter().map(|e| e.value))),
                 };
                 (set_summary(s), digest)
             }
@@ -48,14 +48,23 @@ pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value,
         });
     }
     let mut artifact_hashes = BTreeMap::new();
-    artifact_hashes.insert(NFTABLES_FILE.to_string(), sha256_hex(to_pretty(nftables).as_bytes()));
-    artifact_hashes.insert(QOS_FILE.to_string(), sha256_hex(to_pretty(qos).as_bytes()));
-    artifact_hashes.insert(FORWARD_FILE.to_string(), sha256_hex(to_pretty(forward).as_bytes()));
+    artifact_hashes.insert(NFTABLES_FILE.to_string(), sha256_pretty(nftables));
+    artifact_hashes.insert(QOS_FILE.to_string(), sha256_pretty(qos));
+    artifact_hashes.insert(FORWARD_FILE.to_string(), sha256_pretty(forward));
     Manifest { version: ARTIFACT_VERSION, host: plan.host.name.value.clone(), commit: commit.map(str::to_string), rules, artifact_hashes }
 }
 
+/// Serializes the items of an iterator as a JSON array (no Vec of a million copies).
+struct SerializeIter<I>(I);
+
+impl<I: Iterator<Item = T> + Clone, T: Serialize> Serialize for SerializeIter<I> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.clone())
+    }
+}
+
 fn digest<T: Serialize>(v: &T) -> String {
-    sha256_hex(serde_json::to_string(v).expect("model serializes").as_bytes())[..16].to_string()
+    sha256_compact(v)[..16].to_string()
 }
 
 fn addr(m: &AddrMatch) -> String {

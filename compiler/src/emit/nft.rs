@@ -303,12 +303,6 @@ impl Fam {
             Fam::V6 => 128,
         }
     }
-    fn set_type(self) -> SetType {
-        match self {
-            Fam::V4 => SetType::Ipv4Addr,
-            Fam::V6 => SetType::Ipv6Addr,
-        }
-    }
     fn addr(self, v: u128) -> IpAddr {
         match self {
             Fam::V4 => IpAddr::V4(Ipv4Addr::from(v as u32)),
@@ -339,24 +333,45 @@ fn interval(e: &AddrElem) -> (Fam, u128, u128) {
 }
 
 /// Sorted, merged (overlapping or adjacent joined) intervals, per family.
-fn merged(elems: &[AddrElem]) -> [Vec<(u128, u128)>; 2] {
+fn merged<'a>(elems: impl IntoIterator<Item = &'a AddrElem>) -> [Vec<(u128, u128)>; 2] {
     let mut out: [Vec<(u128, u128)>; 2] = [Vec::new(), Vec::new()];
     for e in elems {
         let (fam, lo, hi) = interval(e);
         out[fam.idx()].push((lo, hi));
     }
     for list in &mut out {
-        list.sort();
-        let mut m: Vec<(u128, u128)> = Vec::with_capacity(list.len());
-        for &(lo, hi) in list.iter() {
-            match m.last_mut() {
-                Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
-                _ => m.push((lo, hi)),
+        // In place: a million-element set file must not need a second copy.
+        list.sort_unstable();
+        let mut w = 0;
+        for r in 0..list.len() {
+            let (lo, hi) = list[r];
+            if w > 0 && lo <= list[w - 1].1.saturating_add(1) {
+                list[w - 1].1 = list[w - 1].1.max(hi);
+            } else {
+                list[w] = (lo, hi);
+                w += 1;
             }
         }
-        *list = m;
+        list.truncate(w);
+        list.shrink_to_fit();
     }
     out
+}
+
+/// [`interval_expr`] as JSON, straight (named sets can hold millions of elements: no typed
+/// expression in between). Same shape as the typed objects serialize to.
+fn interval_value(fam: Fam, lo: u128, hi: u128) -> Value {
+    if lo == hi {
+        return Value::String(fam.addr(lo).to_string());
+    }
+    let diff = lo ^ hi;
+    let host_bits = 128 - diff.leading_zeros();
+    let is_prefix = diff.count_ones() == host_bits && lo & diff == 0;
+    if is_prefix && host_bits <= fam.bits() {
+        json!({"prefix": {"addr": fam.addr(lo).to_string(), "len": fam.bits() - host_bits}})
+    } else {
+        json!({"range": [fam.addr(lo).to_string(), fam.addr(hi).to_string()]})
+    }
 }
 
 /// One interval as an nft value: an address, a prefix or a range.
@@ -390,9 +405,9 @@ fn addr_parts(plan: &HostPlan, m: &AddrMatch) -> AddrParts {
     match m {
         AddrMatch::Set(name) => {
             // A dynamic set may hold either family at run time: match both halves.
-            let dynamic = plan.set(name).is_some_and(|s| s.dynamic.is_some());
-            let elems: Vec<AddrElem> = plan.set(name).map(|s| s.elements.iter().map(|e| e.value).collect()).unwrap_or_default();
-            let has = |fam: Fam| dynamic || elems.iter().any(|e| e.is_ipv4() == (fam == Fam::V4));
+            let set = plan.set(name);
+            let dynamic = set.is_some_and(|s| s.dynamic.is_some());
+            let has = |fam: Fam| dynamic || set.is_some_and(|s| s.elements.iter().any(|e| e.value.is_ipv4() == (fam == Fam::V4)));
             [Fam::V4, Fam::V6].map(|fam| has(fam).then(|| s(format!("@{}", set_name(name, fam == Fam::V6)))))
         }
         AddrMatch::Literal(elems) => {
@@ -675,8 +690,20 @@ impl Out {
         self.rules.push(to_value(NfListObject::Rule(r)));
     }
 
-    fn addr_set(&mut self, name: String, fam: Fam, elems: Vec<E>) {
-        self.interval_set(name, fam.set_type(), elems);
+    /// A named address set (interval) with the merged intervals `elems`, built as JSON directly.
+    fn named_addr_set(&mut self, name: String, fam: Fam, elems: &[(u128, u128)]) {
+        let mut set = serde_json::Map::new();
+        set.insert("family".into(), json!("inet"));
+        set.insert("table".into(), json!(NFT_TABLE));
+        set.insert("name".into(), Value::String(name));
+        set.insert("type".into(), json!(match fam { Fam::V4 => "ipv4_addr", Fam::V6 => "ipv6_addr" }));
+        set.insert("flags".into(), json!(["interval"]));
+        if !elems.is_empty() {
+            set.insert("elem".into(), Value::Array(elems.iter().map(|&(lo, hi)| interval_value(fam, lo, hi)).collect()));
+        }
+        // Not `json!` around a big value: the macro would deep-copy it (`to_value`).
+        let wrap = |k: &str, v: Value| Value::Object(serde_json::Map::from_iter([(k.to_string(), v)]));
+        self.objects.push(wrap("add", wrap("set", Value::Object(set))));
     }
 
     /// A `dynamic=#true` set: `flags interval, timeout` (other programs add addresses, CIDRs
@@ -1305,10 +1332,10 @@ pub fn emit(plan: &HostPlan) -> Value {
             out.dynamic_set(set_name(&set.name.value, true), Fam::V6, d);
             continue;
         }
-        let elems: Vec<AddrElem> = set.elements.iter().map(|e| e.value).collect();
-        let [v4, v6] = set_elems(&elems);
-        out.addr_set(set_name(&set.name.value, false), Fam::V4, v4);
-        out.addr_set(set_name(&set.name.value, true), Fam::V6, v6);
+        let [v4, v6] = merged(set.elements.iter().map(|e| &e.value));
+        out.named_addr_set(set_name(&set.name.value, false), Fam::V4, &v4);
+        drop(v4);
+        out.named_addr_set(set_name(&set.name.value, true), Fam::V6, &v6);
     }
 
     // Kernel forwards: maps and the masquerade port sets.
@@ -1524,7 +1551,8 @@ pub fn emit(plan: &HostPlan) -> Value {
 
     let mut objects = out.objects;
     objects.extend(out.rules);
-    json!({ "nftables": objects })
+    // Not `json!`: it would deep-copy the whole document (`to_value`), set elements included.
+    Value::Object(serde_json::Map::from_iter([("nftables".to_string(), Value::Array(objects))]))
 }
 
 #[cfg(test)]

@@ -118,3 +118,21 @@ fn rate_guards_do_not_fire_on_the_first_connection() {
     let e = Evaluator::new(&a).unwrap().explain(&Flow::parse("tcp -> :7200").unwrap()).unwrap();
     assert_eq!((e.verdict, e.dnat), (Verdict::Accept, Some(("10.0.0.12".parse().unwrap(), 80))));
 }
+
+#[test]
+fn round_robin_dnat_of_one_family_leaves_the_other_alone() {
+    // Found by the kernel property test: the round-robin rule has no family match, so an
+    // IPv6 packet meets `dnat ip to …`, which the kernel's inet NAT ignores.
+    let tree = SourceTree::from_files([(
+        "fwc.kdl".to_string(),
+        "fwc 1\nforward \"lb\" listen=\":9010\" to=\"10.9.0.4:9010,10.9.0.5:9010\"\n".to_string(),
+    )]);
+    let (a, _) = crate::compile(&tree, None, None).unwrap();
+    let ev = Evaluator::new(&a).unwrap();
+    let e = ev.explain(&Flow::parse("tcp [2001:db8::9]:1 -> [2001:db8::1]:9010").unwrap()).unwrap();
+    assert_eq!((e.verdict, e.dnat), (Verdict::Accept, None));
+    // IPv4: the first connection gets the first target; all targets are reported.
+    let e = ev.explain(&Flow::parse("tcp -> :9010").unwrap()).unwrap();
+    assert_eq!(e.dnat, Some(("10.9.0.4".parse().unwrap(), 9010)));
+    assert_eq!(e.dnat_round_robin, vec![("10.9.0.4".parse().unwrap(), 9010), ("10.9.0.5".parse().unwrap(), 9010)]);
+}

@@ -11,7 +11,11 @@
 //!
 //! - A commit that is refused (signature, compile error) or whose apply fails (every backend
 //!   rolled back to the last good state) is remembered in `agent.json`: the agent reports
-//!   itself degraded and does not retry it; the next commit is tried normally.
+//!   itself degraded (also after a restart) and does not retry it; the next commit is tried
+//!   normally.
+//! - No rollback by force-push: a tip that does not descend from the applied commit is
+//!   refused (`rewind`) unless `--allow-rewind` is given or the one-shot
+//!   [`ALLOW_REWIND_FILE`] in the state dir names it.
 //! - Restart adopts: when the state dir's current generation is the tip commit with the same
 //!   artifacts, and the live dataplane matches it, nothing is touched.
 //! - Crash safety of the audit log (`kill -9` anywhere): before an action the agent writes an
@@ -25,6 +29,7 @@
 //! - SIGTERM / SIGINT end the loop between iterations: an apply in progress finishes first.
 
 pub mod git;
+pub mod replay;
 pub mod verify;
 
 use std::net::SocketAddr;
@@ -38,7 +43,7 @@ use fwc_compiler::artifacts::{Artifacts, BackendKind};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{self, ApplyOptions};
+use crate::engine::{self, transaction::{self as apply, ApplyOptions}};
 use crate::audit::{self, Action, AuditLog, Outcome, Record};
 use crate::backend::{Backend, Observation};
 use crate::metrics::{self, Health, Metrics, WebhookSecret};
@@ -72,7 +77,15 @@ pub struct AgentConfig {
     pub once: bool,
     /// Host the userspace forwarder in this process (off when one runs separately).
     pub forwarder: bool,
+    /// `--allow-rewind`: apply a tip that is not a descendant of the applied commit
+    /// (force-push, history rewrite) without a one-shot allow file.
+    pub allow_rewind: bool,
 }
+
+/// One-shot permission for one rewind, in the state dir: the file holds the full id of the
+/// commit that may replace the applied one although it does not descend from it. It is
+/// removed once that commit applied.
+pub const ALLOW_REWIND_FILE: &str = "allow-rewind";
 
 /// File of the agent's intent journal in the state dir.
 pub const JOURNAL_FILE: &str = "agent.json";
@@ -234,6 +247,13 @@ impl Agent {
                 .collect();
         }
         let journal = Journal::load(&cfg.state_dir)?;
+        // Degraded survives a restart: the journal remembers the refused or failed tip until a
+        // later commit applies.
+        if let Some(h) = journal.handled.as_ref().filter(|h| h.outcome != "applied") {
+            metrics.set_degraded(true);
+            health.degraded.store(true, Ordering::Relaxed);
+            health.set_status(format!("{} {} ({}) before the restart", h.outcome, short(&h.commit), h.reason.as_deref().unwrap_or("-")));
+        }
         let backoff = Backoff::new(cfg.interval);
         Ok(Agent {
             cfg,
@@ -335,6 +355,13 @@ impl Agent {
     /// says it is applied (recovery of an interrupted apply).
     pub fn reconcile(&mut self, force: bool) -> Result<()> {
         let lock = self.state.lock(true)?;
+        // Fail closed (#12): a manual `fwc apply --confirm` past its deadline whose reverter is
+        // gone is reverted now, before anything else.
+        match engine::confirm::enforce_deadline(&lock, self.cfg.netns.as_deref())? {
+            Some(Ok(rep)) => tracing::warn!(generation = %rep.generation, "an unconfirmed apply was past its deadline: reverted"),
+            Some(Err(e)) => tracing::error!("an unconfirmed apply was past its deadline: REVERT FAILED: {e}"),
+            None => {}
+        }
         let Some(tip) = self.mirror.tip() else {
             self.health.set_status("waiting for the first successful fetch");
             return Ok(());
@@ -360,12 +387,17 @@ impl Agent {
     /// Take commit `tip` into account. Returns true when an apply ran.
     fn consider(&mut self, lock: &StateLock, tip: git2::Oid, force: bool) -> Result<bool> {
         let tip_s = tip.to_string();
-        if !force && self.is_refused(&tip_s) {
+        let allow_file = self.allow_file_names(&tip_s);
+        // A tip refused as a rewind is reconsidered once the rewind is allowed.
+        let refused_rewind = self.journal.handled.as_ref().is_some_and(|h| h.commit == tip_s && h.reason.as_deref() == Some("rewind"));
+        let rewind_allowed_now = allow_file || (self.cfg.allow_rewind && refused_rewind);
+        if !force && !rewind_allowed_now && self.is_refused(&tip_s) {
             return Ok(false);
         }
         let info = self.mirror.commit_info(tip)?;
         let current = lock.dir.current()?;
         let prev_commit = current.as_ref().and_then(|g| g.meta.commit.clone());
+        let rewind = prev_commit.as_deref().filter(|p| *p != tip_s).and_then(|p| self.rewind_from(tip, p));
         let forced_note = match &self.forced {
             Some((old, new)) if *new == tip_s => Some(format!("force-push: {} was replaced by {}", short(old), short(new))),
             _ => None,
@@ -385,6 +417,21 @@ impl Agent {
                 return Ok(false);
             }
         };
+        // 1b. no rollback by force-push: the tip must descend from the applied commit
+        let mut rewind_note = None;
+        if let Some(why) = &rewind {
+            if !(self.cfg.allow_rewind || allow_file) {
+                let detail = format!(
+                    "{why}; a force-push or history rewrite would roll the host back. To apply it anyway write its \
+                     id to {} (one-shot) or run the agent with --allow-rewind",
+                    self.cfg.state_dir.join(ALLOW_REWIND_FILE).display()
+                );
+                self.refuse(Record { signer, ..base }, "rewind", detail)?;
+                return Ok(false);
+            }
+            let by = if allow_file { format!("the one-shot {ALLOW_REWIND_FILE} file") } else { "--allow-rewind".to_string() };
+            rewind_note = Some(format!("rewind allowed by {by}: {why}"));
+        }
         // 2. compile
         let t0 = Instant::now();
         let tree = match self.mirror.source_tree(tip) {
@@ -411,26 +458,83 @@ impl Agent {
             }
         }
         // 4. apply
-        let detail = forced_note.clone();
+        let detail = match (rewind_note, forced_note.clone()) {
+            (Some(r), _) => Some(r),
+            (None, f) => f,
+        };
         let base = Record { signer, detail, ..base };
-        self.transaction(lock, &artifacts, Action::Apply, base, t0)?;
+        let ok = self.transaction(lock, &artifacts, Action::Apply, base, t0)?;
         if forced_note.is_some() {
             self.forced = None;
+        }
+        if ok && allow_file {
+            let p = self.cfg.state_dir.join(ALLOW_REWIND_FILE);
+            if let Err(e) = std::fs::remove_file(&p) {
+                tracing::warn!("cannot remove the used one-shot {}: {e}", p.display());
+            }
         }
         Ok(true)
     }
 
+    /// Does the one-shot allow file name `commit` (its full id, or a prefix of at least 7
+    /// hex digits)?
+    fn allow_file_names(&self, commit: &str) -> bool {
+        let Ok(text) = std::fs::read_to_string(self.cfg.state_dir.join(ALLOW_REWIND_FILE)) else { return false };
+        text.split_whitespace().any(|w| w.len() >= 7 && commit.starts_with(&w.to_ascii_lowercase()))
+    }
+
+    /// Why `tip` would roll back the applied commit `applied`, or None when it descends from it.
+    /// An applied commit the mirror no longer knows counts as a rewind (it was rewritten away).
+    fn rewind_from(&self, tip: git2::Oid, applied: &str) -> Option<String> {
+        let repo = &self.mirror.repo;
+        let Ok(old) = git2::Oid::from_str(applied) else {
+            return Some(format!("the applied commit {applied} is not a git commit id"));
+        };
+        if repo.find_commit(old).is_err() {
+            return Some(format!("{} does not descend from the applied commit {} (which the branch no longer contains)", short(&tip.to_string()), short(applied)));
+        }
+        match repo.graph_descendant_of(tip, old) {
+            Ok(true) => None,
+            _ => Some(format!("{} does not descend from the applied commit {}", short(&tip.to_string()), short(applied))),
+        }
+    }
+
+    /// The live state is `commit`'s: serve it. A newer tip that was refused or failed (the
+    /// journal's `handled`) keeps the agent degraded; adopting the older live commit does not
+    /// forget it.
     fn adopt(&mut self, commit: &str) {
         if !self.health.ready.load(Ordering::Relaxed) {
             tracing::info!(commit, "adopted the applied state (commit already live)");
         }
-        self.journal.handled = Some(Handled { commit: commit.into(), outcome: "applied".into(), reason: None });
-        let _ = self.journal.save(&self.cfg.state_dir);
         self.metrics.set_applied_commit(Some(commit));
-        self.metrics.set_degraded(false);
-        self.health.degraded.store(false, Ordering::Relaxed);
         self.health.ready.store(true, Ordering::Relaxed);
-        self.health.set_status(format!("running {}", short(commit)));
+        let keep = self.journal.handled.as_ref().filter(|h| h.outcome != "applied" && h.commit != commit).cloned();
+        match keep {
+            Some(h) => {
+                self.set_degraded(true, format!("{} {} ({}); running {}", h.outcome, short(&h.commit), h.reason.as_deref().unwrap_or("-"), short(commit)));
+            }
+            None => {
+                self.journal.handled = Some(Handled { commit: commit.into(), outcome: "applied".into(), reason: None });
+                let _ = self.journal.save(&self.cfg.state_dir);
+                self.set_degraded(false, format!("running {}", short(commit)));
+            }
+        }
+    }
+
+    /// `fwc agent --once`: the exit code of this iteration (see [`exit_code`]).
+    pub fn once_code(&self, fetch_failed: bool, reconcile_failed: bool) -> u8 {
+        if fetch_failed {
+            return exit_code::FETCH;
+        }
+        if reconcile_failed {
+            return exit_code::RECONCILE;
+        }
+        let tip = self.mirror.tip().map(|t| t.to_string());
+        match self.journal.handled.as_ref().filter(|h| Some(&h.commit) == tip.as_ref()) {
+            Some(h) if h.outcome == "refused" => exit_code::REFUSED,
+            Some(h) if h.outcome == "failed" => exit_code::APPLY_FAILED,
+            _ => exit_code::OK,
+        }
     }
 
     fn refuse(&mut self, rec: Record, reason: &str, detail: String) -> Result<()> {
@@ -462,7 +566,6 @@ impl Agent {
 
     /// Run the apply transaction over every backend and audit it. Returns whether it succeeded.
     fn transaction(&mut self, lock: &StateLock, artifacts: &Artifacts, action: Action, base: Record, t0: Instant) -> Result<bool> {
-        let prev = lock.dir.current()?;
         let commit = artifacts.manifest.commit.clone();
         let seq = self.next_seq()?;
         self.journal.pending = Some(Pending { seq, commit: commit.clone(), action });
@@ -481,18 +584,17 @@ impl Agent {
             netns: self.cfg.netns.clone(),
             no_sysctl: false,
         };
-        let r = apply::transaction(&mut self.backends, lock, artifacts, &opts);
+        let done = engine::record::transact(&mut self.backends, lock, artifacts, &opts, action);
         self.fail_commit.store(false, Ordering::SeqCst);
+        let done = done?;
+        let r = done.result;
         let elapsed = t0.elapsed();
-        let changes = audit::changes_between(prev.as_ref().map(|g| &g.artifacts.manifest), &artifacts.manifest);
-        let (outcome, detail, ok) = match &r {
-            Ok(_) => (Outcome::Ok, base.detail.clone(), true),
-            Err(f) => {
-                let rolled_back = f.rollback.iter().all(|(_, r)| r.is_ok());
-                (if rolled_back { Outcome::RolledBack } else { Outcome::Failed }, Some(f.to_string()), false)
-            }
+        let outcome = done.record.result.unwrap_or(Outcome::Failed);
+        let (detail, ok) = match &r {
+            Ok(_) => (base.detail.clone(), true),
+            Err(f) => (Some(f.to_string()), false),
         };
-        self.append(Record { action: Some(action), changes, result: Some(outcome), detail, duration_ms: elapsed.as_millis() as u64, ..base })?;
+        self.append(Record { action: done.record.action, changes: done.record.changes, result: Some(outcome), detail, duration_ms: elapsed.as_millis() as u64, ..base })?;
         self.journal.pending = None;
         if let Some(c) = &commit {
             if action == Action::Apply {
@@ -597,8 +699,26 @@ impl Agent {
     }
 }
 
-/// Run the agent until SIGTERM / SIGINT (or one iteration with `once`).
-pub fn run(cfg: AgentConfig) -> Result<()> {
+/// Exit codes of `fwc agent --once` (documented in docs/operations.md). A usage or
+/// configuration error (bad flag, unreadable secret, state dir not writable) exits 1 (2 for a
+/// flag clap rejects).
+pub mod exit_code {
+    /// The tip is applied (or was already live).
+    pub const OK: u8 = 0;
+    /// The fetch failed: remote unreachable, branch missing, ssh host key refused, timeout.
+    pub const FETCH: u8 = 3;
+    /// The tip commit was refused: signature, compile error (including an unknown `--host`),
+    /// or a rewind (force-push) that was not allowed.
+    pub const REFUSED: u8 = 4;
+    /// The tip's apply failed and was rolled back (or failed to roll back).
+    pub const APPLY_FAILED: u8 = 5;
+    /// The reconcile itself failed (state dir, audit log, git object store).
+    pub const RECONCILE: u8 = 6;
+}
+
+/// Run the agent until SIGTERM / SIGINT (returns 0), or one iteration with `once` (returns
+/// its [`exit_code`]).
+pub fn run(cfg: AgentConfig) -> Result<u8> {
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new((cfg.interval * 3).max(Duration::from_secs(60)) + cfg.fetch_timeout));
     let (tx, rx) = mpsc::channel::<Wake>();
@@ -611,6 +731,7 @@ pub fn run(cfg: AgentConfig) -> Result<()> {
                     metrics: metrics.clone(),
                     health: health.clone(),
                     webhook: cfg.webhook.clone(),
+                    deliveries: Some(Arc::new(replay::DeliveryGuard::load(&cfg.state_dir))),
                     on_push: Arc::new(move || {
                         let _ = push.send(Wake::Push);
                     }),
@@ -646,8 +767,10 @@ pub fn run(cfg: AgentConfig) -> Result<()> {
     loop {
         health.tick();
         let now = Instant::now();
+        let (mut fetch_failed, mut reconcile_failed) = (false, false);
         if now >= next_fetch {
             let (delay, changed) = agent.fetch();
+            fetch_failed = agent.backoff.failures > 0;
             next_fetch = Instant::now() + delay;
             if changed {
                 // A new tip is reconciled at once, not at the next drift-check tick.
@@ -659,25 +782,26 @@ pub fn run(cfg: AgentConfig) -> Result<()> {
                 tracing::error!("reconcile failed: {e:?}");
                 eprintln!("fwc agent: reconcile failed: {e:?}");
                 agent.set_degraded(true, format!("reconcile error: {e}"));
+                reconcile_failed = true;
             }
             force = false;
             next_check = Instant::now() + cfg.interval;
         }
         if cfg.once {
-            return Ok(());
+            return Ok(agent.once_code(fetch_failed, reconcile_failed));
         }
         let wait = next_fetch.min(next_check).saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {
             Ok(Wake::Stop) | Err(RecvTimeoutError::Disconnected) => {
                 eprintln!("fwc agent: stopping");
-                return Ok(());
+                return Ok(exit_code::OK);
             }
             Ok(Wake::Push) => {
                 // Coalesce a burst of webhooks into one fetch.
                 while let Ok(w) = rx.try_recv() {
                     if w == Wake::Stop {
                         eprintln!("fwc agent: stopping");
-                        return Ok(());
+                        return Ok(exit_code::OK);
                     }
                 }
                 agent.backoff.reset();

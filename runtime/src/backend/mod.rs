@@ -1,5 +1,5 @@
 //! One module per dataplane, all behind the [`Backend`] trait that the apply transaction
-//! (`crate::apply`) drives: prepare everything, commit everything, verify, and on any failure
+//! (`crate::engine::transaction`) drives: prepare everything, commit everything, verify, and on any failure
 //! roll every backend back to the previously applied artifacts.
 
 pub mod forward;

@@ -51,12 +51,19 @@ pub struct AgentArgs {
     /// Deadline of one git fetch.
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub fetch_timeout: Duration,
-    /// Run one fetch + reconcile and exit.
+    /// Run one fetch + reconcile and exit: 0 applied or up to date, 3 fetch failed (also a
+    /// missing branch), 4 commit refused (signature, compile, unknown --host, rewind),
+    /// 5 apply failed (rolled back), 6 reconcile error, 1 configuration error.
     #[arg(long)]
     pub once: bool,
     /// Do not host the userspace forwarder in the agent (run `fwc forward --state-dir DIR` yourself).
     #[arg(long)]
     pub no_forwarder: bool,
+    /// Apply a new tip even when it does not descend from the applied commit (force-push,
+    /// history rewrite). Without it such a tip is refused (a rollback attack); to allow one
+    /// rewind only, write the new tip's commit id to STATE_DIR/allow-rewind instead.
+    #[arg(long)]
+    pub allow_rewind: bool,
 }
 
 
@@ -98,9 +105,10 @@ pub fn agent(a: AgentArgs, _g: &Global) -> Result<ExitCode> {
         fetch_timeout: a.fetch_timeout,
         once: a.once,
         forwarder: !a.no_forwarder,
+        allow_rewind: a.allow_rewind,
     };
-    crate::agent::run(cfg)?;
-    Ok(ExitCode::SUCCESS)
+    let code = crate::agent::run(cfg)?;
+    Ok(ExitCode::from(code))
 }
 
 #[derive(Debug, clap::Args)]

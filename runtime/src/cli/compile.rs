@@ -286,13 +286,24 @@ pub fn fmt(a: FmtArgs, _g: &Global) -> Result<ExitCode> {
 
 /// Canonical formatting of one KDL file (comments kept; templates are left alone).
 pub fn format_kdl(text: &str) -> std::result::Result<String, String> {
-    let mut doc = kdl::KdlDocument::parse_v2(text).map_err(|_| "not valid KDL".to_string())?;
-    doc.autoformat();
-    let mut out = doc.to_string();
-    if !out.ends_with('\n') {
-        out.push('\n');
-    }
-    Ok(out)
+    use fwc_compiler::syntax::{parse_untrusted, ParseFailure};
+    fwc_compiler::limits::on_big_stack(|| {
+        let mut doc = parse_untrusted(text).map_err(|e| match e {
+            ParseFailure::Limit(hit) => {
+                let (line, col) = fwc_compiler::diag::line_col(text, hit.offset);
+                format!("{line}:{col}: {}", hit.message)
+            }
+            ParseFailure::Kdl(_) => "not valid KDL".to_string(),
+        })?;
+        doc.autoformat();
+        Ok(doc.to_string())
+    })
+    .map(|mut out: String| {
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out
+    })
 }
 
 /// Schemas of every artifact and of the audit entry, by file name.

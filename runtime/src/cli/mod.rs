@@ -44,8 +44,8 @@ impl Global {
 userspace forwarder listeners, and applies them atomically.\n\n\
 Start with `fwc check` in a rule repository (a directory with fwc.kdl), then `fwc compile --out DIR` \
 to see the artifacts and `fwc plan --from HEAD~1` to see what a commit changes.",
-    after_help = "Exit codes: 0 ok, 1 error (nothing was applied), 2 changes present (plan --detailed-exitcode).\n\
-Docs: docs/rules.md (the rule language), docs/architecture.md, docs/operations.md."
+    after_help = "Exit codes: 0 ok, 1 error (nothing was applied), 2 changes present (plan --detailed-exitcode), 3 a policy test failed (fwc test).\n\
+Docs: docs/rules.md (the rule language), docs/testing-policies.md, docs/architecture.md, docs/operations.md."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -104,12 +104,23 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     fwc_compiler::units::parse_duration_ms(&with_unit).map(std::time::Duration::from_millis).map_err(|e| e.to_string())
 }
 
+/// Does this command run a long-lived server (which must survive peers closing sockets)?
+fn runs_a_server(command: &Command) -> bool {
+    match command {
+        Command::Agent(_) => true,
+        Command::Forward(a) => !a.stats,
+        Command::ConfirmWatch(_) => true,
+        _ => false,
+    }
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Report commands die quietly on a closed pipe (`fwc compile --json | head`) instead of
-    // panicking. Long-running ones (agent, forwarder) keep Rust's SIGPIPE=ignore: they write
-    // to sockets that peers may close.
-    if matches!(cli.command, Command::Check(_) | Command::Test(_) | Command::Explain(_) | Command::Compile(_) | Command::Plan(_) | Command::Schema(_) | Command::Completions(_) | Command::Man(_)) {
+    // Every command that prints a report dies quietly on a closed pipe (`fwc status --json |
+    // head`) instead of panicking in println!. Only the long-running servers (the agent, the
+    // forwarder) keep Rust's SIGPIPE=ignore: they write to sockets that peers may close, and a
+    // peer going away must not kill them.
+    if !runs_a_server(&cli.command) {
         // SAFETY: setting a signal disposition before any thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }

@@ -143,3 +143,45 @@ pub fn allow(port: u16, name: &str) -> String {
     format!("fwc 1\ninput policy=drop {{\n    allow \"{name}\" proto=tcp port={port}\n}}\n")
 }
 
+/// A bare repository and a work tree that pushes to it.
+pub struct Repo {
+    _tmp: tempfile::TempDir,
+    pub root: PathBuf,
+    pub bare: PathBuf,
+    pub work: PathBuf,
+}
+
+impl Repo {
+    pub fn new() -> Repo {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let bare = root.join("rules.git");
+        let work = root.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        git(&root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
+        git(&work, &["init", "-q"]);
+        Repo { _tmp: tmp, root, bare, work }
+    }
+
+    pub fn url(&self) -> String {
+        format!("file://{}", self.bare.display())
+    }
+
+    /// Commit `fwc.kdl` = `kdl`, signed with `key` (an ssh private key path) or not, and push.
+    pub fn commit(&self, kdl: &str, msg: &str, key: Option<&Path>, force: bool) -> String {
+        std::fs::write(self.work.join("fwc.kdl"), kdl).unwrap();
+        git(&self.work, &["add", "fwc.kdl"]);
+        match key {
+            Some(k) => git(&self.work, &["-c", &format!("user.signingkey={}", k.display()), "commit", "-q", "--allow-empty", "-S", "-m", msg]),
+            None => git(&self.work, &["commit", "-q", "--allow-empty", "--no-gpg-sign", "-m", msg]),
+        };
+        let mut push = vec!["push", "-q"];
+        if force {
+            push.push("-f");
+        }
+        let bare = self.bare.to_str().unwrap().to_string();
+        push.extend([bare.as_str(), "HEAD:main"]);
+        git(&self.work, &push);
+        git(&self.work, &["rev-parse", "HEAD"])
+    }
+}

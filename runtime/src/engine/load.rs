@@ -1,0 +1,64 @@
+//! Loading what to apply: compile a rule repository, read an artifact dir (`fwc compile --out`)
+//! or a saved plan (`fwc plan --out`).
+
+use std::path::Path;
+
+use fwc_compiler::artifacts::{Artifacts, MANIFEST_FILE, NFTABLES_FILE};
+use miette::{miette, IntoDiagnostic, Result, WrapErr};
+
+use super::plan::{LivePlan, PLAN_VERSION};
+
+/// Where the artifacts came from.
+pub enum Loaded {
+    /// Compiled from a rule repository or read from an artifact dir.
+    Artifacts { artifacts: Box<Artifacts>, source: String },
+    /// A saved plan (`fwc plan --out`).
+    Plan(Box<LivePlan>),
+}
+
+/// Git commit of `dir` (with `-dirty` when the work tree has changes), if it is a git checkout.
+pub fn git_commit(dir: &Path) -> Option<String> {
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(["rev-parse", "HEAD"]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let mut c = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let st = std::process::Command::new("git").arg("-C").arg(dir).args(["status", "--porcelain", "--untracked-files=no"]).output().ok()?;
+    if st.status.success() && !st.stdout.is_empty() {
+        c.push_str("-dirty");
+    }
+    Some(c)
+}
+
+/// Compile a rule repository, or read an artifact dir. Compiler warnings go to stderr;
+/// diagnostics are rendered (with colour when `color`) into the error.
+pub fn load_artifacts(path: &Path, host: Option<&str>, color: bool) -> Result<(Artifacts, String)> {
+    let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if path.join(MANIFEST_FILE).is_file() && path.join(NFTABLES_FILE).is_file() {
+        let a = Artifacts::read_dir(path).into_diagnostic()?;
+        return Ok((a, format!("artifacts {}", abs.display())));
+    }
+    let tree = fwc_compiler::source::SourceTree::from_dir(path).map_err(|d| miette!("{}", d.render(color)))?;
+    let commit = git_commit(path);
+    let (a, warnings) = fwc_compiler::compile(&tree, host, commit.as_deref()).map_err(|d| miette!("{}", d.render(color)))?;
+    if !warnings.is_empty() {
+        eprint!("{}", warnings.render(color));
+    }
+    Ok((a, format!("rules {}", abs.display())))
+}
+
+/// A saved plan file, or else a repository / artifact dir.
+pub fn load(path: &Path, host: Option<&str>, color: bool) -> Result<Loaded> {
+    if path.is_file() {
+        let text = std::fs::read_to_string(path).into_diagnostic().wrap_err_with(|| format!("cannot read {}", path.display()))?;
+        let plan: LivePlan = serde_json::from_str(&text)
+            .into_diagnostic()
+            .wrap_err_with(|| format!("{} is not a plan file written by `fwc plan --out`", path.display()))?;
+        if plan.version != PLAN_VERSION {
+            return Err(miette!("{}: plan format version {} is not supported (expected {PLAN_VERSION})", path.display(), plan.version));
+        }
+        return Ok(Loaded::Plan(Box::new(plan)));
+    }
+    let (artifacts, source) = load_artifacts(path, host, color)?;
+    Ok(Loaded::Artifacts { artifacts: Box::new(artifacts), source })
+}

@@ -1,0 +1,129 @@
+//! The plan against the live host: what `fwc apply` would change (per-rule diff of the applied
+//! and the new artifacts, artifacts that change, drift of the live dataplane, sysctls), saved by
+//! `fwc plan --out` and applied only while the live state still hashes the same.
+
+use std::collections::BTreeMap;
+
+use fwc_compiler::artifacts::{sha256_hex, Artifacts, MANIFEST_FILE};
+use miette::{miette, Result};
+use serde::{Deserialize, Serialize};
+
+use super::load::Loaded;
+use super::transaction::{self, SysctlStatus};
+use crate::backend::nft::NftBackend;
+use crate::state::{self, StateDir};
+
+/// Version of the saved plan file format.
+pub const PLAN_VERSION: u32 = 1;
+
+/// A plan against the live host: what `fwc apply` would change. Saved by `--out` and applied
+/// only while the live state still hashes to `live_hash`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LivePlan {
+    pub version: u32,
+    pub host: String,
+    pub source: String,
+    pub created_at: String,
+    /// sha256 over the live dataplane state (normalised nftables table) and the applied generation.
+    pub live_hash: String,
+    pub applied_generation: Option<String>,
+    pub applied_commit: Option<String>,
+    pub commit: Option<String>,
+    /// Per-rule changes between the applied artifacts and the new ones (recomputed when a
+    /// saved plan is applied).
+    #[serde(skip_deserializing)]
+    pub rules: Option<fwc_compiler::diff::Plan>,
+    /// Artifacts whose content changes.
+    pub artifacts_changed: Vec<String>,
+    /// Differences between the live dataplane and the applied artifacts (hand edits).
+    pub drift: Vec<String>,
+    pub sysctls: Vec<SysctlStatus>,
+    /// The exact artifacts `fwc apply plan.json` applies.
+    pub artifacts: Artifacts,
+}
+
+impl LivePlan {
+    /// Whether applying it changes anything on the host (rules, artifacts, drift, sysctls).
+    pub fn has_changes(&self) -> bool {
+        self.rules.as_ref().is_some_and(|r| !r.changes.is_empty())
+            || !self.artifacts_changed.is_empty()
+            || !self.drift.is_empty()
+            || self.sysctls.iter().any(|s| s.was.as_deref() != Some(s.want.as_str()))
+    }
+}
+
+fn file_hashes(a: &Artifacts) -> BTreeMap<&'static str, String> {
+    a.files().into_iter().filter(|(f, _)| *f != MANIFEST_FILE).map(|(f, t)| (f, sha256_hex(t.as_bytes()))).collect()
+}
+
+/// sha256 over the live state: the normalised live nftables table plus the applied generation.
+pub fn live_hash(state: &StateDir, nft: &NftBackend) -> Result<String> {
+    live_hash_of(state, &nft.live_hash()?)
+}
+
+fn live_hash_of(state: &StateDir, nft_hash: &str) -> Result<String> {
+    let ptr = state.pointer()?;
+    Ok(sha256_hex(format!("nft={nft_hash}\ngen={}\n", ptr.current.as_deref().unwrap_or("-")).as_bytes()))
+}
+
+/// Build the plan of applying `next` on the live host.
+pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source: String) -> Result<LivePlan> {
+    let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
+    let current = state.current()?;
+    // One listing of the live table serves the hash and the drift check (it is the costly
+    // part with large sets).
+    let live = nft.list_table()?;
+    let live_hash = live_hash_of(state, &crate::backend::nft::hash_of_listing(live.as_ref()))?;
+    let drift = match &current {
+        Some(g) => nft.drift_of(&g.artifacts.nftables, live)?.drift,
+        None => match live {
+            Some(_) => vec!["table inet fwc exists but fwc has no applied state here (it will be replaced)".into()],
+            None => vec![],
+        },
+    };
+    let rules = fwc_compiler::diff::plan(current.as_ref().map(|g| &g.artifacts), &next);
+    let old_h = current.as_ref().map(|g| file_hashes(&g.artifacts)).unwrap_or_default();
+    let artifacts_changed =
+        file_hashes(&next).into_iter().filter(|(f, h)| old_h.get(f) != Some(h)).map(|(f, _)| f.to_string()).collect();
+    let sysctls = transaction::check_sysctls(&next, netns);
+    Ok(LivePlan {
+        version: PLAN_VERSION,
+        host: next.manifest.host.clone(),
+        source,
+        created_at: state::rfc3339(state::now_unix()),
+        live_hash,
+        applied_generation: current.as_ref().map(|g| g.name.clone()),
+        applied_commit: current.as_ref().and_then(|g| g.meta.commit.clone()),
+        commit: next.manifest.commit.clone(),
+        rules: Some(rules),
+        artifacts_changed,
+        drift,
+        sysctls,
+        artifacts: next,
+    })
+}
+
+/// The plan of what was loaded: a fresh plan of loaded artifacts, or a saved plan re-planned
+/// after checking that the live state is still the one it was made against (stale plans are
+/// refused).
+pub fn plan_loaded(state: &StateDir, netns: Option<&str>, loaded: Loaded) -> Result<LivePlan> {
+    match loaded {
+        Loaded::Plan(saved) => {
+            let nft = NftBackend::new(netns.map(str::to_string));
+            let now = live_hash(state, &nft)?;
+            if now != saved.live_hash {
+                return Err(miette!(
+                    "the plan file is stale: the live state changed since it was made ({}).\n\
+                     It was planned against {} (live hash {}), the live hash is now {}.\n\
+                     Run `fwc plan --out FILE` again and review the new plan.",
+                    saved.created_at,
+                    saved.applied_generation.as_deref().unwrap_or("an empty host"),
+                    &saved.live_hash[..12],
+                    &now[..12]
+                ));
+            }
+            make_plan(state, netns, saved.artifacts, saved.source)
+        }
+        Loaded::Artifacts { artifacts, source } => make_plan(state, netns, *artifacts, source),
+    }
+}

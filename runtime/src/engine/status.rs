@@ -1,0 +1,88 @@
+//! `fwc status`: what is applied (generation, commit, source, rules per backend), the previous
+//! generation, a pending confirmation, drift of the live dataplane and the per-rule counters.
+
+use std::collections::BTreeMap;
+
+use miette::Result;
+use serde::Serialize;
+
+use crate::backend::nft::NftBackend;
+use crate::backend::Backend;
+use crate::state::{self, PendingConfirm, StateDir};
+
+/// The status of one state dir and its live host.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub state_dir: String,
+    pub applied: bool,
+    pub generation: Option<String>,
+    pub commit: Option<String>,
+    pub host: Option<String>,
+    pub applied_at: Option<String>,
+    pub source: Option<String>,
+    /// Rules per backend (from the manifest; a rule on two backends counts on both).
+    pub rules_per_backend: BTreeMap<String, usize>,
+    /// nft rules in the applied nftables.json.
+    pub nft_rules: usize,
+    pub drift: bool,
+    pub drift_details: Vec<String>,
+    pub previous_generation: Option<String>,
+    pub previous_commit: Option<String>,
+    pub pending_confirm: Option<PendingConfirm>,
+    pub counters: Vec<crate::backend::RuleCounter>,
+}
+
+/// Observe the state dir and the live host.
+pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
+    let cur = state.current()?;
+    let prev = state.previous()?;
+    let mut st = Status {
+        state_dir: state.path.display().to_string(),
+        applied: cur.is_some(),
+        generation: None,
+        commit: None,
+        host: None,
+        applied_at: None,
+        source: None,
+        rules_per_backend: BTreeMap::new(),
+        nft_rules: 0,
+        drift: false,
+        drift_details: vec![],
+        previous_generation: prev.as_ref().map(|p| p.name.clone()),
+        previous_commit: prev.as_ref().and_then(|p| p.meta.commit.clone()),
+        pending_confirm: state.pending_confirm()?,
+        counters: vec![],
+    };
+    let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
+    match &cur {
+        Some(g) => {
+            st.generation = Some(g.name.clone());
+            st.commit = g.meta.commit.clone();
+            st.host = Some(g.meta.host.clone());
+            st.applied_at = Some(g.meta.applied_at.clone());
+            st.source = Some(g.meta.source.clone());
+            for r in &g.artifacts.manifest.rules {
+                for b in &r.backends {
+                    *st.rules_per_backend.entry(b.as_str().to_string()).or_default() += 1;
+                }
+            }
+            st.nft_rules = g
+                .artifacts
+                .nftables
+                .get("nftables")
+                .and_then(|v| v.as_array())
+                .map(|a| a.iter().filter(|o| o.get("rule").is_some() || o.get("add").and_then(|x| x.get("rule")).is_some()).count())
+                .unwrap_or(0);
+            let obs = nft.observe(&g.artifacts)?;
+            st.drift_details = obs.drift;
+            st.counters = obs.counters;
+        }
+        None => {
+            if nft.list_table()?.is_some() {
+                st.drift_details.push("table inet fwc exists but fwc has no applied state in this state dir".into());
+            }
+        }
+    }
+    st.drift = !st.drift_details.is_empty();
+    Ok(st)
+}
