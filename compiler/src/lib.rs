@@ -16,6 +16,7 @@ pub mod policytest;
 pub mod select;
 pub mod setfile;
 pub mod source;
+pub mod suggest;
 pub mod syntax;
 pub mod units;
 

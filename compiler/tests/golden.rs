@@ -27,41 +27,83 @@ fn hosts(tree: &SourceTree) -> Vec<String> {
     fwc_compiler::host_names(&rs)
 }
 
-#[test]
-fn golden_cases() {
-    let cases = cases();
-    assert!(cases.len() >= 15, "expected at least 15 golden cases, found {}", cases.len());
-    for case in cases {
-        let name = case.file_name().unwrap().to_string_lossy().to_string();
-        let tree = SourceTree::from_dir(&case).unwrap_or_else(|d| panic!("{name}: {d}"));
-        let before = case.join("before");
-        let old_tree = before.join("fwc.kdl").is_file().then(|| SourceTree::from_dir(&before).unwrap());
-        let mut settings = insta::Settings::clone_current();
-        settings.set_snapshot_path(case.join("snapshots"));
-        settings.set_prepend_module_to_snapshot(false);
-        settings.set_omit_expression(true);
-        settings.bind(|| {
-            for host in hosts(&tree) {
-                let (art, warnings) = fwc_compiler::compile(&tree, Some(&host), Some("golden"))
-                    .unwrap_or_else(|d| panic!("golden case {name}, host {host}:\n{}", d.render(false)));
-                for (file, text) in art.files() {
-                    insta::assert_snapshot!(format!("{host}__{file}"), text);
-                }
-                let plan = fwc_compiler::diff::plan(None, &art);
-                let mut text = fwc_compiler::diff::render(&plan, false);
-                if let Some(old_tree) = &old_tree {
-                    let (old, _) = fwc_compiler::compile(old_tree, Some(&host), Some("before")).expect("before/ compiles");
-                    text.push_str("\n--- from before/ ---\n");
-                    text.push_str(&fwc_compiler::diff::render(&fwc_compiler::diff::plan(Some(&old), &art), false));
-                }
-                if !warnings.is_empty() {
-                    text.push_str("\n--- warnings ---\n");
-                    text.push_str(&warnings.to_string());
-                }
-                insta::assert_snapshot!(format!("{host}__plan"), text);
+/// One test per case, so one failing case does not hide the others. A new directory under
+/// golden/ must be added here too (`every_case_has_a_test` fails until it is).
+macro_rules! golden_cases {
+    ($($test:ident => $dir:literal,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                check_case(&golden_root().join($dir));
             }
-        });
-    }
+        )*
+        const LISTED: &[&str] = &[$($dir),*];
+    };
+}
+
+golden_cases! {
+    case_01_minimal => "01-minimal",
+    case_02_sets => "02-sets",
+    case_03_input_filter => "03-input-filter",
+    case_04_chains => "04-chains",
+    case_05_addresses => "05-addresses",
+    case_06_rates => "06-rates",
+    case_07_forward_kernel => "07-forward-kernel",
+    case_08_forward_ranges => "08-forward-ranges",
+    case_09_forward_multi => "09-forward-multi",
+    case_10_forward_ipv6 => "10-forward-ipv6",
+    case_11_forward_qos => "11-forward-qos",
+    case_12_forward_userspace => "12-forward-userspace",
+    case_13_backend_choice => "13-backend-choice",
+    case_14_shape => "14-shape",
+    case_15_hosts => "15-hosts",
+    case_16_templates => "16-templates",
+    case_17_warnings => "17-warnings",
+    case_18_plan_changes => "18-plan-changes",
+    case_19_plan_unchanged => "19-plan-unchanged",
+    case_20_multi_file => "20-multi-file",
+    case_21_design_example => "21-design-example",
+    case_22_forward_chain_and_forwards => "22-forward-chain-and-forwards",
+    case_23_plan_reorder_policy => "23-plan-reorder-policy",
+    case_24_userspace_drop_policies => "24-userspace-drop-policies",
+}
+
+#[test]
+fn every_case_has_a_test() {
+    let found: Vec<String> = cases().iter().map(|c| c.file_name().unwrap().to_string_lossy().to_string()).collect();
+    assert_eq!(found, LISTED, "add the new golden case to the golden_cases! list");
+}
+
+fn check_case(case: &Path) {
+    let name = case.file_name().unwrap().to_string_lossy().to_string();
+    let tree = SourceTree::from_dir(case).unwrap_or_else(|d| panic!("{name}: {d}"));
+    let before = case.join("before");
+    let old_tree = before.join("fwc.kdl").is_file().then(|| SourceTree::from_dir(&before).unwrap());
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(case.join("snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings.bind(|| {
+        for host in hosts(&tree) {
+            let (art, warnings) = fwc_compiler::compile(&tree, Some(&host), Some("golden"))
+                .unwrap_or_else(|d| panic!("golden case {name}, host {host}:\n{}", d.render(false)));
+            for (file, text) in art.files() {
+                insta::assert_snapshot!(format!("{host}__{file}"), text);
+            }
+            let plan = fwc_compiler::diff::plan(None, &art);
+            let mut text = fwc_compiler::diff::render(&plan, false);
+            if let Some(old_tree) = &old_tree {
+                let (old, _) = fwc_compiler::compile(old_tree, Some(&host), Some("before")).expect("before/ compiles");
+                text.push_str("\n--- from before/ ---\n");
+                text.push_str(&fwc_compiler::diff::render(&fwc_compiler::diff::plan(Some(&old), &art), false));
+            }
+            if !warnings.is_empty() {
+                text.push_str("\n--- warnings ---\n");
+                text.push_str(&warnings.to_string());
+            }
+            insta::assert_snapshot!(format!("{host}__plan"), text);
+        }
+    });
 }
 
 /// Golden output is deterministic: compiling twice gives identical bytes.

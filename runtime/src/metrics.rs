@@ -1,23 +1,21 @@
 //! Prometheus metrics of the agent and the small HTTP server that serves them, the health
 //! probes and the git webhook.
 //!
-//! Metric names (DESIGN.md "The agent"): `fwc_apply_total{result}`,
+//! Metric names (docs/design.md "The agent"): `fwc_apply_total{result}`,
 //! `fwc_apply_duration_seconds`, `fwc_applied_commit_info{commit}`, `fwc_drift_total`,
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
 //! `fwc_qos_packets_total{class,action}`, plus `fwc_webhook_requests_total{result}`,
 //! `fwc_commit_refused_total{reason}` and `fwc_agent_degraded`.
 //!
-//! ## Why a hand-written HTTP/1.1 handler and not hyper
+//! ## The HTTP server
 //!
-//! The server has four fixed routes, answers every request with `Connection: close`, and its
-//! only clients are a Prometheus scraper, kubelet probes and git servers posting webhooks. A
-//! ~150 line handler on tokio (already a dependency) with hard limits — 16 KiB of headers,
-//! 1 MiB of body, `Content-Length` only, 10 s per connection, at most 64 connections at once —
-//! is easier to audit for a process that runs as root with CAP_NET_ADMIN than hyper 1 plus
-//! hyper-util, http-body-util and their feature matrix, and it adds nothing to the build.
-//! Anything beyond those routes (keep-alive, chunked bodies, TLS) is deliberately out of
-//! scope: put a reverse proxy in front if the webhook must be reachable from outside.
+//! hyper 1 (HTTP/1.1) on a single-threaded tokio runtime of its own thread. Every connection
+//! must send a complete request head within 10 s (also between keep-alive requests) and lives
+//! at most 60 s; heads are limited to 16 KiB and bodies to 1 MiB. There is no small connection
+//! cap an idle client could fill: the only cap ([`MAX_CONNS`]) guards the descriptor limit,
+//! which the server raises to its hard limit. TLS is out of scope: put a reverse proxy in
+//! front if the webhook must be reachable from outside.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -33,7 +31,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use sha2::Sha256;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::backend::RuleCounter;
 
@@ -335,10 +332,19 @@ pub fn fwc_signature(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
 // ---------------------------------------------------------------------------------------------
 // the HTTP server
 
+/// Largest request head (request line + headers) read before the connection is closed.
 const MAX_HEADER: usize = 16 * 1024;
+/// Largest webhook body.
 const MAX_BODY: usize = 1024 * 1024;
-const CONN_TIMEOUT: Duration = Duration::from_secs(10);
-const MAX_CONNS: usize = 64;
+/// A client must send a complete request head within this time (also between requests on a
+/// kept-alive connection), or the connection is closed.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest life of one connection, whatever it does (slow bodies, endless keep-alive).
+const CONN_LIFETIME: Duration = Duration::from_secs(60);
+/// Connections served at once. Only a guard against running out of file descriptors: idle
+/// connections cost a few KiB and are closed after [`HEADER_READ_TIMEOUT`], so an idle client
+/// cannot starve the probes (the agent raises its descriptor limit to fit).
+pub const MAX_CONNS: usize = 16 * 1024;
 
 /// Everything the server needs.
 #[derive(Clone)]
@@ -371,9 +377,23 @@ impl Drop for Server {
     }
 }
 
-/// Bind `addr` (port 0 = any) and serve on a thread of its own (a single-threaded tokio
-/// runtime), so a busy reconcile loop never delays a scrape or a probe.
+/// Raise the soft limit of open files to the hard limit (the listener's connections count
+/// against it). Best effort.
+fn raise_nofile_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// Bind `addr` (port 0 = any) and serve HTTP/1.1 with hyper on a thread of its own (a
+/// single-threaded tokio runtime), so a busy reconcile loop never delays a scrape or a probe.
 pub fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<Server> {
+    raise_nofile_limit();
     let std_listener = std::net::TcpListener::bind(addr)?;
     std_listener.set_nonblocking(true)?;
     let local = std_listener.local_addr()?;
@@ -383,131 +403,96 @@ pub fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<Server> {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
             let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNS));
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .max_buf_size(MAX_HEADER.max(8192));
             loop {
-                tokio::select! {
+                let (stream, _) = tokio::select! {
                     _ = &mut rx => break,
-                    acc = listener.accept() => {
-                        let Ok((stream, _)) = acc else { continue };
-                        let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
-                        let st = state.clone();
-                        tokio::spawn(async move {
-                            let _ = tokio::time::timeout(CONN_TIMEOUT, handle(stream, st)).await;
-                            drop(permit);
-                        });
-                    }
-                }
+                    acc = listener.accept() => match acc {
+                        Ok(a) => a,
+                        Err(e) => {
+                            // EMFILE and friends: back off instead of spinning.
+                            tracing::warn!("metrics listener: accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    },
+                };
+                let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
+                let st = state.clone();
+                let conn = http.serve_connection(
+                    hyper_util::rt::TokioIo::new(stream),
+                    hyper::service::service_fn(move |req| {
+                        let st = st.clone();
+                        async move { Ok::<_, std::convert::Infallible>(respond(&st, req).await) }
+                    }),
+                );
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(CONN_LIFETIME, conn).await;
+                    drop(permit);
+                });
             }
         });
     })?;
     Ok(Server { addr: local, shutdown: Some(tx), thread: Some(thread) })
 }
 
-struct Request {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
+type Response = hyper::Response<http_body_util::Full<bytes::Bytes>>;
 
-enum ReadError {
-    Bad(&'static str),
-    TooLarge,
-    Io,
-}
-
-async fn read_request(stream: &mut tokio::net::TcpStream) -> Result<Request, ReadError> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    let header_end = loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p;
-        }
-        if buf.len() > MAX_HEADER {
-            return Err(ReadError::TooLarge);
-        }
-        let n = stream.read(&mut chunk).await.map_err(|_| ReadError::Io)?;
-        if n == 0 {
-            return Err(ReadError::Io);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = std::str::from_utf8(&buf[..header_end]).map_err(|_| ReadError::Bad("headers are not UTF-8"))?;
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next().unwrap_or("").split(' ');
-    let method = first.next().unwrap_or("").to_string();
-    let target = first.next().unwrap_or("").to_string();
-    if !first.next().unwrap_or("").starts_with("HTTP/1.") {
-        return Err(ReadError::Bad("not an HTTP/1.x request"));
-    }
-    let mut headers = Vec::new();
-    for l in lines {
-        let (k, v) = l.split_once(':').ok_or(ReadError::Bad("malformed header"))?;
-        headers.push((k.trim().to_string(), v.trim().to_string()));
-    }
-    let header = |n: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.as_str());
-    if header("transfer-encoding").is_some() {
-        return Err(ReadError::Bad("chunked bodies are not supported; send Content-Length"));
-    }
-    let len: usize = match header("content-length") {
-        Some(v) => v.parse().map_err(|_| ReadError::Bad("bad Content-Length"))?,
-        None => 0,
-    };
-    if len > MAX_BODY {
-        return Err(ReadError::TooLarge);
-    }
-    let mut body = buf[header_end + 4..].to_vec();
-    if header("expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue")) && body.len() < len {
-        stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.map_err(|_| ReadError::Io)?;
-    }
-    while body.len() < len {
-        let n = stream.read(&mut chunk).await.map_err(|_| ReadError::Io)?;
-        if n == 0 {
-            return Err(ReadError::Io);
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(len);
-    let path = target.split('?').next().unwrap_or("").to_string();
-    Ok(Request { method, path, headers, body })
-}
-
-async fn respond(stream: &mut tokio::net::TcpStream, status: &str, ctype: &str, body: &str) {
-    let msg = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.write_all(msg.as_bytes()).await;
-    let _ = stream.shutdown().await;
+fn reply(status: u16, ctype: &str, body: impl Into<bytes::Bytes>) -> Response {
+    hyper::Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, ctype)
+        .body(http_body_util::Full::new(body.into()))
+        .expect("static response parts are valid")
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
-async fn handle(mut stream: tokio::net::TcpStream, st: ServerState) {
-    let req = match read_request(&mut stream).await {
-        Ok(r) => r,
-        Err(ReadError::Io) => return,
-        Err(ReadError::TooLarge) => return respond(&mut stream, "413 Payload Too Large", TEXT, "too large\n").await,
-        Err(ReadError::Bad(why)) => return respond(&mut stream, "400 Bad Request", TEXT, &format!("{why}\n")).await,
+/// Read the body (at most [`MAX_BODY`]) and answer.
+async fn respond(st: &ServerState, req: hyper::Request<hyper::body::Incoming>) -> Response {
+    use http_body_util::BodyExt;
+    let (parts, body) = req.into_parts();
+    if parts.headers.get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok()).is_some_and(|n| n > MAX_BODY) {
+        return reply(413, TEXT, "too large\n");
+    }
+    let body = match http_body_util::Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return reply(413, TEXT, "too large\n"),
+        Err(_) => return reply(400, TEXT, "could not read the body\n"),
     };
-    match (req.method.as_str(), req.path.as_str()) {
+    let headers: Vec<(String, String)> = parts
+        .headers
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    let (status, ctype, text) = route(st, parts.method.as_str(), parts.uri.path(), &headers, &body);
+    reply(status, ctype, text)
+}
+
+/// The routes, without I/O: (status, content type, body).
+fn route(st: &ServerState, method: &str, path: &str, headers: &[(String, String)], body: &[u8]) -> (u16, &'static str, String) {
+    match (method, path) {
         ("GET", "/metrics") => {
             let body = st.metrics.encode();
-            respond(&mut stream, "200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", &body).await
+            (200, "application/openmetrics-text; version=1.0.0; charset=utf-8", body)
         }
         ("GET", "/healthz") => {
             if st.health.alive() {
-                respond(&mut stream, "200 OK", TEXT, "ok\n").await
+                (200, TEXT, "ok\n".into())
             } else {
-                respond(&mut stream, "503 Service Unavailable", TEXT, "reconcile loop stalled\n").await
+                (503, TEXT, "reconcile loop stalled\n".into())
             }
         }
         ("GET", "/readyz") => {
             let status = st.health.status.lock().unwrap().clone();
             if st.health.ready.load(Ordering::Relaxed) {
                 let d = if st.health.degraded.load(Ordering::Relaxed) { "degraded: " } else { "" };
-                respond(&mut stream, "200 OK", TEXT, &format!("ready {d}{status}\n")).await
+                (200, TEXT, format!("ready {d}{status}\n"))
             } else {
-                respond(&mut stream, "503 Service Unavailable", TEXT, &format!("not ready: {status}\n")).await
+                (503, TEXT, format!("not ready: {status}\n"))
             }
         }
         ("POST", "/hooks/git") => {
@@ -515,14 +500,14 @@ async fn handle(mut stream: tokio::net::TcpStream, st: ServerState) {
             match &st.webhook {
                 None => {
                     count("disabled");
-                    respond(&mut stream, "404 Not Found", TEXT, "webhook disabled (start the agent with --webhook-secret-file)\n").await
+                    (404, TEXT, "webhook disabled (start the agent with --webhook-secret-file)\n".into())
                 }
-                Some(secret) if secret.check(&req.headers, &req.body) => {
-                    match st.deliveries.as_ref().map(|g| g.admit(&req.headers, &req.body)).unwrap_or(Ok(())) {
+                Some(secret) if secret.check(headers, body) => {
+                    match st.deliveries.as_ref().map(|g| g.admit(headers, body)).unwrap_or(Ok(())) {
                         Ok(()) => {
                             count("accepted");
                             (st.on_push)();
-                            respond(&mut stream, "202 Accepted", TEXT, "fetch scheduled\n").await
+                            (202, TEXT, "fetch scheduled\n".into())
                         }
                         Err(r) => {
                             count(match r {
@@ -530,20 +515,18 @@ async fn handle(mut stream: tokio::net::TcpStream, st: ServerState) {
                                 crate::agent::replay::Refusal::Stale(_) => "stale",
                             });
                             tracing::warn!("webhook refused: {r}");
-                            respond(&mut stream, "409 Conflict", TEXT, &format!("{r}\n")).await
+                            (409, TEXT, format!("{r}\n"))
                         }
                     }
                 }
                 Some(_) => {
                     count("unauthorized");
-                    respond(&mut stream, "401 Unauthorized", TEXT, "missing or wrong signature\n").await
+                    (401, TEXT, "missing or wrong signature\n".into())
                 }
             }
         }
-        (_, "/metrics" | "/healthz" | "/readyz" | "/hooks/git") => {
-            respond(&mut stream, "405 Method Not Allowed", TEXT, "method not allowed\n").await
-        }
-        _ => respond(&mut stream, "404 Not Found", TEXT, "not found: /metrics /healthz /readyz POST /hooks/git\n").await,
+        (_, "/metrics" | "/healthz" | "/readyz" | "/hooks/git") => (405, TEXT, "method not allowed\n".into()),
+        _ => (404, TEXT, "not found: /metrics /healthz /readyz POST /hooks/git\n".into()),
     }
 }
 
