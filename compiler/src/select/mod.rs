@@ -63,7 +63,7 @@ impl<'a> HostPlan<'a> {
     }
 }
 
-/// Which dataplane a forward goes to, and why. This is the table in DESIGN.md, in one place.
+/// Which dataplane a forward goes to, and why. This is the table in docs/design.md, in one place.
 pub fn place_forward(f: &ForwardRule) -> (Vec<BackendKind>, String) {
     let dns = f.targets.value.iter().find_map(|t| match &t.host {
         TargetHost::Dns(n) => Some(n.clone()),
