@@ -3,6 +3,8 @@
 //! Pure: the only I/O is reading the rule files ([`source::SourceTree::from_dir`]); a tree can
 //! also be built in memory (the agent reads it from git objects). Never needs root.
 
+#![forbid(unsafe_code)]
+
 pub mod artifacts;
 pub mod check;
 pub mod diag;
