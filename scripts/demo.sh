@@ -3,14 +3,20 @@
 # three throwaway network namespaces (client -> fwc host -> backend), applies
 # examples/quickstart to the fwc host's namespace, and shows a connection being forwarded,
 # one being rejected and one being dropped. Everything is removed on exit.
+# FWC=/path/to/fwc uses an existing binary (e.g. the .deb's /usr/bin/fwc) instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "demo.sh: run as root (it creates network namespaces)" >&2; exit 1; }
 bash scripts/setup.sh >/dev/null
 for d in "$HOME/.cargo/bin" /root/.cargo/bin; do [ -d "$d" ] && PATH="$d:$PATH"; done
-echo "==> building fwc"
-cargo build -q -p fwc-runtime --bin fwc
-FWC="${CARGO_TARGET_DIR:-$PWD/target}/debug/fwc"
+if [ -n "${FWC:-}" ]; then
+  [ -x "$FWC" ] || { echo "demo.sh: FWC=$FWC is not an executable" >&2; exit 1; }
+  echo "==> using $FWC"
+else
+  echo "==> building fwc (FWC=/path/to/fwc skips this)"
+  cargo build -q -p fwc-runtime --bin fwc
+  FWC="${CARGO_TARGET_DIR:-$PWD/target}/debug/fwc"
+fi
 
 C=fwc-demo-client H=fwc-demo-host B=fwc-demo-backend
 STATE=$(mktemp -d /tmp/fwc-demo.XXXXXX)
@@ -67,5 +73,16 @@ echo; echo "==> client -> 198.18.1.1:8080 (forward \"web\" to 198.18.2.2:80)"; p
 echo "==> client -> 198.18.1.1:113  (reject \"ident\")";                   probe 198.18.1.1 113
 echo "==> client -> 198.18.1.1:9999 (nothing allows it; policy drop)";    probe 198.18.1.1 9999
 echo; echo "==> the live ruleset: ip netns exec $H nft list table inet fwc (first lines)"
-ip netns exec $H nft list table inet fwc | head -25
-echo "..."; echo "demo done; namespaces removed on exit"
+# sed, not head: head would close the pipe early and nft's SIGPIPE would fail the script
+# under pipefail (exit 141).
+ip netns exec $H nft list table inet fwc | sed -n '1,25p'
+echo "..."
+cat <<EOF_NEXT
+
+demo done; namespaces removed on exit. What to try next:
+  $FWC check examples/quickstart                     # every error with file:line:col and a hint
+  $FWC compile examples/quickstart --out /tmp/qs     # the artifacts: nftables.json, qos.json, ...
+  $FWC explain examples/quickstart "tcp 198.18.1.2 -> 198.18.1.1:8080"   # which rule decides a flow
+  man fwc                                            # (from the .deb) or: $FWC --help
+  docs/rules.md (the rule language), docs/operations.md (agent, systemd unit, container image)
+EOF_NEXT

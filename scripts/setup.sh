@@ -4,7 +4,7 @@
 # for git2, sshd (openssh-server) and gnupg for the agent's ssh-transport and signature tests.
 # Needs root (apt-get). Safe to run again.
 set -euo pipefail
-packages=(nftables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates)
+packages=(nftables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd)
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup.sh: run as root (it installs: ${packages[*]})" >&2
   exit 1

@@ -10,7 +10,7 @@ use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::*;
 use crate::select::place_forward;
 use crate::source::SourceMap;
-use crate::syntax::did_you_mean;
+use crate::suggest::did_you_mean;
 
 /// Most ports one userspace forward may listen on (each is a socket).
 pub const MAX_USERSPACE_PORTS: u32 = 1024;

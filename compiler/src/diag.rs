@@ -91,7 +91,7 @@ impl Diagnostic {
 
     pub fn unknown_host(name: &str, known: &[String]) -> Self {
         let mut d = Diagnostic::error("unknown-host", format!("no host named \"{name}\" in this repository"));
-        d.help = Some(match crate::syntax::did_you_mean(name, known.iter().map(String::as_str)) {
+        d.help = Some(match crate::suggest::did_you_mean(name, known.iter().map(String::as_str)) {
             Some(s) => format!("did you mean \"{s}\"? hosts: {}", known.join(", ")),
             None => format!("hosts declared: {}", known.join(", ")),
         });

@@ -3,6 +3,8 @@
 //! Pure: the only I/O is reading the rule files ([`source::SourceTree::from_dir`]); a tree can
 //! also be built in memory (the agent reads it from git objects). Never needs root.
 
+#![forbid(unsafe_code)]
+
 pub mod artifacts;
 pub mod check;
 pub mod diag;
@@ -16,6 +18,7 @@ pub mod policytest;
 pub mod select;
 pub mod setfile;
 pub mod source;
+pub mod suggest;
 pub mod syntax;
 pub mod units;
 

@@ -183,7 +183,7 @@ impl FileParser<'_> {
                     KdlValue::String(s) => s.clone(),
                     v => v.to_string(),
                 };
-                let help = match crate::syntax::did_you_mean(&text, OUTCOMES.iter().copied()) {
+                let help = match crate::suggest::did_you_mean(&text, OUTCOMES.iter().copied()) {
                     Some(s) => format!("did you mean `{s}`?"),
                     None => format!("the outcome is one of: {}", OUTCOMES.join(", ")),
                 };
@@ -198,7 +198,7 @@ impl FileParser<'_> {
             let key = id.value().to_string();
             let span = self.span(e.span());
             if !PROPS.contains(&key.as_str()) {
-                let help = match crate::syntax::did_you_mean(&key, PROPS.iter().copied()) {
+                let help = match crate::suggest::did_you_mean(&key, PROPS.iter().copied()) {
                     Some(s) => format!("did you mean `{s}`?"),
                     None => format!("expect takes: {}", PROPS.join(", ")),
                 };

@@ -134,7 +134,7 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
             }
             let Some(text) = tree.lists.get(path) else {
                 let known: Vec<&str> = tree.lists.keys().map(String::as_str).collect();
-                let help = match crate::syntax::did_you_mean(path, known.iter().copied()) {
+                let help = match crate::suggest::did_you_mean(path, known.iter().copied()) {
                     Some(s) => format!("did you mean \"{s}\"?"),
                     None => format!("add the file to the repository under {LISTS_DIR}/ (and commit it: the agent reads the commit)"),
                 };

@@ -166,24 +166,7 @@ fn template_error_span(text: &str, e: &minijinja::Error, file: u32) -> Span {
     }
 }
 
-/// The closest candidate to `word` (edit distance at most a third of its length, min 2).
-pub fn did_you_mean<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).max(2);
-    candidates.map(|c| (edit_distance(word, c), c)).filter(|(d, _)| *d <= limit).min().map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
+pub use crate::suggest::did_you_mean;
 
 fn to_span(file: u32, s: miette::SourceSpan) -> Span {
     Span { file, offset: s.offset() as u32, len: s.len() as u32 }

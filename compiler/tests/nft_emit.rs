@@ -1224,7 +1224,7 @@ fn privileged_qos_marks_flows() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// End to end: the DESIGN.md example through the real parser
+// End to end: the docs/design.md example through the real parser
 
 const DESIGN_EXAMPLE: &str = r#"
 fwc 1

@@ -29,7 +29,6 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -258,7 +257,8 @@ impl AuditLog {
             fs::create_dir_all(d)?;
         }
         let mut f = OpenOptions::new().create(true).read(true).append(true).open(&self.path)?;
-        let _lock = Flock::exclusive(&f)?;
+        // std's flock(LOCK_EX), released when `f` is closed at the end of this function.
+        f.lock()?;
         let torn = self.cut_torn_tail(&mut f)?;
         let last = last_line(&mut f)?;
         let (seq, prev_hash) = match last {
@@ -561,29 +561,6 @@ pub fn verify_bytes(bytes: &[u8], head: Option<&Head>, torn_recovered: Vec<Strin
 
 // ---------------------------------------------------------------------------------------------
 // small file helpers
-
-/// Holds `flock(LOCK_EX)` on a file until dropped (declare it after the file it locks).
-struct Flock(i32);
-
-impl Flock {
-    fn exclusive(f: &File) -> std::io::Result<Flock> {
-        loop {
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Flock(f.as_raw_fd()));
-            }
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
-            }
-        }
-    }
-}
-
-impl Drop for Flock {
-    fn drop(&mut self) {
-        unsafe { libc::flock(self.0, libc::LOCK_UN) };
-    }
-}
 
 /// Offset of the last `\n` strictly before `end`.
 fn last_newline_before(f: &mut File, end: u64) -> std::io::Result<Option<u64>> {

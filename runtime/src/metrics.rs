@@ -1,7 +1,7 @@
 //! Prometheus metrics of the agent and the small HTTP server that serves them, the health
 //! probes and the git webhook.
 //!
-//! Metric names (DESIGN.md "The agent"): `fwc_apply_total{result}`,
+//! Metric names (docs/design.md "The agent"): `fwc_apply_total{result}`,
 //! `fwc_apply_duration_seconds`, `fwc_applied_commit_info{commit}`, `fwc_drift_total`,
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,

@@ -20,7 +20,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -124,22 +123,15 @@ impl StateDir {
             .open(&path)
             .into_diagnostic()
             .wrap_err_with(|| format!("cannot open lock file {}", path.display()))?;
-        let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
-        loop {
-            let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
-            if rc == 0 {
-                break;
+        // std's flock(2): held until `file` is closed (StateLock dropped).
+        let locked = if wait { file.lock().map_err(std::fs::TryLockError::Error) } else { file.try_lock() };
+        match locked {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(miette!("another fwc apply holds the lock {} (try again when it has finished)", path.display()))
             }
-            let err = std::io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EWOULDBLOCK) => {
-                    return Err(miette!(
-                        "another fwc apply holds the lock {} (try again when it has finished)",
-                        path.display()
-                    ))
-                }
-                _ => return Err(err).into_diagnostic().wrap_err_with(|| format!("flock {}", path.display())),
+            Err(std::fs::TryLockError::Error(err)) => {
+                return Err(err).into_diagnostic().wrap_err_with(|| format!("flock {}", path.display()))
             }
         }
         Ok(StateLock { _file: file, dir: self.clone() })
@@ -393,5 +385,20 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_714_566_896), "2024-05-01T12:34:56Z");
+    }
+
+    #[test]
+    fn the_state_lock_excludes_a_second_holder_until_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path().join("state"));
+        let held = state.lock(false).expect("first lock");
+        // flock locks belong to the open file description: a second open in this process
+        // conflicts exactly like another fwc apply would.
+        let err = state.lock(false).err().expect("second lock refused while the first is held");
+        assert!(format!("{err}").contains("another fwc apply holds the lock"), "{err}");
+        drop(held);
+        let _again = state.lock(false).expect("free again once dropped");
+        drop(_again);
+        let _waited = state.lock(true).expect("a waiting lock on a free file returns at once");
     }
 }

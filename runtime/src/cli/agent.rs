@@ -20,7 +20,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub repo: String,
     /// This host's name in the rule repository (`host "NAME"`; `localhost` when it declares none).
-    #[arg(long)]
+    #[arg(long, value_hint = clap::ValueHint::Other)]
     pub host: String,
     #[arg(long, default_value = "main")]
     pub branch: String,
@@ -46,7 +46,7 @@ pub struct AgentArgs {
     #[arg(long, default_value = "heal", value_parser = ["heal", "alert"])]
     pub drift: String,
     /// Apply inside this network namespace (tests, demos).
-    #[arg(long)]
+    #[arg(long, value_hint = clap::ValueHint::Other)]
     pub netns: Option<String>,
     /// Deadline of one git fetch.
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]

@@ -28,7 +28,7 @@ pub struct HostArgs {
     #[arg(long, env = "FWC_STATE_DIR", default_value_os_t = default_state_dir())]
     pub state_dir: PathBuf,
     /// Run nft and sysctl inside this network namespace (`ip netns exec NS …`).
-    #[arg(long, env = "FWC_NETNS")]
+    #[arg(long, value_hint = clap::ValueHint::Other, env = "FWC_NETNS")]
     pub netns: Option<String>,
 }
 
@@ -38,7 +38,7 @@ pub struct ApplyArgs {
     #[arg(default_value = ".")]
     pub source: PathBuf,
     /// Host to compile for (repositories that declare several hosts).
-    #[arg(long)]
+    #[arg(long, value_hint = clap::ValueHint::Other)]
     pub host: Option<String>,
     #[command(flatten)]
     pub target: HostArgs,

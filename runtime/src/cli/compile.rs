@@ -36,7 +36,7 @@ pub struct CompileArgs {
     #[arg(default_value = ".")]
     pub dir: PathBuf,
     /// Host to compile for (needed when the repository declares several).
-    #[arg(long)]
+    #[arg(long, value_hint = clap::ValueHint::Other)]
     pub host: Option<String>,
     /// Directory to write nftables.json, qos.json, forward.json and manifest.json into.
     #[arg(long, required_unless_present = "json")]
@@ -56,7 +56,7 @@ pub struct PlanArgs {
     #[arg(default_value = ".")]
     pub dir: PathBuf,
     /// Host to plan for (needed when the repository declares several).
-    #[arg(long)]
+    #[arg(long, value_hint = clap::ValueHint::Other)]
     pub host: Option<String>,
     /// Compare against this git revision of the rule repository instead of the live host.
     #[arg(long)]
@@ -96,6 +96,7 @@ pub struct FmtArgs {
 #[command(after_help = "Examples:\n  fwc schema forward.json\n  fwc schema --out schemas/")]
 pub struct SchemaArgs {
     /// Artifact file name (nftables.json, qos.json, forward.json, manifest.json, audit-entry.json); all when omitted.
+    #[arg(value_hint = clap::ValueHint::Other)]
     pub name: Option<String>,
     /// Write every schema as DIR/<name>.schema.json instead of printing.
     #[arg(long)]
@@ -341,7 +342,22 @@ pub fn schema(a: SchemaArgs, _g: &Global) -> Result<ExitCode> {
 }
 
 pub fn completions(a: CompletionsArgs) -> Result<ExitCode> {
-    let mut cmd = <super::Cli as clap::CommandFactory>::command();
+    let mut cmd = completion_command();
     clap_complete::generate(a.shell, &mut cmd, "fwc", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The CLI as shells should see it: clap_complete offers hidden subcommands (`__confirm-watch`,
+/// `man`) too, so they are left out of a copy of the command tree.
+pub fn completion_command() -> clap::Command {
+    let full = <super::Cli as clap::CommandFactory>::command();
+    let visible: Vec<clap::Command> = full.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
+    let mut cmd = clap::Command::new("fwc").subcommand_required(true);
+    if let Some(about) = full.get_about() {
+        cmd = cmd.about(about.clone());
+    }
+    if let Some(version) = full.get_version() {
+        cmd = cmd.version(version.to_string());
+    }
+    cmd.args(full.get_arguments().cloned()).subcommands(visible)
 }

@@ -26,7 +26,7 @@ pub struct ExplainArgs {
     #[arg(num_args = 1..=2, value_names = ["DIR", "FLOW"], required = true)]
     pub args: Vec<String>,
     /// Host to compile for (repositories that declare several).
-    #[arg(long)]
+    #[arg(long, value_hint = clap::ValueHint::Other)]
     pub host: Option<String>,
     /// Explain the generation applied on this host (read from the state dir) instead of DIR's files.
     #[arg(long)]

@@ -13,6 +13,7 @@ mod forward;
 pub mod apply;
 pub mod explain;
 pub mod test;
+mod man;
 
 /// Options every subcommand understands.
 #[derive(Debug, Clone, clap::Args)]
@@ -90,6 +91,9 @@ pub enum Command {
     /// (internal) the reverter process of `fwc apply --confirm`.
     #[command(name = "__confirm-watch", hide = true)]
     ConfirmWatch(apply::ConfirmWatchArgs),
+    /// (packaging) write the man pages (fwc.1, fwc-SUBCOMMAND.1, ...) generated from this CLI.
+    #[command(hide = true)]
+    Man(man::ManArgs),
 }
 
 /// clap value parser for durations on the command line: `500ms`, `60s`, `5m`, `1h`, `1d`,
@@ -141,6 +145,7 @@ pub fn main() -> ExitCode {
         Command::ConfirmWatch(a) => apply::confirm_watch(a),
         Command::Test(a) => test::run(a, &g),
         Command::Explain(a) => explain::run(a, &g),
+        Command::Man(a) => man::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,4 +1,4 @@
-//! The apply transaction over every backend (DESIGN.md "Apply: one transaction over three
+//! The apply transaction over every backend (docs/design.md "Apply: one transaction over three
 //! backends"):
 //!
 //! 1. **prepare** every backend (nothing visible changes);

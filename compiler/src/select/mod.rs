@@ -2,6 +2,8 @@
 //! the reason a human reads in `fwc plan`. The whole decision lives in [`place_forward`]; the
 //! result, a [`HostPlan`], is the only input the emitters read.
 
+pub mod classes;
+
 use std::collections::BTreeMap;
 
 use crate::artifacts::{BackendKind, QosClass, QosDirection};
@@ -61,7 +63,7 @@ impl<'a> HostPlan<'a> {
     }
 }
 
-/// Which dataplane a forward goes to, and why. This is the table in DESIGN.md, in one place.
+/// Which dataplane a forward goes to, and why. This is the table in docs/design.md, in one place.
 pub fn place_forward(f: &ForwardRule) -> (Vec<BackendKind>, String) {
     let dns = f.targets.value.iter().find_map(|t| match &t.host {
         TargetHost::Dns(n) => Some(n.clone()),
@@ -168,7 +170,7 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     }
     placements.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
 
-    let qos_classes = crate::emit::qos::assign_classes(&kernel_forwards, &shapes);
+    let qos_classes = classes::assign_classes(&kernel_forwards, &shapes);
     let set_index = sets.iter().map(|s| (s.name.value.as_str(), *s)).collect();
     // Class rules are names of forwards/shapes that live as long as `rs`.
     let rule_names: BTreeMap<(RuleKind, &str), &'a str> = kernel_forwards

@@ -1,0 +1,130 @@
+//! What ships beside the binary: a man page for every visible (sub)command, shell completions
+//! without internal commands or file-name completion where a name is expected, and the
+//! packaged systemd unit, checked by the real `systemd-analyze` (verify + security ≤ 4.0).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fwc() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fwc"));
+    c.env("NO_COLOR", "1").env_remove("FWC_LOG");
+    c
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// `fwc`, `fwc-qos`, `fwc-qos-stats`, ...: every command a user can type, from the clap tree.
+fn visible_commands(cmd: &clap::Command, name: &str, out: &mut Vec<String>) {
+    out.push(name.to_string());
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+        visible_commands(sub, &format!("{name}-{}", sub.get_name()), out);
+    }
+}
+
+#[test]
+fn every_visible_command_has_a_man_page_and_hidden_ones_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = fwc().args(["man", "--out"]).arg(dir.path()).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut want = Vec::new();
+    visible_commands(&<fwc_runtime::cli::Cli as clap::CommandFactory>::command(), "fwc", &mut want);
+    assert!(want.len() > 15, "{want:?}");
+    for name in &want {
+        let page = std::fs::read_to_string(dir.path().join(format!("{name}.1"))).unwrap_or_else(|e| panic!("{name}.1: {e}"));
+        assert!(page.contains(".TH"), "{name}.1 is not a roff man page");
+        assert!(page.contains(".SH SYNOPSIS"), "{name}.1 has no synopsis");
+    }
+    let mut got: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().trim_end_matches(".1").to_string()).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "exactly one page per visible command (no __confirm-watch, no man)");
+    // The page of a nested command names its full invocation.
+    let stats = std::fs::read_to_string(dir.path().join("fwc-qos-stats.1")).unwrap();
+    assert!(stats.contains("fwc qos stats"), "{stats}");
+    // man(1) itself renders it, when installed.
+    if let Ok(o) = Command::new("man").arg("-l").arg(dir.path().join("fwc-apply.1")).env("MANWIDTH", "100").output() {
+        if o.status.success() {
+            assert!(String::from_utf8_lossy(&o.stdout).contains("--auto-approve"));
+        }
+    }
+}
+
+#[test]
+fn completions_hide_internal_commands_and_do_not_complete_files_for_names() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = fwc().args(["completions", shell]).output().unwrap();
+        assert!(o.status.success());
+        let s = String::from_utf8_lossy(&o.stdout);
+        assert!(!s.contains("confirm-watch"), "{shell} completion offers __confirm-watch");
+        assert!(!s.contains("subcmd__man") && !s.contains("\"man\"") && !s.contains(" man "), "{shell} completion offers the hidden man command");
+        assert!(s.contains("rollback"), "{shell}: visible commands are still there");
+    }
+    // zsh: `:HOST:` with no action completes nothing; `_default` would complete file names.
+    let zsh = String::from_utf8_lossy(&fwc().args(["completions", "zsh"]).output().unwrap().stdout).into_owned();
+    for line in zsh.lines().filter(|l| l.contains("'--netns=") || l.contains("'--host=") || l.contains("::name -- Artifact")) {
+        assert!(!line.contains("_default") && !line.contains("_files"), "file completion for a name: {line}");
+    }
+    assert!(zsh.contains("'--netns="), "zsh completion knows --netns");
+    // fish: -f (no files) on --netns and --host.
+    let fish = String::from_utf8_lossy(&fwc().args(["completions", "fish"]).output().unwrap().stdout).into_owned();
+    for line in fish.lines().filter(|l| l.contains("-l netns ") || l.contains("-l host ")) {
+        assert!(line.contains(" -f"), "fish completes files for: {line}");
+    }
+    // bash: the script parses.
+    let bash = fwc().args(["completions", "bash"]).output().unwrap().stdout;
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), bash).unwrap();
+    assert!(Command::new("bash").arg("-n").arg(f.path()).status().unwrap().success());
+}
+
+/// `systemd-analyze`, or None (SKIP) when it is missing outside CI.
+fn systemd_analyze() -> Option<Command> {
+    match Command::new("systemd-analyze").arg("--version").output() {
+        Ok(o) if o.status.success() => Some(Command::new("systemd-analyze")),
+        _ if std::env::var_os("CI").is_some() || std::env::var_os("FWC_REQUIRE_PRIVILEGED").is_some() => panic!("systemd-analyze is required in CI (apt-get install systemd)"),
+        _ => {
+            eprintln!("SKIP: systemd-analyze not installed");
+            None
+        }
+    }
+}
+
+fn units() -> Vec<PathBuf> {
+    let dir = repo_root().join("packaging/systemd");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "service")).collect();
+    v.sort();
+    assert!(!v.is_empty(), "no units in {}", dir.display());
+    v
+}
+
+#[test]
+fn packaged_units_verify_and_rate_at_most_4_0() {
+    let Some(_) = systemd_analyze() else { return };
+    // `verify` checks that ExecStart= is executable: a copy of each unit points at this build.
+    let scratch = tempfile::tempdir().unwrap();
+    for unit in units() {
+        let text = std::fs::read_to_string(&unit).unwrap();
+        assert!(text.contains("ExecStart=/usr/bin/fwc "), "{}: ExecStart is the packaged /usr/bin/fwc", unit.display());
+        let copy = scratch.path().join(unit.file_name().unwrap());
+        std::fs::write(&copy, text.replace("/usr/bin/fwc", env!("CARGO_BIN_EXE_fwc"))).unwrap();
+        let o = systemd_analyze().unwrap().args(["verify", "--man=no"]).arg(&copy).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success() && err.trim().is_empty(), "systemd-analyze verify {}: {err}", unit.display());
+
+        let o = systemd_analyze().unwrap().args(["security", "--offline=yes", "--no-pager"]).arg(&unit).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let level: f64 = out
+            .lines()
+            .find_map(|l| l.split("Overall exposure level for ").nth(1))
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no exposure level in:\n{out}\n{}", String::from_utf8_lossy(&o.stderr)));
+        assert!(level <= 4.0, "{}: exposure {level} > 4.0\n{out}", unit.display());
+        // What fwc needs and no more: no CAP_SYS_ADMIN, no ambient capabilities.
+        let text = std::fs::read_to_string(&unit).unwrap();
+        let bounding = text.lines().find(|l| l.starts_with("CapabilityBoundingSet=")).expect("a bounding set");
+        assert!(bounding.contains("CAP_NET_ADMIN") && !bounding.contains("CAP_SYS_ADMIN"), "{bounding}");
+    }
+}
