@@ -83,6 +83,6 @@ demo done; namespaces removed on exit. What to try next:
   $FWC check examples/quickstart                     # every error with file:line:col and a hint
   $FWC compile examples/quickstart --out /tmp/qs     # the artifacts: nftables.json, qos.json, ...
   $FWC explain examples/quickstart "tcp 198.18.1.2 -> 198.18.1.1:8080"   # which rule decides a flow
-  $FWC --help                                         # every command; `$FWC man --out DIR` writes the man pages
+  $FWC --help                                         # every command ($FWC man --out DIR writes man pages)
   docs/rules.md (the rule language), docs/operations.md (agent, systemd unit, container image)
 EOF_NEXT
