@@ -91,7 +91,7 @@ pub fn revert(lock: &StateLock, netns: Option<&str>, why: &str) -> std::result::
         (None, None) => return Err("nothing has been applied, so there is nothing to roll back".into()),
     };
     let mut backends = transaction::default_backends(netns, &lock.dir.path);
-    let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true };
+    let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true, nft_full_replace: None };
     let done = record::transact(&mut backends, lock, &artifacts, &opts, Action::Rollback).map_err(|e| transaction::chain(&e))?;
     record::append_or_warn(lock, done.record);
     done.result.map_err(|f| f.to_string())
