@@ -272,7 +272,7 @@ fn agent_fetches_over_ssh_and_applies() {
     );
     let log = agent.log_text();
     assert!(log.contains(&fp) && log.contains(&format!("ssh-keyscan -p {} -t ed25519 127.0.0.1", sshd.port)), "{log}");
-    assert!(agent.scrape().contains("fwc_git_fetch_total{result=\"error\"}"));
+    assert!(!agent.scrape().contains("fwc_git_fetch_total{result=\"error\"} 0\n"));
     assert!(audit(&state).is_empty(), "nothing may be applied from an unknown host");
 
     // The operator adds the host key; the next (backed-off) fetch succeeds and applies.

@@ -368,7 +368,7 @@ impl Agent {
     pub fn fetch(&mut self) -> (Duration, bool) {
         match self.mirror.fetch(self.cfg.fetch_timeout) {
             Ok(f) => {
-                Metrics::inc(&self.metrics.git_fetch_total, "ok");
+                self.metrics.fetched(true);
                 self.backoff.reset();
                 if f.forced {
                     let old = f.old.map(|o| o.to_string()).unwrap_or_default();
@@ -378,7 +378,7 @@ impl Agent {
                 (self.cfg.interval, f.changed())
             }
             Err(e) => {
-                Metrics::inc(&self.metrics.git_fetch_total, "error");
+                self.metrics.fetched(false);
                 let d = self.backoff.fail();
                 tracing::warn!("{e}; retrying in {d:?}");
                 self.health.set_status(format!("fetch failing ({} times): {e}", self.backoff.failures));
@@ -675,6 +675,7 @@ impl Agent {
                     _ => {}
                 }
                 self.last_drift = None;
+                self.metrics.apply_succeeded();
                 self.metrics.set_applied_commit(rep.commit.as_deref());
                 self.set_degraded(false, format!("running {}", rep.commit.as_deref().map(short).unwrap_or("-")));
                 self.health.ready.store(true, Ordering::Relaxed);
@@ -736,6 +737,7 @@ impl Agent {
                 Err(e) => drift.push(format!("{}: cannot read the live state: {e}", b.kind().as_str())),
             }
         }
+        self.metrics.drift_checked();
         if !self.health.ready.load(Ordering::Relaxed) && drift.is_empty() {
             // Restart: adopt what is live.
             if let Some(c) = &cur.meta.commit {
