@@ -256,9 +256,11 @@ fn short(c: &str) -> &str {
 
 impl Agent {
     pub fn new(cfg: AgentConfig, metrics: Arc<Metrics>, health: Arc<Health>) -> Result<Agent> {
-        std::fs::create_dir_all(&cfg.state_dir)
-            .into_diagnostic()
-            .wrap_err_with(|| format!("cannot create state dir {}", cfg.state_dir.display()))?;
+        // Everything the agent writes into the state dir (its git mirror included, which
+        // libgit2 creates with umask modes) is private to it.
+        // SAFETY: umask only sets this process's file mode creation mask.
+        unsafe { libc::umask(0o077) };
+        crate::state::create_private_dir(&cfg.state_dir)?;
         let state = StateDir::new(&cfg.state_dir);
         let audit = AuditLog::in_state_dir(&cfg.state_dir);
         let mirror = Mirror::open(&cfg.state_dir, &cfg.repo_url, &cfg.branch, cfg.fetch_timeout)?;
