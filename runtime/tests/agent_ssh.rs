@@ -288,5 +288,7 @@ fn agent_fetches_over_ssh_and_applies() {
     assert!(lists(&e, "added", "filter:alt") && lists(&e, "removed", "filter:web"), "{e:#}");
     let live = ns.exec(&["nft", "list", "table", "inet", "fwc"]);
     assert!(live.contains("dport 81") && !live.contains("dport 80"), "{live}");
-    assert!(agent.scrape().contains(&format!("fwc_applied_commit_info{{commit=\"{c2}\"}} 1")));
+    // The audit entry is written before the metric moves: wait for it.
+    let want = format!("fwc_applied_commit_info{{commit=\"{c2}\"}} 1");
+    assert!(wait_until(Duration::from_secs(5), || agent.scrape().contains(&want)), "{}", agent.scrape());
 }
