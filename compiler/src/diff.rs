@@ -71,10 +71,10 @@ pub struct ElementChanges {
 }
 
 /// The elements of the nft sets `<name>_v4` and `<name>_v6` in an nftables.json.
-fn set_elements<'a>(a: &'a Artifacts, name: &str) -> Vec<&'a serde_json::Value> {
+fn set_elements<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
     let wanted = [crate::emit::nft::set_name(name, false), crate::emit::nft::set_name(name, true)];
     let mut out = Vec::new();
-    for o in a.nftables.get("nftables").and_then(|v| v.as_array()).into_iter().flatten() {
+    for o in nftables.get("nftables").and_then(|v| v.as_array()).into_iter().flatten() {
         let set = o.get("add").and_then(|x| x.get("set")).or_else(|| o.get("set"));
         if let Some(set) = set.filter(|s| s.get("name").and_then(|n| n.as_str()).is_some_and(|n| wanted.iter().any(|w| w == n))) {
             out.extend(set.get("elem").and_then(|e| e.as_array()).into_iter().flatten());
@@ -101,7 +101,7 @@ fn element_text(e: &serde_json::Value) -> String {
 }
 
 /// The element changes of set `name` between two artifact sets (None when equal).
-fn element_changes(old: &Artifacts, new: &Artifacts, name: &str) -> Option<ElementChanges> {
+fn element_changes(old: &serde_json::Value, new: &serde_json::Value, name: &str) -> Option<ElementChanges> {
     let (o, n) = (set_elements(old, name), set_elements(new, name));
     let os: std::collections::HashSet<&serde_json::Value> = o.iter().copied().collect();
     let ns: std::collections::HashSet<&serde_json::Value> = n.iter().copied().collect();
@@ -163,7 +163,7 @@ pub fn plan(old: Option<&Artifacts>, new: &Artifacts) -> Plan {
                 summary_before: (o.summary != n.summary).then(|| o.summary.clone()),
                 reason: n.reason.clone(),
                 elements: match (n.kind, old) {
-                    (RuleKind::Set, Some(old)) => element_changes(old, new, &n.name),
+                    (RuleKind::Set, Some(old)) => element_changes(&old.nftables, &new.nftables, &n.name),
                     _ => None,
                 },
             }),
@@ -262,4 +262,28 @@ pub fn render(plan: &Plan, color: bool) -> String {
         if files.is_empty() { "none".to_string() } else { files.join(", ") }
     ));
     out
+}
+
+#[cfg(test)]
+mod element_tests {
+    use super::*;
+
+    #[test]
+    fn set_changes_are_listed_element_by_element_and_summarised_past_the_limit() {
+        let e = ElementChanges {
+            added_count: 25,
+            removed_count: 1,
+            added: (0..25).map(|i| format!("198.51.100.{i}")).collect(),
+            removed: vec!["192.0.2.66".into()],
+        };
+        let text = render_elements(&e, false);
+        assert!(text.contains("        + 198.51.100.0\n") && text.contains("        + 198.51.100.9\n"), "{text}");
+        assert!(!text.contains("198.51.100.10\n"), "{text}");
+        assert!(text.contains("        + … 15 more\n"), "{text}");
+        assert!(text.contains("        - 192.0.2.66\n"), "{text}");
+        assert!(text.ends_with("elements: 25 added, 1 removed\n"), "{text}");
+        let v = |els: &[&str]| serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4", "elem": els}}}]});
+        let c = element_changes(&v(&["192.0.2.66", "203.0.113.9"]), &v(&["198.51.100.7", "203.0.113.9"]), "bl").unwrap();
+        assert_eq!((c.added, c.removed), (vec!["198.51.100.7".to_string()], vec!["192.0.2.66".to_string()]));
+    }
 }

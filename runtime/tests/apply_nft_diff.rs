@@ -60,10 +60,11 @@ impl Repo {
         v["nftables"].as_array().unwrap().clone()
     }
 
-    fn counter(&self, rule: &str) -> u64 {
+    /// Packets counted for the rule `kind` `name`.
+    fn counter(&self, kind: &str, name: &str) -> u64 {
         let o = self.fwc(&["status", "--json"]);
         let st: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("status --json: {e}\n{}", text(&o)));
-        st["counters"].as_array().unwrap().iter().find(|c| c["rule"] == rule).map(|c| c["packets"].as_u64().unwrap()).unwrap_or(0)
+        st["counters"].as_array().unwrap().iter().find(|c| c["rule"] == name && c["kind"] == kind).map(|c| c["packets"].as_u64().unwrap()).unwrap_or(0)
     }
 }
 
@@ -159,7 +160,7 @@ fn unrelated_apply_keeps_ct_count_limit_and_counters() {
     for _ in 0..3 {
         assert!(connects(&t.client, "198.18.1.1", 8081));
     }
-    let web_before = r.counter("filter:web");
+    let web_before = r.counter("filter", "web");
     assert!(web_before >= 3, "web counted {web_before}");
     // limit: burst 2 at 1/hour: the bucket empties after a few connections.
     let mut admitted = 0;
@@ -177,7 +178,7 @@ fn unrelated_apply_keeps_ct_count_limit_and_counters() {
 
     assert!(!connects(&t.client, "198.18.1.1", 8090), "max-conns admitted a third connection after an unrelated apply");
     assert!(!connects(&t.client, "198.18.1.1", 8082), "the limit bucket was refilled by an unrelated apply");
-    let web_after = r.counter("filter:web");
+    let web_after = r.counter("filter", "web");
     assert!(web_after >= web_before, "web's counter went from {web_before} to {web_after}");
 }
 
