@@ -97,7 +97,8 @@ pub fn bind(path: &Path) -> io::Result<tokio::net::UnixListener> {
         std::fs::remove_file(path)?;
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     }
     let l = tokio::net::UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;

@@ -50,7 +50,7 @@ pub fn default_backends(netns: Option<&str>, state_dir: &std::path::Path) -> Vec
     let nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state_dir.join(crate::state::CACHE_DIR));
     let qos: Box<dyn Backend> = match netns {
         None => Box::new(QosBackend::default()),
-        Some(ns) => Box::new(InNetns::new(ns, QosBackend::new(format!("{}-netns-{ns}", fwc_qos::DEFAULT_PIN_ROOT)))),
+        Some(ns) => Box::new(InNetns::new(ns, QosBackend::new(fwc_qos::pin_root_for(Some(ns))))),
     };
     vec![Box::new(nft), qos, Box::new(ForwardBackend::new(state_dir))]
 }
