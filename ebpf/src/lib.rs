@@ -217,8 +217,8 @@ impl Qos {
         let g = q.glob()?;
         if g.mark_mask == 0 {
             q.set_glob(&Glob {
-                mark_mask: fwc_compiler::artifacts::QOS_MARK_MASK,
-                mark_shift: fwc_compiler::artifacts::QOS_MARK_SHIFT,
+                mark_mask: fwc_artifacts::QOS_MARK_MASK,
+                mark_shift: fwc_artifacts::QOS_MARK_SHIFT,
                 flags: maps::G_ENABLED,
                 fp_window_shift: DEFAULT_FP_WINDOW_SHIFT,
                 fp_threshold: DEFAULT_FP_THRESHOLD,

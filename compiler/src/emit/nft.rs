@@ -201,44 +201,12 @@ pub mod maps {
     pub const PORTS_UDP: &str = "fwd_ports_udp";
 }
 
-/// Rule comments are `fwc:<kind>:<name>`.
-pub const COMMENT_PREFIX: &str = "fwc:";
-/// nft refuses comments longer than this (bytes).
-const MAX_COMMENT: usize = 127;
+pub use fwc_artifacts::identity::{parse_rule_comment, rule_comment, COMMENT_PREFIX, MAX_COMMENT};
+pub use fwc_artifacts::FORWARDER_SOCKET_MARK;
 /// nft refuses log prefixes longer than this (bytes).
 const MAX_LOG_PREFIX: usize = 127;
 /// nft's default limit burst.
 const DEFAULT_BURST: u32 = 5;
-
-/// The socket mark (`SO_MARK`) the userspace forwarder puts on its upstream sockets, so the
-/// `output` chain can let its connections to DNS-named targets out (there is no address to
-/// match). Bit 13: outside [`QOS_MARK_MASK`] (`0x0fff0000`), so it never collides with a QoS
-/// class and the eBPF program ignores it; and clear of the low bits others are known to use:
-/// kube-proxy / kubelet mark 0x4000 (masquerade) and 0x8000 (KUBE-MARK-DROP — kubelet's
-/// KUBE-FIREWALL drops `mark & 0x8000` in OUTPUT, so 0x8000 would drop the forwarder's traffic
-/// on Kubernetes nodes), Cilium 0x0f00, Istio 0x539. Only processes with `CAP_NET_ADMIN` can
-/// set `SO_MARK`, so the accept is no hole for unprivileged users.
-pub const FORWARDER_SOCKET_MARK: u32 = 0x0000_2000;
-const _: () = assert!(FORWARDER_SOCKET_MARK & QOS_MARK_MASK == 0);
-
-/// The comment fwc puts on every nft rule (and map element) that stands for an fwc rule.
-pub fn rule_comment(kind: RuleKind, name: &str) -> String {
-    truncate(format!("{COMMENT_PREFIX}{}:{name}", kind.as_str()), MAX_COMMENT)
-}
-
-/// Inverse of [`rule_comment`]: `fwc:forward:web` -> (Forward, "web").
-pub fn parse_rule_comment(comment: &str) -> Option<(RuleKind, &str)> {
-    let rest = comment.strip_prefix(COMMENT_PREFIX)?;
-    let (kind, name) = rest.split_once(':')?;
-    let kind = match kind {
-        "set" => RuleKind::Set,
-        "filter" => RuleKind::Filter,
-        "forward" => RuleKind::Forward,
-        "shape" => RuleKind::Shape,
-        _ => return None,
-    };
-    Some((kind, name))
-}
 
 /// Name of the nft set that holds the `fam` half of fwc set `name`.
 pub fn set_name(name: &str, v6: bool) -> String {

@@ -627,12 +627,11 @@ fn strip_volatile(v: &mut Value) {
     }
 }
 
-/// `fwc:filter:ssh` -> ("filter", "ssh").
+/// `fwc:filter:ssh` -> ("filter", "ssh") (the comment format's one parser is
+/// [`fwc_compiler::artifacts::parse_rule_comment`]).
 pub fn rule_label(rule: &Value) -> Option<(String, String)> {
-    let c = rule.get("comment")?.as_str()?;
-    let rest = c.strip_prefix("fwc:")?;
-    let (kind, name) = rest.split_once(':')?;
-    Some((kind.to_string(), name.to_string()))
+    let (kind, name) = fwc_compiler::artifacts::parse_rule_comment(rule.get("comment")?.as_str()?)?;
+    Some((kind.as_str().to_string(), name.to_string()))
 }
 
 fn label_text(rule: &Value) -> String {
@@ -844,8 +843,8 @@ pub fn counters(listing: &Value) -> Vec<RuleCounter> {
         match v {
             Value::Object(m) => {
                 if let Some(Value::Object(el)) = m.get("elem") {
-                    if let Some((kind, name)) = el.get("comment").and_then(Value::as_str).and_then(|c| c.strip_prefix("fwc:")).and_then(|c| c.split_once(':')) {
-                        let e = sums.entry(format!("{kind}:{name}")).or_default();
+                    if let Some(id) = el.get("comment").and_then(Value::as_str).and_then(fwc_compiler::artifacts::RuleId::parse) {
+                        let e = sums.entry(id.to_string()).or_default();
                         if let Some(Value::Object(c)) = el.get("counter") {
                             e.0 += c.get("packets").and_then(Value::as_u64).unwrap_or(0);
                             e.1 += c.get("bytes").and_then(Value::as_u64).unwrap_or(0);
