@@ -265,7 +265,7 @@ fn changes_are_sent_as_elements_and_single_rules() {
     assert!(banned.contains("198.18.77.1"), "{banned}");
 
     // fwc rollback (to v4) is a diff: forward "b"'s map elements and listen port go.
-    let o = r.fwc(&["rollback"]);
+    let o = r.fwc(&["rollback", "--auto-approve"]);
     assert!(o.status.success(), "{}", text(&o));
     let batch = ops(&r.last_batch());
     assert!(batch.iter().all(|o| o == "delete element" || o == "add set"), "{batch:?}");
