@@ -50,7 +50,7 @@ pub struct CompileArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 no changes, 1 error, 2 changes.")]
+#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 ok (changes or not), 1 error; with --detailed-exitcode 0 no changes, 1 error, 2 changes.")]
 pub struct PlanArgs {
     /// Rule repository (directory with fwc.kdl, inside a git checkout for --from).
     #[arg(default_value = ".")]
@@ -71,7 +71,8 @@ pub struct PlanArgs {
     /// comment). `--json` prints JSON (with `flow_effects`).
     #[arg(long, default_value = "text", value_parser = ["text", "markdown"])]
     pub format: String,
-    /// Exit 2 when there are changes (always on; accepted for terraform habits).
+    /// Exit 2 when there are changes, 0 when there are none (1 stays an error), as terraform
+    /// does. Without it, plan exits 0 whether or not there are changes.
     #[arg(long)]
     pub detailed_exitcode: bool,
     /// Save the live plan (with a hash of the live state) for `fwc apply plan.json`.
@@ -129,7 +130,7 @@ fn report(diags: &Diagnostics, json: bool, g: &Global) {
     if json {
         println!("{}", serde_json::to_string_pretty(diags).expect("diagnostics serialize"));
     } else if !diags.is_empty() {
-        eprint!("{}", diags.render(g.color()));
+        eprint!("{}", diags.render(g.color_stderr()));
     }
 }
 
@@ -228,7 +229,7 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
             target: a.target,
             out: a.out,
             json: a.json,
-            detailed_exitcode: true,
+            detailed_exitcode: a.detailed_exitcode,
         };
         return super::apply::plan_live(req, g);
     };
@@ -272,12 +273,12 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
         let e = effects.unwrap_or_default();
         print!("{}", fwc_compiler::eval::effects::render_markdown(&fwc_compiler::diff::render(&plan, false), &e));
     } else {
-        print!("{}", fwc_compiler::diff::render(&plan, g.color()));
+        print!("{}", fwc_compiler::diff::render(&plan, g.color_stdout()));
         if let Some(e) = &effects {
             print!("{}", fwc_compiler::eval::effects::render_text(e));
         }
     }
-    Ok(if plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
+    Ok(if a.detailed_exitcode && plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
 }
 
 /// What `fwc fmt` did (or would do) to one file.
@@ -326,7 +327,7 @@ pub fn fmt(a: FmtArgs, g: &Global) -> Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "files": files, "diagnostics": diags })).into_diagnostic()?);
     } else {
-        render_fmt(&files, a.check, g.color());
+        render_fmt(&files, a.check, g.color_stdout());
         report(&diags, false, g);
     }
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
