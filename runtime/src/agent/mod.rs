@@ -468,8 +468,8 @@ impl Agent {
         let t0 = Instant::now();
         let tree = match self.mirror.source_tree(tip) {
             Ok(t) => t,
-            Err(e) => {
-                self.refuse(Record { signer, ..base }, "compile", format!("{e:?}"))?;
+            Err(diags) => {
+                self.refuse(Record { signer, ..base }, "compile", diags.to_string().trim_end().to_string())?;
                 return Ok(false);
             }
         };

@@ -235,17 +235,26 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
     };
     let (repo, sub) = crate::repo::discover(&a.dir)?;
     let old_commit = crate::repo::commit_at(&repo, from)?;
-    let old_tree = crate::repo::source_tree_at(&repo, &old_commit, &sub)?;
-    let (new_tree, new_id) = match &a.to {
+    // The old side may be refused (a symlink leaving the repository…): then, as when it
+    // does not compile, all is new.
+    let old_tree = crate::repo::source_tree_at(&repo, &old_commit, &sub).ok();
+    let new_side = match &a.to {
         Some(to) => {
             let c = crate::repo::commit_at(&repo, to)?;
-            (crate::repo::source_tree_at(&repo, &c, &sub)?, Some(c.id().to_string()))
+            crate::repo::source_tree_at(&repo, &c, &sub).map(|t| (t, Some(c.id().to_string())))
         }
-        None => (read_tree(&a.dir).map_err(|d| miette!("{d}"))?, None),
+        None => read_tree(&a.dir).map(|t| (t, None)),
+    };
+    let (new_tree, new_id) = match new_side {
+        Ok(side) => side,
+        Err(diags) => {
+            report(&diags, a.json, g);
+            return Ok(ExitCode::from(1));
+        }
     };
     let host = a.host.as_deref();
     // The old side may not even compile (that is often why one plans); then all is new.
-    let old = fwc_compiler::compile(&old_tree, host, Some(&old_commit.id().to_string())).ok().map(|(art, _)| art);
+    let old = old_tree.as_ref().and_then(|t| fwc_compiler::compile(t, host, Some(&old_commit.id().to_string())).ok()).map(|(art, _)| art);
     let new = match fwc_compiler::compile(&new_tree, host, new_id.as_deref()) {
         Ok((art, warnings)) => {
             if !a.json {
@@ -260,7 +269,7 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
     };
     let plan = fwc_compiler::diff::plan(old.as_ref(), &new);
     // Which flows the change opens, closes or redirects (docs/testing-policies.md).
-    let effects = match fwc_compiler::eval::effects::between_trees(old.is_some().then_some(&old_tree), &new_tree, host) {
+    let effects = match fwc_compiler::eval::effects::between_trees(old_tree.as_ref().filter(|_| old.is_some()), &new_tree, host) {
         Some(Ok(e)) => Some(e),
         Some(Err(e)) => return Err(miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "cannot compute flow effects: {e}")),
         None => None,
