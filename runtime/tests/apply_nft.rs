@@ -111,10 +111,16 @@ fn transaction_applies_verifies_and_rolls_back() {
 
     // fwc rollback goes back to v1, and a second rollback forward again to v2.
     let sd = state.path.to_str().unwrap();
+    // Without a terminal to ask on and without --auto-approve, rollback refuses: exit 1,
+    // nothing changed.
     let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("pass --auto-approve"), "{}", text(&o));
+    assert_eq!(ns.exec(&["nft", "list", "table", "inet", "fwc"]), live2);
+    let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name, "--auto-approve"], &[]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(ns.exec(&["nft", "list", "table", "inet", "fwc"]), live1);
-    let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name], &[]);
+    let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name, "--auto-approve"], &[]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(ns.exec(&["nft", "list", "table", "inet", "fwc"]), live2);
 }

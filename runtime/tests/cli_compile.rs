@@ -205,8 +205,11 @@ fn two_commits() -> tempfile::TempDir {
 fn plan_from_a_git_revision() {
     let dir = two_commits();
     let d = dir.path();
+    // Exit 0 with changes (scripts under `set -e` go on), 2 only when asked (terraform).
     let o = fwc(&["plan", s(d), "--from", "HEAD~1"]);
-    assert_eq!(code(&o), 2, "a plan with changes exits 2:\n{}", shown(&o));
+    assert_eq!(code(&o), 0, "a plan with changes exits 0 without --detailed-exitcode:\n{}", shown(&o));
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--detailed-exitcode"]);
+    assert_eq!(code(&o), 2, "with --detailed-exitcode a plan with changes exits 2:\n{}", shown(&o));
     let out = text(&o.stdout);
     for want in ["+ filter \"new\"", "~ filter \"web\"", "- filter \"old\"", "~ forward \"fwd\"", "[userspace]", "moves from [nftables]", "was: input allow tcp port 80"] {
         assert!(out.contains(want), "plan should show {want:?}:\n{}", shown(&o));
@@ -217,19 +220,19 @@ fn plan_from_a_git_revision() {
     assert!(out.contains("Plan: 1 to add, 3 to change, 1 to remove."), "{}", shown(&o));
 
     // Nothing changed since HEAD: exit 0.
-    let o = fwc(&["plan", s(d), "--from", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 0, "no changes exits 0:\n{}", shown(&o));
     assert!(text(&o.stdout).contains("No rule changes"), "{}", shown(&o));
 
     // --to: between two revisions, ignoring the work tree.
     std::fs::write(d.join("fwc.kdl"), "fwc 1\n").unwrap();
-    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 2, "{}", shown(&o));
     assert!(text(&o.stdout).contains("+ filter \"new\""), "{}", shown(&o));
 
     // A broken work tree: exit 1 with the diagnostic.
     std::fs::write(d.join("fwc.kdl"), "fwc 1\nsett \"x\"\n").unwrap();
-    let o = fwc(&["plan", s(d), "--from", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 1, "{}", shown(&o));
     assert!(text(&o.stderr).contains("fwc.kdl:2:1"), "{}", shown(&o));
 }
@@ -238,7 +241,7 @@ fn plan_from_a_git_revision() {
 #[test]
 fn plan_json_is_one_document() {
     let dir = two_commits();
-    let o = fwc(&["plan", s(dir.path()), "--from", "HEAD~1", "--json"]);
+    let o = fwc(&["plan", s(dir.path()), "--from", "HEAD~1", "--json", "--detailed-exitcode"]);
     assert_eq!(code(&o), 2, "{}", shown(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("plan --json must print exactly one JSON document ({e}):\n{}", shown(&o)));
@@ -341,10 +344,10 @@ fn set_files_in_the_work_tree_and_in_git() {
     git(d, &["commit", "-q", "-m", "one"]);
     std::fs::write(d.join("lists/firehol.netset"), "192.0.2.0/24\n192.0.2.77-192.0.2.80\n").unwrap();
     git(d, &["commit", "-q", "-am", "two"]);
-    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 2, "{}", shown(&o));
     assert!(text(&o.stdout).contains("~ set \"blocklist\""), "{}", shown(&o));
-    let o = fwc(&["plan", s(d), "--from", "HEAD", "--to", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD", "--to", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 0, "{}", shown(&o));
     // A bad line in the committed set file: file:line:column, exit 1.
     std::fs::write(d.join("lists/firehol.netset"), "192.0.2.0/24\nnot-an-address\n").unwrap();

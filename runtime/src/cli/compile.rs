@@ -50,7 +50,7 @@ pub struct CompileArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 no changes, 1 error, 2 changes.")]
+#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 ok (changes or not), 1 error; with --detailed-exitcode 0 no changes, 1 error, 2 changes.")]
 pub struct PlanArgs {
     /// Rule repository (directory with fwc.kdl, inside a git checkout for --from).
     #[arg(default_value = ".")]
@@ -71,7 +71,8 @@ pub struct PlanArgs {
     /// comment). `--json` prints JSON (with `flow_effects`).
     #[arg(long, default_value = "text", value_parser = ["text", "markdown"])]
     pub format: String,
-    /// Exit 2 when there are changes (always on; accepted for terraform habits).
+    /// Exit 2 when there are changes, 0 when there are none (1 stays an error), as terraform
+    /// does. Without it, plan exits 0 whether or not there are changes.
     #[arg(long)]
     pub detailed_exitcode: bool,
     /// Save the live plan (with a hash of the live state) for `fwc apply plan.json`.
@@ -115,7 +116,7 @@ fn report(diags: &Diagnostics, json: bool, g: &Global) {
     if json {
         println!("{}", serde_json::to_string_pretty(diags).expect("diagnostics serialize"));
     } else if !diags.is_empty() {
-        eprint!("{}", diags.render(g.color()));
+        eprint!("{}", diags.render(g.color_stderr()));
     }
 }
 
@@ -214,23 +215,32 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
             target: a.target,
             out: a.out,
             json: a.json,
-            detailed_exitcode: true,
+            detailed_exitcode: a.detailed_exitcode,
         };
         return super::apply::plan_live(req, g);
     };
     let (repo, sub) = crate::repo::discover(&a.dir)?;
     let old_commit = crate::repo::commit_at(&repo, from)?;
-    let old_tree = crate::repo::source_tree_at(&repo, &old_commit, &sub)?;
-    let (new_tree, new_id) = match &a.to {
+    // The old side may be refused (a symlink leaving the repository…): then, as when it
+    // does not compile, all is new.
+    let old_tree = crate::repo::source_tree_at(&repo, &old_commit, &sub).ok();
+    let new_side = match &a.to {
         Some(to) => {
             let c = crate::repo::commit_at(&repo, to)?;
-            (crate::repo::source_tree_at(&repo, &c, &sub)?, Some(c.id().to_string()))
+            crate::repo::source_tree_at(&repo, &c, &sub).map(|t| (t, Some(c.id().to_string())))
         }
-        None => (read_tree(&a.dir).map_err(|d| miette!("{d}"))?, None),
+        None => read_tree(&a.dir).map(|t| (t, None)),
+    };
+    let (new_tree, new_id) = match new_side {
+        Ok(side) => side,
+        Err(diags) => {
+            report(&diags, a.json, g);
+            return Ok(ExitCode::from(1));
+        }
     };
     let host = a.host.as_deref();
     // The old side may not even compile (that is often why one plans); then all is new.
-    let old = fwc_compiler::compile(&old_tree, host, Some(&old_commit.id().to_string())).ok().map(|(art, _)| art);
+    let old = old_tree.as_ref().and_then(|t| fwc_compiler::compile(t, host, Some(&old_commit.id().to_string())).ok()).map(|(art, _)| art);
     let new = match fwc_compiler::compile(&new_tree, host, new_id.as_deref()) {
         Ok((art, warnings)) => {
             if !a.json {
@@ -245,7 +255,7 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
     };
     let plan = fwc_compiler::diff::plan(old.as_ref(), &new);
     // Which flows the change opens, closes or redirects (docs/testing-policies.md).
-    let effects = match fwc_compiler::eval::effects::between_trees(old.is_some().then_some(&old_tree), &new_tree, host) {
+    let effects = match fwc_compiler::eval::effects::between_trees(old_tree.as_ref().filter(|_| old.is_some()), &new_tree, host) {
         Some(Ok(e)) => Some(e),
         Some(Err(e)) => return Err(miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "cannot compute flow effects: {e}")),
         None => None,
@@ -258,12 +268,12 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
         let e = effects.unwrap_or_default();
         print!("{}", fwc_compiler::eval::effects::render_markdown(&fwc_compiler::diff::render(&plan, false), &e));
     } else {
-        print!("{}", fwc_compiler::diff::render(&plan, g.color()));
+        print!("{}", fwc_compiler::diff::render(&plan, g.color_stdout()));
         if let Some(e) = &effects {
             print!("{}", fwc_compiler::eval::effects::render_text(e));
         }
     }
-    Ok(if plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
+    Ok(if a.detailed_exitcode && plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
 }
 
 pub fn fmt(a: FmtArgs, _g: &Global) -> Result<ExitCode> {

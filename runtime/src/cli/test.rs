@@ -47,7 +47,7 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
     let tree = match SourceTree::from_dir(&a.dir) {
         Ok(t) => t,
         Err(d) => {
-            eprint!("{}", d.render(g.color()));
+            eprint!("{}", d.render(g.color_stderr()));
             return Ok(ExitCode::from(1));
         }
     };
@@ -57,7 +57,7 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&d).expect("diagnostics serialize"));
             } else {
-                eprint!("{}", d.render(g.color()));
+                eprint!("{}", d.render(g.color_stderr()));
             }
             return Ok(ExitCode::from(1));
         }
@@ -78,7 +78,7 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report).into_diagnostic()?);
     } else {
-        print!("{}", human(&report, &a.dir.display().to_string(), g.color()));
+        print!("{}", human(&report, &a.dir.display().to_string(), g.color_stdout()));
     }
     Ok(if report.failed() > 0 { ExitCode::from(EXIT_FAILED) } else { ExitCode::SUCCESS })
 }
@@ -106,7 +106,7 @@ fn kernel_check(tree: &SourceTree, report: &mut Report) -> Result<()> {
                         r.decided_by.push_str(" [kernel agrees]");
                     } else {
                         r.passed = false;
-                        r.actual.push_str(&format!(" [kernel DISAGREES: {} by {}{}]", k.verdict.as_str(), if k.policy { "policy".to_string() } else { k.identity.clone().unwrap_or_else(|| "a built-in rule".into()) }, k.seen_dst.map(|(a, p)| format!(", destination {a} port {p}")).unwrap_or_default()));
+                        r.actual.push_str(&format!(" [kernel DISAGREES: {} by {}{}{}]", k.verdict.as_str(), if k.policy { "policy".to_string() } else { k.identity.clone().unwrap_or_else(|| "a built-in rule".into()) }, k.seen_dst.map(|(a, p)| format!(", destination {a} port {p}")).unwrap_or_default(), k.qos_mark.map(|m| format!(", QoS mark {m:#010x}")).unwrap_or_default()));
                     }
                 }
             }
