@@ -11,6 +11,7 @@ pub mod diag;
 pub mod diff;
 pub mod emit;
 pub mod eval;
+pub mod format;
 pub mod limits;
 pub mod lint;
 pub mod model;
