@@ -75,7 +75,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     let live = nft.list_table()?;
     let live_hash = live_hash_of(state, &crate::backend::nft::hash_of_listing(live.as_ref()))?;
     let drift = match &current {
-        Some(g) => nft.drift_of(&g.artifacts.nftables, live)?.drift,
+        Some(g) => crate::backend::sources::locate(nft.drift_of(&g.artifacts.nftables, live)?.drift, &g.artifacts.manifest),
         None => match live {
             Some(_) => vec!["table inet fwc exists but fwc has no applied state here (it will be replaced)".into()],
             None => vec![],
