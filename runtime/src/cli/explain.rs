@@ -125,7 +125,7 @@ fn load_view(dir: &Path, host: Option<&str>, g: &Global) -> Option<fwc_compiler:
     match loaded {
         Ok(view) => Some(view),
         Err(d) => {
-            eprint!("{}", d.render(g.color()));
+            eprint!("{}", d.render(g.color_stderr()));
             None
         }
     }
