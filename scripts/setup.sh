@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install what fwc needs to build and to run its tests on Debian: nftables, iproute2, clang
 # and libbpf headers for the eBPF program, iperf3/socat for dataplane tests, OpenSSL headers
-# for git2, sshd (openssh-server) and gnupg for the agent's ssh-transport and signature tests.
+# for git2, sshd (openssh-server) and gnupg for the agent's ssh-transport and signature tests,
+# prometheus (promtool and the server) for the metrics tests.
 # Needs root (apt-get). Safe to run again.
 set -euo pipefail
-packages=(nftables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd)
+packages=(nftables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus)
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup.sh: run as root (it installs: ${packages[*]})" >&2
   exit 1
@@ -24,6 +25,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   # starting anyway). An sshd that was installed before is left alone.
   if [[ " ${missing[*]} " == *" openssh-server "* ]] && [ -d /run/systemd/system ]; then
     systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+  fi
+  # Likewise the tests start their own Prometheus (loopback, a free port, a temp dir); the
+  # distribution's server on :9090 is not wanted.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
   fi
 fi
 if ! command -v cargo >/dev/null 2>&1; then

@@ -437,26 +437,6 @@ pub struct ShapeRule {
     pub span: Span,
 }
 
-/// The kind of a named thing, for diagnostics, the manifest and plans.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum RuleKind {
-    Set,
-    /// A filter chain as a whole: its policy and the order of its rules.
-    Chain,
-    Filter,
-    Forward,
-    Shape,
-}
-
-impl RuleKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuleKind::Set => "set",
-            RuleKind::Chain => "chain",
-            RuleKind::Filter => "filter",
-            RuleKind::Forward => "forward",
-            RuleKind::Shape => "shape",
-        }
-    }
-}
+/// The kind of a named thing (defined with the artifacts: it appears in manifests and rule
+/// comments).
+pub use fwc_artifacts::RuleKind;

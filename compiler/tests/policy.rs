@@ -46,6 +46,11 @@ fn expectations_that_must_fail_fail_clearly() {
         (6, "charged to the QoS class of \"other\"", "QoS class"),
         (7, "reject", "accept by rule fwc:filter:web"),
         (8, "forwarded by a kernel DNAT", "userspace forwarder \"api\" to api.internal:8443"),
+        (9, "accept", "drop by policy drop of chain input"),
+        (10, "accept", "drop by policy drop of chain forward"),
+        (11, "accept", "drop by rule fwc:filter:no-smtp (chain output, rule "),
+        (12, "forwarded to 10.0.0.8:20000", "DNAT to 10.0.0.8:20005"),
+        (13, "accept, decided by the chain policy", "accept by rule fwc:filter:lan-out (chain forward, rule "),
     ];
     assert_eq!(got.len(), want.len(), "{got:#?}");
     for ((line, passed, expected, actual), (wline, wexp, wact)) in got.iter().zip(want) {
@@ -171,19 +176,24 @@ fn evaluator_understands_every_golden_case_and_example() {
     assert!(cases > 500, "only {cases} flows");
 }
 
-/// Golden cases with a tests/ directory: their expectations hold.
+/// Every golden case has a tests/ directory, and its expectations hold (each names the rule or
+/// policy that must decide, so a passing verdict from the wrong rule fails).
 #[test]
-fn golden_cases_with_tests_pass() {
-    let mut with_tests = 0;
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("golden")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("tests").is_dir()).collect();
+fn every_golden_case_has_passing_expectations() {
+    let (mut cases, mut total) = (0, 0);
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("golden")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("fwc.kdl").is_file()).collect();
     dirs.sort();
     for dir in dirs {
         let tree = SourceTree::from_dir(&dir).unwrap();
+        assert!(tree.tests.len() >= 1, "{} has no tests/*.kdl", dir.display());
         let report = policytest::run(&tree).unwrap_or_else(|e| panic!("{}: {e:?}", dir.display()));
+        assert!(report.results.len() >= 3, "{}: only {} expectation(s)", dir.display(), report.results.len());
         for r in &report.results {
             assert!(r.passed, "{} {}:{} {}: expected {}, got {}", dir.display(), r.location.file, r.location.line, r.name, r.expected, r.actual);
         }
-        with_tests += 1;
+        cases += 1;
+        total += report.results.len();
     }
-    assert!(with_tests >= 6, "{with_tests}");
+    assert_eq!(cases, 25, "golden cases");
+    assert!(total >= 250, "only {total} expectations across the golden cases");
 }

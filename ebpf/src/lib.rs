@@ -25,6 +25,16 @@ pub use maps::{ClassCfg, ClassState, Glob, Stats};
 
 /// Where fwc pins its program, maps and links unless told otherwise.
 pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/fwc";
+/// The pin root of the QoS dataplane `fwc apply` manages: [`DEFAULT_PIN_ROOT`], or
+/// `/sys/fs/bpf/fwc-netns-NS` for `fwc apply --netns NS` (bpffs is shared by every network
+/// namespace, so each namespace's program and maps need a root of their own).
+pub fn pin_root_for(netns: Option<&str>) -> std::path::PathBuf {
+    match netns {
+        None => DEFAULT_PIN_ROOT.into(),
+        Some(ns) => format!("{DEFAULT_PIN_ROOT}-netns-{ns}").into(),
+    }
+}
+
 /// Pin name of the program inside the pin root.
 pub const PROG_PIN: &str = "prog";
 /// Directory (inside the pin root) of the pinned TCX links, one per interface name.
@@ -207,8 +217,8 @@ impl Qos {
         let g = q.glob()?;
         if g.mark_mask == 0 {
             q.set_glob(&Glob {
-                mark_mask: fwc_compiler::artifacts::QOS_MARK_MASK,
-                mark_shift: fwc_compiler::artifacts::QOS_MARK_SHIFT,
+                mark_mask: fwc_artifacts::QOS_MARK_MASK,
+                mark_shift: fwc_artifacts::QOS_MARK_SHIFT,
                 flags: maps::G_ENABLED,
                 fp_window_shift: DEFAULT_FP_WINDOW_SHIFT,
                 fp_threshold: DEFAULT_FP_THRESHOLD,

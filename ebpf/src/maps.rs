@@ -4,7 +4,7 @@
 /// Class ids index arrays of this size (`FWC_QOS_MAX_CLASSES`).
 pub const MAX_CLASSES: u32 = 4096;
 // Class ids of the compiler's mark mask fit the arrays.
-const _: () = assert!(fwc_compiler::artifacts::QOS_MAX_CLASS_ID < MAX_CLASSES);
+const _: () = assert!(fwc_artifacts::QOS_MAX_CLASS_ID < MAX_CLASSES);
 /// Count-min sketch rows and cells per row.
 pub const CMS_DEPTH: u32 = 4;
 pub const CMS_WIDTH: u32 = 4096;

@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fwc_compiler::artifacts::ForwardArtifact;
+use fwc_artifacts::ForwardArtifact;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -97,7 +97,8 @@ pub fn bind(path: &Path) -> io::Result<tokio::net::UnixListener> {
         std::fs::remove_file(path)?;
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     }
     let l = tokio::net::UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
@@ -172,11 +173,11 @@ pub fn applied_config(state_dir: &Path) -> io::Result<Option<ForwardArtifact>> {
     if let Ok(text) = std::fs::read_to_string(state_dir.join("state.json")) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
             if let Some(cur) = v.get("current").and_then(|c| c.as_str()) {
-                candidates.push(state_dir.join(cur).join(fwc_compiler::artifacts::FORWARD_FILE));
+                candidates.push(state_dir.join(cur).join(fwc_artifacts::FORWARD_FILE));
             }
         }
     }
-    candidates.push(state_dir.join(fwc_compiler::artifacts::FORWARD_FILE));
+    candidates.push(state_dir.join(fwc_artifacts::FORWARD_FILE));
     for p in candidates {
         match std::fs::read_to_string(&p) {
             Ok(text) => {

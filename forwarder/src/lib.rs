@@ -1,6 +1,6 @@
 //! fwc's userspace forwarder: the dataplane for forwards the kernel cannot do (DNS targets,
 //! PROXY protocol, idle timeouts, failover, `backend="userspace"`). It runs the listeners of a
-//! `forward.json` ([`fwc_compiler::artifacts::ForwardArtifact`]) and reloads them without drops.
+//! `forward.json` ([`fwc_artifacts::ForwardArtifact`]) and reloads them without drops.
 //!
 //! Layout: [`server`] owns listeners and reload; [`tcp`] and [`udp`] move bytes; [`splice`] is
 //! the zero-copy loop; [`bucket`] the bandwidth caps; [`limits`] max-conns / conn-rate;
@@ -38,7 +38,7 @@ pub(crate) fn now_ms() -> u64 {
 /// simply stays unmarked, which only matters under such a policy.
 pub fn mark_upstream(fd: std::os::fd::BorrowedFd<'_>) {
     use std::os::fd::AsRawFd;
-    let mark: u32 = fwc_compiler::emit::nft::FORWARDER_SOCKET_MARK;
+    let mark: u32 = fwc_artifacts::FORWARDER_SOCKET_MARK;
     // SAFETY: a valid socket fd and a 4-byte option value that outlives the call.
     let rc = unsafe {
         libc::setsockopt(

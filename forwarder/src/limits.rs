@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use fwc_compiler::artifacts::ConnRateLimit;
+use fwc_artifacts::ConnRateLimit;
 
 #[derive(Debug, Default)]
 pub struct Limits {

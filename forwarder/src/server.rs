@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use fwc_compiler::artifacts::{ForwardArtifact, Listener, ListenerProto};
+use fwc_artifacts::{ForwardArtifact, Listener, ListenerProto};
 use ipnet::IpNet;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use serde::{Deserialize, Serialize};

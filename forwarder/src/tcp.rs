@@ -213,7 +213,7 @@ async fn serve(client: TcpStream, peer: SocketAddr, h: &ListenerHandle, cur: &Cu
     }
     let activity = AtomicU64::new(crate::now_ms());
     let idle = Duration::from_millis(if cfg.idle_timeout_ms == 0 {
-        fwc_compiler::artifacts::DEFAULT_TCP_IDLE_TIMEOUT_MS
+        fwc_artifacts::DEFAULT_TCP_IDLE_TIMEOUT_MS
     } else {
         cfg.idle_timeout_ms
     });
@@ -236,7 +236,7 @@ async fn connect_any(h: &ListenerHandle, cur: &Current) -> io::Result<TcpStream>
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "rule has no target"));
     }
     let timeout = Duration::from_millis(if cfg.connect_timeout_ms == 0 {
-        fwc_compiler::artifacts::DEFAULT_CONNECT_TIMEOUT_MS
+        fwc_artifacts::DEFAULT_CONNECT_TIMEOUT_MS
     } else {
         cfg.connect_timeout_ms
     });

@@ -239,7 +239,7 @@ async fn open(
     upstream.connect(target).await?;
     let last = Arc::new(AtomicU64::new(crate::now_ms()));
     let idle_ms = if cfg.idle_timeout_ms == 0 {
-        fwc_compiler::artifacts::DEFAULT_UDP_IDLE_TIMEOUT_MS
+        fwc_artifacts::DEFAULT_UDP_IDLE_TIMEOUT_MS
     } else {
         cfg.idle_timeout_ms
     };

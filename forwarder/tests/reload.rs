@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use fwc_compiler::artifacts::ListenerProto;
+use fwc_artifacts::ListenerProto;
 use fwc_forwarder::{Options, ReloadError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use fwc_compiler::artifacts::Listener;
+use fwc_artifacts::Listener;
 use fwc_forwarder::Forwarder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -343,7 +343,7 @@ async fn a_reload_refuses_two_fallbacks_or_a_name_twice_on_one_socket() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("appears twice"), "{err}");
-    let mut u = sni(listener("u", fwc_compiler::artifacts::ListenerProto::Udp, "127.0.0.1", 0, &[be]), Some("x.example.com"));
+    let mut u = sni(listener("u", fwc_artifacts::ListenerProto::Udp, "127.0.0.1", 0, &[be]), Some("x.example.com"));
     u.idle_timeout_ms = 1000;
     let err = f.reload(config(vec![u])).await.unwrap_err().to_string();
     assert!(err.contains("TCP only"), "{err}");

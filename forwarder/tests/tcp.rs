@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
-use fwc_compiler::artifacts::{ConnRateLimit, ForwardTarget};
+use fwc_artifacts::{ConnRateLimit, ForwardTarget};
 use fwc_forwarder::Options;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
-use fwc_compiler::artifacts::ListenerProto;
+use fwc_artifacts::ListenerProto;
 use tokio::net::UdpSocket;
 
 /// Echo backend that prefixes each answer with the source port it saw.
@@ -27,7 +27,7 @@ async fn udp_echo() -> SocketAddr {
     a
 }
 
-fn udp(rule: &str, targets: &[SocketAddr]) -> fwc_compiler::artifacts::Listener {
+fn udp(rule: &str, targets: &[SocketAddr]) -> fwc_artifacts::Listener {
     listener(rule, ListenerProto::Udp, "127.0.0.1", 0, targets)
 }
 

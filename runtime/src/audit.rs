@@ -29,6 +29,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -254,9 +255,9 @@ impl AuditLog {
     /// a crash is preserved and cut first; it is returned so the caller can report it.
     pub fn append(&self, rec: Record) -> std::io::Result<(AuditEntry, Option<TornTail>)> {
         if let Some(d) = self.path.parent() {
-            fs::create_dir_all(d)?;
+            crate::state::create_private_dir(d).map_err(|e| std::io::Error::other(e.to_string()))?;
         }
-        let mut f = OpenOptions::new().create(true).read(true).append(true).open(&self.path)?;
+        let mut f = OpenOptions::new().create(true).read(true).append(true).mode(0o600).open(&self.path)?;
         // std's flock(LOCK_EX), released when `f` is closed at the end of this function.
         f.lock()?;
         let torn = self.cut_torn_tail(&mut f)?;
@@ -319,7 +320,7 @@ impl AuditLog {
         f.seek(SeekFrom::Start(start))?;
         f.read_exact(&mut torn)?;
         let line = count_lines_before(f, start)? + 1;
-        let mut t = OpenOptions::new().create(true).append(true).open(&self.torn_path)?;
+        let mut t = crate::state::open_append_private(&self.torn_path)?;
         writeln!(
             t,
             "# {} torn tail of {} at line {line}, byte offset {start}, {} bytes:",
@@ -808,7 +809,7 @@ mod tests {
             summary: String::new(),
             digest: d.into(),
         };
-        let m = |rules| Manifest { version: 1, host: "h".into(), commit: None, rules, artifact_hashes: Default::default() };
+        let m = |rules| Manifest { version: 1, host: "h".into(), commit: None, rules, artifact_hashes: Default::default(), setup: Default::default() };
         let a = m(vec![rule("a", vec![BackendKind::Nftables], "1"), rule("b", vec![BackendKind::Nftables, BackendKind::Qos], "1")]);
         let b = m(vec![rule("a", vec![BackendKind::Nftables], "2"), rule("c", vec![BackendKind::Userspace], "1")]);
         let c = changes_between(Some(&a), &b);

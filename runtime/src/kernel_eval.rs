@@ -2,7 +2,8 @@
 //! (never the host's), sends real packets into it through veth pairs from a second scratch
 //! namespace, and reads what the kernel did from nftables tracing (`meta nftrace` + `nft
 //! monitor trace`). It answers the same questions as the pure evaluator
-//! (`fwc_compiler::eval`) — verdict, deciding rule, destination after DNAT — so the two can be
+//! (`fwc_compiler::eval`) — verdict, deciding rule, destination after DNAT, QoS class of the
+//! first packet — so the two can be
 //! held equal (`fwc test --kernel`, runtime/tests/kernel_eval.rs). Both namespaces (and with
 //! them every link, route and ruleset) are deleted on drop, also when a step fails.
 //!
@@ -16,7 +17,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use fwc_compiler::artifacts::Artifacts;
+use fwc_compiler::artifacts::{Artifacts, QOS_MARK_MASK};
+use fwc_compiler::eval::nft::Effect;
 use fwc_compiler::eval::{Flow, Origin, Verdict, L4};
 
 /// What the kernel did to one flow's first packet.
@@ -30,6 +32,9 @@ pub struct KernelOutcome {
     pub policy: bool,
     /// Destination as the input/forward filter chain saw it (after any DNAT).
     pub seen_dst: Option<(IpAddr, u16)>,
+    /// The QoS class bits of the packet mark as the first packet left (`qos_apply`, original
+    /// direction); `None` when it carries no class or never left (delivered here, dropped).
+    pub qos_mark: Option<u32>,
     /// The raw trace lines of this packet, for reports.
     pub trace: Vec<String>,
 }
@@ -133,7 +138,8 @@ pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcom
     run("route", &["ip", "-n", &h, "-6", "route", "add", "default", "dev", DEFAULT_IF], None)?;
     let mut locals = BTreeSet::new();
     let mut routes = BTreeSet::new();
-    for f in flows.iter().filter(|f| sends(f)) {
+    let after = destinations_after_dnat(a, flows);
+    for (f, after) in flows.iter().zip(after).filter(|(f, _)| sends(f)) {
         match f.origin {
             Origin::Input => {
                 locals.insert(f.daddr);
@@ -142,6 +148,12 @@ pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcom
                 if let Some(o) = &f.oif {
                     routes.insert((f.daddr, o.clone()));
                 }
+            }
+        }
+        // A DNATed flow leaves through its out= interface (the default one without).
+        if after != f.daddr {
+            if let Some(o) = &f.oif {
+                routes.insert((after, o.clone()));
             }
         }
     }
@@ -372,6 +384,7 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
         let mut policy = false;
         let mut decided = false;
         let mut seen_dst = None;
+        let mut qos_mark = None;
         for l in lines.iter().filter(|l| l.contains(" inet fwc ")) {
             let after = &l[l.find(" inet fwc ").expect("filtered") + " inet fwc ".len()..];
             let Some((chain, what)) = after.split_once(' ') else { continue };
@@ -387,6 +400,10 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
                 if let (Some(a), Some(p)) = (addr, port) {
                     seen_dst = Some((a, p));
                 }
+            }
+            // nft prints the packet mark on the policy line of a chain that changed it.
+            if let Some(m) = word_after(what, "meta mark 0x").and_then(|w| u32::from_str_radix(w, 16).ok()) {
+                qos_mark = Some(m & QOS_MARK_MASK).filter(|&b| b != 0);
             }
             let comment = word_after(what, "comment ").map(|c| c.trim_matches('"').to_string());
             let is_drop = what.ends_with("(verdict drop)") || what.trim_end() == "policy drop";
@@ -406,19 +423,32 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
                 }
             }
         }
-        out.insert(sport, KernelOutcome { verdict, identity, policy, seen_dst, trace: lines.iter().map(|l| l.to_string()).collect() });
+        out.insert(sport, KernelOutcome { verdict, identity, policy, seen_dst, qos_mark, trace: lines.iter().map(|l| l.to_string()).collect() });
     }
     out
 }
 
 /// The part of a pure explanation the kernel can be checked against: verdict, deciding rule
-/// identity, whether a policy decided, destination seen by the input/forward filter chain.
-pub type Comparable = (Verdict, Option<String>, bool, Option<(IpAddr, u16)>);
+/// identity, whether a policy decided, destination seen by the input/forward filter chain, QoS
+/// class bits of the first packet's mark as it left.
+pub type Comparable = (Verdict, Option<String>, bool, Option<(IpAddr, u16)>, Option<u32>);
 
 /// [`Comparable`] of the pure evaluator's explanation of `f`.
 pub fn pure_comparable(f: &Flow, x: &fwc_compiler::eval::Explanation) -> Comparable {
     let reached_filter = !x.steps.iter().any(|s| s.hook == "prerouting" && s.verdict != Verdict::Accept);
-    (x.verdict, x.decided_by.identity.clone(), x.decided_by.index.is_none(), reached_filter.then(|| x.dnat.unwrap_or((f.daddr, f.dport))))
+    let mark = x
+        .steps
+        .iter()
+        .filter(|s| s.hook == "postrouting" && s.direction == "original")
+        .flat_map(|s| &s.hits)
+        .flat_map(|h| &h.effects)
+        .filter_map(|e| match e {
+            Effect::SetMark { which: "meta mark", value } => Some(*value),
+            _ => None,
+        })
+        .last();
+    let qos_mark = mark.map(|m| m & QOS_MARK_MASK).filter(|&b| b != 0);
+    (x.verdict, x.decided_by.identity.clone(), x.decided_by.index.is_none(), reached_filter.then(|| x.dnat.unwrap_or((f.daddr, f.dport))), qos_mark)
 }
 
 /// Do the pure explanation and the kernel outcome agree? A round-robin DNAT agrees with any of
@@ -436,7 +466,14 @@ pub fn agree(f: &Flow, x: &fwc_compiler::eval::Explanation, k: &KernelOutcome) -
 
 /// [`Comparable`] of the kernel's outcome.
 pub fn kernel_comparable(k: &KernelOutcome) -> Comparable {
-    (k.verdict, k.identity.clone(), k.policy, k.seen_dst)
+    (k.verdict, k.identity.clone(), k.policy, k.seen_dst, k.qos_mark)
+}
+
+/// Each flow's destination after prerouting as the pure evaluator sees it (the DNAT target, or
+/// the destination itself): the scratch namespace must route it where the flow says.
+fn destinations_after_dnat(a: &Artifacts, flows: &[Flow]) -> Vec<IpAddr> {
+    let ev = fwc_compiler::eval::Evaluator::new(a).ok();
+    flows.iter().map(|f| ev.as_ref().and_then(|ev| ev.explain(f).ok()).and_then(|x| x.dnat).map_or(f.daddr, |(addr, _)| addr)).collect()
 }
 
 /// Evaluate `flows` in the kernel, in as few namespace loads as possible: flows are packed
@@ -450,13 +487,30 @@ pub fn evaluate_all(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOu
             f.sport = 20000 + i as u16;
         }
     }
+    let after = destinations_after_dnat(a, &flows);
+    // Where a flow's packet must be routed: (address, out interface) — a routed flow's
+    // destination, or a DNATed flow's new destination (`None`: the default interface).
+    let route_of = |i: usize| -> Option<(IpAddr, Option<&String>)> {
+        let f = &flows[i];
+        if after[i] != f.daddr {
+            Some((after[i], f.oif.as_ref()))
+        } else {
+            (f.origin != Origin::Input).then_some((f.daddr, f.oif.as_ref()))
+        }
+    };
     let mut batches: Vec<Vec<usize>> = Vec::new();
     for (i, f) in flows.iter().enumerate() {
         // One batch: distinct source ports (they identify packets in the trace) and one route
         // per destination (a destination reached through two interfaces needs two loads).
         // Nor a source that another flow's destination makes a local address (the kernel
         // drops packets from its own addresses arriving from outside as martians).
+        // A DNATed flow's new destination must not be another flow's local address, nor be
+        // routed through another interface than its own.
         let local_of = |g: &Flow| (g.origin == Origin::Input).then_some(g.daddr);
+        let routes_agree = |x: usize, y: usize| match (route_of(x), route_of(y)) {
+            (Some((a, ia)), Some((b, ib))) => a != b || ia == ib,
+            _ => true,
+        };
         let fits = |b: &Vec<usize>| {
             b.iter().all(|&j| {
                 let g = &flows[j];
@@ -464,6 +518,9 @@ pub fn evaluate_all(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOu
                     && (g.daddr != f.daddr || g.oif == f.oif || f.origin == Origin::Input)
                     && local_of(g) != Some(f.saddr)
                     && local_of(f) != Some(g.saddr)
+                    && routes_agree(i, j)
+                    && (after[i] == f.daddr || local_of(g) != Some(after[i]))
+                    && (after[j] == g.daddr || local_of(f) != Some(after[j]))
             })
         };
         match batches.iter_mut().find(|b| fits(b)) {

@@ -6,7 +6,12 @@
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
 //! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, plus `fwc_webhook_requests_total{result}`,
-//! `fwc_commit_refused_total{reason}` and `fwc_agent_degraded`.
+//! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}` and the
+//! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
+//! rules file, with its kind in a `kind` label (filter, forward, shape). Every label value an
+//! alert may test (results, refusal reasons) exists at 0 from the start, so `increase()` sees
+//! the first event. `/metrics` speaks OpenMetrics 1.0 and, when the scraper prefers it, the
+//! Prometheus text format 0.0.4 ([`negotiate`]).
 //!
 //! ## The HTTP server
 //!
@@ -46,9 +51,29 @@ pub struct CommitLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleBackendLabel {
+    /// The rule's name as written in the rules file (`ssh`, not `filter:ssh`).
     pub rule: String,
+    /// filter, forward or shape.
+    pub kind: String,
     pub backend: String,
 }
+
+impl RuleBackendLabel {
+    pub fn of(c: &RuleCounter) -> RuleBackendLabel {
+        RuleBackendLabel { rule: c.rule.clone(), kind: c.kind.as_str().to_string(), backend: c.backend.as_str().to_string() }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabel {
+    pub version: String,
+}
+
+/// Label values of the counters alerts test, created at 0 by [`Metrics::new`].
+pub const APPLY_RESULTS: &[&str] = &["ok", "rolled_back", "failed"];
+pub const FETCH_RESULTS: &[&str] = &["ok", "error"];
+pub const REFUSAL_REASONS: &[&str] = &["signature", "compile", "rewind", "apply"];
+pub const WEBHOOK_RESULTS: &[&str] = &["accepted", "unauthorized", "replayed", "stale", "disabled"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleLabel {
@@ -89,6 +114,13 @@ pub struct Metrics {
     pub webhook_requests_total: Family<ResultLabel, Counter>,
     pub commit_refused_total: Family<ReasonLabel, Counter>,
     pub agent_degraded: Gauge,
+    pub build_info: Family<BuildLabel, Gauge>,
+    /// Unix time of the last apply (or heal) that succeeded.
+    pub last_apply_success: Gauge,
+    /// Unix time of the last fetch of the rule repository that succeeded.
+    pub last_fetch_success: Gauge,
+    /// Unix time of the last comparison of the live dataplane with the applied artifacts.
+    pub last_drift_check: Gauge,
     /// Last absolute dataplane counter values seen, to turn them into monotonic counters
     /// (the kernel's counters restart from zero when the table is re-created by an apply).
     last_rule_counters: Mutex<HashMap<RuleBackendLabel, (u64, u64)>>,
@@ -119,6 +151,10 @@ impl Metrics {
             webhook_requests_total: Family::default(),
             commit_refused_total: Family::default(),
             agent_degraded: Gauge::default(),
+            build_info: Family::default(),
+            last_apply_success: Gauge::default(),
+            last_fetch_success: Gauge::default(),
+            last_drift_check: Gauge::default(),
             last_rule_counters: Mutex::default(),
             last_qos_counters: Mutex::default(),
             last_sni_counters: Mutex::default(),
@@ -158,21 +194,74 @@ impl Metrics {
             "1 while the newest commit could not be applied and the host runs an older one",
             m.agent_degraded.clone(),
         );
+        registry.register("fwc_build_info", "The running fwc (value 1, one series)", m.build_info.clone());
+        registry.register(
+            "fwc_last_apply_success_timestamp_seconds",
+            "Unix time of the last apply or heal that succeeded (0: none since the agent started)",
+            m.last_apply_success.clone(),
+        );
+        registry.register(
+            "fwc_last_git_fetch_success_timestamp_seconds",
+            "Unix time of the last successful fetch of the rule repository (0: none yet)",
+            m.last_fetch_success.clone(),
+        );
+        registry.register(
+            "fwc_last_drift_check_timestamp_seconds",
+            "Unix time of the last comparison of the live dataplane with the applied artifacts",
+            m.last_drift_check.clone(),
+        );
+        m.build_info.get_or_create(&BuildLabel { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
+        for (family, values) in [(&m.apply_total, APPLY_RESULTS), (&m.git_fetch_total, FETCH_RESULTS), (&m.webhook_requests_total, WEBHOOK_RESULTS)] {
+            for v in values {
+                let _ = family.get_or_create(&ResultLabel { result: v.to_string() });
+            }
+        }
+        for r in REFUSAL_REASONS {
+            let _ = m.commit_refused_total.get_or_create(&ReasonLabel { reason: r.to_string() });
+        }
         Metrics { registry, ..m }
     }
 
-    /// Prometheus/OpenMetrics text of every metric.
+    /// OpenMetrics 1.0 text of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encoding into a String cannot fail");
         out
     }
 
+    /// Every metric in `format`.
+    pub fn encode_as(&self, format: Exposition) -> String {
+        match format {
+            Exposition::OpenMetrics => self.encode(),
+            Exposition::PrometheusText => openmetrics_to_prometheus_text(&self.encode()),
+        }
+    }
+
+    /// Record that an apply or heal succeeded now.
+    pub fn apply_succeeded(&self) {
+        self.last_apply_success.set(unix_now());
+    }
+
+    /// Record that the live dataplane was compared with the applied artifacts now.
+    pub fn drift_checked(&self) {
+        self.last_drift_check.set(unix_now());
+    }
+
+    /// Count a fetch by result; a success also moves its timestamp.
+    pub fn fetched(&self, ok: bool) {
+        Metrics::inc(&self.git_fetch_total, if ok { "ok" } else { "error" });
+        if ok {
+            self.last_fetch_success.set(unix_now());
+        }
+    }
+
     pub fn inc(family: &Family<ResultLabel, Counter>, result: &str) {
         family.get_or_create(&ResultLabel { result: result.to_string() }).inc();
     }
 
+    /// Count a refused commit. `reason` is one of [`REFUSAL_REASONS`].
     pub fn refused(&self, reason: &str) {
+        debug_assert!(REFUSAL_REASONS.contains(&reason), "undocumented refusal reason {reason}");
         self.commit_refused_total.get_or_create(&ReasonLabel { reason: reason.to_string() }).inc();
     }
 
@@ -193,7 +282,7 @@ impl Metrics {
     pub fn observe_rule_counters(&self, counters: &[RuleCounter]) {
         let mut last = self.last_rule_counters.lock().unwrap();
         for c in counters {
-            let key = RuleBackendLabel { rule: c.rule.clone(), backend: c.backend.as_str().to_string() };
+            let key = RuleBackendLabel::of(c);
             let (lp, lb) = last.get(&key).copied().unwrap_or((0, 0));
             let dp = if c.packets >= lp { c.packets - lp } else { c.packets };
             let db = if c.bytes >= lb { c.bytes - lb } else { c.bytes };
@@ -236,6 +325,106 @@ fn advance<K: std::hash::Hash + Eq>(last: &mut HashMap<K, u64>, key: K, v: u64) 
     } else {
         v
     }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// exposition formats
+
+/// The two text formats `/metrics` serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposition {
+    /// `application/openmetrics-text; version=1.0.0`
+    OpenMetrics,
+    /// `text/plain; version=0.0.4`, the classic Prometheus format (`promtool check metrics`).
+    PrometheusText,
+}
+
+impl Exposition {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Exposition::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Exposition::PrometheusText => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// Choose the format from an `Accept` header: the media range with the highest `q` among
+/// `application/openmetrics-text` and `text/plain` wins (OpenMetrics on a tie); no header,
+/// `*/*` or nothing recognised means OpenMetrics.
+pub fn negotiate(accept: Option<&str>) -> Exposition {
+    let Some(accept) = accept else { return Exposition::OpenMetrics };
+    let mut best: Option<(f32, Exposition)> = None;
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let mut q = 1.0f32;
+        for p in parts {
+            if let Some(v) = p.strip_prefix("q=").or_else(|| p.strip_prefix("Q=")) {
+                q = v.trim().parse().unwrap_or(0.0);
+            }
+        }
+        let format = match media.as_str() {
+            "application/openmetrics-text" => Exposition::OpenMetrics,
+            "text/plain" => Exposition::PrometheusText,
+            _ => continue,
+        };
+        let better = match best {
+            None => q > 0.0,
+            Some((bq, bf)) => q > bq || (q == bq && format == Exposition::OpenMetrics && bf != Exposition::OpenMetrics),
+        };
+        if better {
+            best = Some((q, format));
+        }
+    }
+    best.map(|(_, f)| f).unwrap_or(Exposition::OpenMetrics)
+}
+
+/// Rewrite prometheus-client's OpenMetrics text as Prometheus text 0.0.4: `# HELP`/`# TYPE`
+/// name the sample (`fwc_apply_total`, not the family `fwc_apply`), `info` becomes a gauge
+/// named `<family>_info`, `unknown` becomes `untyped`, and `# UNIT`, `# EOF`, `_created`
+/// samples and exemplars go.
+pub fn openmetrics_to_prometheus_text(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    // HELP precedes TYPE in a family: hold it until the type says what the sample name is.
+    let mut help: Option<(&str, &str)> = None;
+    let mut created: Option<String> = None;
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            help = Some((name, text));
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (sample, kind) = match kind {
+                "counter" => (format!("{name}_total"), "counter"),
+                "info" => (format!("{name}_info"), "gauge"),
+                "gauge" | "histogram" | "summary" => (name.to_string(), kind),
+                _ => (name.to_string(), "untyped"),
+            };
+            created = (kind == "counter" || kind == "histogram" || kind == "summary").then(|| format!("{name}_created"));
+            if let Some((_, text)) = help.take().filter(|(h, _)| *h == name) {
+                out.push_str(&format!("# HELP {sample} {}\n", text.replace("\\\"", "\"")));
+            }
+            out.push_str(&format!("# TYPE {sample} {kind}\n"));
+        } else if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        } else if line.starts_with('#') {
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            if created.as_deref().is_some_and(|c| line.starts_with(c) && line[c.len()..].starts_with([' ', '{'])) {
+                continue;
+            }
+            // An exemplar follows the value after " # ".
+            let sample = line.split_once(" # ").map(|(s, _)| s).unwrap_or(line);
+            out.push_str(sample);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -510,8 +699,9 @@ async fn respond(st: &ServerState, req: hyper::Request<hyper::body::Incoming>) -
 fn route(st: &ServerState, method: &str, path: &str, headers: &[(String, String)], body: &[u8]) -> (u16, &'static str, String) {
     match (method, path) {
         ("GET", "/metrics") => {
-            let body = st.metrics.encode();
-            (200, "application/openmetrics-text; version=1.0.0; charset=utf-8", body)
+            let accept = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("accept")).map(|(_, v)| v.as_str());
+            let format = negotiate(accept);
+            (200, format.content_type(), st.metrics.encode_as(format))
         }
         ("GET", "/healthz") => {
             if st.health.alive() {
@@ -589,6 +779,7 @@ pub fn http_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str
 mod tests {
     use super::*;
     use fwc_compiler::artifacts::BackendKind;
+    use fwc_compiler::model::RuleKind;
     use std::sync::atomic::AtomicUsize;
 
     #[test]
@@ -600,10 +791,10 @@ mod tests {
         m.set_applied_commit(Some("def"));
         m.drift_total.inc();
         Metrics::inc(&m.git_fetch_total, "error");
-        m.observe_rule_counters(&[RuleCounter { rule: "filter:ssh".into(), backend: BackendKind::Nftables, packets: 5, bytes: 300 }]);
-        m.observe_rule_counters(&[RuleCounter { rule: "filter:ssh".into(), backend: BackendKind::Nftables, packets: 7, bytes: 400 }]);
+        m.observe_rule_counters(&[RuleCounter { rule: "ssh".into(), kind: RuleKind::Filter, backend: BackendKind::Nftables, packets: 5, bytes: 300 }]);
+        m.observe_rule_counters(&[RuleCounter { rule: "ssh".into(), kind: RuleKind::Filter, backend: BackendKind::Nftables, packets: 7, bytes: 400 }]);
         // counter restarted (table re-created): 2 more packets
-        m.observe_rule_counters(&[RuleCounter { rule: "filter:ssh".into(), backend: BackendKind::Nftables, packets: 2, bytes: 100 }]);
+        m.observe_rule_counters(&[RuleCounter { rule: "ssh".into(), kind: RuleKind::Filter, backend: BackendKind::Nftables, packets: 2, bytes: 100 }]);
         m.set_forward_connections("api", 3);
         m.observe_qos_counters(&[("tenant-b/up".into(), "dropped".into(), 4)]);
         let sni = |n| crate::backend::SniConnections { listener: "tcp [::]:443".into(), result: "miss", connections: n };
@@ -619,8 +810,8 @@ mod tests {
             "fwc_applied_commit_info{commit=\"def\"} 1",
             "fwc_drift_total 1",
             "fwc_git_fetch_total{result=\"error\"} 1",
-            "fwc_rule_packets_total{rule=\"filter:ssh\",backend=\"nftables\"} 9",
-            "fwc_rule_bytes_total{rule=\"filter:ssh\",backend=\"nftables\"} 500",
+            "fwc_rule_packets_total{rule=\"ssh\",kind=\"filter\",backend=\"nftables\"} 9",
+            "fwc_rule_bytes_total{rule=\"ssh\",kind=\"filter\",backend=\"nftables\"} 500",
             "fwc_forward_connections_active{rule=\"api\"} 3",
             "fwc_qos_packets_total{class=\"tenant-b/up\",action=\"dropped\"} 4",
             "fwc_forward_sni_connections_total{listener=\"tcp [::]:443\",result=\"miss\"} 5",
@@ -631,6 +822,78 @@ mod tests {
             assert!(t.contains(want), "missing {want} in\n{t}");
         }
         assert!(!t.contains("commit=\"abc\""), "{t}");
+    }
+
+    /// An alert on `increase(fwc_commit_refused_total{reason="signature"}[1h]) > 0` fires on
+    /// the first refusal only if the series existed at 0 before it.
+    #[test]
+    fn alerted_series_exist_at_zero() {
+        let t = Metrics::new().encode();
+        for r in REFUSAL_REASONS {
+            assert!(t.contains(&format!("fwc_commit_refused_total{{reason=\"{r}\"}} 0\n")), "{r} in\n{t}");
+        }
+        for (name, values) in [("fwc_apply_total", APPLY_RESULTS), ("fwc_git_fetch_total", FETCH_RESULTS), ("fwc_webhook_requests_total", WEBHOOK_RESULTS)] {
+            for v in values {
+                assert!(t.contains(&format!("{name}{{result=\"{v}\"}} 0\n")), "{name} {v} in\n{t}");
+            }
+        }
+        assert!(t.contains(&format!("fwc_build_info{{version=\"{}\"}} 1\n", env!("CARGO_PKG_VERSION"))), "{t}");
+        assert!(t.contains("fwc_last_apply_success_timestamp_seconds 0\n"), "{t}");
+    }
+
+    /// Every backend labels a rule by its name, its kind apart: one label format.
+    #[test]
+    fn one_rule_label_format() {
+        let m = Metrics::new();
+        m.observe_rule_counters(&[
+            RuleCounter { rule: "app".into(), kind: RuleKind::Forward, backend: BackendKind::Nftables, packets: 1, bytes: 60 },
+            RuleCounter { rule: "app".into(), kind: RuleKind::Forward, backend: BackendKind::Userspace, packets: 0, bytes: 900 },
+            RuleCounter { rule: "tenant-b".into(), kind: RuleKind::Shape, backend: BackendKind::Qos, packets: 3, bytes: 300 },
+        ]);
+        m.set_forward_connections("app", 2);
+        let t = m.encode();
+        for want in [
+            "fwc_rule_bytes_total{rule=\"app\",kind=\"forward\",backend=\"nftables\"} 60",
+            "fwc_rule_bytes_total{rule=\"app\",kind=\"forward\",backend=\"userspace\"} 900",
+            "fwc_rule_bytes_total{rule=\"tenant-b\",kind=\"shape\",backend=\"qos\"} 300",
+            "fwc_forward_connections_active{rule=\"app\"} 2",
+        ] {
+            assert!(t.contains(want), "missing {want} in\n{t}");
+        }
+        assert!(!t.contains("forward:app"), "{t}");
+    }
+
+    #[test]
+    fn content_negotiation() {
+        use Exposition::*;
+        // What Prometheus 2.x sends by default, and with scrape_protocols = [PrometheusText0.0.4].
+        let prom2 = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(negotiate(Some(prom2)), OpenMetrics);
+        assert_eq!(negotiate(Some("text/plain;version=0.0.4;q=1,*/*;q=0.1")), PrometheusText);
+        assert_eq!(negotiate(Some("text/plain")), PrometheusText);
+        assert_eq!(negotiate(Some("application/openmetrics-text;q=0.2, text/plain;q=0.9")), PrometheusText);
+        assert_eq!(negotiate(Some("text/plain;q=0.5, application/openmetrics-text;q=0.5")), OpenMetrics);
+        assert_eq!(negotiate(Some("*/*")), OpenMetrics);
+        assert_eq!(negotiate(Some("application/json")), OpenMetrics);
+        assert_eq!(negotiate(None), OpenMetrics);
+        assert_eq!(negotiate(Some("text/plain;q=0")), OpenMetrics);
+    }
+
+    #[test]
+    fn prometheus_text_names_samples() {
+        let m = Metrics::new();
+        m.apply_duration_seconds.observe(0.2);
+        let t = m.encode_as(Exposition::PrometheusText);
+        assert!(t.contains("# HELP fwc_apply_total Applies"), "{t}");
+        assert!(t.contains("# TYPE fwc_apply_total counter\n"), "{t}");
+        assert!(t.contains("# TYPE fwc_apply_duration_seconds histogram\n"), "{t}");
+        assert!(t.contains("# TYPE fwc_build_info gauge\n"), "{t}");
+        assert!(!t.contains("# EOF"), "{t}");
+        let om = m.encode();
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        // The samples themselves are the same.
+        let samples = |s: &str| s.lines().filter(|l| !l.starts_with('#')).map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(samples(&t), samples(&om));
     }
 
     #[test]
@@ -697,6 +960,10 @@ mod tests {
         assert_eq!(pushes.load(Ordering::SeqCst), 3);
         let (code, text) = http_request(a, "GET", "/metrics", &[], b"").unwrap();
         assert_eq!(code, 200);
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let (code, plain) = http_request(a, "GET", "/metrics", &[("Accept", "text/plain;version=0.0.4")], b"").unwrap();
+        assert_eq!(code, 200);
+        assert!(plain.contains("# TYPE fwc_webhook_requests_total counter") && !plain.contains("# EOF"), "{plain}");
         assert!(text.contains("fwc_webhook_requests_total{result=\"accepted\"} 3"), "{text}");
         assert!(text.contains("fwc_webhook_requests_total{result=\"unauthorized\"} 3"), "{text}");
         assert!(text.contains("fwc_webhook_requests_total{result=\"replayed\"} 2"), "{text}");

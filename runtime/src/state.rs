@@ -13,13 +13,21 @@
 //! D/cache/            derived data: the kernel's rendering of recent nftables.json (for drift)
 //! ```
 //!
+//! Trust: the state dir is 0700 and every file in it 0600 whatever the umask (created with
+//! those modes and chmod-ed explicitly); the lock file lives in that directory, so no other
+//! user can open it, let alone flock it; a state dir or lock file owned by another user is
+//! refused. Every generation is verified against the sha256 digests in its `applied.json`
+//! before anything of it is loaded: a mismatch is refused with an error naming the file (`fwc rollback`, the confirm reverter, `status`, plan and apply all read through
+//! [`StateDir::generation`]).
+//!
 //! A new generation is written into a temp dir, every file fsynced, the dir renamed into place
 //! and the state dir fsynced; only then is `state.json` replaced (temp + fsync + rename + dir
 //! fsync). A crash at any point leaves either the old or the new `state.json`, and both point
 //! at complete generations. Generations other than current and previous are removed afterwards.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -105,10 +113,12 @@ impl StateDir {
         StateDir { path: path.into() }
     }
 
+    /// Create the state dir (and its cache dir) 0700, or make an existing one 0700; refuse
+    /// one owned by another user.
     fn ensure(&self) -> Result<()> {
-        fs::create_dir_all(&self.path)
-            .into_diagnostic()
-            .wrap_err_with(|| format!("cannot create state dir {}", self.path.display()))
+        create_private_dir(&self.path)?;
+        check_owner(&self.path)?;
+        create_private_dir(&self.path.join(CACHE_DIR))
     }
 
     /// Take the exclusive lock, waiting for another apply to finish (`wait`), or failing at once.
@@ -120,9 +130,25 @@ impl StateDir {
             .read(true)
             .write(true)
             .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .into_diagnostic()
             .wrap_err_with(|| format!("cannot open lock file {}", path.display()))?;
+        // A lock file made by another user (or by an older fwc, 0644) is not trusted as is.
+        let meta = file.metadata().into_diagnostic()?;
+        if meta.uid() != euid() {
+            return Err(miette!(
+                help = "remove it (as root) and run the command again",
+                "lock file {} belongs to uid {}, not to the user running fwc (uid {}): refusing to share a lock with it",
+                path.display(),
+                meta.uid(),
+                euid()
+            ));
+        }
+        if meta.permissions().mode() & 0o7777 != 0o600 {
+            file.set_permissions(fs::Permissions::from_mode(0o600)).into_diagnostic()?;
+        }
         // std's flock(2): held until `file` is closed (StateLock dropped).
         let locked = if wait { file.lock().map_err(std::fs::TryLockError::Error) } else { file.try_lock() };
         match locked {
@@ -148,15 +174,21 @@ impl StateDir {
         }
     }
 
+    /// Read generation `name`, after checking every artifact file against the sha256 digest
+    /// recorded in its `applied.json`: a file that differs is refused, nothing is loaded.
     pub fn generation(&self, name: &str) -> Result<Generation> {
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return Err(miette!("state file {} names generation {name:?}, which is not a generation name", self.path.join(STATE_FILE).display()));
+        }
         let dir = self.path.join(name);
-        let artifacts = Artifacts::read_dir(&dir).into_diagnostic()?;
         let meta_path = dir.join(APPLIED_FILE);
         let meta: AppliedMeta = serde_json::from_str(
             &fs::read_to_string(&meta_path).into_diagnostic().wrap_err_with(|| format!("cannot read {}", meta_path.display()))?,
         )
         .into_diagnostic()
         .wrap_err_with(|| format!("corrupt {}", meta_path.display()))?;
+        verify_digests(&dir, &meta)?;
+        let artifacts = Artifacts::read_dir(&dir).into_diagnostic()?;
         Ok(Generation { name: name.to_string(), dir, artifacts, meta })
     }
 
@@ -187,7 +219,7 @@ impl StateDir {
 
     /// Append a line to `confirm.log` (best effort).
     pub fn log_confirm(&self, line: &str) {
-        if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(self.path.join(CONFIRM_LOG)) {
+        if let Ok(mut f) = open_append_private(&self.path.join(CONFIRM_LOG)) {
             let _ = writeln!(f, "{} {line}", rfc3339(now_unix()));
             let _ = f.sync_all();
         }
@@ -222,7 +254,8 @@ impl StateLock {
         };
         let tmp = self.dir.path.join(format!(".tmp-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&tmp);
-        fs::create_dir(&tmp).into_diagnostic().wrap_err_with(|| format!("cannot create {}", tmp.display()))?;
+        DirBuilder::new().mode(0o700).create(&tmp).into_diagnostic().wrap_err_with(|| format!("cannot create {}", tmp.display()))?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o700)).into_diagnostic()?;
         let mut all: Vec<(String, String)> = files.into_iter().map(|(f, t)| (f.to_string(), t)).collect();
         all.push((APPLIED_FILE.into(), fwc_compiler::artifacts::to_pretty(&meta)));
         for (f, text) in &all {
@@ -296,8 +329,92 @@ fn next_gen_name(dir: &Path, ptr: &StatePointer) -> Result<String> {
     Ok(format!("gen-{:06}", max + 1))
 }
 
+/// The effective uid of this process.
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Create `path` (and missing parents) with mode 0700 whatever the umask, and make an
+/// existing `path` 0700 when it is ours.
+pub fn create_private_dir(path: &Path) -> Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot create state dir {}", path.display()))?;
+    let meta = fs::metadata(path).into_diagnostic()?;
+    if meta.uid() == euid() && meta.permissions().mode() & 0o7777 != 0o700 {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700))
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot make {} private (0700)", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The state dir must belong to the user running fwc: anyone else who owns it could replace
+/// what fwc applies.
+fn check_owner(path: &Path) -> Result<()> {
+    let meta = fs::metadata(path).into_diagnostic()?;
+    if meta.uid() != euid() {
+        return Err(miette!(
+            help = "use a state dir owned by this user (root for the system one), e.g. the default /var/lib/fwc",
+            "state dir {} belongs to uid {}, not to the user running fwc (uid {}): refusing to trust it",
+            path.display(),
+            meta.uid(),
+            euid()
+        ));
+    }
+    Ok(())
+}
+
+/// Open `path` for appending, creating it 0600 (logs of the state dir).
+pub fn open_append_private(path: &Path) -> std::io::Result<File> {
+    let f = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+    f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    Ok(f)
+}
+
+/// Check every file of generation `dir` against the digests in its `applied.json`.
+fn verify_digests(dir: &Path, meta: &AppliedMeta) -> Result<()> {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tampered = |what: String| {
+        miette!(
+            help = "the state dir may have been edited or damaged; re-apply from the rule repository (`fwc apply`) to record a fresh generation",
+            "generation {name} in {} does not match its recorded digests: {what}; refusing to load it",
+            dir.parent().unwrap_or(dir).display()
+        )
+    };
+    for file in [
+        fwc_compiler::artifacts::NFTABLES_FILE,
+        fwc_compiler::artifacts::QOS_FILE,
+        fwc_compiler::artifacts::FORWARD_FILE,
+        fwc_compiler::artifacts::MANIFEST_FILE,
+    ] {
+        let Some(want) = meta.hashes.get(file) else {
+            return Err(tampered(format!("{APPLIED_FILE} records no digest for {file}")));
+        };
+        let path = dir.join(file);
+        let bytes = fs::read(&path).into_diagnostic().wrap_err_with(|| format!("cannot read {}", path.display()))?;
+        let got = sha256_hex(&bytes);
+        if &got != want {
+            return Err(tampered(format!("{file} has sha256 {}…, {APPLIED_FILE} records {}…", &got[..12], &want[..want.len().min(12)])));
+        }
+    }
+    Ok(())
+}
+
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = File::create(path).into_diagnostic().wrap_err_with(|| format!("cannot write {}", path.display()))?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot write {}", path.display()))?;
+    f.set_permissions(fs::Permissions::from_mode(0o600)).into_diagnostic()?;
     f.write_all(bytes).into_diagnostic()?;
     f.sync_all().into_diagnostic()?;
     Ok(())

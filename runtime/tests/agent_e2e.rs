@@ -245,7 +245,7 @@ fn agent_over_git_daemon_survives_remote_down_and_alerts_on_drift() {
     c.wait().unwrap();
     let c2 = repo.commit(&allow(81, "alt"), "allow 81 while the remote is down", None, false);
     assert!(
-        wait_until(Duration::from_secs(10), || agent.scrape().contains("fwc_git_fetch_total{result=\"error\"}")),
+        wait_until(Duration::from_secs(10), || !agent.scrape().contains("fwc_git_fetch_total{result=\"error\"} 0\n")),
         "{}\n{}",
         agent.scrape(),
         agent.log_text()

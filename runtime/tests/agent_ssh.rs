@@ -272,7 +272,7 @@ fn agent_fetches_over_ssh_and_applies() {
     );
     let log = agent.log_text();
     assert!(log.contains(&fp) && log.contains(&format!("ssh-keyscan -p {} -t ed25519 127.0.0.1", sshd.port)), "{log}");
-    assert!(agent.scrape().contains("fwc_git_fetch_total{result=\"error\"}"));
+    assert!(!agent.scrape().contains("fwc_git_fetch_total{result=\"error\"} 0\n"));
     assert!(audit(&state).is_empty(), "nothing may be applied from an unknown host");
 
     // The operator adds the host key; the next (backed-off) fetch succeeds and applies.
@@ -288,5 +288,7 @@ fn agent_fetches_over_ssh_and_applies() {
     assert!(lists(&e, "added", "filter:alt") && lists(&e, "removed", "filter:web"), "{e:#}");
     let live = ns.exec(&["nft", "list", "table", "inet", "fwc"]);
     assert!(live.contains("dport 81") && !live.contains("dport 80"), "{live}");
-    assert!(agent.scrape().contains(&format!("fwc_applied_commit_info{{commit=\"{c2}\"}} 1")));
+    // The audit entry is written before the metric moves: wait for it.
+    let want = format!("fwc_applied_commit_info{{commit=\"{c2}\"}} 1");
+    assert!(wait_until(Duration::from_secs(5), || agent.scrape().contains(&want)), "{}", agent.scrape());
 }

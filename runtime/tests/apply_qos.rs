@@ -41,10 +41,16 @@ fn capped_forward_is_shaped_by_the_ebpf_program_inside_the_namespace() {
     t.client.sh(
         "timeout 4 python3 -c \"import socket,sys\ns=socket.create_connection(('198.18.1.1',5000))\nb=b'x'*65536\nn=0\ntry:\n  while True: n+=s.send(b)\nexcept Exception: pass\" ; true",
     );
-    let o = fwc(&["qos", "stats", "--pin-dir", &pins, "--json"]);
+    // `qos stats` finds the namespace's pins from --netns and names the classes after the
+    // rules of the state dir's applied generation, without --pin-dir or --artifacts.
+    let o = fwc(&["qos", "stats", "--netns", &t.host.name, "--state-dir", st, "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stats: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let text = stats.to_string();
+    assert_eq!(stats["pin_dir"], pins.as_str(), "{text}");
+    let o = fwc(&["qos", "stats", "--netns", &t.host.name, "--state-dir", st]);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("bulk (up)") && table.contains("bulk (down)"), "classes named after their rule:\n{table}");
     // The up class saw the traffic, passed about 4 s x 1.25 MB/s and dropped the excess.
     let classes = stats["classes"].as_array().cloned().unwrap_or_default();
     assert_eq!(classes.len(), 2, "an up and a down class: {text}");
@@ -57,7 +63,7 @@ fn capped_forward_is_shaped_by_the_ebpf_program_inside_the_namespace() {
     std::fs::write(repo.path().join("fwc.kdl"), rules("")).unwrap();
     let o = fwc(&["apply", dir, "--netns", &t.host.name, "--state-dir", st, "--auto-approve"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = fwc(&["qos", "stats", "--pin-dir", &pins, "--json"]);
+    let o = fwc(&["qos", "stats", "--netns", &t.host.name, "--json"]);
     let after: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     assert_eq!(after["classes"].as_array().map(Vec::len).unwrap_or(0), 0, "classes of the removed cap remain: {after}");
 

@@ -182,7 +182,7 @@ fn filters_by_port_source_family_reject_drop_rate_log() {
     let st = fwc(&["status", "--json", "--state-dir", tmp.path().join("state").to_str().unwrap(), "--netns", &t.host.name]);
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(st["drift"], false, "{st}");
-    let web = st["counters"].as_array().unwrap().iter().find(|c| c["rule"] == "filter:web").cloned().unwrap();
+    let web = st["counters"].as_array().unwrap().iter().find(|c| c["rule"] == "web" && c["kind"] == "filter").cloned().unwrap();
     assert!(web["packets"].as_u64().unwrap() >= 2, "{web}");
 }
 

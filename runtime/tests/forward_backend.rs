@@ -42,6 +42,7 @@ fn artifacts(listeners: Vec<Listener>) -> Artifacts {
             commit: None,
             rules: vec![],
             artifact_hashes: BTreeMap::new(),
+            setup: Default::default(),
         },
     }
 }

@@ -28,6 +28,20 @@ pub fn which(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Is the external tool a test checks its output with (promtool, lintian, ...) installed?
+/// Without it the test prints SKIP and returns false, unless CI (`CI` or
+/// `FWC_REQUIRE_PRIVILEGED` set), where scripts/setup.sh installs it and its absence fails.
+pub fn tool(test: &str, tool: &str, package: &str) -> bool {
+    if which(tool) {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() || std::env::var_os("FWC_REQUIRE_PRIVILEGED").is_some() {
+        panic!("{test}: {tool} is required in CI (scripts/setup.sh installs the Debian package {package})");
+    }
+    eprintln!("SKIP {test}: {tool} not installed (Debian package {package})");
+    false
+}
+
 /// Run a command, panic with its stderr when it fails.
 pub fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));

@@ -51,7 +51,42 @@ pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value,
     artifact_hashes.insert(NFTABLES_FILE.to_string(), sha256_pretty(nftables));
     artifact_hashes.insert(QOS_FILE.to_string(), sha256_pretty(qos));
     artifact_hashes.insert(FORWARD_FILE.to_string(), sha256_pretty(forward));
-    Manifest { version: ARTIFACT_VERSION, host: plan.host.name.value.clone(), commit: commit.map(str::to_string), rules, artifact_hashes }
+    Manifest {
+        version: ARTIFACT_VERSION,
+        host: plan.host.name.value.clone(),
+        commit: commit.map(str::to_string),
+        rules,
+        artifact_hashes,
+        setup: setup(plan, qos),
+    }
+}
+
+/// What the host needs beside the rulesets: forwarding for kernel forwards to other hosts (per
+/// address family used), `route_localnet` for kernel forwards to 127.0.0.0/8, and the
+/// interfaces QoS classes are attached to.
+fn setup(plan: &HostPlan, qos: &QosArtifact) -> HostSetup {
+    let targets: Vec<std::net::IpAddr> = plan
+        .kernel_forwards
+        .iter()
+        .flat_map(|f| &f.targets.value)
+        .filter_map(|t| match t.host {
+            TargetHost::Ip(ip) => Some(ip),
+            TargetHost::Dns(_) => None,
+        })
+        .collect();
+    let remote = |v6: bool| targets.iter().any(|a| a.is_ipv6() == v6 && !a.is_loopback() && !a.is_unspecified());
+    let mut sysctls = Vec::new();
+    if remote(false) {
+        sysctls.push(SysctlSetting::ipv4_forwarding());
+    }
+    if remote(true) {
+        sysctls.push(SysctlSetting::ipv6_forwarding());
+    }
+    if targets.iter().any(|a| a.is_ipv4() && a.is_loopback()) {
+        sysctls.push(SysctlSetting::route_localnet());
+    }
+    let interfaces: std::collections::BTreeSet<&String> = qos.classes.iter().flat_map(|c| &c.interfaces).collect();
+    HostSetup { sysctls, interfaces: interfaces.into_iter().cloned().collect() }
 }
 
 /// Serializes the items of an iterator as a JSON array (no Vec of a million copies).

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fwc_compiler::artifacts::{ForwardArtifact, ForwardTarget, Listener, ListenerProto};
+use fwc_artifacts::{ForwardArtifact, ForwardTarget, Listener, ListenerProto};
 use fwc_forwarder::{Forwarder, Options};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

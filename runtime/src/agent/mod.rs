@@ -256,9 +256,11 @@ fn short(c: &str) -> &str {
 
 impl Agent {
     pub fn new(cfg: AgentConfig, metrics: Arc<Metrics>, health: Arc<Health>) -> Result<Agent> {
-        std::fs::create_dir_all(&cfg.state_dir)
-            .into_diagnostic()
-            .wrap_err_with(|| format!("cannot create state dir {}", cfg.state_dir.display()))?;
+        // Everything the agent writes into the state dir (its git mirror included, which
+        // libgit2 creates with umask modes) is private to it.
+        // SAFETY: umask only sets this process's file mode creation mask.
+        unsafe { libc::umask(0o077) };
+        crate::state::create_private_dir(&cfg.state_dir)?;
         let state = StateDir::new(&cfg.state_dir);
         let audit = AuditLog::in_state_dir(&cfg.state_dir);
         let mirror = Mirror::open(&cfg.state_dir, &cfg.repo_url, &cfg.branch, cfg.fetch_timeout)?;
@@ -368,7 +370,7 @@ impl Agent {
     pub fn fetch(&mut self) -> (Duration, bool) {
         match self.mirror.fetch(self.cfg.fetch_timeout) {
             Ok(f) => {
-                Metrics::inc(&self.metrics.git_fetch_total, "ok");
+                self.metrics.fetched(true);
                 self.backoff.reset();
                 if f.forced {
                     let old = f.old.map(|o| o.to_string()).unwrap_or_default();
@@ -378,7 +380,7 @@ impl Agent {
                 (self.cfg.interval, f.changed())
             }
             Err(e) => {
-                Metrics::inc(&self.metrics.git_fetch_total, "error");
+                self.metrics.fetched(false);
                 let d = self.backoff.fail();
                 tracing::warn!("{e}; retrying in {d:?}");
                 self.health.set_status(format!("fetch failing ({} times): {e}", self.backoff.failures));
@@ -675,6 +677,7 @@ impl Agent {
                     _ => {}
                 }
                 self.last_drift = None;
+                self.metrics.apply_succeeded();
                 self.metrics.set_applied_commit(rep.commit.as_deref());
                 self.set_degraded(false, format!("running {}", rep.commit.as_deref().map(short).unwrap_or("-")));
                 self.health.ready.store(true, Ordering::Relaxed);
@@ -737,6 +740,7 @@ impl Agent {
                 Err(e) => drift.push(format!("{}: cannot read the live state: {e}", b.kind().as_str())),
             }
         }
+        self.metrics.drift_checked();
         if !self.health.ready.load(Ordering::Relaxed) && drift.is_empty() {
             // Restart: adopt what is live.
             if let Some(c) = &cur.meta.commit {

@@ -211,6 +211,7 @@ impl Backend for ForwardBackend {
             .iter()
             .map(|r| RuleCounter {
                 rule: r.rule.clone(),
+                kind: fwc_compiler::model::RuleKind::Forward,
                 backend: BackendKind::Userspace,
                 packets: 0,
                 bytes: r.bytes_up + r.bytes_down,

@@ -73,7 +73,9 @@ impl Observation {
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct RuleCounter {
+    /// The rule's name as written in the rules file.
     pub rule: String,
+    pub kind: fwc_compiler::model::RuleKind,
     pub backend: BackendKind,
     pub packets: u64,
     pub bytes: u64,

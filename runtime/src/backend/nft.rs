@@ -627,12 +627,11 @@ fn strip_volatile(v: &mut Value) {
     }
 }
 
-/// `fwc:filter:ssh` -> ("filter", "ssh").
+/// `fwc:filter:ssh` -> ("filter", "ssh") (the comment format's one parser is
+/// [`fwc_compiler::artifacts::parse_rule_comment`]).
 pub fn rule_label(rule: &Value) -> Option<(String, String)> {
-    let c = rule.get("comment")?.as_str()?;
-    let rest = c.strip_prefix("fwc:")?;
-    let (kind, name) = rest.split_once(':')?;
-    Some((kind.to_string(), name.to_string()))
+    let (kind, name) = fwc_compiler::artifacts::parse_rule_comment(rule.get("comment")?.as_str()?)?;
+    Some((kind.as_str().to_string(), name.to_string()))
 }
 
 fn label_text(rule: &Value) -> String {
@@ -824,7 +823,7 @@ fn render_rule(chain: &str, rule: &Value, chain_rules: &[Value], text: Option<&s
 
 /// Packets and bytes per rule from a live listing, summed over the nft rules (and map
 /// elements: map forwards have no rule of their own) carrying the same `fwc:<kind>:<name>`
-/// comment. `rule` is `<kind>:<name>`.
+/// comment.
 pub fn counters(listing: &Value) -> Vec<RuleCounter> {
     fn add_counters(v: &Value, e: &mut (u64, u64)) {
         match v {
@@ -844,8 +843,8 @@ pub fn counters(listing: &Value) -> Vec<RuleCounter> {
         match v {
             Value::Object(m) => {
                 if let Some(Value::Object(el)) = m.get("elem") {
-                    if let Some((kind, name)) = el.get("comment").and_then(Value::as_str).and_then(|c| c.strip_prefix("fwc:")).and_then(|c| c.split_once(':')) {
-                        let e = sums.entry(format!("{kind}:{name}")).or_default();
+                    if let Some(id) = el.get("comment").and_then(Value::as_str).and_then(fwc_compiler::artifacts::RuleId::parse) {
+                        let e = sums.entry(id.to_string()).or_default();
                         if let Some(Value::Object(c)) = el.get("counter") {
                             e.0 += c.get("packets").and_then(Value::as_u64).unwrap_or(0);
                             e.1 += c.get("bytes").and_then(Value::as_u64).unwrap_or(0);
@@ -872,13 +871,18 @@ pub fn counters(listing: &Value) -> Vec<RuleCounter> {
         }
     }
     sums.into_iter()
-        .map(|(rule, (packets, bytes))| RuleCounter { rule, backend: BackendKind::Nftables, packets, bytes })
+        .filter_map(|(key, (packets, bytes))| {
+            let comment = format!("{}{key}", fwc_compiler::emit::nft::COMMENT_PREFIX);
+            let (kind, name) = fwc_compiler::emit::nft::parse_rule_comment(&comment)?;
+            Some(RuleCounter { rule: name.to_string(), kind, backend: BackendKind::Nftables, packets, bytes })
+        })
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fwc_compiler::model::RuleKind;
 
     #[test]
     fn replace_tx_refuses_foreign_tables() {
@@ -903,14 +907,14 @@ mod tests {
               "expr": [{"counter": {"packets": 0, "bytes": 0}}, {"accept": null}]}}]});
         assert_eq!(normalize(&a), normalize(&b));
         let c = counters(&a);
-        assert_eq!(c, vec![RuleCounter { rule: "filter:ssh".into(), backend: BackendKind::Nftables, packets: 5, bytes: 300 }]);
+        assert_eq!(c, vec![RuleCounter { rule: "ssh".into(), kind: RuleKind::Filter, backend: BackendKind::Nftables, packets: 5, bytes: 300 }]);
     }
 
     #[test]
     fn map_element_counters_and_text() {
         let l = json!({"nftables": [{"map": {"family": "inet", "table": "fwc", "name": "fwd4_addr", "elem": [
             [{"elem": {"val": {"concat": ["tcp", 8080]}, "counter": {"packets": 3, "bytes": 180}, "comment": "fwc:forward:web"}}, "10.0.0.5"]]}}]});
-        assert_eq!(counters(&l), vec![RuleCounter { rule: "forward:web".into(), backend: BackendKind::Nftables, packets: 3, bytes: 180 }]);
+        assert_eq!(counters(&l), vec![RuleCounter { rule: "web".into(), kind: RuleKind::Forward, backend: BackendKind::Nftables, packets: 3, bytes: 180 }]);
         let e = &l["nftables"][0]["map"]["elem"][0];
         assert_eq!(elem_text(e), "tcp . 8080 (fwc:forward:web) : 10.0.0.5");
     }

@@ -279,17 +279,17 @@ impl Backend for QosBackend {
         let p = plan(&expected.qos)?;
         let drift = self.drift(&p)?;
         let stats = self.class_stats()?;
-        let mut per_rule: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        let mut per_rule: BTreeMap<(String, fwc_compiler::model::RuleKind), (u64, u64)> = BTreeMap::new();
         for c in &expected.qos.classes {
             if let Some(s) = stats.get(&c.id) {
-                let e = per_rule.entry(c.rule.clone()).or_default();
+                let e = per_rule.entry((c.rule.clone(), c.kind)).or_default();
                 e.0 += s.passed_pkts;
                 e.1 += s.passed_bytes;
             }
         }
         let counters = per_rule
             .into_iter()
-            .map(|(rule, (packets, bytes))| RuleCounter { rule, backend: BackendKind::Qos, packets, bytes })
+            .map(|((rule, kind), (packets, bytes))| RuleCounter { rule, kind, backend: BackendKind::Qos, packets, bytes })
             .collect();
         let mut qos_packets = Vec::new();
         for c in &expected.qos.classes {

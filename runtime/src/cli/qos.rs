@@ -1,5 +1,7 @@
 //! `fwc qos stats` (per-class counters of the eBPF QoS dataplane) and `fwc qos detach`
-//! (remove everything fwc's QoS attached and pinned).
+//! (remove everything fwc's QoS attached and pinned). Both find the pins `fwc apply` made
+//! (`--netns NS`: those of that namespace); `stats` names classes after the rules of the
+//! state dir's applied generation.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,12 +27,34 @@ pub enum QosCmd {
     Detach(DetachArgs),
 }
 
+/// Which pins: those `fwc apply` made for the host or for `--netns NS`, or a directory.
+#[derive(Debug, clap::Args)]
+pub struct PinArgs {
+    /// The network namespace `fwc apply --netns NS` targeted: its pins are under
+    /// /sys/fs/bpf/fwc-netns-NS.
+    #[arg(long, value_hint = clap::ValueHint::Other, env = "FWC_NETNS")]
+    pub netns: Option<String>,
+    /// Pin directory of the program and maps [default: /sys/fs/bpf/fwc, or
+    /// /sys/fs/bpf/fwc-netns-NS with --netns].
+    #[arg(long, conflicts_with = "netns")]
+    pub pin_dir: Option<PathBuf>,
+}
+
+impl PinArgs {
+    fn dir(&self) -> PathBuf {
+        self.pin_dir.clone().unwrap_or_else(|| fwc_qos::pin_root_for(self.netns.as_deref()))
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
-    /// Pin directory of the program and maps.
-    #[arg(long, default_value = fwc_qos::DEFAULT_PIN_ROOT)]
-    pub pin_dir: PathBuf,
-    /// Name classes after their rules using this qos.json (or an artifact directory holding it).
+    #[command(flatten)]
+    pub pins: PinArgs,
+    /// State dir of the apply: its applied rules name the classes.
+    #[arg(long, env = "FWC_STATE_DIR", default_value = crate::state::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// Name classes after the rules of this qos.json (or an artifact directory holding it)
+    /// instead of the state dir's.
     #[arg(long)]
     pub artifacts: Option<PathBuf>,
     /// Print JSON instead of a table.
@@ -40,17 +64,17 @@ pub struct StatsArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct DetachArgs {
-    /// Pin directory of the program and maps.
-    #[arg(long, default_value = fwc_qos::DEFAULT_PIN_ROOT)]
-    pub pin_dir: PathBuf,
+    #[command(flatten)]
+    pub pins: PinArgs,
 }
 
 pub fn run(a: QosArgs, _g: &Global) -> Result<ExitCode> {
     match a.cmd {
         QosCmd::Stats(s) => stats(s),
         QosCmd::Detach(d) => {
-            fwc_qos::detach_all(&d.pin_dir).map_err(|e| miette!("{e}"))?;
-            println!("eBPF QoS detached; {} removed", d.pin_dir.display());
+            let dir = d.pins.dir();
+            fwc_qos::detach_all(&dir).map_err(|e| miette!("{e}"))?;
+            println!("eBPF QoS detached; {} removed", dir.display());
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -69,16 +93,25 @@ struct Row {
     stats: fwc_qos::Stats,
 }
 
-fn labels(path: &Option<PathBuf>) -> Result<QosArtifact> {
-    let Some(p) = path else { return Ok(QosArtifact::default()) };
+/// The classes' rules: from `--artifacts`, else from the state dir's applied generation, else
+/// none (the table shows `-`).
+fn labels(a: &StatsArgs) -> Result<QosArtifact> {
+    let Some(p) = &a.artifacts else {
+        let applied = crate::state::StateDir::new(&a.state_dir).current().ok().flatten();
+        return Ok(applied.map(|g| g.artifacts.qos).unwrap_or_default());
+    };
     let file = if p.is_dir() { p.join(fwc_compiler::artifacts::QOS_FILE) } else { p.clone() };
     let text = std::fs::read_to_string(&file).into_diagnostic()?;
     serde_json::from_str(&text).map_err(|e| miette!("{}: {e}", file.display()))
 }
 
 fn stats(a: StatsArgs) -> Result<ExitCode> {
-    let q = Qos::open_pinned(&a.pin_dir).map_err(|e| miette!("{e} (is a QoS class applied?)"))?;
-    let art = labels(&a.artifacts)?;
+    let pin_dir = a.pins.dir();
+    let q = Qos::open_pinned(&pin_dir).map_err(|e| {
+        let hint = if a.pins.netns.is_none() && a.pins.pin_dir.is_none() { "; for `fwc apply --netns NS` pass --netns NS" } else { "" };
+        miette!("{e} (is a QoS class applied?{hint})")
+    })?;
+    let art = labels(&a)?;
     let e = |e: fwc_qos::QosError| miette!("{e}");
     let mut rows = Vec::new();
     let unclassified = q.stats(0).map_err(e)?;
@@ -102,7 +135,7 @@ fn stats(a: StatsArgs) -> Result<ExitCode> {
         });
     }
     if a.json {
-        let v = serde_json::json!({ "pin_dir": a.pin_dir, "classes": rows, "unclassified": unclassified });
+        let v = serde_json::json!({ "pin_dir": pin_dir, "classes": rows, "unclassified": unclassified });
         println!("{}", serde_json::to_string_pretty(&v).into_diagnostic()?);
         return Ok(ExitCode::SUCCESS);
     }

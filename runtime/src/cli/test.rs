@@ -106,7 +106,7 @@ fn kernel_check(tree: &SourceTree, report: &mut Report) -> Result<()> {
                         r.decided_by.push_str(" [kernel agrees]");
                     } else {
                         r.passed = false;
-                        r.actual.push_str(&format!(" [kernel DISAGREES: {} by {}{}]", k.verdict.as_str(), if k.policy { "policy".to_string() } else { k.identity.clone().unwrap_or_else(|| "a built-in rule".into()) }, k.seen_dst.map(|(a, p)| format!(", destination {a} port {p}")).unwrap_or_default()));
+                        r.actual.push_str(&format!(" [kernel DISAGREES: {} by {}{}{}]", k.verdict.as_str(), if k.policy { "policy".to_string() } else { k.identity.clone().unwrap_or_else(|| "a built-in rule".into()) }, k.seen_dst.map(|(a, p)| format!(", destination {a} port {p}")).unwrap_or_default(), k.qos_mark.map(|m| format!(", QoS mark {m:#010x}")).unwrap_or_default()));
                     }
                 }
             }

@@ -34,7 +34,7 @@ pub fn start(lock: &StateLock, generation: &str, d: Duration, netns: Option<&str
     let mut pending = PendingConfirm { token: token.clone(), generation: generation.into(), deadline_unix, reverter_pid: None, netns: netns.map(str::to_string) };
     lock.set_pending_confirm(Some(&pending))?;
     let exe = std::env::current_exe().into_diagnostic()?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(lock.dir.path.join(state::CONFIRM_LOG)).into_diagnostic()?;
+    let log = state::open_append_private(&lock.dir.path.join(state::CONFIRM_LOG)).into_diagnostic()?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("__confirm-watch").arg("--state-dir").arg(&lock.dir.path).arg("--token").arg(&token);
     if let Some(ns) = netns {

@@ -12,13 +12,11 @@
 //! the backend, the phase and the reason. The caller holds the state-dir lock.
 
 use std::fmt;
-use std::net::IpAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fwc_compiler::artifacts::{Artifacts, BackendKind, ForwardArtifact, Manifest, QosArtifact, ARTIFACT_VERSION};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::backend::nft::{injected_failure, NftBackend};
 use crate::backend::forward::ForwardBackend;
@@ -50,7 +48,7 @@ pub fn default_backends(netns: Option<&str>, state_dir: &std::path::Path) -> Vec
     let nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state_dir.join(crate::state::CACHE_DIR));
     let qos: Box<dyn Backend> = match netns {
         None => Box::new(QosBackend::default()),
-        Some(ns) => Box::new(InNetns::new(ns, QosBackend::new(format!("{}-netns-{ns}", fwc_qos::DEFAULT_PIN_ROOT)))),
+        Some(ns) => Box::new(InNetns::new(ns, QosBackend::new(fwc_qos::pin_root_for(Some(ns))))),
     };
     vec![Box::new(nft), qos, Box::new(ForwardBackend::new(state_dir))]
 }
@@ -134,13 +132,8 @@ pub struct ApplyReport {
 // ---------------------------------------------------------------------------------------------
 // sysctls
 
-/// A sysctl a ruleset needs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SysctlNeed {
-    pub key: String,
-    pub value: String,
-    pub reason: String,
-}
+/// A sysctl a ruleset needs (listed in the manifest by the compiler).
+pub use fwc_compiler::artifacts::SysctlSetting as SysctlNeed;
 
 /// A needed sysctl and what the host has.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -167,68 +160,11 @@ impl fmt::Display for SysctlStatus {
     }
 }
 
-/// Addresses that kernel forwards DNAT to: strings inside `dnat` statements and inside map
-/// declarations (verdict/NAT maps keyed by port).
-fn dnat_targets(nftables: &Value) -> Vec<IpAddr> {
-    fn collect(v: &Value, out: &mut Vec<IpAddr>) {
-        match v {
-            Value::String(s) => {
-                if let Ok(a) = s.parse::<IpAddr>() {
-                    out.push(a);
-                }
-            }
-            Value::Array(a) => a.iter().for_each(|x| collect(x, out)),
-            Value::Object(m) => m.values().for_each(|x| collect(x, out)),
-            _ => {}
-        }
-    }
-    fn walk(v: &Value, out: &mut Vec<IpAddr>) {
-        match v {
-            Value::Object(m) => {
-                for (k, x) in m {
-                    let is_map_decl = k == "map" && x.get("map").is_some();
-                    if k == "dnat" || is_map_decl {
-                        collect(x, out);
-                    } else {
-                        walk(x, out);
-                    }
-                }
-            }
-            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk(nftables, &mut out);
-    out
-}
-
-/// The sysctls `artifacts` need: forwarding for kernel forwards to other hosts (per address
-/// family actually used), `route_localnet` for forwards to 127.0.0.0/8.
+/// The sysctls `artifacts` need, as the compiler listed them in the manifest (forwarding for
+/// kernel forwards to other hosts, per address family used; `route_localnet` for forwards to
+/// 127.0.0.0/8). Nothing is derived from `nftables.json`.
 pub fn needed_sysctls(artifacts: &Artifacts) -> Vec<SysctlNeed> {
-    let targets = dnat_targets(&artifacts.nftables);
-    let mut needs = Vec::new();
-    let v4_remote = targets.iter().any(|a| matches!(a, IpAddr::V4(v) if !v.is_loopback() && !v.is_unspecified()));
-    let v6_remote = targets.iter().any(|a| matches!(a, IpAddr::V6(v) if !v.is_loopback() && !v.is_unspecified()));
-    let v4_loop = targets.iter().any(|a| matches!(a, IpAddr::V4(v) if v.is_loopback()));
-    if v4_remote {
-        needs.push(SysctlNeed { key: "net.ipv4.ip_forward".into(), value: "1".into(), reason: "kernel forwards to IPv4 targets".into() });
-    }
-    if v6_remote {
-        needs.push(SysctlNeed {
-            key: "net.ipv6.conf.all.forwarding".into(),
-            value: "1".into(),
-            reason: "kernel forwards to IPv6 targets".into(),
-        });
-    }
-    if v4_loop {
-        needs.push(SysctlNeed {
-            key: "net.ipv4.conf.all.route_localnet".into(),
-            value: "1".into(),
-            reason: "forwards to a 127.0.0.0/8 target".into(),
-        });
-    }
-    needs
+    artifacts.manifest.setup.sysctls.clone()
 }
 
 fn sysctl_cmd(netns: Option<&str>) -> Command {
@@ -432,6 +368,7 @@ pub fn empty_artifacts(host: &str) -> Artifacts {
             commit: None,
             rules: vec![],
             artifact_hashes: Default::default(),
+            setup: Default::default(),
         },
     }
 }
@@ -439,22 +376,29 @@ pub fn empty_artifacts(host: &str) -> Artifacts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
+    fn compiled(rules: &str) -> Artifacts {
+        let tree = fwc_compiler::source::SourceTree::from_files([("fwc.kdl".to_string(), format!("fwc 1\n{rules}"))]);
+        fwc_compiler::compile(&tree, None, None).expect("compiles").0
+    }
+
+    /// The sysctls come from the manifest the compiler wrote, per kernel forward target family;
+    /// userspace forwards (DNS targets) and addresses elsewhere in the rules need none.
     #[test]
-    fn sysctls_follow_dnat_targets() {
-        let mut a = empty_artifacts("h");
-        assert!(needed_sysctls(&a).is_empty());
-        a.nftables = json!({"nftables": [
-            {"map": {"family": "inet", "table": "fwc", "name": "fwd4", "type": ["inet_proto", "inet_service"], "map": ["ipv4_addr", "inet_service"],
-              "elem": [[{"concat": ["tcp", 8080]}, {"concat": ["198.18.2.2", 80]}]]}},
-            {"rule": {"family": "inet", "table": "fwc", "chain": "pre", "expr": [{"dnat": {"family": "ip6", "addr": "2001:db8:2::2"}}]}},
-            {"rule": {"family": "inet", "table": "fwc", "chain": "input", "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "127.0.0.1"}}]}}
-        ]});
+    fn sysctls_follow_kernel_forward_targets() {
+        assert!(needed_sysctls(&empty_artifacts("h")).is_empty());
+        let a = compiled(
+            r#"forward "web" listen=":8080" to="198.18.2.2:80"
+forward "v6" listen=":8443" to="[2001:db8:2::2]:443"
+forward "dns" listen=":9000" to="example.com:80"
+input { allow "lo" from="127.0.0.1" }"#,
+        );
         let keys: Vec<_> = needed_sysctls(&a).into_iter().map(|n| n.key).collect();
         assert_eq!(keys, vec!["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"]);
-        a.nftables = json!({"nftables": [{"rule": {"expr": [{"dnat": {"family": "ip", "addr": "127.0.0.1", "port": 8080}}]}}]});
+        let a = compiled(r#"forward "local" listen=":8080" to="127.0.0.1:80""#);
         let keys: Vec<_> = needed_sysctls(&a).into_iter().map(|n| n.key).collect();
         assert_eq!(keys, vec!["net.ipv4.conf.all.route_localnet"]);
+        let a = compiled(r#"forward "dns" listen=":9000" to="example.com:80""#);
+        assert!(needed_sysctls(&a).is_empty());
     }
 }

@@ -1,0 +1,78 @@
+//! `forward.json`: the listeners the userspace forwarder runs, with their targets and limits.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `forward.json`: the listeners the userspace forwarder runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardArtifact {
+    pub version: u32,
+    /// Sorted by (rule, proto, listen port).
+    pub listeners: Vec<Listener>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenerProto {
+    Tcp,
+    Udp,
+}
+
+/// One listening socket of the forwarder. A rule with a port range or `proto="both"` becomes
+/// several listeners with the same `rule`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Listener {
+    pub rule: String,
+    pub proto: ListenerProto,
+    /// Address to bind: `0.0.0.0`, `::` (dual stack) or a literal.
+    pub listen_addr: String,
+    pub listen_port: u16,
+    /// Targets in order; connections are balanced round-robin and a failed connect tries the next.
+    pub targets: Vec<ForwardTarget>,
+    /// Allowed client networks (CIDR); empty = everyone.
+    pub allow_from: Vec<String>,
+    /// Client -> target cap in bytes/s, shared by all connections of the rule.
+    pub up_bytes_per_sec: Option<u64>,
+    /// Target -> client cap in bytes/s, shared by all connections of the rule.
+    pub down_bytes_per_sec: Option<u64>,
+    pub burst_bytes: Option<u64>,
+    /// Most concurrent connections (TCP) or sessions (UDP) of this rule.
+    pub max_conns: Option<u32>,
+    /// Most new connections of this rule per period (token bucket: `count` per `period_secs`,
+    /// bursts up to `burst`).
+    pub conn_rate: Option<ConnRateLimit>,
+    /// PROXY protocol version (1 or 2) sent to the target on connect.
+    pub proxy_protocol: Option<u8>,
+    pub idle_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+    /// TLS server name this listener routes (`www.example.com`, or `*.example.com` for one
+    /// label). Several TCP listeners may share an address and port when each has its own
+    /// name; at most one of them has none (the fallback). The forwarder reads the ClientHello
+    /// to route and never decrypts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
+}
+
+/// A new-connection rate: `count` per `period_secs`, with bursts up to `burst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnRateLimit {
+    pub count: u32,
+    pub period_secs: u32,
+    pub burst: u32,
+}
+
+/// A forward target: host (IP literal or DNS name) and port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardTarget {
+    pub host: String,
+    pub port: u16,
+}
+
+/// Default idle timeout of userspace TCP connections and UDP sessions.
+pub const DEFAULT_TCP_IDLE_TIMEOUT_MS: u64 = 3_600_000;
+pub const DEFAULT_UDP_IDLE_TIMEOUT_MS: u64 = 60_000;
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;

@@ -1,0 +1,218 @@
+//! The filter chains: user rules, and the accepts that let userspace forwards' listeners and
+//! the forwarder's own connections through a drop policy.
+
+use super::*;
+
+pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
+    let comment = rule_comment(RuleKind::Filter, &r.name.value);
+    let proto = r.proto.as_ref().map(|p| p.value);
+    let from = r.from.as_ref().map(|m| addr_parts(plan, &m.value));
+    let to = r.to.as_ref().map(|m| addr_parts(plan, &m.value));
+    let parts: Vec<&AddrParts> = from.iter().chain(to.iter()).collect();
+    let only = match proto {
+        Some(Proto::Icmp) => Some(Fam::V4),
+        Some(Proto::Icmpv6) => Some(Fam::V6),
+        _ => None,
+    };
+    let l4 = l4_match(proto, r.ports.as_ref().map(|p| p.value.as_slice()), r.sports.as_ref().map(|p| p.value.as_slice()));
+    for fam in families(&parts, only) {
+        let mut expr = Vec::new();
+        if let Some(i) = &r.iif {
+            expr.push(eq(meta(MetaKey::Iifname), s(i.value.clone())));
+        }
+        if let Some(o) = &r.oif {
+            expr.push(eq(meta(MetaKey::Oifname), s(o.value.clone())));
+        }
+        expr.extend(l4.iter().cloned());
+        if let Some(fam) = fam {
+            if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
+                expr.push(eq(payload(fam.proto(), "saddr"), e.clone()));
+            }
+            if let Some(Some(e)) = to.as_ref().map(|p| &p[fam.idx()]) {
+                expr.push(eq(payload(fam.proto(), "daddr"), e.clone()));
+            }
+        }
+        if let Some(rate) = &r.rate {
+            expr.push(ct_state(&["new"]));
+            expr.push(limit(&rate.value, false, DEFAULT_BURST));
+        }
+        if r.log {
+            let prefix = truncate(format!("fwc {}: ", r.name.value), MAX_LOG_PREFIX);
+            expr.push(Statement::Log(Some(Log { prefix: Some(prefix.into()), ..Log::new(None) })));
+        }
+        expr.push(counter());
+        expr.push(match r.action {
+            Action::Allow => accept(),
+            Action::Deny => drop_(),
+            Action::Reject => reject(proto == Some(Proto::Tcp)),
+        });
+        out.rule(r.chain.as_str(), expr, Some(comment.clone()));
+    }
+}
+
+/// `input` accepts for a userspace forward's listeners, so a drop policy does not block them.
+pub(super) fn userspace_accept(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
+    let comment = rule_comment(RuleKind::Forward, &f.name.value);
+    let from = f.from.as_ref().map(|m| addr_parts(plan, &m.value));
+    let parts: Vec<&AddrParts> = from.iter().collect();
+    let addr = listen_addr(f);
+    let fams = match (parts.is_empty(), listen_fam(f)) {
+        (true, None) => vec![None],
+        (true, Some(fam)) => vec![Some(fam)],
+        (false, only) => families(&parts, only),
+    };
+    for fam in fams {
+        let mut expr = l4_match(Some(fproto(f.proto)), Some(&[f.listen.value.ports]), None);
+        if let Some(fam) = fam {
+            match addr {
+                Some(a) => expr.push(eq(payload(fam.proto(), "daddr"), s(a.to_string()))),
+                None if parts.is_empty() => expr.push(eq(meta(MetaKey::Nfproto), s(fam.nfproto()))),
+                None => {}
+            }
+            if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
+                expr.push(eq(payload(fam.proto(), "saddr"), e.clone()));
+            }
+        }
+        expr.push(counter());
+        expr.push(accept());
+        out.rule(chains::INPUT, expr, Some(comment.clone()));
+    }
+}
+
+pub(super) fn has_dns_target(f: &ForwardRule) -> bool {
+    f.targets.value.iter().any(|t| matches!(t.host, TargetHost::Dns(_)))
+}
+
+/// `output` accepts for a userspace forward's connections to its IP-literal targets (address,
+/// protocol and the ports the forwarder connects to, as in `forward.json`), so a drop policy
+/// does not cut the forwarder off. One rule per (family, target ports), addresses in a set.
+pub(super) fn forwarder_target_accept(out: &mut Out, f: &ForwardRule) {
+    let comment = rule_comment(RuleKind::Forward, &f.name.value);
+    let listen = f.listen.value.ports;
+    let mut groups: Vec<((Fam, PortRange), Vec<IpAddr>)> = Vec::new();
+    for (ip, tports) in ip_targets(f) {
+        let ports = match tports {
+            None => listen,
+            Some(r) if r.is_single() => r,
+            Some(r) => PortRange { lo: r.lo, hi: r.lo.saturating_add(listen.hi - listen.lo) },
+        };
+        let key = (Fam::of(&ip), ports);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, ips)) => ips.push(ip),
+            None => groups.push((key, vec![ip])),
+        }
+    }
+    groups.sort_by_key(|(k, _)| *k);
+    for ((fam, ports), mut ips) in groups {
+        ips.sort();
+        ips.dedup();
+        let mut expr = l4_match(Some(fproto(f.proto)), Some(&[ports]), None);
+        let addrs = one_or_set(ips.iter().map(|ip| s(ip.to_string())).collect()).expect("at least one target");
+        expr.push(eq(payload(fam.proto(), "daddr"), addrs));
+        expr.push(accept());
+        out.rule(chains::OUTPUT, expr, Some(comment.clone()));
+    }
+}
+
+/// The three filter base chains, with the user's policies.
+pub(super) fn declare_filter_chains(out: &mut Out, plan: &HostPlan) {
+    for c in &plan.chains {
+        let hook = match c.kind {
+            ChainKind::Input => NfHook::Input,
+            ChainKind::Forward => NfHook::Forward,
+            ChainKind::Output => NfHook::Output,
+        };
+        let policy = match c.policy {
+            Policy::Accept => NfChainPolicy::Accept,
+            Policy::Drop => NfChainPolicy::Drop,
+        };
+        out.chain(c.kind.as_str(), Some((NfChainType::Filter, hook, 0, policy)));
+    }
+}
+
+/// Every rule of one filter chain: fwc's housekeeping, the user's rules, then the accepts of
+/// forwards (which stand in for the chain's policy, so they come after the user's rules).
+pub(super) fn filter_chain_rules(out: &mut Out, plan: &HostPlan, c: &ChainPlan, guards: bool, nat: bool) {
+    chain_head(out, plan, c.kind, guards, nat);
+    for r in &c.rules {
+        filter_rule(out, plan, r);
+    }
+    chain_tail(out, plan, c.kind, nat);
+}
+
+/// Neighbour discovery has no conntrack entry (it would hit `invalid`); without it a drop
+/// policy cuts the host off IPv6 entirely, in either direction.
+fn neighbour_discovery() -> Vec<S> {
+    let types = ["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit", "nd-router-advert"];
+    vec![
+        eq(meta(MetaKey::L4proto), s("ipv6-icmp")),
+        eq(payload("icmpv6", "type"), set(types.iter().map(|t| s(*t)).collect())),
+        accept(),
+    ]
+}
+
+/// The rules before the user's: the established fast path, loopback, neighbour discovery,
+/// the forward guards and, in `output`, the forwarder's own connections.
+fn chain_head(out: &mut Out, plan: &HostPlan, kind: ChainKind, guards: bool, nat: bool) {
+    let name = kind.as_str();
+    out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
+    match kind {
+        ChainKind::Input => {
+            out.rule(name, vec![eq(meta(MetaKey::Iif), s("lo")), accept()], None);
+            out.rule(name, neighbour_discovery(), None);
+            out.rule(name, vec![ct_state(&["invalid"]), drop_()], None);
+        }
+        ChainKind::Forward => {
+            if guards {
+                out.rule(name, vec![jump(chains::FWD_GUARD)], None);
+            }
+        }
+        ChainKind::Output => {
+            // Clients on the host itself connecting to a kernel forward: nat output has
+            // DNATed the flow already, guard it like a remote client's. Before `oif lo`:
+            // a forward's listen address is local, so the hook's oif is `lo` even after
+            // the DNAT reroute.
+            if guards {
+                out.rule(name, vec![jump(chains::FWD_GUARD)], None);
+            }
+            out.rule(name, vec![eq(meta(MetaKey::Oif), s("lo")), accept()], None);
+            out.rule(name, neighbour_discovery(), None);
+            // The userspace forwarder's own connections to its targets.
+            for f in &plan.userspace_forwards {
+                forwarder_target_accept(out, f);
+            }
+            if plan.userspace_forwards.iter().any(|f| has_dns_target(f)) {
+                let mark = n(FORWARDER_SOCKET_MARK);
+                out.rule(name, vec![eq(and(meta(MetaKey::Mark), mark.clone()), mark), accept()], None);
+            }
+            // Local clients' DNATed flows (today they pass `oif lo` already; this keeps
+            // them out of the user rules whatever the route).
+            if nat {
+                out.rule(name, vec![ct_status_dnat(), accept()], None);
+            }
+        }
+    }
+}
+
+/// The rules after the user's. Forwards obey the filter policy: their accepts come AFTER the
+/// user's rules, so a `deny`/`reject` of the chain a forward's new connection passes stops it,
+/// and the accept only stands in for the chain's policy (see "Forwards and the filter chains"
+/// in docs/rules.md). Established/related packets took the fast path above.
+fn chain_tail(out: &mut Out, plan: &HostPlan, kind: ChainKind, nat: bool) {
+    let name = kind.as_str();
+    match kind {
+        // Userspace forwards: the client connects to the forwarder's socket on this host.
+        // Kernel forwards to a local target (DNAT to an address of this host) arrive here too.
+        ChainKind::Input => {
+            for f in &plan.userspace_forwards {
+                userspace_accept(out, plan, f);
+            }
+            if nat {
+                out.rule(name, vec![ct_status_dnat(), accept()], None);
+            }
+        }
+        // Kernel forwards to another host: DNATed in prerouting, routed through `forward`.
+        ChainKind::Forward => out.rule(name, vec![ct_status_dnat(), accept()], None),
+        ChainKind::Output => {}
+    }
+}

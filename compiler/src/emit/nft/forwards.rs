@@ -1,0 +1,373 @@
+//! Kernel forwards: NAT maps for the simple ones, own DNAT rules for the rest, and the
+//! max-conns / conn-rate guards (see "Kernel forwards" in the module doc of `emit::nft`).
+
+use super::*;
+
+/// How one target treats the destination port of a connection to listen port `p`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TPort {
+    /// Keep the port the client connected to.
+    Keep,
+    /// Always this port.
+    Fixed(u16),
+    /// `p - listen.lo + to` (a range mapped onto another range).
+    Offset { listen_lo: u16, to_lo: u16, to_hi: u16 },
+}
+
+impl TPort {
+    pub(super) fn of(listen: PortRange, target: Option<PortRange>) -> TPort {
+        match target {
+            _ if listen.is_single() => TPort::Fixed(target.map_or(listen.lo, |t| t.lo)),
+            None => TPort::Keep,
+            Some(t) if t.is_single() => TPort::Fixed(t.lo),
+            Some(t) if t.lo == listen.lo => TPort::Keep,
+            Some(t) => TPort::Offset { listen_lo: listen.lo, to_lo: t.lo, to_hi: t.hi },
+        }
+    }
+    /// The target port for listen port `p`.
+    pub(super) fn port(self, p: u16) -> u16 {
+        match self {
+            TPort::Keep => p,
+            TPort::Fixed(x) => x,
+            TPort::Offset { listen_lo, to_lo, to_hi } => {
+                let v = u32::from(to_lo) + u32::from(p - listen_lo);
+                v.min(u32::from(to_hi)) as u16
+            }
+        }
+    }
+}
+
+/// The listen address of a forward, if it names one (`0.0.0.0` / `::` mean every address).
+pub(super) fn listen_addr(f: &ForwardRule) -> Option<IpAddr> {
+    f.listen.value.addr.filter(|a| !a.is_unspecified())
+}
+
+/// Address family a forward's listen address restricts it to (`0.0.0.0` means IPv4 only).
+pub(super) fn listen_fam(f: &ForwardRule) -> Option<Fam> {
+    match f.listen.value.addr {
+        Some(IpAddr::V4(_)) => Some(Fam::V4),
+        Some(IpAddr::V6(a)) if !a.is_unspecified() => Some(Fam::V6),
+        _ => None,
+    }
+}
+
+pub(super) fn ip_targets(f: &ForwardRule) -> Vec<(IpAddr, Option<PortRange>)> {
+    f.targets
+        .value
+        .iter()
+        .filter_map(|t| match &t.host {
+            TargetHost::Ip(ip) => Some((*ip, t.ports)),
+            TargetHost::Dns(_) => None,
+        })
+        .collect()
+}
+
+pub(super) fn is_map_forward(f: &ForwardRule) -> bool {
+    ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
+}
+
+#[derive(Default)]
+pub(super) struct NatMaps {
+    /// Single listen port (hash maps).
+    addr: [Vec<Value>; 2],
+    port: [Vec<Value>; 2],
+    /// Listen port range with a fixed or offset target port (interval maps).
+    raddr: [Vec<Value>; 2],
+    rport: [Vec<Value>; 2],
+    /// Listen port range keeping the port (interval map).
+    keep: [Vec<Value>; 2],
+    /// Keys already taken per family: (proto, listen range).
+    used: [Vec<(&'static str, PortRange)>; 2],
+}
+
+impl NatMaps {
+    /// Add a map forward; false when one of its keys overlaps an earlier forward's.
+    pub(super) fn try_add(&mut self, f: &ForwardRule) -> bool {
+        let (ip, tports) = ip_targets(f)[0];
+        let fam = Fam::of(&ip);
+        if listen_fam(f).is_some_and(|lf| lf != fam) {
+            return true; // `listen="0.0.0.0:…"` with an IPv6 target: nothing can match
+        }
+        let i = fam.idx();
+        let listen = f.listen.value.ports;
+        let protos = fproto_names(f.proto);
+        if protos.iter().any(|p| self.used[i].iter().any(|(q, r)| q == p && r.overlaps(&listen))) {
+            return false;
+        }
+        let comment = rule_comment(RuleKind::Forward, &f.name.value);
+        let tp = TPort::of(listen, tports);
+        for proto in protos {
+            self.used[i].push((proto, listen));
+            let key = concat(vec![s(*proto), port_expr(listen)]);
+            let addr = ev(&s(ip.to_string()));
+            match tp {
+                TPort::Keep => self.keep[i].push(json!([commented(key, &comment), addr])),
+                TPort::Fixed(p) if listen.is_single() => {
+                    self.addr[i].push(json!([commented(key.clone(), &comment), addr]));
+                    self.port[i].push(json!([ev(&key), p]));
+                }
+                TPort::Fixed(p) => {
+                    self.raddr[i].push(json!([commented(key.clone(), &comment), addr]));
+                    self.rport[i].push(json!([ev(&key), p]));
+                }
+                TPort::Offset { .. } => {
+                    self.raddr[i].push(json!([commented(key, &comment), addr]));
+                    for p in listen.lo..=listen.hi {
+                        self.rport[i].push(json!([ev(&concat(vec![s(*proto), n(u32::from(p))])), tp.port(p)]));
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+/// The DNAT rules of a forward that does not fit the maps.
+pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
+    let comment = rule_comment(RuleKind::Forward, &f.name.value);
+    let listen = f.listen.value.ports;
+    let from = f.from.as_ref().map(|m| addr_parts(plan, &m.value));
+    let targets = ip_targets(f);
+    for fam in FAMS {
+        let tg: Vec<(IpAddr, TPort)> =
+            targets.iter().filter(|(ip, _)| Fam::of(ip) == fam).map(|(ip, p)| (*ip, TPort::of(listen, *p))).collect();
+        if tg.is_empty() || listen_fam(f).is_some_and(|lf| lf != fam) {
+            continue;
+        }
+        let mut base = l4_match(Some(fproto(f.proto)), None, None);
+        if let Some(a) = listen_addr(f) {
+            base.push(eq(payload(fam.proto(), "daddr"), s(a.to_string())));
+        }
+        if let Some(parts) = &from {
+            match &parts[fam.idx()] {
+                Some(e) => base.push(eq(payload(fam.proto(), "saddr"), e.clone())),
+                None => continue,
+            }
+        }
+        let dport = |r: PortRange| eq(payload("th", "dport"), port_expr(r));
+        let nat = |addr: E, port: Option<E>| Statement::DNAT(Some(NAT { addr: Some(addr), family: Some(fam.nat()), port, flags: None }));
+        let mut rules: Vec<Vec<S>> = Vec::new();
+        if let [(ip, tp)] = tg[..] {
+            let st = match tp {
+                TPort::Keep => nat(s(ip.to_string()), None),
+                TPort::Fixed(p) => nat(s(ip.to_string()), Some(n(u32::from(p)))),
+                TPort::Offset { .. } => {
+                    let m = (listen.lo..=listen.hi).map(|p| (n(u32::from(p)), n(u32::from(tp.port(p))))).collect();
+                    nat(s(ip.to_string()), Some(map_lookup(payload("th", "dport"), mapping(m))))
+                }
+            };
+            rules.push(vec![dport(listen), counter(), st]);
+        } else {
+            let ng = || named(NamedExpression::Numgen(Numgen { mode: NgMode::Inc, ng_mod: tg.len() as u32, offset: None }));
+            if tg.iter().all(|(_, tp)| *tp == TPort::Keep) {
+                let m = tg.iter().enumerate().map(|(i, (ip, _))| (n(i as u32), s(ip.to_string()))).collect();
+                rules.push(vec![dport(listen), counter(), nat(map_lookup(ng(), mapping(m)), None)]);
+            } else if tg.iter().all(|(_, tp)| matches!(tp, TPort::Fixed(_))) {
+                let m = tg
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (ip, tp))| (n(i as u32), concat(vec![s(ip.to_string()), n(u32::from(tp.port(listen.lo)))])))
+                    .collect();
+                rules.push(vec![dport(listen), counter(), nat(map_lookup(ng(), mapping(m)), None)]);
+            } else {
+                // Targets disagree on how ports map: one rule per listen port.
+                for p in listen.lo..=listen.hi {
+                    let m = tg
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (ip, tp))| (n(i as u32), concat(vec![s(ip.to_string()), n(u32::from(tp.port(p)))])))
+                        .collect();
+                    rules.push(vec![dport(PortRange::single(p)), counter(), nat(map_lookup(ng(), mapping(m)), None)]);
+                }
+            }
+        }
+        for r in rules {
+            let mut expr = base.clone();
+            expr.extend(r);
+            out.rule(chains::FWD_DNAT, expr, Some(comment.clone()));
+        }
+    }
+}
+
+/// Matches that pick a forward's new connections after DNAT (in `fwd_guard`, reached from the
+/// filter `forward` and `output` chains), per family needed.
+pub(super) fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(ForwardProto, Vec<S>)> {
+    let from = f.from.as_ref().map(|m| addr_parts(plan, &m.value));
+    let fams: Vec<Option<Fam>> = match (&from, listen_addr(f)) {
+        (None, None) => vec![None],
+        (None, Some(a)) => vec![Some(Fam::of(&a))],
+        (Some(p), a) => families(&[p], a.map(|a| Fam::of(&a))),
+    };
+    // One guard per protocol: nft can type `ct original proto-dst` only after a single-protocol
+    // match (with `meta l4proto {tcp, udp}` it lists "0xbb8 [invalid type]", which nft cannot
+    // read back).
+    let protos: &[ForwardProto] = match f.proto {
+        ForwardProto::Both => &[ForwardProto::Tcp, ForwardProto::Udp],
+        ForwardProto::Tcp => &[ForwardProto::Tcp],
+        ForwardProto::Udp => &[ForwardProto::Udp],
+    };
+    fams.into_iter()
+        .flat_map(|fam| protos.iter().map(move |p| (fam, *p)))
+        .map(|(fam, proto)| {
+            let mut v = vec![
+                ct_state(&["new"]),
+                ct_status_dnat(),
+                l4proto_is(proto),
+                eq(ct_orig("proto-dst"), port_expr(f.listen.value.ports)),
+            ];
+            if let Some(fam) = fam {
+                if let Some(a) = listen_addr(f) {
+                    v.push(eq(ct_orig_addr(fam, "daddr"), s(a.to_string())));
+                }
+                if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
+                    v.push(eq(payload(fam.proto(), "saddr"), e.clone()));
+                }
+            }
+            (proto, v)
+        })
+        .collect()
+}
+
+/// The kernel forwards of a host, sorted into map forwards and forwards with rules of their own.
+pub(super) struct KernelForwards<'a> {
+    maps: NatMaps,
+    /// Forwards that need their own DNAT rules, placed before the map rules: specific ones
+    /// (`from=` or a listen address) first, then by name.
+    own: Vec<&'a ForwardRule>,
+    /// Map forwards whose key overlaps an earlier one: own rules after the map rules.
+    demoted: Vec<&'a ForwardRule>,
+}
+
+impl<'a> KernelForwards<'a> {
+    /// None when the host has no kernel forward (no NAT chains, maps or masquerade at all).
+    pub(super) fn of(plan: &HostPlan<'a>) -> Option<KernelForwards<'a>> {
+        if plan.kernel_forwards.is_empty() {
+            return None;
+        }
+        let mut kf = KernelForwards { maps: NatMaps::default(), own: Vec::new(), demoted: Vec::new() };
+        for f in &plan.kernel_forwards {
+            if ip_targets(f).is_empty() {
+                continue;
+            }
+            if !is_map_forward(f) {
+                kf.own.push(f);
+            } else if !kf.maps.try_add(f) {
+                kf.demoted.push(f);
+            }
+        }
+        kf.own.sort_by_key(|f| (f.from.is_none() && listen_addr(f).is_none(), f.name.value.clone()));
+        Some(kf)
+    }
+
+    /// The NAT maps and the masquerade port sets.
+    pub(super) fn declare_maps(&mut self, out: &mut Out, plan: &HostPlan) {
+        let m = &mut self.maps;
+        // Exact-port forwards in hash maps (the bulk, cheap to load); ranges in interval maps,
+        // whose kernel backend (pipapo, for concatenated keys) is slow to fill.
+        for fam in FAMS {
+            let i = fam.idx();
+            let (addr, port, raddr, rport, keep) = fam_maps(fam);
+            let data = match fam {
+                Fam::V4 => SetType::Ipv4Addr,
+                Fam::V6 => SetType::Ipv6Addr,
+            };
+            out.fwd_map(addr, data.clone(), std::mem::take(&mut m.addr[i]), false, true);
+            out.fwd_map(port, SetType::InetService, std::mem::take(&mut m.port[i]), false, false);
+            out.fwd_map(raddr, data.clone(), std::mem::take(&mut m.raddr[i]), true, true);
+            out.fwd_map(rport, SetType::InetService, std::mem::take(&mut m.rport[i]), true, false);
+            out.fwd_map(keep, data, std::mem::take(&mut m.keep[i]), true, true);
+        }
+        let ports = |proto: &str| -> Vec<PortRange> {
+            plan.kernel_forwards.iter().filter(|f| fproto_names(f.proto).contains(&proto)).map(|f| f.listen.value.ports).collect()
+        };
+        out.port_set(maps::PORTS_TCP, &ports("tcp"));
+        out.port_set(maps::PORTS_UDP, &ports("udp"));
+    }
+
+    /// The rules of `fwd_dnat` (own rules, the map lookups, demoted forwards), the jumps into
+    /// it and the masquerade of fwc's DNAT flows.
+    pub(super) fn rules(&self, out: &mut Out, plan: &HostPlan) {
+        for f in &self.own {
+            own_dnat_rules(out, plan, f);
+        }
+        for fam in FAMS {
+            map_dnat_rules(out, fam);
+        }
+        for f in &self.demoted {
+            own_dnat_rules(out, plan, f);
+        }
+        for hooked in [chains::PREROUTING, chains::NAT_OUTPUT] {
+            out.rule(hooked, vec![eq(fib_daddr_type(), s("local")), jump(chains::FWD_DNAT)], None);
+        }
+        for (proto, set) in [("tcp", maps::PORTS_TCP), ("udp", maps::PORTS_UDP)] {
+            let expr = vec![
+                ct_status_dnat(),
+                eq(meta(MetaKey::L4proto), s(proto)),
+                eq(ct_orig("proto-dst"), s(format!("@{set}"))),
+                Statement::Masquerade(None),
+            ];
+            out.rule(chains::POSTROUTING, expr, None);
+        }
+    }
+}
+
+/// The maps of one family: (addr, port, range addr, range port, keep).
+fn fam_maps(fam: Fam) -> (&'static str, &'static str, &'static str, &'static str, &'static str) {
+    match fam {
+        Fam::V4 => (maps::FWD4_ADDR, maps::FWD4_PORT, maps::FWD4R_ADDR, maps::FWD4R_PORT, maps::FWD4_KEEP),
+        Fam::V6 => (maps::FWD6_ADDR, maps::FWD6_PORT, maps::FWD6R_ADDR, maps::FWD6R_PORT, maps::FWD6_KEEP),
+    }
+}
+
+/// The three map lookups of one family in `fwd_dnat`: exact ports first (hash maps), then
+/// ranges; a key missing from a map ends the rule.
+fn map_dnat_rules(out: &mut Out, fam: Fam) {
+    let (addr, port, raddr, rport, keep) = fam_maps(fam);
+    let l4 = || eq(meta(MetaKey::L4proto), set(vec![s("tcp"), s("udp")]));
+    let lookup = |m: &str| map_lookup(l4_key(), s(format!("@{m}")));
+    // `meta nfproto`: the lookups must not see the other family's packets (they would
+    // count them in the element counters and hand `dnat ip` an IPv6 packet).
+    let nfproto = || eq(meta(MetaKey::Nfproto), s(fam.nfproto()));
+    for (a, p) in [(addr, port), (raddr, rport)] {
+        let both = NAT { addr: Some(lookup(a)), family: Some(fam.nat()), port: Some(lookup(p)), flags: None };
+        out.rule(chains::FWD_DNAT, vec![nfproto(), l4(), Statement::DNAT(Some(both))], None);
+    }
+    let kept = NAT { addr: Some(lookup(keep)), family: Some(fam.nat()), port: None, flags: None };
+    out.rule(chains::FWD_DNAT, vec![nfproto(), l4(), Statement::DNAT(Some(kept))], None);
+}
+
+/// The regular NAT chain and the three NAT base chains.
+pub(super) fn declare_nat_chains(out: &mut Out) {
+    out.chain(chains::FWD_DNAT, None);
+    out.chain(chains::PREROUTING, Some((NfChainType::NAT, NfHook::Prerouting, -100, NfChainPolicy::Accept)));
+    out.chain(chains::NAT_OUTPUT, Some((NfChainType::NAT, NfHook::Output, -100, NfChainPolicy::Accept)));
+    out.chain(chains::POSTROUTING, Some((NfChainType::NAT, NfHook::Postrouting, 100, NfChainPolicy::Accept)));
+}
+
+/// max-conns / conn-rate guards of kernel forwards, with their comments: one regular chain,
+/// jumped to from both `forward` (remote clients) and `output` (clients on the host itself),
+/// so both paths share one `ct count` list and one token bucket per guard (the state lives in
+/// the rule).
+pub(super) fn forward_guards(plan: &HostPlan) -> Vec<(Vec<S>, String)> {
+    let mut guards = Vec::new();
+    for f in &plan.kernel_forwards {
+        let comment = rule_comment(RuleKind::Forward, &f.name.value);
+        for (proto, matches) in forward_guard_matches(plan, f) {
+            if let Some(max) = &f.max_conns {
+                let mut e = matches.clone();
+                e.push(Statement::CTCount(CTCount { val: n(max.value), inv: Some(true) }));
+                e.push(counter());
+                e.push(reject(proto == ForwardProto::Tcp));
+                guards.push((e, comment.clone()));
+            }
+            if let Some(rate) = &f.conn_rate {
+                let mut e = matches.clone();
+                e.push(limit(&rate.value, true, rate.value.count));
+                e.push(counter());
+                e.push(drop_());
+                guards.push((e, comment.clone()));
+            }
+        }
+    }
+    guards
+}

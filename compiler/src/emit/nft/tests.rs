@@ -1,0 +1,87 @@
+//! Unit tests of the nftables emitter's helpers (the whole output is covered by golden/).
+
+use super::*;
+
+fn net(s: &str) -> AddrElem {
+    AddrElem::Net(s.parse().unwrap())
+}
+
+#[test]
+fn comments_round_trip() {
+    let c = rule_comment(RuleKind::Forward, "web");
+    assert_eq!(c, "fwc:forward:web");
+    assert_eq!(parse_rule_comment(&c), Some((RuleKind::Forward, "web")));
+    assert_eq!(parse_rule_comment("fwc:shape:a:b"), Some((RuleKind::Shape, "a:b")));
+    assert_eq!(parse_rule_comment("docker"), None);
+    assert!(rule_comment(RuleKind::Filter, &"x".repeat(300)).len() <= MAX_COMMENT);
+}
+
+#[test]
+fn addresses_merge_and_render() {
+    let [v4, v6] = set_elems(&[
+        net("10.0.0.0/8"),
+        net("10.1.0.0/16"),
+        net("192.0.2.7/32"),
+        AddrElem::Range("192.0.2.8".parse().unwrap(), "192.0.2.20".parse().unwrap()),
+        net("2001:db8::/32"),
+        net("0.0.0.0/0"),
+    ]);
+    // 0.0.0.0/0 swallows everything else.
+    assert_eq!(serde_json::to_value(&v4).unwrap(), json!([{"prefix": {"addr": "0.0.0.0", "len": 0}}]));
+    assert_eq!(serde_json::to_value(&v6).unwrap(), json!([{"prefix": {"addr": "2001:db8::", "len": 32}}]));
+    let [v4, _] = set_elems(&[
+        net("192.0.2.7/32"),
+        AddrElem::Range("192.0.2.8".parse().unwrap(), "192.0.2.20".parse().unwrap()),
+        net("198.51.100.0/24"),
+        net("198.51.101.0/24"),
+    ]);
+    assert_eq!(
+        serde_json::to_value(&v4).unwrap(),
+        json!([{"range": ["192.0.2.7", "192.0.2.20"]}, {"prefix": {"addr": "198.51.100.0", "len": 23}}])
+    );
+    let [_, v6] = set_elems(&[net("::/0")]);
+    assert_eq!(serde_json::to_value(&v6).unwrap(), json!([{"prefix": {"addr": "::", "len": 0}}]));
+    let [v4, _] = set_elems(&[net("203.0.113.9/32")]);
+    assert_eq!(serde_json::to_value(&v4).unwrap(), json!(["203.0.113.9"]));
+}
+
+#[test]
+fn ports_merge() {
+    let p = |lo, hi| PortRange { lo, hi };
+    assert_eq!(merged_ports(&[p(80, 80), p(443, 443), p(81, 90), p(85, 100)]), vec![p(80, 100), p(443, 443)]);
+    assert_eq!(serde_json::to_value(ports_expr(&[p(22, 22)]).unwrap()).unwrap(), json!(22));
+    assert_eq!(serde_json::to_value(ports_expr(&[p(22, 22), p(80, 90)]).unwrap()).unwrap(), json!({"set": [22, {"range": [80, 90]}]}));
+}
+
+#[test]
+fn target_ports() {
+    let r = |lo, hi| PortRange { lo, hi };
+    assert_eq!(TPort::of(r(80, 80), None), TPort::Fixed(80));
+    assert_eq!(TPort::of(r(80, 80), Some(r(8080, 8080))), TPort::Fixed(8080));
+    assert_eq!(TPort::of(r(100, 110), None), TPort::Keep);
+    assert_eq!(TPort::of(r(100, 110), Some(r(100, 110))), TPort::Keep);
+    assert_eq!(TPort::of(r(100, 110), Some(r(9000, 9000))), TPort::Fixed(9000));
+    let off = TPort::of(r(100, 110), Some(r(2100, 2110)));
+    assert_eq!(off.port(100), 2100);
+    assert_eq!(off.port(105), 2105);
+    // A shorter target range clamps.
+    assert_eq!(TPort::of(r(100, 110), Some(r(2100, 2102))).port(110), 2102);
+}
+
+#[test]
+fn l4_forms() {
+    let v = |x: Vec<S>| serde_json::to_value(x).unwrap();
+    assert_eq!(v(l4_match(None, None, None)), json!([]));
+    assert_eq!(
+        v(l4_match(Some(Proto::Tcp), Some(&[PortRange::single(22)]), None)),
+        json!([{"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 22}}])
+    );
+    assert_eq!(
+        v(l4_match(None, Some(&[PortRange::single(53)]), None))[0],
+        json!({"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": {"set": ["tcp", "udp"]}}})
+    );
+    assert_eq!(
+        v(l4_match(Some(Proto::Icmpv6), Some(&[PortRange::single(53)]), None)),
+        json!([{"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "ipv6-icmp"}}])
+    );
+}
