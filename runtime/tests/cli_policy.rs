@@ -129,7 +129,7 @@ fn plan_from_rev_shows_flow_effects_text_markdown_json() {
     let text = std::fs::read_to_string(&f).unwrap().replace("    reject \"ident\"", "    allow \"postgres\" proto=tcp port=5432\n    reject \"ident\"").replace("port=22 from=\"@office\"", "port=22 from=\"192.0.2.0/24\"");
     std::fs::write(&f, text).unwrap();
     let d = repo.to_str().unwrap();
-    let o = fwc(&["plan", d, "--from", "HEAD"]);
+    let o = fwc(&["plan", d, "--from", "HEAD", "--detailed-exitcode"]);
     assert_eq!(o.status.code(), Some(2), "{}", shown(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     for want in ["Flow effects (", "  + opens tcp/5432 from anywhere\n", "  - closes tcp/22 from 198.18.1.0/24 (@office)\n", "  + opens tcp/22 from 192.0.2.0/24\n", "  ! expectation \"office reaches ssh\" (tests/policy.kdl:2) now FAILS\n"] {
@@ -169,7 +169,7 @@ fn live_plan_and_explain_live_against_an_applied_generation() {
     // The live plan lists what the working copy would open.
     let f = repo.join("fwc.kdl");
     std::fs::write(&f, std::fs::read_to_string(&f).unwrap().replace("    reject \"ident\"", "    allow \"postgres\" proto=tcp port=5432\n    reject \"ident\"")).unwrap();
-    let o = fwc(&["plan", d, "--netns", &ns.name, "--state-dir", s]);
+    let o = fwc(&["plan", d, "--netns", &ns.name, "--state-dir", s, "--detailed-exitcode"]);
     assert_eq!(o.status.code(), Some(2), "{}", shown(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("  + opens tcp/5432 from anywhere\n"), "{}", shown(&o));
     let o = fwc(&["plan", d, "--netns", &ns.name, "--state-dir", s, "--json"]);

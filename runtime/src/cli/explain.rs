@@ -59,7 +59,7 @@ pub fn run(a: ExplainArgs, g: &Global) -> Result<ExitCode> {
         let tree = match SourceTree::from_dir(&dir) {
             Ok(t) => t,
             Err(d) => {
-                eprint!("{}", d.render(g.color()));
+                eprint!("{}", d.render(g.color_stderr()));
                 return Ok(ExitCode::from(1));
             }
         };
@@ -70,7 +70,7 @@ pub fn run(a: ExplainArgs, g: &Global) -> Result<ExitCode> {
                 (artifacts, host, eval::rule_locations(&view))
             }
             Err(d) => {
-                eprint!("{}", d.render(g.color()));
+                eprint!("{}", d.render(g.color_stderr()));
                 return Ok(ExitCode::from(1));
             }
         }

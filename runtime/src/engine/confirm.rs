@@ -82,16 +82,22 @@ fn short(c: &Option<String>) -> String {
 
 /// Revert to the previous generation (or to nothing) through a full transaction, recorded in
 /// the audit log as a rollback.
+/// What a rollback goes back to: the previous generation's artifacts, or none (remove
+/// everything) after the first apply; and how to describe it (`why: back to …`).
+pub fn rollback_target(state: &crate::state::StateDir, why: &str) -> std::result::Result<(fwc_compiler::artifacts::Artifacts, String), String> {
+    let cur = state.current().map_err(|e| transaction::chain(&e))?;
+    let prev = state.previous().map_err(|e| transaction::chain(&e))?;
+    match (&prev, &cur) {
+        (Some(p), _) => Ok((p.artifacts.clone(), format!("{why}: back to {} ({})", p.name, short(&p.meta.commit)))),
+        (None, Some(c)) => Ok((transaction::empty_artifacts(&c.meta.host), format!("{why}: back to nothing (first apply)"))),
+        (None, None) => Err("nothing has been applied, so there is nothing to roll back".into()),
+    }
+}
+
 pub fn revert(lock: &StateLock, netns: Option<&str>, why: &str) -> std::result::Result<ApplyReport, String> {
-    let cur = lock.dir.current().map_err(|e| transaction::chain(&e))?;
-    let prev = lock.dir.previous().map_err(|e| transaction::chain(&e))?;
-    let (artifacts, source) = match (&prev, &cur) {
-        (Some(p), _) => (p.artifacts.clone(), format!("{why}: back to {} ({})", p.name, short(&p.meta.commit))),
-        (None, Some(c)) => (transaction::empty_artifacts(&c.meta.host), format!("{why}: back to nothing (first apply)")),
-        (None, None) => return Err("nothing has been applied, so there is nothing to roll back".into()),
-    };
+    let (artifacts, source) = rollback_target(&lock.dir, why)?;
     let mut backends = transaction::default_backends(netns, &lock.dir.path);
-    let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true };
+    let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true, nft_full_replace: None };
     let done = record::transact(&mut backends, lock, &artifacts, &opts, Action::Rollback).map_err(|e| transaction::chain(&e))?;
     record::append_or_warn(lock, done.record);
     done.result.map_err(|f| f.to_string())

@@ -34,6 +34,9 @@ pub struct ApplyOptions {
     pub netns: Option<String>,
     /// Do not set sysctls (they are still checked and reported).
     pub no_sysctl: bool,
+    /// Replace fwc's nftables table whole instead of applying a diff, for this reason (the
+    /// plan found set elements changed outside fwc, which a diff does not repair).
+    pub nft_full_replace: Option<String>,
 }
 
 /// The backends `fwc apply` and the agent drive, in commit order:
@@ -262,7 +265,10 @@ pub fn transaction(
         }
     }
 
-    // 1. prepare
+    // 1. prepare (each backend changes only what differs from the previous artifacts)
+    for b in backends.iter_mut() {
+        b.set_base(prev_art, opts.nft_full_replace.as_deref().filter(|_| b.kind() == BackendKind::Nftables));
+    }
     for i in 0..backends.len() {
         let kind = backends[i].kind();
         let r = if kind != BackendKind::Nftables && injected_failure("prepare", kind) {
