@@ -85,7 +85,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     // part with large sets).
     let live = nft.list_table()?;
     let live_hash = live_hash_of(state, &crate::backend::nft::hash_of_listing(live.as_ref()))?;
-    let drift = match &current {
+    let mut drift = match &current {
         Some(g) => nft.drift_of(&g.artifacts.nftables, live.clone())?.drift,
         None => match live {
             Some(_) => vec!["table inet fwc exists but fwc has no applied state here (it will be replaced)".into()],
@@ -96,6 +96,9 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     // changed outside fwc, seen by the drift check above, make it a full replace).
     let full_reason = nft.full_replace_pending().map(str::to_string);
     let (nftables, _) = nft.change(current.as_ref().map(|g| &g.artifacts.nftables), &next.nftables, live.as_ref(), full_reason.as_deref())?;
+    // The other dataplanes' drift (QoS, forwarder); the apply heals it like nftables drift.
+    let applied = current.as_ref().map(|g| g.artifacts.clone()).unwrap_or_else(|| transaction::empty_artifacts(&next.manifest.host));
+    drift.extend(super::observe::besides_nft(netns, &state.path, &applied).drift);
     let rules = fwc_compiler::diff::plan(current.as_ref().map(|g| &g.artifacts), &next);
     let old_h = current.as_ref().map(|g| file_hashes(&g.artifacts)).unwrap_or_default();
     let artifacts_changed =

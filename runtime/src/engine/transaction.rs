@@ -44,7 +44,8 @@ pub struct ApplyOptions {
 ///   (derived data: safe to delete, ignored by [`crate::state::dir_digest`]);
 /// - eBPF QoS, pinned under `/sys/fs/bpf/fwc` (with `--netns NS`: `/sys/fs/bpf/fwc-netns-NS`,
 ///   every call made from inside the namespace, so only its interfaces are touched);
-/// - the userspace forwarder, reached over the control socket in `state_dir`.
+/// - the userspace forwarder, reached over the control socket in `state_dir` (started, detached
+///   and inside the namespace, when listeners are wanted and none runs).
 ///
 /// A backend with nothing to do (no classes, no listeners, nothing applied before) is a no-op.
 pub fn default_backends(netns: Option<&str>, state_dir: &std::path::Path) -> Vec<Box<dyn Backend>> {
@@ -53,7 +54,7 @@ pub fn default_backends(netns: Option<&str>, state_dir: &std::path::Path) -> Vec
         None => Box::new(QosBackend::default()),
         Some(ns) => Box::new(InNetns::new(ns, QosBackend::new(fwc_qos::pin_root_for(Some(ns))))),
     };
-    vec![Box::new(nft), qos, Box::new(ForwardBackend::new(state_dir))]
+    vec![Box::new(nft), qos, Box::new(ForwardBackend::new(state_dir).starting(netns))]
 }
 
 /// A phase of the transaction.
