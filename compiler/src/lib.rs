@@ -11,6 +11,7 @@ pub mod diag;
 pub mod diff;
 pub mod emit;
 pub mod eval;
+pub mod format;
 pub mod limits;
 pub mod lint;
 pub mod model;
@@ -43,6 +44,7 @@ pub fn load_host(tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diag
     let plain = syntax::parse_plain(tree, &mut map)?;
     let host = pick_host(&plain, host)?;
     let mut ruleset = syntax::add_templates(tree, &mut map, plain, &host)?;
+    limits::check_ruleset(&map, &ruleset)?;
     setfile::load_all(tree, &mut map, &mut ruleset)?;
     let mut warnings = check::check(&map, &ruleset)?;
     warnings.0.extend(lint::lint(&map, &ruleset).0);
@@ -94,7 +96,7 @@ pub fn emit_view(view: &HostView, commit: Option<&str>) -> Artifacts {
     let nftables = emit::nft::emit(&plan);
     let qos = emit::qos::emit(&plan);
     let forward = emit::forward::emit(&plan);
-    let manifest = emit::manifest::emit(&plan, commit, &nftables, &qos, &forward);
+    let manifest = emit::manifest::emit(&plan, &view.map, commit, &nftables, &qos, &forward);
     Artifacts { nftables, qos, forward, manifest }
 }
 

@@ -6,6 +6,7 @@ pub mod forward;
 pub mod netns;
 pub mod nft;
 pub mod qos;
+pub mod sources;
 
 use fwc_compiler::artifacts::{Artifacts, BackendKind};
 use serde::Serialize;
@@ -15,6 +16,12 @@ use serde::Serialize;
 pub trait Backend {
     /// Which dataplane this is (for plans, audit entries and metrics).
     fn kind(&self) -> BackendKind;
+
+    /// Called before [`Self::prepare`] with the artifacts the live dataplane was last set to
+    /// (None: nothing applied), so a backend can change only what differs from them;
+    /// `full_replace`: the caller knows the live state drifted in a way a diff would not
+    /// repair, so replace everything (the reason is reported). Default: ignored.
+    fn set_base(&mut self, _previous: Option<&Artifacts>, _full_replace: Option<&str>) {}
 
     /// Validate `next` and stage it; nothing visible may change. Any error here aborts the
     /// apply before any backend commits.
@@ -43,6 +50,18 @@ pub struct Observation {
     pub active_connections: Vec<(String, u64)>,
     /// Packets per QoS class and action (`passed`, `paced`, `ecn`, `fastpass`, `dropped`).
     pub qos_packets: Vec<QosPackets>,
+    /// Connections of the forwarder's SNI-routed sockets by how they were routed.
+    pub sni: Vec<SniConnections>,
+}
+
+/// Connections of one SNI-routed socket (`tcp 0.0.0.0:443`) with one `result`: `routed`,
+/// `fallback`, `miss` (no route, no fallback: closed), `parse_failure` (not a TLS
+/// ClientHello), `timeout` (no complete ClientHello in time). Cumulative.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SniConnections {
+    pub listener: String,
+    pub result: &'static str,
+    pub connections: u64,
 }
 
 /// A QoS class's packet counter for one action; `class` is `<rule>/<up|down>`.
