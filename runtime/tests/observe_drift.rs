@@ -184,7 +184,7 @@ fn forwarder_drift_is_reported_and_healed_by_apply() {
     cfg.listeners.retain(|l| l.rule != "web");
     let r = c.request(&fwc_forwarder::control::Request::Apply { config: cfg }).unwrap();
     assert!(r.ok, "{r:?}");
-    tg.drift_seen_and_healed(&["forward web: listener missing"]);
+    tg.drift_seen_and_healed(&["listener missing (web tcp"]);
     let listening = ns.exec(&["ss", "-Hltn"]);
     assert!(listening.contains(":7002"), "{listening}");
 
