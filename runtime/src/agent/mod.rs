@@ -681,6 +681,8 @@ impl Agent {
             source: format!("fwc agent: {} {}", self.cfg.repo_url, commit.as_deref().unwrap_or("-")),
             netns: self.cfg.netns.clone(),
             no_sysctl: false,
+            // Set elements changed outside fwc: the nft backend saw it in its drift check.
+            nft_full_replace: None,
         };
         let done = engine::record::transact(&mut self.backends, lock, artifacts, &opts, action);
         self.fail_commit.store(false, Ordering::SeqCst);
@@ -775,7 +777,8 @@ impl Agent {
                     let qos: Vec<(String, String, u64)> =
                         obs.qos_packets.iter().map(|q| (q.class.clone(), q.action.to_string(), q.packets)).collect();
                     self.metrics.observe_qos_counters(&qos);
-                    drift.extend(obs.drift.iter().map(|d| format!("{}: {d}", b.kind().as_str())));
+                    let located = crate::backend::sources::locate(obs.drift, &cur.artifacts.manifest);
+                    drift.extend(located.iter().map(|d| format!("{}: {d}", b.kind().as_str())));
                 }
                 Err(e) => drift.push(format!("{}: cannot read the live state: {e}", b.kind().as_str())),
             }

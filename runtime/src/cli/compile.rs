@@ -83,14 +83,28 @@ pub struct PlanArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  fwc fmt            # rewrite files in place\n  fwc fmt --check    # CI: exit 1 and list files that are not formatted")]
+#[command(
+    long_about = "Format the repository's KDL files (fwc.kdl, rules/**/*.kdl, tests/**/*.kdl) in place.\n\n\
+Only whitespace changes: 4-space indentation per block level, one space between entries, no space \
+around `=`, no trailing spaces, at most one blank line in a row. Comments (`//`, `/* */`, end of line), \
+`/-` slashdashes, blank lines between groups and every value as written (quoting included) are kept; \
+the result is checked to mean the same rules before a file is written. Templates (*.kdl.j2) are not \
+KDL until rendered and are skipped (listed on stderr).",
+    after_help = "Examples:\n  fwc fmt                 # rewrite files in place\n  fwc fmt --check         # CI: exit 1 and list files that are not formatted\n  fwc fmt --diff          # show what would change, write nothing\n  fwc fmt --check --json  # per-file status as JSON\n\nExit codes: 0 formatted (or nothing to do), 1 a file is not formatted (--check/--diff) or is not valid KDL."
+)]
 pub struct FmtArgs {
     /// Rule repository (directory with fwc.kdl).
     #[arg(default_value = ".")]
     pub dir: PathBuf,
-    /// Do not write; exit 1 if any file is not formatted.
+    /// Do not write; exit 1 and list the files that are not formatted.
     #[arg(long)]
     pub check: bool,
+    /// Do not write; print a unified diff of what formatting would change (exit 1 if anything).
+    #[arg(long)]
+    pub diff: bool,
+    /// Print the status of every file (and diagnostics) as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -276,44 +290,108 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
     Ok(if a.detailed_exitcode && plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
 }
 
-pub fn fmt(a: FmtArgs, _g: &Global) -> Result<ExitCode> {
-    let tree = read_tree(&a.dir).map_err(|d| miette!("{d}"))?;
-    let mut unformatted = Vec::new();
-    for (path, text) in tree.files.iter().filter(|(p, _)| !p.ends_with(".j2")) {
-        let formatted = format_kdl(text).map_err(|e| miette!("{path}: {e}; run `fwc check` for details"))?;
-        if formatted != *text {
-            unformatted.push(path.clone());
-            if !a.check {
-                std::fs::write(a.dir.join(path), &formatted).into_diagnostic()?;
-            }
-        }
-    }
-    for p in &unformatted {
-        println!("{}{p}", if a.check { "not formatted: " } else { "formatted " });
-    }
-    Ok(if a.check && !unformatted.is_empty() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+/// What `fwc fmt` did (or would do) to one file.
+#[derive(Debug, serde::Serialize)]
+struct FmtFile {
+    path: String,
+    /// `unchanged`, `formatted` (written), `not-formatted` (--check / --diff), `skipped`
+    /// (template) or `error` (see diagnostics).
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    diff: Option<String>,
 }
 
-/// Canonical formatting of one KDL file (comments kept; templates are left alone).
-pub fn format_kdl(text: &str) -> std::result::Result<String, String> {
-    use fwc_compiler::syntax::{parse_untrusted, ParseFailure};
-    fwc_compiler::limits::on_big_stack(|| {
-        let mut doc = parse_untrusted(text).map_err(|e| match e {
-            ParseFailure::Limit(hit) => {
-                let (line, col) = fwc_compiler::diag::line_col(text, hit.offset);
-                format!("{line}:{col}: {}", hit.message)
-            }
-            ParseFailure::Kdl(_) => "not valid KDL".to_string(),
-        })?;
-        doc.autoformat();
-        Ok(doc.to_string())
-    })
-    .map(|mut out: String| {
-        if !out.ends_with('\n') {
-            out.push('\n');
+pub fn fmt(a: FmtArgs, g: &Global) -> Result<ExitCode> {
+    let tree = read_tree(&a.dir).map_err(|d| miette!("{}", d.render(false)))?;
+    let write = !a.check && !a.diff;
+    let mut map = fwc_compiler::source::SourceMap::default();
+    let mut diags = Diagnostics::default();
+    let mut files = Vec::new();
+    for (path, text) in tree.files.iter().chain(&tree.tests) {
+        if path.ends_with(".j2") {
+            files.push(FmtFile { path: path.clone(), status: "skipped", diff: None });
+            continue;
         }
-        out
-    })
+        let formatted = match fwc_compiler::format::format_kdl(text) {
+            Ok(f) => f,
+            Err(e) => {
+                let id = map.add(path.clone(), text);
+                diags.extend(e.diagnostics(&map, id));
+                files.push(FmtFile { path: path.clone(), status: "error", diff: None });
+                continue;
+            }
+        };
+        let status = match (formatted == *text, write) {
+            (true, _) => "unchanged",
+            (false, true) => {
+                write_keeping_metadata(&a.dir.join(path), &formatted).wrap_err_with(|| format!("writing {path}"))?;
+                "formatted"
+            }
+            (false, false) => "not-formatted",
+        };
+        let diff = (a.diff && status == "not-formatted").then(|| unified_diff(path, text, &formatted));
+        files.push(FmtFile { path: path.clone(), status, diff });
+    }
+    let failed = diags.has_errors() || (!write && files.iter().any(|f| f.status == "not-formatted"));
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "files": files, "diagnostics": diags })).into_diagnostic()?);
+    } else {
+        render_fmt(&files, a.check, g.color_stdout());
+        report(&diags, false, g);
+    }
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// People's view of `fwc fmt`: changed files on stdout (or their diffs), skipped ones on stderr.
+fn render_fmt(files: &[FmtFile], check: bool, color: bool) {
+    let mut out = std::io::stdout().lock();
+    for f in files {
+        let line = match (f.status, &f.diff) {
+            ("formatted", _) => format!("formatted {}\n", f.path),
+            ("not-formatted", Some(diff)) => colour_diff(diff, color),
+            ("not-formatted", None) if check => format!("not formatted: {}\n", f.path),
+            ("skipped", _) => {
+                eprintln!("skipped {} (templates are not KDL until rendered; fmt leaves them alone)", f.path);
+                continue;
+            }
+            _ => continue,
+        };
+        let _ = out.write_all(line.as_bytes());
+    }
+}
+
+/// A unified diff (3 lines of context) from the file as it is to the file formatted.
+fn unified_diff(path: &str, old: &str, new: &str) -> String {
+    similar::TextDiff::from_lines(old, new).unified_diff().context_radius(3).header(&format!("a/{path}"), &format!("b/{path}")).to_string()
+}
+
+fn colour_diff(diff: &str, color: bool) -> String {
+    if !color {
+        return diff.to_string();
+    }
+    diff.split_inclusive('\n')
+        .map(|l| match l.as_bytes().first() {
+            Some(b'+') => format!("\x1b[32m{}\x1b[0m\n", l.trim_end_matches('\n')),
+            Some(b'-') => format!("\x1b[31m{}\x1b[0m\n", l.trim_end_matches('\n')),
+            Some(b'@') => format!("\x1b[36m{}\x1b[0m\n", l.trim_end_matches('\n')),
+            _ => l.to_string(),
+        })
+        .collect()
+}
+
+/// Replace `path` with `text` atomically (a temporary file in the same directory, renamed over
+/// the original: an interrupted fmt leaves the old or the new file, never half of one), keeping
+/// its permissions; a symlink is followed, not replaced.
+fn write_keeping_metadata(path: &Path, text: &str) -> Result<()> {
+    let target = std::fs::canonicalize(path).into_diagnostic()?;
+    let perms = std::fs::metadata(&target).into_diagnostic()?.permissions();
+    let dir = target.parent().ok_or_else(|| miette!("{} has no parent directory", target.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).into_diagnostic()?;
+    tmp.write_all(text.as_bytes()).into_diagnostic()?;
+    tmp.as_file().sync_all().into_diagnostic()?;
+    std::fs::set_permissions(tmp.path(), perms).into_diagnostic()?;
+    tmp.persist(&target).into_diagnostic()?;
+    Ok(())
 }
 
 /// Schemas of every artifact and of the audit entry, by file name.
