@@ -79,7 +79,7 @@ fn transaction_applies_verifies_and_rolls_back() {
     let ns = Netns::new("n");
     let tmp = tempfile::tempdir().unwrap();
     let state = StateDir::new(tmp.path().join("state"));
-    let opts = ApplyOptions { source: "test".into(), netns: Some(ns.name.clone()), no_sysctl: false };
+    let opts = ApplyOptions { source: "test".into(), netns: Some(ns.name.clone()), ..Default::default() };
 
     let v1 = table(&[], &["198.18.1.0/24"]);
     let lock = state.lock(false).unwrap();

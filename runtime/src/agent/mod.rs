@@ -633,6 +633,8 @@ impl Agent {
             source: format!("fwc agent: {} {}", self.cfg.repo_url, commit.as_deref().unwrap_or("-")),
             netns: self.cfg.netns.clone(),
             no_sysctl: false,
+            // Set elements changed outside fwc: the nft backend saw it in its drift check.
+            nft_full_replace: None,
         };
         let done = engine::record::transact(&mut self.backends, lock, artifacts, &opts, action);
         self.fail_commit.store(false, Ordering::SeqCst);

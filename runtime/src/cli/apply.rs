@@ -142,6 +142,12 @@ pub fn render_plan(p: &LivePlan, color: bool) -> String {
             s.push_str(&format!("  {} {d}\n", paint.c("35", "!")));
         }
     }
+    if let Some(n) = p.nftables.as_ref().filter(|n| n.mode != crate::backend::nft::NftMode::Unchanged) {
+        s.push_str(&format!("\nnftables: {}\n", n.describe()));
+        for o in &n.objects {
+            s.push_str(&format!("    {o}\n"));
+        }
+    }
     if !p.sysctls.is_empty() {
         s.push_str("\nSysctls:\n");
         for st in &p.sysctls {
@@ -279,7 +285,12 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
         }
     }
     let mut backends = transaction::default_backends(netns.as_deref(), &state.path);
-    let opts = ApplyOptions { source: plan.source.clone(), netns: netns.clone(), no_sysctl: a.no_sysctl };
+    let opts = ApplyOptions {
+        source: plan.source.clone(),
+        netns: netns.clone(),
+        no_sysctl: a.no_sysctl,
+        nft_full_replace: plan.nft_full_replace_reason(),
+    };
     let done = record::transact(&mut backends, &lock, &plan.artifacts, &opts, audit::Action::Apply)?;
     record::append_or_warn(&lock, done.record);
     let result = done.result;
