@@ -96,7 +96,7 @@ pub fn emit_view(view: &HostView, commit: Option<&str>) -> Artifacts {
     let nftables = emit::nft::emit(&plan);
     let qos = emit::qos::emit(&plan);
     let forward = emit::forward::emit(&plan);
-    let manifest = emit::manifest::emit(&plan, commit, &nftables, &qos, &forward);
+    let manifest = emit::manifest::emit(&plan, &view.map, commit, &nftables, &qos, &forward);
     Artifacts { nftables, qos, forward, manifest }
 }
 

@@ -6,6 +6,7 @@ pub mod forward;
 pub mod netns;
 pub mod nft;
 pub mod qos;
+pub mod sources;
 
 use fwc_compiler::artifacts::{Artifacts, BackendKind};
 use serde::Serialize;

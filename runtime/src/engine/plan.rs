@@ -99,6 +99,8 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     // The other dataplanes' drift (QoS, forwarder); the apply heals it like nftables drift.
     let applied = current.as_ref().map(|g| g.artifacts.clone()).unwrap_or_else(|| transaction::empty_artifacts(&next.manifest.host));
     drift.extend(super::observe::besides_nft(netns, &state.path, &applied).drift);
+    // Drift lines name the rule's file:line as the applied generation recorded it.
+    let drift = crate::backend::sources::locate(drift, &applied.manifest);
     let rules = fwc_compiler::diff::plan(current.as_ref().map(|g| &g.artifacts), &next);
     let old_h = current.as_ref().map(|g| file_hashes(&g.artifacts)).unwrap_or_default();
     let artifacts_changed =

@@ -76,10 +76,10 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
                 .map(|a| a.iter().filter(|o| o.get("rule").is_some() || o.get("add").and_then(|x| x.get("rule")).is_some()).count())
                 .unwrap_or(0);
             let obs = nft.observe(&g.artifacts)?;
-            st.drift_details = obs.drift;
+            st.drift_details = crate::backend::sources::locate(obs.drift, &g.artifacts.manifest);
             st.counters = obs.counters;
             let other = observe::besides_nft(netns, &state.path, &g.artifacts);
-            st.drift_details.extend(other.drift);
+            st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
             st.counters.extend(other.counters);
         }
         None => {

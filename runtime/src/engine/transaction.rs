@@ -327,7 +327,8 @@ pub fn transaction(
         match r {
             Ok(obs) if obs.in_sync() => {}
             Ok(obs) => {
-                let reason = format!("the live state differs from what was committed:\n  {}", obs.drift.join("\n  "));
+                let drift = crate::backend::sources::locate(obs.drift, &next.manifest);
+                let reason = format!("the live state differs from what was committed:\n  {}", drift.join("\n  "));
                 return Err(fail(backends, Phase::Verify, Some(kind), reason, &sysctl_changed));
             }
             Err(e) => return Err(fail(backends, Phase::Verify, Some(kind), chain(&e), &sysctl_changed)),
