@@ -84,4 +84,10 @@ pub struct ManifestRule {
     pub summary: String,
     /// sha256 over the rule's compiled definition: equal digest = unchanged rule.
     pub digest: String,
+    /// Where the rule is written: `file:line:column` in the repository (`rules/web.kdl:12:5`;
+    /// a template's rule: `rules/x.kdl.j2 (rendered for host h):LINE:COL`); for a chain, its
+    /// `policy=`. Lets drift reports and `nft list ruleset` readers (comment `fwc:<kind>:<name>`)
+    /// find the line of an applied generation. Not part of the digest: moving a rule is no change.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub source: Option<String>,
 }

@@ -49,6 +49,69 @@ pub struct RuleChange {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary_before: Option<String>,
     pub reason: String,
+    /// A changed set: its elements added and removed, element by element.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elements: Option<ElementChanges>,
+}
+
+/// Most elements listed per direction in a plan's JSON (the counts are always complete).
+pub const ELEMENT_LIST_LIMIT: usize = 1000;
+/// Most elements shown per direction in the plan text; past it, a count.
+pub const ELEMENT_TEXT_LIMIT: usize = 10;
+
+/// The elements a set gains and loses (as written in nftables.json: `198.51.100.7`,
+/// `203.0.113.0/24`, `10.0.0.1-10.0.0.9`), both families, in the emitter's order; the lists
+/// stop at [`ELEMENT_LIST_LIMIT`], the counts do not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ElementChanges {
+    pub added_count: usize,
+    pub removed_count: usize,
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+/// The elements of the nft sets `<name>_v4` and `<name>_v6` in an nftables.json.
+fn set_elements<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
+    let wanted = [crate::emit::nft::set_name(name, false), crate::emit::nft::set_name(name, true)];
+    let mut out = Vec::new();
+    for o in nftables.get("nftables").and_then(|v| v.as_array()).into_iter().flatten() {
+        let set = o.get("add").and_then(|x| x.get("set")).or_else(|| o.get("set"));
+        if let Some(set) = set.filter(|s| s.get("name").and_then(|n| n.as_str()).is_some_and(|n| wanted.iter().any(|w| w == n))) {
+            out.extend(set.get("elem").and_then(|e| e.as_array()).into_iter().flatten());
+        }
+    }
+    out
+}
+
+/// `198.51.100.7`, `203.0.113.0/24`, `a-b` for an element of nftables.json.
+fn element_text(e: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match e {
+        Value::String(s) => s.clone(),
+        Value::Object(m) if m.contains_key("prefix") => {
+            let p = &m["prefix"];
+            format!("{}/{}", p.get("addr").map(element_text).unwrap_or_default(), p.get("len").map(|l| l.to_string()).unwrap_or_default())
+        }
+        Value::Object(m) if m.contains_key("range") => {
+            m["range"].as_array().map(|r| r.iter().map(element_text).collect::<Vec<_>>().join("-")).unwrap_or_default()
+        }
+        Value::Object(m) if m.contains_key("elem") => m["elem"].get("val").map(element_text).unwrap_or_default(),
+        other => other.to_string(),
+    }
+}
+
+/// The element changes of set `name` between two artifact sets (None when equal).
+fn element_changes(old: &serde_json::Value, new: &serde_json::Value, name: &str) -> Option<ElementChanges> {
+    let (o, n) = (set_elements(old, name), set_elements(new, name));
+    let os: std::collections::HashSet<&serde_json::Value> = o.iter().copied().collect();
+    let ns: std::collections::HashSet<&serde_json::Value> = n.iter().copied().collect();
+    let added: Vec<&serde_json::Value> = n.iter().copied().filter(|e| !os.contains(e)).collect();
+    let removed: Vec<&serde_json::Value> = o.iter().copied().filter(|e| !ns.contains(e)).collect();
+    if added.is_empty() && removed.is_empty() {
+        return None;
+    }
+    let list = |v: &[&serde_json::Value]| v.iter().take(ELEMENT_LIST_LIMIT).map(|e| element_text(e)).collect();
+    Some(ElementChanges { added_count: added.len(), removed_count: removed.len(), added: list(&added), removed: list(&removed) })
 }
 
 /// The plan between two artifact sets of one host.
@@ -88,6 +151,7 @@ pub fn plan(old: Option<&Artifacts>, new: &Artifacts) -> Plan {
                 summary: n.summary.clone(),
                 summary_before: None,
                 reason: n.reason.clone(),
+                elements: None,
             }),
             Some(o) if o.digest != n.digest || o.backends != n.backends || o.chain != n.chain => changes.push(RuleChange {
                 action: ChangeAction::Change,
@@ -98,6 +162,10 @@ pub fn plan(old: Option<&Artifacts>, new: &Artifacts) -> Plan {
                 summary: n.summary.clone(),
                 summary_before: (o.summary != n.summary).then(|| o.summary.clone()),
                 reason: n.reason.clone(),
+                elements: match (n.kind, old) {
+                    (RuleKind::Set, Some(old)) => element_changes(&old.nftables, &new.nftables, &n.name),
+                    _ => None,
+                },
             }),
             Some(_) => {}
         }
@@ -113,6 +181,7 @@ pub fn plan(old: Option<&Artifacts>, new: &Artifacts) -> Plan {
                 summary: o.summary.clone(),
                 summary_before: None,
                 reason: o.reason.clone(),
+                elements: None,
             });
         }
     }
@@ -136,6 +205,23 @@ pub fn plan(old: Option<&Artifacts>, new: &Artifacts) -> Plan {
         changes,
         artifacts_changed,
     }
+}
+
+/// `+ 198.51.100.7` / `- 192.0.2.66` lines, at most [`ELEMENT_TEXT_LIMIT`] per direction,
+/// then what was left out and the counts.
+fn render_elements(e: &ElementChanges, color: bool) -> String {
+    let (green, red, dim, reset) = if color { ("\x1b[32m", "\x1b[31m", "\x1b[2m", "\x1b[0m") } else { ("", "", "", "") };
+    let mut out = String::new();
+    for (list, count, sign, col) in [(&e.added, e.added_count, '+', green), (&e.removed, e.removed_count, '-', red)] {
+        for el in list.iter().take(ELEMENT_TEXT_LIMIT) {
+            out.push_str(&format!("        {col}{sign} {el}{reset}\n"));
+        }
+        if count > ELEMENT_TEXT_LIMIT {
+            out.push_str(&format!("        {dim}{sign} … {} more{reset}\n", count - ELEMENT_TEXT_LIMIT));
+        }
+    }
+    out.push_str(&format!("        {dim}elements: {} added, {} removed{reset}\n", e.added_count, e.removed_count));
+    out
 }
 
 fn backends(b: &[BackendKind]) -> String {
@@ -163,6 +249,9 @@ pub fn render(plan: &Plan, color: bool) -> String {
         if let Some(before) = &c.summary_before {
             out.push_str(&format!("      {dim}was: {before}{reset}\n"));
         }
+        if let Some(e) = &c.elements {
+            out.push_str(&render_elements(e, color));
+        }
     }
     let files: Vec<&str> = plan.artifacts_changed.iter().filter(|(_, c)| **c).map(|(f, _)| f.as_str()).collect();
     out.push_str(&format!(
@@ -173,4 +262,28 @@ pub fn render(plan: &Plan, color: bool) -> String {
         if files.is_empty() { "none".to_string() } else { files.join(", ") }
     ));
     out
+}
+
+#[cfg(test)]
+mod element_tests {
+    use super::*;
+
+    #[test]
+    fn set_changes_are_listed_element_by_element_and_summarised_past_the_limit() {
+        let e = ElementChanges {
+            added_count: 25,
+            removed_count: 1,
+            added: (0..25).map(|i| format!("198.51.100.{i}")).collect(),
+            removed: vec!["192.0.2.66".into()],
+        };
+        let text = render_elements(&e, false);
+        assert!(text.contains("        + 198.51.100.0\n") && text.contains("        + 198.51.100.9\n"), "{text}");
+        assert!(!text.contains("198.51.100.10\n"), "{text}");
+        assert!(text.contains("        + … 15 more\n"), "{text}");
+        assert!(text.contains("        - 192.0.2.66\n"), "{text}");
+        assert!(text.ends_with("elements: 25 added, 1 removed\n"), "{text}");
+        let v = |els: &[&str]| serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4", "elem": els}}}]});
+        let c = element_changes(&v(&["192.0.2.66", "203.0.113.9"]), &v(&["198.51.100.7", "203.0.113.9"]), "bl").unwrap();
+        assert_eq!((c.added, c.removed), (vec!["198.51.100.7".to_string()], vec!["192.0.2.66".to_string()]));
+    }
 }

@@ -11,6 +11,7 @@ pub mod diag;
 pub mod diff;
 pub mod emit;
 pub mod eval;
+pub mod format;
 pub mod limits;
 pub mod lint;
 pub mod model;
@@ -69,6 +70,7 @@ impl ParsedRepo {
         let host = pick_host(&self.plain, host)?;
         let mut map = self.map.clone();
         let mut ruleset = syntax::add_templates(tree, &mut map, self.plain.clone(), &host)?;
+        limits::check_ruleset(&map, &ruleset)?;
         setfile::load_all(tree, &mut map, &mut ruleset)?;
         let mut warnings = check::check(&map, &ruleset)?;
         warnings.0.extend(lint::lint(&map, &ruleset).0);
@@ -172,7 +174,7 @@ pub fn emit_view(view: &HostView, commit: Option<&str>) -> Artifacts {
     let nftables = emit::nft::emit(&plan);
     let qos = emit::qos::emit(&plan);
     let forward = emit::forward::emit(&plan);
-    let manifest = emit::manifest::emit(&plan, commit, &nftables, &qos, &forward);
+    let manifest = emit::manifest::emit(&plan, &view.map, commit, &nftables, &qos, &forward);
     Artifacts { nftables, qos, forward, manifest }
 }
 

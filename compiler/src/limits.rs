@@ -1,6 +1,11 @@
 //! Limits on what a rule repository may ask of the compiler. A commit is hostile input to an
 //! agent running as root: every text is scanned here before the KDL parser (which recurses per
-//! nesting level) sees it, and templates run on bounded fuel and output.
+//! nesting level) sees it, and templates run on bounded fuel and output. File counts and sizes
+//! are checked while the repository is read (`source`), rule and element counts once parsed.
+
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::model::{Ruleset, Span};
+use crate::source::SourceMap;
 
 /// Deepest `{ … }` nesting a rule file may use. fwc's language needs three levels at most.
 pub const MAX_NESTING: usize = 64;
@@ -11,6 +16,17 @@ pub const MAX_COMMENT_NESTING: usize = 64;
 pub const MAX_LINE_BYTES: usize = 60_000;
 /// Largest rule or test file (bytes). Set files (`lists/`) have their own, larger bound.
 pub const MAX_FILE_BYTES: usize = 64 << 20;
+/// Largest set file (`lists/`, bytes): a million-entry blocklist is about 16 MiB.
+pub const MAX_SET_FILE_BYTES: u64 = 256 << 20;
+/// Most files and directories under `rules/`, `lists/` and `tests/` together.
+pub const MAX_FILES: usize = 10_000;
+/// Largest sum of the sizes of the files read from a repository (bytes).
+pub const MAX_TOTAL_BYTES: u64 = 1 << 30;
+/// Most set elements of one host, inline and from set files together: four million-entry
+/// blocklists.
+pub const MAX_SET_ELEMENTS: usize = 4_000_000;
+/// Most rules of one host: chain rules, forwards, shapes, sets and hosts together.
+pub const MAX_RULES: usize = 100_000;
 /// minijinja fuel per template render: about a second of work; a runaway loop stops here.
 pub const TEMPLATE_FUEL: u64 = 20_000_000;
 /// Largest rendered template (bytes).
@@ -34,9 +50,9 @@ pub struct LimitHit {
 impl LimitHit {
     /// The span of the hit in source file `file` (offsets fit: files are at most
     /// [`MAX_FILE_BYTES`]).
-    pub fn span(&self, file: u32) -> crate::model::Span {
+    pub fn span(&self, file: u32) -> Span {
         let offset = u32::try_from(self.offset).unwrap_or(u32::MAX);
-        crate::model::Span { file, offset, len: u32::try_from(self.len).unwrap_or(0) }
+        Span { file, offset, len: u32::try_from(self.len).unwrap_or(0) }
     }
 }
 
@@ -178,6 +194,32 @@ fn skip_string(b: &[u8], start: usize) -> usize {
         }
     }
     b.len()
+}
+
+/// Check the size of a parsed host view: rules and inline set elements (set files add theirs
+/// while they are read, see `setfile`). The error points at the first item past the limit.
+pub fn check_ruleset(map: &SourceMap, rs: &Ruleset) -> Result<(), Diagnostics> {
+    let rules = rs.hosts.iter().map(|h| h.name.span).chain(rs.sets.iter().map(|s| s.span));
+    let rules = rules.chain(rs.chains.iter().flat_map(|c| c.rules.iter().map(|r| r.name.span)));
+    let rules = rules.chain(rs.forwards.iter().map(|f| f.name.span)).chain(rs.shapes.iter().map(|s| s.name.span));
+    if let Some(span) = rules.clone().nth(MAX_RULES) {
+        return Err(Diagnostics::single(
+            Diagnostic::error("limit", format!("the repository declares more than {MAX_RULES} rules, forwards, shapes, sets and hosts"))
+                .at(map, span, "past the limit")
+                .help("merge rules that differ only in an address into one rule over a set"),
+        ));
+    }
+    if let Some(span) = rs.sets.iter().flat_map(|s| s.elements.iter().map(|e| e.span)).nth(MAX_SET_ELEMENTS) {
+        return Err(Diagnostics::single(too_many_elements(map, span)));
+    }
+    Ok(())
+}
+
+/// The error for the first set element past [`MAX_SET_ELEMENTS`], at `span`.
+pub fn too_many_elements(map: &SourceMap, span: Span) -> Diagnostic {
+    Diagnostic::error("limit", format!("the sets of this host hold more than {MAX_SET_ELEMENTS} elements together"))
+        .at(map, span, "past the limit")
+        .help("aggregate the addresses into larger prefixes (e.g. with `aggregate` or `iprange --optimize`), or split the hosts' sets")
 }
 
 /// Where a template renders to: refuses to grow past [`MAX_RENDERED_BYTES`].

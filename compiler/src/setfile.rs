@@ -9,7 +9,7 @@
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::*;
 use crate::source::{SourceMap, SourceTree, LISTS_DIR};
-use crate::units;
+use crate::{limits, units};
 
 /// At most this many errors are reported per set file (a wrong file can have a million bad lines).
 const MAX_ERRORS_PER_FILE: usize = 10;
@@ -110,6 +110,8 @@ fn inside_repository(path: &str) -> bool {
 /// repository) or at line:column of the set file (bad line).
 pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Result<(), Diagnostics> {
     let mut diags = Diagnostics::default();
+    // Elements of the host so far (inline ones are already counted by limits::check_ruleset).
+    let mut total: usize = rs.sets.iter().map(|s| s.elements.len()).sum();
     for set in &mut rs.sets {
         let rule = format!("set \"{}\"", set.name.value);
         for file in &set.files {
@@ -148,10 +150,26 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
             };
             let id = map.add(path.to_string(), text);
             let before = set.elements.len();
-            // One allocation of the right size (a million elements: no doubling on the way).
-            set.elements.reserve(text.bytes().filter(|&b| b == b'\n').count() + 1);
+            // One allocation of the right size (a million elements: no doubling on the way),
+            // never past the limit.
+            let lines = text.bytes().filter(|&b| b == b'\n').count() + 1;
+            set.elements.reserve(lines.min(limits::MAX_SET_ELEMENTS.saturating_sub(total) + 1));
             let elements = &mut set.elements;
-            let errors = parse(text, |e, offset, len| elements.push(Spanned::new(e, Span { file: id, offset: offset as u32, len: len as u32 })));
+            let mut past_limit = None;
+            let errors = parse(text, |e, offset, len| {
+                let span = Span { file: id, offset: offset as u32, len: len as u32 };
+                if total < limits::MAX_SET_ELEMENTS {
+                    total += 1;
+                    elements.push(Spanned::new(e, span));
+                } else if past_limit.is_none() {
+                    past_limit = Some(span);
+                }
+            });
+            if let Some(span) = past_limit {
+                set.elements.truncate(before);
+                diags.push(limits::too_many_elements(map, span).rule(&rule));
+                return Err(diags);
+            }
             if !errors.is_empty() {
                 set.elements.truncate(before);
                 for e in errors {

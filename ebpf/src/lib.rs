@@ -194,9 +194,17 @@ impl Qos {
             prog.load().map_err(|e| QosError(format!("verifier rejected fwc_qos: {e:?}")))?;
             let fd = prog.fd().map_err(err("program fd"))?;
             // Adopt: every pinned TCX link now runs the new program (atomic per link).
+            // A link whose attachment is gone (`bpftool link detach`, the interface removed)
+            // is severed: its pin is dropped and `attach` makes a new one where needed.
             for (ifname, link) in pinned_links(&root) {
                 let lfd = sys::obj_get(&link).map_err(err(format!("opening {}", link.display())))?;
-                sys::link_update(&lfd, fd.as_fd()).map_err(err(format!("switching the link of {ifname}")))?;
+                match sys::link_update(&lfd, fd.as_fd()) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ENOLINK) => {
+                        std::fs::remove_file(&link).map_err(err(format!("removing the severed link {}", link.display())))?;
+                    }
+                    Err(e) => return Err(QosError(format!("switching the link of {ifname}: {e}"))),
+                }
             }
             // Adopt: every clsact filter of ours (interfaces of this namespace) is replaced in
             // place (same priority and handle) by the new program.
@@ -337,15 +345,25 @@ impl Qos {
         self.root.join(LINKS_DIR).join(ifname)
     }
 
-    /// How (if at all) the program is attached to `ifname` (in this thread's network namespace).
+    /// How (if at all) the program is attached to `ifname` (in this thread's network namespace),
+    /// as the kernel says: see [`attachment`].
     pub fn attached(&self, ifname: &str) -> Option<AttachMode> {
-        let pin = self.link_pin(ifname);
-        if let (Ok(fd), Some(idx)) = (sys::obj_get(&pin), sys::ifindex(ifname)) {
-            if sys::link_info(&fd).map(|i| i.ifindex == idx).unwrap_or(false) {
-                return Some(AttachMode::Tcx);
-            }
-        }
-        clsact_attached(ifname).then_some(AttachMode::Clsact)
+        attachment(ifname)
+    }
+
+    /// Id of the program this process loaded (None when it opened the pins only).
+    pub fn loaded_prog_id(&self) -> Option<u32> {
+        let ebpf = self.ebpf.as_ref()?;
+        let prog: &SchedClassifier = ebpf.program(maps::PROG_NAME)?.try_into().ok()?;
+        sys::prog_id(prog.fd().ok()?.as_fd()).ok()
+    }
+
+    /// Are the pins under the root still this instance's: the pinned program is the one this
+    /// process loaded and every map pin exists? False after `fwc qos detach` or after another
+    /// process re-created the dataplane; the instance must then be opened again.
+    pub fn pins_intact(&self) -> bool {
+        let Some(mine) = self.loaded_prog_id() else { return false };
+        pinned_prog_id(&self.root) == Some(mine) && expected_maps().iter().all(|(n, _, _)| self.root.join(n).exists())
     }
 
     /// Attach to the egress of `ifname` unless already attached: TCX link pinned under
@@ -437,6 +455,28 @@ pub struct TestRunOut {
     pub verdict: i32,
     pub packet: Vec<u8>,
     pub tstamp: u64,
+}
+
+/// How fwc's program (`fwc_qos`) is attached to the egress of `ifname`, asking the kernel:
+/// TCX through BPF_PROG_QUERY (Debian 12's bpftool cannot list TCX), clsact through the tc
+/// filter list. A pinned link whose attachment is gone (`bpftool link detach`, the interface
+/// re-created) does not count.
+pub fn attachment(ifname: &str) -> Option<AttachMode> {
+    tcx_prog_ids(ifname).map(|ids| !ids.is_empty()).unwrap_or(false).then_some(AttachMode::Tcx)
+        .or_else(|| clsact_attached(ifname).then_some(AttachMode::Clsact))
+}
+
+/// Ids of the `fwc_qos` programs attached to the TCX egress of `ifname` (BPF_PROG_QUERY);
+/// `None` when the kernel cannot be asked (no such interface, no TCX).
+pub fn tcx_prog_ids(ifname: &str) -> Option<Vec<u32>> {
+    let (_, progs) = SchedClassifier::query_tcx(ifname, TcAttachType::Egress).ok()?;
+    Some(progs.iter().filter(|p| p.name_as_str() == Some(maps::PROG_NAME)).map(|p| p.id()).collect())
+}
+
+/// Id of the program pinned under `root`, if the pin is there.
+pub fn pinned_prog_id(root: &Path) -> Option<u32> {
+    let fd = sys::obj_get(&root.join(PROG_PIN)).ok()?;
+    sys::prog_id(fd.as_fd()).ok()
 }
 
 fn tracing_fallback(ifname: &str, e: &aya::programs::ProgramError) {

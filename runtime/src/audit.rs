@@ -808,6 +808,7 @@ mod tests {
             reason: String::new(),
             summary: String::new(),
             digest: d.into(),
+            source: None,
         };
         let m = |rules| Manifest { version: 1, host: "h".into(), commit: None, rules, artifact_hashes: Default::default(), setup: Default::default() };
         let a = m(vec![rule("a", vec![BackendKind::Nftables], "1"), rule("b", vec![BackendKind::Nftables, BackendKind::Qos], "1")]);

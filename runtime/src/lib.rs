@@ -7,6 +7,7 @@ pub mod engine;
 pub mod audit;
 pub mod backend;
 pub mod cli;
+pub mod detached;
 pub mod kernel_eval;
 pub mod metrics;
 pub mod repo;

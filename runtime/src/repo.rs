@@ -4,42 +4,80 @@
 
 use std::path::Path;
 
-use fwc_compiler::source::SourceTree;
-use miette::{miette, IntoDiagnostic, Result, WrapErr};
+use fwc_compiler::diag::{Diagnostic, Diagnostics};
+use fwc_compiler::source::{EntryKind, RepoFs, SourceTree};
+use miette::{miette, IntoDiagnostic, Result};
 
 /// The rule files of `commit`, below `subdir` of the repository (empty = repository root).
-pub fn source_tree_at(repo: &git2::Repository, commit: &git2::Commit, subdir: &Path) -> Result<SourceTree> {
-    let mut tree = commit.tree().into_diagnostic()?;
+/// Read with the compiler's reader ([`SourceTree::read`]): the same symlink resolution,
+/// confinement and limits as a work tree, so a commit gets the verdict its checkout gets.
+pub fn source_tree_at(repo: &git2::Repository, commit: &git2::Commit, subdir: &Path) -> Result<SourceTree, Diagnostics> {
+    let git_error = |what: String| Diagnostics::single(Diagnostic::error("git", what));
+    let mut tree = commit.tree().map_err(|e| git_error(format!("cannot read the tree of commit {}: {}", commit.id(), e.message())))?;
     if !subdir.as_os_str().is_empty() {
         let entry = tree
             .get_path(subdir)
-            .map_err(|_| miette!("{} does not exist in commit {}", subdir.display(), commit.id()))?;
-        tree = repo.find_tree(entry.id()).into_diagnostic().wrap_err_with(|| format!("{} is not a directory", subdir.display()))?;
+            .map_err(|_| git_error(format!("{} does not exist in commit {}", subdir.display(), commit.id())))?;
+        tree = repo.find_tree(entry.id()).map_err(|_| git_error(format!("{} is not a directory in commit {}", subdir.display(), commit.id())))?;
     }
-    let mut files = Vec::new();
-    let mut walk_err = None;
-    tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
-        if entry.kind() != Some(git2::ObjectType::Blob) {
-            return git2::TreeWalkResult::Ok;
+    SourceTree::read(&GitFs { repo, root: tree })
+}
+
+/// A commit's tree (or a subdirectory of it) as the compiler's reader sees a repository.
+struct GitFs<'r> {
+    repo: &'r git2::Repository,
+    root: git2::Tree<'r>,
+}
+
+impl GitFs<'_> {
+    fn entry(&self, path: &str) -> std::io::Result<Option<git2::TreeEntry<'static>>> {
+        match self.root.get_path(Path::new(path)) {
+            Ok(e) => Ok(Some(e)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(git_io(e)),
         }
-        let path = format!("{dir}{}", entry.name().unwrap_or_default());
-        if !fwc_compiler::source::is_tree_file(&path) {
-            return git2::TreeWalkResult::Ok;
-        }
-        match entry.to_object(repo).and_then(|o| o.peel_to_blob()) {
-            Ok(blob) => match std::str::from_utf8(blob.content()) {
-                Ok(text) => files.push((path, text.to_string())),
-                Err(_) => walk_err = Some(miette!("{path} in commit {} is not UTF-8", commit.id())),
-            },
-            Err(e) => walk_err = Some(miette!("cannot read {path}: {e}")),
-        }
-        git2::TreeWalkResult::Ok
-    })
-    .into_diagnostic()?;
-    if let Some(e) = walk_err {
-        return Err(e);
     }
-    Ok(SourceTree::from_files(files))
+    fn blob(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        let entry = self.entry(path)?.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        Ok(self.repo.find_blob(entry.id()).map_err(git_io)?.content().to_vec())
+    }
+}
+
+fn git_io(e: git2::Error) -> std::io::Error {
+    std::io::Error::other(e.message().to_string())
+}
+
+impl RepoFs for GitFs<'_> {
+    fn kind(&self, path: &str) -> std::io::Result<EntryKind> {
+        if path.is_empty() {
+            return Ok(EntryKind::Dir);
+        }
+        let Some(entry) = self.entry(path)? else { return Ok(EntryKind::Missing) };
+        Ok(match entry.filemode() {
+            0o040000 => EntryKind::Dir,
+            0o120000 => EntryKind::Symlink,
+            0o100644 | 0o100755 | 0o100664 => {
+                let (size, _) = self.repo.odb().and_then(|db| db.read_header(entry.id())).map_err(git_io)?;
+                EntryKind::File { size: size as u64 }
+            }
+            _ => EntryKind::Other, // a submodule (commit)
+        })
+    }
+    fn read_link(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        self.blob(path)
+    }
+    fn read_dir(&self, path: &str) -> std::io::Result<Vec<Vec<u8>>> {
+        let tree = if path.is_empty() {
+            self.root.clone()
+        } else {
+            let entry = self.entry(path)?.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+            self.repo.find_tree(entry.id()).map_err(git_io)?
+        };
+        Ok(tree.iter().map(|e| e.name_bytes().to_vec()).collect())
+    }
+    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        self.blob(path)
+    }
 }
 
 /// Open the git repository that contains `dir`, and `dir`'s path relative to its work tree.

@@ -123,6 +123,12 @@ impl StateDir {
 
     /// Take the exclusive lock, waiting for another apply to finish (`wait`), or failing at once.
     pub fn lock(&self, wait: bool) -> Result<StateLock> {
+        self.lock_within(if wait { None } else { Some(std::time::Duration::ZERO) })
+    }
+
+    /// Take the exclusive lock, waiting at most `timeout` for another holder to release it
+    /// (None: as long as it takes).
+    pub fn lock_within(&self, timeout: Option<std::time::Duration>) -> Result<StateLock> {
         self.ensure()?;
         let path = self.path.join(LOCK_FILE);
         let file = OpenOptions::new()
@@ -150,11 +156,29 @@ impl StateDir {
             file.set_permissions(fs::Permissions::from_mode(0o600)).into_diagnostic()?;
         }
         // std's flock(2): held until `file` is closed (StateLock dropped).
-        let locked = if wait { file.lock().map_err(std::fs::TryLockError::Error) } else { file.try_lock() };
+        let locked = match timeout {
+            None => file.lock().map_err(std::fs::TryLockError::Error),
+            Some(t) => {
+                let deadline = std::time::Instant::now() + t;
+                loop {
+                    match file.try_lock() {
+                        Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                            std::thread::sleep(std::time::Duration::from_millis(50))
+                        }
+                        r => break r,
+                    }
+                }
+            }
+        };
         match locked {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(miette!("another fwc apply holds the lock {} (try again when it has finished)", path.display()))
+                let waited = timeout.filter(|t| !t.is_zero()).map(|t| format!(" (waited {:.1} s)", t.as_secs_f64())).unwrap_or_default();
+                return Err(miette!(
+                    help = "try again when it has finished, or wait longer with --lock-timeout",
+                    "another fwc command holds the state lock {}{waited}",
+                    path.display()
+                ));
             }
             Err(std::fs::TryLockError::Error(err)) => {
                 return Err(err).into_diagnostic().wrap_err_with(|| format!("flock {}", path.display()))
@@ -512,7 +536,11 @@ mod tests {
         // flock locks belong to the open file description: a second open in this process
         // conflicts exactly like another fwc apply would.
         let err = state.lock(false).err().expect("second lock refused while the first is held");
-        assert!(format!("{err}").contains("another fwc apply holds the lock"), "{err}");
+        assert!(format!("{err}").contains("another fwc command holds the state lock"), "{err}");
+        // A bounded wait gives up after the timeout.
+        let t0 = std::time::Instant::now();
+        let err = state.lock_within(Some(std::time::Duration::from_millis(300))).err().expect("still held");
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(300) && format!("{err}").contains("waited 0.3 s"), "{err}");
         drop(held);
         let _again = state.lock(false).expect("free again once dropped");
         drop(_again);

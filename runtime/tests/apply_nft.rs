@@ -79,7 +79,7 @@ fn transaction_applies_verifies_and_rolls_back() {
     let ns = Netns::new("n");
     let tmp = tempfile::tempdir().unwrap();
     let state = StateDir::new(tmp.path().join("state"));
-    let opts = ApplyOptions { source: "test".into(), netns: Some(ns.name.clone()), no_sysctl: false };
+    let opts = ApplyOptions { source: "test".into(), netns: Some(ns.name.clone()), ..Default::default() };
 
     let v1 = table(&[], &["198.18.1.0/24"]);
     let lock = state.lock(false).unwrap();
@@ -111,10 +111,16 @@ fn transaction_applies_verifies_and_rolls_back() {
 
     // fwc rollback goes back to v1, and a second rollback forward again to v2.
     let sd = state.path.to_str().unwrap();
+    // Without a terminal to ask on and without --auto-approve, rollback refuses: exit 1,
+    // nothing changed.
     let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("pass --auto-approve"), "{}", text(&o));
+    assert_eq!(ns.exec(&["nft", "list", "table", "inet", "fwc"]), live2);
+    let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name, "--auto-approve"], &[]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(ns.exec(&["nft", "list", "table", "inet", "fwc"]), live1);
-    let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name], &[]);
+    let o = fwc(&["rollback", "--state-dir", sd, "--netns", &ns.name, "--auto-approve"], &[]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(ns.exec(&["nft", "list", "table", "inet", "fwc"]), live2);
 }

@@ -499,7 +499,7 @@ fn dynamic_set_keeps_external_elements_across_ten_applies() {
     assert_eq!(tcp(&t.client, "198.18.1.1", 8000, Some("198.18.1.4")), Probe::Timeout, "still banned after ten applies");
 
     // The external elements are not drift: planning the same repository shows no change.
-    let o = fwc(&["plan", repo.to_str().unwrap(), "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name]);
+    let o = fwc(&["plan", repo.to_str().unwrap(), "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name, "--detailed-exitcode"]);
     assert_eq!(o.status.code(), Some(0), "plan reports changes/drift for externally added elements:\n{}", text(&o));
 
     // ... and they still expire on time: 25 s after the add (the applies left them alone).

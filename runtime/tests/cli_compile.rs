@@ -205,8 +205,11 @@ fn two_commits() -> tempfile::TempDir {
 fn plan_from_a_git_revision() {
     let dir = two_commits();
     let d = dir.path();
+    // Exit 0 with changes (scripts under `set -e` go on), 2 only when asked (terraform).
     let o = fwc(&["plan", s(d), "--from", "HEAD~1"]);
-    assert_eq!(code(&o), 2, "a plan with changes exits 2:\n{}", shown(&o));
+    assert_eq!(code(&o), 0, "a plan with changes exits 0 without --detailed-exitcode:\n{}", shown(&o));
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--detailed-exitcode"]);
+    assert_eq!(code(&o), 2, "with --detailed-exitcode a plan with changes exits 2:\n{}", shown(&o));
     let out = text(&o.stdout);
     for want in ["+ filter \"new\"", "~ filter \"web\"", "- filter \"old\"", "~ forward \"fwd\"", "[userspace]", "moves from [nftables]", "was: input allow tcp port 80"] {
         assert!(out.contains(want), "plan should show {want:?}:\n{}", shown(&o));
@@ -217,19 +220,19 @@ fn plan_from_a_git_revision() {
     assert!(out.contains("Plan: 1 to add, 3 to change, 1 to remove."), "{}", shown(&o));
 
     // Nothing changed since HEAD: exit 0.
-    let o = fwc(&["plan", s(d), "--from", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 0, "no changes exits 0:\n{}", shown(&o));
     assert!(text(&o.stdout).contains("No rule changes"), "{}", shown(&o));
 
     // --to: between two revisions, ignoring the work tree.
     std::fs::write(d.join("fwc.kdl"), "fwc 1\n").unwrap();
-    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 2, "{}", shown(&o));
     assert!(text(&o.stdout).contains("+ filter \"new\""), "{}", shown(&o));
 
     // A broken work tree: exit 1 with the diagnostic.
     std::fs::write(d.join("fwc.kdl"), "fwc 1\nsett \"x\"\n").unwrap();
-    let o = fwc(&["plan", s(d), "--from", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 1, "{}", shown(&o));
     assert!(text(&o.stderr).contains("fwc.kdl:2:1"), "{}", shown(&o));
 }
@@ -238,7 +241,7 @@ fn plan_from_a_git_revision() {
 #[test]
 fn plan_json_is_one_document() {
     let dir = two_commits();
-    let o = fwc(&["plan", s(dir.path()), "--from", "HEAD~1", "--json"]);
+    let o = fwc(&["plan", s(dir.path()), "--from", "HEAD~1", "--json", "--detailed-exitcode"]);
     assert_eq!(code(&o), 2, "{}", shown(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("plan --json must print exactly one JSON document ({e}):\n{}", shown(&o)));
@@ -246,23 +249,114 @@ fn plan_json_is_one_document() {
     assert_eq!(v["changes"].as_array().map(Vec::len), Some(5), "{v:#}");
 }
 
+/// A repository with comments everywhere, badly indented: what `fwc fmt` is for.
+const MESSY: &str = "// the root file\nfwc 1   // version\n\n\n\ninput   policy=drop {   // inbound\n        allow \"ssh\"    proto=tcp port = 22 // admins only\n\n  /- allow \"old\" proto=tcp port=23\n   /* a block\n      comment */\n    deny \"x\" from=\"192.0.2.0/24\"\n}\n";
+const TIDY: &str = "// the root file\nfwc 1   // version\n\ninput policy=drop {   // inbound\n    allow \"ssh\" proto=tcp port=22 // admins only\n\n    /- allow \"old\" proto=tcp port=23\n    /* a block\n      comment */\n    deny \"x\" from=\"192.0.2.0/24\"\n}\n";
+
 #[test]
 fn fmt_check_detects_unformatted_files() {
-    let messy = "fwc 1\ninput   policy=drop {\n        allow \"ssh\"    proto=tcp port=22\n}\n";
-    let dir = repo(&[("fwc.kdl", messy), ("rules/a.kdl", "set \"x\" \"192.0.2.1\"\n")]);
+    let dir = repo(&[("fwc.kdl", MESSY), ("rules/a.kdl", "set \"x\" \"192.0.2.1\"\n"), ("tests/t.kdl", "expect  \"a\" drop proto=tcp to=\":22\"\n")]);
     let o = fwc(&["fmt", "--check", s(dir.path())]);
     assert_eq!(code(&o), 1, "{}", shown(&o));
-    assert!(text(&o.stdout).contains("fwc.kdl"), "{}", shown(&o));
-    assert_eq!(std::fs::read_to_string(dir.path().join("fwc.kdl")).unwrap(), messy, "--check must not write");
+    assert_eq!(text(&o.stdout), "not formatted: fwc.kdl\nnot formatted: tests/t.kdl\n", "{}", shown(&o));
+    assert_eq!(std::fs::read_to_string(dir.path().join("fwc.kdl")).unwrap(), MESSY, "--check must not write");
 
     let o = fwc(&["fmt", s(dir.path())]);
     assert_eq!(code(&o), 0, "{}", shown(&o));
-    assert_ne!(std::fs::read_to_string(dir.path().join("fwc.kdl")).unwrap(), messy, "fmt rewrites the file");
+    assert_eq!(text(&o.stdout), "formatted fwc.kdl\nformatted tests/t.kdl\n", "{}", shown(&o));
+    // Only whitespace changed: every comment, the slashdash and the blank lines are still there.
+    assert_eq!(std::fs::read_to_string(dir.path().join("fwc.kdl")).unwrap(), TIDY);
     let o = fwc(&["fmt", "--check", s(dir.path())]);
-    assert_eq!(code(&o), 0, "formatted files pass --check:\n{}", shown(&o));
+    assert_eq!((code(&o), text(&o.stdout)), (0, String::new()), "formatted files pass --check:\n{}", shown(&o));
     // Formatting does not change what the rules mean.
     let o = fwc(&["check", s(dir.path())]);
     assert_eq!(code(&o), 0, "{}", shown(&o));
+}
+
+#[test]
+fn fmt_diff_shows_what_would_change_and_writes_nothing() {
+    let dir = repo(&[("fwc.kdl", MESSY), ("rules/ok.kdl", "set \"x\" \"192.0.2.1\"\n")]);
+    let o = fwc(&["fmt", "--diff", s(dir.path())]);
+    assert_eq!(code(&o), 1, "changes to show: exit 1\n{}", shown(&o));
+    insta::assert_snapshot!("fmt_diff", text(&o.stdout));
+    assert_eq!(std::fs::read_to_string(dir.path().join("fwc.kdl")).unwrap(), MESSY, "--diff must not write");
+    std::fs::write(dir.path().join("fwc.kdl"), TIDY).unwrap();
+    let o = fwc(&["fmt", "--diff", s(dir.path())]);
+    assert_eq!((code(&o), text(&o.stdout)), (0, String::new()), "{}", shown(&o));
+}
+
+#[test]
+fn fmt_json_reports_every_file_and_skips_templates() {
+    let dir = repo(&[("fwc.kdl", MESSY), ("rules/ok.kdl", "set \"x\" \"192.0.2.1\"\n"), ("rules/t.kdl.j2", "set   \"{{ host.name }}\"  \"192.0.2.9\"\n")]);
+    let o = fwc(&["fmt", "--check", "--json", s(dir.path())]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("one JSON document ({e}):\n{}", shown(&o)));
+    let statuses: Vec<(String, String)> =
+        v["files"].as_array().unwrap().iter().map(|f| (f["path"].as_str().unwrap().into(), f["status"].as_str().unwrap().into())).collect();
+    let want = [("fwc.kdl", "not-formatted"), ("rules/ok.kdl", "unchanged"), ("rules/t.kdl.j2", "skipped")];
+    assert_eq!(statuses, want.map(|(p, st)| (p.to_string(), st.to_string())), "{v:#}");
+    // People are told that templates are left alone.
+    let o = fwc(&["fmt", s(dir.path())]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    assert!(text(&o.stderr).contains("skipped rules/t.kdl.j2 (templates"), "{}", shown(&o));
+}
+
+#[test]
+fn fmt_refuses_invalid_kdl_with_its_position_and_formats_nothing_of_it() {
+    let bad = "fwc 1\ninput {\n    deny \"x\"   from=\"192.0.2.0/24\" log=true\n}\n";
+    let dir = repo(&[("fwc.kdl", bad), ("rules/a.kdl", "set   \"x\" \"192.0.2.1\"\n")]);
+    let o = fwc(&["fmt", s(dir.path())]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    assert!(text(&o.stderr).contains("fwc.kdl:3:"), "file:line:column of the error:\n{}", shown(&o));
+    assert_eq!(std::fs::read_to_string(dir.path().join("fwc.kdl")).unwrap(), bad);
+    // The valid file is formatted anyway.
+    assert_eq!(std::fs::read_to_string(dir.path().join("rules/a.kdl")).unwrap(), "set \"x\" \"192.0.2.1\"\n");
+    let o = fwc(&["fmt", "--check", "--json", s(dir.path())]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["diagnostics"][0]["code"], "fwc::kdl-syntax", "{v:#}");
+    assert_eq!(v["diagnostics"][0]["line"], 3, "{v:#}");
+}
+
+/// The bug this replaces: `fwc fmt` deleted end-of-line comments and blank lines, and
+/// `fmt --check` failed on every shipped example.
+#[test]
+fn fmt_leaves_every_example_byte_for_byte() {
+    for example in ["quickstart", "edge-host", "fleet"] {
+        let src = examples().join(example);
+        let o = fwc(&["fmt", "--check", s(&src)]);
+        assert_eq!(code(&o), 0, "examples/{example} is formatted:\n{}", shown(&o));
+        let copy = tempfile::tempdir().unwrap();
+        let mut files = Vec::new();
+        copy_tree(&src, copy.path(), &mut files);
+        let o = fwc(&["fmt", s(copy.path())]);
+        assert_eq!(code(&o), 0, "{}", shown(&o));
+        for rel in files {
+            assert_eq!(std::fs::read(copy.path().join(&rel)).unwrap(), std::fs::read(src.join(&rel)).unwrap(), "examples/{example}/{}", rel.display());
+        }
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path, files: &mut Vec<PathBuf>) {
+    for entry in walk(from) {
+        let rel = entry.strip_prefix(from).unwrap().to_path_buf();
+        std::fs::create_dir_all(to.join(&rel).parent().unwrap()).unwrap();
+        std::fs::copy(&entry, to.join(&rel)).unwrap();
+        files.push(rel);
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[test]
@@ -341,10 +435,10 @@ fn set_files_in_the_work_tree_and_in_git() {
     git(d, &["commit", "-q", "-m", "one"]);
     std::fs::write(d.join("lists/firehol.netset"), "192.0.2.0/24\n192.0.2.77-192.0.2.80\n").unwrap();
     git(d, &["commit", "-q", "-am", "two"]);
-    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--to", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 2, "{}", shown(&o));
     assert!(text(&o.stdout).contains("~ set \"blocklist\""), "{}", shown(&o));
-    let o = fwc(&["plan", s(d), "--from", "HEAD", "--to", "HEAD"]);
+    let o = fwc(&["plan", s(d), "--from", "HEAD", "--to", "HEAD", "--detailed-exitcode"]);
     assert_eq!(code(&o), 0, "{}", shown(&o));
     // A bad line in the committed set file: file:line:column, exit 1.
     std::fs::write(d.join("lists/firehol.netset"), "192.0.2.0/24\nnot-an-address\n").unwrap();

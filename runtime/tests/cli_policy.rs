@@ -45,16 +45,16 @@ fn failing_expectations_exit_3_with_junit() {
     assert!(out.contains("FAIL tests/wrong.kdl:2:1 [localhost] office is dropped"), "{out}");
     assert!(out.contains("     expected: drop\n     actual:   accept by rule fwc:filter:ssh (chain input, rule "), "{out}");
     assert!(out.contains("(fwc.kdl:5:5)"), "{out}");
-    assert!(out.contains("8 expectation(s): 0 passed, 8 failed"), "{out}");
+    assert!(out.contains("13 expectation(s): 0 passed, 13 failed"), "{out}");
     let xml = std::fs::read_to_string(&junit).unwrap();
-    assert!(xml.contains(r#"<testsuites name="fwc policy tests" tests="8" failures="8">"#), "{xml}");
+    assert!(xml.contains(r#"<testsuites name="fwc policy tests" tests="13" failures="13">"#), "{xml}");
     assert!(xml.contains(r#"<testcase classname="tests/wrong.kdl" name="office is dropped [localhost]" file="tests/wrong.kdl" line="2">"#), "{xml}");
     assert!(xml.contains("<failure message=\"expected charged to the QoS class of &quot;other&quot;"), "{xml}");
     // --json: one result per expectation, machine-readable.
     let o = fwc(&["test", &path("compiler/tests/policy/must-fail"), "--json"]);
     assert_eq!(o.status.code(), Some(3));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["results"].as_array().unwrap().len(), 8);
+    assert_eq!(v["results"].as_array().unwrap().len(), 13);
     assert_eq!(v["results"][0]["passed"], false);
     assert_eq!(v["results"][0]["location"]["line"], 1);
 }
@@ -129,7 +129,7 @@ fn plan_from_rev_shows_flow_effects_text_markdown_json() {
     let text = std::fs::read_to_string(&f).unwrap().replace("    reject \"ident\"", "    allow \"postgres\" proto=tcp port=5432\n    reject \"ident\"").replace("port=22 from=\"@office\"", "port=22 from=\"192.0.2.0/24\"");
     std::fs::write(&f, text).unwrap();
     let d = repo.to_str().unwrap();
-    let o = fwc(&["plan", d, "--from", "HEAD"]);
+    let o = fwc(&["plan", d, "--from", "HEAD", "--detailed-exitcode"]);
     assert_eq!(o.status.code(), Some(2), "{}", shown(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     for want in ["Flow effects (", "  + opens tcp/5432 from anywhere\n", "  - closes tcp/22 from 198.18.1.0/24 (@office)\n", "  + opens tcp/22 from 192.0.2.0/24\n", "  ! expectation \"office reaches ssh\" (tests/policy.kdl:2) now FAILS\n"] {
@@ -169,10 +169,53 @@ fn live_plan_and_explain_live_against_an_applied_generation() {
     // The live plan lists what the working copy would open.
     let f = repo.join("fwc.kdl");
     std::fs::write(&f, std::fs::read_to_string(&f).unwrap().replace("    reject \"ident\"", "    allow \"postgres\" proto=tcp port=5432\n    reject \"ident\"")).unwrap();
-    let o = fwc(&["plan", d, "--netns", &ns.name, "--state-dir", s]);
+    let o = fwc(&["plan", d, "--netns", &ns.name, "--state-dir", s, "--detailed-exitcode"]);
     assert_eq!(o.status.code(), Some(2), "{}", shown(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("  + opens tcp/5432 from anywhere\n"), "{}", shown(&o));
     let o = fwc(&["plan", d, "--netns", &ns.name, "--state-dir", s, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["flow_effects"]["effects"][0]["text"], "opens tcp/5432 from anywhere");
+}
+
+/// Drift names the KDL line: a rule deleted by hand with nft is reported by `fwc status` (text
+/// and JSON) and `fwc plan` with the file:line:column the applied generation's manifest
+/// recorded, and `fwc explain --live --rule` finds the line from the nft comment.
+#[test]
+fn drift_names_the_rules_file_and_line() {
+    if !fwc_testkit::privileged("drift_names_the_rules_file_and_line") {
+        return;
+    }
+    let ns = fwc_testkit::Netns::new("drift");
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(repo.join("rules")).unwrap();
+    std::fs::write(repo.join("fwc.kdl"), "fwc 1\nset \"office\" \"198.18.1.0/24\"\n").unwrap();
+    std::fs::write(
+        repo.join("rules/web.kdl"),
+        "// Web and ssh.\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22 from=\"@office\"\n    allow \"web\" proto=tcp port=\"80,443\"\n}\n",
+    )
+    .unwrap();
+    let state = tmp.path().join("state");
+    let (d, s) = (repo.to_str().unwrap(), state.to_str().unwrap());
+    let o = fwc(&["apply", d, "--netns", &ns.name, "--state-dir", s, "--auto-approve"]);
+    assert_eq!(o.status.code(), Some(0), "{}", shown(&o));
+    // Someone deletes the web rule and empties the office set by hand.
+    let listing = ns.exec(&["nft", "-a", "list", "chain", "inet", "fwc", "input"]);
+    let handle = listing.lines().find(|l| l.contains("\"fwc:filter:web\"")).and_then(|l| l.rsplit("# handle ").next()).expect("web rule listed").trim().to_string();
+    ns.exec(&["nft", "delete", "rule", "inet", "fwc", "input", "handle", &handle]);
+    ns.exec(&["nft", "flush", "set", "inet", "fwc", "office_v4"]);
+    let o = fwc(&["status", "--netns", &ns.name, "--state-dir", s]);
+    assert_eq!(o.status.code(), Some(2), "{}", shown(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("chain input: rule filter \"web\" (rules/web.kdl:4:5) was deleted"), "{}", shown(&o));
+    assert!(out.contains("set office_v4 (fwc.kdl:2:1): elements removed: 198.18.1.0/24"), "{}", shown(&o));
+    let o = fwc(&["status", "--json", "--netns", &ns.name, "--state-dir", s]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["drift_details"].to_string().contains("rule filter \\\"web\\\" (rules/web.kdl:4:5) was deleted"), "{v:#}");
+    let o = fwc(&["plan", d, "--netns", &ns.name, "--state-dir", s]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("rule filter \"web\" (rules/web.kdl:4:5) was deleted"), "{}", shown(&o));
+    // From the comment nft shows to the line, for the generation applied here.
+    let o = fwc(&["explain", "--live", "--state-dir", s, "--rule", "fwc:filter:ssh"]);
+    assert_eq!(o.status.code(), Some(0), "{}", shown(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("fwc:filter:ssh  rules/web.kdl:3:5\n"), "{}", shown(&o));
 }

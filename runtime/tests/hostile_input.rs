@@ -138,3 +138,47 @@ fn report_commands_survive_a_closed_pipe() {
         assert_ne!(status.code(), Some(101), "fwc {args:?}: {err}");
     }
 }
+
+#[test]
+fn a_million_entry_blocklist_is_within_the_limits() {
+    let list: String = (0..1_000_000u32).map(|i| format!("{}.{}.{}.0/24\n", 10 + (i >> 16), (i >> 8) & 255, i & 255)).collect();
+    let root = "fwc 1\nset \"bl\" file=\"lists/bl.netset\"\ninput policy=drop {\n    deny \"bl\" from=\"@bl\"\n}\n";
+    let d = repo(&[("fwc.kdl", root.into()), ("lists/bl.netset", list)]);
+    let o = fwc_within(&["check", path(d.path())], Duration::from_secs(300));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn more_set_elements_than_the_limit_are_refused_at_the_first_one_past_it() {
+    // 4,000,000 from set files (two of 2,000,000 lines), then one inline too many.
+    let list: String = (0..2_000_000u32).map(|i| format!("10.{}.{}.{}\n", i >> 16, (i >> 8) & 255, i & 255)).collect();
+    let root = "fwc 1\nset \"a\" file=\"lists/a.txt\"\nset \"b\" file=\"lists/b.txt\"\nset \"c\" file=\"lists/c.txt\"\ninput policy=drop {\n    deny \"a\" from=\"@a\"\n}\n";
+    let d = repo(&[("fwc.kdl", root.into()), ("lists/a.txt", list.clone()), ("lists/b.txt", list), ("lists/c.txt", "192.0.2.1\n192.0.2.2\n".into())]);
+    let o = fwc_within(&["check", path(d.path())], Duration::from_secs(300));
+    assert_refused(&o, "lists/c.txt:1:1", "more than 4000000 elements");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("set \"c\""), "names the rule");
+}
+
+#[test]
+fn more_rules_than_the_limit_are_refused() {
+    let mut text = String::from("fwc 1\ninput policy=drop {\n");
+    for i in 0..100_001 {
+        text.push_str(&format!("    allow \"r{i}\" proto=tcp port={}\n", 1 + i % 60000));
+    }
+    text.push_str("}\n");
+    let d = repo(&[("fwc.kdl", text)]);
+    let o = fwc_within(&["check", path(d.path())], Duration::from_secs(300));
+    assert_refused(&o, "fwc.kdl:100003:11", "more than 100000 rules");
+}
+
+#[test]
+fn more_files_than_the_limit_are_refused_before_they_are_read() {
+    let d = repo(&[("fwc.kdl", "fwc 1\n".into())]);
+    for i in 0..10_001 {
+        let p = d.path().join(format!("rules/d{}/r{i}.kdl", i / 1000));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, "// empty\n").unwrap();
+    }
+    let o = fwc_within(&["check", path(d.path())], Duration::from_secs(120));
+    assert_refused(&o, "rules/", "more than 10000 files");
+}

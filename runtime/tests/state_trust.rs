@@ -151,7 +151,7 @@ fn a_tampered_generation_is_refused() {
     let f = state.join(&gens[0]).join("nftables.json");
     let original = std::fs::read_to_string(&f).unwrap();
     std::fs::write(&f, original.replace("80", "23")).unwrap();
-    let o = fwc_cmd(&["rollback", "--netns", &ns.name, "--state-dir", st], None);
+    let o = fwc_cmd(&["rollback", "--netns", &ns.name, "--state-dir", st, "--auto-approve"], None);
     let out = text(&o);
     assert!(!o.status.success(), "{out}");
     assert!(out.contains(&gens[0]) && out.contains("does not match its recorded digests") && out.contains("nftables.json"), "{out}");

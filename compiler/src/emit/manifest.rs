@@ -9,8 +9,14 @@ use serde::Serialize;
 use crate::artifacts::*;
 use crate::model::*;
 use crate::select::HostPlan;
+use crate::source::SourceMap;
 
-pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value, qos: &QosArtifact, forward: &ForwardArtifact) -> Manifest {
+pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &serde_json::Value, qos: &QosArtifact, forward: &ForwardArtifact) -> Manifest {
+    let mut positions = crate::diag::Positions::new(map);
+    let mut at = |span: Span| {
+        let l = positions.locate(span);
+        Some(format!("{}:{}:{}", l.file, l.line, l.column))
+    };
     let filters: BTreeMap<&str, &FilterRule> = plan.chains.iter().flat_map(|c| &c.rules).map(|r| (r.name.value.as_str(), *r)).collect();
     let forwards: BTreeMap<&str, &ForwardRule> =
         plan.kernel_forwards.iter().chain(&plan.userspace_forwards).map(|f| (f.name.value.as_str(), *f)).collect();
@@ -18,7 +24,7 @@ pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value,
     let mut rules = Vec::new();
     for p in &plan.placements {
         let name = p.name.as_str();
-        let (summary, digest) = match p.kind {
+        let (summary, digest, source) = match p.kind {
             RuleKind::Set => {
                 let s = plan.set(name).expect("placed sets exist");
                 let digest = match s.dynamic {
@@ -26,16 +32,16 @@ pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value,
                     Some(d) => digest(&("dynamic", d)),
                     None => digest(&SerializeIter(s.elements.iter().map(|e| e.value))),
                 };
-                (set_summary(s), digest)
+                (set_summary(s), digest, at(s.span))
             }
             RuleKind::Chain => {
                 let c = plan.chains.iter().find(|c| c.kind.as_str() == name).expect("placed chains exist");
                 let order: Vec<&str> = c.rules.iter().map(|r| r.name.value.as_str()).collect();
-                (chain_summary(c.policy, &order), digest(&(c.policy, &order)))
+                (chain_summary(c.policy, &order), digest(&(c.policy, &order)), c.policy_span.and_then(&mut at))
             }
-            RuleKind::Filter => (filter_summary(filters[name]), digest(filters[name])),
-            RuleKind::Forward => (forward_summary(forwards[name]), digest(forwards[name])),
-            RuleKind::Shape => (shape_summary(shapes[name]), digest(shapes[name])),
+            RuleKind::Filter => (filter_summary(filters[name]), digest(filters[name]), at(filters[name].span)),
+            RuleKind::Forward => (forward_summary(forwards[name]), digest(forwards[name]), at(forwards[name].span)),
+            RuleKind::Shape => (shape_summary(shapes[name]), digest(shapes[name]), at(shapes[name].span)),
         };
         rules.push(ManifestRule {
             kind: p.kind,
@@ -45,6 +51,7 @@ pub fn emit(plan: &HostPlan, commit: Option<&str>, nftables: &serde_json::Value,
             reason: p.reason.clone(),
             summary,
             digest,
+            source,
         });
     }
     let mut artifact_hashes = BTreeMap::new();

@@ -302,8 +302,9 @@ pub fn rule_locations(view: &HostView) -> BTreeMap<String, Location> {
     use crate::emit::nft::rule_comment;
     use crate::model::RuleKind;
     let mut out = BTreeMap::new();
+    let mut positions = crate::diag::Positions::new(&view.map);
     let mut put = |kind: RuleKind, name: &str, span: crate::model::Span| {
-        out.insert(rule_comment(kind, name), locate(&view.map, span));
+        out.insert(rule_comment(kind, name), positions.locate(span));
     };
     for c in &view.ruleset.chains {
         for r in &c.rules {
@@ -320,6 +321,20 @@ pub fn rule_locations(view: &HostView) -> BTreeMap<String, Location> {
         put(RuleKind::Set, &s.name.value, s.span);
     }
     out
+}
+
+/// Rule positions as an applied generation's manifest recorded them (`source`), by rule
+/// identity (`fwc:<kind>:<name>`): what `explain --live` and drift reports show.
+pub fn manifest_locations(m: &crate::artifacts::Manifest) -> BTreeMap<String, Location> {
+    m.rules.iter().filter_map(|r| Some((crate::emit::nft::rule_comment(r.kind, &r.name), parse_location(r.source.as_deref()?)?))).collect()
+}
+
+/// `rules/web.kdl:12:5` -> Location (the file part may hold anything but the last two colons).
+pub fn parse_location(s: &str) -> Option<Location> {
+    let mut it = s.rsplitn(3, ':');
+    let column = it.next()?.parse().ok()?;
+    let line = it.next()?.parse().ok()?;
+    Some(Location { file: it.next()?.to_string(), line, column })
 }
 
 /// Resolve a span to file:line:column.

@@ -24,6 +24,8 @@ pub struct Placement {
 pub struct ChainPlan<'a> {
     pub kind: ChainKind,
     pub policy: Policy,
+    /// Where the policy was given (`None`: the default, accept).
+    pub policy_span: Option<Span>,
     pub rules: Vec<&'a FilterRule>,
 }
 
@@ -111,10 +113,12 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     let mut chains = Vec::new();
     for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output] {
         let mut policy = Policy::Accept;
+        let mut policy_span = None;
         let mut rules = Vec::new();
         for c in rs.chains.iter().filter(|c| c.kind == kind) {
             if let Some(p) = &c.policy {
                 policy = p.value;
+                policy_span = Some(p.span);
             }
             rules.extend(c.rules.iter().filter(|r| applies(&r.on)));
         }
@@ -134,7 +138,7 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
                 reason: "filter rule: nftables".into(),
             });
         }
-        chains.push(ChainPlan { kind, policy, rules });
+        chains.push(ChainPlan { kind, policy, policy_span, rules });
     }
 
     let mut kernel_forwards = Vec::new();

@@ -18,6 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
+use fwc_compiler::diag::{Diagnostic, Diagnostics};
 use fwc_compiler::source::SourceTree;
 use git2::{Oid, Repository};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
@@ -191,7 +192,7 @@ impl Mirror {
     }
 
     /// The rule files of commit `id`, read from the object database.
-    pub fn source_tree(&self, id: Oid) -> Result<SourceTree> {
+    pub fn source_tree(&self, id: Oid) -> std::result::Result<SourceTree, Diagnostics> {
         source_tree(&self.repo, id)
     }
 }
@@ -368,42 +369,14 @@ pub fn check_host_key(known_hosts: &Path, host: &str, port: u16, blob: &[u8]) ->
     Err(format!("ssh host key of {name} is not known: the server presented {ktype} key {fp}, and {file} has no entry for {name}; {add}"))
 }
 
-/// Every rule file (`fwc.kdl`, `rules/**/*.kdl{,.j2}`) of commit `id`, straight from the
-/// object database, as a compiler source tree.
-pub fn source_tree(repo: &Repository, id: Oid) -> Result<SourceTree> {
-    let commit = repo.find_commit(id).into_diagnostic().wrap_err_with(|| format!("commit {id} is not in the mirror"))?;
-    let tree = commit.tree().into_diagnostic()?;
-    let mut files = Vec::new();
-    let mut err = None;
-    tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
-        if entry.kind() != Some(git2::ObjectType::Blob) {
-            return git2::TreeWalkResult::Ok;
-        }
-        let path = format!("{dir}{}", entry.name().unwrap_or(""));
-        if !fwc_compiler::source::is_tree_file(&path) {
-            return git2::TreeWalkResult::Ok;
-        }
-        match repo.find_blob(entry.id()) {
-            Ok(b) => match std::str::from_utf8(b.content()) {
-                Ok(t) => files.push((path, t.to_string())),
-                Err(_) => {
-                    err = Some(miette!("{path} in commit {id} is not UTF-8"));
-                    return git2::TreeWalkResult::Abort;
-                }
-            },
-            Err(e) => {
-                err = Some(miette!("cannot read {path} in commit {id}: {}", e.message()));
-                return git2::TreeWalkResult::Abort;
-            }
-        }
-        git2::TreeWalkResult::Ok
-    })
-    .or_else(|e| if err.is_some() { Ok(()) } else { Err(e) })
-    .into_diagnostic()?;
-    if let Some(e) = err {
-        return Err(e);
-    }
-    Ok(SourceTree::from_files(files))
+/// Every rule file (`fwc.kdl`, `rules/**/*.kdl{,.j2}`, `lists/**`, `tests/**/*.kdl`) of
+/// commit `id`, straight from the object database, as a compiler source tree; or why not (a
+/// symlink leaving the repository, a limit, a file that is not UTF-8).
+pub fn source_tree(repo: &Repository, id: Oid) -> std::result::Result<SourceTree, Diagnostics> {
+    let commit = repo
+        .find_commit(id)
+        .map_err(|_| Diagnostics::single(Diagnostic::error("git", format!("commit {id} is not in the mirror"))))?;
+    crate::repo::source_tree_at(repo, &commit, Path::new(""))
 }
 
 #[cfg(test)]

@@ -319,14 +319,9 @@ impl Agent {
                 "the audit log ended in a torn write (crash); the bytes were preserved in {} and the entry is re-recorded",
                 self.audit.torn_path.display()
             );
-            eprintln!(
-                "fwc agent: audit log line {} was torn by a crash ({} bytes preserved in {})",
-                t.line,
-                t.bytes,
-                self.audit.torn_path.display()
-            );
         }
-        tracing::info!(seq = e.seq, action = e.action.as_str(), result = e.result.as_str(), commit = ?e.commit, "audit");
+        // The event itself is logged once where it happens (applied, refused, drift, ...).
+        tracing::debug!(seq = e.seq, action = e.action.as_str(), result = e.result.as_str(), commit = ?e.commit, "audit");
         Ok(e)
     }
 
@@ -357,8 +352,7 @@ impl Agent {
             self.journal.save(&self.cfg.state_dir)?;
             Ok(false)
         } else {
-            tracing::warn!(seq = p.seq, action = p.action.as_str(), "the agent died during an action; redoing it");
-            eprintln!("fwc agent: an {} of {} was interrupted; redoing it", p.action.as_str(), p.commit.as_deref().unwrap_or("-"));
+            tracing::warn!(seq = p.seq, "an {} of {} was interrupted; redoing it (the agent died during it)", p.action.as_str(), p.commit.as_deref().unwrap_or("-"));
             self.journal.pending = None;
             // Keep the pending marker on disk until the redo writes its entry.
             Ok(matches!(p.action, Action::Apply | Action::Heal))
@@ -474,8 +468,8 @@ impl Agent {
         let t0 = Instant::now();
         let tree = match self.mirror.source_tree(tip) {
             Ok(t) => t,
-            Err(e) => {
-                self.refuse(Record { signer, ..base }, "compile", format!("{e:?}"))?;
+            Err(diags) => {
+                self.refuse(Record { signer, ..base }, "compile", diags.to_string().trim_end().to_string())?;
                 return Ok(false);
             }
         };
@@ -591,7 +585,6 @@ impl Agent {
     fn refuse(&mut self, rec: Record, reason: &str, detail: String) -> Result<()> {
         let commit = rec.commit.clone().unwrap_or_default();
         tracing::warn!(commit = %commit, reason, "refusing commit: {detail}");
-        eprintln!("fwc agent: refusing {} ({reason}): {}", short(&commit), detail.lines().next().unwrap_or(""));
         let seq = self.next_seq()?;
         self.journal.pending = Some(Pending { seq, commit: Some(commit.clone()), action: Action::Refuse });
         self.journal.save(&self.cfg.state_dir)?;
@@ -640,6 +633,8 @@ impl Agent {
             source: format!("fwc agent: {} {}", self.cfg.repo_url, commit.as_deref().unwrap_or("-")),
             netns: self.cfg.netns.clone(),
             no_sysctl: false,
+            // Set elements changed outside fwc: the nft backend saw it in its drift check.
+            nft_full_replace: None,
         };
         let done = engine::record::transact(&mut self.backends, lock, artifacts, &opts, action);
         self.fail_commit.store(false, Ordering::SeqCst);
@@ -670,7 +665,7 @@ impl Agent {
         self.metrics.apply_duration_seconds.observe(elapsed.as_secs_f64());
         match r {
             Ok(rep) => {
-                tracing::info!(commit = ?rep.commit, generation = %rep.generation, ms = rep.total_ms, "{} ok", action.as_str());
+                tracing::info!(commit = rep.commit.as_deref().unwrap_or("-"), generation = %rep.generation, ms = rep.total_ms, "{} ok", action.as_str());
                 match action {
                     Action::Apply => self.apply_retry = None,
                     Action::Heal => self.heal_retry = None,
@@ -734,7 +729,8 @@ impl Agent {
                     let qos: Vec<(String, String, u64)> =
                         obs.qos_packets.iter().map(|q| (q.class.clone(), q.action.to_string(), q.packets)).collect();
                     self.metrics.observe_qos_counters(&qos);
-                    drift.extend(obs.drift.iter().map(|d| format!("{}: {d}", b.kind().as_str())));
+                    let located = crate::backend::sources::locate(obs.drift, &cur.artifacts.manifest);
+                    drift.extend(located.iter().map(|d| format!("{}: {d}", b.kind().as_str())));
                 }
                 Err(e) => drift.push(format!("{}: cannot read the live state: {e}", b.kind().as_str())),
             }
@@ -771,7 +767,6 @@ impl Agent {
                 if self.last_drift.as_deref() != Some(text.as_str()) {
                     self.metrics.drift_total.inc();
                     tracing::warn!("drift (alert only):\n{text}");
-                    eprintln!("fwc agent: drift detected (alert mode, not healed):\n{text}");
                     let seq = self.next_seq()?;
                     self.journal.pending = Some(Pending { seq, commit: cur.meta.commit.clone(), action: Action::Drift });
                     self.journal.save(&self.cfg.state_dir)?;
@@ -838,7 +833,7 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
             )
             .into_diagnostic()
             .wrap_err_with(|| format!("cannot listen on {addr} (--metrics)"))?;
-            eprintln!("fwc agent: metrics on http://{}/metrics", s.addr);
+            tracing::info!("metrics on http://{}/metrics", s.addr);
             Some(s)
         }
         None => None,
@@ -853,8 +848,8 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
         let _lock = agent.state.lock(true)?;
         agent.recover()?
     };
-    eprintln!(
-        "fwc agent: {} branch {} for host {}, every {:?}, state in {}",
+    tracing::info!(
+        "watching {} branch {} for host {}, every {:?}, state in {}",
         cfg.repo_url,
         cfg.branch,
         cfg.host,
@@ -879,7 +874,6 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
         if Instant::now() >= next_check || force {
             if let Err(e) = agent.reconcile(force) {
                 tracing::error!("reconcile failed: {e:?}");
-                eprintln!("fwc agent: reconcile failed: {e:?}");
                 agent.set_degraded(true, format!("reconcile error: {e}"));
                 reconcile_failed = true;
             }
@@ -892,14 +886,14 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
         let wait = next_fetch.min(next_check).saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {
             Ok(Wake::Stop) | Err(RecvTimeoutError::Disconnected) => {
-                eprintln!("fwc agent: stopping");
+                tracing::info!("stopping");
                 return Ok(exit_code::OK);
             }
             Ok(Wake::Push) => {
                 // Coalesce a burst of webhooks into one fetch.
                 while let Ok(w) = rx.try_recv() {
                     if w == Wake::Stop {
-                        eprintln!("fwc agent: stopping");
+                        tracing::info!("stopping");
                         return Ok(exit_code::OK);
                     }
                 }
@@ -950,7 +944,7 @@ fn spawn_forwarder(state_dir: &std::path::Path, netns: Option<&str>) -> Result<(
                 if let Ok(Some(cfg)) = control::applied_config(&dir) {
                     n = cfg.listeners.len();
                     if let Err(e) = fwd.reload(cfg).await {
-                        eprintln!("fwc agent: forwarder could not restore the applied listeners: {e}");
+                        tracing::error!("forwarder could not restore the applied listeners: {e}");
                     }
                 }
                 let _ = ready_tx.send(Ok(n));
@@ -960,7 +954,7 @@ fn spawn_forwarder(state_dir: &std::path::Path, netns: Option<&str>) -> Result<(
         .into_diagnostic()?;
     match ready_rx.recv() {
         Ok(Ok(n)) => {
-            eprintln!("fwc agent: forwarder running ({n} listener(s) restored)");
+            tracing::info!("forwarder running ({n} listener(s) restored)");
             Ok(())
         }
         Ok(Err(e)) => Err(miette::miette!(

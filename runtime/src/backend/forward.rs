@@ -3,7 +3,9 @@
 //!
 //! - **prepare**: send the new `forward.json`; the forwarder validates it and binds new
 //!   listeners without accepting (a port conflict fails here). No forwarder running and
-//!   userspace listeners wanted: fail with how to start one. None wanted: nothing to do.
+//!   userspace listeners wanted: start one (`fwc forward --state-dir DIR`, detached, in the
+//!   target namespace; it adopts the applied listeners, then gets the new ones) when built
+//!   [`ForwardBackend::starting`], else fail with how to start one. None wanted: nothing to do.
 //! - **commit**: the forwarder starts new listeners, updates changed ones in place and drains
 //!   removed ones; connections of unchanged listeners are never touched.
 //! - **rollback**: drop what was prepared, or, after a commit, send the previous config.
@@ -33,7 +35,14 @@ pub struct ForwardBackend {
     pub timeout: Duration,
     staged: Option<ForwardArtifact>,
     committed: bool,
+    /// Start a forwarder when none runs and listeners are wanted; `Some(netns)`.
+    start: Option<Option<String>>,
 }
+
+/// Pid of a forwarder `fwc apply` started (`DIR/forwarder.pid`); its output goes to
+/// `DIR/forwarder.log`.
+pub const PID_FILE: &str = "forwarder.pid";
+pub const LOG_FILE: &str = "forwarder.log";
 
 /// Is this "nobody is listening on the control socket"?
 fn not_running(e: &io::Error) -> bool {
@@ -46,7 +55,59 @@ fn how_to_start(dir: &Path) -> String {
 
 impl ForwardBackend {
     pub fn new(state_dir: impl Into<PathBuf>) -> ForwardBackend {
-        ForwardBackend { state_dir: state_dir.into(), timeout: Duration::from_secs(30), staged: None, committed: false }
+        ForwardBackend { state_dir: state_dir.into(), timeout: Duration::from_secs(30), staged: None, committed: false, start: None }
+    }
+
+    /// A backend that starts the forwarder (inside `netns`) when none is running and listeners
+    /// are wanted: a killed forwarder is healed by the next apply.
+    pub fn starting(mut self, netns: Option<&str>) -> ForwardBackend {
+        self.start = Some(netns.map(str::to_string));
+        self
+    }
+
+    /// Start `fwc forward --state-dir DIR` detached (in `netns`) and wait until its control
+    /// socket answers.
+    fn start_forwarder(&self, netns: Option<&str>) -> Result<Client> {
+        let exe = std::env::current_exe().map_err(|e| miette!("cannot find the fwc executable: {e}"))?;
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = std::process::Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => std::process::Command::new(exe),
+        };
+        cmd.arg("forward").arg("--state-dir").arg(&self.state_dir);
+        let log = self.state_dir.join(LOG_FILE);
+        let mut child = crate::detached::spawn(cmd, &log, "the userspace forwarder")?;
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.client() {
+                Ok(c) => {
+                    crate::state::write_atomic(&self.state_dir.join(PID_FILE), format!("{pid}\n").as_bytes())?;
+                    eprintln!(
+                        "Started the userspace forwarder (pid {pid}, log {}); run it as a service (`fwc forward --state-dir {}`) to keep it across reboots.",
+                        log.display(),
+                        self.state_dir.display()
+                    );
+                    // Reap it in the background should it exit while this process still runs.
+                    std::thread::spawn(move || child.wait());
+                    return Ok(c);
+                }
+                Err(e) if not_running(&e) && std::time::Instant::now() < deadline => {
+                    if let Ok(Some(st)) = child.try_wait() {
+                        return Err(miette!("the userspace forwarder exited at once ({st}); see {}", log.display()));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(miette!("the userspace forwarder did not answer on {} within 10 s: {e}", self.sock()));
+                }
+            }
+        }
     }
 
     fn client(&self) -> io::Result<Client> {
@@ -103,32 +164,34 @@ impl Backend for ForwardBackend {
             return Err(miette!("injected failure (FWC_TEST_FAIL=prepare:userspace)"));
         }
         let cfg = next.forward.clone();
-        match self.client() {
+        let mut c = match self.client() {
             Err(e) if not_running(&e) => {
                 if cfg.listeners.is_empty() {
                     return Ok(()); // nothing for a forwarder to do
                 }
-                let rules: BTreeSet<&str> = cfg.listeners.iter().map(|l| l.rule.as_str()).collect();
-                Err(miette!(
-                    help = how_to_start(&self.state_dir),
-                    "{} rule(s) need the userspace forwarder ({}), but no forwarder is running at {}",
-                    rules.len(),
-                    rules.into_iter().collect::<Vec<_>>().join(", "),
-                    self.sock()
-                ))
-            }
-            Err(e) => Err(miette!("cannot reach the forwarder at {}: {e}", self.sock())),
-            Ok(mut c) => {
-                let r = c
-                    .request(&Request::Prepare { config: cfg.clone() })
-                    .map_err(|e| miette!("forwarder prepare failed: {e}"))?;
-                if !r.ok {
-                    return Err(Self::failed("prepare", r));
+                match self.start.clone() {
+                    Some(ns) => self.start_forwarder(ns.as_deref())?,
+                    None => {
+                        let rules: BTreeSet<&str> = cfg.listeners.iter().map(|l| l.rule.as_str()).collect();
+                        return Err(miette!(
+                            help = how_to_start(&self.state_dir),
+                            "{} rule(s) need the userspace forwarder ({}), but no forwarder is running at {}",
+                            rules.len(),
+                            rules.into_iter().collect::<Vec<_>>().join(", "),
+                            self.sock()
+                        ));
+                    }
                 }
-                self.staged = Some(cfg);
-                Ok(())
             }
+            Err(e) => return Err(miette!("cannot reach the forwarder at {}: {e}", self.sock())),
+            Ok(c) => c,
+        };
+        let r = c.request(&Request::Prepare { config: cfg.clone() }).map_err(|e| miette!("forwarder prepare failed: {e}"))?;
+        if !r.ok {
+            return Err(Self::failed("prepare", r));
         }
+        self.staged = Some(cfg);
+        Ok(())
     }
 
     fn commit(&mut self) -> Result<()> {

@@ -6,6 +6,7 @@ pub mod forward;
 pub mod netns;
 pub mod nft;
 pub mod qos;
+pub mod sources;
 
 use fwc_compiler::artifacts::{Artifacts, BackendKind};
 use serde::Serialize;
@@ -15,6 +16,12 @@ use serde::Serialize;
 pub trait Backend {
     /// Which dataplane this is (for plans, audit entries and metrics).
     fn kind(&self) -> BackendKind;
+
+    /// Called before [`Self::prepare`] with the artifacts the live dataplane was last set to
+    /// (None: nothing applied), so a backend can change only what differs from them;
+    /// `full_replace`: the caller knows the live state drifted in a way a diff would not
+    /// repair, so replace everything (the reason is reported). Default: ignored.
+    fn set_base(&mut self, _previous: Option<&Artifacts>, _full_replace: Option<&str>) {}
 
     /// Validate `next` and stage it; nothing visible may change. Any error here aborts the
     /// apply before any backend commits.

@@ -1,31 +1,46 @@
 //! The nftables backend: `table inet fwc`, nothing else.
 //!
-//! - **prepare**: build one transaction — `add table inet fwc; delete table inet fwc;` followed
-//!   by every object of `nftables.json` — and check it with `nft -j -c -f` (the kernel validates
-//!   the batch and aborts it; nothing changes). The kernel's own rendering of the new ruleset
-//!   is also taken here, by loading it into a private throwaway network namespace
-//!   (`unshare -n`), so verify and drift compare like with like.
-//! - **commit**: `nft -j -f` the same transaction — except when the new table has dynamic sets
-//!   (`timeout` flag) that exist live with the same declaration: then the `delete table` is
-//!   replaced by flushing/deleting every other live object, so those sets keep the elements
-//!   other programs (fail2ban, CrowdSec) wrote, with their timeouts ([`NftBackend::preserving_tx`]). The kernel applies the whole batch or none
-//!   of it: there is no instant where the table is missing or half built, and conntrack entries
-//!   (established and NATed flows) survive because only rules change.
-//! - **rollback**: if this backend committed, load the previous `nftables.json` the same way
-//!   (or delete the table when there is none); otherwise the live table is untouched already.
+//! - **prepare**: work out the change ([`diff`]): from the live table (a terse listing with
+//!   handles) and the last applied `nftables.json` (given by [`Backend::set_base`]) to the next
+//!   one, one batch that adds, deletes or replaces single rules by handle, adds and deletes set
+//!   and map elements, and creates or deletes chains, sets and maps only when they change;
+//!   unchanged rules keep their counters and their `limit` / `ct count` state. A **full
+//!   replace** — `add table inet fwc; delete table inet fwc;` followed by every object of
+//!   `nftables.json` — is used for the first apply, when the layout changes (a chain's hook,
+//!   a set's type), when the diff does not apply cleanly to the live table (checked), or when
+//!   the caller asks for it (set elements changed outside fwc: the diff does not list live
+//!   elements). [`NftChange`] says which and why. The batch is checked with `nft -j -c -f`
+//!   (the kernel validates it and aborts; nothing changes). The kernel's rendering of the new
+//!   ruleset *without elements* is taken here too, by loading it into a private throwaway
+//!   network namespace (`unshare -n`), so the diff and verify compare like with like.
+//! - **commit**: `nft -j -f` the batch: one transaction, the kernel applies all of it or none.
+//!   A full replace whose new table has dynamic sets (`timeout` flag) that exist live with the
+//!   same declaration does not `delete table` but flushes/deletes every other live object, so
+//!   those sets keep the elements other programs (fail2ban, CrowdSec) wrote, with their
+//!   timeouts ([`NftBackend::preserving_tx`]); a diff never touches their elements. There is no
+//!   instant where the table is missing or half built, and conntrack entries survive.
+//! - **rollback**: if this backend committed, go back to the previous `nftables.json` the same
+//!   way (a diff from what was committed, else a full replace; or delete the table when there
+//!   is none); otherwise the live table is untouched already.
 //! - **observe**: `nft -j list table inet fwc`, normalised (no handles, counter values, set
 //!   element order, dynamic set contents) and compared with the expected rendering; drift is
 //!   reported per rule using the `fwc:<kind>:<name>` comments the emitter puts on rules. The
-//!   observe that verifies a commit lists tersely (`nft -t`: chains, rules, set and map
-//!   declarations, no elements): the elements went in with the same atomic transaction, and
-//!   listing 10,000 of them costs more than the commit. Every later observe (`fwc status`,
-//!   `fwc plan`, the agent's drift check) compares elements too.
+//!   observe that verifies a commit lists tersely (`nft -t list ruleset`: chains, rules, set and
+//!   map declarations, no elements): the elements went in with the same atomic transaction,
+//!   and listing 100,000 of them costs more than the commit. Every later observe (`fwc status`,
+//!   `fwc plan`, the agent's drift check) compares elements too; when it finds elements
+//!   changed outside fwc, the next prepare of the same backend replaces the table whole.
 //!
 //! With `netns: Some(NS)` every nft command runs as `ip netns exec NS nft …` (tests, demos).
 //! Test hook: `FWC_TEST_FAIL=prepare:nftables` makes the prepare batch contain a rule for a
 //! missing chain (nft rejects it); `FWC_TEST_FAIL=commit:nftables` makes the commit batch end
-//! with `create table inet fwc` (the kernel rejects it with EEXIST after the delete and all
-//! adds were queued, so the whole batch is aborted). Both are real nft failures.
+//! with `create table inet fwc` (the kernel rejects it with EEXIST after everything else was
+//! queued, so the whole batch is aborted). Both are real nft failures.
+//! `FWC_NFT_BATCH_LOG=FILE` appends every committed batch to FILE (one JSON line each; tests).
+
+mod diff;
+
+pub use diff::{ElementCount, NftChange, NftMode};
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -52,6 +67,10 @@ struct Staged {
     hash: String,
     /// Dynamic sets of the new table: name -> declaration (see [`dynamic_sets`]).
     dynamic: Vec<(String, Value)>,
+    /// What the batch does; a full replace may become [`NftBackend::preserving_tx`] at commit.
+    change: NftChange,
+    /// The new nftables.json (the base of a rollback by diff).
+    next: Value,
 }
 
 /// fwc's nftables table, optionally inside a named network namespace.
@@ -66,6 +85,11 @@ pub struct NftBackend {
     /// Set by commit: the next observe is the apply's verify, which compares without set
     /// elements (see the module doc).
     verify_pending: bool,
+    /// The nftables.json last applied (see [`Backend::set_base`]); the diff's starting point.
+    base: Option<Value>,
+    /// Replace the table whole at the next prepare, for this reason (the caller's, or an
+    /// observe that found set elements changed outside fwc).
+    full_replace: Option<String>,
     /// Kernel renderings of nftables.json documents, by sha256 of their text.
     canonical: HashMap<String, Value>,
     /// Where renderings are also cached on disk (`<state dir>/cache`), so `fwc status` and
@@ -82,7 +106,17 @@ struct Render {
 
 impl NftBackend {
     pub fn new(netns: Option<String>) -> NftBackend {
-        NftBackend { netns, nft: "nft".into(), staged: None, committed: false, verify_pending: false, canonical: HashMap::new(), cache_dir: None }
+        NftBackend {
+            netns,
+            nft: "nft".into(),
+            staged: None,
+            committed: false,
+            verify_pending: false,
+            base: None,
+            full_replace: None,
+            canonical: HashMap::new(),
+            cache_dir: None,
+        }
     }
 
     /// Cache kernel renderings in `dir` (created when needed).
@@ -135,16 +169,9 @@ impl NftBackend {
 
     /// The live `table inet fwc` as nft lists it (JSON), or None when it does not exist.
     pub fn list_table(&self) -> Result<Option<Value>> {
-        self.list_table_with(false)
-    }
-
-    /// `terse`: `nft -t`, without the elements of sets and maps (a fraction of the time with
-    /// large sets).
-    fn list_table_with(&self, terse: bool) -> Result<Option<Value>> {
         let out = self
             .command()
-            .args(if terse { &["-t", "-j"][..] } else { &["-j"][..] })
-            .args(["list", "table", "inet", NFT_TABLE])
+            .args(["-j", "list", "table", "inet", NFT_TABLE])
             .output()
             .into_diagnostic()
             .wrap_err("cannot run nft (is nftables installed?)")?;
@@ -156,6 +183,36 @@ impl NftBackend {
             return Err(miette!("nft list table inet {NFT_TABLE} failed{}: {}", self.where_(), clean_nft_error(&err)));
         }
         serde_json::from_slice(&out.stdout).map(Some).into_diagnostic().wrap_err("nft printed invalid JSON")
+    }
+
+    /// The live table without the elements of sets and maps, with handles, or None when it
+    /// does not exist: `nft -t -j list ruleset` filtered to `table inet fwc`. (nft 1.0.6 reads
+    /// every interval set's elements for `nft -t list table`, not for `list ruleset`: 10 ms
+    /// instead of 0.6 s with a 100,000-element set.)
+    pub fn list_terse(&self) -> Result<Option<Value>> {
+        let out = self
+            .command()
+            .args(["-t", "-j", "list", "ruleset"])
+            .output()
+            .into_diagnostic()
+            .wrap_err("cannot run nft (is nftables installed?)")?;
+        if !out.status.success() {
+            return Err(miette!("nft list ruleset failed{}: {}", self.where_(), clean_nft_error(&String::from_utf8_lossy(&out.stderr))));
+        }
+        let all: Value = serde_json::from_slice(&out.stdout).into_diagnostic().wrap_err("nft printed invalid JSON")?;
+        let ours = |o: &Value| {
+            let Some((kind, body)) = o.as_object().and_then(|m| m.iter().next()) else { return false };
+            match kind.as_str() {
+                "metainfo" => true,
+                "table" => body["family"] == "inet" && body["name"] == NFT_TABLE,
+                _ => body["family"] == "inet" && body["table"] == NFT_TABLE,
+            }
+        };
+        let items: Vec<Value> = all["nftables"].as_array().into_iter().flatten().filter(|o| ours(o)).cloned().collect();
+        if !items.iter().any(|o| o.get("table").is_some()) {
+            return Ok(None);
+        }
+        Ok(Some(json!({"nftables": items})))
     }
 
     /// The live table in nft's text syntax with handles (`nft -a list table inet fwc`).
@@ -176,7 +233,7 @@ impl NftBackend {
         if sets.is_empty() {
             return Ok(None);
         }
-        let Some(live) = self.list_table_with(true)? else { return Ok(None) };
+        let Some(live) = self.list_terse()? else { return Ok(None) };
         let objects: Vec<(&String, &Value)> = live["nftables"]
             .as_array()
             .into_iter()
@@ -309,7 +366,7 @@ impl NftBackend {
     /// Compare `live` with the kernel's rendering of `expected`; `terse`: `live` was listed
     /// without set elements, so they are left out of the comparison.
     fn compare(&mut self, expected: &Value, live: Option<Value>, terse: bool) -> Result<Observation> {
-        let want = self.canonical(expected)?;
+        let want = if terse { self.canonical(&structure(expected))? } else { self.canonical(expected)? };
         let want_empty = items(expected)?.is_empty();
         let mut obs = Observation::default();
         match live {
@@ -327,6 +384,11 @@ impl NftBackend {
                     } else {
                         let text = self.list_table_text();
                         obs.drift = describe_drift(&want, &live, text.as_deref());
+                        // The diff assumes the live elements are the applied ones: when they
+                        // are not, the next apply of this backend replaces the table whole.
+                        if let Some(set) = elements_drifted(&want, &live) {
+                            self.full_replace = Some(format!("the elements of {set} were changed outside fwc"));
+                        }
                     }
                 }
                 obs.counters = counters(&live);
@@ -336,42 +398,107 @@ impl NftBackend {
     }
 }
 
+impl NftBackend {
+    /// Why the next prepare replaces the table whole, when an observe found set elements
+    /// changed outside fwc (or the caller asked for it).
+    pub fn full_replace_pending(&self) -> Option<&str> {
+        self.full_replace.as_deref()
+    }
+
+    /// What applying `next` over the live table changes, and the batch that does it: a diff
+    /// from `base` (the nftables.json last applied) when the live table allows one, else a
+    /// full replace with the reason. `live`: a terse listing ([`Self::list_terse`]) or a full one.
+    pub fn change(&mut self, base: Option<&Value>, next: &Value, live: Option<&Value>, full_replace: Option<&str>) -> Result<(NftChange, Value)> {
+        let full = |reason: &str| -> Result<(NftChange, Value)> { Ok((NftChange::full(reason), replace_tx(next)?)) };
+        if items(next)?.is_empty() {
+            return Ok((NftChange::full("nothing to apply: the table is deleted"), json!({"nftables": [add_table(), delete_table()]})));
+        }
+        let Some(live) = live else { return full("first apply (table inet fwc does not exist)") };
+        let Some(base) = base else { return full("fwc has not applied anything here before") };
+        if let Some(reason) = full_replace {
+            return full(reason);
+        }
+        if items(base)?.is_empty() {
+            return full("fwc has not applied anything here before");
+        }
+        let canon = self.canonical(&structure(next))?;
+        match diff::diff(base, next, &canon, live) {
+            Ok(d) => Ok(d),
+            Err(reason) => full(&reason),
+        }
+    }
+
+    /// Append a committed batch to `FWC_NFT_BATCH_LOG` (tests inspect what was sent).
+    fn log_batch(tx: &Value) {
+        if let Ok(path) = std::env::var("FWC_NFT_BATCH_LOG") {
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+                let _ = writeln!(f, "{tx}");
+            }
+        }
+    }
+}
+
 impl Backend for NftBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Nftables
     }
 
+    fn set_base(&mut self, previous: Option<&Artifacts>, full_replace: Option<&str>) {
+        self.base = previous.map(|p| p.nftables.clone());
+        if let Some(r) = full_replace {
+            self.full_replace = Some(r.to_string());
+        }
+    }
+
     fn prepare(&mut self, next: &Artifacts) -> miette::Result<()> {
         self.committed = false;
         self.verify_pending = false;
-        let mut tx = replace_tx(&next.nftables)?;
+        let live = self.list_terse().wrap_err("nftables: prepare failed")?;
+        let full_replace = self.full_replace.take();
+        let base = self.base.take();
+        let (mut change, mut tx) =
+            self.change(base.as_ref(), &next.nftables, live.as_ref(), full_replace.as_deref()).wrap_err("nftables: prepare failed")?;
         if injected_failure("prepare", BackendKind::Nftables) {
             tx["nftables"].as_array_mut().unwrap().push(json!({"add": {"rule": {
                 "family": "inet", "table": NFT_TABLE, "chain": "fwc-test-injected-missing-chain",
                 "expr": [{"accept": null}]}}}));
         }
-        // Render the new ruleset the way the kernel lists it (for verify) in a scratch
-        // namespace, in parallel with the check in the real one.
-        let render = self.start_render(&next.nftables).wrap_err("nftables: prepare failed")?;
-        let checked = self.run_file(&tx, true).wrap_err("nftables: prepare (nft -j -c) failed");
-        if let Err(r) = render {
-            let rendered = self.finish_render(r);
-            checked?;
-            rendered.wrap_err("nftables: prepare failed")?;
-        } else {
-            checked?;
+        let mut checked = self.run_file(&tx, true);
+        if let (Err(e), NftMode::Diff | NftMode::Unchanged) = (&checked, change.mode) {
+            // The live table is not what the last apply left (a killed apply, hand edits of
+            // set elements): replace it whole instead.
+            let reason = format!("the diff does not apply to the live table ({})", e.to_string().lines().last().unwrap_or("").trim());
+            tracing::warn!("nftables: {reason}; replacing the table whole");
+            change = NftChange::full(reason);
+            tx = replace_tx(&next.nftables)?;
+            if injected_failure("prepare", BackendKind::Nftables) {
+                tx["nftables"].as_array_mut().unwrap().push(json!({"add": {"rule": {
+                    "family": "inet", "table": NFT_TABLE, "chain": "fwc-test-injected-missing-chain",
+                    "expr": [{"accept": null}]}}}));
+            }
+            checked = self.run_file(&tx, true);
         }
+        if let Err(e) = checked {
+            self.base = base;
+            return Err(e.wrap_err("nftables: prepare (nft -j -c) failed"));
+        }
+        // The kernel's rendering of the new ruleset without elements, for verify (cached).
+        self.canonical(&structure(&next.nftables)).wrap_err("nftables: prepare failed")?;
+        tracing::info!(mode = ?change.mode, "nftables: {}", change.describe());
         let hash = sha256_hex(serde_json::to_string(&next.nftables).unwrap().as_bytes());
         let dynamic = dynamic_sets(&next.nftables);
-        self.staged = Some(Staged { tx, hash, dynamic });
+        self.staged = Some(Staged { tx, hash, dynamic, change, next: next.nftables.clone() });
         Ok(())
     }
 
     fn commit(&mut self) -> miette::Result<()> {
         let mut staged = self.staged.take().ok_or_else(|| miette!("nftables: commit without prepare"))?;
-        // Dynamic sets that exist unchanged stay in place with their elements (see
-        // `preserving_tx`); otherwise the table is replaced whole.
-        let preserving = self.preserving_tx(&staged.tx, &staged.dynamic);
+        // A full replace keeps dynamic sets that exist unchanged in place with their elements
+        // (see `preserving_tx`); a diff never touches them.
+        let preserving = match staged.change.mode {
+            NftMode::FullReplace => self.preserving_tx(&staged.tx, &staged.dynamic),
+            _ => Ok(None),
+        };
         let len = staged.tx["nftables"].as_array().map_or(0, Vec::len);
         let mut owned;
         let tx = match preserving {
@@ -388,7 +515,8 @@ impl Backend for NftBackend {
         if injected_failure("commit", BackendKind::Nftables) {
             tx["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
         }
-        let result = self.run_file(tx, false);
+        Self::log_batch(tx);
+        let result = if tx["nftables"].as_array().is_some_and(Vec::is_empty) { Ok(()) } else { self.run_file(tx, false) };
         staged.tx["nftables"].as_array_mut().unwrap().truncate(len);
         let hash = staged.hash.clone();
         self.staged = Some(staged);
@@ -406,30 +534,70 @@ impl Backend for NftBackend {
             self.staged = None;
             return Ok(());
         }
+        let committed = self.staged.take().map(|s| s.next);
         match previous {
             Some(p) if !items(&p.nftables)?.is_empty() => {
-                // Keep what fail2ban & co. added meanwhile, as commit does.
-                let tx = replace_tx(&p.nftables)?;
-                match self.preserving_tx(&tx, &dynamic_sets(&p.nftables))? {
-                    Some(keep) => self.run_file(&keep, false),
-                    None => self.run_file(&tx, false),
+                // A diff from what was committed; a full replace (keeping what fail2ban & co.
+                // added meanwhile, as commit does) when that does not apply.
+                let live = self.list_terse()?;
+                let (change, tx) = self.change(committed.as_ref(), &p.nftables, live.as_ref(), None)?;
+                let by_diff = change.mode != NftMode::FullReplace && self.run_file(&tx, true).is_ok();
+                if by_diff {
+                    Self::log_batch(&tx);
+                    self.run_file(&tx, false)
+                } else {
+                    let tx = replace_tx(&p.nftables)?;
+                    match self.preserving_tx(&tx, &dynamic_sets(&p.nftables))? {
+                        Some(keep) => self.run_file(&keep, false),
+                        None => self.run_file(&tx, false),
+                    }
                 }
             }
             _ => self.delete_table(),
         }
         .wrap_err("nftables: rollback failed")?;
         self.committed = false;
-        self.staged = None;
         Ok(())
     }
 
     fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
         if std::mem::take(&mut self.verify_pending) {
-            let live = self.list_table_with(true)?;
+            let live = self.list_terse()?;
             return self.compare(&expected.nftables, live, true);
         }
         self.drift(&expected.nftables)
     }
+}
+
+/// `doc` without the elements of its sets and maps: what the diff and verify compare with
+/// the live table (its kernel rendering is cheap and stays cached across element changes).
+pub fn structure(doc: &Value) -> Value {
+    fn without_elem(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, x)| match (k.as_str(), x) {
+                        ("set" | "map", Value::Object(o)) => {
+                            (k.clone(), Value::Object(o.iter().filter(|(f, _)| *f != "elem").map(|(f, y)| (f.clone(), y.clone())).collect()))
+                        }
+                        ("add", _) => (k.clone(), without_elem(x)),
+                        _ => (k.clone(), x.clone()),
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    let items = doc.get("nftables").and_then(Value::as_array).map(|a| a.iter().map(without_elem).collect()).unwrap_or_default();
+    json!({"nftables": Value::Array(items)})
+}
+
+/// The first fwc-owned set or map whose live elements differ from the expected ones.
+fn elements_drifted(want: &Normalized, live: &Normalized) -> Option<String> {
+    want.objects.iter().find_map(|((kind, name), w)| {
+        let l = live.objects.get(&(kind.clone(), name.clone()))?;
+        ((kind == "set" || kind == "map") && w.get("elem") != l.get("elem")).then(|| format!("{kind} {name}"))
+    })
 }
 
 /// sha256 over a normalised listing ("absent" when there is no table): what a saved plan

@@ -62,7 +62,14 @@ impl QosBackend {
         self.pin_root.join(fwc_qos::maps::MAP_CFG).exists()
     }
 
+    /// The loaded dataplane, loading it when needed. A cached instance whose pins are gone or
+    /// were replaced (`fwc qos detach`, another process re-created them) is dropped and loaded
+    /// again, so a long-running agent heals without a restart.
     fn loaded(&mut self) -> Result<&mut Qos> {
+        if self.qos.as_ref().is_some_and(|q| !q.pins_intact()) {
+            tracing::info!("eBPF QoS pins under {} changed since they were loaded; loading again", self.pin_root.display());
+            self.qos = None;
+        }
         if self.qos.is_none() {
             let q = Qos::open(&self.pin_root).map_err(|e| miette!("eBPF QoS: {e}"))?;
             self.qos = Some(q);
@@ -194,14 +201,27 @@ impl QosBackend {
         Ok(())
     }
 
-    /// Compare the live dataplane with `plan`.
+    /// Compare the live dataplane with `plan`, one line per object: the pins (program and
+    /// maps), each class in the class map, the mark mask, and the attachment of each
+    /// interface as the kernel reports it (BPF_PROG_QUERY for TCX, the tc filter list for
+    /// clsact) — missing where a class needs it, present where none does, or running another
+    /// program than the pinned one.
     pub fn drift(&self, plan: &QosPlan) -> Result<Vec<String>> {
         let mut drift = Vec::new();
+        let root = self.pin_root.display();
         if !self.pinned() {
             if !plan.classes.is_empty() {
-                drift.push(format!("eBPF QoS: nothing pinned under {}", self.pin_root.display()));
+                drift.push(format!("eBPF QoS: nothing pinned under {root} (the dataplane was removed, e.g. by `fwc qos detach`)"));
+                for c in &plan.classes {
+                    drift.push(format!("QoS class {} (rule {}): missing (no class map)", c.id, c.rule));
+                }
             }
+            drift.extend(self.attachment_drift(plan, None));
             return Ok(drift);
+        }
+        let prog = fwc_qos::pinned_prog_id(&self.pin_root);
+        if prog.is_none() && !plan.classes.is_empty() {
+            drift.push(format!("eBPF QoS: program pin {root}/{} missing", fwc_qos::PROG_PIN));
         }
         let q = Qos::open_pinned(&self.pin_root).map_err(|e| miette!("eBPF QoS: {e}"))?;
         let live: BTreeMap<u32, ClassCfg> = q.classes().map_err(|e| miette!("{e}"))?.into_iter().collect();
@@ -224,18 +244,42 @@ impl QosBackend {
         for id in live.keys().filter(|id| !want.contains(id)) {
             drift.push(format!("QoS class {id}: live but not in qos.json"));
         }
-        for i in &plan.interfaces {
-            if q.attached(i).is_none() {
-                drift.push(format!("eBPF QoS program not attached to {i}"));
-            }
-        }
-        if plan.mark_mask != 0 {
+        drift.extend(self.attachment_drift(plan, prog));
+        if plan.mark_mask != 0 && !plan.classes.is_empty() {
             let g = q.glob().map_err(|e| miette!("{e}"))?;
             if g.mark_mask != plan.mark_mask {
                 drift.push(format!("QoS mark mask is {:#x}, expected {:#x}", g.mark_mask, plan.mark_mask));
             }
         }
         Ok(drift)
+    }
+}
+
+impl QosBackend {
+    /// Attachment drift: interfaces a class needs without the program, interfaces with the
+    /// program that no class needs, TCX attachments running another program than `pinned`.
+    fn attachment_drift(&self, plan: &QosPlan, pinned: Option<u32>) -> Vec<String> {
+        let mut drift = Vec::new();
+        for i in &plan.interfaces {
+            match fwc_qos::attachment(i) {
+                None => drift.push(format!("eBPF QoS program not attached to {i} (egress)")),
+                Some(fwc_qos::AttachMode::Tcx) => {
+                    let ids = fwc_qos::tcx_prog_ids(i).unwrap_or_default();
+                    if let Some(p) = pinned.filter(|p| !ids.contains(p)) {
+                        drift.push(format!("eBPF QoS on {i} runs program id {ids:?}, not the pinned program {p}"));
+                    }
+                }
+                Some(fwc_qos::AttachMode::Clsact) => {}
+            }
+        }
+        if self.pinned() || !plan.classes.is_empty() {
+            for i in fwc_qos::interfaces() {
+                if !plan.interfaces.contains(&i) && fwc_qos::attachment(&i).is_some() {
+                    drift.push(format!("eBPF QoS program attached to {i}, which no class needs"));
+                }
+            }
+        }
+        drift
     }
 }
 

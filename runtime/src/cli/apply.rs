@@ -30,6 +30,10 @@ pub struct HostArgs {
     /// Run nft and sysctl inside this network namespace (`ip netns exec NS …`).
     #[arg(long, value_hint = clap::ValueHint::Other, env = "FWC_NETNS")]
     pub netns: Option<String>,
+    /// How long to wait for the state lock another fwc command holds (e.g. 0s, 30s, 5m);
+    /// then fail with exit 1 and change nothing. Default: wait as long as it takes.
+    #[arg(long, value_parser = super::parse_duration, env = "FWC_LOCK_TIMEOUT")]
+    pub lock_timeout: Option<Duration>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -76,9 +80,13 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Shows what going back changes (like `fwc plan`) and asks; scripts pass --auto-approve.\n\nExamples:\n  fwc rollback                 # preview, then type yes\n  fwc rollback --auto-approve --json")]
 pub struct RollbackArgs {
     #[command(flatten)]
     pub target: HostArgs,
+    /// Roll back without showing the plan and asking (required when stdin is not a terminal).
+    #[arg(long)]
+    pub auto_approve: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -134,6 +142,12 @@ pub fn render_plan(p: &LivePlan, color: bool) -> String {
             s.push_str(&format!("  {} {d}\n", paint.c("35", "!")));
         }
     }
+    if let Some(n) = p.nftables.as_ref().filter(|n| n.mode != crate::backend::nft::NftMode::Unchanged) {
+        s.push_str(&format!("\nnftables: {}\n", n.describe()));
+        for o in &n.objects {
+            s.push_str(&format!("    {o}\n"));
+        }
+    }
     if !p.sysctls.is_empty() {
         s.push_str("\nSysctls:\n");
         for st in &p.sysctls {
@@ -179,7 +193,7 @@ pub(crate) struct LivePlanRequest {
 
 pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
     target::check_netns(req.target.netns.as_deref())?;
-    let (artifacts, source) = load_artifacts(&req.dir, req.host.as_deref(), g.color())?;
+    let (artifacts, source) = load_artifacts(&req.dir, req.host.as_deref(), g.color_stderr())?;
     let state = StateDir::new(&req.target.state_dir);
     let plan = plan::make_plan(&state, req.target.netns.as_deref(), artifacts, source)?;
     if let Some(out) = &req.out {
@@ -193,7 +207,7 @@ pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
         v.as_object_mut().unwrap().insert("flow_effects".into(), serde_json::to_value(&effects).into_diagnostic()?);
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
     } else {
-        print!("{}", render_plan(&plan, g.color()));
+        print!("{}", render_plan(&plan, g.color_stdout()));
         if let Some(e) = &effects {
             print!("{}", fwc_compiler::eval::effects::render_text(e));
         }
@@ -201,18 +215,20 @@ pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
             println!("Saved the plan to {}; apply exactly it with `fwc apply {}`.", out.display(), out.display());
         }
     }
-    Ok(if req.detailed_exitcode && plan.has_changes() { ExitCode::from(2) } else { ExitCode::SUCCESS })
+    Ok(if req.detailed_exitcode && plan.has_changes() { ExitCode::from(super::compile::EXIT_CHANGES) } else { ExitCode::SUCCESS })
 }
 
 // ---------------------------------------------------------------------------------------------
 // apply
 
-fn lock_state(state: &StateDir) -> Result<StateLock> {
+fn lock_state(state: &StateDir, t: &HostArgs) -> Result<StateLock> {
     match state.lock(false) {
         Ok(l) => Ok(l),
+        Err(_) if t.lock_timeout.is_some_and(|d| d.is_zero()) => state.lock(false),
         Err(_) => {
-            eprintln!("waiting for another fwc apply to finish (lock {}) …", state.path.join("lock").display());
-            state.lock(true)
+            let upto = t.lock_timeout.map(|d| format!(" (at most {:.1} s)", d.as_secs_f64())).unwrap_or_default();
+            eprintln!("waiting for another fwc command to release the state lock {}{upto} …", state.path.join("lock").display());
+            state.lock_within(t.lock_timeout)
         }
     }
 }
@@ -226,12 +242,12 @@ fn ask(question: &str) -> Result<bool> {
 }
 
 pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
-    let color = g.color();
+    let color = g.color_stdout();
     let state = StateDir::new(&a.target.state_dir);
     let netns = a.target.netns.clone();
     target::check_netns(netns.as_deref())?;
-    let loaded = load(&a.source, a.host.as_deref(), color)?;
-    let lock = lock_state(&state)?;
+    let loaded = load(&a.source, a.host.as_deref(), g.color_stderr())?;
+    let lock = lock_state(&state, &a.target)?;
     report_enforced(confirm::enforce_deadline(&lock, netns.as_deref())?);
     if let Some(p) = state.pending_confirm()? {
         return Err(miette!(
@@ -269,7 +285,12 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
         }
     }
     let mut backends = transaction::default_backends(netns.as_deref(), &state.path);
-    let opts = ApplyOptions { source: plan.source.clone(), netns: netns.clone(), no_sysctl: a.no_sysctl };
+    let opts = ApplyOptions {
+        source: plan.source.clone(),
+        netns: netns.clone(),
+        no_sysctl: a.no_sysctl,
+        nft_full_replace: plan.nft_full_replace_reason(),
+    };
     let done = record::transact(&mut backends, &lock, &plan.artifacts, &opts, audit::Action::Apply)?;
     record::append_or_warn(&lock, done.record);
     let result = done.result;
@@ -279,7 +300,7 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&serde_json::json!({"result": "failed", "failure": f})).unwrap());
             }
-            eprintln!("{}", Paint(color).c("1;31", &f.to_string()));
+            eprintln!("{}", Paint(g.color_stderr()).c("1;31", &f.to_string()));
             return Ok(ExitCode::from(1));
         }
     };
@@ -331,7 +352,7 @@ pub fn confirm(a: ConfirmArgs, _g: &Global) -> Result<ExitCode> {
     let state = StateDir::new(&a.target.state_dir);
     target::check_netns(a.target.netns.as_deref())?;
     target::require_state_dir(&state)?;
-    let lock = lock_state(&state)?;
+    let lock = lock_state(&state, &a.target)?;
     if let Some(r) = confirm::enforce_deadline(&lock, a.target.netns.as_deref())? {
         report_enforced(Some(r));
         return Err(miette!("too late: the confirmation deadline had passed, so the unconfirmed apply has just been reverted"));
@@ -350,14 +371,29 @@ pub fn rollback(a: RollbackArgs, g: &Global) -> Result<ExitCode> {
     let state = StateDir::new(&a.target.state_dir);
     target::check_netns(a.target.netns.as_deref())?;
     target::require_state_dir(&state)?;
-    let lock = lock_state(&state)?;
+    let lock = lock_state(&state, &a.target)?;
+    if !a.auto_approve {
+        if !std::io::stdin().is_terminal() {
+            return Err(miette!("stdin is not a terminal, so fwc cannot ask: pass --auto-approve to roll back without asking. Nothing was changed."));
+        }
+        let (artifacts, source) = confirm::rollback_target(&state, "fwc rollback").map_err(|e| miette!("{e}"))?;
+        let preview = plan::make_plan(&state, a.target.netns.as_deref(), artifacts, source)?;
+        print!("{}", render_plan(&preview, g.color_stdout()));
+        if let Some(p) = state.pending_confirm()? {
+            println!("The apply of {} waiting for `fwc confirm` is cancelled.", p.generation);
+        }
+        if !ask("\nRoll back?")? {
+            eprintln!("Rollback cancelled.");
+            return Ok(ExitCode::from(1));
+        }
+    }
     let (report, _cancelled) = confirm::rollback(&lock, a.target.netns.as_deref())?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({"result": "rolled-back", "report": report})).unwrap());
     } else {
         println!(
             "{} to {} ({}) in {} ms.",
-            Paint(g.color()).c("1;32", "Rolled back"),
+            Paint(g.color_stdout()).c("1;32", "Rolled back"),
             short(&report.commit),
             report.generation,
             report.total_ms
@@ -376,7 +412,7 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
     // Fail closed: a confirmation past its deadline is reverted now, whatever became of the
     // reverter, and the status shows the result.
     if state.pending_confirm()?.is_some_and(|p| state::now_unix() >= p.deadline_unix) {
-        let lock = lock_state(&state)?;
+        let lock = lock_state(&state, &a.target)?;
         report_enforced(confirm::enforce_deadline(&lock, a.target.netns.as_deref())?);
     }
     let st = status::status_of(&state, a.target.netns.as_deref())?;
@@ -385,7 +421,7 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&st).unwrap());
         return Ok(code);
     }
-    let paint = Paint(g.color());
+    let paint = Paint(g.color_stdout());
     println!("State dir:  {}", st.state_dir);
     if !st.applied {
         println!("Applied:    nothing yet");

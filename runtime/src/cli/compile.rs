@@ -55,7 +55,7 @@ pub struct CompileArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 no changes, 1 error, 2 changes.")]
+#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 ok (changes or not), 1 error; with --detailed-exitcode 0 no changes, 1 error, 2 changes.")]
 pub struct PlanArgs {
     /// Rule repository (directory with fwc.kdl, inside a git checkout for --from).
     #[arg(default_value = ".")]
@@ -76,7 +76,8 @@ pub struct PlanArgs {
     /// comment). `--json` prints JSON (with `flow_effects`).
     #[arg(long, default_value = "text", value_parser = ["text", "markdown"])]
     pub format: String,
-    /// Exit 2 when there are changes (always on; accepted for terraform habits).
+    /// Exit 2 when there are changes, 0 when there are none (1 stays an error), as terraform
+    /// does. Without it, plan exits 0 whether or not there are changes.
     #[arg(long)]
     pub detailed_exitcode: bool,
     /// Save the live plan (with a hash of the live state) for `fwc apply plan.json`.
@@ -87,14 +88,28 @@ pub struct PlanArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  fwc fmt            # rewrite files in place\n  fwc fmt --check    # CI: exit 1 and list files that are not formatted")]
+#[command(
+    long_about = "Format the repository's KDL files (fwc.kdl, rules/**/*.kdl, tests/**/*.kdl) in place.\n\n\
+Only whitespace changes: 4-space indentation per block level, one space between entries, no space \
+around `=`, no trailing spaces, at most one blank line in a row. Comments (`//`, `/* */`, end of line), \
+`/-` slashdashes, blank lines between groups and every value as written (quoting included) are kept; \
+the result is checked to mean the same rules before a file is written. Templates (*.kdl.j2) are not \
+KDL until rendered and are skipped (listed on stderr).",
+    after_help = "Examples:\n  fwc fmt                 # rewrite files in place\n  fwc fmt --check         # CI: exit 1 and list files that are not formatted\n  fwc fmt --diff          # show what would change, write nothing\n  fwc fmt --check --json  # per-file status as JSON\n\nExit codes: 0 formatted (or nothing to do), 1 a file is not formatted (--check/--diff) or is not valid KDL."
+)]
 pub struct FmtArgs {
     /// Rule repository (directory with fwc.kdl).
     #[arg(default_value = ".")]
     pub dir: PathBuf,
-    /// Do not write; exit 1 if any file is not formatted.
+    /// Do not write; exit 1 and list the files that are not formatted.
     #[arg(long)]
     pub check: bool,
+    /// Do not write; print a unified diff of what formatting would change (exit 1 if anything).
+    #[arg(long)]
+    pub diff: bool,
+    /// Print the status of every file (and diagnostics) as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -120,7 +135,7 @@ fn report(diags: &Diagnostics, json: bool, g: &Global) {
     if json {
         println!("{}", serde_json::to_string_pretty(diags).expect("diagnostics serialize"));
     } else if !diags.is_empty() {
-        eprint!("{}", diags.render(g.color()));
+        eprint!("{}", diags.render(g.color_stderr()));
     }
 }
 
@@ -254,23 +269,32 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
             target: a.target,
             out: a.out,
             json: a.json,
-            detailed_exitcode: true,
+            detailed_exitcode: a.detailed_exitcode,
         };
         return super::apply::plan_live(req, g);
     };
     let (repo, sub) = crate::repo::discover(&a.dir)?;
     let old_commit = crate::repo::commit_at(&repo, from)?;
-    let old_tree = crate::repo::source_tree_at(&repo, &old_commit, &sub)?;
-    let (new_tree, new_id) = match &a.to {
+    // The old side may be refused (a symlink leaving the repository…): then, as when it
+    // does not compile, all is new.
+    let old_tree = crate::repo::source_tree_at(&repo, &old_commit, &sub).ok();
+    let new_side = match &a.to {
         Some(to) => {
             let c = crate::repo::commit_at(&repo, to)?;
-            (crate::repo::source_tree_at(&repo, &c, &sub)?, Some(c.id().to_string()))
+            crate::repo::source_tree_at(&repo, &c, &sub).map(|t| (t, Some(c.id().to_string())))
         }
-        None => (read_tree(&a.dir).map_err(|d| miette!("{d}"))?, None),
+        None => read_tree(&a.dir).map(|t| (t, None)),
+    };
+    let (new_tree, new_id) = match new_side {
+        Ok(side) => side,
+        Err(diags) => {
+            report(&diags, a.json, g);
+            return Ok(ExitCode::from(1));
+        }
     };
     let host = a.host.as_deref();
     // The old side may not even compile (that is often why one plans); then all is new.
-    let old = fwc_compiler::compile(&old_tree, host, Some(&old_commit.id().to_string())).ok().map(|(art, _)| art);
+    let old = old_tree.as_ref().and_then(|t| fwc_compiler::compile(t, host, Some(&old_commit.id().to_string())).ok()).map(|(art, _)| art);
     let new = match fwc_compiler::compile(&new_tree, host, new_id.as_deref()) {
         Ok((art, warnings)) => {
             if !a.json {
@@ -285,7 +309,7 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
     };
     let plan = fwc_compiler::diff::plan(old.as_ref(), &new);
     // Which flows the change opens, closes or redirects (docs/testing-policies.md).
-    let effects = match fwc_compiler::eval::effects::between_trees(old.is_some().then_some(&old_tree), &new_tree, host) {
+    let effects = match fwc_compiler::eval::effects::between_trees(old_tree.as_ref().filter(|_| old.is_some()), &new_tree, host) {
         Some(Ok(e)) => Some(e),
         Some(Err(e)) => return Err(miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "cannot compute flow effects: {e}")),
         None => None,
@@ -298,52 +322,116 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
         let e = effects.unwrap_or_default();
         print!("{}", fwc_compiler::eval::effects::render_markdown(&fwc_compiler::diff::render(&plan, false), &e));
     } else {
-        print!("{}", fwc_compiler::diff::render(&plan, g.color()));
+        print!("{}", fwc_compiler::diff::render(&plan, g.color_stdout()));
         if let Some(e) = &effects {
             print!("{}", fwc_compiler::eval::effects::render_text(e));
         }
     }
-    Ok(if plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
+    Ok(if a.detailed_exitcode && plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
 }
 
-pub fn fmt(a: FmtArgs, _g: &Global) -> Result<ExitCode> {
-    let tree = read_tree(&a.dir).map_err(|d| miette!("{d}"))?;
-    let mut unformatted = Vec::new();
-    for (path, text) in tree.files.iter().filter(|(p, _)| !p.ends_with(".j2")) {
-        let formatted = format_kdl(text).map_err(|e| miette!("{path}: {e}; run `fwc check` for details"))?;
-        if formatted != *text {
-            unformatted.push(path.clone());
-            if !a.check {
-                std::fs::write(a.dir.join(path), &formatted).into_diagnostic()?;
-            }
-        }
-    }
-    for p in &unformatted {
-        println!("{}{p}", if a.check { "not formatted: " } else { "formatted " });
-    }
-    Ok(if a.check && !unformatted.is_empty() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+/// What `fwc fmt` did (or would do) to one file.
+#[derive(Debug, serde::Serialize)]
+struct FmtFile {
+    path: String,
+    /// `unchanged`, `formatted` (written), `not-formatted` (--check / --diff), `skipped`
+    /// (template) or `error` (see diagnostics).
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    diff: Option<String>,
 }
 
-/// Canonical formatting of one KDL file (comments kept; templates are left alone).
-pub fn format_kdl(text: &str) -> std::result::Result<String, String> {
-    use fwc_compiler::syntax::{parse_untrusted, ParseFailure};
-    fwc_compiler::limits::on_big_stack(|| {
-        let mut doc = parse_untrusted(text).map_err(|e| match e {
-            ParseFailure::Limit(hit) => {
-                let (line, col) = fwc_compiler::diag::line_col(text, hit.offset);
-                format!("{line}:{col}: {}", hit.message)
-            }
-            ParseFailure::Kdl(_) => "not valid KDL".to_string(),
-        })?;
-        doc.autoformat();
-        Ok(doc.to_string())
-    })
-    .map(|mut out: String| {
-        if !out.ends_with('\n') {
-            out.push('\n');
+pub fn fmt(a: FmtArgs, g: &Global) -> Result<ExitCode> {
+    let tree = read_tree(&a.dir).map_err(|d| miette!("{}", d.render(false)))?;
+    let write = !a.check && !a.diff;
+    let mut map = fwc_compiler::source::SourceMap::default();
+    let mut diags = Diagnostics::default();
+    let mut files = Vec::new();
+    for (path, text) in tree.files.iter().chain(&tree.tests) {
+        if path.ends_with(".j2") {
+            files.push(FmtFile { path: path.clone(), status: "skipped", diff: None });
+            continue;
         }
-        out
-    })
+        let formatted = match fwc_compiler::format::format_kdl(text) {
+            Ok(f) => f,
+            Err(e) => {
+                let id = map.add(path.clone(), text);
+                diags.extend(e.diagnostics(&map, id));
+                files.push(FmtFile { path: path.clone(), status: "error", diff: None });
+                continue;
+            }
+        };
+        let status = match (formatted == *text, write) {
+            (true, _) => "unchanged",
+            (false, true) => {
+                write_keeping_metadata(&a.dir.join(path), &formatted).wrap_err_with(|| format!("writing {path}"))?;
+                "formatted"
+            }
+            (false, false) => "not-formatted",
+        };
+        let diff = (a.diff && status == "not-formatted").then(|| unified_diff(path, text, &formatted));
+        files.push(FmtFile { path: path.clone(), status, diff });
+    }
+    let failed = diags.has_errors() || (!write && files.iter().any(|f| f.status == "not-formatted"));
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "files": files, "diagnostics": diags })).into_diagnostic()?);
+    } else {
+        render_fmt(&files, a.check, g.color_stdout());
+        report(&diags, false, g);
+    }
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// People's view of `fwc fmt`: changed files on stdout (or their diffs), skipped ones on stderr.
+fn render_fmt(files: &[FmtFile], check: bool, color: bool) {
+    let mut out = std::io::stdout().lock();
+    for f in files {
+        let line = match (f.status, &f.diff) {
+            ("formatted", _) => format!("formatted {}\n", f.path),
+            ("not-formatted", Some(diff)) => colour_diff(diff, color),
+            ("not-formatted", None) if check => format!("not formatted: {}\n", f.path),
+            ("skipped", _) => {
+                eprintln!("skipped {} (templates are not KDL until rendered; fmt leaves them alone)", f.path);
+                continue;
+            }
+            _ => continue,
+        };
+        let _ = out.write_all(line.as_bytes());
+    }
+}
+
+/// A unified diff (3 lines of context) from the file as it is to the file formatted.
+fn unified_diff(path: &str, old: &str, new: &str) -> String {
+    similar::TextDiff::from_lines(old, new).unified_diff().context_radius(3).header(&format!("a/{path}"), &format!("b/{path}")).to_string()
+}
+
+fn colour_diff(diff: &str, color: bool) -> String {
+    if !color {
+        return diff.to_string();
+    }
+    diff.split_inclusive('\n')
+        .map(|l| match l.as_bytes().first() {
+            Some(b'+') => format!("\x1b[32m{}\x1b[0m\n", l.trim_end_matches('\n')),
+            Some(b'-') => format!("\x1b[31m{}\x1b[0m\n", l.trim_end_matches('\n')),
+            Some(b'@') => format!("\x1b[36m{}\x1b[0m\n", l.trim_end_matches('\n')),
+            _ => l.to_string(),
+        })
+        .collect()
+}
+
+/// Replace `path` with `text` atomically (a temporary file in the same directory, renamed over
+/// the original: an interrupted fmt leaves the old or the new file, never half of one), keeping
+/// its permissions; a symlink is followed, not replaced.
+fn write_keeping_metadata(path: &Path, text: &str) -> Result<()> {
+    let target = std::fs::canonicalize(path).into_diagnostic()?;
+    let perms = std::fs::metadata(&target).into_diagnostic()?.permissions();
+    let dir = target.parent().ok_or_else(|| miette!("{} has no parent directory", target.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).into_diagnostic()?;
+    tmp.write_all(text.as_bytes()).into_diagnostic()?;
+    tmp.as_file().sync_all().into_diagnostic()?;
+    std::fs::set_permissions(tmp.path(), perms).into_diagnostic()?;
+    tmp.persist(&target).into_diagnostic()?;
+    Ok(())
 }
 
 /// Schemas of every artifact and of the audit entry, by file name.

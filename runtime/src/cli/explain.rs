@@ -1,7 +1,8 @@
 //! `fwc explain [DIR] FLOW`: what fwc's compiled rules do to one flow — the path through fwc's
 //! chains, every rule that matched, the deciding rule with its KDL file:line:column, the DNAT
 //! target, the QoS class and the userspace forwarder. `--live` explains the generation applied
-//! on this host (the state dir) instead of the repository's files.
+//! on this host (the state dir) instead of the repository's files. `--rule IDENTITY` finds the
+//! line of a rule named by its nftables comment (`fwc:filter:ssh`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,12 +20,18 @@ use super::Global;
 a missing source is 198.18.200.1 (2001:db8:ffff::1), a missing destination address this host (198.18.1.1 / 2001:db8::1);\n  \
 `forward` = routed through the host, `output` = sent by it (default: to this host).\n\n\
 Examples:\n  fwc explain examples/edge-host \"tcp 203.0.113.5:40000 -> 198.18.1.1:8080\"\n  \
-fwc explain \"udp -> :53 in eth0\" --json\n  fwc explain --live \"tcp 192.0.2.7 -> :22\"      # the generation applied here\n\n\
+fwc explain \"udp -> :53 in eth0\" --json\n  fwc explain --live \"tcp 192.0.2.7 -> :22\"      # the generation applied here\n  \
+fwc explain --rule fwc:filter:ssh                 # where the rule with this nft comment is written\n  \
+fwc explain --live --rule fwc:forward:web         # ... in the generation applied here\n\n\
 Exit codes: 0 explained, 1 error.")]
 pub struct ExplainArgs {
     /// [DIR] FLOW: the rule repository (default `.`) and the flow to explain.
-    #[arg(num_args = 1..=2, value_names = ["DIR", "FLOW"], required = true)]
+    #[arg(num_args = 1..=2, value_names = ["DIR", "FLOW"], required_unless_present = "rule")]
     pub args: Vec<String>,
+    /// Instead of a flow: where the rule with this identity (the nft comment `fwc:<kind>:<name>`,
+    /// as `nft list ruleset` shows it; `filter:ssh` works too) is written, file:line:column.
+    #[arg(long, value_name = "IDENTITY")]
+    pub rule: Option<String>,
     /// Host to compile for (repositories that declare several).
     #[arg(long, value_hint = clap::ValueHint::Other)]
     pub host: Option<String>,
@@ -40,6 +47,9 @@ pub struct ExplainArgs {
 }
 
 pub fn run(a: ExplainArgs, g: &Global) -> Result<ExitCode> {
+    if let Some(id) = &a.rule {
+        return find_rule(&a, id, g);
+    }
     let (dir, flow_text) = match a.args.as_slice() {
         [f] => (PathBuf::from("."), f.clone()),
         [d, f] => (PathBuf::from(d), f.clone()),
@@ -51,29 +61,17 @@ pub fn run(a: ExplainArgs, g: &Global) -> Result<ExitCode> {
         let generation = state.current()?.ok_or_else(|| {
             miette!(help = "apply a repository first (`fwc apply`), or explain the files with `fwc explain DIR FLOW`", "nothing is applied in {}", a.state_dir.display())
         })?;
-        // The applied artifacts carry rule identities; positions come from DIR when it is a repository.
-        let locs = locations(&dir, Some(&generation.artifacts.manifest.host), g).unwrap_or_default();
+        // Positions as the applied generation's manifest recorded them; for manifests written
+        // before fwc recorded them, from DIR when it is a repository.
+        let mut locs = locations(&dir, Some(&generation.artifacts.manifest.host), g).unwrap_or_default();
+        locs.extend(eval::manifest_locations(&generation.artifacts.manifest));
         let host = generation.artifacts.manifest.host.clone();
         (generation.artifacts, format!("{host} (applied generation {})", generation.name), locs)
     } else {
-        let tree = match SourceTree::from_dir(&dir) {
-            Ok(t) => t,
-            Err(d) => {
-                eprint!("{}", d.render(g.color()));
-                return Ok(ExitCode::from(1));
-            }
-        };
-        match fwc_compiler::load_host(&tree, a.host.as_deref()) {
-            Ok(view) => {
-                let artifacts = fwc_compiler::emit_view(&view, None);
-                let host = view.host.name.value.clone();
-                (artifacts, host, eval::rule_locations(&view))
-            }
-            Err(d) => {
-                eprint!("{}", d.render(g.color()));
-                return Ok(ExitCode::from(1));
-            }
-        }
+        let Some(view) = load_view(&dir, a.host.as_deref(), g) else { return Ok(ExitCode::from(1)) };
+        let artifacts = fwc_compiler::emit_view(&view, None);
+        let host = view.host.name.value.clone();
+        (artifacts, host, eval::rule_locations(&view))
     };
     let ev = Evaluator::new(&artifacts).map_err(|e| miette!("{e}"))?;
     let x = ev.explain(&flow).map_err(|e| miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "{e}"))?;
@@ -84,6 +82,53 @@ pub fn run(a: ExplainArgs, g: &Global) -> Result<ExitCode> {
         print!("{}", eval::render::text(&x, &host, &locs));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--rule IDENTITY`: the rule's position and summary, from DIR's files or (`--live`) the applied
+/// generation's manifest.
+fn find_rule(a: &ExplainArgs, id: &str, g: &Global) -> Result<ExitCode> {
+    use fwc_compiler::artifacts::parse_rule_comment;
+    let ident = if id.starts_with("fwc:") { id.to_string() } else { format!("fwc:{id}") };
+    let (kind, name) = parse_rule_comment(&ident).ok_or_else(|| {
+        miette!(help = "give the comment nft shows on fwc's rules: fwc:<kind>:<name>, kind one of filter, forward, shape, set, chain", "\"{id}\" is not an fwc rule identity")
+    })?;
+    let dir = PathBuf::from(a.args.first().map(String::as_str).unwrap_or("."));
+    let (manifest, locs, whence) = if a.live {
+        let state = crate::state::StateDir::new(&a.state_dir);
+        let generation = state.current()?.ok_or_else(|| miette!(help = "without --live, DIR's files are searched", "nothing is applied in {}", a.state_dir.display()))?;
+        let locs = eval::manifest_locations(&generation.artifacts.manifest);
+        let whence = format!("applied generation {}{}", generation.name, generation.meta.commit.as_deref().map(|c| format!(", commit {}", &c[..c.len().min(12)])).unwrap_or_default());
+        (generation.artifacts.manifest, locs, whence)
+    } else {
+        let Some(view) = load_view(&dir, a.host.as_deref(), g) else { return Ok(ExitCode::from(1)) };
+        (fwc_compiler::emit_view(&view, None).manifest, eval::rule_locations(&view), format!("{}", dir.display()))
+    };
+    let Some(rule) = manifest.rules.iter().find(|r| r.kind == kind && r.name == name) else {
+        return Err(miette!(help = "`fwc explain --rule` knows the rules of one host (--host); fwc's own rules have no comment", "no {} \"{name}\" on host {} ({whence})", kind.as_str(), manifest.host));
+    };
+    let at = locs.get(&ident).map(|l| format!("{}:{}:{}", l.file, l.line, l.column));
+    if a.json {
+        let v = serde_json::json!({ "identity": ident, "host": manifest.host, "location": locs.get(&ident), "rule": rule, "from": whence });
+        println!("{}", serde_json::to_string_pretty(&v).expect("serializes"));
+    } else {
+        println!("{ident}  {}", at.as_deref().unwrap_or("(position not recorded)"));
+        println!("  {} \"{name}\" on host {}: {}", kind.as_str(), manifest.host, rule.summary);
+        println!("  backends: {} ({})", rule.backends.iter().map(|b| b.as_str()).collect::<Vec<_>>().join(", "), rule.reason);
+        println!("  from: {whence}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dir`'s rules for `host`, checked; diagnostics are printed (None: exit 1).
+fn load_view(dir: &Path, host: Option<&str>, g: &Global) -> Option<fwc_compiler::HostView> {
+    let loaded = SourceTree::from_dir(dir).and_then(|tree| fwc_compiler::load_host(&tree, host));
+    match loaded {
+        Ok(view) => Some(view),
+        Err(d) => {
+            eprint!("{}", d.render(g.color_stderr()));
+            None
+        }
+    }
 }
 
 /// Rule locations of `dir`'s files for `host`, if `dir` is a rule repository that compiles.

@@ -18,21 +18,70 @@ mod man;
 /// Options every subcommand understands.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Global {
-    /// Colour output: auto (on a terminal), always, never.
+    /// Colour: auto (each of stdout and stderr when it is a terminal, unless NO_COLOR is set),
+    /// always, never. Applies to reports, plans, diagnostics and log lines alike.
     #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub color: String,
+    /// More log lines on stderr: -v info, -vv debug, -vvv trace (FWC_LOG, when set, wins).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors in the log on stderr (FWC_LOG, when set, wins).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
 }
 
 impl Global {
-    /// Should output to stderr/stdout be coloured?
-    pub fn color(&self) -> bool {
-        use std::io::IsTerminal;
+    fn color_for(&self, is_terminal: bool) -> bool {
         match self.color.as_str() {
             "always" => true,
             "never" => false,
-            _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+            _ => is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::env::var_os("TERM").is_none_or(|t| t != "dumb"),
         }
     }
+
+    /// Should what goes to stdout (reports, plans) be coloured?
+    pub fn color_stdout(&self) -> bool {
+        use std::io::IsTerminal;
+        self.color_for(std::io::stdout().is_terminal())
+    }
+
+    /// Should what goes to stderr (diagnostics, errors, log lines) be coloured?
+    pub fn color_stderr(&self) -> bool {
+        use std::io::IsTerminal;
+        self.color_for(std::io::stderr().is_terminal())
+    }
+
+    /// The log filter: FWC_LOG (`warn`, `fwc_runtime::agent=debug`, ...) if set, else `base`
+    /// moved by -v/-q.
+    fn log_filter(&self, base: tracing::Level) -> tracing_subscriber::EnvFilter {
+        if let Ok(f) = tracing_subscriber::EnvFilter::try_from_env("FWC_LOG") {
+            return f;
+        }
+        use tracing::Level;
+        let levels = [Level::ERROR, Level::WARN, Level::INFO, Level::DEBUG, Level::TRACE];
+        let at = levels.iter().position(|l| *l == base).unwrap_or(1);
+        let level = if self.quiet { Level::ERROR } else { levels[(at + self.verbose as usize).min(levels.len() - 1)] };
+        tracing_subscriber::EnvFilter::new(level.as_str().to_ascii_lowercase())
+    }
+}
+
+/// Is stderr the journal (systemd sets JOURNAL_STREAM to its `device:inode`)? Then log lines
+/// carry neither colour nor a timestamp of their own: journald adds the time.
+fn stderr_is_journal() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(js) = std::env::var_os("JOURNAL_STREAM") else { return false };
+    let Ok(meta) = std::fs::metadata("/proc/self/fd/2") else { return false };
+    js.to_str().is_some_and(|v| v == format!("{}:{}", meta.dev(), meta.ino()))
+}
+
+/// Log lines (tracing) go to stderr, coloured like the rest of stderr.
+fn init_logging(g: &Global, base: tracing::Level) {
+    let journal = stderr_is_journal();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(g.log_filter(base))
+        .with_writer(std::io::stderr)
+        .with_ansi(g.color_stderr() && !(journal && g.color != "always"));
+    let _ = if journal { builder.without_time().try_init() } else { builder.try_init() };
 }
 
 #[derive(Debug, Parser)]
@@ -45,6 +94,7 @@ userspace forwarder listeners, and applies them atomically.\n\n\
 Start with `fwc check` in a rule repository (a directory with fwc.kdl), then `fwc compile --out DIR` \
 to see the artifacts and `fwc plan --from HEAD~1` to see what a commit changes.",
     after_help = "Exit codes: 0 ok, 1 error (nothing was applied), 2 changes present (plan --detailed-exitcode), 3 a policy test failed (fwc test).\n\
+Environment: FWC_LOG (log filter on stderr: error, warn, info, debug, trace or target=level lists such as fwc_runtime::agent=debug; overrides -v/-q), NO_COLOR (no colour on any stream), FWC_STATE_DIR, FWC_NETNS, FWC_LOCK_TIMEOUT.\n\
 Docs: docs/rules.md (the rule language), docs/testing-policies.md, docs/architecture.md, docs/operations.md."
 )]
 pub struct Cli {
@@ -124,9 +174,10 @@ pub fn main() -> ExitCode {
         // SAFETY: setting a signal disposition before any thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FWC_LOG").unwrap_or_else(|_| "warn".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let g = cli.global.clone();
+    // The agent is a service: its events (applies, refusals, drift) are its log, one line each.
+    let base = if matches!(cli.command, Command::Agent(_)) { tracing::Level::INFO } else { tracing::Level::WARN };
+    init_logging(&g, base);
     let result = match cli.command {
         Command::Agent(a) => agent::agent(a, &g),
         Command::Audit(a) => agent::audit(a, &g),
@@ -150,7 +201,16 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(report) => {
-            eprintln!("{report:?}");
+            let handler = if g.color_stderr() {
+                miette::GraphicalReportHandler::new_themed(miette::GraphicalTheme::unicode())
+            } else {
+                miette::GraphicalReportHandler::new_themed(miette::GraphicalTheme::unicode_nocolor())
+            };
+            let mut out = String::new();
+            match handler.render_report(&mut out, report.as_ref()) {
+                Ok(()) => eprint!("{out}"),
+                Err(_) => eprintln!("{report:?}"),
+            }
             ExitCode::from(1)
         }
     }

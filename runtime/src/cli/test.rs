@@ -47,7 +47,7 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
     let tree = match SourceTree::from_dir(&a.dir) {
         Ok(t) => t,
         Err(d) => {
-            eprint!("{}", d.render(g.color()));
+            eprint!("{}", d.render(g.color_stderr()));
             return Ok(ExitCode::from(1));
         }
     };
@@ -57,7 +57,7 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&d).expect("diagnostics serialize"));
             } else {
-                eprint!("{}", d.render(g.color()));
+                eprint!("{}", d.render(g.color_stderr()));
             }
             return Ok(ExitCode::from(1));
         }
@@ -78,7 +78,7 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report).into_diagnostic()?);
     } else {
-        print!("{}", human(&report, &a.dir.display().to_string(), g.color()));
+        print!("{}", human(&report, &a.dir.display().to_string(), g.color_stdout()));
     }
     Ok(if report.failed() > 0 { ExitCode::from(EXIT_FAILED) } else { ExitCode::SUCCESS })
 }

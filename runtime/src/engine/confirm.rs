@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use fwc_compiler::artifacts::sha256_hex;
-use miette::{miette, IntoDiagnostic, Result, WrapErr};
+use miette::{miette, IntoDiagnostic, Result};
 
 use super::record;
 use super::transaction::{self, ApplyOptions, ApplyReport};
@@ -34,23 +34,12 @@ pub fn start(lock: &StateLock, generation: &str, d: Duration, netns: Option<&str
     let mut pending = PendingConfirm { token: token.clone(), generation: generation.into(), deadline_unix, reverter_pid: None, netns: netns.map(str::to_string) };
     lock.set_pending_confirm(Some(&pending))?;
     let exe = std::env::current_exe().into_diagnostic()?;
-    let log = state::open_append_private(&lock.dir.path.join(state::CONFIRM_LOG)).into_diagnostic()?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("__confirm-watch").arg("--state-dir").arg(&lock.dir.path).arg("--token").arg(&token);
     if let Some(ns) = netns {
         cmd.arg("--netns").arg(ns);
     }
-    cmd.stdin(std::process::Stdio::null()).stdout(log.try_clone().into_diagnostic()?).stderr(log);
-    use std::os::unix::process::CommandExt;
-    // SAFETY: setsid and signal are async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().into_diagnostic().wrap_err("cannot start the confirm reverter")?;
+    let child = crate::detached::spawn(cmd, &lock.dir.path.join(state::CONFIRM_LOG), "the confirm reverter")?;
     pending.reverter_pid = Some(child.id());
     lock.set_pending_confirm(Some(&pending))?;
     lock.dir.log_confirm(&format!("{generation}: waiting for `fwc confirm` until {} (reverter pid {})", state::rfc3339(deadline_unix), child.id()));
@@ -82,16 +71,22 @@ fn short(c: &Option<String>) -> String {
 
 /// Revert to the previous generation (or to nothing) through a full transaction, recorded in
 /// the audit log as a rollback.
+/// What a rollback goes back to: the previous generation's artifacts, or none (remove
+/// everything) after the first apply; and how to describe it (`why: back to …`).
+pub fn rollback_target(state: &crate::state::StateDir, why: &str) -> std::result::Result<(fwc_compiler::artifacts::Artifacts, String), String> {
+    let cur = state.current().map_err(|e| transaction::chain(&e))?;
+    let prev = state.previous().map_err(|e| transaction::chain(&e))?;
+    match (&prev, &cur) {
+        (Some(p), _) => Ok((p.artifacts.clone(), format!("{why}: back to {} ({})", p.name, short(&p.meta.commit)))),
+        (None, Some(c)) => Ok((transaction::empty_artifacts(&c.meta.host), format!("{why}: back to nothing (first apply)"))),
+        (None, None) => Err("nothing has been applied, so there is nothing to roll back".into()),
+    }
+}
+
 pub fn revert(lock: &StateLock, netns: Option<&str>, why: &str) -> std::result::Result<ApplyReport, String> {
-    let cur = lock.dir.current().map_err(|e| transaction::chain(&e))?;
-    let prev = lock.dir.previous().map_err(|e| transaction::chain(&e))?;
-    let (artifacts, source) = match (&prev, &cur) {
-        (Some(p), _) => (p.artifacts.clone(), format!("{why}: back to {} ({})", p.name, short(&p.meta.commit))),
-        (None, Some(c)) => (transaction::empty_artifacts(&c.meta.host), format!("{why}: back to nothing (first apply)")),
-        (None, None) => return Err("nothing has been applied, so there is nothing to roll back".into()),
-    };
+    let (artifacts, source) = rollback_target(&lock.dir, why)?;
     let mut backends = transaction::default_backends(netns, &lock.dir.path);
-    let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true };
+    let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true, nft_full_replace: None };
     let done = record::transact(&mut backends, lock, &artifacts, &opts, Action::Rollback).map_err(|e| transaction::chain(&e))?;
     record::append_or_warn(lock, done.record);
     done.result.map_err(|f| f.to_string())

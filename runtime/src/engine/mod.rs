@@ -3,6 +3,7 @@
 //! One module per job; the CLI (`cli/apply.rs`) only parses arguments, calls these and renders.
 //!
 //! - [`load`] — what to apply: a rule repository, an artifact dir or a saved plan;
+//! - [`observe`] — drift of the QoS and forwarder dataplanes (nftables: its backend);
 //! - [`plan`] — the plan against the live host ([`plan::LivePlan`]) and its freshness check;
 //! - [`transaction`] — prepare, commit and verify every backend, roll all back on failure;
 //! - [`record`] — a transaction together with its audit record (used by the CLI and the agent);
@@ -12,6 +13,7 @@
 
 pub mod confirm;
 pub mod load;
+pub mod observe;
 pub mod plan;
 pub mod record;
 pub mod status;

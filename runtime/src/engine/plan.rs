@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::load::Loaded;
 use super::transaction::{self, SysctlStatus};
-use crate::backend::nft::NftBackend;
+use crate::backend::nft::{NftBackend, NftChange, NftMode};
 use crate::state::{self, StateDir};
 
 /// Version of the saved plan file format.
@@ -37,6 +37,10 @@ pub struct LivePlan {
     pub artifacts_changed: Vec<String>,
     /// Differences between the live dataplane and the applied artifacts (hand edits).
     pub drift: Vec<String>,
+    /// How the apply changes `table inet fwc`: a diff (and what it touches) or a full replace
+    /// (and why).
+    #[serde(default)]
+    pub nftables: Option<NftChange>,
     pub sysctls: Vec<SysctlStatus>,
     /// The exact artifacts `fwc apply plan.json` applies.
     pub artifacts: Artifacts,
@@ -49,6 +53,13 @@ impl LivePlan {
             || !self.artifacts_changed.is_empty()
             || !self.drift.is_empty()
             || self.sysctls.iter().any(|s| s.was.as_deref() != Some(s.want.as_str()))
+    }
+
+    /// The reason to pass as [`super::transaction::ApplyOptions::nft_full_replace`]: the plan
+    /// saw what a diff cannot repair (set elements changed outside fwc), or said "full
+    /// replace" for another reason the transaction would find again.
+    pub fn nft_full_replace_reason(&self) -> Option<String> {
+        self.nftables.as_ref().filter(|c| c.mode == NftMode::FullReplace).map(|c| c.reason.clone())
     }
 }
 
@@ -74,13 +85,22 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     // part with large sets).
     let live = nft.list_table()?;
     let live_hash = live_hash_of(state, &crate::backend::nft::hash_of_listing(live.as_ref()))?;
-    let drift = match &current {
-        Some(g) => nft.drift_of(&g.artifacts.nftables, live)?.drift,
+    let mut drift = match &current {
+        Some(g) => nft.drift_of(&g.artifacts.nftables, live.clone())?.drift,
         None => match live {
             Some(_) => vec!["table inet fwc exists but fwc has no applied state here (it will be replaced)".into()],
             None => vec![],
         },
     };
+    // The nftables change the apply makes (the same computation as its prepare; set elements
+    // changed outside fwc, seen by the drift check above, make it a full replace).
+    let full_reason = nft.full_replace_pending().map(str::to_string);
+    let (nftables, _) = nft.change(current.as_ref().map(|g| &g.artifacts.nftables), &next.nftables, live.as_ref(), full_reason.as_deref())?;
+    // The other dataplanes' drift (QoS, forwarder); the apply heals it like nftables drift.
+    let applied = current.as_ref().map(|g| g.artifacts.clone()).unwrap_or_else(|| transaction::empty_artifacts(&next.manifest.host));
+    drift.extend(super::observe::besides_nft(netns, &state.path, &applied).drift);
+    // Drift lines name the rule's file:line as the applied generation recorded it.
+    let drift = crate::backend::sources::locate(drift, &applied.manifest);
     let rules = fwc_compiler::diff::plan(current.as_ref().map(|g| &g.artifacts), &next);
     let old_h = current.as_ref().map(|g| file_hashes(&g.artifacts)).unwrap_or_default();
     let artifacts_changed =
@@ -98,6 +118,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
         rules: Some(rules),
         artifacts_changed,
         drift,
+        nftables: Some(nftables),
         sysctls,
         artifacts: next,
     })

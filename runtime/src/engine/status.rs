@@ -1,11 +1,13 @@
 //! `fwc status`: what is applied (generation, commit, source, rules per backend), the previous
-//! generation, a pending confirmation, drift of the live dataplane and the per-rule counters.
+//! generation, a pending confirmation, drift of every live dataplane (nftables, eBPF QoS, the
+//! userspace forwarder) and the per-rule counters.
 
 use std::collections::BTreeMap;
 
 use miette::Result;
 use serde::Serialize;
 
+use super::{observe, transaction};
 use crate::backend::nft::NftBackend;
 use crate::backend::Backend;
 use crate::state::{self, PendingConfirm, StateDir};
@@ -74,13 +76,17 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
                 .map(|a| a.iter().filter(|o| o.get("rule").is_some() || o.get("add").and_then(|x| x.get("rule")).is_some()).count())
                 .unwrap_or(0);
             let obs = nft.observe(&g.artifacts)?;
-            st.drift_details = obs.drift;
+            st.drift_details = crate::backend::sources::locate(obs.drift, &g.artifacts.manifest);
             st.counters = obs.counters;
+            let other = observe::besides_nft(netns, &state.path, &g.artifacts);
+            st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
+            st.counters.extend(other.counters);
         }
         None => {
             if nft.list_table()?.is_some() {
                 st.drift_details.push("table inet fwc exists but fwc has no applied state in this state dir".into());
             }
+            st.drift_details.extend(observe::besides_nft(netns, &state.path, &transaction::empty_artifacts("-")).drift);
         }
     }
     st.drift = !st.drift_details.is_empty();

@@ -34,6 +34,9 @@ pub struct ApplyOptions {
     pub netns: Option<String>,
     /// Do not set sysctls (they are still checked and reported).
     pub no_sysctl: bool,
+    /// Replace fwc's nftables table whole instead of applying a diff, for this reason (the
+    /// plan found set elements changed outside fwc, which a diff does not repair).
+    pub nft_full_replace: Option<String>,
 }
 
 /// The backends `fwc apply` and the agent drive, in commit order:
@@ -41,7 +44,8 @@ pub struct ApplyOptions {
 ///   (derived data: safe to delete, ignored by [`crate::state::dir_digest`]);
 /// - eBPF QoS, pinned under `/sys/fs/bpf/fwc` (with `--netns NS`: `/sys/fs/bpf/fwc-netns-NS`,
 ///   every call made from inside the namespace, so only its interfaces are touched);
-/// - the userspace forwarder, reached over the control socket in `state_dir`.
+/// - the userspace forwarder, reached over the control socket in `state_dir` (started, detached
+///   and inside the namespace, when listeners are wanted and none runs).
 ///
 /// A backend with nothing to do (no classes, no listeners, nothing applied before) is a no-op.
 pub fn default_backends(netns: Option<&str>, state_dir: &std::path::Path) -> Vec<Box<dyn Backend>> {
@@ -50,7 +54,7 @@ pub fn default_backends(netns: Option<&str>, state_dir: &std::path::Path) -> Vec
         None => Box::new(QosBackend::default()),
         Some(ns) => Box::new(InNetns::new(ns, QosBackend::new(fwc_qos::pin_root_for(Some(ns))))),
     };
-    vec![Box::new(nft), qos, Box::new(ForwardBackend::new(state_dir))]
+    vec![Box::new(nft), qos, Box::new(ForwardBackend::new(state_dir).starting(netns))]
 }
 
 /// A phase of the transaction.
@@ -262,7 +266,10 @@ pub fn transaction(
         }
     }
 
-    // 1. prepare
+    // 1. prepare (each backend changes only what differs from the previous artifacts)
+    for b in backends.iter_mut() {
+        b.set_base(prev_art, opts.nft_full_replace.as_deref().filter(|_| b.kind() == BackendKind::Nftables));
+    }
     for i in 0..backends.len() {
         let kind = backends[i].kind();
         let r = if kind != BackendKind::Nftables && injected_failure("prepare", kind) {
@@ -320,7 +327,8 @@ pub fn transaction(
         match r {
             Ok(obs) if obs.in_sync() => {}
             Ok(obs) => {
-                let reason = format!("the live state differs from what was committed:\n  {}", obs.drift.join("\n  "));
+                let drift = crate::backend::sources::locate(obs.drift, &next.manifest);
+                let reason = format!("the live state differs from what was committed:\n  {}", drift.join("\n  "));
                 return Err(fail(backends, Phase::Verify, Some(kind), reason, &sysctl_changed));
             }
             Err(e) => return Err(fail(backends, Phase::Verify, Some(kind), chain(&e), &sysctl_changed)),

@@ -1,0 +1,306 @@
+//! Privileged tests of the nftables diff transaction (issue #12): an apply changes only what
+//! changed, in one `nft -j -f` batch, so unchanged rules keep their counters, `limit` buckets
+//! and `ct count` lists; set changes go in as element adds and deletes; a changed rule is
+//! replaced alone; dynamic sets keep what other programs wrote; rollback is a diff too; set
+//! elements changed outside fwc make the plan say "full replace" and the apply repair them.
+//! Real kernel, real packets, inside `fwc-t-*` namespaces.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use fwc_testkit::{privileged, Netns, Topology};
+use serde_json::Value;
+
+struct Repo {
+    _tmp: tempfile::TempDir,
+    repo: PathBuf,
+    state: PathBuf,
+    batches: PathBuf,
+    ns: String,
+}
+
+impl Repo {
+    fn new(ns: &Netns) -> Repo {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        Repo { repo, state: tmp.path().join("state"), batches: tmp.path().join("batches.jsonl"), ns: ns.name.clone(), _tmp: tmp }
+    }
+
+    fn fwc(&self, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fwc"));
+        c.args(args)
+            .args(["--state-dir", self.state.to_str().unwrap(), "--netns", &self.ns])
+            .env("NO_COLOR", "1")
+            .env("FWC_NFT_BATCH_LOG", &self.batches)
+            .env_remove("FWC_TEST_FAIL")
+            .stdin(std::process::Stdio::null());
+        c.output().unwrap()
+    }
+
+    /// Write `kdl` as the repository and apply it; returns the output.
+    fn apply(&self, kdl: &str) -> String {
+        std::fs::write(self.repo.join("fwc.kdl"), kdl).unwrap();
+        let o = self.fwc(&["apply", self.repo.to_str().unwrap(), "--auto-approve"]);
+        assert!(o.status.success(), "fwc apply failed:\n{}", text(&o));
+        text(&o)
+    }
+
+    fn plan_json(&self, kdl: &str) -> Value {
+        std::fs::write(self.repo.join("fwc.kdl"), kdl).unwrap();
+        let o = self.fwc(&["plan", self.repo.to_str().unwrap(), "--json"]);
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("plan --json: {e}\n{}", text(&o)))
+    }
+
+    /// The batch the last commit sent to nft.
+    fn last_batch(&self) -> Vec<Value> {
+        let log = std::fs::read_to_string(&self.batches).unwrap();
+        let v: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+        v["nftables"].as_array().unwrap().clone()
+    }
+
+    /// Packets counted for the rule `kind` `name`.
+    fn counter(&self, kind: &str, name: &str) -> u64 {
+        let o = self.fwc(&["status", "--json"]);
+        let st: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("status --json: {e}\n{}", text(&o)));
+        st["counters"].as_array().unwrap().iter().find(|c| c["rule"] == name && c["kind"] == kind).map(|c| c["packets"].as_u64().unwrap()).unwrap_or(0)
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// The commands of a batch as `op kind` strings (`delete element`, `replace rule`, …).
+fn ops(batch: &[Value]) -> Vec<String> {
+    batch
+        .iter()
+        .map(|c| {
+            let (op, inner) = c.as_object().unwrap().iter().next().unwrap();
+            format!("{op} {}", inner.as_object().unwrap().keys().next().unwrap())
+        })
+        .collect()
+}
+
+/// Connect from `ns`; true when the server answered.
+fn connects(ns: &Netns, addr: &str, port: u16) -> bool {
+    let o = ns.try_exec(&["timeout", "4", "socat", "-T2", "-", &format!("TCP4:{addr}:{port},connect-timeout=1")]);
+    o.status.success() && !String::from_utf8_lossy(&o.stdout).trim().is_empty()
+}
+
+fn serve(ns: &mut Netns, port: u16, cmd: &str) {
+    ns.spawn(&["socat", &format!("TCP4-LISTEN:{port},fork,reuseaddr"), &format!("SYSTEM:{cmd}")]);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        let o = ns.try_exec(&["ss", "-Hlnt", &format!("sport = :{port}")]);
+        if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listens on {port} in {}", ns.name);
+}
+
+/// Handles of the rules in `table inet fwc`, by comment.
+fn handles(ns: &Netns) -> Vec<(String, u64)> {
+    let v: Value = serde_json::from_str(&ns.exec(&["nft", "-j", "list", "table", "inet", "fwc"])).unwrap();
+    v["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o.get("rule"))
+        .filter_map(|r| Some((r.get("comment")?.as_str()?.to_string(), r["handle"].as_u64()?)))
+        .collect()
+}
+
+fn rules(extra: &str) -> String {
+    format!(
+        r#"
+fwc 1
+input policy=drop {{
+    allow "web" proto=tcp port=8081
+    allow "limited" proto=tcp port=8082 rate="1/hour burst 2"
+    {extra}
+}}
+forward "capped" listen=":8090" to="198.18.2.2:8090" max-conns=2
+"#
+    )
+}
+
+/// An unrelated commit (one more rule) must not reset a `ct count` (max-conns), a `limit`
+/// bucket or a rule's counters. With the whole-table replace every apply did before, all
+/// three were reset: the third connection over max-conns=2 was admitted right after it.
+#[test]
+fn unrelated_apply_keeps_ct_count_limit_and_counters() {
+    if !privileged("unrelated_apply_keeps_ct_count_limit_and_counters") {
+        return;
+    }
+    let mut t = Topology::new();
+    t.backend.spawn(&["socat", "TCP4-LISTEN:8090,fork,reuseaddr", "SYSTEM:echo held; sleep 30"]);
+    serve(&mut t.host, 8081, "echo web");
+    serve(&mut t.host, 8082, "echo limited");
+    let r = Repo::new(&t.host);
+    r.apply(&rules(""));
+
+    // max-conns=2: two held connections, then the third is refused.
+    for _ in 0..2 {
+        t.client.spawn(&["socat", "-u", "TCP4:198.18.1.1:8090", "STDOUT"]);
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        let est = t.host.try_exec(&["conntrack", "-L", "-p", "tcp", "--dport", "8090", "--state", "ESTABLISHED"]);
+        if String::from_utf8_lossy(&est.stdout).lines().count() >= 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!connects(&t.client, "198.18.1.1", 8090), "third connection over max-conns=2 before the unrelated apply");
+    // Counters: three connections through "web".
+    for _ in 0..3 {
+        assert!(connects(&t.client, "198.18.1.1", 8081));
+    }
+    let web_before = r.counter("filter", "web");
+    assert!(web_before >= 3, "web counted {web_before}");
+    // limit: burst 2 at 1/hour: the bucket empties after a few connections.
+    let mut admitted = 0;
+    for _ in 0..5 {
+        admitted += connects(&t.client, "198.18.1.1", 8082) as u32;
+    }
+    assert!((1..5).contains(&admitted), "limit admitted {admitted} of 5");
+    assert!(!connects(&t.client, "198.18.1.1", 8082), "the limit bucket is empty");
+
+    // The unrelated apply: one more rule, applied as a diff.
+    let out = r.apply(&rules(r#"allow "other" proto=tcp port=9999"#));
+    let batch = ops(&r.last_batch());
+    assert!(!batch.iter().any(|o| o.ends_with(" table")), "no table replace: {batch:?}\n{out}");
+    assert_eq!(batch, vec!["insert rule"], "{out}");
+
+    assert!(!connects(&t.client, "198.18.1.1", 8090), "max-conns admitted a third connection after an unrelated apply");
+    assert!(!connects(&t.client, "198.18.1.1", 8082), "the limit bucket was refilled by an unrelated apply");
+    let web_after = r.counter("filter", "web");
+    assert!(web_after >= web_before, "web's counter went from {web_before} to {web_after}");
+}
+
+fn sets(blocklist: &[&str], web_port: u16, extra: &str) -> String {
+    let elems: String = blocklist.iter().map(|e| format!("    - \"{e}\"\n")).collect();
+    format!(
+        r#"
+fwc 1
+set "blocklist" {{
+{elems}}}
+set "banned" dynamic=#true timeout="1h"
+input policy=accept {{
+    deny "blocked" from="@blocklist"
+    deny "banned" from="@banned"
+    allow "ssh" proto=tcp port=22
+    allow "web" proto=tcp port={web_port}
+    allow "dns" proto=udp port=53
+}}
+{extra}
+"#
+    )
+}
+
+/// One element added and one removed are one element delete and one element add; a changed
+/// rule is one `replace rule` by handle (the other rules keep theirs); a new forward is map
+/// elements only; dynamic sets keep what other programs wrote; `fwc rollback` is a diff too.
+#[test]
+fn changes_are_sent_as_elements_and_single_rules() {
+    if !privileged("changes_are_sent_as_elements_and_single_rules") {
+        return;
+    }
+    let ns = Netns::new("d");
+    let r = Repo::new(&ns);
+    let v1 = sets(&["192.0.2.66", "198.18.0.0/24", "203.0.113.9"], 80, "");
+    let out = r.apply(&v1);
+    assert!(out.contains("full replace of table inet fwc: first apply"), "{out}");
+    assert!(ops(&r.last_batch()).starts_with(&["add table".to_string(), "delete table".to_string()]));
+    // fail2ban & co. write into the dynamic set.
+    ns.exec(&["nft", "add", "element", "inet", "fwc", "banned_v4", "{ 198.18.77.1 timeout 1h }"]);
+    let h1 = handles(&ns);
+
+    // One element in, one out.
+    let v2 = sets(&["198.18.0.0/24", "198.51.100.7", "203.0.113.9"], 80, "");
+    let plan = r.plan_json(&v2);
+    assert_eq!(plan["nftables"]["mode"], "diff", "{plan:#}");
+    let out = r.apply(&v2);
+    assert!(out.contains("+ 198.51.100.7") && out.contains("- 192.0.2.66"), "the plan lists the elements:\n{out}");
+    let batch = r.last_batch();
+    assert_eq!(ops(&batch), vec!["delete element", "add set"], "{batch:?}");
+    assert_eq!(batch[0]["delete"]["element"]["elem"], serde_json::json!(["192.0.2.66"]));
+    assert_eq!(batch[1]["add"]["set"]["elem"], serde_json::json!(["198.51.100.7"]));
+    let live = ns.exec(&["nft", "list", "set", "inet", "fwc", "blocklist_v4"]);
+    assert!(live.contains("198.51.100.7") && !live.contains("192.0.2.66"), "{live}");
+    assert_eq!(handles(&ns), h1, "no rule was touched");
+
+    // A changed rule is replaced alone, in place.
+    let v3 = sets(&["198.18.0.0/24", "198.51.100.7", "203.0.113.9"], 8080, "");
+    r.apply(&v3);
+    let batch = r.last_batch();
+    assert_eq!(ops(&batch), vec!["replace rule"], "{batch:?}");
+    let h3 = handles(&ns);
+    let changed: Vec<_> = h1.iter().zip(&h3).filter(|(a, b)| a != b).collect();
+    assert_eq!(changed.len(), 0, "replace keeps the handle: {h1:?} vs {h3:?}");
+    assert!(ns.exec(&["nft", "list", "chain", "inet", "fwc", "input"]).contains("tcp dport 8080"));
+
+    // A new kernel forward: chains and maps appear (first forward), then one more forward is
+    // map and set elements only.
+    let v4 = sets(&["198.18.0.0/24", "198.51.100.7", "203.0.113.9"], 8080, r#"forward "a" listen=":7001" to="198.18.2.2:7001""#);
+    r.apply(&v4);
+    let v5 = sets(
+        &["198.18.0.0/24", "198.51.100.7", "203.0.113.9"],
+        8080,
+        "forward \"a\" listen=\":7001\" to=\"198.18.2.2:7001\"\nforward \"b\" listen=\":7002\" to=\"198.18.2.2:7002\"",
+    );
+    r.apply(&v5);
+    // (the listen-port set merges 7001 and 7002 into one interval: that element is replaced)
+    let batch = r.last_batch();
+    assert!(ops(&batch).iter().all(|o| o == "add map" || o == "add set" || o == "delete element"), "{batch:?}");
+    assert!(batch.iter().filter_map(|c| c.get("delete")).all(|d| d["element"]["name"] == "fwd_ports_tcp"), "{batch:?}");
+    assert_eq!(ops(&batch).iter().filter(|o| *o == "add map").count(), 2, "address and port map: {batch:?}");
+
+    // The dynamic set kept its element through all of it.
+    let banned = ns.exec(&["nft", "list", "set", "inet", "fwc", "banned_v4"]);
+    assert!(banned.contains("198.18.77.1"), "{banned}");
+
+    // fwc rollback (to v4) is a diff: forward "b"'s map elements and listen port go.
+    let o = r.fwc(&["rollback", "--auto-approve"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let batch = ops(&r.last_batch());
+    assert!(batch.iter().all(|o| o == "delete element" || o == "add set"), "{batch:?}");
+    assert!(!ns.exec(&["nft", "list", "map", "inet", "fwc", "fwd4_addr"]).contains("7002"));
+    assert!(ns.exec(&["nft", "list", "map", "inet", "fwc", "fwd4_addr"]).contains("7001"));
+    let st = r.fwc(&["status"]);
+    assert!(st.status.success(), "{}", text(&st));
+    assert!(ns.exec(&["nft", "list", "set", "inet", "fwc", "banned_v4"]).contains("198.18.77.1"));
+}
+
+/// Elements changed outside fwc: the diff does not list live elements, so the plan says the
+/// table is replaced whole (and why), and the apply repairs the set.
+#[test]
+fn elements_changed_outside_fwc_make_a_full_replace() {
+    if !privileged("elements_changed_outside_fwc_make_a_full_replace") {
+        return;
+    }
+    let ns = Netns::new("e");
+    let r = Repo::new(&ns);
+    let v1 = sets(&["192.0.2.66", "203.0.113.9"], 80, "");
+    r.apply(&v1);
+    ns.exec(&["nft", "add", "element", "inet", "fwc", "blocklist_v4", "{ 192.0.2.99 }"]);
+    let plan = r.plan_json(&v1);
+    assert_eq!(plan["nftables"]["mode"], "full-replace", "{plan:#}");
+    assert!(plan["nftables"]["reason"].as_str().unwrap().contains("set blocklist_v4"), "{plan:#}");
+    r.apply(&v1);
+    assert!(!ns.exec(&["nft", "list", "set", "inet", "fwc", "blocklist_v4"]).contains("192.0.2.99"));
+    assert_eq!(r.plan_json(&v1)["nftables"]["mode"], "unchanged");
+    // A rule deleted by hand is put back by a diff (the rule list is read live).
+    let (_, h) = handles(&ns).into_iter().find(|(c, _)| c == "fwc:filter:ssh").unwrap();
+    ns.exec(&["nft", "delete", "rule", "inet", "fwc", "input", "handle", &h.to_string()]);
+    let plan = r.plan_json(&v1);
+    assert_eq!(plan["nftables"]["mode"], "diff", "{plan:#}");
+    r.apply(&v1);
+    assert_eq!(ops(&r.last_batch()), vec!["insert rule"]);
+    assert!(handles(&ns).iter().any(|(c, _)| c == "fwc:filter:ssh"));
+    let _ = Path::new("");
+}
