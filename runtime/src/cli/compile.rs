@@ -206,7 +206,7 @@ pub fn compile(a: CompileArgs, g: &Global) -> Result<ExitCode> {
 
 /// `fwc compile --all-hosts`: every host, in parallel, written only when all compile.
 fn compile_all_hosts(a: CompileArgs, g: &Global) -> Result<ExitCode> {
-    let commit = a.commit.clone().or_else(|| head_commit(&a.dir));
+    let commit = a.commit.clone().or_else(|| crate::repo::checkout_commit(&a.dir));
     let compiled = match read_tree(&a.dir).and_then(|t| fwc_compiler::compile_all(&t, commit.as_deref())) {
         Ok(c) => c,
         Err(diags) => {
