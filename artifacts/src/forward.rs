@@ -47,6 +47,12 @@ pub struct Listener {
     pub proxy_protocol: Option<u8>,
     pub idle_timeout_ms: u64,
     pub connect_timeout_ms: u64,
+    /// TLS server name this listener routes (`www.example.com`, or `*.example.com` for one
+    /// label). Several TCP listeners may share an address and port when each has its own
+    /// name; at most one of them has none (the fallback). The forwarder reads the ClientHello
+    /// to route and never decrypts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
 }
 
 /// A new-connection rate: `count` per `period_secs`, with bursts up to `burst`.

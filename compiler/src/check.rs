@@ -194,10 +194,12 @@ impl Checker<'_> {
 
     fn forwards(&mut self) {
         self.unique("forward", self.rs.forwards.iter().map(|f| ("forward", &f.name)));
+        let shared = crate::select::sni_listeners_any_host(self.rs);
         for f in &self.rs.forwards {
             let rule = format!("forward \"{}\"", f.name.value);
             self.addr(&rule, &f.from);
-            let (backends, _) = place_forward(f);
+            let on = shared.get(f.name.value.as_str());
+            let (backends, _) = place_forward(f, on);
             let userspace = backends.contains(&crate::artifacts::BackendKind::Userspace);
             if let (true, Some(m)) = (userspace, &f.from) {
                 if let AddrMatch::Set(name) = &m.value {
@@ -229,7 +231,7 @@ impl Checker<'_> {
                 }
             }
             if f.backend.value == crate::model::BackendChoice::Kernel && userspace {
-                let (_, reason) = place_forward(&ForwardRule { backend: Spanned::new(BackendChoice::Auto, f.backend.span), ..f.clone() });
+                let (_, reason) = place_forward(&ForwardRule { backend: Spanned::new(BackendChoice::Auto, f.backend.span), ..f.clone() }, on);
                 self.err("kernel-impossible", &rule, format!("backend=\"kernel\" was asked for, but {reason}"), f.backend.span, "kernel not possible", "remove backend=\"kernel\" or the option that needs userspace");
             }
             if userspace && listen_len > MAX_USERSPACE_PORTS {
@@ -245,11 +247,38 @@ impl Checker<'_> {
             if !userspace {
                 self.kernel_families(&rule, f);
             }
+            if let Some(s) = &f.sni {
+                self.sni(&rule, f, s);
+            }
             if let (Some(b), None, None) = (&f.burst, &f.up, &f.down) {
                 self.err("burst-without-rate", &rule, "burst without a bandwidth cap", b.span, "burst alone", "add bandwidth=\"100mbit\" (or up=/down=), or remove burst");
             }
         }
         self.listen_conflicts();
+    }
+
+    /// `sni=` routes TLS over TCP on one port.
+    fn sni(&mut self, rule: &str, f: &ForwardRule, s: &Spanned<String>) {
+        if f.proto != ForwardProto::Tcp {
+            self.err(
+                "sni-needs-tcp",
+                rule,
+                format!("sni= routes TLS connections by server name, but this forward is proto={}", f.proto.as_str()),
+                s.span,
+                "TCP only",
+                "remove proto= (tcp is the default) or sni=; QUIC (TLS over UDP) is not routed by name",
+            );
+        }
+        if !f.listen.ports.is_single() {
+            self.err(
+                "sni-port-range",
+                rule,
+                format!("sni= needs a single listen port, not the range {}", f.listen.ports),
+                f.listen.span,
+                "port range",
+                "forwards share one port by server name: give this forward one port, e.g. listen=\":443\"",
+            );
+        }
     }
 
     /// The kernel path translates within one family: an IPv4 listen address cannot DNAT to IPv6.
@@ -307,6 +336,30 @@ impl Checker<'_> {
                         };
                         // Report the later one in the files, pointing at the earlier.
                         let (first, second) = if b.span <= a.span { (*b, a) } else { (a, *b) };
+                        // Forwards with sni= share a TCP listener written the same way.
+                        let share = proto == ForwardProto::Tcp
+                            && a.listen.value == b.listen.value
+                            && a.listen.ports.is_single()
+                            && (a.sni.is_some() || b.sni.is_some());
+                        if share {
+                            if let (Some(x), Some(y)) = (&first.sni, &second.sni) {
+                                if x.value == y.value && reported.insert((second.name.value.clone(), first.name.value.clone())) {
+                                    let rule = format!("forward \"{}\"", second.name.value);
+                                    self.err(
+                                        "duplicate-sni",
+                                        &rule,
+                                        format!(
+                                            "sni \"{}\" on tcp port {} is already routed to forward \"{}\" on host \"{}\"",
+                                            y.value, second.listen.ports, first.name.value, h.name.value
+                                        ),
+                                        y.span,
+                                        "same server name",
+                                        "each server name goes to one forward per listen address; remove one, or restrict one of them to other hosts with on=…",
+                                    );
+                                }
+                            }
+                            continue;
+                        }
                         if same_addr && reported.insert((second.name.value.clone(), first.name.value.clone())) {
                             let rule = format!("forward \"{}\"", second.name.value);
                             self.err(

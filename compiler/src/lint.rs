@@ -262,9 +262,10 @@ impl<'a> Linter<'a> {
 
     fn forwards_denied(&mut self) {
         let rs = self.rs;
+        let shared = crate::select::sni_listeners_any_host(rs);
         for f in &rs.forwards {
             let Some(from) = &f.from else { continue };
-            let (backends, _) = place_forward(f);
+            let (backends, _) = place_forward(f, shared.get(f.name.value.as_str()));
             let kind = if backends.contains(&crate::artifacts::BackendKind::Userspace) { ChainKind::Input } else { ChainKind::Forward };
             let (rules, _) = self.chain(kind);
             let proto = match f.proto {

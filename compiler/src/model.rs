@@ -398,6 +398,11 @@ pub struct ForwardRule {
     pub conn_rate: Option<Spanned<EventRate>>,
     pub proxy_protocol: Option<Spanned<u8>>,
     pub idle_timeout_ms: Option<Spanned<u64>>,
+    /// `sni="www.example.com"` or `sni="*.example.com"` (lower case, no trailing dot): this
+    /// forward takes the TLS connections for that server name on a listen address it shares
+    /// with other forwards. Skipped when absent so digests of other forwards do not change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sni: Option<Spanned<String>>,
     pub backend: Spanned<BackendChoice>,
     pub on: Option<Spanned<Selector>>,
     pub comment: Option<String>,

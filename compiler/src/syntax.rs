@@ -21,7 +21,7 @@ const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject"];
 const FILTER_PROPS: &[&str] = &["proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "on", "comment"];
 const FORWARD_PROPS: &[&str] = &[
     "proto", "listen", "to", "from", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
-    "idle-timeout", "backend", "on", "comment",
+    "idle-timeout", "sni", "backend", "on", "comment",
 ];
 /// Properties that may be given several times (each occurrence counts; read from the node's entries).
 const REPEATABLE_PROPS: &[&str] = &["file"];
@@ -712,6 +712,7 @@ impl Parser<'_, '_> {
             conn_rate: self.parsed(&mut p, "conn-rate", units::parse_event_rate),
             proxy_protocol: self.parsed(&mut p, "proxy-protocol", parse_proxy_protocol),
             idle_timeout_ms: self.parsed(&mut p, "idle-timeout", units::parse_duration_ms),
+            sni: self.parsed(&mut p, "sni", parse_sni),
             backend: self
                 .choice(&mut p, "backend", &[("auto", BackendChoice::Auto), ("kernel", BackendChoice::Kernel), ("userspace", BackendChoice::Userspace)])
                 .unwrap_or(Spanned::new(BackendChoice::Auto, Span::default())),
@@ -914,6 +915,20 @@ fn parse_target(s: &str) -> Result<Target, UnitError> {
         return Err(bad(format!("\"{host}\" is neither an IP address nor a DNS name")));
     }
     Ok(Target { host: TargetHost::Dns(host.to_ascii_lowercase()), ports })
+}
+
+/// `sni=`: a DNS name, or `*.` and a DNS name (the wildcard covers exactly one label).
+fn parse_sni(s: &str) -> Result<String, UnitError> {
+    let help = "write sni=\"www.example.com\" or sni=\"*.example.com\" (one wildcard label, leftmost)";
+    let name = s.strip_suffix('.').unwrap_or(s).to_ascii_lowercase();
+    let host = name.strip_prefix("*.").unwrap_or(&name);
+    if host.parse::<IpAddr>().is_ok() {
+        return Err(UnitError { message: format!("\"{s}\" is an IP address; TLS server names are DNS names"), help: help.into() });
+    }
+    if !valid_dns_name(host) {
+        return Err(UnitError { message: format!("\"{s}\" is not a DNS name or *.name"), help: help.into() });
+    }
+    Ok(name)
 }
 
 fn looks_like_ipv4(s: &str) -> bool {

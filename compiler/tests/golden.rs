@@ -66,6 +66,7 @@ golden_cases! {
     case_22_forward_chain_and_forwards => "22-forward-chain-and-forwards",
     case_23_plan_reorder_policy => "23-plan-reorder-policy",
     case_24_userspace_drop_policies => "24-userspace-drop-policies",
+    case_25_forward_sni => "25-forward-sni",
 }
 
 #[test]

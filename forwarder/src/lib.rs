@@ -14,6 +14,7 @@ mod mmsg;
 pub mod proxy;
 pub mod resolve;
 pub mod server;
+pub mod sni;
 pub mod splice;
 pub mod stats;
 pub mod tcp;

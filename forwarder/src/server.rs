@@ -24,6 +24,9 @@ use crate::resolve::Resolver;
 use crate::splice::{PipePool, DEFAULT_PIPE_SIZE};
 use crate::stats::{RuleStats, RuleStatsSnapshot};
 
+/// Default time a client has to send its ClientHello on an SNI-routed socket.
+pub const DEFAULT_SNI_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Process-level settings of the forwarder (not part of `forward.json`).
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -40,6 +43,9 @@ pub struct Options {
     pub dns_ttl: Duration,
     /// listen(2) backlog.
     pub backlog: i32,
+    /// How long a client of an SNI-routed socket has to send its whole ClientHello before it
+    /// is closed (env `FWC_FORWARD_SNI_TIMEOUT_MS`; default 5 s).
+    pub sni_timeout: Duration,
 }
 
 impl Default for Options {
@@ -55,6 +61,11 @@ impl Default for Options {
             drain_timeout: Duration::from_secs(30),
             dns_ttl: crate::resolve::DEFAULT_TTL,
             backlog: 4096,
+            sni_timeout: std::env::var("FWC_FORWARD_SNI_TIMEOUT_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis)
+                .unwrap_or(DEFAULT_SNI_TIMEOUT),
         }
     }
 }
@@ -98,13 +109,15 @@ impl ListenerKey {
     }
 }
 
-/// Shared by every listener of one rule: counters, limits and the two caps.
+/// Shared by every listener of one rule: counters, limits, the two caps and the round-robin
+/// cursor over the targets.
 #[derive(Debug)]
 pub(crate) struct RuleShared {
     pub stats: Arc<RuleStats>,
     pub limits: Limits,
     pub up: Bucket,
     pub down: Bucket,
+    pub rr: AtomicUsize,
 }
 
 impl RuleShared {
@@ -114,6 +127,7 @@ impl RuleShared {
             limits: Limits::new(l.max_conns, l.conn_rate),
             up: Bucket::new(l.up_bytes_per_sec, l.burst_bytes),
             down: Bucket::new(l.down_bytes_per_sec, l.burst_bytes),
+            rr: AtomicUsize::new(0),
         }
     }
 
@@ -146,12 +160,16 @@ impl Current {
     }
 }
 
+/// The routes of one listening socket: by TLS server name when several forwards share it
+/// (`sni=`), else just the fallback (the one forward of the socket).
+pub(crate) type Routes = crate::sni::Table<Arc<Current>>;
+
 /// Everything the tasks of one listening socket share.
 #[derive(Debug)]
 pub(crate) struct ListenerHandle {
-    cur: RwLock<Arc<Current>>,
-    /// Round-robin cursor over the targets.
-    pub rr: AtomicUsize,
+    cur: RwLock<Arc<Routes>>,
+    /// How connections of an SNI-routed socket were routed (cumulative while the socket lives).
+    pub sni: SniStats,
     /// Connections accepted on this socket that are still open (for draining).
     pub active: AtomicU64,
     /// Set to true to cut every connection of this listener.
@@ -160,9 +178,31 @@ pub(crate) struct ListenerHandle {
 }
 
 impl ListenerHandle {
-    pub fn current(&self) -> Arc<Current> {
+    /// The routes new connections use.
+    pub fn routes(&self) -> Arc<Routes> {
         self.cur.read().unwrap().clone()
     }
+
+    /// The forward of a socket without `sni=` routes (UDP, and TCP listeners of one forward).
+    pub fn fallback(&self) -> Option<Arc<Current>> {
+        self.cur.read().unwrap().fallback.clone()
+    }
+}
+
+/// Counters of an SNI-routed socket; per route (= per rule) counters are in [`RuleStats`].
+#[derive(Debug, Default)]
+pub struct SniStats {
+    /// An `sni=` route matched the server name.
+    pub routed: AtomicU64,
+    /// No route matched (or the hello named no server): sent to the fallback forward.
+    pub fallback: AtomicU64,
+    /// No route matched and there is no fallback: closed.
+    pub misses: AtomicU64,
+    /// Not a TLS ClientHello, malformed, over the size bound, or closed before it was
+    /// complete: closed.
+    pub parse_failures: AtomicU64,
+    /// No complete ClientHello within the peek timeout: closed.
+    pub timeouts: AtomicU64,
 }
 
 /// Process-wide resources.
@@ -174,7 +214,8 @@ pub(crate) struct Ctx {
 }
 
 struct Active {
-    cfg: Listener,
+    /// The forwards of this socket: one, or several sharing it by `sni=` (sorted by name).
+    cfg: Vec<Listener>,
     handle: Arc<ListenerHandle>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
@@ -182,8 +223,7 @@ struct Active {
 }
 
 struct Draining {
-    key: ListenerKey,
-    rule: String,
+    cfg: Vec<Listener>,
     local: SocketAddr,
     handle: Arc<ListenerHandle>,
 }
@@ -195,11 +235,11 @@ enum Bound {
 
 struct Staged {
     config: ForwardArtifact,
-    bound: Vec<(ListenerKey, Listener, Bound)>,
+    bound: Vec<(ListenerKey, Vec<Listener>, Bound)>,
     /// New listeners that overlap a listener being removed: bound at commit, after it closed.
-    deferred: Vec<(ListenerKey, Listener)>,
+    deferred: Vec<(ListenerKey, Vec<Listener>)>,
     removed: Vec<ListenerKey>,
-    changed: Vec<(ListenerKey, Listener)>,
+    changed: Vec<(ListenerKey, Vec<Listener>)>,
     report: PrepareReport,
 }
 
@@ -236,7 +276,28 @@ pub struct ListenerStatus {
     pub listen_port: u16,
     /// The address actually bound (differs from `listen_port` when it is 0).
     pub local: SocketAddr,
+    /// Connections open on the socket (all routes of a shared socket).
     pub conns_active: u64,
+    /// The TLS server name this forward is routed by, on a shared socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
+}
+
+/// A socket shared by several forwards with `sni=`: its routes and how connections went.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SniListenerStatus {
+    pub listen_addr: String,
+    pub listen_port: u16,
+    pub local: Option<SocketAddr>,
+    /// (server name pattern, rule), exact names first.
+    pub routes: Vec<(String, String)>,
+    /// The forward that takes everything else; none: unmatched connections are closed.
+    pub fallback: Option<String>,
+    pub routed: u64,
+    pub to_fallback: u64,
+    pub misses: u64,
+    pub parse_failures: u64,
+    pub timeouts: u64,
 }
 
 /// The live state of the forwarder.
@@ -247,6 +308,9 @@ pub struct Status {
     /// The committed config.
     pub config: ForwardArtifact,
     pub listeners: Vec<ListenerStatus>,
+    /// Sockets routed by TLS server name (a subset of `listeners`, one entry per socket).
+    #[serde(default)]
+    pub sni_listeners: Vec<SniListenerStatus>,
     /// Removed listeners whose connections are still draining.
     pub draining: Vec<ListenerStatus>,
     pub rules: Vec<RuleStatsSnapshot>,
@@ -274,8 +338,8 @@ pub struct Forwarder {
     inner: Arc<Inner>,
 }
 
-fn validate(cfg: &ForwardArtifact) -> Result<BTreeMap<ListenerKey, Listener>, ReloadError> {
-    let mut out = BTreeMap::new();
+fn validate(cfg: &ForwardArtifact) -> Result<BTreeMap<ListenerKey, Vec<Listener>>, ReloadError> {
+    let mut out: BTreeMap<ListenerKey, Vec<Listener>> = BTreeMap::new();
     let mut errs = Vec::new();
     for l in &cfg.listeners {
         let key = match ListenerKey::of(l) {
@@ -299,8 +363,29 @@ fn validate(cfg: &ForwardArtifact) -> Result<BTreeMap<ListenerKey, Listener>, Re
         if let Err(e) = parse_allow(&l.allow_from) {
             errs.push(format!("rule {:?}: {e}", l.rule));
         }
-        if out.insert(key, l.clone()).is_some() {
-            errs.push(format!("listener {key} appears twice"));
+        if let Some(name) = &l.sni {
+            if l.proto == ListenerProto::Udp {
+                errs.push(format!("rule {:?}: sni routing is for TCP only", l.rule));
+            }
+            if !crate::sni::valid_pattern(name) {
+                errs.push(format!("rule {:?}: sni {name:?} is not a DNS name or *.name", l.rule));
+            }
+        }
+        out.entry(key).or_default().push(l.clone());
+    }
+    for (key, group) in out.iter_mut() {
+        group.sort_by(|a, b| (&a.sni, &a.rule).cmp(&(&b.sni, &b.rule)));
+        if group.len() > 1 {
+            let mut t = crate::sni::Table::default();
+            for l in group.iter() {
+                if !t.insert(l.sni.as_deref(), ()) {
+                    let what = match &l.sni {
+                        Some(n) => format!("sni {n:?}"),
+                        None => "no sni (a second fallback)".into(),
+                    };
+                    errs.push(format!("listener {key} appears twice: rule {:?} with {what}", l.rule));
+                }
+            }
         }
     }
     if errs.is_empty() {
@@ -308,6 +393,10 @@ fn validate(cfg: &ForwardArtifact) -> Result<BTreeMap<ListenerKey, Listener>, Re
     } else {
         Err(ReloadError::Invalid(errs.join("; ")))
     }
+}
+
+fn rule_names(g: &[Listener]) -> String {
+    g.iter().map(|l| l.rule.as_str()).collect::<Vec<_>>().join(",")
 }
 
 fn parse_allow(v: &[String]) -> Result<Vec<IpNet>, String> {
@@ -380,11 +469,11 @@ impl Forwarder {
             match st.active.get(key) {
                 Some(a) if a.cfg == *l => report.unchanged += 1,
                 Some(_) => {
-                    report.changed.push(format!("{} ({key})", l.rule));
+                    report.changed.push(format!("{} ({key})", rule_names(l)));
                     changed.push((*key, l.clone()));
                 }
                 None if removed.iter().any(|r| r.overlaps(key)) => {
-                    report.deferred.push(format!("{} ({key})", l.rule));
+                    report.deferred.push(format!("{} ({key})", rule_names(l)));
                     deferred.push((*key, l.clone()));
                 }
                 None => to_bind.push((*key, l.clone())),
@@ -395,18 +484,17 @@ impl Forwarder {
         for (key, l) in to_bind {
             match bind(&key) {
                 Ok(b) => {
-                    report.added.push(format!("{} ({key})", l.rule));
+                    report.added.push(format!("{} ({key})", rule_names(&l)));
                     bound.push((key, l, b));
                 }
-                Err(e) => conflicts.push(format!("{} ({key}): {e}", l.rule)),
+                Err(e) => conflicts.push(format!("{} ({key}): {e}", rule_names(&l))),
             }
         }
         if !conflicts.is_empty() {
             return Err(ReloadError::Conflicts(conflicts)); // `bound` drops: sockets closed
         }
         for k in &removed {
-            let rule = &st.active[k].cfg.rule;
-            report.removed.push(format!("{rule} ({k})"));
+            report.removed.push(format!("{} ({k})", rule_names(&st.active[k].cfg)));
         }
         st.staged = Some(Staged { config: next, bound, deferred, removed, changed, report: report.clone() });
         Ok(report)
@@ -436,13 +524,13 @@ impl Forwarder {
                 let _ = a.stop.send(true);
                 let _ = a.task.await;
                 self.spawn_drain(a.handle.clone());
-                st.draining.push(Draining { key: *key, rule: a.cfg.rule.clone(), local: a.local, handle: a.handle });
+                st.draining.push(Draining { cfg: a.cfg, local: a.local, handle: a.handle });
             }
         }
         // Changed: same socket, new settings for new connections.
         for (key, l) in staged.changed {
             if let Some(a) = st.active.get_mut(&key) {
-                *a.handle.cur.write().unwrap() = Arc::new(self.current(&l));
+                *a.handle.cur.write().unwrap() = Arc::new(self.routes(&l));
                 a.cfg = l;
             }
         }
@@ -454,15 +542,15 @@ impl Forwarder {
         for (key, l) in staged.deferred {
             match bind(&key) {
                 Ok(b) => start.push((key, l, b)),
-                Err(e) => errors.push(format!("{} ({key}): {e}", l.rule)),
+                Err(e) => errors.push(format!("{} ({key}): {e}", rule_names(&l))),
             }
         }
         for (key, l, b) in start {
-            match self.start(&l, b) {
+            match self.start(l, b) {
                 Ok(a) => {
                     st.active.insert(key, a);
                 }
-                Err(e) => errors.push(format!("{} ({key}): {e}", l.rule)),
+                Err((l, e)) => errors.push(format!("{} ({key}): {e}", rule_names(&l))),
             }
         }
         st.draining.retain(|d| d.handle.active.load(Relaxed) > 0 && !*d.handle.kill.borrow());
@@ -502,30 +590,42 @@ impl Forwarder {
     pub async fn status(&self) -> Status {
         let mut st = self.inner.state.lock().await;
         st.draining.retain(|d| d.handle.active.load(Relaxed) > 0 && !*d.handle.kill.borrow());
-        let listeners = st
+        let socket = |cfg: &[Listener], local: SocketAddr, h: &ListenerHandle| -> Vec<ListenerStatus> {
+            cfg.iter()
+                .map(|l| ListenerStatus {
+                    rule: l.rule.clone(),
+                    proto: l.proto,
+                    listen_addr: l.listen_addr.clone(),
+                    listen_port: l.listen_port,
+                    local,
+                    conns_active: h.active.load(Relaxed),
+                    sni: l.sni.clone(),
+                })
+                .collect()
+        };
+        let listeners = st.active.values().flat_map(|a| socket(&a.cfg, a.local, &a.handle)).collect();
+        let sni_listeners = st
             .active
             .values()
-            .map(|a| ListenerStatus {
-                rule: a.cfg.rule.clone(),
-                proto: a.cfg.proto,
-                listen_addr: a.cfg.listen_addr.clone(),
-                listen_port: a.cfg.listen_port,
-                local: a.local,
-                conns_active: a.handle.active.load(Relaxed),
+            .filter(|a| a.handle.routes().has_names())
+            .map(|a| {
+                let routes = a.handle.routes();
+                let c = &a.handle.sni;
+                SniListenerStatus {
+                    listen_addr: a.cfg[0].listen_addr.clone(),
+                    listen_port: a.cfg[0].listen_port,
+                    local: Some(a.local),
+                    routes: routes.routes().into_iter().map(|(p, cur)| (p, cur.cfg.rule.clone())).collect(),
+                    fallback: routes.fallback.as_ref().map(|c| c.cfg.rule.clone()),
+                    routed: c.routed.load(Relaxed),
+                    to_fallback: c.fallback.load(Relaxed),
+                    misses: c.misses.load(Relaxed),
+                    parse_failures: c.parse_failures.load(Relaxed),
+                    timeouts: c.timeouts.load(Relaxed),
+                }
             })
             .collect();
-        let draining = st
-            .draining
-            .iter()
-            .map(|d| ListenerStatus {
-                rule: d.rule.clone(),
-                proto: d.key.proto,
-                listen_addr: d.key.addr.to_string(),
-                listen_port: d.key.port,
-                local: d.local,
-                conns_active: d.handle.active.load(Relaxed),
-            })
-            .collect();
+        let draining = st.draining.iter().flat_map(|d| socket(&d.cfg, d.local, &d.handle)).collect();
         let configured: BTreeSet<&str> = st.config.listeners.iter().map(|l| l.rule.as_str()).collect();
         let mut rules: Vec<RuleStatsSnapshot> = self
             .inner
@@ -542,6 +642,7 @@ impl Forwarder {
             splice: self.inner.ctx.opts.splice,
             config: st.config.clone(),
             listeners,
+            sni_listeners,
             draining,
             rules,
             staged: st.staged.is_some(),
@@ -556,7 +657,7 @@ impl Forwarder {
     /// Addresses actually bound for a rule (useful with port 0).
     pub async fn local_addrs(&self, rule: &str) -> Vec<SocketAddr> {
         let st = self.inner.state.lock().await;
-        st.active.values().filter(|a| a.cfg.rule == rule).map(|a| a.local).collect()
+        st.active.values().filter(|a| a.cfg.iter().any(|l| l.rule == rule)).map(|a| a.local).collect()
     }
 
     fn rule(&self, l: &Listener) -> Arc<RuleShared> {
@@ -567,11 +668,32 @@ impl Forwarder {
         Current { cfg: l.clone(), rule: self.rule(l), allow: parse_allow(&l.allow_from).unwrap_or_default() }
     }
 
-    fn start(&self, l: &Listener, b: Bound) -> io::Result<Active> {
+    /// The route table of a socket's forwards (validated: names distinct, one fallback at most).
+    fn routes(&self, group: &[Listener]) -> Routes {
+        let mut t = Routes::default();
+        for l in group {
+            t.insert(l.sni.as_deref(), Arc::new(self.current(l)));
+        }
+        t
+    }
+
+    fn start(&self, group: Vec<Listener>, b: Bound) -> Result<Active, (Vec<Listener>, io::Error)> {
+        match self.start_inner(&group, b) {
+            Ok((handle, stop, task, local)) => Ok(Active { cfg: group, handle, stop, task, local }),
+            Err(e) => Err((group, e)),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start_inner(
+        &self,
+        group: &[Listener],
+        b: Bound,
+    ) -> io::Result<(Arc<ListenerHandle>, watch::Sender<bool>, JoinHandle<()>, SocketAddr)> {
         let (kill, _) = watch::channel(false);
         let handle = Arc::new(ListenerHandle {
-            cur: RwLock::new(Arc::new(self.current(l))),
-            rr: AtomicUsize::new(0),
+            cur: RwLock::new(Arc::new(self.routes(group))),
+            sni: SniStats::default(),
             active: AtomicU64::new(0),
             kill,
             ctx: self.inner.ctx.clone(),
@@ -592,7 +714,7 @@ impl Forwarder {
                 (tokio::spawn(crate::udp::serve(us, handle.clone(), stop_rx)), local)
             }
         };
-        Ok(Active { cfg: l.clone(), handle, stop, task, local })
+        Ok((handle, stop, task, local))
     }
 
     fn spawn_drain(&self, h: Arc<ListenerHandle>) {

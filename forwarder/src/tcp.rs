@@ -1,6 +1,7 @@
 //! TCP listeners: the accept loop (admission, EMFILE backoff) and one task per connection
-//! that connects to a target (round-robin, failover, connect timeout), writes the PROXY
-//! header and hands both sockets to the [`crate::splice`] pump.
+//! that routes by TLS server name on a shared socket, connects to a target (round-robin,
+//! failover, connect timeout), writes the PROXY header and the peeked ClientHello, and hands
+//! both sockets to the [`crate::splice`] pump.
 
 use std::io;
 use std::net::SocketAddr;
@@ -12,16 +13,25 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::proxy;
-use crate::server::{Current, ListenerHandle};
+use crate::server::{Current, ListenerHandle, Routes};
+use crate::sni::{self, Route};
 use crate::splice::{self, End, Flow};
 
-/// Decrements a shared gauge on drop (owns its Arc so it can live in a spawned task).
-struct Gauge(Arc<crate::stats::RuleStats>, Arc<ListenerHandle>);
+/// An open connection of a rule: decrements the rule's gauge on drop.
+struct RuleGauge(Arc<crate::stats::RuleStats>);
 
-impl Drop for Gauge {
+impl Drop for RuleGauge {
     fn drop(&mut self) {
         self.0.conns_active.fetch_sub(1, Relaxed);
-        self.1.active.fetch_sub(1, Relaxed);
+    }
+}
+
+/// An open connection of a socket (for draining): decrements on drop.
+struct SocketGauge(Arc<ListenerHandle>);
+
+impl Drop for SocketGauge {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Relaxed);
     }
 }
 
@@ -46,13 +56,15 @@ pub(crate) async fn accept_loop(listener: TcpListener, h: Arc<ListenerHandle>, m
         match r {
             Ok((s, peer)) => {
                 backoff = MIN_BACKOFF;
-                admit(s, peer, &h);
+                accept(s, peer, &h);
             }
             Err(e) => {
-                let cur = h.current();
-                cur.rule.stats.accept_errors.fetch_add(1, Relaxed);
+                let routes = h.routes();
+                for cur in routes.routes().into_iter().map(|r| r.1).chain(routes.fallback.as_ref()) {
+                    cur.rule.stats.accept_errors.fetch_add(1, Relaxed);
+                }
                 if is_resource_error(&e) {
-                    tracing::warn!(rule = %cur.cfg.rule, "accept: {e}; backing off {backoff:?}");
+                    tracing::warn!("accept: {e}; backing off {backoff:?}");
                     tokio::select! {
                         _ = stop.changed() => break,
                         _ = tokio::time::sleep(backoff) => {}
@@ -60,47 +72,124 @@ pub(crate) async fn accept_loop(listener: TcpListener, h: Arc<ListenerHandle>, m
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 } else {
                     // ECONNABORTED and friends: the next accept is fine.
-                    tracing::debug!(rule = %cur.cfg.rule, "accept: {e}");
+                    tracing::debug!("accept: {e}");
                 }
             }
         }
     }
 }
 
-fn admit(s: TcpStream, peer: SocketAddr, h: &Arc<ListenerHandle>) {
-    let cur = h.current();
-    let stats = &cur.rule.stats;
-    if !cur.allowed(peer.ip()) {
-        stats.conns_refused.fetch_add(1, Relaxed);
+/// A socket of one forward admits at once (a refusal costs no task); a socket routed by TLS
+/// server name reads the ClientHello first, in the connection's task.
+fn accept(s: TcpStream, peer: SocketAddr, h: &Arc<ListenerHandle>) {
+    let routes = h.routes();
+    if routes.has_names() {
+        let h2 = h.clone();
+        spawn_conn(h, async move { route_and_serve(s, peer, &h2, &routes).await });
         return;
     }
-    if cur.rule.limits.admit(stats.conns_active.load(Relaxed)).is_err() {
+    let Some(cur) = routes.fallback.clone() else { return };
+    let Some(gauge) = admit(&cur, peer) else { return };
+    let h2 = h.clone();
+    spawn_conn(h, async move {
+        let _gauge = gauge;
+        serve(s, peer, &h2, &cur, Vec::new()).await
+    });
+}
+
+/// Admission of a new connection to a forward: `from=`, `max-conns`, `conn-rate`. A refused
+/// connection is counted and closed by the caller (dropping it).
+fn admit(cur: &Current, peer: SocketAddr) -> Option<RuleGauge> {
+    let stats = &cur.rule.stats;
+    if !cur.allowed(peer.ip()) || cur.rule.limits.admit(stats.conns_active.load(Relaxed)).is_err() {
         stats.conns_refused.fetch_add(1, Relaxed);
-        return; // dropping `s` closes it at once
+        return None;
     }
     stats.conns_total.fetch_add(1, Relaxed);
     stats.conns_active.fetch_add(1, Relaxed);
+    Some(RuleGauge(stats.clone()))
+}
+
+/// Run one connection's task; the listener's kill switch cuts it.
+fn spawn_conn(h: &Arc<ListenerHandle>, conn: impl std::future::Future<Output = io::Result<()>> + Send + 'static) {
     h.active.fetch_add(1, Relaxed);
-    let gauge = Gauge(cur.rule.stats.clone(), h.clone());
-    let h = h.clone();
+    let gauge = SocketGauge(h.clone());
+    let mut kill = h.kill.subscribe();
     tokio::spawn(async move {
         let _gauge = gauge;
-        let mut kill = h.kill.subscribe();
         if *kill.borrow_and_update() {
             return;
         }
         tokio::select! {
             _ = kill.changed() => {}
-            r = serve(s, peer, &h, &cur) => {
+            r = conn => {
                 if let Err(e) = r {
-                    tracing::debug!(rule = %cur.cfg.rule, %peer, "connection ended: {e}");
+                    tracing::debug!("connection ended: {e}");
                 }
             }
         }
     });
 }
 
-async fn serve(client: TcpStream, peer: SocketAddr, h: &ListenerHandle, cur: &Current) -> io::Result<()> {
+/// Read the ClientHello (bounded in size by the parser, in time by the socket's timeout),
+/// pick the route, admit, and serve with the bytes read replayed to the target.
+async fn route_and_serve(s: TcpStream, peer: SocketAddr, h: &ListenerHandle, routes: &Routes) -> io::Result<()> {
+    let c = &h.sni;
+    let (bytes, name) = match tokio::time::timeout(h.ctx.opts.sni_timeout, read_hello(&s)).await {
+        Err(_) => {
+            c.timeouts.fetch_add(1, Relaxed);
+            return Ok(());
+        }
+        Ok(Err(e)) => {
+            c.parse_failures.fetch_add(1, Relaxed);
+            return Err(io::Error::new(e.kind(), format!("{peer}: no ClientHello: {e}")));
+        }
+        Ok(Ok(hello)) => hello,
+    };
+    let cur = match routes.route(name.as_deref()) {
+        Route::Named(cur) => {
+            c.routed.fetch_add(1, Relaxed);
+            cur
+        }
+        Route::Fallback(cur) => {
+            c.fallback.fetch_add(1, Relaxed);
+            cur
+        }
+        Route::Miss => {
+            c.misses.fetch_add(1, Relaxed);
+            return Ok(());
+        }
+    };
+    let Some(_gauge) = admit(cur, peer) else { return Ok(()) };
+    serve(s, peer, h, cur, bytes).await
+}
+
+/// Read from the client until the bytes so far hold a whole ClientHello; returns them (to be
+/// replayed) and the server name.
+async fn read_hello(s: &TcpStream) -> io::Result<(Vec<u8>, Option<String>)> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut parser = sni::HelloParser::default();
+    let mut chunk = [0u8; 4096];
+    loop {
+        s.readable().await?;
+        let room = (sni::MAX_PEEK + 1 - buf.len()).min(chunk.len());
+        match s.try_read(&mut chunk[..room]) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed before the end of the ClientHello")),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+        match parser.feed(&buf) {
+            sni::Hello::NeedMore => {}
+            sni::Hello::Done(name) => return Ok((buf, name)),
+            sni::Hello::Invalid(why) => return Err(io::Error::new(io::ErrorKind::InvalidData, why)),
+        }
+    }
+}
+
+/// Connect to a target, write the PROXY header and the bytes already read from the client
+/// (a peeked ClientHello), then pump both ways.
+async fn serve(client: TcpStream, peer: SocketAddr, h: &ListenerHandle, cur: &Current, replay: Vec<u8>) -> io::Result<()> {
     let cfg = &cur.cfg;
     let stats = &cur.rule.stats;
     let _ = client.set_nodelay(true);
@@ -108,13 +197,19 @@ async fn serve(client: TcpStream, peer: SocketAddr, h: &ListenerHandle, cur: &Cu
         Ok(u) => u,
         Err(e) => {
             stats.connect_failures.fetch_add(1, Relaxed);
-            return Err(e);
+            return Err(io::Error::new(e.kind(), format!("rule {}: {e}", cfg.rule)));
         }
     };
     let _ = upstream.set_nodelay(true);
     if let Some(v) = cfg.proxy_protocol {
         let hdr = proxy::header(v, proxy::Transport::Stream, peer, client.local_addr()?);
         write_all(&upstream, &hdr).await?;
+    }
+    if !replay.is_empty() {
+        cur.rule.up.ready().await;
+        cur.rule.up.consume(replay.len());
+        write_all(&upstream, &replay).await?;
+        stats.bytes_up.fetch_add(replay.len() as u64, Relaxed);
     }
     let activity = AtomicU64::new(crate::now_ms());
     let idle = Duration::from_millis(if cfg.idle_timeout_ms == 0 {
@@ -145,7 +240,7 @@ async fn connect_any(h: &ListenerHandle, cur: &Current) -> io::Result<TcpStream>
     } else {
         cfg.connect_timeout_ms
     });
-    let start = h.rr.fetch_add(1, Relaxed);
+    let start = cur.rule.rr.fetch_add(1, Relaxed);
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no target address");
     for i in 0..n {
         let t = &cfg.targets[(start + i) % n];

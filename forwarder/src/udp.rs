@@ -96,7 +96,8 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
             }
             r = recv_batch(&sock, &mut batch) => match r {
                 Ok(n) => {
-                    let cur = h.current();
+                    // UDP listeners have exactly one forward (sni= is TCP only).
+                    let Some(cur) = h.fallback() else { continue };
                     let mut i = 0;
                     while i < n {
                         let Some(peer) = batch.from(i) else {
@@ -213,7 +214,7 @@ async fn open(
     if n == 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "rule has no target"));
     }
-    let start = h.rr.fetch_add(1, Relaxed);
+    let start = cur.rule.rr.fetch_add(1, Relaxed);
     let mut last_err = io::Error::new(io::ErrorKind::NotFound, "no target address");
     let mut target = None;
     for i in 0..n {

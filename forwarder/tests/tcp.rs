@@ -100,23 +100,10 @@ async fn half_close_keeps_the_other_direction() {
     }
 }
 
-/// Backend that reports the first `n` bytes it got, then closes.
-async fn header_backend(tx: tokio::sync::mpsc::UnboundedSender<Vec<u8>>) -> SocketAddr {
-    backend(move |mut s| {
-        let tx = tx.clone();
-        async move {
-            let mut v = Vec::new();
-            let _ = s.read_to_end(&mut v).await;
-            let _ = tx.send(v);
-        }
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_protocol_v1_and_v2() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let be = header_backend(tx).await;
+    let be = capture_backend(tx).await;
     for v in [1u8, 2] {
         let mut l = tcp("pp", &[be]);
         l.proxy_protocol = Some(v);

@@ -5,7 +5,7 @@
 //! `fwc_apply_duration_seconds`, `fwc_applied_commit_info{commit}`, `fwc_drift_total`,
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
-//! `fwc_qos_packets_total{class,action}`, plus `fwc_webhook_requests_total{result}`,
+//! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, plus `fwc_webhook_requests_total{result}`,
 //! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}` and the
 //! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
 //! rules file, with its kind in a `kind` label (filter, forward, shape). Every label value an
@@ -87,6 +87,12 @@ pub struct ClassActionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerResultLabel {
+    pub listener: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: String,
 }
@@ -104,6 +110,7 @@ pub struct Metrics {
     pub rule_bytes_total: Family<RuleBackendLabel, Counter>,
     pub forward_connections_active: Family<RuleLabel, Gauge>,
     pub qos_packets_total: Family<ClassActionLabel, Counter>,
+    pub forward_sni_connections_total: Family<ListenerResultLabel, Counter>,
     pub webhook_requests_total: Family<ResultLabel, Counter>,
     pub commit_refused_total: Family<ReasonLabel, Counter>,
     pub agent_degraded: Gauge,
@@ -118,6 +125,7 @@ pub struct Metrics {
     /// (the kernel's counters restart from zero when the table is re-created by an apply).
     last_rule_counters: Mutex<HashMap<RuleBackendLabel, (u64, u64)>>,
     last_qos_counters: Mutex<HashMap<ClassActionLabel, u64>>,
+    last_sni_counters: Mutex<HashMap<ListenerResultLabel, u64>>,
 }
 
 impl Default for Metrics {
@@ -139,6 +147,7 @@ impl Metrics {
             rule_bytes_total: Family::default(),
             forward_connections_active: Family::default(),
             qos_packets_total: Family::default(),
+            forward_sni_connections_total: Family::default(),
             webhook_requests_total: Family::default(),
             commit_refused_total: Family::default(),
             agent_degraded: Gauge::default(),
@@ -148,6 +157,7 @@ impl Metrics {
             last_drift_check: Gauge::default(),
             last_rule_counters: Mutex::default(),
             last_qos_counters: Mutex::default(),
+            last_sni_counters: Mutex::default(),
             registry: Registry::default(),
         };
         // Counters get their `_total` suffix from the encoder.
@@ -168,6 +178,11 @@ impl Metrics {
             m.forward_connections_active.clone(),
         );
         registry.register("fwc_qos_packets", "QoS packets per class (<rule>/<up|down>) and action (passed, paced, ecn, fastpass, dropped)", m.qos_packets_total.clone());
+        registry.register(
+            "fwc_forward_sni_connections",
+            "Connections of SNI-routed forwarder sockets by listener and result (routed, fallback, miss, parse_failure, timeout)",
+            m.forward_sni_connections_total.clone(),
+        );
         registry.register(
             "fwc_webhook_requests",
             "Webhook requests by result (accepted, unauthorized, replayed, stale, disabled)",
@@ -282,14 +297,33 @@ impl Metrics {
         let mut last = self.last_qos_counters.lock().unwrap();
         for (class, action, v) in counters {
             let key = ClassActionLabel { class: class.clone(), action: action.clone() };
-            let l = last.get(&key).copied().unwrap_or(0);
-            self.qos_packets_total.get_or_create(&key).inc_by(if *v >= l { v - l } else { *v });
-            last.insert(key, *v);
+            self.qos_packets_total.get_or_create(&key).inc_by(advance(&mut last, key, *v));
+        }
+    }
+
+    /// Feed the forwarder's absolute SNI routing counters, same reset rule (a restarted
+    /// forwarder or a re-created socket starts from zero).
+    pub fn observe_sni(&self, counters: &[crate::backend::SniConnections]) {
+        let mut last = self.last_sni_counters.lock().unwrap();
+        for c in counters {
+            let key = ListenerResultLabel { listener: c.listener.clone(), result: c.result.to_string() };
+            self.forward_sni_connections_total.get_or_create(&key).inc_by(advance(&mut last, key, c.connections));
         }
     }
 
     pub fn set_forward_connections(&self, rule: &str, n: i64) {
         self.forward_connections_active.get_or_create(&RuleLabel { rule: rule.to_string() }).set(n);
+    }
+}
+
+/// How much an absolute counter grew since the last reading (all of it when it went down:
+/// the source restarted), remembering the new reading.
+fn advance<K: std::hash::Hash + Eq>(last: &mut HashMap<K, u64>, key: K, v: u64) -> u64 {
+    let l = last.insert(key, v).unwrap_or(0);
+    if v >= l {
+        v - l
+    } else {
+        v
     }
 }
 
@@ -763,6 +797,9 @@ mod tests {
         m.observe_rule_counters(&[RuleCounter { rule: "ssh".into(), kind: RuleKind::Filter, backend: BackendKind::Nftables, packets: 2, bytes: 100 }]);
         m.set_forward_connections("api", 3);
         m.observe_qos_counters(&[("tenant-b/up".into(), "dropped".into(), 4)]);
+        let sni = |n| crate::backend::SniConnections { listener: "tcp [::]:443".into(), result: "miss", connections: n };
+        m.observe_sni(&[sni(2)]);
+        m.observe_sni(&[sni(5)]);
         Metrics::inc(&m.webhook_requests_total, "unauthorized");
         m.refused("signature");
         m.set_degraded(true);
@@ -777,6 +814,7 @@ mod tests {
             "fwc_rule_bytes_total{rule=\"ssh\",kind=\"filter\",backend=\"nftables\"} 500",
             "fwc_forward_connections_active{rule=\"api\"} 3",
             "fwc_qos_packets_total{class=\"tenant-b/up\",action=\"dropped\"} 4",
+            "fwc_forward_sni_connections_total{listener=\"tcp [::]:443\",result=\"miss\"} 5",
             "fwc_webhook_requests_total{result=\"unauthorized\"} 1",
             "fwc_commit_refused_total{reason=\"signature\"} 1",
             "fwc_agent_degraded 1",

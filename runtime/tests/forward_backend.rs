@@ -27,6 +27,7 @@ fn listener(rule: &str, port: u16) -> Listener {
         proxy_protocol: None,
         idle_timeout_ms: 60_000,
         connect_timeout_ms: 1_000,
+        sni: None,
     }
 }
 

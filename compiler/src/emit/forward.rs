@@ -62,6 +62,7 @@ pub fn emit(plan: &HostPlan) -> ForwardArtifact {
                         ListenerProto::Udp => DEFAULT_UDP_IDLE_TIMEOUT_MS,
                     }),
                     connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+                    sni: f.sni.as_ref().map(|s| s.value.clone()),
                 });
             }
         }

@@ -229,6 +229,9 @@ fn forward_summary(f: &ForwardRule) -> String {
     };
     let targets: Vec<String> = f.targets.value.iter().map(ToString::to_string).collect();
     let mut out = format!("{} {listen} -> {}", f.proto.as_str(), targets.join(","));
+    if let Some(s) = &f.sni {
+        out = format!("{} {listen} sni {} -> {}", f.proto.as_str(), s.value, targets.join(","));
+    }
     if let Some(m) = &f.from {
         out.push_str(&format!(" from {}", addr(&m.value)));
     }

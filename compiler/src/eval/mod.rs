@@ -271,7 +271,7 @@ impl Evaluator {
             L4::Udp => ListenerProto::Udp,
             _ => return None,
         };
-        let l: &Listener = self.forward.listeners.iter().find(|l| {
+        let on_socket = |l: &&Listener| {
             l.proto == proto
                 && l.listen_port == p.dport
                 && match l.listen_addr.as_str() {
@@ -279,7 +279,15 @@ impl Evaluator {
                     "0.0.0.0" => p.daddr.is_ipv4(),
                     lit => lit.parse::<IpAddr>().is_ok_and(|a| a == p.daddr),
                 }
-        })?;
+        };
+        // A socket shared by `sni=` routes: a flow carries no TLS server name, so it takes the
+        // route of a hello without one, the fallback (none: the forwarder closes it).
+        let mut here = self.forward.listeners.iter().filter(on_socket).peekable();
+        let first = *here.peek()?;
+        let l: &Listener = match first.sni {
+            None => first,
+            Some(_) => here.find(|l| l.sni.is_none())?,
+        };
         let allowed = l.allow_from.is_empty()
             || l.allow_from.iter().any(|n| {
                 n.parse::<ipnet::IpNet>().map(|n| n.contains(&p.saddr)).or_else(|_| n.parse::<IpAddr>().map(|a| a == p.saddr)).unwrap_or(false)

@@ -65,8 +65,78 @@ impl<'a> HostPlan<'a> {
     }
 }
 
+/// A TCP listen address that several forwards of one host share by `sni=`: the routes by TLS
+/// server name and the fallback (the forward there without `sni=`, if any).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SniListener<'a> {
+    pub listen: Listen,
+    /// (server name pattern, forward), exact names first, then wildcards, each in name order.
+    pub routes: Vec<(&'a str, &'a str)>,
+    pub fallback: Option<&'a str>,
+}
+
+impl SniListener<'_> {
+    /// `tcp :443 by TLS server name: a.example.com -> web-a, *.example.com -> wild, anything
+    /// else -> default` (what `fwc plan` shows for every forward of the listener).
+    pub fn describe(&self) -> String {
+        let addr = match self.listen.addr {
+            Some(std::net::IpAddr::V6(a)) => format!("[{a}]"),
+            Some(a) => a.to_string(),
+            None => String::new(),
+        };
+        let routes: Vec<String> = self.routes.iter().map(|(p, r)| format!("{p} -> {r}")).collect();
+        let rest = match self.fallback {
+            Some(f) => format!("anything else -> {f}"),
+            None => "anything else closed".into(),
+        };
+        format!("shared listener tcp {addr}:{} by TLS server name: {}, {rest}", self.listen.ports, routes.join(", "))
+    }
+}
+
+/// The shared SNI listeners among `forwards` (those of one host), by the name of each forward
+/// on one. A forward with `sni=` shares the listen address written exactly the same way
+/// (single port); `check` reports everything else that overlaps.
+pub fn sni_listeners<'a>(forwards: &[&'a ForwardRule]) -> BTreeMap<&'a str, SniListener<'a>> {
+    let tcp = |f: &ForwardRule| f.proto != ForwardProto::Udp && f.listen.ports.is_single();
+    let mut groups: BTreeMap<(Option<std::net::IpAddr>, u16), Vec<&'a ForwardRule>> = BTreeMap::new();
+    for f in forwards.iter().filter(|f| f.sni.is_some() && tcp(f)) {
+        groups.entry((f.listen.addr, f.listen.ports.lo)).or_default().push(f);
+    }
+    for f in forwards.iter().filter(|f| f.sni.is_none() && tcp(f)) {
+        if let Some(g) = groups.get_mut(&(f.listen.addr, f.listen.ports.lo)) {
+            g.push(f);
+        }
+    }
+    let mut out = BTreeMap::new();
+    for g in groups.into_values() {
+        let mut routes: Vec<(&str, &str)> =
+            g.iter().filter_map(|f| f.sni.as_ref().map(|s| (s.value.as_str(), f.name.value.as_str()))).collect();
+        routes.sort_by_key(|(p, n)| (p.starts_with("*."), *p, *n));
+        let l = SniListener { listen: g[0].listen.value, routes, fallback: g.iter().find(|f| f.sni.is_none()).map(|f| f.name.value.as_str()) };
+        for f in &g {
+            out.insert(f.name.value.as_str(), l.clone());
+        }
+    }
+    out
+}
+
+/// [`sni_listeners`] over every host (checks and lints judge a rule for all hosts at once):
+/// a forward that is on a shared listener on some host.
+pub fn sni_listeners_any_host(rs: &Ruleset) -> BTreeMap<&str, SniListener<'_>> {
+    let hosts: Vec<Host> = if rs.hosts.is_empty() { vec![implicit_host()] } else { rs.hosts.clone() };
+    let mut out = BTreeMap::new();
+    for h in &hosts {
+        let fs: Vec<&ForwardRule> = rs.forwards.iter().filter(|f| f.on.as_ref().is_none_or(|s| s.value.matches(h))).collect();
+        for (k, v) in sni_listeners(&fs) {
+            out.entry(k).or_insert(v);
+        }
+    }
+    out
+}
+
 /// Which dataplane a forward goes to, and why. This is the table in docs/design.md, in one place.
-pub fn place_forward(f: &ForwardRule) -> (Vec<BackendKind>, String) {
+/// `shared`: the SNI listener the forward is on (see [`sni_listeners`]), if any.
+pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<BackendKind>, String) {
     let dns = f.targets.value.iter().find_map(|t| match &t.host {
         TargetHost::Dns(n) => Some(n.clone()),
         TargetHost::Ip(_) => None,
@@ -74,6 +144,8 @@ pub fn place_forward(f: &ForwardRule) -> (Vec<BackendKind>, String) {
     let capped = f.up.is_some() || f.down.is_some();
     let userspace_reason = match () {
         _ if f.backend.value == BackendChoice::Userspace => Some("backend=\"userspace\" was asked for".to_string()),
+        _ if f.sni.is_some() => Some("SNI routing needs userspace (the kernel cannot read the TLS ClientHello)".into()),
+        _ if shared.is_some() => Some("the fallback of SNI routes needs userspace (the forwarder reads the TLS server name first)".into()),
         _ if dns.is_some() => Some(format!("DNS target {} needs userspace (the kernel NATs to addresses only)", dns.unwrap_or_default())),
         _ if f.proxy_protocol.is_some() => Some("PROXY protocol needs userspace (the kernel cannot add a header)".into()),
         _ if f.idle_timeout_ms.is_some() => Some("idle-timeout needs userspace".into()),
@@ -145,8 +217,13 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     let mut userspace_forwards = Vec::new();
     let mut forwards: Vec<&ForwardRule> = rs.forwards.iter().filter(|f| applies(&f.on)).collect();
     forwards.sort_by(|a, b| a.name.value.cmp(&b.name.value));
+    let shared = sni_listeners(&forwards);
     for f in forwards {
-        let (backends, reason) = place_forward(f);
+        let on = shared.get(f.name.value.as_str());
+        let (backends, mut reason) = place_forward(f, on);
+        if let Some(l) = on {
+            reason = format!("{reason}; {}", l.describe());
+        }
         if backends.contains(&BackendKind::Userspace) {
             userspace_forwards.push(f);
         } else {

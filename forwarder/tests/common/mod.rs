@@ -27,6 +27,7 @@ pub fn listener(rule: &str, proto: ListenerProto, addr: &str, port: u16, targets
         proxy_protocol: None,
         idle_timeout_ms: 60_000,
         connect_timeout_ms: 2_000,
+        sni: None,
     }
 }
 
@@ -67,6 +68,19 @@ where
         }
     });
     a
+}
+
+/// A backend that sends everything it receives on each connection (until EOF) to `tx`.
+pub async fn capture_backend(tx: tokio::sync::mpsc::UnboundedSender<Vec<u8>>) -> SocketAddr {
+    backend(move |mut s| {
+        let tx = tx.clone();
+        async move {
+            let mut all = Vec::new();
+            let _ = s.read_to_end(&mut all).await;
+            let _ = tx.send(all);
+        }
+    })
+    .await
 }
 
 pub async fn echo_backend() -> SocketAddr {

@@ -729,6 +729,7 @@ impl Agent {
                     let qos: Vec<(String, String, u64)> =
                         obs.qos_packets.iter().map(|q| (q.class.clone(), q.action.to_string(), q.packets)).collect();
                     self.metrics.observe_qos_counters(&qos);
+                    self.metrics.observe_sni(&obs.sni);
                     let located = crate::backend::sources::locate(obs.drift, &cur.artifacts.manifest);
                     drift.extend(located.iter().map(|d| format!("{}: {d}", b.kind().as_str())));
                 }

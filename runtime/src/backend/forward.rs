@@ -26,7 +26,7 @@ use fwc_forwarder::Status;
 use miette::{miette, Result};
 
 use super::nft::injected_failure;
-use super::{Backend, Observation, RuleCounter};
+use super::{Backend, Observation, RuleCounter, SniConnections};
 
 #[derive(Debug)]
 pub struct ForwardBackend {
@@ -281,6 +281,18 @@ impl Backend for ForwardBackend {
             })
             .collect();
         let active_connections = st.rules.iter().map(|r| (r.rule.clone(), r.conns_active + r.udp_sessions_active)).collect();
-        Ok(Observation { drift, counters, active_connections, ..Default::default() })
+        let sni = st
+            .sni_listeners
+            .iter()
+            .flat_map(|s| {
+                let listener = match s.listen_addr.parse::<std::net::IpAddr>() {
+                    Ok(ip) => format!("tcp {}", std::net::SocketAddr::new(ip, s.listen_port)),
+                    Err(_) => format!("tcp {}:{}", s.listen_addr, s.listen_port),
+                };
+                [("routed", s.routed), ("fallback", s.to_fallback), ("miss", s.misses), ("parse_failure", s.parse_failures), ("timeout", s.timeouts)]
+                    .map(|(result, connections)| SniConnections { listener: listener.clone(), result, connections })
+            })
+            .collect();
+        Ok(Observation { drift, counters, active_connections, sni, ..Default::default() })
     }
 }

@@ -50,6 +50,18 @@ pub struct Observation {
     pub active_connections: Vec<(String, u64)>,
     /// Packets per QoS class and action (`passed`, `paced`, `ecn`, `fastpass`, `dropped`).
     pub qos_packets: Vec<QosPackets>,
+    /// Connections of the forwarder's SNI-routed sockets by how they were routed.
+    pub sni: Vec<SniConnections>,
+}
+
+/// Connections of one SNI-routed socket (`tcp 0.0.0.0:443`) with one `result`: `routed`,
+/// `fallback`, `miss` (no route, no fallback: closed), `parse_failure` (not a TLS
+/// ClientHello), `timeout` (no complete ClientHello in time). Cumulative.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SniConnections {
+    pub listener: String,
+    pub result: &'static str,
+    pub connections: u64,
 }
 
 /// A QoS class's packet counter for one action; `class` is `<rule>/<up|down>`.

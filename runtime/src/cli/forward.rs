@@ -165,7 +165,20 @@ pub fn render(st: &Status) -> String {
     out.push_str("\nlisteners:\n");
     for l in &st.listeners {
         let p = if l.proto == ListenerProto::Tcp { "tcp" } else { "udp" };
-        out.push_str(&format!("  {p} {:<22} {} ({} active)\n", l.local.to_string(), l.rule, l.conns_active));
+        let sni = l.sni.as_deref().map(|n| format!(" sni {n}")).unwrap_or_default();
+        out.push_str(&format!("  {p} {:<22} {}{sni} ({} active)\n", l.local.to_string(), l.rule, l.conns_active));
+    }
+    for s in &st.sni_listeners {
+        let at = s.local.map(|a| a.to_string()).unwrap_or_else(|| format!("{}:{}", s.listen_addr, s.listen_port));
+        out.push_str(&format!(
+            "  sni {at}: {} routed, {} to the fallback ({}), {} unmatched closed, {} not TLS, {} timed out\n",
+            s.routed,
+            s.to_fallback,
+            s.fallback.as_deref().unwrap_or("none"),
+            s.misses,
+            s.parse_failures,
+            s.timeouts
+        ));
     }
     for l in &st.draining {
         out.push_str(&format!("  draining {} {} ({} active)\n", l.local, l.rule, l.conns_active));
