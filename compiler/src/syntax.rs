@@ -58,6 +58,13 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
         hosts => hosts.iter().map(|h| host_value(h)).collect::<Vec<_>>(),
     };
     for (path, text) in templates {
+        // minijinja counts lines and columns in 16 bits: bound the template's own text first.
+        if let Err(hit) = limits::check_template_text(text) {
+            let id = map.add(path.clone(), text);
+            let span = hit.span(id);
+            diags.push(Diagnostic::error("limit", hit.message).at(map, span, hit.label).help(hit.help));
+            continue;
+        }
         let mut env = minijinja::Environment::new();
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         env.set_keep_trailing_newline(true);

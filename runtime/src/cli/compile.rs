@@ -84,12 +84,6 @@ pub struct PlanArgs {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    long_about = "Format the repository's KDL files (fwc.kdl, rules/**/*.kdl, tests/**/*.kdl) in place.\n\n\
-Only whitespace changes: 4-space indentation per block level, one space between entries, no space \
-around `=`, no trailing spaces, at most one blank line in a row. Comments (`//`, `/* */`, end of line), \
-`/-` slashdashes, blank lines between groups and every value as written (quoting included) are kept; \
-the result is checked to mean the same rules before a file is written. Templates (*.kdl.j2) are not \
-KDL until rendered and are skipped (listed on stderr).",
     after_help = "Examples:\n  fwc fmt                 # rewrite files in place\n  fwc fmt --check         # CI: exit 1 and list files that are not formatted\n  fwc fmt --diff          # show what would change, write nothing\n  fwc fmt --check --json  # per-file status as JSON\n\nExit codes: 0 formatted (or nothing to do), 1 a file is not formatted (--check/--diff) or is not valid KDL."
 )]
 pub struct FmtArgs {
