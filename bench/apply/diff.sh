@@ -87,7 +87,8 @@ for n in ${SIZES[@]}; do
     fwc_apply "$work/art-base" minus-fwd
     fwc_apply "$work/art-elem" plus-elem
     fwc_apply "$work/art-base" minus-elem
-    ip netns exec "$ns" nft list set inet fwc big_v4 | grep -q elements || { echo "the set was not loaded" >&2; exit 1; }
+    ip netns exec "$ns" nft list set inet fwc big_v4 > "$work/listed"   # (no grep -q in a pipe: SIGPIPE under pipefail)
+    grep -q elements "$work/listed" || { echo "the set was not loaded" >&2; exit 1; }
     ip netns del "$ns"
   done
   bare=$(sort -n "$work/bare" | awk '{a[NR]=$1} END {print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}')
