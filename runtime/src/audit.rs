@@ -87,6 +87,9 @@ pub enum Outcome {
     Ok,
     /// Failed and rolled back: the host still runs the previous state.
     RolledBack,
+    /// Failed before any backend changed anything (prepare: a ruleset the kernel refuses, a
+    /// program that does not load): nothing to roll back; the host runs what it ran.
+    Aborted,
     /// Failed and the rollback failed too: the host may be in a mixed state.
     Failed,
     /// Not attempted (refusals, drift in alert mode).
@@ -100,6 +103,7 @@ impl Outcome {
         match self {
             Outcome::Ok => "ok",
             Outcome::RolledBack => "rolled_back",
+            Outcome::Aborted => "aborted",
             Outcome::Failed => "failed",
             Outcome::Refused => "refused",
             Outcome::Reported => "reported",

@@ -70,7 +70,7 @@ pub struct BuildLabel {
 }
 
 /// Label values of the counters alerts test, created at 0 by [`Metrics::new`].
-pub const APPLY_RESULTS: &[&str] = &["ok", "rolled_back", "failed"];
+pub const APPLY_RESULTS: &[&str] = &["ok", "aborted", "rolled_back", "failed"];
 pub const FETCH_RESULTS: &[&str] = &["ok", "error"];
 pub const REFUSAL_REASONS: &[&str] = &["signature", "compile", "rewind", "apply"];
 pub const WEBHOOK_RESULTS: &[&str] = &["accepted", "unauthorized", "replayed", "stale", "disabled"];
@@ -169,7 +169,7 @@ impl Metrics {
             registry: Registry::default(),
         };
         // Counters get their `_total` suffix from the encoder.
-        registry.register("fwc_apply", "Applies by result (ok, rolled_back, failed)", m.apply_total.clone());
+        registry.register("fwc_apply", "Applies by result (ok, aborted, rolled_back, failed)", m.apply_total.clone());
         registry.register("fwc_apply_duration_seconds", "Duration of apply transactions", m.apply_duration_seconds.clone());
         registry.register(
             "fwc_applied_commit_info",

@@ -146,7 +146,9 @@ fn injected_prepare_and_commit_failures_change_nothing() {
     let before_rules = ruleset(&ns);
     let before_state = dir_digest(Path::new(sd));
 
-    for (phase, want) in [("prepare", "backend nftables failed in prepare"), ("commit", "backend nftables failed in commit")] {
+    // A prepare failure changed nothing and is audited `aborted`; a commit failure was rolled
+    // back (`rolled_back`).
+    for (phase, want, outcome) in [("prepare", "backend nftables failed in prepare", "aborted"), ("commit", "backend nftables failed in commit", "rolled_back")] {
         let o = fwc(
             &["apply", d2.to_str().unwrap(), "--state-dir", sd, "--netns", &ns.name, "--auto-approve"],
             &[("FWC_TEST_FAIL", &format!("{phase}:nftables"))],
@@ -160,7 +162,7 @@ fn injected_prepare_and_commit_failures_change_nothing() {
         // …but the attempt is in the audit log.
         let log = std::fs::read_to_string(Path::new(sd).join("audit.jsonl")).unwrap_or_default();
         let last = log.lines().last().unwrap_or_default();
-        assert!(last.contains("\"rolled_back\"") && last.contains(phase), "{phase} failure not audited: {last}");
+        assert!(last.contains(&format!("\"result\":\"{outcome}\"")) && last.contains(phase), "{phase} failure not audited as {outcome}: {last}");
     }
     // And without injection it goes through.
     let o = fwc(&["apply", d2.to_str().unwrap(), "--state-dir", sd, "--netns", &ns.name, "--auto-approve"], &[]);

@@ -99,7 +99,8 @@ fn json_diagnostics_are_machine_readable() {
     let o = fwc(&["check", s(dir.path()), "--json"]);
     assert_eq!(code(&o), 1, "{}", shown(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", shown(&o)));
-    let diags = v.as_array().expect("an array of diagnostics");
+    assert_eq!((v["format_version"].as_u64(), v["ok"].as_bool(), v["errors"].as_u64()), (Some(1), Some(false), Some(1)), "{v:#}");
+    let diags = v["diagnostics"].as_array().expect("an array of diagnostics");
     assert_eq!(diags.len(), 1, "{v:#}");
     let d = &diags[0];
     assert_eq!(d["severity"], "error");
@@ -115,15 +116,16 @@ fn json_diagnostics_are_machine_readable() {
     let o = fwc(&["compile", s(dir.path()), "--json"]);
     assert_eq!(code(&o), 1, "{}", shown(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", shown(&o)));
-    assert_eq!(v[0]["code"], "fwc::bad-bandwidth", "{v:#}");
+    assert_eq!(v["diagnostics"][0]["code"], "fwc::bad-bandwidth", "{v:#}");
 
     // Warnings only: exit 0, warnings in the JSON.
     let dir = repo(&[("fwc.kdl", "fwc 1\nset \"nothing\" {\n}\n")]);
     let o = fwc(&["check", s(dir.path()), "--json"]);
     assert_eq!(code(&o), 0, "{}", shown(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v[0]["severity"], "warning", "{v:#}");
-    assert_eq!(v[0]["code"], "fwc::empty-set", "{v:#}");
+    assert_eq!((v["ok"].as_bool(), v["warnings"].as_u64()), (Some(true), Some(2)), "{v:#}");
+    assert_eq!(v["diagnostics"][0]["severity"], "warning", "{v:#}");
+    assert_eq!(v["diagnostics"][0]["code"], "fwc::empty-set", "{v:#}");
 }
 
 #[test]

@@ -140,9 +140,7 @@ pub fn audit(a: AuditArgs, _g: &Global) -> Result<ExitCode> {
             let log = AuditLog::in_state_dir(&o.state_dir);
             let entries = log.entries().into_diagnostic()?;
             if o.json {
-                for e in &entries {
-                    println!("{}", serde_json::to_string(e).into_diagnostic()?);
-                }
+                super::output::print(&super::output::versioned(&serde_json::json!({ "entries": entries })));
             } else {
                 for e in &entries {
                     let commit = e.commit.as_deref().map(|c| &c[..c.len().min(12)]).unwrap_or("-");
@@ -174,7 +172,7 @@ pub fn audit(a: AuditArgs, _g: &Global) -> Result<ExitCode> {
             let log = AuditLog::in_state_dir(&o.state_dir);
             let rep = log.verify().into_diagnostic()?;
             if o.json {
-                println!("{}", serde_json::to_string_pretty(&rep).into_diagnostic()?);
+                super::output::print(&super::output::versioned(&rep));
             } else {
                 for f in &rep.findings {
                     println!("{}: {}", log.path.display(), f.message);

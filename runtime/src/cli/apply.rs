@@ -17,6 +17,8 @@ use crate::engine::transaction::{self, ApplyOptions};
 use crate::engine::{confirm, record, status, target};
 use crate::state::{self, StateDir, StateLock};
 
+use super::output::{self, CommandResult};
+
 fn default_state_dir() -> PathBuf {
     PathBuf::from(state::DEFAULT_STATE_DIR)
 }
@@ -193,7 +195,17 @@ pub(crate) struct LivePlanRequest {
 
 pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
     target::check_netns(req.target.netns.as_deref())?;
-    let (artifacts, source) = load_artifacts(&req.dir, req.host.as_deref(), g.color_stderr())?;
+    let (artifacts, source) = match load_artifacts(&req.dir, req.host.as_deref(), g.color_stderr()) {
+        Ok(x) => x,
+        Err(e) => {
+            // Rules with errors: the JSON document on stdout for machines, the report (once)
+            // on stderr for people, exit 1.
+            if let (true, Some(failed)) = (req.json, e.downcast_ref::<crate::engine::load::CompileFailed>()) {
+                super::output::print(&super::output::diagnostics(&failed.0));
+            }
+            return Err(e);
+        }
+    };
     let state = StateDir::new(&req.target.state_dir);
     let plan = plan::make_plan(&state, req.target.netns.as_deref(), artifacts, source)?;
     if let Some(out) = &req.out {
@@ -201,11 +213,14 @@ pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
     }
     let effects = super::explain::live_flow_effects(&state, &req.dir, req.host.as_deref())?;
     if req.json {
-        let mut v = serde_json::to_value(&plan).into_diagnostic()?;
-        v.as_object_mut().unwrap().remove("artifacts");
-        v.as_object_mut().unwrap().insert("has_changes".into(), serde_json::json!(plan.has_changes()));
-        v.as_object_mut().unwrap().insert("flow_effects".into(), serde_json::to_value(&effects).into_diagnostic()?);
-        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+        let mut v = super::output::versioned(&serde_json::json!({"mode": "live", "has_changes": plan.has_changes()}));
+        let m = v.as_object_mut().expect("an object");
+        if let serde_json::Value::Object(p) = serde_json::to_value(&plan).into_diagnostic()? {
+            m.extend(p);
+        }
+        m.remove("artifacts");
+        m.insert("flow_effects".into(), serde_json::to_value(&effects).into_diagnostic()?);
+        super::output::print(&v);
     } else {
         print!("{}", render_plan(&plan, g.color_stdout()));
         if let Some(e) = &effects {
@@ -262,7 +277,7 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
     }
     if !plan.has_changes() && a.confirm.is_none() {
         if a.json {
-            println!("{}", serde_json::json!({"result": "unchanged", "generation": plan.applied_generation}));
+            output::print(&output::versioned(&serde_json::json!({"action": "apply", "result": CommandResult::Unchanged, "generation": plan.applied_generation})));
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -292,13 +307,14 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
         nft_full_replace: plan.nft_full_replace_reason(),
     };
     let done = record::transact(&mut backends, &lock, &plan.artifacts, &opts, audit::Action::Apply)?;
+    let outcome = done.record.result.map(CommandResult::from).unwrap_or(CommandResult::Failed);
     record::append_or_warn(&lock, done.record);
     let result = done.result;
     let report = match result {
         Ok(r) => r,
         Err(f) => {
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({"result": "failed", "failure": f})).unwrap());
+                output::print(&output::versioned(&serde_json::json!({"action": "apply", "result": outcome, "failure": f})));
             }
             eprintln!("{}", Paint(g.color_stderr()).c("1;31", &f.to_string()));
             return Ok(ExitCode::from(1));
@@ -309,10 +325,13 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
         pending = Some(confirm::start(&lock, &report.generation, d, netns.as_deref())?);
     }
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"result": "applied", "report": report, "pending_confirm": pending})).unwrap()
-        );
+        output::print(&output::versioned(&serde_json::json!({
+            "action": "apply",
+            "result": CommandResult::Ok,
+            "generation": report.generation,
+            "report": report,
+            "pending_confirm": pending,
+        })));
     } else {
         let paint = Paint(color);
         println!(
@@ -387,9 +406,23 @@ pub fn rollback(a: RollbackArgs, g: &Global) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     }
-    let (report, _cancelled) = confirm::rollback(&lock, a.target.netns.as_deref())?;
+    let (report, cancelled) = match confirm::rollback(&lock, a.target.netns.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            if a.json {
+                output::print(&output::versioned(&serde_json::json!({"action": "rollback", "result": CommandResult::Failed, "error": e.to_string()})));
+            }
+            return Err(e);
+        }
+    };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"result": "rolled-back", "report": report})).unwrap());
+        output::print(&output::versioned(&serde_json::json!({
+            "action": "rollback",
+            "result": CommandResult::Ok,
+            "generation": report.generation,
+            "report": report,
+            "cancelled_confirm": cancelled,
+        })));
     } else {
         println!(
             "{} to {} ({}) in {} ms.",
@@ -418,7 +451,7 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
     let st = status::status_of(&state, a.target.netns.as_deref())?;
     let code = status_exit_code(&st);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&st).unwrap());
+        output::print(&output::versioned(&st));
         return Ok(code);
     }
     let paint = Paint(g.color_stdout());

@@ -128,7 +128,7 @@ pub struct CompletionsArgs {
 /// Print diagnostics (people: miette to stderr; machines: JSON to stdout).
 fn report(diags: &Diagnostics, json: bool, g: &Global) {
     if json {
-        println!("{}", serde_json::to_string_pretty(diags).expect("diagnostics serialize"));
+        super::output::print(&super::output::diagnostics(diags));
     } else if !diags.is_empty() {
         eprint!("{}", diags.render(g.color_stderr()));
     }
@@ -275,9 +275,13 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
         None => None,
     };
     if a.json {
-        let mut v = serde_json::to_value(&plan).into_diagnostic()?;
-        v["flow_effects"] = serde_json::to_value(&effects).into_diagnostic()?;
-        println!("{}", serde_json::to_string_pretty(&v).into_diagnostic()?);
+        let mut v = super::output::versioned(&serde_json::json!({"mode": "revisions", "has_changes": plan.has_changes()}));
+        let m = v.as_object_mut().expect("an object");
+        if let serde_json::Value::Object(p) = serde_json::to_value(&plan).into_diagnostic()? {
+            m.extend(p);
+        }
+        m.insert("flow_effects".into(), serde_json::to_value(&effects).into_diagnostic()?);
+        super::output::print(&v);
     } else if a.format == "markdown" {
         let e = effects.unwrap_or_default();
         print!("{}", fwc_compiler::eval::effects::render_markdown(&fwc_compiler::diff::render(&plan, false), &e));

@@ -14,6 +14,7 @@ pub mod apply;
 pub mod explain;
 pub mod test;
 mod man;
+pub mod output;
 
 /// Options every subcommand understands.
 #[derive(Debug, Clone, clap::Args)]
@@ -201,6 +202,11 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(report) => {
+            // Diagnostics of rules that do not compile: rendered once, as `fwc check` does.
+            if let Some(failed) = report.downcast_ref::<crate::engine::load::CompileFailed>() {
+                eprint!("{}", failed.0.render(g.color_stderr()));
+                return ExitCode::from(1);
+            }
             let handler = if g.color_stderr() {
                 miette::GraphicalReportHandler::new_themed(miette::GraphicalTheme::unicode())
             } else {

@@ -30,17 +30,23 @@ pub fn git_commit(dir: &Path) -> Option<String> {
     Some(c)
 }
 
-/// Compile a rule repository, or read an artifact dir. Compiler warnings go to stderr;
-/// diagnostics are rendered (with colour when `color`) into the error.
+/// The rules do not compile: their diagnostics, for the caller to render once (or print as
+/// JSON) instead of a report wrapped in a report.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error("the rules do not compile ({} error(s))", .0.errors().count())]
+pub struct CompileFailed(pub fwc_compiler::diag::Diagnostics);
+
+/// Compile a rule repository, or read an artifact dir. Compiler warnings go to stderr (with
+/// colour when `color`); errors are a [`CompileFailed`].
 pub fn load_artifacts(path: &Path, host: Option<&str>, color: bool) -> Result<(Artifacts, String)> {
     let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     if path.join(MANIFEST_FILE).is_file() && path.join(NFTABLES_FILE).is_file() {
         let a = Artifacts::read_dir(path).into_diagnostic()?;
         return Ok((a, format!("artifacts {}", abs.display())));
     }
-    let tree = fwc_compiler::source::SourceTree::from_dir(path).map_err(|d| miette!("{}", d.render(color)))?;
+    let tree = fwc_compiler::source::SourceTree::from_dir(path).map_err(CompileFailed)?;
     let commit = git_commit(path);
-    let (a, warnings) = fwc_compiler::compile(&tree, host, commit.as_deref()).map_err(|d| miette!("{}", d.render(color)))?;
+    let (a, warnings) = fwc_compiler::compile(&tree, host, commit.as_deref()).map_err(CompileFailed)?;
     if !warnings.is_empty() {
         eprint!("{}", warnings.render(color));
     }

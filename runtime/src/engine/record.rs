@@ -21,11 +21,13 @@ pub struct Recorded {
     pub record: audit::Record,
 }
 
-/// The audit outcome of a transaction result: `ok`, `rolled-back` (every backend is back on
-/// the previous state) or `failed` (a rollback failed too).
+/// The audit outcome of a transaction result: `ok`, `aborted` (failed in prepare, before any
+/// backend changed anything), `rolled_back` (every backend is back on the previous state) or
+/// `failed` (a rollback failed too).
 pub fn outcome_of(result: &std::result::Result<ApplyReport, ApplyFailure>) -> Outcome {
     match result {
         Ok(_) => Outcome::Ok,
+        Err(f) if f.phase == transaction::Phase::Prepare => Outcome::Aborted,
         Err(f) if f.rollback.iter().all(|(_, r)| r.is_ok()) => Outcome::RolledBack,
         Err(_) => Outcome::Failed,
     }

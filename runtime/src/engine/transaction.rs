@@ -87,11 +87,26 @@ pub struct ApplyFailure {
     /// The backend that failed (None for sysctl / state-dir failures).
     pub backend: Option<BackendKind>,
     pub reason: String,
-    /// Per backend: `ok` or the rollback error.
+    /// Per backend: `ok` or the rollback error. JSON: `[{"backend": "nftables", "result":
+    /// "ok"}, {"backend": "qos", "result": "failed", "error": "…"}]`.
+    #[serde(serialize_with = "rollback_results")]
     pub rollback: Vec<(BackendKind, Result<(), String>)>,
     /// Commit the host is back on (None = nothing applied before).
     pub restored_commit: Option<String>,
     pub had_previous: bool,
+}
+
+fn rollback_results<S: serde::Serializer>(v: &[(BackendKind, Result<(), String>)], s: S) -> std::result::Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(v.len()))?;
+    for (backend, r) in v {
+        let item = match r {
+            Ok(()) => serde_json::json!({"backend": backend, "result": "ok"}),
+            Err(e) => serde_json::json!({"backend": backend, "result": "failed", "error": e}),
+        };
+        seq.serialize_element(&item)?;
+    }
+    seq.end()
 }
 
 impl fmt::Display for ApplyFailure {
