@@ -2,10 +2,11 @@
 # Install what fwc needs to build and to run its tests on Debian: nftables, iproute2, clang
 # and libbpf headers for the eBPF program, iperf3/socat for dataplane tests, OpenSSL headers
 # for git2, sshd (openssh-server) and gnupg for the agent's ssh-transport and signature tests,
-# prometheus (promtool and the server) for the metrics tests.
+# prometheus (promtool and the server) for the metrics tests, lintian and cargo-deb for the
+# Debian package test.
 # Needs root (apt-get). Safe to run again.
 set -euo pipefail
-packages=(nftables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus)
+packages=(nftables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus lintian)
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup.sh: run as root (it installs: ${packages[*]})" >&2
   exit 1
@@ -38,6 +39,8 @@ if ! command -v cargo >/dev/null 2>&1; then
   done
 fi
 command -v cargo >/dev/null 2>&1 || { echo "setup.sh: Rust (cargo 1.95+) is required: https://rustup.rs" >&2; exit 1; }
+# cargo-deb builds the .deb (packaging/deb/build.sh); about 2 min of CPU the first time.
+command -v cargo-deb >/dev/null 2>&1 || cargo install --locked cargo-deb
 # bpffs for pinned QoS maps
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
 echo "setup.sh: ok ($(cargo --version), $(nft --version), $(clang --version | head -1))"

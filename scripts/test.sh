@@ -7,5 +7,8 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" -eq 0 ]; then bash scripts/setup.sh; fi
 for d in "$HOME/.cargo/bin" /root/.cargo/bin; do [ -d "$d" ] && PATH="$d:$PATH"; done
 export PATH
+# The fuzz harness (compiler/tests/fuzz.rs) runs inside `cargo test` for this long (seconds);
+# raise it to fuzz longer (docs/architecture.md "Testing strategy").
+export FWC_FUZZ_SECS="${FWC_FUZZ_SECS:-90}"
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast "$@"

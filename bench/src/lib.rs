@@ -60,3 +60,32 @@ pub fn generate(n: usize) -> SourceTree {
 pub fn rule_count(n: usize) -> usize {
     n.div_ceil(20) * 20
 }
+
+/// A fleet: `hosts` hosts (labels `role` = edge/db/app in turn, `region` eu/us, vars `wan`
+/// and `ip`) sharing the `generate(rules)` repository, plus per-role rules selected with
+/// `on=` and a template rendered per host (its own LAN rule, forwards to every db host from
+/// edges, a shape on its WAN). What `fwc check` / `fwc compile --all-hosts` see in a fleet.
+pub fn generate_fleet(hosts: usize, rules: usize) -> SourceTree {
+    let mut files: std::collections::BTreeMap<String, String> = generate(rules).files.into_iter().collect();
+    let roles = ["edge", "db", "app"];
+    let fwc = files.get_mut("fwc.kdl").expect("generate writes fwc.kdl");
+    for h in 0..hosts {
+        let region = if h % 2 == 0 { "eu" } else { "us" };
+        fwc.push_str(&format!(
+            "host \"h{h:03}\" {{\n    labels role={} region={region}\n    vars wan=eth{} ip=\"198.18.{}.{}\"\n}}\n",
+            roles[h % 3],
+            h % 4,
+            h / 250,
+            1 + h % 250
+        ));
+    }
+    files.insert(
+        "rules/roles.kdl".into(),
+        "output policy=accept {\n    deny \"no-smtp\" proto=tcp port=25 on=\"role=app\"\n    allow \"eu-metrics\" proto=tcp port=9100 on=\"region=eu\"\n}\nforward \"edge-web\" listen=\":8443\" to=\"10.9.0.1:443,10.9.0.2:443\" on=\"role=edge\"\n".into(),
+    );
+    files.insert(
+        "rules/per-host.kdl.j2".into(),
+        "forward \"to-db-{{ host.name }}\" listen=\":7000\" to=\"{% for h in hosts if h.labels.role == 'db' %}{{ h.vars.ip }}:5432{% if not loop.last %},{% endif %}{% endfor %}\" on=\"role=edge\"\nshape \"wan-{{ host.name }}\" dev=\"{{ host.vars.wan }}\" rate=\"100mbit\"\n".into(),
+    );
+    SourceTree::from_files(files)
+}

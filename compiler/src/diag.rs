@@ -66,11 +66,21 @@ impl Diagnostic {
     /// Point at `span` (resolved against `map`) with `label`.
     pub fn at(mut self, map: &SourceMap, span: Span, label: impl Into<String>) -> Self {
         let file = map.file(span.file);
-        let offset = (span.offset as usize).min(file.text.len());
-        let (line, column) = line_col(&file.text, offset);
+        let text = &file.text;
+        // A span from a byte-oriented producer (a template engine, a scanner) may cut a
+        // character: widen it to whole characters.
+        let mut offset = (span.offset as usize).min(text.len());
+        while !text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let mut end = (span.offset as usize).saturating_add(span.len as usize).clamp(offset, text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        let (line, column) = line_col(text, offset);
         self.location = Some(Location { file: file.path.clone(), line, column });
         self.source = Some((file.path.clone(), file.text.clone()));
-        self.range = Some((offset, (span.len as usize).min(file.text.len() - offset)));
+        self.range = Some((offset, end - offset));
         self.label = Some(label.into());
         self
     }

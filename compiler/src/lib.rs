@@ -15,6 +15,7 @@ pub mod format;
 pub mod limits;
 pub mod lint;
 pub mod model;
+pub mod parallel;
 pub mod policytest;
 pub mod select;
 pub mod setfile;
@@ -40,39 +41,116 @@ pub struct HostView {
 /// Parse and check `host`'s view of the repository (None = the only host). Templates are
 /// rendered for that host. All errors found are returned together.
 pub fn load_host(tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diagnostics> {
-    let mut map = SourceMap::default();
-    let plain = syntax::parse_plain(tree, &mut map)?;
-    let host = pick_host(&plain, host)?;
-    let mut ruleset = syntax::add_templates(tree, &mut map, plain, &host)?;
-    limits::check_ruleset(&map, &ruleset)?;
-    setfile::load_all(tree, &mut map, &mut ruleset)?;
-    let mut warnings = check::check(&map, &ruleset)?;
-    warnings.0.extend(lint::lint(&map, &ruleset).0);
-    Ok(HostView { host, ruleset, map, warnings })
+    ParsedRepo::parse(tree)?.load_host(tree, host)
+}
+
+/// A repository's plain (non-template) files, parsed once and shared by every host's view.
+#[derive(Debug, Clone)]
+pub struct ParsedRepo {
+    map: SourceMap,
+    plain: Ruleset,
+}
+
+impl ParsedRepo {
+    /// Parse every plain file of `tree` (on all cores).
+    pub fn parse(tree: &SourceTree) -> Result<ParsedRepo, Diagnostics> {
+        let mut map = SourceMap::default();
+        let plain = syntax::parse_plain(tree, &mut map)?;
+        Ok(ParsedRepo { map, plain })
+    }
+
+    /// The hosts the repository declares (`localhost` when it declares none).
+    pub fn host_names(&self) -> Vec<String> {
+        host_names(&self.plain)
+    }
+
+    /// `host`'s view: the shared parse plus the templates rendered for it, its set files and
+    /// the checks. The same as [`load_host`] without parsing the plain files again.
+    pub fn load_host(&self, tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diagnostics> {
+        let host = pick_host(&self.plain, host)?;
+        let mut map = self.map.clone();
+        let mut ruleset = syntax::add_templates(tree, &mut map, self.plain.clone(), &host)?;
+        limits::check_ruleset(&map, &ruleset)?;
+        setfile::load_all(tree, &mut map, &mut ruleset)?;
+        let mut warnings = check::check(&map, &ruleset)?;
+        warnings.0.extend(lint::lint(&map, &ruleset).0);
+        Ok(HostView { host, ruleset, map, warnings })
+    }
 }
 
 /// Check the repository for every host it declares; errors of all hosts are collected
 /// (an error in a plain file is reported once, not once per host).
 pub fn check_all(tree: &SourceTree) -> Result<Diagnostics, Diagnostics> {
-    let mut map = SourceMap::default();
-    let plain = syntax::parse_plain(tree, &mut map)?;
-    let mut all = Diagnostics::default();
-    for name in host_names(&plain) {
-        let diags = match load_host(tree, Some(&name)) {
-            Ok(view) => view.warnings,
-            Err(errs) => errs,
-        };
-        for d in diags.0 {
-            if !all.0.iter().any(|seen| seen.code == d.code && seen.location == d.location && seen.message == d.message) {
-                all.push(d);
-            }
-        }
-    }
+    check_fleet(tree).map(|f| f.warnings)
+}
+
+/// A whole repository checked: its hosts and the warnings of all of them.
+#[derive(Debug)]
+pub struct FleetCheck {
+    pub hosts: Vec<String>,
+    pub warnings: Diagnostics,
+}
+
+/// [`check_all`], also naming the hosts. The plain files are parsed once; hosts are checked
+/// on every core, and their diagnostics merged in host order (deterministic).
+pub fn check_fleet(tree: &SourceTree) -> Result<FleetCheck, Diagnostics> {
+    let repo = ParsedRepo::parse(tree)?;
+    let hosts = repo.host_names();
+    let per_host = parallel::map_ordered(&hosts, |name| match repo.load_host(tree, Some(name)) {
+        Ok(view) => view.warnings,
+        Err(errs) => errs,
+    });
+    let all = merge_unique(per_host);
     if all.has_errors() {
         Err(all)
     } else {
-        Ok(all)
+        Ok(FleetCheck { hosts, warnings: all })
     }
+}
+
+/// One host's compiled artifacts and its warnings.
+#[derive(Debug)]
+pub struct HostArtifacts {
+    pub host: String,
+    pub artifacts: Artifacts,
+    pub warnings: Diagnostics,
+}
+
+/// Compile the artifacts of every host the repository declares, in host order. The plain
+/// files are parsed once; hosts are compiled on every core. Byte for byte what [`compile`]
+/// gives for each host. Errors of all hosts are returned together (each once).
+pub fn compile_all(tree: &SourceTree, commit: Option<&str>) -> Result<Vec<HostArtifacts>, Diagnostics> {
+    let repo = ParsedRepo::parse(tree)?;
+    let hosts = repo.host_names();
+    let results = parallel::map_ordered(&hosts, |name| {
+        let view = repo.load_host(tree, Some(name))?;
+        Ok(HostArtifacts { host: name.clone(), artifacts: emit_view(&view, commit), warnings: view.warnings })
+    });
+    let mut compiled = Vec::with_capacity(hosts.len());
+    let mut errors = Vec::new();
+    for r in results {
+        match r {
+            Ok(h) => compiled.push(h),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(compiled)
+    } else {
+        Err(merge_unique(errors))
+    }
+}
+
+/// Diagnostics of several hosts, in order, each distinct one once.
+pub fn merge_unique(lists: Vec<Diagnostics>) -> Diagnostics {
+    let mut seen = std::collections::HashSet::new();
+    let mut all = Diagnostics::default();
+    for d in lists.into_iter().flat_map(|l| l.0) {
+        if seen.insert((d.code.clone(), format!("{:?}", d.location), d.message.clone())) {
+            all.push(d);
+        }
+    }
+    all
 }
 
 /// Names of the hosts a repository declares (`localhost` when it declares none).

@@ -58,6 +58,12 @@ impl LimitHit {
 
 /// Check a KDL text before it is parsed: size, line length, brace and comment nesting.
 pub fn check_kdl_text(text: &str) -> Result<(), LimitHit> {
+    check_kdl_text_size(text)?;
+    check_line_lengths(text)?;
+    check_nesting(text.as_bytes())
+}
+
+fn check_kdl_text_size(text: &str) -> Result<(), LimitHit> {
     if text.len() > MAX_FILE_BYTES {
         return Err(LimitHit {
             offset: 0,
@@ -67,8 +73,28 @@ pub fn check_kdl_text(text: &str) -> Result<(), LimitHit> {
             help: "split the rules over several files under rules/; large address lists belong in a set file (`set \"x\" file=\"lists/x.txt\"`)".into(),
         });
     }
+    Ok(())
+}
+
+/// Most lines of a template (`*.kdl.j2`): minijinja counts lines in 16 bits.
+pub const MAX_TEMPLATE_LINES: usize = 60_000;
+
+/// Check the text of a template before minijinja sees it: size, line length (its columns are
+/// 16 bits too) and line count. The rendered text is checked like any rule file.
+pub fn check_template_text(text: &str) -> Result<(), LimitHit> {
+    check_kdl_text_size(text)?;
     check_line_lengths(text)?;
-    check_nesting(text.as_bytes())
+    let past = text.match_indices('\n').nth(MAX_TEMPLATE_LINES - 1).map(|(nl, _)| nl + 1);
+    if let Some(offset) = past.filter(|&o| o < text.len()) {
+        return Err(LimitHit {
+            offset,
+            len: 0,
+            message: format!("the template has more than {MAX_TEMPLATE_LINES} lines"),
+            label: "template too long",
+            help: "split the template over several files under rules/; long address lists belong in a set file".into(),
+        });
+    }
+    Ok(())
 }
 
 fn check_line_lengths(text: &str) -> Result<(), LimitHit> {
@@ -291,6 +317,16 @@ mod tests {
         let hit = check_kdl_text(&text).unwrap_err();
         assert!(hit.message.contains("line is"));
         assert_eq!(hit.offset, 6 + MAX_LINE_BYTES);
+    }
+
+    #[test]
+    fn templates_have_line_and_column_bounds_for_minijinja() {
+        let wide = format!("{{{{ 1 }}}}{}\n", " ".repeat(MAX_LINE_BYTES + 10));
+        assert!(check_template_text(&wide).unwrap_err().message.contains("line is"));
+        let long = "// x\n".repeat(MAX_TEMPLATE_LINES + 1);
+        let hit = check_template_text(&long).unwrap_err();
+        assert_eq!(hit.offset, 5 * MAX_TEMPLATE_LINES);
+        assert_eq!(check_template_text(&"// x\n".repeat(MAX_TEMPLATE_LINES)), Ok(()));
     }
 
     #[test]

@@ -58,6 +58,13 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
         hosts => hosts.iter().map(|h| host_value(h)).collect::<Vec<_>>(),
     };
     for (path, text) in templates {
+        // minijinja counts lines and columns in 16 bits: bound the template's own text first.
+        if let Err(hit) = limits::check_template_text(text) {
+            let id = map.add(path.clone(), text);
+            let span = hit.span(id);
+            diags.push(Diagnostic::error("limit", hit.message).at(map, span, hit.label).help(hit.help));
+            continue;
+        }
         let mut env = minijinja::Environment::new();
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         env.set_keep_trailing_newline(true);
@@ -97,36 +104,11 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
 
 /// Parse several KDL texts, spread over the available cores (largest first), results in order.
 fn parse_parallel(texts: Vec<&str>) -> Vec<Result<KdlDocument, ParseFailure>> {
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(texts.len());
-    if workers <= 1 || texts.iter().map(|t| t.len()).sum::<usize>() < 64 * 1024 {
-        return limits::on_big_stack(|| texts.into_iter().map(parse_untrusted).collect());
-    }
+    let small = texts.iter().map(|t| t.len()).sum::<usize>() < 64 * 1024;
+    let threads = if small { 1 } else { crate::parallel::workers(texts.len()) };
     let mut order: Vec<usize> = (0..texts.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(texts[i].len()));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut results: Vec<Option<Result<KdlDocument, ParseFailure>>> = (0..texts.len()).map(|_| None).collect();
-    let done: Vec<Vec<(usize, Result<KdlDocument, ParseFailure>)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                std::thread::Builder::new()
-                    .stack_size(limits::PARSER_STACK_BYTES)
-                    .spawn_scoped(scope, || {
-                        let mut mine = Vec::new();
-                        loop {
-                            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(&i) = order.get(k) else { break mine };
-                            mine.push((i, parse_untrusted(texts[i])));
-                        }
-                    })
-                    .expect("spawning a parser thread")
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("kdl parser thread")).collect()
-    });
-    for (i, r) in done.into_iter().flatten() {
-        results[i] = Some(r);
-    }
-    results.into_iter().map(|r| r.expect("every file parsed")).collect()
+    crate::parallel::map_scheduled(&texts, &order, threads, |t| parse_untrusted(t))
 }
 
 /// Why a text did not become a KDL document.

@@ -19,6 +19,7 @@ use aya::programs::LinkOrder;
 use aya::{Ebpf, EbpfLoader};
 
 pub mod maps;
+pub mod pin_root;
 pub mod sys;
 
 pub use maps::{ClassCfg, ClassState, Glob, Stats};
@@ -28,17 +29,24 @@ pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/fwc";
 /// The pin root of the QoS dataplane `fwc apply` manages: [`DEFAULT_PIN_ROOT`], or
 /// `/sys/fs/bpf/fwc-netns-NS` for `fwc apply --netns NS` (bpffs is shared by every network
 /// namespace, so each namespace's program and maps need a root of their own).
+///
+/// The root is on a bpffs that outlives this process ([`pin_root::resolve`]); when there is
+/// none, the plain `/sys/fs/bpf/...` path is returned and loading refuses later
+/// (`fwc apply` asks [`pin_root::resolve`] itself, to refuse before changing anything).
 pub fn pin_root_for(netns: Option<&str>) -> std::path::PathBuf {
-    match netns {
+    pin_root::resolve(netns).unwrap_or_else(|_| match netns {
         None => DEFAULT_PIN_ROOT.into(),
         Some(ns) => format!("{DEFAULT_PIN_ROOT}-netns-{ns}").into(),
-    }
+    })
 }
 
 /// Pin name of the program inside the pin root.
 pub const PROG_PIN: &str = "prog";
 /// Directory (inside the pin root) of the pinned TCX links, one per interface name.
 pub const LINKS_DIR: &str = "links";
+/// Directory (inside the pin root) holding the owner record: one empty directory named after
+/// the state dir that manages this dataplane (percent-encoded), see fwc-runtime's QoS backend.
+pub const OWNER_DIR: &str = "owner";
 
 /// Fastest class the program accepts (its refill arithmetic stays in u64 below this).
 pub const MAX_RATE: u64 = 2_000_000_000;
@@ -568,6 +576,12 @@ pub fn detach_all(root: impl AsRef<Path>) -> Result<()> {
     }
     if root.exists() {
         let _ = std::fs::remove_dir(root.join(LINKS_DIR));
+        if let Ok(rd) = std::fs::read_dir(root.join(OWNER_DIR)) {
+            for e in rd.flatten() {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(root.join(OWNER_DIR));
         let _ = std::fs::remove_file(root.join(PROG_PIN));
         for (name, _, _) in expected_maps() {
             let _ = std::fs::remove_file(root.join(name));

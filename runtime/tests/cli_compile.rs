@@ -467,3 +467,34 @@ fn check_deny_warnings_fails_on_lints() {
     let o = fwc(&["check", s(ok.path()), "--deny-warnings"]);
     assert_eq!(code(&o), 0, "{}", shown(&o));
 }
+
+/// `fwc compile --all-hosts --out DIR`: every host into DIR/<host>/, the same bytes as
+/// `--host H --out` for each; a broken host writes nothing for any host.
+#[test]
+fn compile_all_hosts_writes_each_host_as_host_by_host() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden/15-hosts");
+    let g = golden.to_str().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let all = out.path().join("all");
+    let o = fwc(&["compile", g, "--all-hosts", "--commit", "c0ffee", "--out", all.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    for host in ["edge-1", "edge-2", "db-1"] {
+        let one = out.path().join(host);
+        let o = fwc(&["compile", g, "--host", host, "--commit", "c0ffee", "--out", one.to_str().unwrap()]);
+        assert_eq!(code(&o), 0, "{}", shown(&o));
+        for f in ["nftables.json", "qos.json", "forward.json", "manifest.json"] {
+            assert_eq!(std::fs::read(all.join(host).join(f)).unwrap(), std::fs::read(one.join(f)).unwrap(), "{host}/{f}");
+        }
+    }
+    let o = fwc(&["compile", g, "--all-hosts", "--json"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), ["edge-1", "edge-2", "db-1"]);
+
+    let bad = repo(&[("fwc.kdl", "fwc 1\nhost \"a\"\nhost \"b\"\nforward \"x\" listen=\":1\" to=\"10.0.0.1\" on=\"b\" from=\"@nope\"\n")]);
+    let dest = out.path().join("bad");
+    let o = fwc(&["compile", bad.path().to_str().unwrap(), "--all-hosts", "--out", dest.to_str().unwrap()]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    assert!(text(&o.stderr).contains("nope"), "{}", shown(&o));
+    assert!(!dest.exists(), "nothing written when a host fails");
+}

@@ -128,3 +128,70 @@ fn packaged_units_verify_and_rate_at_most_4_0() {
         assert!(bounding.contains("CAP_NET_ADMIN") && !bounding.contains("CAP_SYS_ADMIN"), "{bounding}");
     }
 }
+
+/// The Debian package: packaging/deb/build.sh (cargo-deb, [package.metadata.deb] of
+/// runtime/Cargo.toml) packages this build; the .deb holds the binary, the unit, a man page per
+/// command and the completions, passes lintian without errors, and installs into (and is
+/// removed from) a scratch root with dpkg, where the installed fwc runs.
+#[test]
+fn the_deb_installs_binary_unit_man_pages_and_completions() {
+    if !fwc_testkit::tool("the_deb_installs_binary_unit_man_pages_and_completions", "cargo-deb", "cargo install cargo-deb")
+        || !fwc_testkit::tool("the_deb_installs_binary_unit_man_pages_and_completions", "lintian", "lintian")
+    {
+        return;
+    }
+    // This test's binary is target/debug/fwc (the dev profile): package it as it is.
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_fwc"));
+    assert_eq!(exe.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()), Some("debug"), "{}", exe.display());
+    let out = tempfile::tempdir().unwrap();
+    let o = Command::new(repo_root().join("packaging/deb/build.sh"))
+        .args(["--strip", "--output"])
+        .arg(out.path())
+        .env("PROFILE", "dev")
+        .env("NO_BUILD", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "build.sh: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let deb = std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "deb")).expect("a .deb");
+
+    let listing = String::from_utf8_lossy(&Command::new("dpkg-deb").arg("-c").arg(&deb).output().unwrap().stdout).into_owned();
+    let mut want = vec![
+        "./usr/bin/fwc".to_string(),
+        "./usr/lib/systemd/system/fwc-agent.service".into(),
+        "./usr/share/bash-completion/completions/fwc".into(),
+        "./usr/share/zsh/vendor-completions/_fwc".into(),
+        "./usr/share/fish/vendor_completions.d/fwc.fish".into(),
+        "./usr/share/doc/fwc/copyright".into(),
+        "./usr/share/doc/fwc/changelog.Debian.gz".into(),
+    ];
+    let mut pages = Vec::new();
+    visible_commands(&<fwc_runtime::cli::Cli as clap::CommandFactory>::command(), "fwc", &mut pages);
+    want.extend(pages.iter().map(|p| format!("./usr/share/man/man1/{p}.1.gz")));
+    for w in &want {
+        assert!(listing.lines().any(|l| l.ends_with(&format!(" {w}"))), "{w} missing from the .deb:\n{listing}");
+    }
+
+    let o = Command::new("lintian").arg(&deb).output().unwrap();
+    let report = String::from_utf8_lossy(&o.stdout);
+    let errors: Vec<&str> = report.lines().filter(|l| l.starts_with("E:")).collect();
+    assert!(errors.is_empty(), "lintian errors:\n{report}{}", String::from_utf8_lossy(&o.stderr));
+
+    // Install into a scratch root (an empty dpkg database), run it, remove it.
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    for d in ["var/lib/dpkg/info", "var/lib/dpkg/updates"] {
+        std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    std::fs::write(r.join("var/lib/dpkg/status"), "").unwrap();
+    let dpkg = |args: &[&str]| {
+        let o = Command::new("dpkg").arg(format!("--root={}", r.display())).args(["--force-depends", "--log=/dev/null"]).args(args).output().unwrap();
+        assert!(o.status.success(), "dpkg {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    dpkg(&["-i", deb.to_str().unwrap()]);
+    let o = Command::new(r.join("usr/bin/fwc")).arg("--version").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), format!("fwc {}", env!("CARGO_PKG_VERSION")));
+    let unit = std::fs::read_to_string(r.join("usr/lib/systemd/system/fwc-agent.service")).unwrap();
+    assert_eq!(unit, std::fs::read_to_string(repo_root().join("packaging/systemd/fwc-agent.service")).unwrap());
+    dpkg(&["-r", "fwc"]);
+    assert!(!r.join("usr/bin/fwc").exists(), "dpkg -r leaves the binary behind");
+}

@@ -29,7 +29,11 @@
 //!   is re-run even if the state dir already shows its commit (the re-apply is idempotent) —
 //!   and audited then. So every action has exactly one entry, and the state dir is never
 //!   ahead of the log without a pending intent that says so.
-//! - SIGTERM / SIGINT end the loop between iterations: an apply in progress finishes first.
+//! - SIGTERM / SIGINT stop the agent within a bound: a compile in progress (it runs on a worker
+//!   thread, having written nothing) is abandoned at once; an apply in progress finishes (its
+//!   transaction is never cut by the agent itself); if the agent is still busy
+//!   [`STOP_GRACE`] after the signal, it exits anyway, exactly as after a crash: the intent in
+//!   `agent.json` makes the next start redo and audit the interrupted action.
 
 pub mod git;
 pub mod replay;
@@ -43,6 +47,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fwc_compiler::artifacts::{Artifacts, BackendKind};
+use fwc_compiler::diag::{Diagnostic, Diagnostics};
+use fwc_compiler::source::SourceTree;
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 use serde::{Deserialize, Serialize};
 
@@ -131,6 +137,13 @@ impl Journal {
         crate::state::write_atomic(&dir.join(JOURNAL_FILE), fwc_compiler::artifacts::to_pretty(self).as_bytes())
     }
 }
+
+/// How long SIGTERM waits for an action in progress (an apply, a fetch) before the agent exits
+/// regardless (recovered like a crash at the next start).
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Stack of the compile worker (parsing itself runs on its own big-stack thread).
+const COMPILE_STACK_BYTES: usize = 64 << 20;
 
 /// What wakes the loop early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +261,8 @@ pub struct Agent {
     /// Heals are failing: backoff and the time of the next attempt. Only the first failure and
     /// the recovery are audited.
     heal_retry: Option<(Backoff, Instant)>,
+    /// Set by SIGTERM / SIGINT: a compile in progress is abandoned.
+    pub stop: Arc<AtomicBool>,
 }
 
 fn short(c: &str) -> &str {
@@ -307,6 +322,7 @@ impl Agent {
             forced: None,
             apply_retry: None,
             heal_retry: None,
+            stop: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -473,7 +489,12 @@ impl Agent {
                 return Ok(false);
             }
         };
-        let artifacts = match fwc_compiler::compile(&tree, Some(&self.cfg.host), Some(&tip_s)) {
+        tracing::info!(commit = %short(&tip_s), "compiling");
+        let Some(compiled) = self.compile_unless_stopped(tree, &tip_s) else {
+            tracing::info!(commit = %short(&tip_s), "stopping: the compile is abandoned (nothing was applied or recorded)");
+            return Ok(false);
+        };
+        let artifacts = match compiled {
             Ok((a, _warnings)) => a,
             Err(diags) => {
                 self.refuse(Record { signer, ..base }, "compile", diags.to_string().trim_end().to_string())?;
@@ -506,6 +527,33 @@ impl Agent {
             }
         }
         Ok(true)
+    }
+
+    /// Compile `tree` for this host on a worker thread, so that SIGTERM need not wait for it
+    /// (a large commit can take seconds): None when the agent is stopping — the compile is
+    /// abandoned, having written nothing. A panic in the compiler refuses the commit instead
+    /// of ending the agent.
+    fn compile_unless_stopped(&self, tree: SourceTree, commit: &str) -> Option<Result<(Artifacts, Diagnostics), Diagnostics>> {
+        let (tx, rx) = mpsc::channel();
+        let (host, id) = (self.cfg.host.clone(), commit.to_string());
+        let worker = std::thread::Builder::new().name("fwc-compile".into()).stack_size(COMPILE_STACK_BYTES).spawn(move || {
+            let _ = tx.send(fwc_compiler::compile(&tree, Some(&host), Some(&id)));
+        });
+        if let Err(e) = worker {
+            return Some(Err(Diagnostics::single(Diagnostic::error("compile", format!("cannot start the compile thread: {e}")))));
+        }
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(r) => return Some(r),
+                Err(RecvTimeoutError::Timeout) if self.stop.load(Ordering::SeqCst) => return None,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Some(Err(Diagnostics::single(
+                        Diagnostic::error("compiler-crash", "the compiler crashed on this commit (a bug in fwc; please report it with the rules)"),
+                    )))
+                }
+            }
+        }
     }
 
     /// A failed apply of `commit` (not a refusal) is due for another attempt. After a restart
@@ -842,11 +890,13 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
         }
         None => None,
     };
-    spawn_signal_thread(tx.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    spawn_signal_thread(tx.clone(), stop.clone());
     if cfg.forwarder {
         spawn_forwarder(&cfg.state_dir, cfg.netns.as_deref())?;
     }
     let mut agent = Agent::new(cfg.clone(), metrics, health.clone())?;
+    agent.stop = stop.clone();
     // Recover an interrupted action before anything else.
     let mut force = {
         let _lock = agent.state.lock(true)?;
@@ -883,6 +933,10 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
             }
             force = false;
             next_check = Instant::now() + cfg.interval;
+        }
+        if stop.load(Ordering::SeqCst) {
+            tracing::info!("stopping");
+            return Ok(exit_code::OK);
         }
         if cfg.once {
             return Ok(agent.once_code(fetch_failed, reconcile_failed));
@@ -969,7 +1023,9 @@ fn spawn_forwarder(state_dir: &std::path::Path, netns: Option<&str>) -> Result<(
     }
 }
 
-fn spawn_signal_thread(tx: mpsc::Sender<Wake>) {
+/// On SIGTERM / SIGINT: raise `stop`, wake the loop, and if the process still runs after
+/// [`STOP_GRACE`], exit (the journal's intent makes the next start redo what was cut).
+fn spawn_signal_thread(tx: mpsc::Sender<Wake>, stop: Arc<AtomicBool>) {
     std::thread::Builder::new()
         .name("fwc-signals".into())
         .spawn(move || {
@@ -983,8 +1039,12 @@ fn spawn_signal_thread(tx: mpsc::Sender<Wake>) {
                     _ = term.recv() => {}
                     _ = int.recv() => {}
                 }
+                stop.store(true, Ordering::SeqCst);
                 let _ = tx.send(Wake::Stop);
             });
+            std::thread::sleep(STOP_GRACE);
+            tracing::warn!("still busy {STOP_GRACE:?} after the stop signal: exiting now; the next start redoes the interrupted action");
+            std::process::exit(i32::from(exit_code::OK));
         })
         .expect("signal thread");
 }

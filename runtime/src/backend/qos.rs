@@ -40,6 +40,15 @@ pub struct QosBackend {
     pin_root: PathBuf,
     qos: Option<Qos>,
     staged: Option<QosPlan>,
+    /// Why no pin root outlives this process (`ip netns exec` without the host's bpffs):
+    /// prepare refuses classes, observe reports them as drift.
+    unusable: Option<String>,
+    /// The state dir that manages this dataplane (`fwc apply`, the agent): recorded in the
+    /// pin root, and a dataplane another state dir manages is refused.
+    owner: Option<PathBuf>,
+    /// A commit of this transaction started: only then has rollback anything to undo (a
+    /// refused prepare must leave the dataplane, maybe another owner's, untouched).
+    committed: bool,
 }
 
 impl Default for QosBackend {
@@ -51,7 +60,58 @@ impl Default for QosBackend {
 impl QosBackend {
     /// A backend that pins under `pin_root` (default `/sys/fs/bpf/fwc`).
     pub fn new(pin_root: impl AsRef<Path>) -> QosBackend {
-        QosBackend { pin_root: pin_root.as_ref().to_path_buf(), qos: None, staged: None }
+        QosBackend { pin_root: pin_root.as_ref().to_path_buf(), qos: None, staged: None, unusable: None, owner: None, committed: false }
+    }
+
+    /// Managed by the state dir `state_dir`: one owner per network namespace.
+    pub fn owned_by(mut self, state_dir: &Path) -> QosBackend {
+        self.owner = Some(std::fs::canonicalize(state_dir).unwrap_or_else(|_| absolute(state_dir)));
+        self
+    }
+
+    /// The state dirs recorded as owners of the pin root.
+    fn owners(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.pin_root.join(fwc_qos::OWNER_DIR))
+            .map(|rd| rd.flatten().map(|e| decode_owner(&e.file_name().to_string_lossy())).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// Refuse a dataplane that another state dir manages.
+    fn check_owner(&self) -> Result<()> {
+        let Some(me) = &self.owner else { return Ok(()) };
+        let me = me.display().to_string();
+        if let Some(other) = self.owners().into_iter().find(|o| *o != me) {
+            return Err(miette!(
+                help = format!(
+                    "use --state-dir {other} for this namespace; or, to move it to {me}, first remove what {other} applied \
+                     (`fwc rollback --state-dir {other}` back to nothing, or `fwc qos detach --pin-dir {}`)",
+                    self.pin_root.display()
+                ),
+                "the eBPF QoS dataplane of this network namespace ({}) is managed by the fwc state dir {other}, not {me}: \
+                 one owner per namespace, nothing was changed",
+                self.pin_root.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Record this backend's state dir as the owner (after a commit).
+    fn claim(&self) -> Result<()> {
+        let Some(me) = &self.owner else { return Ok(()) };
+        let dir = self.pin_root.join(fwc_qos::OWNER_DIR).join(encode_owner(&me.display().to_string()));
+        std::fs::create_dir_all(&dir).map_err(|e| miette!("eBPF QoS: cannot record the owner {}: {e}", dir.display()))
+    }
+
+    /// The backend `fwc apply` uses for `netns` (`None`: this process's namespace), pinned on
+    /// a bpffs that outlives the process ([`fwc_qos::pin_root::resolve`]). When there is none,
+    /// any class is refused in prepare, before anything changes, with what to do instead.
+    pub fn for_namespace(netns: Option<&str>) -> QosBackend {
+        match fwc_qos::pin_root::resolve(netns) {
+            Ok(root) => QosBackend::new(root),
+            Err(e) => QosBackend { unusable: Some(e.to_string()), ..QosBackend::new(fwc_qos::pin_root_for(netns)) },
+        }
     }
 
     pub fn pin_root(&self) -> &Path {
@@ -91,6 +151,20 @@ impl QosBackend {
         }
         Ok(m)
     }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// A state dir path as one bpffs file name: `%`, `/` and `.` (bpffs refuses names with a dot)
+/// percent-encoded (reversible, readable).
+fn encode_owner(path: &str) -> String {
+    path.replace('%', "%25").replace('/', "%2F").replace('.', "%2E")
+}
+
+fn decode_owner(name: &str) -> String {
+    name.replace("%2F", "/").replace("%2E", ".").replace("%25", "%")
 }
 
 /// Validate `qos.json` and turn it into map entries and interfaces (pure apart from reading
@@ -289,8 +363,18 @@ impl Backend for QosBackend {
     }
 
     fn prepare(&mut self, next: &Artifacts) -> Result<()> {
+        self.committed = false;
         let p = plan(&next.qos)?;
+        if let (Some(why), false) = (&self.unusable, p.classes.is_empty()) {
+            let rules: BTreeSet<&str> = p.classes.iter().map(|c| c.rule.as_str()).collect();
+            return Err(miette!(
+                "refusing to apply {} ({} QoS class(es)): {why}",
+                rules.into_iter().collect::<Vec<_>>().join(", "),
+                p.classes.len()
+            ));
+        }
         if !p.classes.is_empty() || self.pinned() {
+            self.check_owner()?;
             self.loaded()?; // load + verify the object now: a refusal stops the apply here
         }
         self.staged = Some(p);
@@ -299,11 +383,19 @@ impl Backend for QosBackend {
 
     fn commit(&mut self) -> Result<()> {
         let p = self.staged.take().ok_or_else(|| miette!("eBPF QoS: commit without prepare"))?;
-        self.apply_plan(&p)
+        self.committed = true;
+        self.apply_plan(&p)?;
+        if !p.classes.is_empty() {
+            self.claim()?;
+        }
+        Ok(())
     }
 
     fn rollback(&mut self, previous: Option<&Artifacts>) -> Result<()> {
         self.staged = None;
+        if !std::mem::replace(&mut self.committed, false) {
+            return Ok(()); // nothing of this transaction reached the dataplane
+        }
         match previous {
             Some(prev) => {
                 let p = plan(&prev.qos)?;
@@ -321,7 +413,10 @@ impl Backend for QosBackend {
 
     fn observe(&mut self, expected: &Artifacts) -> Result<Observation> {
         let p = plan(&expected.qos)?;
-        let drift = self.drift(&p)?;
+        let mut drift = self.drift(&p)?;
+        if let (Some(why), false) = (&self.unusable, p.classes.is_empty()) {
+            drift.insert(0, format!("eBPF QoS: {why}"));
+        }
         let stats = self.class_stats()?;
         let mut per_rule: BTreeMap<(String, fwc_compiler::model::RuleKind), (u64, u64)> = BTreeMap::new();
         for c in &expected.qos.classes {

@@ -30,7 +30,7 @@ pub struct CheckArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  fwc compile --out /tmp/art                      # the only host\n  fwc compile examples/fleet --host edge-1 --out out/edge-1\n  fwc compile --json | jq .manifest.rules")]
+#[command(after_help = "Examples:\n  fwc compile --out /tmp/art                      # the only host\n  fwc compile examples/fleet --host edge-1 --out out/edge-1\n  fwc compile --json | jq .manifest.rules\n  fwc compile examples/fleet --all-hosts --out out/   # out/<host>/ for every host")]
 pub struct CompileArgs {
     /// Rule repository (directory with fwc.kdl).
     #[arg(default_value = ".")]
@@ -47,6 +47,11 @@ pub struct CompileArgs {
     /// Print all artifacts as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Compile every host the repository declares, on every core with the rule files parsed
+    /// once: with --out each host's artifacts go to OUT/<host>/, with --json one object keyed
+    /// by host name. Nothing is written unless every host compiles.
+    #[arg(long, conflicts_with = "host")]
+    pub all_hosts: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,12 +89,6 @@ pub struct PlanArgs {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    long_about = "Format the repository's KDL files (fwc.kdl, rules/**/*.kdl, tests/**/*.kdl) in place.\n\n\
-Only whitespace changes: 4-space indentation per block level, one space between entries, no space \
-around `=`, no trailing spaces, at most one blank line in a row. Comments (`//`, `/* */`, end of line), \
-`/-` slashdashes, blank lines between groups and every value as written (quoting included) are kept; \
-the result is checked to mean the same rules before a file is written. Templates (*.kdl.j2) are not \
-KDL until rendered and are skipped (listed on stderr).",
     after_help = "Examples:\n  fwc fmt                 # rewrite files in place\n  fwc fmt --check         # CI: exit 1 and list files that are not formatted\n  fwc fmt --diff          # show what would change, write nothing\n  fwc fmt --check --json  # per-file status as JSON\n\nExit codes: 0 formatted (or nothing to do), 1 a file is not formatted (--check/--diff) or is not valid KDL."
 )]
 pub struct FmtArgs {
@@ -139,16 +138,15 @@ fn read_tree(dir: &Path) -> std::result::Result<SourceTree, Diagnostics> {
 }
 
 pub fn check(a: CheckArgs, g: &Global) -> Result<ExitCode> {
-    let result = read_tree(&a.dir).and_then(|t| fwc_compiler::check_all(&t).map(|w| (t, w))).and_then(|(t, w)| {
+    let result = read_tree(&a.dir).and_then(|t| fwc_compiler::check_fleet(&t).map(|w| (t, w))).and_then(|(t, w)| {
         fwc_compiler::policytest::check(&t)?;
         Ok((t, w))
     });
     match result {
-        Ok((tree, warnings)) => {
+        Ok((tree, fleet)) => {
+            let (hosts, warnings) = (fleet.hosts.len(), fleet.warnings);
             report(&warnings, a.json, g);
             if !a.json {
-                let mut map = Default::default();
-                let hosts = fwc_compiler::syntax::parse_plain(&tree, &mut map).map(|rs| fwc_compiler::host_names(&rs).len()).unwrap_or(0);
                 println!("ok: {} file(s), {} test file(s), {hosts} host(s), {} warning(s)", tree.files.len(), tree.tests.len(), warnings.0.len());
             }
             if a.deny_warnings && !warnings.0.is_empty() {
@@ -189,6 +187,9 @@ pub fn compile_dir(dir: &Path, host: Option<&str>, commit: Option<&str>, json: b
 }
 
 pub fn compile(a: CompileArgs, g: &Global) -> Result<ExitCode> {
+    if a.all_hosts {
+        return compile_all_hosts(a, g);
+    }
     let Some(artifacts) = compile_dir(&a.dir, a.host.as_deref(), a.commit.as_deref(), a.json, g)? else {
         return Ok(ExitCode::from(1));
     };
@@ -206,6 +207,39 @@ pub fn compile(a: CompileArgs, g: &Global) -> Result<ExitCode> {
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&artifacts).into_diagnostic()?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `fwc compile --all-hosts`: every host, in parallel, written only when all compile.
+fn compile_all_hosts(a: CompileArgs, g: &Global) -> Result<ExitCode> {
+    let commit = a.commit.clone().or_else(|| head_commit(&a.dir));
+    let compiled = match read_tree(&a.dir).and_then(|t| fwc_compiler::compile_all(&t, commit.as_deref())) {
+        Ok(c) => c,
+        Err(diags) => {
+            report(&diags, a.json, g);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if !a.json {
+        let warnings = fwc_compiler::merge_unique(compiled.iter().map(|h| h.warnings.clone()).collect());
+        report(&warnings, false, g);
+    }
+    if let Some(out) = &a.out {
+        for h in &compiled {
+            write_artifacts(&out.join(&h.host), &h.artifacts)?;
+        }
+        if !a.json {
+            eprintln!("compiled {} host(s) into {}/<host>/", compiled.len(), out.display());
+        }
+    }
+    if a.json {
+        let by_host: serde_json::Map<String, serde_json::Value> = compiled
+            .into_iter()
+            .map(|h| Ok((h.host, serde_json::to_value(&h.artifacts)?)))
+            .collect::<std::result::Result<_, serde_json::Error>>()
+            .into_diagnostic()?;
+        println!("{}", serde_json::to_string_pretty(&by_host).into_diagnostic()?);
     }
     Ok(ExitCode::SUCCESS)
 }

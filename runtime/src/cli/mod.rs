@@ -117,7 +117,15 @@ pub enum Command {
     Compile(compile::CompileArgs),
     /// Show what would change, per rule, with the backend each rule goes to.
     Plan(compile::PlanArgs),
-    /// Format rule files canonically (or check that they are, with --check).
+    /// Format rule files, losing nothing (or only check, or show a diff).
+    ///
+    /// Formats the repository's KDL files (fwc.kdl, rules/**/*.kdl, tests/**/*.kdl) in place.
+    /// Only whitespace changes: 4-space indentation per block level, one space between entries,
+    /// no space around `=`, no trailing blanks, at most one blank line in a row. Comments (`//`,
+    /// `/* */`, end of line), `/-` slashdashes, blank lines between groups and every value as
+    /// written (quoting included) are kept, and each result is checked to mean the same rules
+    /// before it is written. Templates (*.kdl.j2) are not KDL until rendered and are skipped
+    /// (listed on stderr).
     Fmt(compile::FmtArgs),
     /// Print the JSON Schema of an artifact (or write all of them to a directory).
     Schema(compile::SchemaArgs),

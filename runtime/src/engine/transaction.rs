@@ -42,8 +42,10 @@ pub struct ApplyOptions {
 /// The backends `fwc apply` and the agent drive, in commit order:
 /// - nftables (filter, NAT, marks), caching its kernel renderings in `<state_dir>/cache`
 ///   (derived data: safe to delete, ignored by [`crate::state::dir_digest`]);
-/// - eBPF QoS, pinned under `/sys/fs/bpf/fwc` (with `--netns NS`: `/sys/fs/bpf/fwc-netns-NS`,
-///   every call made from inside the namespace, so only its interfaces are touched);
+/// - eBPF QoS, pinned under `/sys/fs/bpf/fwc` (with `--netns NS`, or run inside the named
+///   namespace NS: `/sys/fs/bpf/fwc-netns-NS`, every call made from inside the namespace, so
+///   only its interfaces are touched), on a bpffs that outlives the process (under
+///   `ip netns exec` the host's, reached through `/proc/PID/root`; none: classes refused);
 /// - the userspace forwarder, reached over the control socket in `state_dir` (started, detached
 ///   and inside the namespace, when listeners are wanted and none runs).
 ///
@@ -51,8 +53,8 @@ pub struct ApplyOptions {
 pub fn default_backends(netns: Option<&str>, state_dir: &std::path::Path) -> Vec<Box<dyn Backend>> {
     let nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state_dir.join(crate::state::CACHE_DIR));
     let qos: Box<dyn Backend> = match netns {
-        None => Box::new(QosBackend::default()),
-        Some(ns) => Box::new(InNetns::new(ns, QosBackend::new(fwc_qos::pin_root_for(Some(ns))))),
+        None => Box::new(QosBackend::for_namespace(None).owned_by(state_dir)),
+        Some(ns) => Box::new(InNetns::new(ns, QosBackend::for_namespace(Some(ns)).owned_by(state_dir))),
     };
     vec![Box::new(nft), qos, Box::new(ForwardBackend::new(state_dir).starting(netns))]
 }

@@ -42,7 +42,8 @@ impl AgentProc {
         let log = state.with_extension(format!("log{}", port));
         let err = std::fs::File::create(&log).unwrap();
         let mut c = Command::new(env!("CARGO_BIN_EXE_fwc"));
-        c.args(["agent", "--repo", url, "--host", "localhost", "--interval", "1s", "--fetch-timeout", "5s"])
+        c.args(["agent", "--repo", url, "--host", "localhost", "--interval", "1s"])
+            .args(if extra.contains(&"--fetch-timeout") { &[][..] } else { &["--fetch-timeout", "5s"][..] })
             .args(["--state-dir", state.to_str().unwrap(), "--metrics", &metrics.to_string(), "--netns", netns])
             .args(extra)
             .env("FWC_LOG", "info")
