@@ -548,8 +548,8 @@ impl WebhookSecret {
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     // Hash both sides first so the comparison time does not depend on the length either.
     use sha2::Digest;
-    let (ha, hb) = (Sha256::digest(a), Sha256::digest(b));
-    ha.iter().zip(hb.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    Sha256::digest(a).as_slice().ct_eq(Sha256::digest(b).as_slice()).into()
 }
 
 /// `sha256=<hex>` for a body, as GitHub sends it (for tests and the bench).

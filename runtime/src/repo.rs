@@ -90,9 +90,47 @@ pub fn discover(dir: &Path) -> Result<(git2::Repository, std::path::PathBuf)> {
     Ok((repo, rel))
 }
 
+/// The commit string of the checkout containing `dir`, as `fwc compile` and `fwc apply` both
+/// record it: HEAD's id, with `-dirty` when a tracked file differs from it (in the index or the
+/// work tree; untracked files do not count). None outside a git checkout or before the first
+/// commit. Read with git2: no `git` binary needed.
+pub fn checkout_commit(dir: &Path) -> Option<String> {
+    let repo = git2::Repository::discover(dir).ok()?;
+    let head = repo.head().ok()?.peel_to_commit().ok()?;
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(false).include_ignored(false).exclude_submodules(true);
+    let dirty = repo.statuses(Some(&mut opts)).ok().is_some_and(|s| !s.is_empty());
+    Some(format!("{}{}", head.id(), if dirty { "-dirty" } else { "" }))
+}
+
 /// Resolve `rev` (`HEAD~1`, a branch, a hash) to a commit.
 pub fn commit_at<'r>(repo: &'r git2::Repository, rev: &str) -> Result<git2::Commit<'r>> {
     repo.revparse_single(rev)
         .and_then(|o| o.peel_to_commit())
         .map_err(|e| miette!("cannot resolve git revision \"{rev}\": {}", e.message()))
+}
+
+#[cfg(test)]
+mod checkout_tests {
+    /// compile and apply record the same string: HEAD's id, `-dirty` only for changed tracked
+    /// files; made and read with git2 alone (no `git` on PATH needed).
+    #[test]
+    fn checkout_commit_is_head_with_dirty_for_tracked_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert_eq!(super::checkout_commit(d), None, "not a checkout");
+        let repo = git2::Repository::init(d).unwrap();
+        std::fs::write(d.join("fwc.kdl"), "fwc 1\n").unwrap();
+        let mut index = repo.index().unwrap();
+        index.add_path(std::path::Path::new("fwc.kdl")).unwrap();
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.org").unwrap();
+        let id = repo.commit(Some("HEAD"), &sig, &sig, "one", &tree, &[]).unwrap();
+        assert_eq!(super::checkout_commit(d), Some(id.to_string()));
+        std::fs::write(d.join("notes.txt"), "untracked\n").unwrap();
+        assert_eq!(super::checkout_commit(d), Some(id.to_string()), "untracked files do not make it dirty");
+        std::fs::write(d.join("fwc.kdl"), "fwc 1\n// changed\n").unwrap();
+        assert_eq!(super::checkout_commit(&d.join(".")), Some(format!("{id}-dirty")));
+    }
 }

@@ -162,16 +162,9 @@ pub fn check(a: CheckArgs, g: &Global) -> Result<ExitCode> {
     }
 }
 
-/// The HEAD commit of the git checkout containing `dir`, if any.
-pub fn head_commit(dir: &Path) -> Option<String> {
-    let (repo, _) = crate::repo::discover(dir).ok()?;
-    let head = repo.head().ok()?.peel_to_commit().ok()?;
-    Some(head.id().to_string())
-}
-
 /// Compile `dir` for `host`, rendering diagnostics on failure (as `fwc compile` does).
 pub fn compile_dir(dir: &Path, host: Option<&str>, commit: Option<&str>, json: bool, g: &Global) -> Result<Option<Artifacts>> {
-    let commit = commit.map(str::to_string).or_else(|| head_commit(dir));
+    let commit = commit.map(str::to_string).or_else(|| crate::repo::checkout_commit(dir));
     match read_tree(dir).and_then(|t| fwc_compiler::compile(&t, host, commit.as_deref())) {
         Ok((artifacts, warnings)) => {
             if !json {
@@ -213,7 +206,7 @@ pub fn compile(a: CompileArgs, g: &Global) -> Result<ExitCode> {
 
 /// `fwc compile --all-hosts`: every host, in parallel, written only when all compile.
 fn compile_all_hosts(a: CompileArgs, g: &Global) -> Result<ExitCode> {
-    let commit = a.commit.clone().or_else(|| head_commit(&a.dir));
+    let commit = a.commit.clone().or_else(|| crate::repo::checkout_commit(&a.dir));
     let compiled = match read_tree(&a.dir).and_then(|t| fwc_compiler::compile_all(&t, commit.as_deref())) {
         Ok(c) => c,
         Err(diags) => {

@@ -16,20 +16,6 @@ pub enum Loaded {
     Plan(Box<LivePlan>),
 }
 
-/// Git commit of `dir` (with `-dirty` when the work tree has changes), if it is a git checkout.
-pub fn git_commit(dir: &Path) -> Option<String> {
-    let out = std::process::Command::new("git").arg("-C").arg(dir).args(["rev-parse", "HEAD"]).output().ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let mut c = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let st = std::process::Command::new("git").arg("-C").arg(dir).args(["status", "--porcelain", "--untracked-files=no"]).output().ok()?;
-    if st.status.success() && !st.stdout.is_empty() {
-        c.push_str("-dirty");
-    }
-    Some(c)
-}
-
 /// The rules do not compile: their diagnostics, for the caller to render once (or print as
 /// JSON) instead of a report wrapped in a report.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
@@ -45,7 +31,7 @@ pub fn load_artifacts(path: &Path, host: Option<&str>, color: bool) -> Result<(A
         return Ok((a, format!("artifacts {}", abs.display())));
     }
     let tree = fwc_compiler::source::SourceTree::from_dir(path).map_err(CompileFailed)?;
-    let commit = git_commit(path);
+    let commit = crate::repo::checkout_commit(path);
     let (a, warnings) = fwc_compiler::compile(&tree, host, commit.as_deref()).map_err(CompileFailed)?;
     if !warnings.is_empty() {
         eprint!("{}", warnings.render(color));
