@@ -277,8 +277,9 @@ fn confirm_or_revert() {
     assert!(wait_until(Duration::from_secs(8), || !live().contains("9001")), "not reverted: {}", live());
     assert!(live().contains("dport 80"));
     assert!(wait_until(Duration::from_secs(3), || !sd.join("confirm.json").exists()));
-    let log = std::fs::read_to_string(sd.join("confirm.log")).unwrap();
-    assert!(log.contains("not confirmed in time, reverted"), "{log}");
+    // (the reverter removes confirm.json, then writes its log line)
+    let reverted = || std::fs::read_to_string(sd.join("confirm.log")).unwrap_or_default().contains("not confirmed in time, reverted");
+    assert!(wait_until(Duration::from_secs(3), reverted), "{}", std::fs::read_to_string(sd.join("confirm.log")).unwrap_or_default());
 
     // Confirmed: stays after the deadline.
     let o = apply(&d3, &["--confirm", "2s"]);

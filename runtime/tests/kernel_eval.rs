@@ -230,9 +230,9 @@ fn fwc_test_kernel_on_the_examples_and_golden_cases() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let start = Instant::now();
     let mut dirs: Vec<std::path::PathBuf> = ["quickstart", "edge-host", "fleet"].iter().map(|ex| root.join("examples").join(ex)).collect();
-    let mut golden: Vec<_> = std::fs::read_dir(root.join("golden")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("tests").is_dir()).collect();
+    let mut golden: Vec<_> = std::fs::read_dir(root.join("golden")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("fwc.kdl").is_file()).collect();
     golden.sort();
-    assert_eq!(golden.len(), 24, "every golden case has tests/");
+    assert!(golden.iter().all(|g| g.join("tests").is_dir()), "every golden case has tests/");
     dirs.extend(golden);
     let (mut agreed, mut expectations) = (0, 0);
     for dir in &dirs {

@@ -19,9 +19,9 @@
 //!   those sets keep the elements other programs (fail2ban, CrowdSec) wrote, with their
 //!   timeouts ([`NftBackend::preserving_tx`]); a diff never touches their elements. There is no
 //!   instant where the table is missing or half built, and conntrack entries survive.
-//! - **rollback**: if this backend committed, go back to the previous `nftables.json` the same
-//!   way (a diff from what was committed, else a full replace; or delete the table when there
-//!   is none); otherwise the live table is untouched already.
+//! - **rollback**: if this backend committed, replace the table with the previous
+//!   `nftables.json` (or delete it when there is none); otherwise the live table is untouched
+//!   already. (`fwc rollback` is an ordinary apply of the previous generation: a diff.)
 //! - **observe**: `nft -j list table inet fwc`, normalised (no handles, counter values, set
 //!   element order, dynamic set contents) and compared with the expected rendering; drift is
 //!   reported per rule using the `fwc:<kind>:<name>` comments the emitter puts on rules. The
@@ -63,14 +63,10 @@ pub fn injected_failure(phase: &str, kind: BackendKind) -> bool {
 #[derive(Debug, Clone)]
 struct Staged {
     tx: Value,
-    /// sha256 of the new nftables.json.
-    hash: String,
     /// Dynamic sets of the new table: name -> declaration (see [`dynamic_sets`]).
     dynamic: Vec<(String, Value)>,
     /// What the batch does; a full replace may become [`NftBackend::preserving_tx`] at commit.
     change: NftChange,
-    /// The new nftables.json (the base of a rollback by diff).
-    next: Value,
 }
 
 /// fwc's nftables table, optionally inside a named network namespace.
@@ -309,7 +305,7 @@ impl NftBackend {
         if let Some(v) = self.canonical.get(&key) {
             return Ok(Ok(v.clone()));
         }
-        if items(nftables)?.is_empty() {
+        if is_empty_doc(nftables)? {
             let v = json!({"nftables": []});
             self.canonical.insert(key, v.clone());
             return Ok(Ok(v));
@@ -367,7 +363,7 @@ impl NftBackend {
     /// without set elements, so they are left out of the comparison.
     fn compare(&mut self, expected: &Value, live: Option<Value>, terse: bool) -> Result<Observation> {
         let want = if terse { self.canonical(&structure(expected))? } else { self.canonical(expected)? };
-        let want_empty = items(expected)?.is_empty();
+        let want_empty = is_empty_doc(expected)?;
         let mut obs = Observation::default();
         match live {
             None if want_empty => {}
@@ -410,7 +406,7 @@ impl NftBackend {
     /// full replace with the reason. `live`: a terse listing ([`Self::list_terse`]) or a full one.
     pub fn change(&mut self, base: Option<&Value>, next: &Value, live: Option<&Value>, full_replace: Option<&str>) -> Result<(NftChange, Value)> {
         let full = |reason: &str| -> Result<(NftChange, Value)> { Ok((NftChange::full(reason), replace_tx(next)?)) };
-        if items(next)?.is_empty() {
+        if is_empty_doc(next)? {
             return Ok((NftChange::full("nothing to apply: the table is deleted"), json!({"nftables": [add_table(), delete_table()]})));
         }
         let Some(live) = live else { return full("first apply (table inet fwc does not exist)") };
@@ -418,7 +414,7 @@ impl NftBackend {
         if let Some(reason) = full_replace {
             return full(reason);
         }
-        if items(base)?.is_empty() {
+        if is_empty_doc(base)? {
             return full("fwc has not applied anything here before");
         }
         let canon = self.canonical(&structure(next))?;
@@ -485,9 +481,8 @@ impl Backend for NftBackend {
         // The kernel's rendering of the new ruleset without elements, for verify (cached).
         self.canonical(&structure(&next.nftables)).wrap_err("nftables: prepare failed")?;
         tracing::info!(mode = ?change.mode, "nftables: {}", change.describe());
-        let hash = sha256_hex(serde_json::to_string(&next.nftables).unwrap().as_bytes());
         let dynamic = dynamic_sets(&next.nftables);
-        self.staged = Some(Staged { tx, hash, dynamic, change, next: next.nftables.clone() });
+        self.staged = Some(Staged { tx, dynamic, change });
         Ok(())
     }
 
@@ -518,10 +513,9 @@ impl Backend for NftBackend {
         Self::log_batch(tx);
         let result = if tx["nftables"].as_array().is_some_and(Vec::is_empty) { Ok(()) } else { self.run_file(tx, false) };
         staged.tx["nftables"].as_array_mut().unwrap().truncate(len);
-        let hash = staged.hash.clone();
         self.staged = Some(staged);
         result.wrap_err("nftables: commit (nft -j -f) failed; the kernel aborted the whole transaction")?;
-        tracing::debug!(hash = %hash, "nftables committed");
+        tracing::debug!("nftables committed");
         self.committed = true;
         self.verify_pending = true;
         Ok(())
@@ -534,23 +528,17 @@ impl Backend for NftBackend {
             self.staged = None;
             return Ok(());
         }
-        let committed = self.staged.take().map(|s| s.next);
+        self.staged = None;
         match previous {
-            Some(p) if !items(&p.nftables)?.is_empty() => {
-                // A diff from what was committed; a full replace (keeping what fail2ban & co.
-                // added meanwhile, as commit does) when that does not apply.
-                let live = self.list_terse()?;
-                let (change, tx) = self.change(committed.as_ref(), &p.nftables, live.as_ref(), None)?;
-                let by_diff = change.mode != NftMode::FullReplace && self.run_file(&tx, true).is_ok();
-                if by_diff {
-                    Self::log_batch(&tx);
-                    self.run_file(&tx, false)
-                } else {
-                    let tx = replace_tx(&p.nftables)?;
-                    match self.preserving_tx(&tx, &dynamic_sets(&p.nftables))? {
-                        Some(keep) => self.run_file(&keep, false),
-                        None => self.run_file(&tx, false),
-                    }
+            Some(p) if !is_empty_doc(&p.nftables)? => {
+                // A full replace (keeping what fail2ban & co. added meanwhile, as commit does):
+                // this rollback only follows a failed verify or a later backend's failure, and
+                // keeping a copy of every committed element to diff back from would cost every
+                // apply. (`fwc rollback` is an ordinary transaction: a diff.)
+                let tx = replace_tx(&p.nftables)?;
+                match self.preserving_tx(&tx, &dynamic_sets(&p.nftables))? {
+                    Some(keep) => self.run_file(&keep, false),
+                    None => self.run_file(&tx, false),
                 }
             }
             _ => self.delete_table(),
@@ -646,6 +634,15 @@ fn add_table() -> Value {
 
 fn delete_table() -> Value {
     json!({"delete": {"table": {"family": "inet", "name": NFT_TABLE}}})
+}
+
+/// Whether a `{"nftables": [...]}` document has no object (metainfo aside), without copying it.
+fn is_empty_doc(doc: &Value) -> Result<bool> {
+    let arr = doc
+        .get("nftables")
+        .and_then(Value::as_array)
+        .ok_or_else(|| miette!("nftables.json is not a libnftables JSON document (no \"nftables\" array)"))?;
+    Ok(arr.iter().all(|o| o.get("metainfo").is_some()))
 }
 
 /// The objects of a `{"nftables": [...]}` document, without metainfo.
