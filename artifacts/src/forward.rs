@@ -53,7 +53,30 @@ pub struct Listener {
     /// to route and never decrypts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sni: Option<String>,
+    /// Active health checks of the targets (`health-check="tcp"`): unhealthy targets get no
+    /// new connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
 }
+
+/// A TCP connect probe of every target each `interval_ms`; a probe fails when the connect
+/// does not succeed within `timeout_ms`. A target goes down after `fall` failed probes in a
+/// row and comes back after `rise` good ones in a row. Targets start up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheck {
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    pub rise: u32,
+    pub fall: u32,
+}
+
+/// Defaults of `health-check`: a probe every 5 s with a 2 s timeout, down after 3 failures,
+/// back after 2 successes.
+pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 5_000;
+pub const DEFAULT_HEALTH_TIMEOUT_MS: u64 = 2_000;
+pub const DEFAULT_HEALTH_RISE: u32 = 2;
+pub const DEFAULT_HEALTH_FALL: u32 = 3;
 
 /// A new-connection rate: `count` per `period_secs`, with bursts up to `burst`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

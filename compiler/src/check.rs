@@ -250,6 +250,16 @@ impl Checker<'_> {
             if let Some(s) = &f.sni {
                 self.sni(&rule, f, s);
             }
+            if let (Some(h), 1) = (&f.health, f.targets.value.len()) {
+                self.err(
+                    "health-check-one-target",
+                    &rule,
+                    "health-check on a forward with one target: there is nothing to fail over to",
+                    h.span,
+                    "one target",
+                    "give several targets (to=\"10.0.0.5:80,10.0.0.6:80\"), or remove health-check",
+                );
+            }
             if let (Some(b), None, None) = (&f.burst, &f.up, &f.down) {
                 self.err("burst-without-rate", &rule, "burst without a bandwidth cap", b.span, "burst alone", "add bandwidth=\"100mbit\" (or up=/down=), or remove burst");
             }

@@ -403,11 +403,24 @@ pub struct ForwardRule {
     /// with other forwards. Skipped when absent so digests of other forwards do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sni: Option<Spanned<String>>,
+    /// `health-check="tcp"` and its `health-interval`, `health-timeout`, `health-rise`,
+    /// `health-fall` (defaults filled in). Skipped when absent (digests of other forwards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<Spanned<HealthSpec>>,
     pub backend: Spanned<BackendChoice>,
     pub on: Option<Spanned<Selector>>,
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+}
+
+/// Active health checks of a forward's targets: a TCP connect every `interval_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HealthSpec {
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    pub rise: u32,
+    pub fall: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

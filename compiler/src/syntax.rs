@@ -21,7 +21,7 @@ const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject"];
 const FILTER_PROPS: &[&str] = &["proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "on", "comment"];
 const FORWARD_PROPS: &[&str] = &[
     "proto", "listen", "to", "from", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
-    "idle-timeout", "sni", "backend", "on", "comment",
+    "idle-timeout", "sni", "health-check", "health-interval", "health-timeout", "health-rise", "health-fall", "backend", "on", "comment",
 ];
 /// Properties that may be given several times (each occurrence counts; read from the node's entries).
 const REPEATABLE_PROPS: &[&str] = &["file"];
@@ -695,6 +695,7 @@ impl Parser<'_, '_> {
             proxy_protocol: self.parsed(&mut p, "proxy-protocol", parse_proxy_protocol),
             idle_timeout_ms: self.parsed(&mut p, "idle-timeout", units::parse_duration_ms),
             sni: self.parsed(&mut p, "sni", parse_sni),
+            health: self.health(&mut p, &rule),
             backend: self
                 .choice(&mut p, "backend", &[("auto", BackendChoice::Auto), ("kernel", BackendChoice::Kernel), ("userspace", BackendChoice::Userspace)])
                 .unwrap_or(Spanned::new(BackendChoice::Auto, Span::default())),
@@ -706,6 +707,39 @@ impl Parser<'_, '_> {
             name,
         };
         Some(f)
+    }
+
+    /// `health-check="tcp"` with optional `health-interval`, `health-timeout`, `health-rise`,
+    /// `health-fall`; the others without `health-check` are an error.
+    fn health(&mut self, p: &mut Props, rule: &str) -> Option<Spanned<HealthSpec>> {
+        let kind = self.choice(p, "health-check", &[("tcp", ())]);
+        let interval = self.parsed(p, "health-interval", units::parse_duration_ms);
+        let timeout = self.parsed(p, "health-timeout", units::parse_duration_ms);
+        let rise = self.number(p, "health-rise", 1, 100);
+        let fall = self.number(p, "health-fall", 1, 100);
+        let Some(kind) = kind else {
+            if let Some(span) = interval.as_ref().map(|v| v.span).or(timeout.as_ref().map(|v| v.span)).or(rise.as_ref().map(|v| v.span)).or(fall.as_ref().map(|v| v.span)) {
+                self.error("health-without-check", "health-interval/-timeout/-rise/-fall without health-check", span, "no health-check")
+                    .rule(rule)
+                    .help("add health-check=\"tcp\", or remove the health-* settings");
+            }
+            return None;
+        };
+        let interval_ms = interval.as_ref().map_or(fwc_artifacts::DEFAULT_HEALTH_INTERVAL_MS, |v| v.value);
+        let spec = HealthSpec {
+            interval_ms,
+            // Default: 2 s, at most half the interval.
+            timeout_ms: timeout.as_ref().map_or(fwc_artifacts::DEFAULT_HEALTH_TIMEOUT_MS.min(interval_ms / 2).max(1), |v| v.value),
+            rise: rise.map_or(fwc_artifacts::DEFAULT_HEALTH_RISE, |v| v.value as u32),
+            fall: fall.map_or(fwc_artifacts::DEFAULT_HEALTH_FALL, |v| v.value as u32),
+        };
+        if spec.timeout_ms >= spec.interval_ms {
+            let span = timeout.as_ref().map_or(kind.span, |v| v.span);
+            self.error("bad-health-timeout", format!("health-timeout ({} ms) must be shorter than health-interval ({} ms)", spec.timeout_ms, spec.interval_ms), span, "too long")
+                .rule(rule)
+                .help("a probe must finish before the next one starts: shorten health-timeout or lengthen health-interval");
+        }
+        Some(Spanned::new(spec, kind.span))
     }
 
     fn shape(&mut self, node: &KdlNode) -> Option<ShapeRule> {

@@ -94,6 +94,7 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
         .collect();
     ForwardRule {
         sni: None,
+        health: None,
         name: sp(name.into()),
         proto,
         listen: sp(listen),

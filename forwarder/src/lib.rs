@@ -9,6 +9,7 @@
 
 pub mod bucket;
 pub mod control;
+pub mod health;
 pub mod limits;
 mod mmsg;
 pub mod proxy;

@@ -118,6 +118,16 @@ pub(crate) struct RuleShared {
     pub up: Bucket,
     pub down: Bucket,
     pub rr: AtomicUsize,
+    /// Health of the targets (all up unless the rule has a health check).
+    pub health: Arc<crate::health::Health>,
+}
+
+impl RuleShared {
+    /// Is this target worth a connect? Down targets are skipped unless every target of the
+    /// rule is down (then all are tried: see [`crate::health`]).
+    pub fn usable(&self, targets: &[fwc_artifacts::ForwardTarget], t: &fwc_artifacts::ForwardTarget) -> bool {
+        self.health.is_up(t) || targets.iter().all(|x| !self.health.is_up(x))
+    }
 }
 
 impl RuleShared {
@@ -128,6 +138,7 @@ impl RuleShared {
             up: Bucket::new(l.up_bytes_per_sec, l.burst_bytes),
             down: Bucket::new(l.down_bytes_per_sec, l.burst_bytes),
             rr: AtomicUsize::new(0),
+            health: Arc::default(),
         }
     }
 
@@ -314,6 +325,9 @@ pub struct Status {
     /// Removed listeners whose connections are still draining.
     pub draining: Vec<ListenerStatus>,
     pub rules: Vec<RuleStatsSnapshot>,
+    /// Health of the targets of forwards with a health check, by rule and target.
+    #[serde(default)]
+    pub health: Vec<crate::health::TargetHealth>,
     /// A prepared config waits for commit.
     pub staged: bool,
 }
@@ -326,8 +340,12 @@ struct State {
     staged: Option<Staged>,
 }
 
+/// The probe task of a rule with a health check, and what it probes.
+type HealthTask = (fwc_artifacts::HealthCheck, Vec<fwc_artifacts::ForwardTarget>, JoinHandle<()>);
+
 struct Inner {
     ctx: Arc<Ctx>,
+    health_tasks: Mutex<HashMap<String, HealthTask>>,
     rules: Mutex<HashMap<String, Arc<RuleShared>>>,
     state: tokio::sync::Mutex<State>,
 }
@@ -441,7 +459,7 @@ impl Forwarder {
             opts,
         });
         Forwarder {
-            inner: Arc::new(Inner { ctx, rules: Mutex::new(HashMap::new()), state: Default::default() }),
+            inner: Arc::new(Inner { ctx, health_tasks: Mutex::default(), rules: Mutex::new(HashMap::new()), state: Default::default() }),
         }
     }
 
@@ -518,6 +536,7 @@ impl Forwarder {
                 self.rule(l).apply(l);
             }
         }
+        self.sync_health(&staged.config);
         // Removed: stop accepting now, drain in the background.
         for key in &staged.removed {
             if let Some(a) = st.active.remove(key) {
@@ -585,6 +604,45 @@ impl Forwarder {
             d.handle.kill.send_replace(true);
         }
         st.config = ForwardArtifact::default();
+        for (_, (_, _, task)) in self.inner.health_tasks.lock().unwrap().drain() {
+            task.abort();
+        }
+    }
+
+    /// One probe task per rule with a health check; a task whose check or targets changed is
+    /// replaced, one whose rule lost its check (or went) is stopped and its states dropped.
+    fn sync_health(&self, cfg: &ForwardArtifact) {
+        let mut want: BTreeMap<&str, (fwc_artifacts::HealthCheck, Vec<fwc_artifacts::ForwardTarget>)> = BTreeMap::new();
+        for l in &cfg.listeners {
+            if let Some(hc) = l.health_check {
+                let e = want.entry(l.rule.as_str()).or_insert_with(|| (hc, Vec::new()));
+                for t in &l.targets {
+                    if !e.1.contains(t) {
+                        e.1.push(t.clone());
+                    }
+                }
+            }
+        }
+        let mut tasks = self.inner.health_tasks.lock().unwrap();
+        let rules = self.inner.rules.lock().unwrap();
+        tasks.retain(|rule, (hc, targets, task)| {
+            let keep = want.get(rule.as_str()).is_some_and(|(h, t)| h == hc && t == targets);
+            if !keep {
+                task.abort();
+                if let Some(r) = rules.get(rule) {
+                    r.health.clear();
+                }
+            }
+            keep
+        });
+        for (rule, (hc, targets)) in want {
+            if tasks.contains_key(rule) {
+                continue;
+            }
+            let Some(shared) = rules.get(rule) else { continue };
+            let task = crate::health::spawn(rule.to_string(), shared.health.clone(), targets.clone(), hc, self.inner.ctx.resolver.clone());
+            tasks.insert(rule.to_string(), (hc, targets, task));
+        }
     }
 
     pub async fn status(&self) -> Status {
@@ -637,7 +695,15 @@ impl Forwarder {
             .map(|(n, r)| r.stats.snapshot(n))
             .collect();
         rules.sort_by(|a, b| a.rule.cmp(&b.rule));
+        let health = {
+            let tasks = self.inner.health_tasks.lock().unwrap();
+            let shared = self.inner.rules.lock().unwrap();
+            let mut names: Vec<&String> = tasks.keys().collect();
+            names.sort();
+            names.into_iter().filter_map(|n| shared.get(n).map(|r| r.health.snapshot(n))).flatten().collect()
+        };
         Status {
+            health,
             pid: std::process::id(),
             splice: self.inner.ctx.opts.splice,
             config: st.config.clone(),

@@ -244,6 +244,9 @@ async fn connect_any(h: &ListenerHandle, cur: &Current) -> io::Result<TcpStream>
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no target address");
     for i in 0..n {
         let t = &cfg.targets[(start + i) % n];
+        if !cur.rule.usable(&cfg.targets, t) {
+            continue;
+        }
         let addrs = match h.ctx.resolver.resolve(&t.host, t.port).await {
             Ok(a) => a,
             Err(e) => {
@@ -263,7 +266,7 @@ async fn connect_any(h: &ListenerHandle, cur: &Current) -> io::Result<TcpStream>
 }
 
 /// Connect with the forwarder's socket mark set before the SYN leaves.
-async fn connect_marked(addr: std::net::SocketAddr) -> io::Result<TcpStream> {
+pub(crate) async fn connect_marked(addr: std::net::SocketAddr) -> io::Result<TcpStream> {
     let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     crate::mark_upstream(std::os::fd::AsFd::as_fd(&sock));
     sock.connect(addr).await

@@ -219,6 +219,9 @@ async fn open(
     let mut target = None;
     for i in 0..n {
         let t = &cfg.targets[(start + i) % n];
+        if !cur.rule.usable(&cfg.targets, t) {
+            continue;
+        }
         match h.ctx.resolver.resolve(&t.host, t.port).await {
             Ok(a) if !a.is_empty() => {
                 target = Some(a[0]);

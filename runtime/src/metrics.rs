@@ -5,7 +5,7 @@
 //! `fwc_apply_duration_seconds`, `fwc_applied_commit_info{commit}`, `fwc_drift_total`,
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
-//! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, plus `fwc_webhook_requests_total{result}`,
+//! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`, plus `fwc_webhook_requests_total{result}`,
 //! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}` and the
 //! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
 //! rules file, with its kind in a `kind` label (filter, forward, shape). Every label value an
@@ -87,6 +87,12 @@ pub struct ClassActionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleTargetLabel {
+    pub rule: String,
+    pub target: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerResultLabel {
     pub listener: String,
     pub result: String,
@@ -111,6 +117,7 @@ pub struct Metrics {
     pub forward_connections_active: Family<RuleLabel, Gauge>,
     pub qos_packets_total: Family<ClassActionLabel, Counter>,
     pub forward_sni_connections_total: Family<ListenerResultLabel, Counter>,
+    pub forward_target_up: Family<RuleTargetLabel, Gauge>,
     pub webhook_requests_total: Family<ResultLabel, Counter>,
     pub commit_refused_total: Family<ReasonLabel, Counter>,
     pub agent_degraded: Gauge,
@@ -148,6 +155,7 @@ impl Metrics {
             forward_connections_active: Family::default(),
             qos_packets_total: Family::default(),
             forward_sni_connections_total: Family::default(),
+            forward_target_up: Family::default(),
             webhook_requests_total: Family::default(),
             commit_refused_total: Family::default(),
             agent_degraded: Gauge::default(),
@@ -182,6 +190,11 @@ impl Metrics {
             "fwc_forward_sni_connections",
             "Connections of SNI-routed forwarder sockets by listener and result (routed, fallback, miss, parse_failure, timeout)",
             m.forward_sni_connections_total.clone(),
+        );
+        registry.register(
+            "fwc_forward_target_up",
+            "1 while a health-checked forward target passes its checks, 0 while it is taken out",
+            m.forward_target_up.clone(),
         );
         registry.register(
             "fwc_webhook_requests",
@@ -309,6 +322,10 @@ impl Metrics {
             let key = ListenerResultLabel { listener: c.listener.clone(), result: c.result.to_string() };
             self.forward_sni_connections_total.get_or_create(&key).inc_by(advance(&mut last, key, c.connections));
         }
+    }
+
+    pub fn set_target_up(&self, rule: &str, target: &str, up: bool) {
+        self.forward_target_up.get_or_create(&RuleTargetLabel { rule: rule.to_string(), target: target.to_string() }).set(up as i64);
     }
 
     pub fn set_forward_connections(&self, rule: &str, n: i64) {
@@ -800,6 +817,7 @@ mod tests {
         let sni = |n| crate::backend::SniConnections { listener: "tcp [::]:443".into(), result: "miss", connections: n };
         m.observe_sni(&[sni(2)]);
         m.observe_sni(&[sni(5)]);
+        m.set_target_up("api", "10.0.0.5:80", false);
         Metrics::inc(&m.webhook_requests_total, "unauthorized");
         m.refused("signature");
         m.set_degraded(true);
@@ -815,6 +833,7 @@ mod tests {
             "fwc_forward_connections_active{rule=\"api\"} 3",
             "fwc_qos_packets_total{class=\"tenant-b/up\",action=\"dropped\"} 4",
             "fwc_forward_sni_connections_total{listener=\"tcp [::]:443\",result=\"miss\"} 5",
+            "fwc_forward_target_up{rule=\"api\",target=\"10.0.0.5:80\"} 0",
             "fwc_webhook_requests_total{result=\"unauthorized\"} 1",
             "fwc_commit_refused_total{reason=\"signature\"} 1",
             "fwc_agent_degraded 1",

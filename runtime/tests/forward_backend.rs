@@ -28,6 +28,7 @@ fn listener(rule: &str, port: u16) -> Listener {
         idle_timeout_ms: 60_000,
         connect_timeout_ms: 1_000,
         sni: None,
+        health_check: None,
     }
 }
 

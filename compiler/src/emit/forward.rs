@@ -63,6 +63,12 @@ pub fn emit(plan: &HostPlan) -> ForwardArtifact {
                     }),
                     connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
                     sni: f.sni.as_ref().map(|s| s.value.clone()),
+                    health_check: f.health.as_ref().map(|h| HealthCheck {
+                        interval_ms: h.interval_ms,
+                        timeout_ms: h.timeout_ms,
+                        rise: h.rise,
+                        fall: h.fall,
+                    }),
                 });
             }
         }

@@ -261,6 +261,15 @@ fn forward_summary(f: &ForwardRule) -> String {
     if let Some(t) = &f.idle_timeout_ms {
         out.push_str(&format!(" idle-timeout {}", duration(t.value)));
     }
+    if let Some(h) = &f.health {
+        out.push_str(&format!(
+            " health-check tcp every {} timeout {} rise {} fall {}",
+            duration(h.interval_ms),
+            duration(h.timeout_ms),
+            h.rise,
+            h.fall
+        ));
+    }
     comment(&mut out, &f.comment);
     out
 }

@@ -149,6 +149,7 @@ pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<Back
         _ if dns.is_some() => Some(format!("DNS target {} needs userspace (the kernel NATs to addresses only)", dns.unwrap_or_default())),
         _ if f.proxy_protocol.is_some() => Some("PROXY protocol needs userspace (the kernel cannot add a header)".into()),
         _ if f.idle_timeout_ms.is_some() => Some("idle-timeout needs userspace".into()),
+        _ if f.health.is_some() => Some("health-check needs userspace (the forwarder probes the targets; kernel DNAT failover is not built yet)".into()),
         _ => None,
     };
     match userspace_reason {

@@ -28,6 +28,7 @@ pub fn listener(rule: &str, proto: ListenerProto, addr: &str, port: u16, targets
         idle_timeout_ms: 60_000,
         connect_timeout_ms: 2_000,
         sni: None,
+        health_check: None,
     }
 }
 

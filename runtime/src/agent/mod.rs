@@ -778,6 +778,9 @@ impl Agent {
                         obs.qos_packets.iter().map(|q| (q.class.clone(), q.action.to_string(), q.packets)).collect();
                     self.metrics.observe_qos_counters(&qos);
                     self.metrics.observe_sni(&obs.sni);
+                    for (rule, target, up) in &obs.target_health {
+                        self.metrics.set_target_up(rule, target, *up);
+                    }
                     let located = crate::backend::sources::locate(obs.drift, &cur.artifacts.manifest);
                     drift.extend(located.iter().map(|d| format!("{}: {d}", b.kind().as_str())));
                 }

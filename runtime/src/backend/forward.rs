@@ -293,6 +293,7 @@ impl Backend for ForwardBackend {
                     .map(|(result, connections)| SniConnections { listener: listener.clone(), result, connections })
             })
             .collect();
-        Ok(Observation { drift, counters, active_connections, sni, ..Default::default() })
+        let target_health = st.health.iter().map(|h| (h.rule.clone(), h.target.clone(), h.up)).collect();
+        Ok(Observation { drift, counters, active_connections, sni, target_health, ..Default::default() })
     }
 }

@@ -52,6 +52,8 @@ pub struct Observation {
     pub qos_packets: Vec<QosPackets>,
     /// Connections of the forwarder's SNI-routed sockets by how they were routed.
     pub sni: Vec<SniConnections>,
+    /// Health of health-checked forward targets: (rule, `host:port`, up).
+    pub target_health: Vec<(String, String, bool)>,
 }
 
 /// Connections of one SNI-routed socket (`tcp 0.0.0.0:443`) with one `result`: `routed`,

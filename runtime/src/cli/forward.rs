@@ -168,6 +168,13 @@ pub fn render(st: &Status) -> String {
         let sni = l.sni.as_deref().map(|n| format!(" sni {n}")).unwrap_or_default();
         out.push_str(&format!("  {p} {:<22} {}{sni} ({} active)\n", l.local.to_string(), l.rule, l.conns_active));
     }
+    if !st.health.is_empty() {
+        out.push_str("\ntarget health:\n");
+        for h in &st.health {
+            let state = if h.up { "up" } else { "DOWN" };
+            out.push_str(&format!("  {:<24} {:<28} {state:<5} ({} checks, {} failed)\n", h.rule, h.target, h.checks, h.failures));
+        }
+    }
     for s in &st.sni_listeners {
         let at = s.local.map(|a| a.to_string()).unwrap_or_else(|| format!("{}:{}", s.listen_addr, s.listen_port));
         out.push_str(&format!(
