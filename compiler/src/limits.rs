@@ -29,8 +29,10 @@ pub const MAX_SET_ELEMENTS: usize = 4_000_000;
 pub const MAX_RULES: usize = 100_000;
 /// minijinja fuel per template render: about a second of work; a runaway loop stops here.
 pub const TEMPLATE_FUEL: u64 = 20_000_000;
-/// Largest rendered template (bytes).
-pub const MAX_RENDERED_BYTES: usize = 64 << 20;
+/// Largest rendered template (bytes). Smaller than a rule file may be: a short template can
+/// amplify itself a thousandfold, and every rendered byte goes through the KDL parser once per
+/// host (found by the fuzzer: 51 MB of rendered comments took 40 s to parse).
+pub const MAX_RENDERED_BYTES: usize = 16 << 20;
 
 /// Stack of a parser thread: the KDL parser recurses per nesting level; with the limits above
 /// it needs far less, this is the margin for whatever the pre-scan does not model.
