@@ -6,13 +6,15 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::{ForwardArtifact, Manifest, QosArtifact};
+use std::borrow::Cow;
+
+use crate::{ForwardArtifact, Manifest, NftDoc, QosArtifact};
 
 /// All four artifacts of one host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Artifacts {
     /// libnftables JSON (`{"nftables": [...]}`) that creates `table inet fwc` from scratch.
-    pub nftables: serde_json::Value,
+    pub nftables: NftDoc,
     pub qos: QosArtifact,
     pub forward: ForwardArtifact,
     pub manifest: Manifest,
@@ -26,13 +28,14 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 
 impl Artifacts {
     /// The exact bytes of each artifact file, in a stable order. Every JSON file is pretty
-    /// printed with a trailing newline so diffs and hashes are stable.
-    pub fn files(&self) -> Vec<(&'static str, String)> {
+    /// printed with a trailing newline so diffs and hashes are stable. `nftables.json` is
+    /// borrowed, not copied (it can be hundreds of MB).
+    pub fn files(&self) -> Vec<(&'static str, Cow<'_, str>)> {
         vec![
-            (NFTABLES_FILE, to_pretty(&self.nftables)),
-            (QOS_FILE, to_pretty(&self.qos)),
-            (FORWARD_FILE, to_pretty(&self.forward)),
-            (MANIFEST_FILE, to_pretty(&self.manifest)),
+            (NFTABLES_FILE, Cow::Borrowed(self.nftables.text())),
+            (QOS_FILE, Cow::Owned(to_pretty(&self.qos))),
+            (FORWARD_FILE, Cow::Owned(to_pretty(&self.forward))),
+            (MANIFEST_FILE, Cow::Owned(to_pretty(&self.manifest))),
         ]
     }
 
@@ -46,7 +49,7 @@ impl Artifacts {
                 .map_err(|e| ArtifactReadError { path: path.display().to_string(), reason: e.to_string() })
         }
         Ok(Artifacts {
-            nftables: read(dir, NFTABLES_FILE)?,
+            nftables: NftDoc::from(read::<serde_json::Value>(dir, NFTABLES_FILE)?),
             qos: read(dir, QOS_FILE)?,
             forward: read(dir, FORWARD_FILE)?,
             manifest: read(dir, MANIFEST_FILE)?,

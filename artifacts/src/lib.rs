@@ -12,6 +12,7 @@ pub mod identity;
 mod kinds;
 mod manifest;
 mod marks;
+mod nftdoc;
 mod qos;
 mod schema;
 
@@ -21,6 +22,7 @@ pub use identity::{parse_rule_comment, rule_comment, RuleId, COMMENT_PREFIX, MAX
 pub use kinds::*;
 pub use manifest::*;
 pub use marks::*;
+pub use nftdoc::NftDoc;
 pub use qos::*;
 pub use schema::schemas;
 

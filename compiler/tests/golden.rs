@@ -113,9 +113,8 @@ fn golden_output_is_deterministic() {
     for case in cases() {
         let tree = SourceTree::from_dir(&case).unwrap();
         for host in hosts(&tree) {
-            let a = fwc_compiler::compile(&tree, Some(&host), None).unwrap().0.files();
-            let b = fwc_compiler::compile(&tree, Some(&host), None).unwrap().0.files();
-            assert_eq!(a, b, "{} / {host} is not deterministic", case.display());
+            let (a, b) = (fwc_compiler::compile(&tree, Some(&host), None).unwrap().0, fwc_compiler::compile(&tree, Some(&host), None).unwrap().0);
+            assert_eq!(a.files(), b.files(), "{} / {host} is not deterministic", case.display());
         }
     }
 }

@@ -138,7 +138,7 @@ fn rate(count: u32, per: TimeUnit, burst: Option<u32>) -> Option<Spanned<EventRa
 fn emit(rs: &Ruleset) -> Value {
     let host = implicit_host();
     let plan = plan_host(rs, &host);
-    nft::emit(&plan)
+    nft::emit(&plan).into_value()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1263,7 +1263,7 @@ shape "guests" from="10.2.0.0/16" rate="20mbit" burst="256KiB" dev=eth1
 fn compile_design_example() -> Value {
     let tree = fwc_compiler::source::SourceTree::from_files([("fwc.kdl".to_string(), DESIGN_EXAMPLE.to_string())]);
     let (artifacts, _warnings) = fwc_compiler::compile(&tree, Some("edge-1"), None).unwrap_or_else(|e| panic!("{e:?}"));
-    artifacts.nftables
+    artifacts.nftables.into_value()
 }
 
 #[test]

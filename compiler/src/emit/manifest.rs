@@ -11,7 +11,7 @@ use crate::model::*;
 use crate::select::HostPlan;
 use crate::source::SourceMap;
 
-pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &serde_json::Value, qos: &QosArtifact, forward: &ForwardArtifact) -> Manifest {
+pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &NftDoc, qos: &QosArtifact, forward: &ForwardArtifact) -> Manifest {
     let mut positions = crate::diag::Positions::new(map);
     let mut at = |span: Span| {
         let l = positions.locate(span);
@@ -55,7 +55,7 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &s
         });
     }
     let mut artifact_hashes = BTreeMap::new();
-    artifact_hashes.insert(NFTABLES_FILE.to_string(), sha256_pretty(nftables));
+    artifact_hashes.insert(NFTABLES_FILE.to_string(), sha256_hex(nftables.text().as_bytes()));
     artifact_hashes.insert(QOS_FILE.to_string(), sha256_pretty(qos));
     artifact_hashes.insert(FORWARD_FILE.to_string(), sha256_pretty(forward));
     Manifest {

@@ -97,7 +97,8 @@ fn unknown_json_is_an_error_not_a_guess() {
             {"add": {"table": {"family": "inet", "name": "fwc"}}},
             {"add": {"chain": {"family": "inet", "table": "fwc", "name": "input", "type": "filter", "hook": "input", "prio": 0, "policy": "drop"}}},
             {"add": {"rule": {"family": "inet", "table": "fwc", "chain": "input", "expr": [{"match": {"left": {"osf": {"key": "name"}}, "right": "Linux", "op": "=="}}, {"accept": null}]}}}
-        ]}),
+        ]})
+        .into(),
         qos: Default::default(),
         forward: Default::default(),
         manifest: crate::artifacts::Manifest { version: 1, host: "h".into(), commit: None, rules: vec![], artifact_hashes: Default::default(), setup: Default::default() },

@@ -47,6 +47,13 @@ impl Fam {
             Fam::V6 => 128,
         }
     }
+    /// The prefix length of the interval `lo..=hi` if it is exactly one network.
+    pub(super) fn prefix_len(self, lo: u128, hi: u128) -> Option<u32> {
+        let diff = lo ^ hi;
+        let host_bits = 128 - diff.leading_zeros();
+        let is_prefix = diff.count_ones() == host_bits && lo & diff == 0;
+        (is_prefix && host_bits <= self.bits()).then(|| self.bits() - host_bits)
+    }
     pub(super) fn addr(self, v: u128) -> IpAddr {
         match self {
             Fam::V4 => IpAddr::V4(Ipv4Addr::from(v as u32)),
@@ -102,34 +109,14 @@ pub(super) fn merged<'a>(elems: impl IntoIterator<Item = &'a AddrElem>) -> [Vec<
     out
 }
 
-/// [`interval_expr`] as JSON, straight (named sets can hold millions of elements: no typed
-/// expression in between). Same shape as the typed objects serialize to.
-pub(super) fn interval_value(fam: Fam, lo: u128, hi: u128) -> Value {
-    if lo == hi {
-        return Value::String(fam.addr(lo).to_string());
-    }
-    let diff = lo ^ hi;
-    let host_bits = 128 - diff.leading_zeros();
-    let is_prefix = diff.count_ones() == host_bits && lo & diff == 0;
-    if is_prefix && host_bits <= fam.bits() {
-        json!({"prefix": {"addr": fam.addr(lo).to_string(), "len": fam.bits() - host_bits}})
-    } else {
-        json!({"range": [fam.addr(lo).to_string(), fam.addr(hi).to_string()]})
-    }
-}
-
 /// One interval as an nft value: an address, a prefix or a range.
 pub(super) fn interval_expr(fam: Fam, lo: u128, hi: u128) -> E {
     if lo == hi {
         return s(fam.addr(lo).to_string());
     }
-    let diff = lo ^ hi;
-    let host_bits = 128 - diff.leading_zeros();
-    let is_prefix = diff.count_ones() == host_bits && lo & diff == 0;
-    if is_prefix && host_bits <= fam.bits() {
-        prefix(fam.addr(lo).to_string(), fam.bits() - host_bits)
-    } else {
-        range(s(fam.addr(lo).to_string()), s(fam.addr(hi).to_string()))
+    match fam.prefix_len(lo, hi) {
+        Some(len) => prefix(fam.addr(lo).to_string(), len),
+        None => range(s(fam.addr(lo).to_string()), s(fam.addr(hi).to_string())),
     }
 }
 

@@ -155,6 +155,7 @@ mod out;
 mod qos_marks;
 #[cfg(test)]
 mod tests;
+mod writer;
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -172,7 +173,7 @@ use nftables::stmt::{
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook, RejectCode};
 use serde_json::{json, Value};
 
-use crate::artifacts::{QosDirection, NFT_TABLE, QOS_MARK_MASK, QOS_MARK_SHIFT};
+use crate::artifacts::{NftDoc, QosDirection, NFT_TABLE, QOS_MARK_MASK, QOS_MARK_SHIFT};
 use crate::model::*;
 use crate::select::{ChainPlan, HostPlan};
 
@@ -186,7 +187,7 @@ use qos_marks::*;
 
 /// The nftables ruleset of one host: `{"nftables": [ {"add": …}, … ]}`. Objects (table, sets,
 /// maps, chains) come first, then the rules, each in the order below.
-pub fn emit(plan: &HostPlan) -> Value {
+pub fn emit(plan: &HostPlan) -> NftDoc {
     let mut out = Out::default();
     out.add(NfListObject::Table(Table { family: NfFamily::INet, name: NFT_TABLE.into(), handle: None }));
     named_sets(&mut out, plan);

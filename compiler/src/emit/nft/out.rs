@@ -1,21 +1,23 @@
 //! The output document: objects (table, sets, maps, chains) first, then rules, in emission
-//! order; named sets and NAT maps are built as JSON directly.
+//! order, each written as text when it is added (`writer`); named sets' elements are
+//! streamed, NAT maps built as JSON directly.
 
+use super::writer::{Add, AddrSetBody, Document, Members};
 use super::*;
 
 #[derive(Default)]
 pub(super) struct Out {
-    objects: Vec<Value>,
-    rules: Vec<Value>,
+    objects: Document,
+    rules: Members,
 }
 
-pub(super) fn to_value(obj: NfListObject<'static>) -> Value {
-    serde_json::to_value(NfObject::CmdObject(NfCmd::Add(obj))).expect("nftables objects serialize")
+fn cmd(obj: NfListObject<'static>) -> NfObject<'static> {
+    NfObject::CmdObject(NfCmd::Add(obj))
 }
 
 impl Out {
     pub(super) fn add(&mut self, obj: NfListObject<'static>) {
-        self.objects.push(to_value(obj));
+        self.objects.push(&cmd(obj));
     }
 
     pub(super) fn chain(&mut self, name: &str, base: Option<(NfChainType, NfHook, i32, NfChainPolicy)>) {
@@ -39,23 +41,12 @@ impl Out {
             index: None,
             comment: comment.map(Cow::Owned),
         };
-        self.rules.push(to_value(NfListObject::Rule(r)));
+        self.rules.push(&cmd(NfListObject::Rule(r)));
     }
 
-    /// A named address set (interval) with the merged intervals `elems`, built as JSON directly.
+    /// A named address set (interval) with the merged intervals `elems`, written directly.
     pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: &[(u128, u128)]) {
-        let mut set = serde_json::Map::new();
-        set.insert("family".into(), json!("inet"));
-        set.insert("table".into(), json!(NFT_TABLE));
-        set.insert("name".into(), Value::String(name));
-        set.insert("type".into(), json!(match fam { Fam::V4 => "ipv4_addr", Fam::V6 => "ipv6_addr" }));
-        set.insert("flags".into(), json!(["interval"]));
-        if !elems.is_empty() {
-            set.insert("elem".into(), Value::Array(elems.iter().map(|&(lo, hi)| interval_value(fam, lo, hi)).collect()));
-        }
-        // Not `json!` around a big value: the macro would deep-copy it (`to_value`).
-        let wrap = |k: &str, v: Value| Value::Object(serde_json::Map::from_iter([(k.to_string(), v)]));
-        self.objects.push(wrap("add", wrap("set", Value::Object(set))));
+        self.objects.push(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
     }
 
     /// A `dynamic=#true` set: `flags interval, timeout` (other programs add addresses, CIDRs
@@ -73,7 +64,7 @@ impl Out {
         if let Some(s) = d.size {
             set["size"] = json!(s);
         }
-        self.objects.push(json!({"add": {"set": set}}));
+        self.objects.push(&Add("set", set));
     }
 
     pub(super) fn port_set(&mut self, name: &str, ports: &[PortRange]) {
@@ -119,7 +110,7 @@ impl Out {
             size: None,
             comment: None,
         };
-        let mut v = to_value(NfListObject::Map(Box::new(map)));
+        let mut v = serde_json::to_value(cmd(NfListObject::Map(Box::new(map)))).expect("maps serialize");
         let obj = v["add"]["map"].as_object_mut().expect("map object");
         if !elems.is_empty() {
             obj.insert("elem".into(), Value::Array(elems));
@@ -128,7 +119,7 @@ impl Out {
             // A map-level statement: every element gets its own counter.
             obj.insert("stmt".into(), json!([{"counter": null}]));
         }
-        self.objects.push(v);
+        self.objects.push(&v);
     }
 }
 
@@ -143,10 +134,7 @@ pub(super) fn commented(key: E, comment: &str) -> Value {
 
 impl Out {
     /// The finished document: objects, then rules.
-    pub(super) fn finish(self) -> Value {
-        let mut objects = self.objects;
-        objects.extend(self.rules);
-        // Not `json!`: it would deep-copy the whole document (`to_value`), set elements included.
-        Value::Object(serde_json::Map::from_iter([("nftables".to_string(), Value::Array(objects))]))
+    pub(super) fn finish(self) -> NftDoc {
+        NftDoc::from_pretty_text(self.objects.finish(self.rules))
     }
 }

@@ -85,3 +85,38 @@ fn l4_forms() {
         json!([{"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "ipv6-icmp"}}])
     );
 }
+
+#[test]
+fn written_text_is_serde_jsons_pretty_print() {
+    let mut out = Out::default();
+    out.add(NfListObject::Table(Table { family: NfFamily::INet, name: NFT_TABLE.into(), handle: None }));
+    let [v4, v6] = merged(&[
+        net("192.0.2.7/32"),
+        AddrElem::Range("192.0.2.8".parse().unwrap(), "192.0.2.20".parse().unwrap()),
+        net("198.51.100.0/24"),
+        net("2001:db8::/32"),
+    ]);
+    out.named_addr_set("s_v4".into(), Fam::V4, &v4);
+    out.named_addr_set("s_v6".into(), Fam::V6, &v6);
+    out.named_addr_set("e_v4".into(), Fam::V4, &[]);
+    out.chain("input", None);
+    out.rule("input", vec![], Some("fwc:filter:x".into()));
+    let doc = out.finish();
+    let set = |name: &str, t: &str, elem: Option<Value>| {
+        let mut v = json!({"family": "inet", "table": "fwc", "name": name, "type": t, "flags": ["interval"]});
+        if let Some(e) = elem {
+            v["elem"] = e;
+        }
+        json!({"add": {"set": v}})
+    };
+    let expected = json!({"nftables": [
+        {"add": {"table": {"family": "inet", "name": "fwc"}}},
+        set("s_v4", "ipv4_addr", Some(json!([{"range": ["192.0.2.7", "192.0.2.20"]}, {"prefix": {"addr": "198.51.100.0", "len": 24}}]))),
+        set("s_v6", "ipv6_addr", Some(json!([{"prefix": {"addr": "2001:db8::", "len": 32}}]))),
+        set("e_v4", "ipv4_addr", None),
+        {"add": {"chain": {"family": "inet", "table": "fwc", "name": "input"}}},
+        {"add": {"rule": {"family": "inet", "table": "fwc", "chain": "input", "expr": [], "comment": "fwc:filter:x"}}},
+    ]});
+    assert_eq!(doc.text(), crate::artifacts::to_pretty(&expected));
+    assert_eq!(Out::default().finish().text(), "{\n  \"nftables\": []\n}\n");
+}

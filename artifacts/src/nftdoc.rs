@@ -1,0 +1,115 @@
+//! The nftables artifact ([`NftDoc`]): kept as the exact text of `nftables.json` when the
+//! compiler wrote it (no JSON tree is built to compile), parsed into a `serde_json::Value` only
+//! when a consumer reads it as a tree (the runtime's diff, drift and evaluation).
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::files::to_pretty;
+
+/// `{"nftables": [...]}`: its file text, its tree, or both. At least one is always present;
+/// the other is derived on first use. Dereferences to the tree.
+#[derive(Clone, Default)]
+pub struct NftDoc {
+    text: OnceLock<String>,
+    value: OnceLock<Value>,
+}
+
+impl NftDoc {
+    /// A document from the exact bytes of `nftables.json` (pretty JSON, trailing newline) as the
+    /// compiler writes them. The caller guarantees the text is that: it is not parsed here.
+    pub fn from_pretty_text(text: String) -> NftDoc {
+        NftDoc { text: OnceLock::from(text), value: OnceLock::new() }
+    }
+
+    /// The file's bytes: pretty JSON with a trailing newline (byte for byte [`to_pretty`]).
+    pub fn text(&self) -> &str {
+        self.text.get_or_init(|| to_pretty(self.value.get().expect("an NftDoc holds text or value")))
+    }
+
+    /// The document as a JSON tree (parsed on first use).
+    pub fn value(&self) -> &Value {
+        self.value.get_or_init(|| {
+            serde_json::from_str(self.text.get().expect("an NftDoc holds text or value")).expect("the compiler writes valid JSON")
+        })
+    }
+
+    /// The tree, owned.
+    pub fn into_value(self) -> Value {
+        let NftDoc { text, value } = self;
+        match value.into_inner() {
+            Some(v) => v,
+            None => serde_json::from_str(&text.into_inner().expect("an NftDoc holds text or value")).expect("valid JSON"),
+        }
+    }
+}
+
+impl From<Value> for NftDoc {
+    fn from(v: Value) -> NftDoc {
+        NftDoc { text: OnceLock::new(), value: OnceLock::from(v) }
+    }
+}
+
+impl std::ops::Deref for NftDoc {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        self.value()
+    }
+}
+
+/// Editing the tree (tests that corrupt an artifact on purpose) drops the text, which is
+/// written again from the edited tree.
+impl std::ops::DerefMut for NftDoc {
+    fn deref_mut(&mut self) -> &mut Value {
+        self.value();
+        self.text = OnceLock::new();
+        self.value.get_mut().expect("parsed above")
+    }
+}
+
+impl PartialEq for NftDoc {
+    fn eq(&self, other: &NftDoc) -> bool {
+        match (self.text.get(), other.text.get()) {
+            (Some(a), Some(b)) if a == b => true,
+            _ => self.value() == other.value(),
+        }
+    }
+}
+
+impl std::fmt::Debug for NftDoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.value(), f)
+    }
+}
+
+impl Serialize for NftDoc {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.value().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for NftDoc {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<NftDoc, D::Error> {
+        Value::deserialize(d).map(NftDoc::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_and_tree_agree_both_ways() {
+        let v = serde_json::json!({"nftables": [{"add": {"table": {"family": "inet", "name": "fwc"}}}]});
+        let from_tree = NftDoc::from(v.clone());
+        let from_text = NftDoc::from_pretty_text(to_pretty(&v));
+        assert_eq!(from_tree.text(), from_text.text());
+        assert_eq!(*from_text, v);
+        assert_eq!(from_tree, from_text);
+        let mut edited = from_text.clone();
+        edited["nftables"].as_array_mut().unwrap().clear();
+        assert_eq!(edited.text(), "{\n  \"nftables\": []\n}\n");
+    }
+}

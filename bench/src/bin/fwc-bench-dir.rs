@@ -1,0 +1,22 @@
+//! Compile a repository directory (the only host) and write its artifact files, as
+//! `fwc compile DIR --out OUT` does, in one process: `fwc-bench-dir DIR OUT` -> JSON line with
+//! wall time (read + compile + write) and peak RSS. Used by `bench/sets/run.sh` to compare
+//! compiler builds without building the whole runtime.
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (dir, out) = (args.next().expect("DIR"), args.next().expect("OUT"));
+    let t = std::time::Instant::now();
+    let tree = fwc_compiler::source::SourceTree::from_dir(std::path::Path::new(&dir)).expect("readable repository");
+    let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap_or_else(|e| panic!("{e:?}"));
+    std::fs::create_dir_all(&out).expect("out dir");
+    let mut bytes = 0;
+    for (name, text) in art.files() {
+        std::fs::write(std::path::Path::new(&out).join(name), text.as_bytes()).expect("write");
+        bytes += text.len();
+    }
+    let elapsed = t.elapsed();
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    println!("{{\"seconds\":{:.4},\"peak_rss_kib\":{},\"artifact_bytes\":{bytes}}}", elapsed.as_secs_f64(), ru.ru_maxrss);
+}

@@ -1,0 +1,208 @@
+//! Writes JSON values straight into the text of `nftables.json`, byte for byte what
+//! `serde_json::to_string_pretty` prints for the whole document, without building a
+//! `serde_json::Value` tree: a pretty formatter that starts at a given nesting depth.
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+use serde_json::ser::Formatter;
+
+use super::family::Fam;
+
+/// serde_json's `PrettyFormatter` (two spaces), starting `level` levels deep.
+struct Indented {
+    level: usize,
+    has_value: bool,
+}
+
+impl Indented {
+    fn indent<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        for _ in 0..self.level {
+            w.write_all(b"  ")?;
+        }
+        Ok(())
+    }
+}
+
+impl Formatter for Indented {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            w.write_all(b"\n")?;
+            self.indent(w)?;
+        }
+        w.write_all(b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        w.write_all(if first { b"\n" } else { b",\n" })?;
+        self.indent(w)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            w.write_all(b"\n")?;
+            self.indent(w)?;
+        }
+        w.write_all(b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        w.write_all(if first { b"\n" } else { b",\n" })?;
+        self.indent(w)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+}
+
+/// The text of `{"nftables": [...]}`, its members written as they come.
+pub(super) struct Document {
+    text: Vec<u8>,
+    members: usize,
+}
+
+/// Members kept apart from the document until they are appended to it (the rules, which
+/// follow every object).
+#[derive(Default)]
+pub(super) struct Members {
+    text: Vec<u8>,
+    members: usize,
+}
+
+impl Default for Document {
+    fn default() -> Document {
+        Document { text: b"{\n  \"nftables\": [".to_vec(), members: 0 }
+    }
+}
+
+fn push<T: Serialize + ?Sized>(text: &mut Vec<u8>, first: bool, v: &T) {
+    text.extend_from_slice(if first { b"\n    " } else { b",\n    " });
+    let mut ser = serde_json::Serializer::with_formatter(text, Indented { level: 2, has_value: false });
+    v.serialize(&mut ser).expect("nftables JSON serializes");
+}
+
+impl Document {
+    /// Append `v` as the next member (depth 2: inside the document object and its array).
+    pub(super) fn push<T: Serialize + ?Sized>(&mut self, v: &T) {
+        push(&mut self.text, self.members == 0, v);
+        self.members += 1;
+    }
+
+    /// The finished text with `rest` appended, as `to_pretty` prints it (trailing newline).
+    pub(super) fn finish(mut self, rest: Members) -> String {
+        self.text.reserve_exact(rest.text.len() + 8);
+        let empty = self.members == 0 && rest.members == 0;
+        match (self.members, rest.members) {
+            (0, 0) => {}
+            (0, _) => self.text.extend_from_slice(&rest.text[1..]),
+            _ => self.text.extend_from_slice(&rest.text),
+        }
+        drop(rest);
+        self.text.extend_from_slice(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" });
+        String::from_utf8(self.text).expect("serde_json writes UTF-8")
+    }
+}
+
+impl Members {
+    /// Append `v` (written with a leading comma: it follows the document's members).
+    pub(super) fn push<T: Serialize + ?Sized>(&mut self, v: &T) {
+        push(&mut self.text, false, v);
+        self.members += 1;
+    }
+}
+
+/// `{"add": {kind: body}}`.
+pub(super) struct Add<'a, T>(pub &'a str, pub T);
+
+impl<T: Serialize> Serialize for Add<'_, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Inner<'a, T>(&'a str, &'a T);
+        impl<T: Serialize> Serialize for Inner<'_, T> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry(self.0, self.1)?;
+                m.end()
+            }
+        }
+        Inner("add", &Inner(self.0, &self.1)).serialize(s)
+    }
+}
+
+/// The body of a named address set (`flags interval`), its merged intervals streamed as
+/// elements: a million-element set is never held as JSON values.
+pub(super) struct AddrSetBody<'a> {
+    pub table: &'a str,
+    pub name: String,
+    pub fam: Fam,
+    pub elems: &'a [(u128, u128)],
+}
+
+impl Serialize for AddrSetBody<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("family", "inet")?;
+        m.serialize_entry("table", self.table)?;
+        m.serialize_entry("name", &self.name)?;
+        m.serialize_entry("type", match self.fam {
+            Fam::V4 => "ipv4_addr",
+            Fam::V6 => "ipv6_addr",
+        })?;
+        m.serialize_entry("flags", &["interval"])?;
+        if !self.elems.is_empty() {
+            m.serialize_entry("elem", &Intervals(self.fam, self.elems))?;
+        }
+        m.end()
+    }
+}
+
+struct Intervals<'a>(Fam, &'a [(u128, u128)]);
+
+impl Serialize for Intervals<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.1.len()))?;
+        for &(lo, hi) in self.1 {
+            seq.serialize_element(&Interval(self.0, lo, hi))?;
+        }
+        seq.end()
+    }
+}
+
+/// One interval as an nft value: an address, `{"prefix": {"addr", "len"}}` or
+/// `{"range": [lo, hi]}` (what `family::interval_expr` builds, written directly).
+pub(super) struct Interval(pub Fam, pub u128, pub u128);
+
+impl Serialize for Interval {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Prefix {
+            addr: String,
+            len: u32,
+        }
+        let Interval(fam, lo, hi) = *self;
+        if lo == hi {
+            return s.collect_str(&fam.addr(lo));
+        }
+        let mut m = s.serialize_map(Some(1))?;
+        match fam.prefix_len(lo, hi) {
+            Some(len) => m.serialize_entry("prefix", &Prefix { addr: fam.addr(lo).to_string(), len })?,
+            None => m.serialize_entry("range", &[fam.addr(lo).to_string(), fam.addr(hi).to_string()])?,
+        }
+        m.end()
+    }
+}
