@@ -280,8 +280,8 @@ impl StateLock {
         let _ = fs::remove_dir_all(&tmp);
         DirBuilder::new().mode(0o700).create(&tmp).into_diagnostic().wrap_err_with(|| format!("cannot create {}", tmp.display()))?;
         fs::set_permissions(&tmp, fs::Permissions::from_mode(0o700)).into_diagnostic()?;
-        let mut all: Vec<(String, String)> = files.into_iter().map(|(f, t)| (f.to_string(), t)).collect();
-        all.push((APPLIED_FILE.into(), fwc_compiler::artifacts::to_pretty(&meta)));
+        let mut all: Vec<(&str, std::borrow::Cow<str>)> = files;
+        all.push((APPLIED_FILE, fwc_compiler::artifacts::to_pretty(&meta).into()));
         for (f, text) in &all {
             write_synced(&tmp.join(f), text.as_bytes())?;
         }

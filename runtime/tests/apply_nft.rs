@@ -27,7 +27,7 @@ fn table(extra_ports: &[u16], office: &[&str]) -> Artifacts {
             {"counter": null}, {"accept": null}]}}));
     }
     let mut a = empty_artifacts("localhost");
-    a.nftables = json!({ "nftables": objs });
+    a.nftables = json!({ "nftables": objs }).into();
     a.manifest.commit = Some(format!("c{}", extra_ports.len()));
     a
 }
@@ -50,7 +50,7 @@ fn set(name: &str, elems: &[&str]) -> Value {
 fn write_dir(a: &Artifacts, dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     for (f, t) in a.files() {
-        std::fs::write(dir.join(f), t).unwrap();
+        std::fs::write(dir.join(f), t.as_bytes()).unwrap();
     }
 }
 

@@ -34,7 +34,7 @@ fn listener(rule: &str, port: u16) -> Listener {
 
 fn artifacts(listeners: Vec<Listener>) -> Artifacts {
     Artifacts {
-        nftables: serde_json::json!({"nftables": []}),
+        nftables: serde_json::json!({"nftables": []}).into(),
         qos: QosArtifact::default(),
         forward: ForwardArtifact { version: 1, listeners },
         manifest: Manifest {

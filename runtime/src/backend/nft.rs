@@ -440,7 +440,7 @@ impl Backend for NftBackend {
     }
 
     fn set_base(&mut self, previous: Option<&Artifacts>, full_replace: Option<&str>) {
-        self.base = previous.map(|p| p.nftables.clone());
+        self.base = previous.map(|p| p.nftables.value().clone());
         if let Some(r) = full_replace {
             self.full_replace = Some(r.to_string());
         }

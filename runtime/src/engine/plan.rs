@@ -95,7 +95,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     // The nftables change the apply makes (the same computation as its prepare; set elements
     // changed outside fwc, seen by the drift check above, make it a full replace).
     let full_reason = nft.full_replace_pending().map(str::to_string);
-    let (nftables, _) = nft.change(current.as_ref().map(|g| &g.artifacts.nftables), &next.nftables, live.as_ref(), full_reason.as_deref())?;
+    let (nftables, _) = nft.change(current.as_ref().map(|g| g.artifacts.nftables.value()), &next.nftables, live.as_ref(), full_reason.as_deref())?;
     // The other dataplanes' drift (QoS, forwarder); the apply heals it like nftables drift.
     let applied = current.as_ref().map(|g| g.artifacts.clone()).unwrap_or_else(|| transaction::empty_artifacts(&next.manifest.host));
     drift.extend(super::observe::besides_nft(netns, &state.path, &applied).drift);

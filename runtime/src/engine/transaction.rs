@@ -384,7 +384,7 @@ fn ms(d: Duration) -> u64 {
 /// Artifacts that remove everything fwc owns (reverting the very first apply).
 pub fn empty_artifacts(host: &str) -> Artifacts {
     Artifacts {
-        nftables: serde_json::json!({"nftables": []}),
+        nftables: serde_json::json!({"nftables": []}).into(),
         qos: QosArtifact { version: ARTIFACT_VERSION, mark_mask: fwc_compiler::artifacts::QOS_MARK_MASK, classes: vec![] },
         forward: ForwardArtifact { version: ARTIFACT_VERSION, listeners: vec![] },
         manifest: Manifest {
