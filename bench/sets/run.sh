@@ -4,12 +4,15 @@
 # against bare `nft -j -f` of the compiled nftables.json, side by side in fresh network
 # namespaces. Medians of REPEATS (default 5) with min-max. Needs root, a release build.
 #   bash bench/sets/run.sh [N...]      (default: 100000 1000000)
+# COMPILE_ONLY=1: only the compile column, by `fwc-bench-dir` (the same compile + file writes as
+# `fwc compile`, no runtime build, no root); with BEFORE=DIR (holding another build's
+# fwc-bench-dir) both builds run interleaved and are printed side by side.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FWC=${FWC:-target/release/fwc}
 REPEATS=${REPEATS:-5}
 SIZES=("${@:-100000 1000000}")
-[ -x "$FWC" ] || cargo build --release -p fwc-runtime --bin fwc
+if [ -z "${COMPILE_ONLY:-}" ]; then [ -x "$FWC" ] || cargo build --release -p fwc-runtime --bin fwc; fi
 work=$(mktemp -d /tmp/fwc-bench-sets.XXXXXX)
 ns="fwc-t-bench-sets-$$"
 cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$work"; }
@@ -37,11 +40,30 @@ PY
 median() { sort -n | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.2f (%.2f-%.2f)", m, a[1], a[NR]}'; }
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
 
+compile_only() { # N REPO: medians of REPEATS compiles per build, interleaved
+  cargo build -q --release -p fwc-bench --bin fwc-bench-dir
+  local builds=(after) b
+  [ -n "${BEFORE:-}" ] && builds=(before after)
+  for b in "${builds[@]}"; do : > "$work/$b.t"; : > "$work/$b.m"; done
+  for i in $(seq "$REPEATS"); do
+    for b in "${builds[@]}"; do
+      local bin=target/release/fwc-bench-dir; [ "$b" = before ] && bin="$BEFORE/fwc-bench-dir"
+      rm -rf "$work/out"
+      "$bin" "$2" "$work/out" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["seconds"], r["peak_rss_kib"]//1024)' > "$work/tm"
+      read -r t m < "$work/tm"; echo "$t" >> "$work/$b.t"; echo "$m" >> "$work/$b.m"
+    done
+  done
+  for b in "${builds[@]}"; do
+    echo "N=$1 $b: compile $(median < "$work/$b.t") s, peak $(median < "$work/$b.m") MB"
+  done
+}
+
 echo "machine: $(nproc) cores, $(uname -r), nft $(nft --version | awk '{print $2}'); load: $(uptime | sed 's/.*load/load/')"
 for n in ${SIZES[@]}; do
   repo="$work/repo-$n"; mkdir -p "$repo/lists"
   gen "$n" "$repo/lists/big.netset"
   printf 'fwc 1\nset "big" file="lists/big.netset"\ninput {\n    deny "big" from="@big"\n}\n' > "$repo/fwc.kdl"
+  if [ -n "${COMPILE_ONLY:-}" ]; then compile_only "$n" "$repo"; continue; fi
   : > "$work/c.t"; : > "$work/c.m"; : > "$work/bare"; : > "$work/fwc"
   for i in $(seq "$REPEATS"); do
     rm -rf "$work/out"

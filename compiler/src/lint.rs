@@ -119,6 +119,52 @@ fn ports_cover(a: Option<&[PortRange]>, b: Option<&[PortRange]>) -> bool {
     }
 }
 
+/// Bounds of a rule's match properties, computed once per rule: a rule can only cover
+/// another whose bounds lie inside its own, so most pairs are rejected by a few compares
+/// before the exact test ([`Linter::covers`]).
+struct Hull {
+    rate: bool,
+    proto: Option<Proto>,
+    ports: Option<(u16, u16)>,
+    sports: Option<(u16, u16)>,
+    from: AddrHull,
+    to: AddrHull,
+}
+
+enum AddrHull {
+    Any,
+    /// A dynamic set: only the exact test knows.
+    Unknown,
+    /// Lowest and highest address per family (None: no address of that family).
+    Bounds([Option<(u128, u128)>; 2]),
+}
+
+impl Hull {
+    /// False only when `self` cannot cover `b` (a necessary condition of `covers`).
+    fn may_cover(&self, b: &Hull) -> bool {
+        let range = |a: Option<(u16, u16)>, b: Option<(u16, u16)>| match (a, b) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(a), Some(b)) => a.0 <= b.0 && b.1 <= a.1,
+        };
+        let addr = |a: &AddrHull, b: &AddrHull| match (a, b) {
+            (AddrHull::Any, _) | (AddrHull::Unknown, _) | (_, AddrHull::Unknown) => true,
+            (_, AddrHull::Any) => false,
+            (AddrHull::Bounds(a), AddrHull::Bounds(b)) => (0..2).all(|f| match (a[f], b[f]) {
+                (_, None) => true,
+                (None, Some(_)) => false,
+                (Some(a), Some(b)) => a.0 <= b.0 && b.1 <= a.1,
+            }),
+        };
+        !self.rate
+            && proto_covers(self.proto, b.proto)
+            && range(self.ports, b.ports)
+            && range(self.sports, b.sports)
+            && addr(&self.from, &b.from)
+            && addr(&self.to, &b.to)
+    }
+}
+
 fn same_or_any<T: PartialEq>(a: Option<&T>, b: Option<&T>) -> bool {
     match (a, b) {
         (None, _) => true,
@@ -242,8 +288,10 @@ impl<'a> Linter<'a> {
     fn shadowed(&mut self) {
         for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output] {
             let (rules, _) = self.chain(kind);
+            // Quadratic in the rules of a chain: the per-pair test must be a few compares.
+            let hulls: Vec<Hull> = rules.iter().map(|r| self.hull(r)).collect();
             for (j, b) in rules.iter().enumerate() {
-                let by = rules[..j].iter().find(|a| self.covers(a, b));
+                let by = (0..j).find(|&i| hulls[i].may_cover(&hulls[j]) && self.covers(rules[i], b)).map(|i| rules[i]);
                 if let Some(a) = by {
                     let rule = format!("{} \"{}\"", b.action.as_str(), b.name.value);
                     let at = self.line_of(a.name.span);
@@ -257,6 +305,28 @@ impl<'a> Linter<'a> {
                     );
                 }
             }
+        }
+    }
+
+    /// The bounds of a rule's match properties (see [`Hull`]).
+    fn hull(&mut self, r: &'a FilterRule) -> Hull {
+        let ports = |p: &Option<Spanned<Vec<PortRange>>>| {
+            p.as_ref().map(|p| (p.value.iter().map(|r| r.lo).min().unwrap_or(0), p.value.iter().map(|r| r.hi).max().unwrap_or(0)))
+        };
+        let mut addr = |m: &'a Option<Spanned<AddrMatch>>| match m {
+            None => AddrHull::Any,
+            Some(m) => match self.addr(&m.value) {
+                None => AddrHull::Unknown,
+                Some(iv) => AddrHull::Bounds(iv.map(|v| v.first().map(|f| (f.0, v.last().expect("non-empty").1)))),
+            },
+        };
+        Hull {
+            rate: r.rate.is_some(),
+            proto: r.proto.as_ref().map(|p| p.value),
+            ports: ports(&r.ports),
+            sports: ports(&r.sports),
+            from: addr(&r.from),
+            to: addr(&r.to),
         }
     }
 
@@ -389,6 +459,55 @@ mod tests {
         let rejected = art("fwc 1\ninput {\n    reject \"no\" from=\"192.0.2.10\"\n}\n");
         assert!(ssh_session_refusal(&rejected, "::ffff:192.0.2.10 1 198.51.100.1 22").unwrap().contains("would reject"));
         assert_eq!(ssh_session_refusal(&locked, "garbage"), None);
+    }
+
+    /// The per-rule bounds only ever reject pairs the exact test rejects too: over every pair
+    /// of a varied chain, `covers` implies `may_cover`.
+    #[test]
+    fn hull_is_a_necessary_condition_of_covers() {
+        let kdl = r#"fwc 1
+set "office" "198.51.100.0/24" "2001:db8::/48"
+set "one" "198.51.100.7"
+set "empty"
+set "banned" dynamic=#true
+input {
+    allow "any"
+    allow "web" proto=tcp port="80,443,8000-9000"
+    allow "p443" proto=tcp port=443
+    allow "p8080" proto=tcp port=8080 sport="1024-65535"
+    allow "both" proto=both port=53
+    allow "udp53" proto=udp port=53
+    allow "office" from="@office"
+    allow "one" from="@one" proto=tcp
+    allow "v6" from="2001:db8::/32"
+    allow "v6-small" from="2001:db8:0:1::/64" port=22 proto=tcp
+    allow "mixed" from="198.51.0.0/16,2001:db8::/32"
+    allow "to" to="192.0.2.0/24"
+    allow "to-one" to="192.0.2.9" proto=udp port=9
+    deny "banned" from="@banned"
+    deny "banned-ssh" from="@banned" proto=tcp port=22
+    deny "empty" from="@empty"
+    deny "range" from="203.0.113.10-203.0.113.20"
+    deny "in-range" from="203.0.113.12" in=eth0
+    allow "rated" proto=tcp port=25 rate="10/second"
+    allow "smtp" proto=tcp port=25
+}
+"#;
+        let tree = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
+        let view = crate::load_host(&tree, None).unwrap_or_else(|e| panic!("{e:?}"));
+        let mut l = Linter { map: &view.map, rs: &view.ruleset, out: Diagnostics::default(), intervals: BTreeMap::new() };
+        let (rules, _) = l.chain(ChainKind::Input);
+        let hulls: Vec<Hull> = rules.iter().map(|r| l.hull(r)).collect();
+        let mut covering = 0;
+        for (i, a) in rules.iter().enumerate() {
+            for (j, b) in rules.iter().enumerate() {
+                if l.covers(a, b) {
+                    covering += 1;
+                    assert!(hulls[i].may_cover(&hulls[j]), "{} covers {} but its bounds reject it", a.name.value, b.name.value);
+                }
+            }
+        }
+        assert!(covering > rules.len() + 10, "the case exercises covering pairs ({covering})");
     }
 
     #[test]

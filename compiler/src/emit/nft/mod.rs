@@ -2,6 +2,8 @@
 //! `nft -j -f` (the runtime deletes the old table in the same transaction; nothing here deletes
 //! or flushes). Typed objects of the `nftables` crate are used for everything the crate can
 //! express; raw JSON only for what it cannot (map-level `counter` statements, element comments).
+//! Each object is serialised into the file's text as it is emitted (`writer`): no JSON tree of
+//! the whole document is built, and named sets stream their elements.
 //!
 //! # Structure
 //!

@@ -21,46 +21,47 @@ impl Indented {
         }
         Ok(())
     }
-}
-
-impl Formatter for Indented {
-    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+    fn open<W: ?Sized + std::io::Write>(&mut self, w: &mut W, bracket: &[u8]) -> std::io::Result<()> {
         self.level += 1;
         self.has_value = false;
-        w.write_all(b"[")
+        w.write_all(bracket)
     }
-    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+    fn close<W: ?Sized + std::io::Write>(&mut self, w: &mut W, bracket: &[u8]) -> std::io::Result<()> {
         self.level -= 1;
         if self.has_value {
             w.write_all(b"\n")?;
             self.indent(w)?;
         }
-        w.write_all(b"]")
+        w.write_all(bracket)
     }
-    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+    fn item<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
         w.write_all(if first { b"\n" } else { b",\n" })?;
         self.indent(w)
+    }
+}
+
+impl Formatter for Indented {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        self.item(w, first)
     }
     fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
         self.has_value = true;
         Ok(())
     }
     fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.level += 1;
-        self.has_value = false;
-        w.write_all(b"{")
+        self.open(w, b"{")
     }
     fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.level -= 1;
-        if self.has_value {
-            w.write_all(b"\n")?;
-            self.indent(w)?;
-        }
-        w.write_all(b"}")
+        self.close(w, b"}")
     }
     fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        w.write_all(if first { b"\n" } else { b",\n" })?;
-        self.indent(w)
+        self.item(w, first)
     }
     fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         w.write_all(b": ")
