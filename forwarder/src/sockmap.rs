@@ -5,7 +5,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -40,7 +40,6 @@ pub struct Prefix {
 /// The fields of `struct tcp_info` used here (offsets of the stable uapi layout).
 #[derive(Debug, Clone, Copy)]
 struct TcpInfo {
-    state: u8,
     last_data_recv_ms: u32,
     bytes_acked: u64,
     bytes_received: u64,
@@ -59,16 +58,7 @@ fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
     }
     let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
     let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
-    Ok(TcpInfo { state: buf[0], last_data_recv_ms: u32_at(52), bytes_acked: u64_at(120), bytes_received: u64_at(128) })
-}
-
-impl TcpInfo {
-    /// Payload bytes received: `tcpi_bytes_received` counts a received FIN as one byte.
-    fn payload_received(&self) -> u64 {
-        // CLOSE_WAIT, LAST_ACK, CLOSING, TIME_WAIT: the peer's FIN is in.
-        let fin = matches!(self.state, 8 | 9 | 11 | 6);
-        self.bytes_received - u64::from(fin && self.bytes_received > 0)
-    }
+    Ok(TcpInfo { last_data_recv_ms: u32_at(52), bytes_acked: u64_at(120), bytes_received: u64_at(128) })
 }
 
 /// Bytes written into a socket since it was opened: acknowledged plus still queued (SIOCOUTQ).
@@ -111,18 +101,22 @@ pub async fn pump(
     kick(upstream.as_fd())?;
     let (up, down) = counters;
     let (mut up_seen, mut down_seen) = (0u64, 0u64);
-    let mut sync = || -> io::Result<u32> {
+    // `tcpi_bytes_received` counts a received FIN as one byte: while running, the last byte
+    // is left for the final count, which knows whether each side ended with a FIN.
+    let mut sync = |fins: Option<(bool, bool)>| -> io::Result<u32> {
         let (c, u) = (tcp_info(client.as_fd())?, tcp_info(upstream.as_fd())?);
-        let (nu, nd) = (c.payload_received().saturating_sub(pre.read_client), u.payload_received());
+        let (fc, fu) = fins.map_or((1, 1), |(a, b)| (u64::from(a), u64::from(b)));
+        let (nu, nd) = (c.bytes_received.saturating_sub(fc + pre.read_client), u.bytes_received.saturating_sub(fu));
         up.fetch_add(nu.saturating_sub(up_seen), Relaxed);
         down.fetch_add(nd.saturating_sub(down_seen), Relaxed);
         (up_seen, down_seen) = (up_seen.max(nu), down_seen.max(nd));
         Ok(c.last_data_recv_ms.min(u.last_data_recv_ms))
     };
+    let (fin_c, fin_u) = (AtomicBool::new(false), AtomicBool::new(false));
     let both = async {
         tokio::try_join!(
-            one_way(client, upstream, pre.written_up, pre.read_client),
-            one_way(upstream, client, 0, 0)
+            one_way(client, upstream, pre.written_up, pre.read_client, &fin_c),
+            one_way(upstream, client, 0, 0, &fin_u)
         )
     };
     tokio::pin!(both);
@@ -130,20 +124,20 @@ pub async fn pump(
         tokio::select! {
             r = &mut both => { r?; break End::Done; }
             _ = tokio::time::sleep(TICK.min(idle)) => {
-                if u128::from(sync()?) >= idle.as_millis() {
+                if u128::from(sync(None)?) >= idle.as_millis() {
                     break End::Idle;
                 }
             }
         }
     };
-    sync()?;
+    sync(Some((fin_c.load(Relaxed), fin_u.load(Relaxed))))?;
     Ok(Some(end))
 }
 
 /// One direction: wait for EOF on `src` (the kernel redirects its bytes, so reading returns
 /// nothing but EOF), wait until every byte `src` received has entered `dst`, then
 /// shutdown(SHUT_WR) on `dst` so its peer sees EOF after the last byte.
-async fn one_way(src: &TcpStream, dst: &TcpStream, written_dst: u64, read_src: u64) -> io::Result<()> {
+async fn one_way(src: &TcpStream, dst: &TcpStream, written_dst: u64, read_src: u64, fin: &AtomicBool) -> io::Result<()> {
     let mut probe = [0u8; 1];
     loop {
         src.readable().await?;
@@ -155,7 +149,9 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, written_dst: u64, read_src: u
             Err(e) => return Err(e),
         }
     }
-    let want = written_dst + tcp_info(src.as_fd())?.payload_received() - read_src;
+    fin.store(true, Relaxed);
+    // EOF: the peer's FIN is in, and counted as one byte.
+    let want = written_dst + tcp_info(src.as_fd())?.bytes_received.saturating_sub(1) - read_src;
     let mut wait = Duration::from_micros(200);
     while entered(dst.as_fd())? < want {
         tokio::time::sleep(wait).await;
