@@ -121,6 +121,10 @@ pub(super) fn declare_filter_chains(out: &mut Out, plan: &HostPlan) {
             ChainKind::Input => NfHook::Input,
             ChainKind::Forward => NfHook::Forward,
             ChainKind::Output => NfHook::Output,
+            ChainKind::Containers => {
+                declare_containers_chains(out);
+                continue;
+            }
         };
         let policy = match c.policy {
             Policy::Accept => NfChainPolicy::Accept,
@@ -167,6 +171,7 @@ fn chain_head(out: &mut Out, plan: &HostPlan, kind: ChainKind, guards: bool, nat
                 out.rule(name, vec![jump(chains::FWD_GUARD)], None);
             }
         }
+        ChainKind::Containers => {}
         ChainKind::Output => {
             // Clients on the host itself connecting to a kernel forward: nat output has
             // DNATed the flow already, guard it like a remote client's. Before `oif lo`:
@@ -212,7 +217,14 @@ fn chain_tail(out: &mut Out, plan: &HostPlan, kind: ChainKind, nat: bool) {
             }
         }
         // Kernel forwards to another host: DNATed in prerouting, routed through `forward`.
-        ChainKind::Forward => out.rule(name, vec![ct_status_dnat(), accept()], None),
-        ChainKind::Output => {}
+        // Containers' own connections: Docker's rules accept them; a drop policy must not
+        // (docs/containers.md).
+        ChainKind::Forward => {
+            out.rule(name, vec![ct_status_dnat(), accept()], None);
+            if plan.chains.iter().any(|c| c.kind == ChainKind::Forward && c.policy == Policy::Drop) {
+                container_egress_accepts(out, plan);
+            }
+        }
+        ChainKind::Output | ChainKind::Containers => {}
     }
 }
