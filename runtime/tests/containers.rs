@@ -167,6 +167,21 @@ fn docker_layout_survives_applies_and_containers_rules_decide_who_reaches_the_pu
     let tmp = tempfile::tempdir().unwrap();
     let (repo, state) = (tmp.path().join("repo"), tmp.path().join("state"));
     std::fs::create_dir_all(&repo).unwrap();
+    // `fwc plan` sees the port Docker publishes and warns while the rules leave it open (no
+    // containers block; then a block with policy accept that does not name 8080), not once
+    // policy=drop closes it.
+    let plan_warnings = |kdl: &str| -> Vec<String> {
+        std::fs::write(repo.join("fwc.kdl"), kdl).unwrap();
+        let o = fwc(&["plan", repo.to_str().unwrap(), "--state-dir", state.to_str().unwrap(), "--netns", &host.name, "--json"]);
+        assert!(o.status.success(), "fwc plan failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["published_open"].as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()).collect()
+    };
+    let w = plan_warnings("fwc 1\nforward policy=drop {\n}\n");
+    assert!(w.len() == 1 && w[0].starts_with("tcp/8080 is published by ip nat DOCKER and open to everyone"), "{w:?}");
+    let w = plan_warnings("fwc 1\ncontainers {\n    deny \"db\" proto=tcp port=5432\n}\n");
+    assert!(w.len() == 1 && w[0].contains("containers policy is accept"), "{w:?}");
+    assert_eq!(plan_warnings(RULES), Vec::<String>::new());
     // Several applies, the table changing in between (a diff apply and a full one).
     apply(&host, &repo, &state, RULES);
     apply(&host, &repo, &state, RULES_CHANGED);

@@ -1,5 +1,6 @@
 //! Ports other programs publish (Docker's `ip nat DOCKER`, Podman's netavark tables: DNAT
-//! rules with a destination port, outside `table inet fwc`), and which of them fwc's compiled
+//! rules — nft `dnat` or iptables-nft's `-j DNAT` — with a destination port, outside
+//! `table inet fwc`), and which of them fwc's compiled
 //! `containers` rules leave open to everyone, for the warnings of `fwc plan`. Pure: reads the
 //! JSON listings only.
 
@@ -38,7 +39,9 @@ pub fn published_ports(ruleset: &Value) -> Vec<Published> {
             continue;
         }
         let expr = r["expr"].as_array().cloned().unwrap_or_default();
-        if !expr.iter().any(|e| e.get("dnat").is_some()) {
+        // nft's `dnat`, or iptables-nft's compat target (`-j DNAT` lists as `xt target DNAT`).
+        let dnat = |e: &Value| e.get("dnat").is_some() || (e["xt"]["type"] == "target" && e["xt"]["name"] == "DNAT");
+        if !expr.iter().any(dnat) {
             continue;
         }
         for e in &expr {
@@ -112,7 +115,7 @@ mod tests {
                 {"dnat": {"addr": "172.17.0.2", "port": 80}}]}},
             {"rule": {"family": "ip", "table": "nat", "chain": "DOCKER", "expr": [
                 {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}}, "right": 53}},
-                {"dnat": {"addr": "172.17.0.3", "port": 53}}]}},
+                {"xt": {"type": "target", "name": "DNAT"}}]}},
             {"rule": {"family": "ip", "table": "nat", "chain": "POSTROUTING", "expr": [
                 {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 80}},
                 {"masquerade": null}]}},
@@ -141,7 +144,8 @@ mod tests {
                    {"match": {"op": "==", "left": {"ct": {"key": "proto-dst", "dir": "original"}}, "right": 8080}}, {"accept": null}]),
             "fwc:filter:web",
         );
-        let named = json!({"nftables": [web.clone()]});
+        let chain = json!({"add": {"chain": {"family": "inet", "table": "fwc", "name": "containers_rules"}}});
+        let named = json!({"nftables": [chain, web.clone()]});
         let w = open_to_everyone(&p, &named);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].starts_with("udp/53 is published by ip nat DOCKER") && w[0].contains("policy is accept"), "{w:?}");
