@@ -65,7 +65,7 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
 }
 
 fn chain(kind: ChainKind, policy: Policy, rules: Vec<FilterRule>) -> Chain {
-    Chain { kind, policy: Some(sp(policy)), rules, span: Span::default() }
+    Chain { kind, policy: Some(sp(policy)), bridges: None, rules, span: Span::default() }
 }
 
 /// `listen` like ":8080", "203.0.113.1:80", "[2001:db8::1]:80-90"; `to` like
