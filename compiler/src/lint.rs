@@ -247,15 +247,10 @@ impl<'a> Linter<'a> {
                 Some(p) => format!("published port {}", p.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(",")),
                 None => "published ports".into(),
             };
-            let rule = format!("allow \"{}\"", a.name.value);
-            self.warn(
-                "published-port-open",
-                &rule,
-                format!("{what} stays open to everyone: \"{}\" allows some clients, but the containers policy is accept, so every other client reaches it too", a.name.value),
-                a.name.span,
-                "restricts nothing",
-                format!("write `containers policy=drop {{ … }}` (only allowed published ports are reachable), or add a `deny` for the same proto/port after \"{}\"", a.name.value),
-            );
+            let name = &a.name.value;
+            let msg = format!("{what} stays open to everyone: \"{name}\" allows some clients, but the containers policy is accept, so every other client reaches it too");
+            let help = format!("write `containers policy=drop {{ … }}` (only allowed published ports are reachable), or add a `deny` for the same proto/port after \"{name}\"");
+            self.warn("published-port-open", &format!("allow \"{name}\""), msg, a.name.span, "restricts nothing", help);
         }
     }
 

@@ -73,19 +73,7 @@ fn container_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                         expr.push(eq(ct_orig_addr(fam, "daddr"), e.clone()));
                     }
                 }
-                if let Some(rate) = &r.rate {
-                    expr.push(limit(&rate.value, false, DEFAULT_BURST));
-                }
-                if r.log {
-                    let prefix = truncate(format!("fwc {}: ", r.name.value), MAX_LOG_PREFIX);
-                    expr.push(Statement::Log(Some(Log { prefix: Some(prefix.into()), ..Log::new(None) })));
-                }
-                expr.push(counter());
-                expr.push(match r.action {
-                    Action::Allow => accept(),
-                    Action::Deny => drop_(),
-                    Action::Reject => reject(proto == &Some(ForwardProto::Tcp)),
-                });
+                expr.extend(rule_verdict(r, proto == &Some(ForwardProto::Tcp)));
                 out.rule(chains::CONTAINERS_RULES, expr, Some(comment.clone()));
             }
         }

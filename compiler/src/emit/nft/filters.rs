@@ -32,22 +32,32 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                 expr.push(eq(payload(fam.proto(), "daddr"), e.clone()));
             }
         }
-        if let Some(rate) = &r.rate {
+        if r.rate.is_some() {
             expr.push(ct_state(&["new"]));
-            expr.push(limit(&rate.value, false, DEFAULT_BURST));
         }
-        if r.log {
-            let prefix = truncate(format!("fwc {}: ", r.name.value), MAX_LOG_PREFIX);
-            expr.push(Statement::Log(Some(Log { prefix: Some(prefix.into()), ..Log::new(None) })));
-        }
-        expr.push(counter());
-        expr.push(match r.action {
-            Action::Allow => accept(),
-            Action::Deny => drop_(),
-            Action::Reject => reject(proto == Some(Proto::Tcp)),
-        });
+        expr.extend(rule_verdict(r, proto == Some(Proto::Tcp)));
         out.rule(r.chain.as_str(), expr, Some(comment.clone()));
     }
+}
+
+/// The end of a filter rule (also of a `containers` rule): its `rate` limit, log, counter and
+/// verdict (`reject` answers with a TCP reset when `tcp`, else ICMP unreachable).
+pub(super) fn rule_verdict(r: &FilterRule, tcp: bool) -> Vec<S> {
+    let mut expr = Vec::new();
+    if let Some(rate) = &r.rate {
+        expr.push(limit(&rate.value, false, DEFAULT_BURST));
+    }
+    if r.log {
+        let prefix = truncate(format!("fwc {}: ", r.name.value), MAX_LOG_PREFIX);
+        expr.push(Statement::Log(Some(Log { prefix: Some(prefix.into()), ..Log::new(None) })));
+    }
+    expr.push(counter());
+    expr.push(match r.action {
+        Action::Allow => accept(),
+        Action::Deny => drop_(),
+        Action::Reject => reject(tcp),
+    });
+    expr
 }
 
 /// `input` accepts for a userspace forward's listeners, so a drop policy does not block them.
