@@ -182,6 +182,10 @@ fn docker_layout_survives_applies_and_containers_rules_decide_who_reaches_the_pu
     let w = plan_warnings("fwc 1\ncontainers {\n    deny \"db\" proto=tcp port=5432\n}\n");
     assert!(w.len() == 1 && w[0].contains("containers policy is accept"), "{w:?}");
     assert_eq!(plan_warnings(RULES), Vec::<String>::new());
+    std::fs::write(repo.join("fwc.kdl"), "fwc 1\n").unwrap();
+    let o = fwc(&["plan", repo.to_str().unwrap(), "--state-dir", state.to_str().unwrap(), "--netns", &host.name]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Warning: published container ports open to everyone:\n  ! tcp/8080 is published by ip nat DOCKER"), "{text}");
     // Several applies, the table changing in between (a diff apply and a full one).
     apply(&host, &repo, &state, RULES);
     apply(&host, &repo, &state, RULES_CHANGED);
