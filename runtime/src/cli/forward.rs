@@ -41,7 +41,8 @@ pub struct ForwardArgs {
     /// Hand each uncapped TCP connection to the kernel once set up (PROXY header written,
     /// server name routed, limits admitted): a BPF sk_skb program redirects its bytes between
     /// the two sockets (sockmap). Needs root; without the program, and for capped forwards,
-    /// splice(2) is used. See docs/forwarder.md and docs/performance.md.
+    /// splice(2) is used. Experimental: slower than splice on the bench machine and without
+    /// backpressure (docs/forwarder.md, docs/performance.md).
     #[arg(long)]
     pub sockmap: bool,
     /// How long connections of a removed rule may run before they are cut.
