@@ -60,6 +60,13 @@ pub fn injected_failure(phase: &str, kind: BackendKind) -> bool {
         .unwrap_or(false)
 }
 
+/// `FWC_TEST_FAIL=…,stall:phase` (for the agent's stop-grace test): how long that phase of
+/// the transaction is held up before it runs — 30 s when injected, otherwise none.
+pub fn injected_stall(phase: &str) -> std::time::Duration {
+    let on = std::env::var("FWC_TEST_FAIL").is_ok_and(|v| v.split(',').any(|item| item.trim() == format!("stall:{phase}")));
+    std::time::Duration::from_secs(if on { 30 } else { 0 })
+}
+
 #[derive(Debug, Clone)]
 struct Staged {
     tx: Value,
