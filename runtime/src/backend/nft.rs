@@ -19,9 +19,14 @@
 //!   those sets keep the elements other programs (fail2ban, CrowdSec) wrote, with their
 //!   timeouts ([`NftBackend::preserving_tx`]); a diff never touches their elements. There is no
 //!   instant where the table is missing or half built, and conntrack entries survive.
-//! - **rollback**: if this backend committed, replace the table with the previous
-//!   `nftables.json` (or delete it when there is none); otherwise the live table is untouched
-//!   already. (`fwc rollback` is an ordinary apply of the previous generation: a diff.)
+//! - **rollback**: if this backend committed, a diff from what was committed back to the
+//!   previous `nftables.json` (rules the failed apply did not touch keep their state); a full
+//!   replace only when no diff applies, and a delete when nothing was applied before;
+//!   otherwise the live table is untouched already. (`fwc rollback` is an ordinary apply.)
+//! - **stamp** ([`stamp`]): the kernel's nftables generation id at which the table was last
+//!   proven equal to an applied `nftables.json` (a full observation, or a verified commit that
+//!   was the only transaction since the previous proof). While it holds, the plan takes a
+//!   terse listing instead of listing and rendering every set element.
 //! - **observe**: `nft -j list table inet fwc`, normalised (no handles, counter values, set
 //!   element order, dynamic set contents) and compared with the expected rendering; drift is
 //!   reported per rule using the `fwc:<kind>:<name>` comments the emitter puts on rules. The
