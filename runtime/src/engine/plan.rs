@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use fwc_compiler::artifacts::{sha256_hex, Artifacts, MANIFEST_FILE};
+use fwc_compiler::artifacts::{sha256_hex, sha256_pretty, Artifacts, FORWARD_FILE, NFTABLES_FILE, QOS_FILE};
 use miette::{miette, Result};
 use serde::{Deserialize, Serialize};
 
@@ -63,8 +63,10 @@ impl LivePlan {
     }
 }
 
+/// The sha256 of each artifact file's text (hashed while serialising: with a large set the
+/// text is tens of MB, and building it twice per plan showed in the profile).
 fn file_hashes(a: &Artifacts) -> BTreeMap<&'static str, String> {
-    a.files().into_iter().filter(|(f, _)| *f != MANIFEST_FILE).map(|(f, t)| (f, sha256_hex(t.as_bytes()))).collect()
+    BTreeMap::from([(NFTABLES_FILE, sha256_pretty(&a.nftables)), (QOS_FILE, sha256_pretty(&a.qos)), (FORWARD_FILE, sha256_pretty(&a.forward))])
 }
 
 /// sha256 over the live state: the live nftables table (see [`NftBackend::observe_applied`])
@@ -94,8 +96,15 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     let full_reason = nft.full_replace_pending().map(str::to_string);
     let (nftables, _) = nft.change(current.as_ref().map(|g| &g.artifacts.nftables), &next.nftables, live.as_ref(), full_reason.as_deref())?;
     // The other dataplanes' drift (QoS, forwarder); the apply heals it like nftables drift.
-    let applied = current.as_ref().map(|g| g.artifacts.clone()).unwrap_or_else(|| transaction::empty_artifacts(&next.manifest.host));
-    drift.extend(super::observe::besides_nft(netns, &state.path, &applied).drift);
+    let empty;
+    let applied = match &current {
+        Some(g) => &g.artifacts,
+        None => {
+            empty = transaction::empty_artifacts(&next.manifest.host);
+            &empty
+        }
+    };
+    drift.extend(super::observe::besides_nft(netns, &state.path, applied).drift);
     // Drift lines name the rule's file:line as the applied generation recorded it.
     let drift = crate::backend::sources::locate(drift, &applied.manifest);
     let rules = fwc_compiler::diff::plan(current.as_ref().map(|g| &g.artifacts), &next);
