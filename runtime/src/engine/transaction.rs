@@ -247,7 +247,7 @@ pub fn transaction(
         tracing::warn!(phase = phase.as_str(), ?backend, %reason, "apply failed, rolling back");
         let mut rollback = Vec::new();
         for b in backends.iter_mut().rev() {
-            let r = b.rollback(prev_art).map_err(|e| chain(&e));
+            let r = b.rollback_from(prev_art, next).map_err(|e| chain(&e));
             rollback.push((b.kind(), r));
         }
         rollback.reverse();
