@@ -3,6 +3,8 @@
 //! from the indentation), unclosed template blocks and undefined template variables.
 //! It reads the source text itself, never the parser's error, so it works with any KDL parser.
 
+use crate::format::lex;
+
 /// One explained mistake: a byte range of the text, what is wrong, and how to write it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hint {
@@ -169,19 +171,14 @@ impl Scan {
             let c = b[i];
             match c {
                 b'/' if b.get(i + 1) == Some(&b'/') => i = text[i..].find('\n').map_or(b.len(), |j| i + j),
-                b'/' if b.get(i + 1) == Some(&b'*') => i = skip_block_comment(b, i),
+                b'/' if b.get(i + 1) == Some(&b'*') => i += lex::block_comment_len(&text[i..]),
                 b'"' => {
-                    i = skip_string(text, i, 0);
+                    i += lex::quoted_len(&text[i..]);
                     after_eq = None;
                     prev_word = None;
                 }
                 b'#' if matches!(b.get(i + 1), Some(b'"') | Some(b'#')) => {
-                    let hashes = b[i..].iter().take_while(|&&c| c == b'#').count();
-                    if b.get(i + hashes) == Some(&b'"') {
-                        i = skip_string(text, i + hashes, hashes);
-                    } else {
-                        i += hashes;
-                    }
+                    i += lex::raw_string_len(&text[i..]).unwrap_or_else(|| b[i..].iter().take_while(|&&c| c == b'#').count());
                     after_eq = None;
                 }
                 b'{' => {
@@ -293,44 +290,6 @@ fn is_number(word: &str) -> bool {
         return !bin.is_empty() && bin.chars().all(|c| c == '0' || c == '1');
     }
     w.parse::<f64>().is_ok() && !w.contains(['i', 'I', 'n', 'N'])
-}
-
-/// Past the end of a `"…"` string (or `"""…"""`, or a raw `#"…"#` with `hashes` #) at `i`.
-fn skip_string(text: &str, i: usize, hashes: usize) -> usize {
-    let b = text.as_bytes();
-    let triple = b[i..].starts_with(b"\"\"\"");
-    let close = format!("{}{}", if triple { "\"\"\"" } else { "\"" }, "#".repeat(hashes));
-    let mut j = i + if triple { 3 } else { 1 };
-    while j < b.len() {
-        if hashes == 0 && b[j] == b'\\' {
-            j += 2;
-            continue;
-        }
-        if b[j..].starts_with(close.as_bytes()) {
-            return j + close.len();
-        }
-        j += 1;
-    }
-    b.len()
-}
-
-fn skip_block_comment(b: &[u8], i: usize) -> usize {
-    let (mut depth, mut j) = (0usize, i);
-    while j < b.len() {
-        if b[j..].starts_with(b"/*") {
-            depth += 1;
-            j += 2;
-        } else if b[j..].starts_with(b"*/") {
-            depth -= 1;
-            j += 2;
-            if depth == 0 {
-                return j;
-            }
-        } else {
-            j += 1;
-        }
-    }
-    b.len()
 }
 
 /// Indentation and first word of the line holding byte `i`.

@@ -4,7 +4,7 @@
 //! the same document before it is returned.
 
 mod layout;
-mod lex;
+pub(crate) mod lex;
 
 use kdl::KdlDocument;
 
