@@ -186,16 +186,7 @@ impl NftBackend {
     /// every interval set's elements for `nft -t list table`, not for `list ruleset`: 10 ms
     /// instead of 0.6 s with a 100,000-element set.)
     pub fn list_terse(&self) -> Result<Option<Value>> {
-        let out = self
-            .command()
-            .args(["-t", "-j", "list", "ruleset"])
-            .output()
-            .into_diagnostic()
-            .wrap_err("cannot run nft (is nftables installed?)")?;
-        if !out.status.success() {
-            return Err(miette!("nft list ruleset failed{}: {}", self.where_(), clean_nft_error(&String::from_utf8_lossy(&out.stderr))));
-        }
-        let all: Value = serde_json::from_slice(&out.stdout).into_diagnostic().wrap_err("nft printed invalid JSON")?;
+        let all = self.list_ruleset_terse()?;
         let ours = |o: &Value| {
             let Some((kind, body)) = o.as_object().and_then(|m| m.iter().next()) else { return false };
             match kind.as_str() {
@@ -209,6 +200,21 @@ impl NftBackend {
             return Ok(None);
         }
         Ok(Some(json!({"nftables": items})))
+    }
+
+    /// Every table of the namespace without set and map elements (`nft -t -j list ruleset`):
+    /// fwc's and other programs' (read only, e.g. for the ports Docker publishes).
+    pub fn list_ruleset_terse(&self) -> Result<Value> {
+        let out = self
+            .command()
+            .args(["-t", "-j", "list", "ruleset"])
+            .output()
+            .into_diagnostic()
+            .wrap_err("cannot run nft (is nftables installed?)")?;
+        if !out.status.success() {
+            return Err(miette!("nft list ruleset failed{}: {}", self.where_(), clean_nft_error(&String::from_utf8_lossy(&out.stderr))));
+        }
+        serde_json::from_slice(&out.stdout).into_diagnostic().wrap_err("nft printed invalid JSON")
     }
 
     /// The live table in nft's text syntax with handles (`nft -a list table inet fwc`).

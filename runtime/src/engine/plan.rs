@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::load::Loaded;
 use super::transaction::{self, SysctlStatus};
 use crate::backend::nft::{NftBackend, NftChange, NftMode};
+use crate::backend::published;
 use crate::state::{self, StateDir};
 
 /// Version of the saved plan file format.
@@ -42,6 +43,10 @@ pub struct LivePlan {
     #[serde(default)]
     pub nftables: Option<NftChange>,
     pub sysctls: Vec<SysctlStatus>,
+    /// Ports other programs (Docker, Podman) publish with DNAT that the new rules leave open
+    /// to every client (docs/containers.md). Warnings, not changes.
+    #[serde(default)]
+    pub published_open: Vec<String>,
     /// The exact artifacts `fwc apply plan.json` applies.
     pub artifacts: Artifacts,
 }
@@ -106,6 +111,11 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     let artifacts_changed =
         file_hashes(&next).into_iter().filter(|(f, h)| old_h.get(f) != Some(h)).map(|(f, _)| f.to_string()).collect();
     let sysctls = transaction::check_sysctls(&next, netns);
+    // Read only; a host without nft tables of others (or an nft that cannot list) warns nothing.
+    let published_open = match nft.list_ruleset_terse() {
+        Ok(all) => published::open_to_everyone(&published::published_ports(&all), &next.nftables),
+        Err(_) => Vec::new(),
+    };
     Ok(LivePlan {
         version: PLAN_VERSION,
         host: next.manifest.host.clone(),
@@ -120,6 +130,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
         drift,
         nftables: Some(nftables),
         sysctls,
+        published_open,
         artifacts: next,
     })
 }
