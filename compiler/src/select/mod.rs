@@ -149,11 +149,18 @@ pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<Back
         _ if dns.is_some() => Some(format!("DNS target {} needs userspace (the kernel NATs to addresses only)", dns.unwrap_or_default())),
         _ if f.proxy_protocol.is_some() => Some("PROXY protocol needs userspace (the kernel cannot add a header)".into()),
         _ if f.idle_timeout_ms.is_some() => Some("idle-timeout needs userspace".into()),
-        _ if f.health.is_some() => Some("health-check needs userspace (the forwarder probes the targets; kernel DNAT failover is not built yet)".into()),
         _ => None,
     };
     match userspace_reason {
         Some(r) => (vec![BackendKind::Userspace], r),
+        None if capped && f.health.is_some() => (
+            vec![BackendKind::Nftables, BackendKind::Qos],
+            "IP-literal targets: nftables DNAT; health-checked: the forwarder probes the targets and rewrites the forward's dispatch chain when one goes down or comes back; the bandwidth cap is an eBPF token bucket on the marked flow".into(),
+        ),
+        None if f.health.is_some() => (
+            vec![BackendKind::Nftables],
+            "IP-literal targets: nftables DNAT + masquerade; health-checked: the forwarder probes the targets and rewrites the forward's dispatch chain when one goes down or comes back".into(),
+        ),
         None if capped => (
             vec![BackendKind::Nftables, BackendKind::Qos],
             "IP-literal targets: nftables DNAT; the bandwidth cap is an eBPF token bucket on the marked flow".into(),

@@ -372,7 +372,8 @@ impl NftBackend {
                 if want_empty {
                     obs.drift.push(format!("table inet {NFT_TABLE} exists but fwc has nothing applied"));
                 } else {
-                    let (want, live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
+                    let (want, mut live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
+                    accept_health_rewrites(&want, &mut live);
                     // The text listing (rules in nft syntax for the report) is a second full
                     // listing: taken only when there is drift to describe.
                     if describe_drift(&want, &live, None).is_empty() {
@@ -764,6 +765,32 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
         }
     }
     n
+}
+
+/// The goto targets of a dispatch rule of a health-checked kernel forward
+/// (`numgen inc mod N vmap { 0 : goto c0, … }`, its only statement), in slot order.
+fn dispatch_targets(rule: &Value) -> Option<Vec<&str>> {
+    let [stmt] = rule.get("expr")?.as_array()?.as_slice() else { return None };
+    let vmap = stmt.get("vmap")?;
+    vmap.pointer("/key/numgen")?;
+    vmap.pointer("/data/set")?.as_array()?.iter().map(|e| e.pointer("/1/goto/target").and_then(Value::as_str)).collect()
+}
+
+/// The forwarder rewrites the dispatch chains of health-checked kernel forwards
+/// (forwarder/src/kernel.rs): a live dispatch rule over a non-empty subsequence of the
+/// expected targets, with the expected comment, is what fwc wrote, not drift.
+fn accept_health_rewrites(want: &Normalized, live: &mut Normalized) {
+    for (chain, w) in &want.rules {
+        let [wr] = w.as_slice() else { continue };
+        let Some(all) = dispatch_targets(wr) else { continue };
+        let Some([lr]) = live.rules.get(chain).map(Vec::as_slice) else { continue };
+        let Some(used) = dispatch_targets(lr) else { continue };
+        let mut rest = all.iter();
+        let subsequence = !used.is_empty() && used.iter().all(|u| rest.any(|a| a == u));
+        if subsequence && lr.get("comment") == wr.get("comment") {
+            live.rules.insert(chain.clone(), w.clone());
+        }
+    }
 }
 
 fn strip_volatile(v: &mut Value) {
