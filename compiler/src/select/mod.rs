@@ -149,6 +149,11 @@ pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<Back
         _ if dns.is_some() => Some(format!("DNS target {} needs userspace (the kernel NATs to addresses only)", dns.unwrap_or_default())),
         _ if f.proxy_protocol.is_some() => Some("PROXY protocol needs userspace (the kernel cannot add a header)".into()),
         _ if f.idle_timeout_ms.is_some() => Some("idle-timeout needs userspace".into()),
+        // Before the kernel path had health checks these went to userspace; mixed families
+        // would be an error on the kernel path, so they stay there.
+        _ if f.health.is_some() && mixed_families(f) => {
+            Some("health-check over IPv4 and IPv6 targets needs userspace (kernel DNAT balances within one family)".into())
+        }
         _ => None,
     };
     match userspace_reason {
@@ -167,6 +172,11 @@ pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<Back
         ),
         None => (vec![BackendKind::Nftables], "IP-literal targets: nftables DNAT + masquerade (fastest path)".into()),
     }
+}
+
+fn mixed_families(f: &ForwardRule) -> bool {
+    let v4 = f.targets.value.iter().filter(|t| matches!(t.host, TargetHost::Ip(std::net::IpAddr::V4(_)))).count();
+    v4 != 0 && v4 != f.targets.value.len()
 }
 
 /// Filter the ruleset for `host`, decide backends, and assign QoS classes.
