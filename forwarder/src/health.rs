@@ -85,7 +85,7 @@ impl Health {
     }
 
     /// Record one probe; returns the new state when it changed.
-    fn record(&self, rule: &str, t: &ForwardTarget, ok: bool, hc: &HealthCheck) -> Option<bool> {
+    pub(crate) fn record(&self, rule: &str, t: &ForwardTarget, ok: bool, hc: &HealthCheck) -> Option<bool> {
         let s = self.state(t);
         s.checks.fetch_add(1, Relaxed);
         if !ok {

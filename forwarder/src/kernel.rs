@@ -60,3 +60,32 @@ fn describe(kh: &KernelHealth, health: &Health) -> String {
     let up: Vec<String> = kh.targets.iter().filter(|t| health.is_up(t)).map(|t| format!("{}:{}", t.host, t.port)).collect();
     if up.is_empty() { "every target is down: all targets in use".into() } else { format!("targets in use: {}", up.join(", ")) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fwc_artifacts::{ForwardTarget, HealthCheck, KernelDispatch};
+
+    #[test]
+    fn the_batch_uses_the_targets_that_are_up_and_all_when_none_is() {
+        let t = |h: &str| ForwardTarget { host: h.into(), port: 80 };
+        let kh = KernelHealth {
+            rule: "web".into(),
+            targets: vec![t("10.0.0.1"), t("10.0.0.2")],
+            health_check: HealthCheck { interval_ms: 100, timeout_ms: 50, rise: 1, fall: 1 },
+            dispatch: vec![KernelDispatch { chain: "fhc4_web".into(), targets: vec![(0, "fhc4_web_t0".into()), (1, "fhc4_web_t1".into())] }],
+        };
+        let h = Health::default();
+        let gotos = |b: &Value| -> Vec<String> {
+            b.pointer("/nftables/1/add/rule/expr/0/vmap/data/set").unwrap().as_array().unwrap().iter().map(|e| e[1]["goto"]["target"].as_str().unwrap().to_string()).collect()
+        };
+        assert_eq!(gotos(&batch(&kh, &h)), ["fhc4_web_t0", "fhc4_web_t1"]);
+        h.record("web", &kh.targets[1], false, &kh.health_check);
+        let b = batch(&kh, &h);
+        assert_eq!(b["nftables"][0], json!({"flush": {"chain": {"family": "inet", "table": "fwc", "name": "fhc4_web"}}}));
+        assert_eq!(gotos(&b), ["fhc4_web_t0"]);
+        assert_eq!(b.pointer("/nftables/1/add/rule/comment").unwrap(), "fwc:forward:web");
+        h.record("web", &kh.targets[0], false, &kh.health_check);
+        assert_eq!(gotos(&batch(&kh, &h)), ["fhc4_web_t0", "fhc4_web_t1"], "every target down: all of them");
+    }
+}

@@ -1088,6 +1088,28 @@ mod tests {
     }
 
     #[test]
+    fn health_rewrites_of_a_dispatch_chain_are_not_drift() {
+        let dispatch = |targets: &[&str], comment: &str| {
+            let set: Vec<Value> = targets.iter().enumerate().map(|(i, t)| json!([i, {"goto": {"target": t}}])).collect();
+            json!({"nftables": [{"rule": {"family": "inet", "table": "fwc", "chain": "fhc4_web", "comment": comment,
+                "expr": [{"vmap": {"key": {"numgen": {"mode": "inc", "mod": targets.len(), "offset": 0}}, "data": {"set": set}}}]}}]})
+        };
+        let want = normalize(&dispatch(&["fhc4_web_t0", "fhc4_web_t1", "fhc4_web_t2"], "fwc:forward:web"));
+        for (live, ok) in [
+            (dispatch(&["fhc4_web_t0", "fhc4_web_t2"], "fwc:forward:web"), true),
+            (dispatch(&["fhc4_web_t1"], "fwc:forward:web"), true),
+            (dispatch(&["fhc4_web_t2", "fhc4_web_t0"], "fwc:forward:web"), false),
+            (dispatch(&["fhc4_web_t0", "elsewhere"], "fwc:forward:web"), false),
+            (dispatch(&[], "fwc:forward:web"), false),
+            (dispatch(&["fhc4_web_t0"], "fwc:forward:other"), false),
+        ] {
+            let mut live = normalize(&live);
+            accept_health_rewrites(&want, &mut live);
+            assert_eq!(describe_drift(&want, &live, None).is_empty(), ok, "{live:?}");
+        }
+    }
+
+    #[test]
     fn normalize_drops_volatile_parts() {
         let a = json!({"nftables": [{"metainfo": {}}, {"table": {"family": "inet", "name": "fwc", "handle": 3}},
             {"set": {"family": "inet", "table": "fwc", "name": "s", "handle": 4, "type": "ipv4_addr", "elem": ["10.0.0.2", "10.0.0.1"]}},
