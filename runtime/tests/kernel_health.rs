@@ -108,6 +108,12 @@ fn kernel_forward_fails_over_by_health_checks() {
     let b_up = v["health"].as_array().and_then(|h| h.iter().find(|x| x["target"] == "198.18.2.3:7001")).map(|x| x["up"].clone());
     assert_eq!(b_up, Some(serde_json::Value::Bool(false)), "status lists B down: {stats}");
 
+    let o = fwc(&["status", "--netns", &t.host.name, "--state-dir", &st, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["target_health"].as_array().cloned().unwrap_or_default();
+    assert!(rows.iter().any(|r| r["rule"] == "web" && r["target"] == "198.18.2.3:7001" && r["up"] == false), "fwc status lists B down: {v}");
+    assert_eq!(v["drift"], false, "{v}");
+
     // The rewrite is not drift.
     let o = fwc(&["plan", repo_s, "--netns", &t.host.name, "--state-dir", &st, "--detailed-exitcode"]);
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
