@@ -4,7 +4,7 @@
 //! show a stopped target taken out within interval × fall and back after rise; the rewrite is
 //! not drift; with every target down, every target is in the dispatch again.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fwc_testkit::{privileged, Topology};
@@ -56,22 +56,8 @@ fn kernel_forward_fails_over_by_health_checks() {
 
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
     let st = state.to_str().unwrap().to_string();
-    let fwd = Command::new("ip")
-        .args(["netns", "exec", &t.host.name, env!("CARGO_BIN_EXE_fwc"), "forward", "--state-dir", &st])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    t.host.adopt(fwd);
-    let sock = state.join("forwarder.sock");
-    let t0 = Instant::now();
-    while !sock.exists() && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(sock.exists(), "the forwarder did not create {}", sock.display());
+    t.host.spawn_forwarder(env!("CARGO_BIN_EXE_fwc"), &state);
 
     let repo = dir.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();

@@ -122,6 +122,20 @@ impl NatMaps {
     }
 }
 
+/// The DNAT statement to one target (`dnat ip to ADDR[:PORT]`, or a port map for an offset
+/// range).
+fn target_nat(fam: Fam, ip: IpAddr, tp: TPort, listen: PortRange) -> S {
+    let nat = |addr: E, port: Option<E>| Statement::DNAT(Some(NAT { addr: Some(addr), family: Some(fam.nat()), port, flags: None }));
+    match tp {
+        TPort::Keep => nat(s(ip.to_string()), None),
+        TPort::Fixed(p) => nat(s(ip.to_string()), Some(n(u32::from(p)))),
+        TPort::Offset { .. } => {
+            let m = (listen.lo..=listen.hi).map(|p| (n(u32::from(p)), n(u32::from(tp.port(p))))).collect();
+            nat(s(ip.to_string()), Some(map_lookup(payload("th", "dport"), mapping(m))))
+        }
+    }
+}
+
 /// The DNAT rules of a forward that does not fit the maps.
 pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
     let comment = rule_comment(RuleKind::Forward, &f.name.value);
@@ -153,15 +167,7 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
             e.push(Statement::Goto(JumpTarget { target: health_chain(&f.name.value, fam, None).into() }));
             rules.push(e);
         } else if let [(ip, tp)] = tg[..] {
-            let st = match tp {
-                TPort::Keep => nat(s(ip.to_string()), None),
-                TPort::Fixed(p) => nat(s(ip.to_string()), Some(n(u32::from(p)))),
-                TPort::Offset { .. } => {
-                    let m = (listen.lo..=listen.hi).map(|p| (n(u32::from(p)), n(u32::from(tp.port(p))))).collect();
-                    nat(s(ip.to_string()), Some(map_lookup(payload("th", "dport"), mapping(m))))
-                }
-            };
-            rules.push(vec![dport(listen), counter(), st]);
+            rules.push(vec![dport(listen), counter(), target_nat(fam, ip, tp, listen)]);
         } else {
             let ng = || named(NamedExpression::Numgen(Numgen { mode: NgMode::Inc, ng_mod: tg.len() as u32, offset: None }));
             if tg.iter().all(|(_, tp)| *tp == TPort::Keep) {
@@ -427,15 +433,7 @@ pub(super) fn health_chains(out: &mut Out, plan: &HostPlan) {
             for (i, ip, tp) in tg {
                 let chain = health_chain(&f.name.value, fam, Some(i));
                 out.chain(&chain, None);
-                let nat = |addr: E, port: Option<E>| Statement::DNAT(Some(NAT { addr: Some(addr), family: Some(fam.nat()), port, flags: None }));
-                let st = match tp {
-                    TPort::Keep => nat(s(ip.to_string()), None),
-                    TPort::Fixed(p) => nat(s(ip.to_string()), Some(n(u32::from(p)))),
-                    TPort::Offset { .. } => {
-                        let m = (listen.lo..=listen.hi).map(|p| (n(u32::from(p)), n(u32::from(tp.port(p))))).collect();
-                        nat(s(ip.to_string()), Some(map_lookup(payload("th", "dport"), mapping(m))))
-                    }
-                };
+                let st = target_nat(fam, ip, tp, listen);
                 // nft wants the transport protocol matched before a port is mapped.
                 let mut e = l4_match(Some(fproto(f.proto)), None, None);
                 e.push(st);
