@@ -106,6 +106,27 @@ fn kernel_forward_fails_over_by_health_checks() {
     assert!(!text.to_lowercase().contains("drift"), "the prober's rewrite reported as drift:\n{text}");
     assert_eq!(o.status.code(), Some(0), "plan sees a change:\n{text}");
 
+    // An apply (here: one more forward; the nft diff also replaces the dispatch rule with the
+    // compiled one, over every target) is followed by the forwarder's commit, which writes the
+    // current health again.
+    let kdl = std::fs::read_to_string(repo.join("fwc.kdl")).unwrap();
+    std::fs::write(repo.join("fwc.kdl"), kdl + "forward \"other\" listen=\":7100\" to=\"198.18.2.2:7001\"\n").unwrap();
+    let log = dir.path().join("batches.log");
+    let o = Command::new(env!("CARGO_BIN_EXE_fwc"))
+        .args(["apply", repo_s, "--netns", &t.host.name, "--state-dir", &st, "--auto-approve"])
+        .env("FWC_NFT_BATCH_LOG", &log)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let batch = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(batch.contains("\"fhc4_web\""), "the apply's nft batch did not reset the dispatch rule:\n{batch}");
+    let t0 = Instant::now();
+    while dispatch_rule(&t).contains("fhc4_web_t1") {
+        assert!(t0.elapsed() < Duration::from_secs(3), "after an apply B is still in the dispatch:\n{}", dispatch_rule(&t));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(answers(&t, 4), ["A", "A", "A", "A"]);
+
     // B is back: in the rotation again within interval × rise (+ one interval).
     let b2 = t.backend.spawn(&["socat", "TCP-LISTEN:7001,bind=198.18.2.3,reuseaddr,fork", "SYSTEM:echo B"]);
     let back = Instant::now();
