@@ -9,6 +9,6 @@ for d in "$HOME/.cargo/bin" /root/.cargo/bin; do [ -d "$d" ] && PATH="$d:$PATH";
 export PATH
 # The fuzz harness (compiler/tests/fuzz.rs) runs inside `cargo test` for this long (seconds);
 # raise it to fuzz longer (docs/architecture.md "Testing strategy").
-export FWC_FUZZ_SECS="${FWC_FUZZ_SECS:-30}"
+export FWC_FUZZ_SECS="${FWC_FUZZ_SECS:-90}"
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast "$@"

@@ -16,6 +16,7 @@
 #   nft-dnat      veth: nftables `dnat` (nat prerouting) to the server, routed
 #   fwc-splice    `fwc forward --config` (splice(2))
 #   fwc-copy      the same with FWC_FORWARD_SPLICE=0 (buffered copy)
+#   fwc-sockmap   `fwc forward --sockmap --config` (BPF sk_skb redirection after setup)
 #   peers         --peer NAME='CMD', CMD with {listen} (port to listen on) and {target}
 #                 (server port), {laddr} (address to listen on) and {taddr} (server address),
 #                 e.g.  --peer socat='socat TCP-LISTEN:{listen},fork,reuseaddr TCP:{taddr}:{target}'
@@ -135,7 +136,7 @@ start_bg() { # VAR=value... cmd...   (prints the pid of cmd itself: ip netns exe
 
 declare -A PORT PID
 declare -A ADDR
-VARIANTS=(direct $NFTV fwc-splice fwc-copy)
+VARIANTS=(direct $NFTV fwc-splice fwc-copy fwc-sockmap)
 PORT[direct]=$SERVER; PID[direct]=""; ADDR[direct]=$SADDR
 PORT[$NFTV]=6000; PID[$NFTV]=""
 
@@ -143,6 +144,8 @@ fwc_config 6001 null >"$RAW/fwc-splice.json"
 NAME=fwc-splice; PID[fwc-splice]=$(start_bg FWC_FORWARD_SPLICE=1 "$FWC" forward --config "$RAW/fwc-splice.json"); PIDS+=(${PID[fwc-splice]}); PORT[fwc-splice]=6001
 fwc_config 6002 null >"$RAW/fwc-copy.json"
 NAME=fwc-copy; PID[fwc-copy]=$(start_bg FWC_FORWARD_SPLICE=0 "$FWC" forward --config "$RAW/fwc-copy.json"); PIDS+=(${PID[fwc-copy]}); PORT[fwc-copy]=6002
+fwc_config 6003 null >"$RAW/fwc-sockmap.json"
+NAME=fwc-sockmap; PID[fwc-sockmap]=$(start_bg X=1 "$FWC" forward --sockmap --config "$RAW/fwc-sockmap.json"); PIDS+=(${PID[fwc-sockmap]}); PORT[fwc-sockmap]=6003
 
 port=6100
 for spec in "${PEERS[@]}"; do

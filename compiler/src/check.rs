@@ -130,7 +130,7 @@ impl Checker<'_> {
     fn chains(&mut self) {
         let rules: Vec<&FilterRule> = self.rs.chains.iter().flat_map(|c| c.rules.iter()).collect();
         self.unique("filter rule", rules.iter().map(|r| (r.action.as_str(), &r.name)));
-        for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output] {
+        for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output, ChainKind::Containers] {
             let mut policy: Option<&Spanned<Policy>> = None;
             for c in self.rs.chains.iter().filter(|c| c.kind == kind) {
                 if let (Some(first), Some(p)) = (policy, &c.policy) {
@@ -162,6 +162,18 @@ impl Checker<'_> {
                 self.err("oif-in-input", &rule, "packets for this host have no output interface", o.span, "`out` in the input chain", "use `in=` in the input chain");
             }
             self.family_mix(&rule, &r.from, &r.to);
+            if let (ChainKind::Containers, Some(p)) = (r.chain, &r.proto) {
+                if !p.value.has_ports() {
+                    self.err(
+                        "containers-proto",
+                        &rule,
+                        format!("containers rules judge published ports; proto={} has no ports", p.value.as_str()),
+                        p.span,
+                        "no published port",
+                        "use proto=tcp, udp or both (ICMP to containers is judged in the forward chain)",
+                    );
+                }
+            }
             if let Some(p) = &r.proto {
                 let fam = self.match_family(&r.from).or(self.match_family(&r.to));
                 let clash = match (p.value, fam) {

@@ -3,7 +3,9 @@
 //! - `no-ssh-allow`: `input policy=drop` and no `allow` that lets SSH (tcp/22) in;
 //! - `shadowed-rule`: a rule that an earlier rule of the same chain fully covers (never hit);
 //! - `forward-denied`: a forward whose `from=` sources the chain it passes denies entirely;
-//! - `unused-set`: a set no rule uses.
+//! - `unused-set`: a set no rule uses;
+//! - `published-port-open`: a `containers` allow that restricts a published port's clients
+//!   while the containers policy (accept) lets everyone else in anyway.
 //!
 //! "Covers" is decided exactly on the match properties (protocol, ports, addresses as
 //! intervals, interfaces, host selector); a rule with `rate=` never covers another (it stops
@@ -26,6 +28,7 @@ pub fn lint(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
     l.shadowed();
     l.forwards_denied();
     l.unused_sets();
+    l.published_ports_open();
     l.out
 }
 
@@ -215,6 +218,42 @@ impl<'a> Linter<'a> {
         (rules, policy)
     }
 
+    /// With the containers policy `accept` (Docker's own behaviour), an `allow` restricted to
+    /// some clients restricts nothing unless a later deny/reject closes its ports to the rest.
+    fn published_ports_open(&mut self) {
+        let (rules, policy) = self.chain(ChainKind::Containers);
+        if policy.is_some_and(|p| p.value == Policy::Drop) {
+            return;
+        }
+        for (j, a) in rules.iter().enumerate() {
+            if a.action != Action::Allow || (a.from.is_none() && a.iif.is_none()) {
+                continue;
+            }
+            let ports = a.ports.as_ref().map(|p| p.value.as_slice());
+            let closed = rules[j + 1..].iter().any(|d| {
+                d.action != Action::Allow
+                    && d.rate.is_none()
+                    && d.from.is_none()
+                    && d.iif.is_none()
+                    && selector_key(&d.on).is_none()
+                    && proto_covers(d.proto.as_ref().map(|p| p.value), a.proto.as_ref().map(|p| p.value))
+                    && ports_cover(d.ports.as_ref().map(|p| p.value.as_slice()), ports)
+                    && self.addr_covers(d.to.as_ref(), a.to.as_ref())
+            });
+            if closed {
+                continue;
+            }
+            let what = match ports {
+                Some(p) => format!("published port {}", p.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(",")),
+                None => "published ports".into(),
+            };
+            let name = &a.name.value;
+            let msg = format!("{what} stays open to everyone: \"{name}\" allows some clients, but the containers policy is accept, so every other client reaches it too");
+            let help = format!("write `containers policy=drop {{ … }}` (only allowed published ports are reachable), or add a `deny` for the same proto/port after \"{name}\"");
+            self.warn("published-port-open", &format!("allow \"{name}\""), msg, a.name.span, "restricts nothing", help);
+        }
+    }
+
     fn ssh_lockout(&mut self) {
         let (rules, policy) = self.chain(ChainKind::Input);
         let Some(policy) = policy.filter(|p| p.value == Policy::Drop) else { return };
@@ -240,7 +279,7 @@ impl<'a> Linter<'a> {
     }
 
     fn shadowed(&mut self) {
-        for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output] {
+        for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output, ChainKind::Containers] {
             let (rules, _) = self.chain(kind);
             for (j, b) in rules.iter().enumerate() {
                 let by = rules[..j].iter().find(|a| self.covers(a, b));

@@ -119,6 +119,8 @@ pub enum ChainKind {
     Input,
     Forward,
     Output,
+    /// `containers { … }`: who reaches ports that Docker/Podman publish (DNAT into a bridge).
+    Containers,
 }
 
 impl ChainKind {
@@ -127,9 +129,14 @@ impl ChainKind {
             ChainKind::Input => "input",
             ChainKind::Forward => "forward",
             ChainKind::Output => "output",
+            ChainKind::Containers => "containers",
         }
     }
 }
+
+/// Interfaces that are container bridges when a `containers` block does not say `bridges=`:
+/// Docker's default bridge and user networks, Podman's netavark and CNI bridges.
+pub const DEFAULT_CONTAINER_BRIDGES: &[&str] = &["docker0", "br-*", "podman*", "cni-podman*"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -144,6 +151,10 @@ pub enum Policy {
 pub struct Chain {
     pub kind: ChainKind,
     pub policy: Option<Spanned<Policy>>,
+    /// `containers bridges="docker0,br-*"`: interface names (a trailing `*` is a wildcard).
+    /// Only on a `containers` block; skipped when absent (digests of the other chains).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bridges: Option<Spanned<Vec<String>>>,
     pub rules: Vec<FilterRule>,
     #[serde(skip)]
     pub span: Span,

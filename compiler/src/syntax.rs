@@ -16,9 +16,12 @@ use crate::units::{self, UnitError};
 /// The rule-language version this compiler reads.
 pub const LANGUAGE_VERSION: i128 = 1;
 
-const TOP_NODES: &[&str] = &["fwc", "host", "set", "input", "forward", "output", "shape"];
+const TOP_NODES: &[&str] = &["fwc", "host", "set", "input", "forward", "output", "containers", "shape"];
 const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject"];
 const FILTER_PROPS: &[&str] = &["proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "on", "comment"];
+/// A `containers` rule matches a published port as the client addressed it: no `sport`/`out`
+/// (the output interface is the bridge).
+const CONTAINER_RULE_PROPS: &[&str] = &["proto", "port", "from", "to", "in", "log", "rate", "on", "comment"];
 const FORWARD_PROPS: &[&str] = &[
     "proto", "listen", "to", "from", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
     "idle-timeout", "sni", "health-check", "health-interval", "health-timeout", "health-rise", "health-fall", "backend", "on", "comment",
@@ -251,7 +254,7 @@ impl Parser<'_, '_> {
                         rs.sets.push(s);
                     }
                 }
-                "input" | "output" => {
+                "input" | "output" | "containers" => {
                     if let Some(c) = self.chain(node) {
                         rs.chains.push(c);
                     }
@@ -272,7 +275,7 @@ impl Parser<'_, '_> {
                     }
                 }
                 other => {
-                    let mut help = String::from("top-level nodes are fwc, host, set, input, forward, output and shape");
+                    let mut help = String::from("top-level nodes are fwc, host, set, input, forward, output, containers and shape");
                     if FILTER_ACTIONS.contains(&other) {
                         help = format!("`{other}` rules go inside a chain block: input {{ {other} \"name\" … }}");
                     } else if let Some(s) = did_you_mean(other, TOP_NODES.iter().copied()) {
@@ -611,11 +614,14 @@ impl Parser<'_, '_> {
         let kind = match node.name().value() {
             "input" => ChainKind::Input,
             "output" => ChainKind::Output,
+            "containers" => ChainKind::Containers,
             _ => ChainKind::Forward,
         };
         let rule = format!("{} chain", kind.as_str());
-        let mut props = self.props(node, &rule, &["policy"], 0);
+        let allowed: &[&str] = if kind == ChainKind::Containers { &["policy", "bridges"] } else { &["policy"] };
+        let mut props = self.props(node, &rule, allowed, 0);
         let policy = self.choice(&mut props, "policy", &[("accept", Policy::Accept), ("drop", Policy::Drop)]);
+        let bridges = self.parsed(&mut props, "bridges", parse_bridges);
         let mut rules = Vec::new();
         for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
             let action = match child.name().value() {
@@ -639,13 +645,14 @@ impl Parser<'_, '_> {
                 rules.push(r);
             }
         }
-        Some(Chain { kind, policy, rules, span: self.span(node.span()) })
+        Some(Chain { kind, policy, bridges, rules, span: self.span(node.span()) })
     }
 
     fn filter_rule(&mut self, node: &KdlNode, chain: ChainKind, action: Action) -> Option<FilterRule> {
         let name = self.name(node, "rule")?;
         let rule = format!("{} \"{}\"", action.as_str(), name.value);
-        let mut p = self.props(node, &rule, FILTER_PROPS, 1);
+        let allowed = if chain == ChainKind::Containers { CONTAINER_RULE_PROPS } else { FILTER_PROPS };
+        let mut p = self.props(node, &rule, allowed, 1);
         self.no_children(node, &rule);
         let r = FilterRule {
             chain,
@@ -829,6 +836,24 @@ fn parse_ifname(s: &str) -> Result<String, UnitError> {
             help: "interface names are 1-15 characters without spaces or `/`, e.g. in=\"eth0\"".into(),
         })
     }
+}
+
+/// `bridges="docker0,br-*"`: interface names, each may end in `*` (a prefix wildcard).
+fn parse_bridges(s: &str) -> Result<Vec<String>, UnitError> {
+    let help = "a comma-separated list of interface names, each may end in `*`: bridges=\"docker0,br-*,podman*\"";
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let stem = part.strip_suffix('*').unwrap_or(part);
+        if part.is_empty() || !valid_ifname(part) || stem.contains('*') || (stem.is_empty() && part != "*") {
+            let what = if part.is_empty() { "an empty entry".to_string() } else { format!("\"{part}\"") };
+            return Err(UnitError { message: format!("{what} is not an interface name or pattern"), help: help.into() });
+        }
+        if part == "*" {
+            return Err(UnitError { message: "\"*\" would make every interface a container bridge".into(), help: help.into() });
+        }
+        out.push(part.to_string());
+    }
+    Ok(out)
 }
 
 fn parse_selector(s: &str) -> Result<Selector, UnitError> {

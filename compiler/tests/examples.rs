@@ -59,3 +59,41 @@ fn every_nftables_json_passes_nft_check() {
     }
     assert!(failures.is_empty(), "nft -j -c rejected:\n{}", failures.join("\n"));
 }
+
+/// The ```kdl blocks of a docs page, each a complete `fwc.kdl` (`fwc 1` added when the block
+/// leaves it out): they must compile without errors, and their warnings are returned.
+fn doc_examples(page: &str) -> Vec<(String, Vec<String>)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs").join(page);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut out = Vec::new();
+    let mut block: Option<String> = None;
+    for line in text.lines() {
+        match (&mut block, line.trim_end()) {
+            (None, "```kdl") => block = Some(String::new()),
+            (Some(b), "```") => {
+                let src = if b.starts_with("fwc 1") { b.clone() } else { format!("fwc 1\n{b}") };
+                let tree = SourceTree::from_files([("fwc.kdl".to_string(), src.clone())]);
+                let (_, warnings) =
+                    fwc_compiler::compile(&tree, None, None).unwrap_or_else(|d| panic!("docs/{page} example does not compile:\n{src}\n{}", d.render(false)));
+                out.push((src, warnings.0.iter().map(|w| w.code.clone()).collect()));
+                block = None;
+            }
+            (Some(b), l) => {
+                b.push_str(l);
+                b.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn docs_containers_examples_compile() {
+    let examples = doc_examples("containers.md");
+    assert!(examples.len() >= 3, "{examples:?}");
+    // The page's warning example warns, and only that one.
+    let warned: Vec<&(String, Vec<String>)> = examples.iter().filter(|(_, w)| w.iter().any(|c| c.ends_with("published-port-open"))).collect();
+    assert_eq!(warned.len(), 1, "{examples:?}");
+    assert!(warned[0].0.contains("\"grafana\"") && !warned[0].0.contains("policy=drop"), "{warned:?}");
+}

@@ -1,4 +1,4 @@
-//! Mutation fuzzing of read → parse → check → compile (#11), on stable Rust. Seeds are the
+//! Mutation fuzzing of read → fmt → parse → check → compile (#11), on stable Rust. Seeds are the
 //! repositories of golden/ and examples/ and the regression corpus (tests/fuzz-corpus/); each
 //! case mutates one file of a seed (byte flips, inserts, deletions, splices, KDL/Jinja tokens,
 //! deep nesting, long lines, invalid UTF-8) and runs the whole pipeline, diagnostics rendering
@@ -104,6 +104,7 @@ fn write_repo(dir: &Path, repo: &Repo) {
 /// The whole pipeline on the repository in `dir`. Errors are fine; only panics are bugs (and
 /// aborts and hangs, which the parent process catches).
 fn run_pipeline(dir: &Path) {
+    format_every_kdl_file(dir);
     let tree = match SourceTree::from_dir(dir) {
         Ok(t) => t,
         Err(d) => return exercise(&d),
@@ -124,6 +125,27 @@ fn run_pipeline(dir: &Path) {
                 let _ = art.files();
             }
             Err(d) => exercise(&d),
+        }
+    }
+}
+
+/// `fwc fmt` on every `.kdl` file of the case: errors are fine, but a result that changes the
+/// file's meaning (`Unstable`) or is not idempotent is a bug, like a panic.
+fn format_every_kdl_file(dir: &Path) {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for p in entries.flatten().map(|e| e.path()) {
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let Some(text) = p.extension().filter(|e| *e == "kdl").and_then(|_| std::fs::read_to_string(&p).ok()) else { continue };
+            match fwc_compiler::format::format_kdl(&text) {
+                Ok(out) => assert_eq!(fwc_compiler::format::format_kdl(&out).ok().as_deref(), Some(out.as_str()), "fmt is not idempotent on {}", p.display()),
+                Err(e @ fwc_compiler::format::FormatError::Unstable { .. }) => panic!("fmt changed the meaning of {}: {e}", p.display()),
+                Err(_) => {}
+            }
         }
     }
 }

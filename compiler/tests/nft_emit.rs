@@ -65,7 +65,7 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
 }
 
 fn chain(kind: ChainKind, policy: Policy, rules: Vec<FilterRule>) -> Chain {
-    Chain { kind, policy: Some(sp(policy)), rules, span: Span::default() }
+    Chain { kind, policy: Some(sp(policy)), bridges: None, rules, span: Span::default() }
 }
 
 /// `listen` like ":8080", "203.0.113.1:80", "[2001:db8::1]:80-90"; `to` like
@@ -570,9 +570,12 @@ fn forward_guards_shared_by_forward_and_output() {
     // (forwards obey the user's rules: the accept only stands in for the policy).
     let fw = chain_rules(&doc, "forward");
     let comments: Vec<&str> = fw.iter().map(|r| r["comment"].as_str().unwrap_or("-")).collect();
-    assert_eq!(comments, ["-", "-", "fwc:filter:lan-out", "-"]);
+    assert_eq!(comments, ["-", "-", "fwc:filter:lan-out", "-", "-", "-", "-", "-"]);
     assert_eq!(fw[1]["expr"], jump);
     assert_eq!(fw[3]["expr"], dnat_accept);
+    // policy=drop: then the containers' own traffic, one accept per default bridge.
+    let bridges: Vec<&Value> = fw[4..].iter().map(|r| &r["expr"][0]["match"]["right"]).collect();
+    assert_eq!(bridges, [&json!("docker0"), &json!("br-*"), &json!("podman*"), &json!("cni-podman*")]);
     // output: the same guards for clients on the host, then their DNATed flows pass.
     let out = chain_rules(&doc, "output");
     assert_eq!(out[1]["expr"], jump, "before `oif lo accept`: local clients connect to a local address");

@@ -62,3 +62,48 @@ fn sigterm_mid_compile_exits_promptly_and_leaves_the_state_consistent() {
     let status = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["status", "--json", "--state-dir", state.to_str().unwrap()]).output().unwrap();
     assert!(String::from_utf8_lossy(&status.stdout).contains(&c1), "{}", String::from_utf8_lossy(&status.stdout));
 }
+
+/// SIGTERM during an apply: the transaction is not cut by the agent itself, but the agent
+/// exits once `--stop-grace` has passed (here 1 s, against an apply held up 30 s before its
+/// commit by `FWC_TEST_FAIL=stall:commit`); the next start (without the stall) redoes the interrupted apply from the intent
+/// journal and audits it, and the chain verifies.
+#[test]
+fn sigterm_mid_apply_exits_after_the_grace_and_the_next_start_redoes_it() {
+    if !privileged("sigterm_mid_apply_exits_after_the_grace_and_the_next_start_redoes_it") {
+        return;
+    }
+    let ns = Netns::new("grace");
+    let repo = Repo::new();
+    let c1 = repo.commit(&allow(80, "web"), "allow 80", None, false);
+    let state = repo.root.join("state");
+    let extra = ["--no-forwarder", "--stop-grace", "1s"];
+    let mut first = AgentProc::start(&state, &repo.url(), &ns.name, &extra, &[]);
+    wait_entry(&state, &c1, "apply", &first);
+    assert!(first.term().success());
+
+    let c2 = repo.commit(&allow(443, "tls"), "allow 443", None, false);
+    let mut agent = AgentProc::start(&state, &repo.url(), &ns.name, &extra, &[("FWC_TEST_FAIL", "stall:commit")]);
+    let applying = format!("applying commit={}", &c2[..12]);
+    assert!(
+        wait_until(Duration::from_secs(180), || agent.log_text().contains(&applying)),
+        "the agent did not start applying the commit:\n{}",
+        agent.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+
+    let t0 = Instant::now();
+    let status = agent.term();
+    let took = t0.elapsed();
+    let log = agent.log_text();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(took < Duration::from_secs(4), "SIGTERM mid-apply took {took:?} with --stop-grace 1s:\n{log}");
+    assert!(log.contains("still busy 1s after the stop signal"), "the apply was not in progress at SIGTERM:\n{log}");
+    assert!(audit(&state).iter().all(|e| e["commit"] != c2.as_str()), "the cut apply was audited as if finished");
+
+    // The next start finds the intent and redoes the apply; the chain verifies.
+    let agent = AgentProc::start(&state, &repo.url(), &ns.name, &extra, &[]);
+    let entry = wait_entry(&state, &c2, "apply", &agent);
+    assert_eq!(entry["result"], "ok", "{entry}");
+    let verify = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["audit", "verify", "--state-dir", state.to_str().unwrap()]).output().unwrap();
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+}

@@ -160,6 +160,9 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             ChainKind::Input => Origin::Input,
             ChainKind::Forward => Origin::Forward,
             ChainKind::Output => Origin::Output,
+            // Published ports are DNATed by Docker/Podman, whose tables fwc does not compile:
+            // no probe can reach this chain offline.
+            ChainKind::Containers => continue,
         };
         let mut services: BTreeSet<Service> = BTreeSet::new();
         let mut srcs: Vec<(IpAddr, String)> = Vec::new();

@@ -702,6 +702,13 @@ impl Cx<'_> {
                 _ => false,
             });
         }
+        // nft's interface-name wildcard: `"br-*"` matches every name starting with `br-`
+        // (`\*` is a literal star).
+        if let (Value::String(pat), Val::Str(name)) = (e, v) {
+            if let Some(stem) = pat.strip_suffix('*').filter(|s| !s.ends_with('\\')) {
+                return Ok(name.starts_with(stem));
+            }
+        }
         Ok(self.literal(e, v)? == *v)
     }
 

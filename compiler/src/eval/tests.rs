@@ -139,7 +139,7 @@ fn round_robin_dnat_of_one_family_leaves_the_other_alone() {
 
 #[test]
 fn health_checked_kernel_forward_lists_every_target_of_its_dispatch() {
-    // Found by the kernel cross-check of golden/26: the dispatch chain's numgen vmap reaches a
+    // Found by the kernel cross-check of golden/27: the dispatch chain's numgen vmap reaches a
     // target chain per slot; the kernel may pick any of them, so all are reported.
     let tree = SourceTree::from_files([(
         "fwc.kdl".to_string(),

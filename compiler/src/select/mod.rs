@@ -26,6 +26,8 @@ pub struct ChainPlan<'a> {
     pub policy: Policy,
     /// Where the policy was given (`None`: the default, accept).
     pub policy_span: Option<Span>,
+    /// Only `containers`: the bridge interfaces (given, or [`DEFAULT_CONTAINER_BRIDGES`]).
+    pub bridges: Vec<String>,
     pub rules: Vec<&'a FilterRule>,
 }
 
@@ -36,7 +38,8 @@ pub struct HostPlan<'a> {
     /// Every set of the repository, in name order (sets have no `on=`; unused ones are emitted
     /// too so `nft list` shows them).
     pub sets: Vec<&'a AddrSet>,
-    /// Always input, forward, output, in that order.
+    /// Always input, forward, output, in that order; then `containers` when the repository
+    /// has a `containers` block.
     pub chains: Vec<ChainPlan<'a>>,
     /// Forwards to IP literals handled by nftables DNAT (sorted by name).
     pub kernel_forwards: Vec<&'a ForwardRule>,
@@ -54,6 +57,14 @@ pub struct HostPlan<'a> {
 }
 
 impl<'a> HostPlan<'a> {
+    /// The container bridges: those of the `containers` block, else the defaults.
+    pub fn container_bridges(&self) -> Vec<String> {
+        match self.chains.iter().find(|c| c.kind == ChainKind::Containers) {
+            Some(c) => c.bridges.clone(),
+            None => DEFAULT_CONTAINER_BRIDGES.iter().map(|b| b.to_string()).collect(),
+        }
+    }
+
     /// The set named `name` (check has made sure it exists).
     pub fn set(&self, name: &str) -> Option<&'a AddrSet> {
         self.set_index.get(name).copied()
@@ -201,23 +212,36 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     }
 
     let mut chains = Vec::new();
-    for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output] {
+    let has_containers = rs.chains.iter().any(|c| c.kind == ChainKind::Containers);
+    let kinds = [ChainKind::Input, ChainKind::Forward, ChainKind::Output, ChainKind::Containers];
+    for kind in kinds.into_iter().filter(|k| *k != ChainKind::Containers || has_containers) {
         let mut policy = Policy::Accept;
         let mut policy_span = None;
+        let mut bridges: Vec<String> = DEFAULT_CONTAINER_BRIDGES.iter().map(|b| b.to_string()).collect();
         let mut rules = Vec::new();
         for c in rs.chains.iter().filter(|c| c.kind == kind) {
             if let Some(p) = &c.policy {
                 policy = p.value;
                 policy_span = Some(p.span);
             }
+            if let Some(b) = &c.bridges {
+                bridges = b.value.clone();
+            }
             rules.extend(c.rules.iter().filter(|r| applies(&r.on)));
+        }
+        if kind != ChainKind::Containers {
+            bridges.clear();
         }
         placements.push(Placement {
             kind: RuleKind::Chain,
             name: kind.as_str().to_string(),
             chain: Some(kind),
             backends: vec![BackendKind::Nftables],
-            reason: "nftables filter chain: first match wins, then the policy".into(),
+            reason: if kind == ChainKind::Containers {
+                "nftables chain at the forward hook before Docker's (priority -5): new connections DNATed into a container bridge, first match wins, then the policy".into()
+            } else {
+                "nftables filter chain: first match wins, then the policy".into()
+            },
         });
         for r in &rules {
             placements.push(Placement {
@@ -228,7 +252,7 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
                 reason: "filter rule: nftables".into(),
             });
         }
-        chains.push(ChainPlan { kind, policy, policy_span, rules });
+        chains.push(ChainPlan { kind, policy, policy_span, bridges, rules });
     }
 
     let mut kernel_forwards = Vec::new();

@@ -82,6 +82,9 @@ pub struct AgentConfig {
     pub netns: Option<String>,
     /// Deadline of one fetch.
     pub fetch_timeout: Duration,
+    /// How long SIGTERM waits for an action in progress before the agent exits anyway
+    /// (`--stop-grace`, default [`STOP_GRACE`]).
+    pub stop_grace: Duration,
     /// Do one iteration and return (for scripts and tests).
     pub once: bool,
     /// Host the userspace forwarder in this process (off when one runs separately).
@@ -138,8 +141,8 @@ impl Journal {
     }
 }
 
-/// How long SIGTERM waits for an action in progress (an apply, a fetch) before the agent exits
-/// regardless (recovered like a crash at the next start).
+/// Default of how long SIGTERM waits for an action in progress (an apply, a fetch) before the
+/// agent exits regardless (recovered like a crash at the next start); `--stop-grace` sets it.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Stack of the compile worker (parsing itself runs on its own big-stack thread).
@@ -231,6 +234,12 @@ impl Backend for Hooked {
             return Err(miette!("injected rollback failure (FWC_AGENT_TEST_FAIL_FILE exists)"));
         }
         self.inner.rollback(previous)
+    }
+    fn rollback_from(&mut self, previous: Option<&Artifacts>, committed: &Artifacts) -> miette::Result<()> {
+        if self.failing() {
+            return Err(miette!("injected rollback failure (FWC_AGENT_TEST_FAIL_FILE exists)"));
+        }
+        self.inner.rollback_from(previous, committed)
     }
     fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
         self.inner.observe(expected)
@@ -516,6 +525,7 @@ impl Agent {
             (None, f) => f,
         };
         let base = Record { signer, detail, ..base };
+        tracing::info!(commit = %short(&tip_s), "applying");
         let ok = self.transaction(lock, &artifacts, Action::Apply, base, t0)?;
         if forced_note.is_some() {
             self.forced = None;
@@ -891,7 +901,7 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
         None => None,
     };
     let stop = Arc::new(AtomicBool::new(false));
-    spawn_signal_thread(tx.clone(), stop.clone());
+    spawn_signal_thread(tx.clone(), stop.clone(), cfg.stop_grace);
     if cfg.forwarder {
         spawn_forwarder(&cfg.state_dir, cfg.netns.as_deref())?;
     }
@@ -1024,8 +1034,8 @@ fn spawn_forwarder(state_dir: &std::path::Path, netns: Option<&str>) -> Result<(
 }
 
 /// On SIGTERM / SIGINT: raise `stop`, wake the loop, and if the process still runs after
-/// [`STOP_GRACE`], exit (the journal's intent makes the next start redo what was cut).
-fn spawn_signal_thread(tx: mpsc::Sender<Wake>, stop: Arc<AtomicBool>) {
+/// `grace`, exit (the journal's intent makes the next start redo what was cut).
+fn spawn_signal_thread(tx: mpsc::Sender<Wake>, stop: Arc<AtomicBool>, grace: Duration) {
     std::thread::Builder::new()
         .name("fwc-signals".into())
         .spawn(move || {
@@ -1042,8 +1052,8 @@ fn spawn_signal_thread(tx: mpsc::Sender<Wake>, stop: Arc<AtomicBool>) {
                 stop.store(true, Ordering::SeqCst);
                 let _ = tx.send(Wake::Stop);
             });
-            std::thread::sleep(STOP_GRACE);
-            tracing::warn!("still busy {STOP_GRACE:?} after the stop signal: exiting now; the next start redoes the interrupted action");
+            std::thread::sleep(grace);
+            tracing::warn!("still busy {grace:?} after the stop signal: exiting now; the next start redoes the interrupted action");
             std::process::exit(i32::from(exit_code::OK));
         })
         .expect("signal thread");

@@ -51,6 +51,11 @@ pub struct AgentArgs {
     /// Deadline of one git fetch.
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub fetch_timeout: Duration,
+    /// How long SIGTERM (or SIGINT) waits for an apply in progress before the agent exits anyway;
+    /// the intent journal makes the next start redo and audit the cut apply. A compile in progress
+    /// is abandoned at once. Keep it below systemd's TimeoutStopSec (the shipped unit: 60 s).
+    #[arg(long, default_value = "10s", value_parser = super::parse_duration)]
+    pub stop_grace: Duration,
     /// Run one fetch + reconcile and exit: 0 applied or up to date, 3 fetch failed (also a
     /// missing branch), 4 commit refused (signature, compile, unknown --host, rewind),
     /// 5 apply failed (rolled back), 6 reconcile error, 1 configuration error.
@@ -103,6 +108,7 @@ pub fn agent(a: AgentArgs, _g: &Global) -> Result<ExitCode> {
         drift: if a.drift == "alert" { DriftMode::Alert } else { DriftMode::Heal },
         netns: a.netns,
         fetch_timeout: a.fetch_timeout,
+        stop_grace: a.stop_grace,
         once: a.once,
         forwarder: !a.no_forwarder,
         allow_rewind: a.allow_rewind,

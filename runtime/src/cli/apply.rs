@@ -150,6 +150,12 @@ pub fn render_plan(p: &LivePlan, color: bool) -> String {
             s.push_str(&format!("    {o}\n"));
         }
     }
+    if !p.published_open.is_empty() {
+        s.push_str(&format!("\n{}\n", paint.c("1;33", "Warning: published container ports open to everyone:")));
+        for w in &p.published_open {
+            s.push_str(&format!("  {} {w}\n", paint.c("33", "!")));
+        }
+    }
     if !p.sysctls.is_empty() {
         s.push_str("\nSysctls:\n");
         for st in &p.sysctls {

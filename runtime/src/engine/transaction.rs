@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use fwc_compiler::artifacts::{Artifacts, BackendKind, ForwardArtifact, Manifest, QosArtifact, ARTIFACT_VERSION};
 use serde::Serialize;
 
-use crate::backend::nft::{injected_failure, NftBackend};
+use crate::backend::nft::{injected_failure, injected_stall, NftBackend};
 use crate::backend::forward::ForwardBackend;
 use crate::backend::netns::InNetns;
 use crate::backend::qos::QosBackend;
@@ -247,7 +247,7 @@ pub fn transaction(
         tracing::warn!(phase = phase.as_str(), ?backend, %reason, "apply failed, rolling back");
         let mut rollback = Vec::new();
         for b in backends.iter_mut().rev() {
-            let r = b.rollback(prev_art).map_err(|e| chain(&e));
+            let r = b.rollback_from(prev_art, next).map_err(|e| chain(&e));
             rollback.push((b.kind(), r));
         }
         rollback.reverse();
@@ -318,6 +318,7 @@ pub fn transaction(
     }
 
     // 3. commit
+    std::thread::sleep(injected_stall("commit"));
     let t_commit = Instant::now();
     for i in 0..backends.len() {
         let kind = backends[i].kind();

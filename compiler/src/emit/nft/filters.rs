@@ -32,22 +32,32 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                 expr.push(eq(payload(fam.proto(), "daddr"), e.clone()));
             }
         }
-        if let Some(rate) = &r.rate {
+        if r.rate.is_some() {
             expr.push(ct_state(&["new"]));
-            expr.push(limit(&rate.value, false, DEFAULT_BURST));
         }
-        if r.log {
-            let prefix = truncate(format!("fwc {}: ", r.name.value), MAX_LOG_PREFIX);
-            expr.push(Statement::Log(Some(Log { prefix: Some(prefix.into()), ..Log::new(None) })));
-        }
-        expr.push(counter());
-        expr.push(match r.action {
-            Action::Allow => accept(),
-            Action::Deny => drop_(),
-            Action::Reject => reject(proto == Some(Proto::Tcp)),
-        });
+        expr.extend(rule_verdict(r, proto == Some(Proto::Tcp)));
         out.rule(r.chain.as_str(), expr, Some(comment.clone()));
     }
+}
+
+/// The end of a filter rule (also of a `containers` rule): its `rate` limit, log, counter and
+/// verdict (`reject` answers with a TCP reset when `tcp`, else ICMP unreachable).
+pub(super) fn rule_verdict(r: &FilterRule, tcp: bool) -> Vec<S> {
+    let mut expr = Vec::new();
+    if let Some(rate) = &r.rate {
+        expr.push(limit(&rate.value, false, DEFAULT_BURST));
+    }
+    if r.log {
+        let prefix = truncate(format!("fwc {}: ", r.name.value), MAX_LOG_PREFIX);
+        expr.push(Statement::Log(Some(Log { prefix: Some(prefix.into()), ..Log::new(None) })));
+    }
+    expr.push(counter());
+    expr.push(match r.action {
+        Action::Allow => accept(),
+        Action::Deny => drop_(),
+        Action::Reject => reject(tcp),
+    });
+    expr
 }
 
 /// `input` accepts for a userspace forward's listeners, so a drop policy does not block them.
@@ -121,6 +131,10 @@ pub(super) fn declare_filter_chains(out: &mut Out, plan: &HostPlan) {
             ChainKind::Input => NfHook::Input,
             ChainKind::Forward => NfHook::Forward,
             ChainKind::Output => NfHook::Output,
+            ChainKind::Containers => {
+                declare_containers_chains(out);
+                continue;
+            }
         };
         let policy = match c.policy {
             Policy::Accept => NfChainPolicy::Accept,
@@ -167,6 +181,7 @@ fn chain_head(out: &mut Out, plan: &HostPlan, kind: ChainKind, guards: bool, nat
                 out.rule(name, vec![jump(chains::FWD_GUARD)], None);
             }
         }
+        ChainKind::Containers => {}
         ChainKind::Output => {
             // Clients on the host itself connecting to a kernel forward: nat output has
             // DNATed the flow already, guard it like a remote client's. Before `oif lo`:
@@ -212,7 +227,14 @@ fn chain_tail(out: &mut Out, plan: &HostPlan, kind: ChainKind, nat: bool) {
             }
         }
         // Kernel forwards to another host: DNATed in prerouting, routed through `forward`.
-        ChainKind::Forward => out.rule(name, vec![ct_status_dnat(), accept()], None),
-        ChainKind::Output => {}
+        // Containers' own connections: Docker's rules accept them; a drop policy must not
+        // (docs/containers.md).
+        ChainKind::Forward => {
+            out.rule(name, vec![ct_status_dnat(), accept()], None);
+            if plan.chains.iter().any(|c| c.kind == ChainKind::Forward && c.policy == Policy::Drop) {
+                container_egress_accepts(out, plan);
+            }
+        }
+        ChainKind::Output | ChainKind::Containers => {}
     }
 }

@@ -24,6 +24,10 @@
 //!                                     oif lo accept; icmpv6 neighbour discovery accept;
 //!                                     forwarder accepts (IP targets; FORWARDER_SOCKET_MARK for
 //!                                     DNS targets); ct status dnat accept; user rules
+//!                                     (policy=drop: iifname <container bridge> accept)
+//!   -- only with a `containers` block (docs/containers.md):
+//!   chain containers   filter/forward/-5  ct state new ct status dnat oifname <bridge> jump containers_rules
+//!   chain containers_rules                 the block's rules (ct original proto-dst / ip daddr); policy drop
 //!   -- only with kernel forwards:
 //!   chain fwd_guard                   (regular, only with max-conns / conn-rate) the guards
 //!   chain fwd_dnat                    (regular) the DNAT rules, see below
@@ -146,6 +150,7 @@
 //!
 //! The class chain `qos_c<id>` counts every packet and byte charged to the class.
 
+mod containers;
 mod expr;
 mod family;
 mod filters;
@@ -176,6 +181,7 @@ use crate::artifacts::{QosDirection, NFT_TABLE, QOS_MARK_MASK, QOS_MARK_SHIFT};
 use crate::model::*;
 use crate::select::{ChainPlan, HostPlan};
 
+use containers::*;
 use expr::*;
 use family::*;
 use filters::*;
@@ -205,7 +211,10 @@ pub fn emit(plan: &HostPlan) -> Value {
         health_chains(&mut out, plan);
     }
     for c in &plan.chains {
-        filter_chain_rules(&mut out, plan, c, !guards.is_empty(), nat.is_some());
+        match c.kind {
+            ChainKind::Containers => containers_chain_rules(&mut out, plan, c),
+            _ => filter_chain_rules(&mut out, plan, c, !guards.is_empty(), nat.is_some()),
+        }
     }
     for (e, comment) in guards {
         out.rule(chains::FWD_GUARD, e, Some(comment));

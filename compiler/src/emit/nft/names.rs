@@ -6,6 +6,8 @@ pub mod chains {
     pub const INPUT: &str = "input";
     pub const FORWARD: &str = "forward";
     pub const OUTPUT: &str = "output";
+    pub const CONTAINERS: &str = "containers";
+    pub const CONTAINERS_RULES: &str = "containers_rules";
     pub const FWD_DNAT: &str = "fwd_dnat";
     pub const FWD_GUARD: &str = "fwd_guard";
     pub const PREROUTING: &str = "prerouting";
