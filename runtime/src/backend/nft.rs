@@ -408,7 +408,8 @@ impl NftBackend {
                 if want_empty {
                     obs.drift.push(format!("table inet {NFT_TABLE} exists but fwc has nothing applied"));
                 } else {
-                    let (want, live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
+                    let (want, mut live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
+                    accept_health_rewrites(&want, &mut live);
                     // The text listing (rules in nft syntax for the report) is a second full
                     // listing: taken only when there is drift to describe.
                     if describe_drift(&want, &live, None).is_empty() {
@@ -951,6 +952,32 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
     n
 }
 
+/// The goto targets of a dispatch rule of a health-checked kernel forward
+/// (`numgen inc mod N vmap { 0 : goto c0, … }`, its only statement), in slot order.
+fn dispatch_targets(rule: &Value) -> Option<Vec<&str>> {
+    let [stmt] = rule.get("expr")?.as_array()?.as_slice() else { return None };
+    let vmap = stmt.get("vmap")?;
+    vmap.pointer("/key/numgen")?;
+    vmap.pointer("/data/set")?.as_array()?.iter().map(|e| e.pointer("/1/goto/target").and_then(Value::as_str)).collect()
+}
+
+/// The forwarder rewrites the dispatch chains of health-checked kernel forwards
+/// (forwarder/src/kernel.rs): a live dispatch rule over a non-empty subsequence of the
+/// expected targets, with the expected comment, is what fwc wrote, not drift.
+fn accept_health_rewrites(want: &Normalized, live: &mut Normalized) {
+    for (chain, w) in &want.rules {
+        let [wr] = w.as_slice() else { continue };
+        let Some(all) = dispatch_targets(wr) else { continue };
+        let Some([lr]) = live.rules.get(chain).map(Vec::as_slice) else { continue };
+        let Some(used) = dispatch_targets(lr) else { continue };
+        let mut rest = all.iter();
+        let subsequence = !used.is_empty() && used.iter().all(|u| rest.any(|a| a == u));
+        if subsequence && lr.get("comment") == wr.get("comment") {
+            live.rules.insert(chain.clone(), w.clone());
+        }
+    }
+}
+
 fn strip_volatile(v: &mut Value) {
     match v {
         Value::Object(m) => {
@@ -1243,6 +1270,28 @@ mod tests {
         let ok = json!({"nftables": [{"table": {"family": "inet", "name": "fwc"}},
             {"chain": {"family": "inet", "table": "fwc", "name": "input"}}]});
         assert_eq!(replace_tx(&ok).unwrap()["nftables"].as_array().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn health_rewrites_of_a_dispatch_chain_are_not_drift() {
+        let dispatch = |targets: &[&str], comment: &str| {
+            let set: Vec<Value> = targets.iter().enumerate().map(|(i, t)| json!([i, {"goto": {"target": t}}])).collect();
+            json!({"nftables": [{"rule": {"family": "inet", "table": "fwc", "chain": "fhc4_web", "comment": comment,
+                "expr": [{"vmap": {"key": {"numgen": {"mode": "inc", "mod": targets.len(), "offset": 0}}, "data": {"set": set}}}]}}]})
+        };
+        let want = normalize(&dispatch(&["fhc4_web_t0", "fhc4_web_t1", "fhc4_web_t2"], "fwc:forward:web"));
+        for (live, ok) in [
+            (dispatch(&["fhc4_web_t0", "fhc4_web_t2"], "fwc:forward:web"), true),
+            (dispatch(&["fhc4_web_t1"], "fwc:forward:web"), true),
+            (dispatch(&["fhc4_web_t2", "fhc4_web_t0"], "fwc:forward:web"), false),
+            (dispatch(&["fhc4_web_t0", "elsewhere"], "fwc:forward:web"), false),
+            (dispatch(&[], "fwc:forward:web"), false),
+            (dispatch(&["fhc4_web_t0"], "fwc:forward:other"), false),
+        ] {
+            let mut live = normalize(&live);
+            accept_health_rewrites(&want, &mut live);
+            assert_eq!(describe_drift(&want, &live, None).is_empty(), ok, "{live:?}");
+        }
     }
 
     #[test]

@@ -186,6 +186,7 @@ use expr::*;
 use family::*;
 use filters::*;
 use forwards::*;
+pub use forwards::{health_dispatch, health_probe_targets};
 pub use names::*;
 use out::*;
 use qos_marks::*;
@@ -207,6 +208,7 @@ pub fn emit(plan: &HostPlan) -> Value {
     }
     if nat.is_some() {
         declare_nat_chains(&mut out);
+        health_chains(&mut out, plan);
     }
     for c in &plan.chains {
         match c.kind {
