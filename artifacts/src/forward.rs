@@ -10,6 +10,42 @@ pub struct ForwardArtifact {
     pub version: u32,
     /// Sorted by (rule, proto, listen port).
     pub listeners: Vec<Listener>,
+    /// Kernel (nftables DNAT) forwards with a health check: the forwarder probes their targets
+    /// and rewrites their dispatch chains when a target's health changes (sorted by rule).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_health: Vec<KernelHealth>,
+}
+
+impl ForwardArtifact {
+    /// Does this config give a forwarder anything to do (listeners or kernel probes)?
+    pub fn needs_forwarder(&self) -> bool {
+        !self.listeners.is_empty() || !self.kernel_health.is_empty()
+    }
+}
+
+/// A kernel forward with `health-check`: its DNAT goes through one dispatch chain per address
+/// family (`numgen inc mod N vmap { 0 : goto <target chain>, … }`); each target chain holds
+/// one target's DNAT. The forwarder probes `targets` and, when one's health changes, replaces
+/// the dispatch chain's one rule with one over the targets that are up (all of them when
+/// every target is down), in one nft transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KernelHealth {
+    pub rule: String,
+    /// What is probed (the target port for the forward's first listen port), in order.
+    pub targets: Vec<ForwardTarget>,
+    pub health_check: HealthCheck,
+    /// One per address family with targets.
+    pub dispatch: Vec<KernelDispatch>,
+}
+
+/// A dispatch chain of `table inet fwc` and the target chain of each of its targets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KernelDispatch {
+    pub chain: String,
+    /// (index into `targets`, target chain), in target order.
+    pub targets: Vec<(usize, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]

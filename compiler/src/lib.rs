@@ -22,6 +22,7 @@ pub mod setfile;
 pub mod source;
 pub mod suggest;
 pub mod syntax;
+pub mod syntax_hints;
 pub mod units;
 
 use artifacts::Artifacts;

@@ -94,7 +94,12 @@ pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, 
                 }
             }
             Err(crate::syntax::ParseFailure::Kdl(e)) => {
-                for d in &e.diagnostics {
+                let hints = crate::syntax_hints::explain(text);
+                for h in &hints {
+                    let span = Span { file, offset: h.offset as u32, len: h.len as u32 };
+                    p.error("kdl-syntax", format!("syntax error: {}", h.message), span, h.label.clone()).help(h.help.clone());
+                }
+                for d in e.diagnostics.iter().filter(|_| hints.is_empty()) {
                     let span = p.span(d.span);
                     let msg = d.message.clone().unwrap_or_else(|| "invalid KDL".into());
                     p.error("kdl-syntax", format!("syntax error: {msg}"), span, d.label.clone().unwrap_or_else(|| "here".into()))

@@ -41,9 +41,11 @@ pub fn parse_plain(tree: &SourceTree, map: &mut SourceMap) -> Result<Ruleset, Di
     // The kdl crate's parser dominates compile time on large repositories: parse the files
     // on all cores, then convert them in path order.
     let docs = parse_parallel(plain.iter().map(|(_, t)| t.as_str()).collect());
+    // Set names of every file, so `from="office"` can suggest "@office" wherever it is declared.
+    let sets: Vec<String> = docs.iter().flatten().flat_map(declared_sets).collect();
     for ((path, text), doc) in plain.into_iter().zip(docs) {
         let id = map.add(path.clone(), text);
-        Parser { map, file: id, diags: &mut diags, in_template: false }.document(path == ROOT_FILE, text, doc, &mut rs);
+        Parser { map, file: id, diags: &mut diags, in_template: false, sets: &sets }.document(path == ROOT_FILE, text, doc, &mut rs);
     }
     finish(rs, diags)
 }
@@ -60,6 +62,7 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
         host => host_value(host),
         hosts => hosts.iter().map(|h| host_value(h)).collect::<Vec<_>>(),
     };
+    let sets: Vec<String> = rs.sets.iter().map(|s| s.name.value.clone()).collect();
     for (path, text) in templates {
         // minijinja counts lines and columns in 16 bits: bound the template's own text first.
         if let Err(hit) = limits::check_template_text(text) {
@@ -81,23 +84,45 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
         match rendered {
             Ok(out) => {
                 let id = map.add(format!("{path} (rendered for host {})", host.name.value), &out);
-                Parser { map, file: id, diags: &mut diags, in_template: true }.file(false, &out, &mut rs);
+                Parser { map, file: id, diags: &mut diags, in_template: true, sets: &sets }.file(false, &out, &mut rs);
             }
             Err(e) => {
                 let id = map.add(path.clone(), text);
-                let span = template_error_span(text, &e, id);
+                let mut span = template_error_span(text, &e, id);
                 let mut detail = e.detail().map(str::to_string).unwrap_or_else(|| e.kind().to_string());
-                if e.kind() == minijinja::ErrorKind::OutOfFuel {
-                    detail = format!("the template did more than {} steps of work (a loop that runs too long?)", limits::TEMPLATE_FUEL);
-                } else if e.kind() == minijinja::ErrorKind::WriteFailure {
-                    detail = format!("the template rendered more than {} bytes", limits::MAX_RENDERED_BYTES);
-                } else if e.kind() == minijinja::ErrorKind::UndefinedError {
-                    detail = format!("{detail} (templates see host.name, host.labels, host.vars and hosts)");
+                let mut help = "fix the template; see docs/rules.md, \"Templates\"".to_string();
+                match e.kind() {
+                    minijinja::ErrorKind::OutOfFuel => {
+                        detail = format!("the template did more than {} steps of work (a loop that runs too long?)", limits::TEMPLATE_FUEL);
+                    }
+                    minijinja::ErrorKind::WriteFailure => {
+                        detail = format!("the template rendered more than {} bytes", limits::MAX_RENDERED_BYTES);
+                    }
+                    minijinja::ErrorKind::UndefinedError => {
+                        let known = |prefix: &str| template_names(host, prefix);
+                        let at = (span.offset as usize, span.len as usize);
+                        match crate::syntax_hints::undefined_variable(text, at, &host.name.value, &known) {
+                            Some(h) => {
+                                span = Span { file: id, offset: h.offset as u32, len: h.len as u32 };
+                                (detail, help) = (h.detail, h.help);
+                            }
+                            None => help = "undefined variables are errors: templates see host.name, host.labels, host.vars and hosts (use `{% if x is defined %}` for optional ones)".into(),
+                        }
+                    }
+                    minijinja::ErrorKind::SyntaxError => {
+                        if let Some(h) = crate::syntax_hints::unclosed_template_block(text) {
+                            span = Span { file: id, offset: h.offset as u32, len: h.len as u32 };
+                            (detail, help) = (h.detail, h.help);
+                        } else {
+                            help = "fix the template syntax: `{{ expr }}`, `{% if … %}…{% endif %}`, `{% for … %}…{% endfor %}`".into();
+                        }
+                    }
+                    _ => {}
                 }
                 diags.push(
                     Diagnostic::error("template", format!("template {path} failed to render for host \"{}\": {}", host.name.value, e.kind()))
                         .at(map, span, detail)
-                        .help("fix the template; undefined variables are errors (use `{% if x is defined %}` for optional ones)"),
+                        .help(help),
                 );
             }
         }
@@ -140,6 +165,18 @@ fn host_value(h: &Host) -> minijinja::Value {
     minijinja::context! { name => h.name.value.clone(), labels => h.labels.clone(), vars => h.vars.clone() }
 }
 
+/// The names a template can use under a dotted prefix ("" = top level), for hints.
+fn template_names(host: &Host, prefix: &str) -> Option<Vec<String>> {
+    let keys = |m: &BTreeMap<String, String>| m.keys().cloned().collect();
+    match prefix {
+        "" => Some(vec!["host".into(), "hosts".into()]),
+        "host" => Some(vec!["name".into(), "labels".into(), "vars".into()]),
+        "host.vars" => Some(keys(&host.vars)),
+        "host.labels" => Some(keys(&host.labels)),
+        _ => None,
+    }
+}
+
 /// The span of the template line an error refers to.
 fn template_error_span(text: &str, e: &minijinja::Error, file: u32) -> Span {
     let line = e.line().unwrap_or(1).max(1);
@@ -163,6 +200,15 @@ struct Parser<'m, 'd> {
     file: u32,
     diags: &'d mut Diagnostics,
     in_template: bool,
+    /// Names of the sets declared anywhere in the repository (for hints only).
+    sets: &'m [String],
+}
+
+fn declared_sets(doc: &KdlDocument) -> impl Iterator<Item = String> + '_ {
+    doc.nodes().iter().filter(|n| n.name().value() == "set").filter_map(|n| match n.entries().first().map(|e| e.value()) {
+        Some(KdlValue::String(s)) => Some(s.clone()),
+        _ => None,
+    })
 }
 
 /// A node's properties, each with its span, read once; leftovers are unknown properties.
@@ -212,6 +258,16 @@ impl Parser<'_, '_> {
                 return;
             }
             Err(ParseFailure::Kdl(e)) => {
+                // fwc's own words first (found from the text, whatever the parser said) …
+                let hints = crate::syntax_hints::explain(text);
+                for h in &hints {
+                    let span = Span { file: self.file, offset: h.offset as u32, len: h.len as u32 };
+                    self.error("kdl-syntax", format!("syntax error: {}", h.message), span, h.label.clone()).help(h.help.clone());
+                }
+                if !hints.is_empty() {
+                    return;
+                }
+                // … the parser's when the mistake is not one fwc recognises.
                 for d in &e.diagnostics {
                     let span = self.span(d.span);
                     let msg = d.message.clone().unwrap_or_else(|| "invalid KDL".into());
@@ -219,13 +275,6 @@ impl Parser<'_, '_> {
                         "see docs/rules.md for the syntax; strings need double quotes, booleans are #true/#false".into()
                     });
                     let label = d.label.clone().unwrap_or_else(|| "here".into());
-                    // KDL v1 habits: bare `true` / `false` / `null` are not values in KDL v2.
-                    let word = text.get(d.span.offset()..d.span.offset() + d.span.len()).unwrap_or("");
-                    if matches!(word, "true" | "false" | "null") {
-                        self.error("kdl-syntax", format!("syntax error: `{word}` is not a value in KDL v2"), span, "bare keyword")
-                            .help(format!("KDL v2 keywords start with #: write #{word}"));
-                        continue;
-                    }
                     self.error("kdl-syntax", format!("syntax error: {msg}"), span, label).help(help);
                 }
                 return;
@@ -385,6 +434,13 @@ impl Parser<'_, '_> {
     fn text(&mut self, props: &mut Props, key: &str) -> Option<(String, Span)> {
         let e = props.get(key)?;
         let span = self.span(e.span());
+        let raw = self.map.file(self.file).text.get(span.offset as usize..(span.offset + span.len) as usize).unwrap_or("");
+        if let Some(h) = crate::syntax_hints::single_quoted(raw, span.offset as usize) {
+            let rule = props.rule.clone();
+            let at = Span { file: self.file, offset: h.offset as u32, len: h.len as u32 };
+            self.error("kdl-syntax", format!("syntax error: {}", h.message), at, h.label).rule(rule).help(h.help);
+            return None;
+        }
         match value_text(e.value()) {
             Some(t) => Some((t, span)),
             None => {
@@ -484,7 +540,16 @@ impl Parser<'_, '_> {
     }
 
     fn addr_match(&mut self, props: &mut Props, key: &str) -> Option<Spanned<AddrMatch>> {
-        self.parsed(props, key, parse_addr_match)
+        let sets = self.sets;
+        self.parsed(props, key, |s| {
+            parse_addr_match(s).map_err(|mut e| {
+                // `from="office"` with a set `office`: the `@` was forgotten.
+                if sets.iter().any(|n| n == s) {
+                    e.help = format!("did you mean \"@{s}\"? set \"{s}\" exists; sets are referenced with @");
+                }
+                e
+            })
+        })
     }
 
     fn host(&mut self, node: &KdlNode) -> Option<Host> {

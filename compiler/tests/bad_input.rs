@@ -6,7 +6,9 @@
 //! // expect: <line>:<column> <code> <message substring>
 //! ```
 //!
-//! one line per expected error (all of them, in order); `<file>:<line>:<column>` when the
+//! one line per expected error (all of them, in order), optionally followed by
+//! `// hint: <substring>` lines, the n-th of which must be in the n-th error's hint;
+//! `<file>:<line>:<column>` when the
 //! error is in another file than fwc.kdl (set files: `<case>.lists.<name>` becomes
 //! `lists/<name>`). The test asserts the exact code,
 //! position and message, that a rule name and a hint are present when the file says
@@ -86,6 +88,7 @@ fn bad_input_corpus() {
         let name = case.file_name().unwrap().to_string_lossy().to_string();
         let text = std::fs::read_to_string(case).unwrap();
         let want = expectations(&text);
+        let hints: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("// hint:")).map(str::trim).collect();
         assert!(!want.is_empty(), "{name} has no `// expect:` line");
         let tree = tree_of(case);
         let diags = match fwc_compiler::check_all(&tree) {
@@ -123,6 +126,14 @@ fn bad_input_corpus() {
             if d.help.is_none() {
                 failures.push(format!("{name}: {} has no hint", d.code));
             }
+        }
+        for (d, want_hint) in diags.0.iter().zip(&hints) {
+            let help = d.help.as_deref().unwrap_or("");
+            if !help.contains(want_hint) {
+                failures.push(format!("{name}: hint \"{help}\" does not contain \"{want_hint}\""));
+            }
+        }
+        for d in diags.0.iter() {
             if d.is_error() && d.code != "fwc::kdl-syntax" && d.code != "fwc::missing-version" && d.rule.is_none() && !matches!(d.code.as_str(), "fwc::unknown-node" | "fwc::missing-name" | "fwc::bad-name" | "fwc::template" | "fwc::host-in-template" | "fwc::unsupported-version" | "fwc::bad-version") {
                 failures.push(format!("{name}: {} does not name the rule", d.code));
             }

@@ -68,6 +68,7 @@ golden_cases! {
     case_24_userspace_drop_policies => "24-userspace-drop-policies",
     case_25_forward_sni => "25-forward-sni",
     case_26_containers => "26-containers",
+    case_27_forward_health_kernel => "27-forward-health-kernel",
 }
 
 #[test]

@@ -47,6 +47,11 @@ impl Health {
         self.targets.read().unwrap().get(&(t.host.clone(), t.port)).is_none_or(|s| s.up.load(Relaxed))
     }
 
+    /// Is any target down?
+    pub fn any_down(&self) -> bool {
+        self.targets.read().unwrap().values().any(|s| !s.up.load(Relaxed))
+    }
+
     /// Forget every target (the rule lost its health check).
     pub fn clear(&self) {
         self.targets.write().unwrap().clear();
@@ -80,7 +85,7 @@ impl Health {
     }
 
     /// Record one probe; returns the new state when it changed.
-    fn record(&self, rule: &str, t: &ForwardTarget, ok: bool, hc: &HealthCheck) -> Option<bool> {
+    pub(crate) fn record(&self, rule: &str, t: &ForwardTarget, ok: bool, hc: &HealthCheck) -> Option<bool> {
         let s = self.state(t);
         s.checks.fetch_add(1, Relaxed);
         if !ok {
@@ -104,7 +109,15 @@ impl Health {
 }
 
 /// Probe `targets` forever (until the task is aborted), recording into `health`.
-pub(crate) fn spawn(rule: String, health: Arc<Health>, targets: Vec<ForwardTarget>, hc: HealthCheck, resolver: Arc<Resolver>) -> JoinHandle<()> {
+/// `on_change` runs after a round of probes that changed a target's state.
+pub(crate) fn spawn(
+    rule: String,
+    health: Arc<Health>,
+    targets: Vec<ForwardTarget>,
+    hc: HealthCheck,
+    resolver: Arc<Resolver>,
+    on_change: Option<Box<dyn Fn() + Send + Sync>>,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(hc.interval_ms.max(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -119,8 +132,12 @@ pub(crate) fn spawn(rule: String, health: Arc<Health>, targets: Vec<ForwardTarge
                     (t, ok)
                 });
             }
+            let mut changed = false;
             while let Some(Ok((t, ok))) = probes.join_next().await {
-                health.record(&rule, &t, ok, &hc);
+                changed |= health.record(&rule, &t, ok, &hc).is_some();
+            }
+            if let (true, Some(f)) = (changed, &on_change) {
+                f();
             }
         }
     })

@@ -10,6 +10,7 @@
 pub mod bucket;
 pub mod control;
 pub mod health;
+pub mod kernel;
 pub mod limits;
 mod mmsg;
 pub mod proxy;

@@ -350,7 +350,14 @@ struct State {
 }
 
 /// The probe task of a rule with a health check, and what it probes.
-type HealthTask = (fwc_artifacts::HealthCheck, Vec<fwc_artifacts::ForwardTarget>, JoinHandle<()>);
+/// (check, targets, kernel chains for a kernel forward, health, task).
+type HealthTask = (
+    fwc_artifacts::HealthCheck,
+    Vec<fwc_artifacts::ForwardTarget>,
+    Option<fwc_artifacts::KernelHealth>,
+    Arc<crate::health::Health>,
+    JoinHandle<()>,
+);
 
 struct Inner {
     ctx: Arc<Ctx>,
@@ -616,18 +623,22 @@ impl Forwarder {
             d.handle.kill.send_replace(true);
         }
         st.config = ForwardArtifact::default();
-        for (_, (_, _, task)) in self.inner.health_tasks.lock().unwrap().drain() {
+        for (_, (_, _, _, _, task)) in self.inner.health_tasks.lock().unwrap().drain() {
             task.abort();
         }
     }
 
-    /// One probe task per rule with a health check; a task whose check or targets changed is
-    /// replaced, one whose rule lost its check (or went) is stopped and its states dropped.
+    /// One probe task per rule with a health check (userspace listeners and kernel forwards);
+    /// a task whose check, targets or chains changed is replaced, one whose rule lost its check
+    /// (or went) is stopped and its states dropped. A kernel forward with a target down gets its
+    /// dispatch chains rewritten again (an nft apply that came before this commit put every
+    /// target back).
     fn sync_health(&self, cfg: &ForwardArtifact) {
-        let mut want: BTreeMap<&str, (fwc_artifacts::HealthCheck, Vec<fwc_artifacts::ForwardTarget>)> = BTreeMap::new();
+        type Want = (fwc_artifacts::HealthCheck, Vec<fwc_artifacts::ForwardTarget>, Option<fwc_artifacts::KernelHealth>);
+        let mut want: BTreeMap<&str, Want> = BTreeMap::new();
         for l in &cfg.listeners {
             if let Some(hc) = l.health_check {
-                let e = want.entry(l.rule.as_str()).or_insert_with(|| (hc, Vec::new()));
+                let e = want.entry(l.rule.as_str()).or_insert_with(|| (hc, Vec::new(), None));
                 for t in &l.targets {
                     if !e.1.contains(t) {
                         e.1.push(t.clone());
@@ -635,25 +646,36 @@ impl Forwarder {
                 }
             }
         }
+        for k in &cfg.kernel_health {
+            want.insert(k.rule.as_str(), (k.health_check, k.targets.clone(), Some(k.clone())));
+        }
         let mut tasks = self.inner.health_tasks.lock().unwrap();
         let rules = self.inner.rules.lock().unwrap();
-        tasks.retain(|rule, (hc, targets, task)| {
-            let keep = want.get(rule.as_str()).is_some_and(|(h, t)| h == hc && t == targets);
+        tasks.retain(|rule, (hc, targets, kernel, health, task)| {
+            let keep = want.get(rule.as_str()).is_some_and(|(h, t, k)| h == hc && t == targets && k == kernel);
             if !keep {
                 task.abort();
-                if let Some(r) = rules.get(rule) {
-                    r.health.clear();
-                }
+                health.clear();
+            } else if let Some(k) = kernel.as_ref().filter(|_| health.any_down()) {
+                crate::kernel::spawn_rewrite(k.clone(), health.clone());
             }
             keep
         });
-        for (rule, (hc, targets)) in want {
+        for (rule, (hc, targets, kernel)) in want {
             if tasks.contains_key(rule) {
                 continue;
             }
-            let Some(shared) = rules.get(rule) else { continue };
-            let task = crate::health::spawn(rule.to_string(), shared.health.clone(), targets.clone(), hc, self.inner.ctx.resolver.clone());
-            tasks.insert(rule.to_string(), (hc, targets, task));
+            let health = match (&kernel, rules.get(rule)) {
+                (Some(_), _) => Arc::new(crate::health::Health::default()),
+                (None, Some(shared)) => shared.health.clone(),
+                (None, None) => continue,
+            };
+            let on_change: Option<Box<dyn Fn() + Send + Sync>> = kernel.clone().map(|k| {
+                let h = health.clone();
+                Box::new(move || crate::kernel::spawn_rewrite(k.clone(), h.clone())) as Box<dyn Fn() + Send + Sync>
+            });
+            let task = crate::health::spawn(rule.to_string(), health.clone(), targets.clone(), hc, self.inner.ctx.resolver.clone(), on_change);
+            tasks.insert(rule.to_string(), (hc, targets, kernel, health, task));
         }
     }
 
@@ -709,10 +731,9 @@ impl Forwarder {
         rules.sort_by(|a, b| a.rule.cmp(&b.rule));
         let health = {
             let tasks = self.inner.health_tasks.lock().unwrap();
-            let shared = self.inner.rules.lock().unwrap();
             let mut names: Vec<&String> = tasks.keys().collect();
             names.sort();
-            names.into_iter().filter_map(|n| shared.get(n).map(|r| r.health.snapshot(n))).flatten().collect()
+            names.into_iter().flat_map(|n| tasks[n].3.snapshot(n)).collect()
         };
         Status {
             health,

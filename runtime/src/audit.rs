@@ -610,9 +610,7 @@ fn last_line(f: &mut File) -> std::io::Result<Option<String>> {
 
 /// `2024-05-01T12:34:56.789Z`.
 pub fn rfc3339_millis(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = crate::state::rfc3339(d.as_secs());
-    format!("{}.{:03}Z", secs.trim_end_matches('Z'), d.subsec_millis())
+    humantime::format_rfc3339_millis(t.max(UNIX_EPOCH)).to_string()
 }
 
 #[cfg(test)]

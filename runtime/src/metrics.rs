@@ -771,25 +771,33 @@ fn route(st: &ServerState, method: &str, path: &str, headers: &[(String, String)
     }
 }
 
-/// A blocking HTTP/1.1 client for one request (tests, the bench, `fwc agent` self-checks):
-/// returns (status code, body).
+/// One blocking HTTP/1.1 request (the tests' client for this endpoint): hyper's client on a
+/// current-thread tokio runtime of its own, so chunked bodies, keep-alive and header parsing
+/// are hyper's, not hand-written. 5 s to connect, 10 s for the answer. Returns (status, body).
+/// Not for use inside a tokio runtime (it blocks).
 pub fn http_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> std::io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes())?;
-    s.write_all(body)?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out)?;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Ok((code, body))
+    use http_body_util::BodyExt;
+    let timed_out = |what: &str| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{what} timed out"));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let stream = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr)).await.map_err(|_| timed_out("connect"))??;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(std::io::Error::other)?;
+        let conn = tokio::spawn(conn);
+        let mut req = hyper::Request::builder().method(method).uri(path).header(hyper::header::HOST, addr.to_string());
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(http_body_util::Full::new(bytes::Bytes::copy_from_slice(body))).map_err(std::io::Error::other)?;
+        let exchange = async {
+            let resp = sender.send_request(req).await?;
+            let status = resp.status().as_u16();
+            let body = resp.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((status, String::from_utf8_lossy(&body).into_owned()))
+        };
+        let out = tokio::time::timeout(Duration::from_secs(10), exchange).await.map_err(|_| timed_out("request"))?.map_err(std::io::Error::other);
+        conn.abort();
+        out
+    })
 }
 
 #[cfg(test)]

@@ -128,22 +128,13 @@ forward "capped" listen=":8090" to="198.18.2.2:8090" max-conns=2
     )
 }
 
-/// An unrelated commit (one more rule) must not reset a `ct count` (max-conns), a `limit`
-/// bucket or a rule's counters. With the whole-table replace every apply did before, all
-/// three were reset: the third connection over max-conns=2 was admitted right after it.
-#[test]
-fn unrelated_apply_keeps_ct_count_limit_and_counters() {
-    if !privileged("unrelated_apply_keeps_ct_count_limit_and_counters") {
-        return;
-    }
-    let mut t = Topology::new();
+/// `rules("")` applied in `t.host`, two connections held through the max-conns=2 forward (a
+/// third is refused) and three counted by "web": the repo and web's packet count.
+fn at_max_conns_with_counted_web(t: &mut Topology) -> (Repo, u64) {
     t.backend.spawn(&["socat", "TCP4-LISTEN:8090,fork,reuseaddr", "SYSTEM:echo held; sleep 30"]);
     serve(&mut t.host, 8081, "echo web");
-    serve(&mut t.host, 8082, "echo limited");
     let r = Repo::new(&t.host);
     r.apply(&rules(""));
-
-    // max-conns=2: two held connections, then the third is refused.
     for _ in 0..2 {
         t.client.spawn(&["socat", "-u", "TCP4:198.18.1.1:8090", "STDOUT"]);
     }
@@ -155,13 +146,26 @@ fn unrelated_apply_keeps_ct_count_limit_and_counters() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!connects(&t.client, "198.18.1.1", 8090), "third connection over max-conns=2 before the unrelated apply");
-    // Counters: three connections through "web".
+    assert!(!connects(&t.client, "198.18.1.1", 8090), "third connection over max-conns=2 before the change");
     for _ in 0..3 {
         assert!(connects(&t.client, "198.18.1.1", 8081));
     }
     let web_before = r.counter("filter", "web");
     assert!(web_before >= 3, "web counted {web_before}");
+    (r, web_before)
+}
+
+/// An unrelated commit (one more rule) must not reset a `ct count` (max-conns), a `limit`
+/// bucket or a rule's counters. With the whole-table replace every apply did before, all
+/// three were reset: the third connection over max-conns=2 was admitted right after it.
+#[test]
+fn unrelated_apply_keeps_ct_count_limit_and_counters() {
+    if !privileged("unrelated_apply_keeps_ct_count_limit_and_counters") {
+        return;
+    }
+    let mut t = Topology::new();
+    serve(&mut t.host, 8082, "echo limited");
+    let (r, web_before) = at_max_conns_with_counted_web(&mut t);
     // limit: burst 2 at 1/hour: the bucket empties after a few connections.
     let mut admitted = 0;
     for _ in 0..5 {
@@ -303,4 +307,34 @@ fn elements_changed_outside_fwc_make_a_full_replace() {
     assert_eq!(ops(&r.last_batch()), vec!["insert rule"]);
     assert!(handles(&ns).iter().any(|(c, _)| c == "fwc:filter:ssh"));
     let _ = Path::new("");
+}
+
+/// The rollback after a failed apply is a diff from what was committed, not a full replace:
+/// the rules the failed apply did not touch keep their counters and their `ct count` state
+/// (with a full replace the third connection over max-conns=2 was admitted right after).
+#[test]
+fn failed_apply_rollback_keeps_ct_count_and_counters() {
+    if !privileged("failed_apply_rollback_keeps_ct_count_and_counters") {
+        return;
+    }
+    let mut t = Topology::new();
+    let (r, web_before) = at_max_conns_with_counted_web(&mut t);
+
+    // An apply that commits, then fails its verify (injected drift): rolled back.
+    std::fs::write(r.repo.join("fwc.kdl"), rules(r#"allow "other" proto=tcp port=9999"#)).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fwc"));
+    c.args(["apply", r.repo.to_str().unwrap(), "--auto-approve", "--state-dir", r.state.to_str().unwrap(), "--netns", &r.ns])
+        .env("NO_COLOR", "1")
+        .env("FWC_NFT_BATCH_LOG", &r.batches)
+        .env("FWC_TEST_FAIL", "verify:nftables")
+        .stdin(std::process::Stdio::null());
+    let o = c.output().unwrap();
+    assert!(!o.status.success(), "the injected verify failure did not fail the apply:\n{}", text(&o));
+    assert!(text(&o).contains("back on"), "not rolled back:\n{}", text(&o));
+    assert!(!connects(&t.client, "198.18.1.1", 8090), "max-conns admitted a third connection after a failed apply's rollback");
+    let web_after = r.counter("filter", "web");
+    assert!(web_after >= web_before, "web's counter went from {web_before} to {web_after} across the rollback");
+    let batch = ops(&r.last_batch());
+    assert_eq!(batch, vec!["delete rule"], "the rollback is one rule deleted, not a table replace\n{}", text(&o));
+    assert!(!handles(&t.host).iter().any(|(c, _)| c.contains("other")), "the failed apply's rule is still there");
 }

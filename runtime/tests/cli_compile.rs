@@ -55,7 +55,7 @@ const BAD: &[(&str, &str, &str)] = &[
     ),
     ("fwc 1\ninput {\n    allow \"ssh\" prot=tcp port=22\n}\n", "fwc.kdl:3:17", "did you mean `proto`?"),
     ("fwc 1\nset \"office\" \"203.0.113.7/24\"\n", "fwc.kdl:2:14", "did you mean 203.0.113.0/24?"),
-    ("fwc 1\ninput {\n    deny \"x\" from=\"192.0.2.0/24\" log=true\n}\n", "fwc.kdl:3:38", "write #true"),
+    ("fwc 1\ninput {\n    deny \"x\" from=\"192.0.2.0/24\" log=true\n}\n", "fwc.kdl:3:38", "write log=#true"),
 ];
 
 #[test]

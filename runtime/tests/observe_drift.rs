@@ -310,3 +310,85 @@ fn a_second_state_dir_on_the_same_namespace_is_refused() {
     std::fs::write(repo.path().join("fwc.kdl"), capped_rules()).unwrap();
     first.clean();
 }
+
+/// The agent (`--no-forwarder`: the forwarder is its own process) heals a forwarder killed
+/// with SIGKILL: the next drift check reports it ("userspace
+/// forwarder is not running", audited as the heal's detail) and the heal starts a new one, with
+/// every listener, while the agent keeps running.
+#[test]
+fn agent_restarts_a_killed_forwarder_without_restart() {
+    if !privileged("agent_restarts_a_killed_forwarder_without_restart") {
+        return;
+    }
+    let t = Topology::new();
+    let repo = Repo::new();
+    repo.commit(userspace_rules(), "forwards", None, false);
+    let state = repo.root.join("state");
+    let _started = StartedForwarder(state.clone());
+    let st = state.to_str().unwrap().to_string();
+    // The forwarder as its own process (the apply starts it), not the agent's thread.
+    let agent = AgentProc::start(&state, &repo.url(), &t.host.name, &["--no-forwarder"], &[]);
+    let status = || fwc(&["status", "--netns", &t.host.name, "--state-dir", &st]);
+    assert!(wait_until(Duration::from_secs(30), || status().status.code() == Some(0)), "not applied: {}\n{}", text(&status()), agent.log_text());
+    let pid_of = || std::fs::read_to_string(state.join("forwarder.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
+    let first = pid_of().expect("the agent started a forwarder (forwarder.pid)");
+
+    // SAFETY: kill(2) of the forwarder the agent started for this test's state dir.
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    let healed = || {
+        agent_common::audit(&state).into_iter().any(|e| {
+            e["action"] == "heal" && e["result"] == "ok" && e["detail"].as_str().is_some_and(|d| d.contains("userspace forwarder is not running"))
+        }) && status().status.code() == Some(0)
+    };
+    assert!(wait_until(Duration::from_secs(30), healed), "the agent did not heal the killed forwarder: {}\n{:?}\n{}", text(&status()), agent_common::audit(&state), agent.log_text());
+    let second = pid_of().expect("forwarder.pid after the heal");
+    assert_ne!(first, second, "the forwarder pid did not change");
+    // SAFETY: signal 0 only checks that the process exists.
+    assert_eq!(unsafe { libc::kill(second, 0) }, 0, "the new forwarder {second} is not running");
+    let listening = t.host.exec(&["ss", "-Hltn"]);
+    assert!(listening.contains(":7000") && listening.contains(":7002"), "{listening}");
+    assert!(!agent.scrape().is_empty(), "the agent is not running any more: {}", agent.log_text());
+}
+
+/// Where no bpffs outlives the process — a container without the host's bpffs, entered with
+/// `ip netns exec` — a cap is refused before anything changes (no table, no pin, no
+/// generation), and the message says what to do. Built with a private pid and mount namespace
+/// whose `/sys/fs/bpf` is a tmpfs, and `ip netns exec` inside it.
+#[test]
+fn a_cap_without_a_persistent_bpffs_is_refused_before_anything_changes() {
+    if !privileged("a_cap_without_a_persistent_bpffs_is_refused_before_anything_changes") {
+        return;
+    }
+    let t = Topology::new();
+    let ns = &t.host;
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(repo.path().join("fwc.kdl"), capped_rules()).unwrap();
+    let state = repo.path().join("state");
+    let pins = format!("/sys/fs/bpf/fwc-netns-{}", ns.name);
+    let _pins = PinGuard(pins.clone());
+    // pid 1 (sh) -> sh -> ip netns exec -> fwc: fwc's ancestors see only the tmpfs.
+    let inner = format!(
+        "ip netns exec {} {} apply {} --state-dir {} --auto-approve; echo \"rc=$?\"",
+        ns.name,
+        env!("CARGO_BIN_EXE_fwc"),
+        repo.path().display(),
+        state.display()
+    );
+    let script = format!("mount -t tmpfs fwc-t-nobpf /sys/fs/bpf && sh -c '{inner}'; true");
+    let o = Command::new("unshare")
+        .args(["-m", "-p", "--fork", "--mount-proc", "sh", "-c", &script])
+        .env("NO_COLOR", "1")
+        .env_remove("SSH_CONNECTION")
+        .env_remove("FWC_TEST_FAIL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert!(out.contains("rc=") && !out.contains("rc=0"), "the apply was not refused: {out}");
+    assert!(out.contains("outlives") && out.contains("fwc apply --netns"), "the refusal does not say what to do: {out}");
+    let table = ns.try_exec(&["nft", "list", "table", "inet", "fwc"]);
+    assert!(!table.status.success(), "table inet fwc was created by a refused apply: {}", String::from_utf8_lossy(&table.stdout));
+    assert!(!Path::new(&pins).exists(), "pins under {pins} after a refused apply");
+    let s = fwc(&["status", "--netns", &ns.name, "--state-dir", state.to_str().unwrap()]);
+    assert!(text(&s).contains("nothing") || !s.status.success(), "a generation was recorded: {}", text(&s));
+}

@@ -1,6 +1,7 @@
 //! What ships beside the binary: a man page for every visible (sub)command, shell completions
 //! without internal commands or file-name completion where a name is expected, and the
-//! packaged systemd unit, checked by the real `systemd-analyze` (verify + security ≤ 4.0).
+//! packaged systemd unit, checked by the real `systemd-analyze` (verify + security ≤ 4.0), the
+//! .deb and the container image.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -194,4 +195,25 @@ fn the_deb_installs_binary_unit_man_pages_and_completions() {
     assert_eq!(unit, std::fs::read_to_string(repo_root().join("packaging/systemd/fwc-agent.service")).unwrap());
     dpkg(&["-r", "fwc"]);
     assert!(!r.join("usr/bin/fwc").exists(), "dpkg -r leaves the binary behind");
+}
+
+/// The agent image: packaging/container/test.sh builds the Containerfile's runtime stage with
+/// podman around this test's binary (base image made by debootstrap when no registry is
+/// reachable) and runs the image's `fwc --version` and `fwc check` (good and broken repo).
+/// About 1.5 min the first time on a machine (debootstrap), 20 s after.
+#[test]
+fn the_container_image_builds_and_runs_fwc_check() {
+    let name = "the_container_image_builds_and_runs_fwc_check";
+    if !fwc_testkit::privileged(name)
+        || !fwc_testkit::tool(name, "podman", "podman")
+        || !fwc_testkit::tool(name, "runc", "runc")
+        || !fwc_testkit::tool(name, "debootstrap", "debootstrap")
+    {
+        return;
+    }
+    let o = Command::new(repo_root().join("packaging/container/test.sh")).env("FWC", env!("CARGO_BIN_EXE_fwc")).output().unwrap();
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "packaging/container/test.sh failed:\n{out}");
+    assert!(out.contains(&format!("container: fwc {}", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert!(out.contains("container test: ok"), "{out}");
 }

@@ -122,6 +122,26 @@ impl Netns {
         pid
     }
 
+    /// Start `FWC forward --state-dir STATE` (FWC: the fwc binary under test) in this
+    /// namespace, killed with its other processes, and wait for its control socket.
+    pub fn spawn_forwarder(&mut self, fwc: &str, state: &std::path::Path) {
+        std::fs::create_dir_all(state).unwrap();
+        let fwd = Command::new("ip")
+            .args(["netns", "exec", &self.name, fwc, "forward", "--state-dir", state.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.adopt(fwd);
+        let sock = state.join("forwarder.sock");
+        let t0 = std::time::Instant::now();
+        while !sock.exists() && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(sock.exists(), "the forwarder did not create {}", sock.display());
+    }
+
     /// Keep a child started elsewhere (e.g. with extra pipes) so it is killed on drop.
     pub fn adopt(&mut self, child: Child) {
         self.children.push(child);

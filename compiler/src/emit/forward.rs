@@ -63,18 +63,31 @@ pub fn emit(plan: &HostPlan) -> ForwardArtifact {
                     }),
                     connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
                     sni: f.sni.as_ref().map(|s| s.value.clone()),
-                    health_check: f.health.as_ref().map(|h| HealthCheck {
-                        interval_ms: h.interval_ms,
-                        timeout_ms: h.timeout_ms,
-                        rise: h.rise,
-                        fall: h.fall,
-                    }),
+                    health_check: f.health.as_ref().map(|h| health_check(&h.value)),
                 });
             }
         }
     }
     listeners.sort_by(|a, b| (&a.rule, a.proto, a.listen_port).cmp(&(&b.rule, b.proto, b.listen_port)));
-    ForwardArtifact { version: ARTIFACT_VERSION, listeners }
+    let kernel_health = plan
+        .kernel_forwards
+        .iter()
+        .filter_map(|f| {
+            let h = f.health.as_ref()?;
+            let dispatch = crate::emit::nft::health_dispatch(f);
+            (!dispatch.is_empty()).then(|| KernelHealth {
+                rule: f.name.value.clone(),
+                targets: crate::emit::nft::health_probe_targets(f),
+                health_check: health_check(&h.value),
+                dispatch,
+            })
+        })
+        .collect();
+    ForwardArtifact { version: ARTIFACT_VERSION, listeners, kernel_health }
+}
+
+fn health_check(h: &HealthSpec) -> HealthCheck {
+    HealthCheck { interval_ms: h.interval_ms, timeout_ms: h.timeout_ms, rise: h.rise, fall: h.fall }
 }
 
 /// Client networks as CIDRs (ranges are split into the CIDRs that cover them exactly).

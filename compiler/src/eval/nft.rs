@@ -374,6 +374,10 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
             "vmap" => {
                 let key = cx.eval_expr(body.get("key").unwrap_or(&Value::Null), p)?;
                 let data = body.get("data").ok_or_else(|| unsupported("vmap without data".into()))?;
+                if body.pointer("/key/numgen").is_some() {
+                    round_robin_chains(&cx, data, p)?;
+                    hit.notes.push("round robin: the first connection goes to the first target".into());
+                }
                 let Some(Some(v)) = cx.lookup(data, &key, p)? else { return Ok(None) };
                 let (k, b) = v.as_object().and_then(|m| m.iter().next()).ok_or_else(|| unsupported(format!("vmap verdict {v}")))?;
                 let ctl = match k.as_str() {
@@ -457,6 +461,28 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
         }
     }
     Ok(Some(done(hit, Flowctl::Next)))
+}
+
+/// Every target of a round-robin dispatch (`numgen inc mod N vmap { i : goto C }`, the
+/// health-checked kernel forwards): the DNAT of each chain `C`, in slot order.
+fn round_robin_chains(cx: &Cx, data: &Value, p: &mut Packet) -> Result<(), EvalError> {
+    for e in data.get("set").and_then(Value::as_array).into_iter().flatten() {
+        let Some(c) = e.pointer("/1/goto/target").and_then(Value::as_str).and_then(|n| cx.t.chains.get(n)) else { continue };
+        for nat in c.rules.iter().flat_map(|r| r.expr.iter()).filter_map(|st| st.get("dnat")) {
+            let Some(addr) = nat.get("addr") else { continue };
+            if let Some((Val::Addr(a), port, _)) = cx.dnat_value(addr, p)? {
+                let port = match nat.get("port") {
+                    Some(pv) => match cx.dnat_value(pv, p)? {
+                        Some((Val::Int(n), _, _)) => Some(n as u16),
+                        _ => port,
+                    },
+                    None => port,
+                };
+                p.round_robin.push((a, port));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn done(hit: &mut Hit, ctl: Flowctl) -> Flowctl {

@@ -137,3 +137,17 @@ fn round_robin_dnat_of_one_family_leaves_the_other_alone() {
     assert_eq!(e.dnat, Some(("10.9.0.4".parse().unwrap(), 9010)));
     assert_eq!(e.dnat_round_robin, vec![("10.9.0.4".parse().unwrap(), 9010), ("10.9.0.5".parse().unwrap(), 9010)]);
 }
+
+#[test]
+fn health_checked_kernel_forward_lists_every_target_of_its_dispatch() {
+    // Found by the kernel cross-check of golden/27: the dispatch chain's numgen vmap reaches a
+    // target chain per slot; the kernel may pick any of them, so all are reported.
+    let tree = SourceTree::from_files([(
+        "fwc.kdl".to_string(),
+        "fwc 1\nforward \"web\" listen=\":8080\" to=\"10.0.0.8:80,10.0.0.9:8080\" health-check=\"tcp\"\n".to_string(),
+    )]);
+    let (a, _) = crate::compile(&tree, None, None).unwrap();
+    let e = Evaluator::new(&a).unwrap().explain(&Flow::parse("tcp -> :8080").unwrap()).unwrap();
+    assert_eq!((e.verdict, e.dnat), (Verdict::Accept, Some(("10.0.0.8".parse().unwrap(), 80))));
+    assert_eq!(e.dnat_round_robin, vec![("10.0.0.8".parse().unwrap(), 80), ("10.0.0.9".parse().unwrap(), 8080)]);
+}

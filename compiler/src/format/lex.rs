@@ -111,7 +111,7 @@ fn line_comment_len(rest: &str) -> usize {
 }
 
 /// `/* … */` with nesting; unterminated runs to the end (the parser has refused such text).
-fn block_comment_len(rest: &str) -> usize {
+pub(crate) fn block_comment_len(rest: &str) -> usize {
     let b = rest.as_bytes();
     let mut depth = 0usize;
     let mut i = 0;
@@ -133,7 +133,7 @@ fn block_comment_len(rest: &str) -> usize {
 }
 
 /// `"…"` (a backslash escapes the next character, line breaks included) or `"""…"""`.
-fn quoted_len(rest: &str) -> usize {
+pub(crate) fn quoted_len(rest: &str) -> usize {
     let b = rest.as_bytes();
     let close: &[u8] = if rest.starts_with("\"\"\"") { b"\"\"\"" } else { b"\"" };
     let mut i = close.len();
@@ -150,7 +150,7 @@ fn quoted_len(rest: &str) -> usize {
 }
 
 /// `#"…"#`, `##"…"##`, `#"""…"""#`: no escapes; ends at a quote followed by as many `#`.
-fn raw_string_len(rest: &str) -> Option<usize> {
+pub(crate) fn raw_string_len(rest: &str) -> Option<usize> {
     let b = rest.as_bytes();
     let hashes = b.iter().take_while(|&&c| c == b'#').count();
     if b.get(hashes) != Some(&b'"') {

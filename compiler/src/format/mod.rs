@@ -4,7 +4,7 @@
 //! the same document before it is returned.
 
 mod layout;
-mod lex;
+pub(crate) mod lex;
 
 use kdl::KdlDocument;
 
@@ -81,7 +81,7 @@ impl FormatError {
 /// Format one KDL file (`fwc.kdl`, `rules/*.kdl`, `tests/*.kdl`). Templates (`*.kdl.j2`) are
 /// not KDL until rendered and must not be passed here. See docs/rules.md, "Formatting".
 pub fn format_kdl(text: &str) -> Result<String, FormatError> {
-    let before = limits::on_big_stack(|| parse_untrusted(text)).map_err(failure)?;
+    let before = limits::on_big_stack(|| parse_untrusted(text)).map_err(|f| failure(f, text))?;
     let (bom, body) = match text.strip_prefix('\u{feff}') {
         Some(body) => ("\u{feff}", body),
         None => ("", text),
@@ -97,9 +97,14 @@ pub fn is_formatted(text: &str) -> Result<bool, FormatError> {
     format_kdl(text).map(|out| out == text)
 }
 
-fn failure(f: ParseFailure) -> FormatError {
+fn failure(f: ParseFailure, text: &str) -> FormatError {
+    let hints = crate::syntax_hints::explain(text);
     match f {
         ParseFailure::Limit(hit) => FormatError::Limit(hit),
+        // fwc's own words when it recognises the mistake (see syntax_hints), else the parser's.
+        ParseFailure::Kdl(_) if !hints.is_empty() => FormatError::Syntax(
+            hints.into_iter().map(|h| SyntaxProblem { offset: h.offset, len: h.len, message: h.message, label: h.label, help: Some(h.help) }).collect(),
+        ),
         ParseFailure::Kdl(e) => FormatError::Syntax(
             e.diagnostics
                 .iter()

@@ -160,17 +160,34 @@ pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<Back
         _ if dns.is_some() => Some(format!("DNS target {} needs userspace (the kernel NATs to addresses only)", dns.unwrap_or_default())),
         _ if f.proxy_protocol.is_some() => Some("PROXY protocol needs userspace (the kernel cannot add a header)".into()),
         _ if f.idle_timeout_ms.is_some() => Some("idle-timeout needs userspace".into()),
-        _ if f.health.is_some() => Some("health-check needs userspace (the forwarder probes the targets; kernel DNAT failover is not built yet)".into()),
+        // Before the kernel path had health checks these went to userspace; mixed families
+        // would be an error on the kernel path, so they stay there.
+        _ if f.health.is_some() && mixed_families(f) => {
+            Some("health-check over IPv4 and IPv6 targets needs userspace (kernel DNAT balances within one family)".into())
+        }
         _ => None,
     };
     match userspace_reason {
         Some(r) => (vec![BackendKind::Userspace], r),
+        None if capped && f.health.is_some() => (
+            vec![BackendKind::Nftables, BackendKind::Qos],
+            "IP-literal targets: nftables DNAT; health-checked: the forwarder probes the targets and rewrites the forward's dispatch chain when one goes down or comes back; the bandwidth cap is an eBPF token bucket on the marked flow".into(),
+        ),
+        None if f.health.is_some() => (
+            vec![BackendKind::Nftables],
+            "IP-literal targets: nftables DNAT + masquerade; health-checked: the forwarder probes the targets and rewrites the forward's dispatch chain when one goes down or comes back".into(),
+        ),
         None if capped => (
             vec![BackendKind::Nftables, BackendKind::Qos],
             "IP-literal targets: nftables DNAT; the bandwidth cap is an eBPF token bucket on the marked flow".into(),
         ),
         None => (vec![BackendKind::Nftables], "IP-literal targets: nftables DNAT + masquerade (fastest path)".into()),
     }
+}
+
+fn mixed_families(f: &ForwardRule) -> bool {
+    let v4 = f.targets.value.iter().filter(|t| matches!(t.host, TargetHost::Ip(std::net::IpAddr::V4(_)))).count();
+    v4 != 0 && v4 != f.targets.value.len()
 }
 
 /// Filter the ruleset for `host`, decide backends, and assign QoS classes.

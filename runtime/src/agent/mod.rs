@@ -235,6 +235,12 @@ impl Backend for Hooked {
         }
         self.inner.rollback(previous)
     }
+    fn rollback_from(&mut self, previous: Option<&Artifacts>, committed: &Artifacts) -> miette::Result<()> {
+        if self.failing() {
+            return Err(miette!("injected rollback failure (FWC_AGENT_TEST_FAIL_FILE exists)"));
+        }
+        self.inner.rollback_from(previous, committed)
+    }
     fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
         self.inner.observe(expected)
     }

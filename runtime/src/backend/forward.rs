@@ -166,13 +166,14 @@ impl Backend for ForwardBackend {
         let cfg = next.forward.clone();
         let mut c = match self.client() {
             Err(e) if not_running(&e) => {
-                if cfg.listeners.is_empty() {
+                if !cfg.needs_forwarder() {
                     return Ok(()); // nothing for a forwarder to do
                 }
                 match self.start.clone() {
                     Some(ns) => self.start_forwarder(ns.as_deref())?,
                     None => {
-                        let rules: BTreeSet<&str> = cfg.listeners.iter().map(|l| l.rule.as_str()).collect();
+                        let rules: BTreeSet<&str> =
+                            cfg.listeners.iter().map(|l| l.rule.as_str()).chain(cfg.kernel_health.iter().map(|k| k.rule.as_str())).collect();
                         return Err(miette!(
                             help = how_to_start(&self.state_dir),
                             "{} rule(s) need the userspace forwarder ({}), but no forwarder is running at {}",
@@ -235,10 +236,11 @@ impl Backend for ForwardBackend {
         let want = &expected.forward;
         let Some(st) = self.status()? else {
             let mut obs = Observation::default();
-            if !want.listeners.is_empty() {
+            if want.needs_forwarder() {
                 obs.drift.push(format!(
-                    "userspace forwarder is not running ({} listener(s) expected); {}",
+                    "userspace forwarder is not running ({} listener(s), {} kernel health check(s) expected); {}",
                     want.listeners.len(),
+                    want.kernel_health.len(),
                     how_to_start(&self.state_dir)
                 ));
             }
@@ -266,6 +268,9 @@ impl Backend for ForwardBackend {
                 if got != Some(l) {
                     drift.push(format!("forward {}: live settings differ from forward.json", l.rule));
                 }
+            }
+            if st.config.kernel_health != want.kernel_health {
+                drift.push("kernel forward health checks: live settings differ from forward.json".into());
             }
             drift.dedup();
         }

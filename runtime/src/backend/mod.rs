@@ -35,6 +35,13 @@ pub trait Backend {
     /// owns when there is none. Called for every backend when any of them fails.
     fn rollback(&mut self, previous: Option<&Artifacts>) -> miette::Result<()>;
 
+    /// [`Self::rollback`] after `committed` went live through this backend's commit, so the
+    /// way back can be a diff from it (nftables: rules that stayed keep their counters and
+    /// `limit` / `ct count` state). Default: [`Self::rollback`].
+    fn rollback_from(&mut self, previous: Option<&Artifacts>, _committed: &Artifacts) -> miette::Result<()> {
+        self.rollback(previous)
+    }
+
     /// Read the live state back and compare it with `expected`: used by verify after commit,
     /// by drift detection, and for per-rule counters.
     fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation>;

@@ -65,6 +65,11 @@ impl<B: Backend + Send> Backend for InNetns<B> {
         in_netns(&self.ns, move || inner.rollback(previous))
     }
 
+    fn rollback_from(&mut self, previous: Option<&Artifacts>, committed: &Artifacts) -> Result<()> {
+        let inner = &mut self.inner;
+        in_netns(&self.ns, move || inner.rollback_from(previous, committed))
+    }
+
     fn observe(&mut self, expected: &Artifacts) -> Result<Observation> {
         let inner = &mut self.inner;
         in_netns(&self.ns, move || inner.observe(expected))

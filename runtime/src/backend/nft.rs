@@ -9,8 +9,11 @@
 //!   `nftables.json` — is used for the first apply, when the layout changes (a chain's hook,
 //!   a set's type), when the diff does not apply cleanly to the live table (checked), or when
 //!   the caller asks for it (set elements changed outside fwc: the diff does not list live
-//!   elements). [`NftChange`] says which and why. The batch is checked with `nft -j -c -f`
-//!   (the kernel validates it and aborts; nothing changes). The kernel's rendering of the new
+//!   elements). [`NftChange`] says which and why. A diff that only adds is checked with
+//!   `nft -j -c -f` (the kernel validates it and aborts; nothing changes); a full replace and a
+//!   diff deleting elements are not (the check costs as much as the commit: nft reads every
+//!   element) — nftables commits first, so a batch the kernel rejects at commit left nothing
+//!   live, and a rejected diff is replaced by the full replace at commit. The kernel's rendering of the new
 //!   ruleset *without elements* is taken here too, by loading it into a private throwaway
 //!   network namespace (`unshare -n`), so the diff and verify compare like with like.
 //! - **commit**: `nft -j -f` the batch: one transaction, the kernel applies all of it or none.
@@ -19,9 +22,14 @@
 //!   those sets keep the elements other programs (fail2ban, CrowdSec) wrote, with their
 //!   timeouts ([`NftBackend::preserving_tx`]); a diff never touches their elements. There is no
 //!   instant where the table is missing or half built, and conntrack entries survive.
-//! - **rollback**: if this backend committed, replace the table with the previous
-//!   `nftables.json` (or delete it when there is none); otherwise the live table is untouched
-//!   already. (`fwc rollback` is an ordinary apply of the previous generation: a diff.)
+//! - **rollback**: if this backend committed, a diff from what was committed back to the
+//!   previous `nftables.json` (rules the failed apply did not touch keep their state); a full
+//!   replace only when no diff applies, and a delete when nothing was applied before;
+//!   otherwise the live table is untouched already. (`fwc rollback` is an ordinary apply.)
+//! - **stamp** ([`stamp`]): the kernel's nftables generation id at which the table was last
+//!   proven equal to an applied `nftables.json` (a full observation, or a verified commit that
+//!   was the only transaction since the previous proof). While it holds, the plan takes a
+//!   terse listing instead of listing and rendering every set element.
 //! - **observe**: `nft -j list table inet fwc`, normalised (no handles, counter values, set
 //!   element order, dynamic set contents) and compared with the expected rendering; drift is
 //!   reported per rule using the `fwc:<kind>:<name>` comments the emitter puts on rules. The
@@ -39,6 +47,7 @@
 //! `FWC_NFT_BATCH_LOG=FILE` appends every committed batch to FILE (one JSON line each; tests).
 
 mod diff;
+mod stamp;
 
 pub use diff::{ElementCount, NftChange, NftMode};
 
@@ -74,6 +83,12 @@ struct Staged {
     dynamic: Vec<(String, Value)>,
     /// What the batch does; a full replace may become [`NftBackend::preserving_tx`] at commit.
     change: NftChange,
+    /// A diff not checked with `nft -c` (it deletes elements, and nft 1.0.6 then reads every
+    /// interval set back, once for the check and once for the commit): the full replace the
+    /// commit falls back to when the kernel rejects the diff.
+    unchecked_fallback: Option<Value>,
+    /// sha256 of the new nftables.json ([`digest`]).
+    digest: String,
 }
 
 /// fwc's nftables table, optionally inside a named network namespace.
@@ -93,6 +108,12 @@ pub struct NftBackend {
     /// Replace the table whole at the next prepare, for this reason (the caller's, or an
     /// observe that found set elements changed outside fwc).
     full_replace: Option<String>,
+    /// sha256 of the nftables.json last applied ([`digest`]).
+    base_digest: Option<String>,
+    /// Set by commit when the committed transaction was the only one since the table was
+    /// known equal to the base (or it replaced the table whole): the token to record once
+    /// verify finds the table in sync (see [`stamp`]), and the new digest.
+    stamp_pending: Option<(stamp::Token, String)>,
     /// Kernel renderings of nftables.json documents, by sha256 of their text.
     canonical: HashMap<String, Value>,
     /// Where renderings are also cached on disk (`<state dir>/cache`), so `fwc status` and
@@ -117,6 +138,8 @@ impl NftBackend {
             verify_pending: false,
             base: None,
             full_replace: None,
+            base_digest: None,
+            stamp_pending: None,
             canonical: HashMap::new(),
             cache_dir: None,
         }
@@ -385,7 +408,8 @@ impl NftBackend {
                 if want_empty {
                     obs.drift.push(format!("table inet {NFT_TABLE} exists but fwc has nothing applied"));
                 } else {
-                    let (want, live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
+                    let (want, mut live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
+                    accept_health_rewrites(&want, &mut live);
                     // The text listing (rules in nft syntax for the report) is a second full
                     // listing: taken only when there is drift to describe.
                     if describe_drift(&want, &live, None).is_empty() {
@@ -407,7 +431,68 @@ impl NftBackend {
     }
 }
 
+/// What `fwc plan` (and so `fwc apply`) needs of the live table.
+pub struct LiveView {
+    /// The live table: a full listing, or a terse one (no elements) when the table is known
+    /// unchanged since it was last seen in sync ([`stamp`]); None: there is none.
+    pub listing: Option<Value>,
+    /// sha256 over the live state (what a saved plan records); the same whichever listing.
+    pub hash: String,
+    /// Differences from the applied nftables.json.
+    pub drift: Vec<String>,
+}
+
+/// sha256 of an artifact set's nftables.json: the manifest's digest (checked when a generation
+/// is read from the state dir), else computed.
+pub fn digest(a: &Artifacts) -> String {
+    a.manifest
+        .artifact_hashes
+        .get(fwc_compiler::artifacts::NFTABLES_FILE)
+        .cloned()
+        .unwrap_or_else(|| sha256_hex(&serde_json::to_vec(&a.nftables).unwrap_or_default()))
+}
+
 impl NftBackend {
+    /// The live table against `applied` (None: nothing applied). When the kernel's nftables
+    /// generation is the one at which the table was last proven equal to `applied` (no
+    /// transaction since, by anyone: [`stamp`]), only a terse listing is taken (no elements,
+    /// no rendering); otherwise the full listing is compared and, when equal, the stamp is
+    /// recorded for the next time.
+    pub fn observe_applied(&mut self, applied: Option<&Artifacts>) -> Result<LiveView> {
+        let in_sync_hash = |terse: Option<&Value>, d: &str| sha256_hex(format!("in-sync {d} {}", hash_of_listing(terse)).as_bytes());
+        let token = match (&self.cache_dir, applied) {
+            (Some(_), Some(_)) => stamp::token(self.netns.as_deref()).ok(),
+            _ => None,
+        };
+        let (Some(a), Some(t)) = (applied, token) else {
+            let live = self.list_table()?;
+            let drift = match applied {
+                Some(a) => self.drift_of(&a.nftables, live.clone())?.drift,
+                None if live.is_some() => vec!["table inet fwc exists but fwc has no applied state here (it will be replaced)".into()],
+                None => vec![],
+            };
+            return Ok(LiveView { hash: hash_of_listing(live.as_ref()), listing: live, drift });
+        };
+        let dir = self.cache_dir.clone().expect("checked above");
+        let d = digest(a);
+        if stamp::in_sync(&dir, &t, &d) {
+            let terse = self.list_terse()?;
+            if terse.is_some() {
+                return Ok(LiveView { hash: in_sync_hash(terse.as_ref(), &d), listing: terse, drift: vec![] });
+            }
+        }
+        let live = self.list_table()?;
+        let drift = self.drift_of(&a.nftables, live.clone())?.drift;
+        if !drift.is_empty() || live.is_none() || is_empty_doc(&a.nftables)? {
+            return Ok(LiveView { hash: hash_of_listing(live.as_ref()), listing: live, drift });
+        }
+        let terse = self.list_terse()?;
+        if stamp::token(self.netns.as_deref()).ok().as_ref() == Some(&t) {
+            stamp::record(&dir, &t, &d);
+        }
+        Ok(LiveView { hash: in_sync_hash(terse.as_ref(), &d), listing: live, drift })
+    }
+
     /// Why the next prepare replaces the table whole, when an observe found set elements
     /// changed outside fwc (or the caller asked for it).
     pub fn full_replace_pending(&self) -> Option<&str> {
@@ -454,6 +539,7 @@ impl Backend for NftBackend {
 
     fn set_base(&mut self, previous: Option<&Artifacts>, full_replace: Option<&str>) {
         self.base = previous.map(|p| p.nftables.value().clone());
+        self.base_digest = previous.map(digest);
         if let Some(r) = full_replace {
             self.full_replace = Some(r.to_string());
         }
@@ -472,7 +558,23 @@ impl Backend for NftBackend {
                 "family": "inet", "table": NFT_TABLE, "chain": "fwc-test-injected-missing-chain",
                 "expr": [{"accept": null}]}}}));
         }
-        let mut checked = self.run_file(&tx, true);
+        let deletes_elements =
+            tx["nftables"].as_array().is_some_and(|b| b.iter().any(|c| c.get("delete").and_then(|d| d.get("element")).is_some()));
+        // `nft -j -c` costs as much as the commit itself where it has to read every element
+        // (a whole table; a diff deleting elements: nft 1.0.6 reads every interval set back).
+        // Those are not checked here: nftables commits first, so when the kernel rejects the
+        // batch at commit nothing of this apply is live yet, and a rejected diff falls back to
+        // the full replace there. (An injected prepare failure is always checked.)
+        let injected = injected_failure("prepare", BackendKind::Nftables);
+        let mut unchecked_fallback = None;
+        let mut checked = match change.mode {
+            NftMode::FullReplace if !injected => Ok(()),
+            NftMode::Diff if deletes_elements && !injected => {
+                unchecked_fallback = Some(replace_tx(&next.nftables)?);
+                Ok(())
+            }
+            _ => self.run_file(&tx, true),
+        };
         if let (Err(e), NftMode::Diff | NftMode::Unchanged) = (&checked, change.mode) {
             // The live table is not what the last apply left (a killed apply, hand edits of
             // set elements): replace it whole instead.
@@ -485,7 +587,7 @@ impl Backend for NftBackend {
                     "family": "inet", "table": NFT_TABLE, "chain": "fwc-test-injected-missing-chain",
                     "expr": [{"accept": null}]}}}));
             }
-            checked = self.run_file(&tx, true);
+            checked = if injected { self.run_file(&tx, true) } else { Ok(()) };
         }
         if let Err(e) = checked {
             self.base = base;
@@ -495,7 +597,7 @@ impl Backend for NftBackend {
         self.canonical(&structure(&next.nftables)).wrap_err("nftables: prepare failed")?;
         tracing::info!(mode = ?change.mode, "nftables: {}", change.describe());
         let dynamic = dynamic_sets(&next.nftables);
-        self.staged = Some(Staged { tx, dynamic, change });
+        self.staged = Some(Staged { tx, dynamic, change, unchecked_fallback, digest: digest(next) });
         Ok(())
     }
 
@@ -523,8 +625,37 @@ impl Backend for NftBackend {
         if injected_failure("commit", BackendKind::Nftables) {
             tx["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
         }
+        // The generation before: when it is the one the table was last proven equal to the base
+        // at, and the commit below is the only transaction in between, verify can record that
+        // the table now equals the new nftables.json (see `stamp`).
+        let before = self.cache_dir.as_ref().and_then(|_| stamp::token(self.netns.as_deref()).ok());
+        let known = match (&before, &self.cache_dir, &self.base_digest) {
+            _ if staged.change.mode == NftMode::FullReplace => true,
+            (Some(t), Some(dir), Some(d)) => stamp::in_sync(dir, t, d),
+            _ => false,
+        };
+        if let Some(dir) = &self.cache_dir {
+            stamp::forget(dir);
+        }
         Self::log_batch(tx);
-        let result = if tx["nftables"].as_array().is_some_and(Vec::is_empty) { Ok(()) } else { self.run_file(tx, false) };
+        let mut result = if tx["nftables"].as_array().is_some_and(Vec::is_empty) { Ok(()) } else { self.run_file(tx, false) };
+        if let (Err(e), Some(full)) = (&result, &staged.unchecked_fallback) {
+            // The unchecked diff does not apply to the live table (nothing changed: the kernel
+            // aborted it): replace the table whole, as prepare does for a checked diff.
+            tracing::warn!("nftables: the diff does not apply to the live table ({e}); replacing the table whole");
+            let mut full = full.clone();
+            if injected_failure("commit", BackendKind::Nftables) {
+                full["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
+            }
+            Self::log_batch(&full);
+            result = self.run_file(&full, false);
+            staged.change = NftChange::full("the diff does not apply to the live table");
+        }
+        let after = before.as_ref().and_then(|_| stamp::token(self.netns.as_deref()).ok());
+        self.stamp_pending = match (before, after) {
+            (Some(b), Some(a)) if known && result.is_ok() && a == b.next() => Some((a, staged.digest.clone())),
+            _ => None,
+        };
         staged.tx["nftables"].as_array_mut().unwrap().truncate(len);
         self.staged = Some(staged);
         result.wrap_err("nftables: commit (nft -j -f) failed; the kernel aborted the whole transaction")?;
@@ -561,10 +692,49 @@ impl Backend for NftBackend {
         Ok(())
     }
 
+    fn rollback_from(&mut self, previous: Option<&Artifacts>, committed: &Artifacts) -> miette::Result<()> {
+        if !self.committed {
+            return self.rollback(previous);
+        }
+        // The way back as a diff from what was committed: the rules the failed apply did not
+        // touch keep their counters and `limit` / `ct count` state through the rollback too.
+        let back = previous.map(|p| &p.nftables).filter(|d| !is_empty_doc(d).unwrap_or(true));
+        if let Some(prev) = back {
+            let attempt = (|| -> Result<bool> {
+                let live = self.list_terse()?;
+                let (change, tx) = self.change(Some(&committed.nftables), prev, live.as_ref(), None)?;
+                if change.mode != NftMode::Diff && change.mode != NftMode::Unchanged {
+                    return Ok(false);
+                }
+                tracing::info!("nftables: rollback: {}", change.describe());
+                Self::log_batch(&tx);
+                if !tx["nftables"].as_array().is_some_and(Vec::is_empty) {
+                    self.run_file(&tx, false)?;
+                }
+                Ok(true)
+            })();
+            match attempt {
+                Ok(true) => {
+                    self.verify_pending = false;
+                    self.staged = None;
+                    self.committed = false;
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!("nftables: the rollback diff failed ({e}); replacing the table whole"),
+            }
+        }
+        self.rollback(previous)
+    }
+
     fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
         if std::mem::take(&mut self.verify_pending) {
             let live = self.list_terse()?;
-            return self.compare(&expected.nftables, live, true);
+            let obs = self.compare(&expected.nftables, live, true)?;
+            if let (true, Some((t, d)), Some(dir)) = (obs.in_sync(), self.stamp_pending.take(), &self.cache_dir) {
+                stamp::record(dir, &t, &d);
+            }
+            return Ok(obs);
         }
         self.drift(&expected.nftables)
     }
@@ -614,7 +784,10 @@ pub fn hash_of_listing(live: Option<&Value>) -> String {
 fn gc_cache(dir: &std::path::Path, keep: usize) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     let mut files: Vec<(std::time::SystemTime, PathBuf)> =
-        rd.flatten().filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path()))).collect();
+        rd.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("nft-render-"))
+            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+            .collect();
     files.sort();
     files.reverse();
     for (_, p) in files.into_iter().skip(keep) {
@@ -777,6 +950,32 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
         }
     }
     n
+}
+
+/// The goto targets of a dispatch rule of a health-checked kernel forward
+/// (`numgen inc mod N vmap { 0 : goto c0, … }`, its only statement), in slot order.
+fn dispatch_targets(rule: &Value) -> Option<Vec<&str>> {
+    let [stmt] = rule.get("expr")?.as_array()?.as_slice() else { return None };
+    let vmap = stmt.get("vmap")?;
+    vmap.pointer("/key/numgen")?;
+    vmap.pointer("/data/set")?.as_array()?.iter().map(|e| e.pointer("/1/goto/target").and_then(Value::as_str)).collect()
+}
+
+/// The forwarder rewrites the dispatch chains of health-checked kernel forwards
+/// (forwarder/src/kernel.rs): a live dispatch rule over a non-empty subsequence of the
+/// expected targets, with the expected comment, is what fwc wrote, not drift.
+fn accept_health_rewrites(want: &Normalized, live: &mut Normalized) {
+    for (chain, w) in &want.rules {
+        let [wr] = w.as_slice() else { continue };
+        let Some(all) = dispatch_targets(wr) else { continue };
+        let Some([lr]) = live.rules.get(chain).map(Vec::as_slice) else { continue };
+        let Some(used) = dispatch_targets(lr) else { continue };
+        let mut rest = all.iter();
+        let subsequence = !used.is_empty() && used.iter().all(|u| rest.any(|a| a == u));
+        if subsequence && lr.get("comment") == wr.get("comment") {
+            live.rules.insert(chain.clone(), w.clone());
+        }
+    }
 }
 
 fn strip_volatile(v: &mut Value) {
@@ -1071,6 +1270,28 @@ mod tests {
         let ok = json!({"nftables": [{"table": {"family": "inet", "name": "fwc"}},
             {"chain": {"family": "inet", "table": "fwc", "name": "input"}}]});
         assert_eq!(replace_tx(&ok).unwrap()["nftables"].as_array().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn health_rewrites_of_a_dispatch_chain_are_not_drift() {
+        let dispatch = |targets: &[&str], comment: &str| {
+            let set: Vec<Value> = targets.iter().enumerate().map(|(i, t)| json!([i, {"goto": {"target": t}}])).collect();
+            json!({"nftables": [{"rule": {"family": "inet", "table": "fwc", "chain": "fhc4_web", "comment": comment,
+                "expr": [{"vmap": {"key": {"numgen": {"mode": "inc", "mod": targets.len(), "offset": 0}}, "data": {"set": set}}}]}}]})
+        };
+        let want = normalize(&dispatch(&["fhc4_web_t0", "fhc4_web_t1", "fhc4_web_t2"], "fwc:forward:web"));
+        for (live, ok) in [
+            (dispatch(&["fhc4_web_t0", "fhc4_web_t2"], "fwc:forward:web"), true),
+            (dispatch(&["fhc4_web_t1"], "fwc:forward:web"), true),
+            (dispatch(&["fhc4_web_t2", "fhc4_web_t0"], "fwc:forward:web"), false),
+            (dispatch(&["fhc4_web_t0", "elsewhere"], "fwc:forward:web"), false),
+            (dispatch(&[], "fwc:forward:web"), false),
+            (dispatch(&["fhc4_web_t0"], "fwc:forward:other"), false),
+        ] {
+            let mut live = normalize(&live);
+            accept_health_rewrites(&want, &mut live);
+            assert_eq!(describe_drift(&want, &live, None).is_empty(), ok, "{live:?}");
+        }
     }
 
     #[test]

@@ -487,6 +487,12 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
     } else {
         println!("Drift:      no");
     }
+    if !st.target_health.is_empty() {
+        println!("Targets:    (health checks)");
+        for t in &st.target_health {
+            println!("  {} {} {}", t.rule, t.target, if t.up { paint.c("32", "up") } else { paint.c("1;31", "down (taken out)") });
+        }
+    }
     if let Some(p) = &st.pending_confirm {
         let left = p.deadline_unix as i64 - state::now_unix() as i64;
         println!(

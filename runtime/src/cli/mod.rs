@@ -155,12 +155,14 @@ pub enum Command {
     Man(man::ManArgs),
 }
 
-/// clap value parser for durations on the command line: `500ms`, `60s`, `5m`, `1h`, `1d`,
-/// or a bare number of seconds (the rule language's `units::parse_duration_ms`).
+/// clap value parser for durations on the command line (humantime): `500ms`, `60s`, `5m`,
+/// `1h 30m`, `1d`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
-    let with_unit = if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) { format!("{s}s") } else { s.to_string() };
-    fwc_compiler::units::parse_duration_ms(&with_unit).map(std::time::Duration::from_millis).map_err(|e| e.to_string())
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) {
+        return s.parse().map(std::time::Duration::from_secs).map_err(|e| format!("\"{s}\": {e}"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("\"{s}\" is not a duration ({e}); write 500ms, 30s, 5m, 1h 30m or 1d"))
 }
 
 /// Does this command run a long-lived server (which must survive peers closing sockets)?
@@ -227,5 +229,18 @@ pub fn main() -> ExitCode {
             }
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    #[test]
+    fn durations_as_operators_write_them() {
+        use std::time::Duration;
+        assert_eq!(super::parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(super::parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(super::parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(super::parse_duration("1d").unwrap(), Duration::from_secs(86400));
+        assert!(super::parse_duration("soon").unwrap_err().contains("not a duration"));
     }
 }

@@ -13,6 +13,8 @@ use crate::backend::{Observation, RuleCounter};
 pub struct Observed {
     pub drift: Vec<String>,
     pub counters: Vec<RuleCounter>,
+    /// Health-checked targets (forwarder): (rule, target, up).
+    pub target_health: Vec<(String, String, bool)>,
 }
 
 /// Observe every dataplane except nftables against `expected`. A dataplane that cannot be
@@ -25,9 +27,10 @@ pub fn besides_nft(netns: Option<&str>, state_dir: &std::path::Path, expected: &
             continue;
         }
         match b.observe(expected) {
-            Ok(Observation { drift, counters, .. }) => {
+            Ok(Observation { drift, counters, target_health, .. }) => {
                 out.drift.extend(drift);
                 out.counters.extend(counters);
+                out.target_health.extend(target_health);
             }
             Err(e) => out.drift.push(format!("{}: cannot read the live state: {}", b.kind().as_str(), transaction::chain(&e))),
         }

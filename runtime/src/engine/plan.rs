@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use fwc_compiler::artifacts::{sha256_hex, Artifacts, MANIFEST_FILE};
+use fwc_compiler::artifacts::{sha256_hex, sha256_pretty, Artifacts, FORWARD_FILE, NFTABLES_FILE, QOS_FILE};
 use miette::{miette, Result};
 use serde::{Deserialize, Serialize};
 
@@ -68,13 +68,18 @@ impl LivePlan {
     }
 }
 
+/// The sha256 of each artifact file's text (hashed while serialising: with a large set the
+/// text is tens of MB, and building it twice per plan showed in the profile).
 fn file_hashes(a: &Artifacts) -> BTreeMap<&'static str, String> {
-    a.files().into_iter().filter(|(f, _)| *f != MANIFEST_FILE).map(|(f, t)| (f, sha256_hex(t.as_bytes()))).collect()
+    BTreeMap::from([(NFTABLES_FILE, sha256_pretty(&a.nftables)), (QOS_FILE, sha256_pretty(&a.qos)), (FORWARD_FILE, sha256_pretty(&a.forward))])
 }
 
-/// sha256 over the live state: the normalised live nftables table plus the applied generation.
-pub fn live_hash(state: &StateDir, nft: &NftBackend) -> Result<String> {
-    live_hash_of(state, &nft.live_hash()?)
+/// sha256 over the live state: the live nftables table (see [`NftBackend::observe_applied`])
+/// plus the applied generation.
+pub fn live_hash(state: &StateDir, netns: Option<&str>) -> Result<String> {
+    let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
+    let current = state.current()?;
+    live_hash_of(state, &nft.observe_applied(current.as_ref().map(|g| &g.artifacts))?.hash)
 }
 
 fn live_hash_of(state: &StateDir, nft_hash: &str) -> Result<String> {
@@ -86,24 +91,25 @@ fn live_hash_of(state: &StateDir, nft_hash: &str) -> Result<String> {
 pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source: String) -> Result<LivePlan> {
     let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     let current = state.current()?;
-    // One listing of the live table serves the hash and the drift check (it is the costly
-    // part with large sets).
-    let live = nft.list_table()?;
-    let live_hash = live_hash_of(state, &crate::backend::nft::hash_of_listing(live.as_ref()))?;
-    let mut drift = match &current {
-        Some(g) => nft.drift_of(&g.artifacts.nftables, live.clone())?.drift,
-        None => match live {
-            Some(_) => vec!["table inet fwc exists but fwc has no applied state here (it will be replaced)".into()],
-            None => vec![],
-        },
-    };
+    // One observation of the live table serves the hash and the drift check (a terse listing
+    // when nothing committed anything since fwc last saw it in sync, else a full one).
+    let view = nft.observe_applied(current.as_ref().map(|g| &g.artifacts))?;
+    let live_hash = live_hash_of(state, &view.hash)?;
+    let (live, mut drift) = (view.listing, view.drift);
     // The nftables change the apply makes (the same computation as its prepare; set elements
     // changed outside fwc, seen by the drift check above, make it a full replace).
     let full_reason = nft.full_replace_pending().map(str::to_string);
     let (nftables, _) = nft.change(current.as_ref().map(|g| g.artifacts.nftables.value()), &next.nftables, live.as_ref(), full_reason.as_deref())?;
     // The other dataplanes' drift (QoS, forwarder); the apply heals it like nftables drift.
-    let applied = current.as_ref().map(|g| g.artifacts.clone()).unwrap_or_else(|| transaction::empty_artifacts(&next.manifest.host));
-    drift.extend(super::observe::besides_nft(netns, &state.path, &applied).drift);
+    let empty;
+    let applied = match &current {
+        Some(g) => &g.artifacts,
+        None => {
+            empty = transaction::empty_artifacts(&next.manifest.host);
+            &empty
+        }
+    };
+    drift.extend(super::observe::besides_nft(netns, &state.path, applied).drift);
     // Drift lines name the rule's file:line as the applied generation recorded it.
     let drift = crate::backend::sources::locate(drift, &applied.manifest);
     let rules = fwc_compiler::diff::plan(current.as_ref().map(|g| &g.artifacts), &next);
@@ -141,8 +147,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
 pub fn plan_loaded(state: &StateDir, netns: Option<&str>, loaded: Loaded) -> Result<LivePlan> {
     match loaded {
         Loaded::Plan(saved) => {
-            let nft = NftBackend::new(netns.map(str::to_string));
-            let now = live_hash(state, &nft)?;
+            let now = live_hash(state, netns)?;
             if now != saved.live_hash {
                 return Err(miette!(
                     "the plan file is stale: the live state changed since it was made ({}).\n\

@@ -32,6 +32,16 @@ pub struct Status {
     pub previous_commit: Option<String>,
     pub pending_confirm: Option<PendingConfirm>,
     pub counters: Vec<crate::backend::RuleCounter>,
+    /// Targets of health-checked forwards (kernel and userspace), as the forwarder probes them.
+    pub target_health: Vec<TargetHealth>,
+}
+
+/// One health-checked target of a forward.
+#[derive(Debug, Serialize)]
+pub struct TargetHealth {
+    pub rule: String,
+    pub target: String,
+    pub up: bool,
 }
 
 /// Observe the state dir and the live host.
@@ -54,6 +64,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
         previous_commit: prev.as_ref().and_then(|p| p.meta.commit.clone()),
         pending_confirm: state.pending_confirm()?,
         counters: vec![],
+        target_health: vec![],
     };
     let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     match &cur {
@@ -81,6 +92,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
             let other = observe::besides_nft(netns, &state.path, &g.artifacts);
             st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
             st.counters.extend(other.counters);
+            st.target_health = other.target_health.into_iter().map(|(rule, target, up)| TargetHealth { rule, target, up }).collect();
         }
         None => {
             if nft.list_table()?.is_some() {

@@ -12,7 +12,6 @@
 //! the backend, the phase and the reason. The caller holds the state-dir lock.
 
 use std::fmt;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fwc_compiler::artifacts::{Artifacts, BackendKind, ForwardArtifact, Manifest, QosArtifact, ARTIFACT_VERSION};
@@ -188,29 +187,32 @@ pub fn needed_sysctls(artifacts: &Artifacts) -> Vec<SysctlNeed> {
     artifacts.manifest.setup.sysctls.clone()
 }
 
-fn sysctl_cmd(netns: Option<&str>) -> Command {
+/// `/proc/sys/net/ipv4/ip_forward` for `net.ipv4.ip_forward` (None for a key that could
+/// leave /proc/sys).
+fn sysctl_path(key: &str) -> Option<std::path::PathBuf> {
+    let ok = !key.is_empty() && key.split('.').all(|p| !p.is_empty() && !p.contains('/'));
+    ok.then(|| std::path::Path::new("/proc/sys").join(key.replace('.', "/")))
+}
+
+/// Run `f` in network namespace `netns` (a thread that joined it: /proc/sys/net shows the
+/// namespace of the thread that opens it), or here.
+fn in_ns<T: Send>(netns: Option<&str>, f: impl FnOnce() -> Result<T, String> + Send) -> Result<T, String> {
     match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, "sysctl"]);
-            c
-        }
-        None => Command::new("sysctl"),
+        Some(ns) => crate::backend::netns::in_netns(ns, || f().map_err(|e| miette::miette!("{e}"))).map_err(|e| e.to_string()),
+        None => f(),
     }
 }
 
+/// A sysctl's value, read from /proc/sys (in `netns` if given).
 pub fn read_sysctl(netns: Option<&str>, key: &str) -> Option<String> {
-    let out = sysctl_cmd(netns).args(["-n", key]).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let path = sysctl_path(key)?;
+    in_ns(netns, move || std::fs::read_to_string(&path).map(|v| v.trim().to_string()).map_err(|e| e.to_string())).ok()
 }
 
+/// Set a sysctl by writing /proc/sys (in `netns` if given); no `sysctl` binary needed.
 pub fn write_sysctl(netns: Option<&str>, key: &str, value: &str) -> Result<(), String> {
-    let out = sysctl_cmd(netns).args(["-qw", &format!("{key}={value}")]).output().map_err(|e| format!("cannot run sysctl: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("sysctl -w {key}={value} failed: {}", String::from_utf8_lossy(&out.stderr).trim()))
-    }
+    let path = sysctl_path(key).ok_or_else(|| format!("\"{key}\" is not a sysctl name"))?;
+    in_ns(netns, move || std::fs::write(&path, format!("{value}\n")).map_err(|e| format!("cannot set {key}={value} ({}): {e}", path.display())))
 }
 
 /// What the host has for each needed sysctl (nothing is changed).
@@ -247,7 +249,7 @@ pub fn transaction(
         tracing::warn!(phase = phase.as_str(), ?backend, %reason, "apply failed, rolling back");
         let mut rollback = Vec::new();
         for b in backends.iter_mut().rev() {
-            let r = b.rollback(prev_art).map_err(|e| chain(&e));
+            let r = b.rollback_from(prev_art, next).map_err(|e| chain(&e));
             rollback.push((b.kind(), r));
         }
         rollback.reverse();
@@ -387,7 +389,7 @@ pub fn empty_artifacts(host: &str) -> Artifacts {
     Artifacts {
         nftables: serde_json::json!({"nftables": []}).into(),
         qos: QosArtifact { version: ARTIFACT_VERSION, mark_mask: fwc_compiler::artifacts::QOS_MARK_MASK, classes: vec![] },
-        forward: ForwardArtifact { version: ARTIFACT_VERSION, listeners: vec![] },
+        forward: ForwardArtifact { version: ARTIFACT_VERSION, listeners: vec![], kernel_health: vec![] },
         manifest: Manifest {
             version: ARTIFACT_VERSION,
             host: host.to_string(),

@@ -122,6 +122,20 @@ impl NatMaps {
     }
 }
 
+/// The DNAT statement to one target (`dnat ip to ADDR[:PORT]`, or a port map for an offset
+/// range).
+fn target_nat(fam: Fam, ip: IpAddr, tp: TPort, listen: PortRange) -> S {
+    let nat = |addr: E, port: Option<E>| Statement::DNAT(Some(NAT { addr: Some(addr), family: Some(fam.nat()), port, flags: None }));
+    match tp {
+        TPort::Keep => nat(s(ip.to_string()), None),
+        TPort::Fixed(p) => nat(s(ip.to_string()), Some(n(u32::from(p)))),
+        TPort::Offset { .. } => {
+            let m = (listen.lo..=listen.hi).map(|p| (n(u32::from(p)), n(u32::from(tp.port(p))))).collect();
+            nat(s(ip.to_string()), Some(map_lookup(payload("th", "dport"), mapping(m))))
+        }
+    }
+}
+
 /// The DNAT rules of a forward that does not fit the maps.
 pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
     let comment = rule_comment(RuleKind::Forward, &f.name.value);
@@ -147,16 +161,13 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
         let dport = |r: PortRange| eq(payload("th", "dport"), port_expr(r));
         let nat = |addr: E, port: Option<E>| Statement::DNAT(Some(NAT { addr: Some(addr), family: Some(fam.nat()), port, flags: None }));
         let mut rules: Vec<Vec<S>> = Vec::new();
-        if let [(ip, tp)] = tg[..] {
-            let st = match tp {
-                TPort::Keep => nat(s(ip.to_string()), None),
-                TPort::Fixed(p) => nat(s(ip.to_string()), Some(n(u32::from(p)))),
-                TPort::Offset { .. } => {
-                    let m = (listen.lo..=listen.hi).map(|p| (n(u32::from(p)), n(u32::from(tp.port(p))))).collect();
-                    nat(s(ip.to_string()), Some(map_lookup(payload("th", "dport"), mapping(m))))
-                }
-            };
-            rules.push(vec![dport(listen), counter(), st]);
+        if f.health.is_some() {
+            // Health-checked: jump to the dispatch chain the forwarder rewrites.
+            let mut e = vec![eq(meta(MetaKey::Nfproto), s(fam.nfproto())), dport(listen), counter()];
+            e.push(Statement::Goto(JumpTarget { target: health_chain(&f.name.value, fam, None).into() }));
+            rules.push(e);
+        } else if let [(ip, tp)] = tg[..] {
+            rules.push(vec![dport(listen), counter(), target_nat(fam, ip, tp, listen)]);
         } else {
             let ng = || named(NamedExpression::Numgen(Numgen { mode: NgMode::Inc, ng_mod: tg.len() as u32, offset: None }));
             if tg.iter().all(|(_, tp)| *tp == TPort::Keep) {
@@ -370,4 +381,95 @@ pub(super) fn forward_guards(plan: &HostPlan) -> Vec<(Vec<S>, String)> {
         }
     }
     guards
+}
+
+/// The targets of a health-checked kernel forward with their index among all its targets, in
+/// family `fam`.
+fn health_targets(f: &ForwardRule, fam: Fam) -> Vec<(usize, IpAddr, TPort)> {
+    let listen = f.listen.value.ports;
+    ip_targets(f)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (ip, _))| Fam::of(ip) == fam && listen_fam(f).is_none_or(|lf| lf == fam))
+        .map(|(i, (ip, p))| (i, ip, TPort::of(listen, p)))
+        .collect()
+}
+
+/// Dispatch chain (`idx: None`) or target chain of a health-checked kernel forward.
+pub(super) fn health_chain(rule: &str, fam: Fam, idx: Option<usize>) -> String {
+    let f = if fam == Fam::V4 { 4 } else { 6 };
+    match idx {
+        None => format!("fhc{f}_{rule}"),
+        Some(i) => format!("fhc{f}_{rule}_t{i}"),
+    }
+}
+
+/// The dispatch rule over `targets` (target chains): `numgen inc mod N vmap { i : goto … }`.
+/// The forwarder builds the same rule over the targets that are up (forwarder/src/kernel.rs).
+fn dispatch_rule(targets: &[String]) -> Vec<S> {
+    let ng = named(NamedExpression::Numgen(Numgen { mode: NgMode::Inc, ng_mod: targets.len() as u32, offset: None }));
+    let m = targets
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (n(i as u32), Expression::Verdict(Verdict::Goto(JumpTarget { target: c.clone().into() }))))
+        .collect();
+    vec![Statement::VerdictMap(stmt::VerdictMap { key: ng, data: mapping(m) })]
+}
+
+/// Chains of the health-checked kernel forwards: per family, a dispatch chain and one chain per
+/// target holding its DNAT.
+pub(super) fn health_chains(out: &mut Out, plan: &HostPlan) {
+    for f in plan.kernel_forwards.iter().filter(|f| f.health.is_some()) {
+        let comment = rule_comment(RuleKind::Forward, &f.name.value);
+        let listen = f.listen.value.ports;
+        for fam in FAMS {
+            let tg = health_targets(f, fam);
+            if tg.is_empty() {
+                continue;
+            }
+            let dispatch = health_chain(&f.name.value, fam, None);
+            out.chain(&dispatch, None);
+            let mut names = Vec::new();
+            for (i, ip, tp) in tg {
+                let chain = health_chain(&f.name.value, fam, Some(i));
+                out.chain(&chain, None);
+                let st = target_nat(fam, ip, tp, listen);
+                // nft wants the transport protocol matched before a port is mapped.
+                let mut e = l4_match(Some(fproto(f.proto)), None, None);
+                e.push(st);
+                out.rule(&chain, e, Some(comment.clone()));
+                names.push(chain);
+            }
+            out.rule(&dispatch, dispatch_rule(&names), Some(comment.clone()));
+        }
+    }
+}
+
+/// forward.json's view of a health-checked kernel forward's chains (see [`health_chains`]).
+pub fn health_dispatch(f: &ForwardRule) -> Vec<fwc_artifacts::KernelDispatch> {
+    FAMS.into_iter()
+        .filter_map(|fam| {
+            let tg = health_targets(f, fam);
+            (!tg.is_empty()).then(|| fwc_artifacts::KernelDispatch {
+                chain: health_chain(&f.name.value, fam, None),
+                targets: tg.iter().map(|(i, _, _)| (*i, health_chain(&f.name.value, fam, Some(*i)))).collect(),
+            })
+        })
+        .collect()
+}
+
+/// What the forwarder probes for each target: its address and the port a connection to the
+/// forward's first listen port is sent to.
+pub fn health_probe_targets(f: &ForwardRule) -> Vec<fwc_artifacts::ForwardTarget> {
+    let listen = f.listen.value.ports;
+    ip_targets(f)
+        .into_iter()
+        .map(|(ip, p)| {
+            let port = match TPort::of(listen, p) {
+                TPort::Keep => listen.lo,
+                tp => tp.port(listen.lo),
+            };
+            fwc_artifacts::ForwardTarget { host: ip.to_string(), port }
+        })
+        .collect()
 }
