@@ -52,8 +52,7 @@ fn sigterm_mid_compile_exits_promptly_and_leaves_the_state_consistent() {
 
     // Consistent: the chain verifies, the abandoned commit left no entry and no intent, the
     // applied generation is still c1's.
-    let verify = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["audit", "verify", "--state-dir", state.to_str().unwrap()]).output().unwrap();
-    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+    assert_audit_verifies(&state);
     let entries = audit(&state);
     assert!(entries.iter().all(|e| e["commit"] != c2.as_str()), "{entries:?}");
     assert_eq!(entries.last().unwrap()["commit"], c1.as_str());
@@ -104,6 +103,5 @@ fn sigterm_mid_apply_exits_after_the_grace_and_the_next_start_redoes_it() {
     let agent = AgentProc::start(&state, &repo.url(), &ns.name, &extra, &[]);
     let entry = wait_entry(&state, &c2, "apply", &agent);
     assert_eq!(entry["result"], "ok", "{entry}");
-    let verify = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["audit", "verify", "--state-dir", state.to_str().unwrap()]).output().unwrap();
-    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+    assert_audit_verifies(&state);
 }

@@ -125,6 +125,12 @@ pub fn audit(state: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// `fwc audit verify` of the state dir passes.
+pub fn assert_audit_verifies(state: &Path) {
+    let o = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["audit", "verify", "--state-dir", state.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// Wait for an audit entry about `commit` with `action`; returns it.
 pub fn wait_entry(state: &Path, commit: &str, action: &str, agent: &AgentProc) -> Value {
     let mut found = None;
