@@ -15,6 +15,24 @@ use agent_common::*;
 /// process then only closes its listener.
 const BOUND: Duration = Duration::from_secs(3);
 
+/// Wait until the agent logs `busy` (it started compiling or applying), send SIGTERM a moment
+/// later, and check it exits cleanly within `bound`; returns its log.
+fn term_once_busy(agent: &mut AgentProc, busy: &str, bound: Duration) -> String {
+    assert!(
+        wait_until(Duration::from_secs(180), || agent.log_text().contains(busy)),
+        "the agent never logged {busy:?}:\n{}",
+        agent.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let status = agent.term();
+    let took = t0.elapsed();
+    let log = agent.log_text();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(took < bound, "SIGTERM took {took:?} (bound {bound:?}):\n{log}");
+    log
+}
+
 #[test]
 fn sigterm_mid_compile_exits_promptly_and_leaves_the_state_consistent() {
     if !privileged("sigterm_mid_compile_exits_promptly_and_leaves_the_state_consistent") {
@@ -34,20 +52,7 @@ fn sigterm_mid_compile_exits_promptly_and_leaves_the_state_consistent() {
     git(&repo.work, &["add", "lists"]);
     let kdl = "fwc 1\nset \"bl\" file=\"lists/bl.netset\"\ninput policy=drop {\n    deny \"bl\" from=\"@bl\"\n    allow \"web\" proto=tcp port=80\n}\n";
     let c2 = repo.commit(kdl, "huge blocklist", None, false);
-    let compiling = format!("compiling commit={}", &c2[..12]);
-    assert!(
-        wait_until(Duration::from_secs(180), || agent.log_text().contains(&compiling)),
-        "the agent did not start compiling the huge commit:\n{}",
-        agent.log_text()
-    );
-    std::thread::sleep(Duration::from_millis(300));
-
-    let t0 = Instant::now();
-    let status = agent.term();
-    let took = t0.elapsed();
-    let log = agent.log_text();
-    assert!(status.success(), "{status:?}\n{log}");
-    assert!(took < BOUND, "SIGTERM took {took:?} (bound {BOUND:?}):\n{log}");
+    let log = term_once_busy(&mut agent, &format!("compiling commit={}", &c2[..12]), BOUND);
     assert!(log.contains("the compile is abandoned"), "SIGTERM did not land mid-compile:\n{log}");
 
     // Consistent: the chain verifies, the abandoned commit left no entry and no intent, the
@@ -82,20 +87,7 @@ fn sigterm_mid_apply_exits_after_the_grace_and_the_next_start_redoes_it() {
 
     let c2 = repo.commit(&allow(443, "tls"), "allow 443", None, false);
     let mut agent = AgentProc::start(&state, &repo.url(), &ns.name, &extra, &[("FWC_TEST_FAIL", "stall:commit")]);
-    let applying = format!("applying commit={}", &c2[..12]);
-    assert!(
-        wait_until(Duration::from_secs(180), || agent.log_text().contains(&applying)),
-        "the agent did not start applying the commit:\n{}",
-        agent.log_text()
-    );
-    std::thread::sleep(Duration::from_millis(200));
-
-    let t0 = Instant::now();
-    let status = agent.term();
-    let took = t0.elapsed();
-    let log = agent.log_text();
-    assert!(status.success(), "{status:?}\n{log}");
-    assert!(took < Duration::from_secs(4), "SIGTERM mid-apply took {took:?} with --stop-grace 1s:\n{log}");
+    let log = term_once_busy(&mut agent, &format!("applying commit={}", &c2[..12]), Duration::from_secs(4));
     assert!(log.contains("still busy 1s after the stop signal"), "the apply was not in progress at SIGTERM:\n{log}");
     assert!(audit(&state).iter().all(|e| e["commit"] != c2.as_str()), "the cut apply was audited as if finished");
 
