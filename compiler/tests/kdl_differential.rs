@@ -1,0 +1,114 @@
+//! fwc's KDL reader against the `kdl` crate over every KDL file the project ships (golden/,
+//! examples/, the fuzz corpus, bad-input, format and policy cases): the same accept/refuse
+//! decision, and for accepted files the same nodes, names, arguments, properties, type
+//! annotations and spans.
+
+use std::path::{Path, PathBuf};
+
+use fwc_compiler::kdl_reader::{self, Document, Value};
+use kdl::{KdlDocument, KdlValue};
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "kdl") || p.parent().is_some_and(|d| d.ends_with("fuzz-corpus")) {
+            out.push(p);
+        }
+    }
+}
+
+fn span(s: miette::SourceSpan) -> (usize, usize) {
+    (s.offset(), s.len())
+}
+
+fn rspan(s: kdl_reader::TextSpan) -> (usize, usize) {
+    (s.offset(), s.len())
+}
+
+fn same_value(k: &KdlValue, r: &Value) -> bool {
+    match (k, r) {
+        (KdlValue::String(a), Value::String(b)) => a == b,
+        (KdlValue::Integer(a), Value::Integer(b)) => a == b,
+        (KdlValue::Float(a), Value::Float(b)) => a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+        (KdlValue::Bool(a), Value::Bool(b)) => a == b,
+        (KdlValue::Null, Value::Null) => true,
+        _ => false,
+    }
+}
+
+/// Every difference between the two readings, as text ("" when they agree).
+fn compare(k: &KdlDocument, r: &Document, path: &str, out: &mut Vec<String>) {
+    if k.nodes().len() != r.nodes().len() {
+        out.push(format!("{path}: {} nodes vs {}", k.nodes().len(), r.nodes().len()));
+        return;
+    }
+    for (i, (kn, rn)) in k.nodes().iter().zip(r.nodes()).enumerate() {
+        let at = format!("{path}/{i}:{}", kn.name().value());
+        let mut check = |what: &str, a: String, b: String| {
+            if a != b {
+                out.push(format!("{at}: {what}: kdl {a} vs fwc {b}"));
+            }
+        };
+        check("name", format!("{:?}", (kn.name().value(), span(kn.name().span()))), format!("{:?}", (rn.name().value(), rspan(rn.name().span()))));
+        check("node span", format!("{:?}", span(kn.span())), format!("{:?}", rspan(rn.span())));
+        check("type", format!("{:?}", kn.ty().map(|t| (t.value().to_string(), span(t.span())))), format!("{:?}", rn.ty().map(|t| (t.value().to_string(), rspan(t.span())))));
+        check("entries", kn.entries().len().to_string(), rn.entries().len().to_string());
+        for (j, (ke, re)) in kn.entries().iter().zip(rn.entries()).enumerate() {
+            check(&format!("entry {j} name"), format!("{:?}", ke.name().map(|n| (n.value().to_string(), span(n.span())))), format!("{:?}", re.name().map(|n| (n.value().to_string(), rspan(n.span())))));
+            check(&format!("entry {j} type"), format!("{:?}", ke.ty().map(|t| t.value().to_string())), format!("{:?}", re.ty().map(|t| t.value().to_string())));
+            check(&format!("entry {j} span"), format!("{:?}", span(ke.span())), format!("{:?}", rspan(re.span())));
+            if !same_value(ke.value(), re.value()) {
+                check(&format!("entry {j} value"), format!("{:?}", ke.value()), format!("{:?}", re.value()));
+            }
+        }
+        drop(check);
+        match (kn.children(), rn.children()) {
+            (None, None) => {}
+            (Some(kc), Some(rc)) => {
+                if span(kc.span()) != rspan(rc.span()) {
+                    out.push(format!("{at}: block span: kdl {:?} vs fwc {:?}", span(kc.span()), rspan(rc.span())));
+                }
+                compare(kc, rc, &at, out);
+            }
+            (a, b) => out.push(format!("{at}: block: kdl {} vs fwc {}", a.is_some(), b.is_some())),
+        }
+    }
+}
+
+#[test]
+fn reader_agrees_with_the_kdl_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut paths = Vec::new();
+    for dir in ["golden", "examples", "compiler/tests/fuzz-corpus", "compiler/tests/bad", "compiler/tests/format", "compiler/tests/policy"] {
+        files(&root.join(dir), &mut paths);
+    }
+    assert!(paths.len() > 150, "expected the project's KDL files, found {}", paths.len());
+    let (mut read, mut refused, mut skipped) = (0, 0, 0);
+    let mut diffs = Vec::new();
+    for p in &paths {
+        let name = p.strip_prefix(&root).unwrap().display().to_string();
+        let Ok(text) = String::from_utf8(std::fs::read(p).unwrap()) else {
+            skipped += 1;
+            continue;
+        };
+        if fwc_compiler::limits::check_kdl_text(&text).is_err() {
+            skipped += 1;
+            continue;
+        }
+        let (k, r) = fwc_compiler::limits::on_big_stack(|| (KdlDocument::parse_v2(&text), kdl_reader::read(&text)));
+        match (k, r) {
+            (Ok(k), Ok(r)) => {
+                read += 1;
+                compare(&k, &r, &name, &mut diffs);
+            }
+            (Err(_), Err(_)) => refused += 1,
+            (Ok(_), Err(e)) => diffs.push(format!("{name}: kdl accepts, fwc refuses: {e}")),
+            (Err(e), Ok(_)) => diffs.push(format!("{name}: kdl refuses ({:?}), fwc accepts", e.diagnostics.first().and_then(|d| d.message.clone()))),
+        }
+    }
+    println!("{} files: {read} read alike, {refused} refused by both, {skipped} not KDL text or past a limit", paths.len());
+    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+}
