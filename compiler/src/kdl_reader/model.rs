@@ -119,3 +119,19 @@ impl Document {
         self.span
     }
 }
+
+/// A value as KDL writes it (strings quoted; numbers and keywords as the `kdl` crate prints them).
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::String(s) => write!(f, "{s:?}"),
+            Value::Integer(i) => write!(f, "{i}"),
+            Value::Float(v) if *v == f64::INFINITY => write!(f, "#inf"),
+            Value::Float(v) if *v == f64::NEG_INFINITY => write!(f, "#-inf"),
+            Value::Float(v) if v.is_nan() => write!(f, "#nan"),
+            Value::Float(v) => write!(f, "{v:?}"),
+            Value::Bool(b) => write!(f, "#{b}"),
+            Value::Null => write!(f, "#null"),
+        }
+    }
+}
