@@ -275,6 +275,10 @@ impl<'a> Cursor<'a> {
         self.pos += 1;
         let mut out = String::new();
         loop {
+            // Plain ASCII runs are copied whole.
+            let run = self.text.as_bytes()[self.pos..].iter().take_while(|&&b| b.is_ascii() && !matches!(b, b'"' | b'\\' | b'\n' | b'\r' | 0x0B | 0x0C)).count();
+            out.push_str(&self.text[self.pos..self.pos + run]);
+            self.pos += run;
             let Some(c) = self.peek() else {
                 return Err(ReadError::at(open, 1, "missing string closing quote"));
             };
