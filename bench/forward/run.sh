@@ -22,8 +22,10 @@
 #                 e.g.  --peer socat='socat TCP-LISTEN:{listen},fork,reuseaddr TCP:{taddr}:{target}'
 #                 Built in: --peer socat, --peer haproxy (if installed), --peer realm (realm's
 #                 relay library, built from bench/forward/peers/realm on first use).
-# CPU seconds of the forwarding process (utime+stime, children included) per run, and of the
-# whole machine (/proc/stat busy time), are recorded.
+# CPU seconds of the forwarding process (utime+stime, children included) per run, of the
+# kernel's worker threads (kworker, ksoftirqd: sockmap's delivery runs there) and of the whole
+# machine (/proc/stat busy time) are recorded, with the 1-minute load average before each run
+# (other users of the machine show there).
 # Cap accuracy: fwc-splice with a cap of 1 MB/s, 10 Mbit/s and 100 Mbit/s, iperf3 -R (the
 # client measures what it receives), first 3 s (the burst) and the last interval (iperf3's
 # end-of-test drain) left out: measured/target.
@@ -48,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     --fwc) FWC=$2; shift 2;;
     --no-caps) CAPS=0; shift;;
     --peer) PEERS+=("$2"); shift 2;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0;;
     *) echo "unknown argument $1" >&2; exit 2;;
   esac
 done
@@ -194,14 +196,33 @@ print(sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK"))
 PY
 }
 sys_busy() { awk '/^cpu /{print ($2+$3+$4+$7+$8)/100}' /proc/stat; }
+# CPU seconds of the kernel's worker threads (kworker, ksoftirqd): sockmap delivers redirected
+# bytes from a kworker (sk_psock_backlog), which the forwarding process's own times miss.
+kthread_cpu() {
+  python3 - <<'PY'
+import glob, os
+t = 0
+for p in glob.glob("/proc/[0-9]*/stat"):
+    try:
+        s = open(p).read()
+    except OSError:
+        continue
+    comm = s[s.index("(") + 1:s.rindex(")")]
+    if comm.startswith(("kworker", "ksoftirqd")):
+        f = s.rsplit(")", 1)[1].split()
+        t += int(f[11]) + int(f[12])
+print(t / os.sysconf("SC_CLK_TCK"))
+PY
+}
 
 for r in $(seq 1 "$REPEATS"); do
   for v in "${VARIANTS[@]}"; do
-    c0=$(proc_cpu "${PID[$v]}"); s0=$(sys_busy)
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    c0=$(proc_cpu "${PID[$v]}"); k0=$(kthread_cpu); s0=$(sys_busy)
     ip netns exec "$CNS" iperf3 -c "${ADDR[$v]:-$LADDR}" -p "${PORT[$v]}" -t "$TIME" -J >"$RAW/$v.$r.json" || echo "iperf3 failed for $v" >&2
     sleep 0.3
-    c1=$(proc_cpu "${PID[$v]}"); s1=$(sys_busy)
-    echo "{\"variant\":\"$v\",\"repeat\":$r,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")}" >>"$RAW/cpu.jsonl"
+    s1=$(sys_busy); c1=$(proc_cpu "${PID[$v]}"); k1=$(kthread_cpu)
+    echo "{\"variant\":\"$v\",\"repeat\":$r,\"load1\":$load,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"kthread_cpu_s\":$(python3 -c "print(round($k1-$k0,2))"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")}" >>"$RAW/cpu.jsonl"
     echo "run $r $v done" >&2
   done
 done
