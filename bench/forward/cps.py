@@ -90,6 +90,18 @@ def main():
 
     quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     procs, ports = {}, {}
+    try:
+        run(procs, ports, quiet, fwc_cfg, sport, tmp)
+    finally:
+        # Also on an error or Ctrl-C: no forwarder outlives the bench.
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(procs, ports, quiet, fwc_cfg, sport, tmp):
     procs["fwc-splice"] = subprocess.Popen([a.fwc, "forward", "--config", fwc_cfg(7001)], **quiet); ports["fwc-splice"] = 7001
     procs["fwc-copy"] = subprocess.Popen([a.fwc, "forward", "--config", fwc_cfg(7004)], env={**os.environ, "FWC_FORWARD_SPLICE": "0"}, **quiet); ports["fwc-copy"] = 7004
     if a.realm:
@@ -117,8 +129,6 @@ def main():
                 res[v].append(per * a.clients / (max(o[1] for o in out) - min(o[0] for o in out)))
                 errs[v] += sum(o[2] for o in out)
                 time.sleep(0.5)  # TIME_WAIT churn settles between variants
-    for p in procs.values():
-        p.terminate(); p.wait()
     print(f"{a.conns} connections per round, {a.payload} B each way, {a.clients} client processes, {a.rounds} rounds")
     print("| variant | connections/s (median) | all rounds | forwarder CPU ms per 1000 conns (median) | failed or wrong |")
     print("|---|---:|---|---:|---:|")
