@@ -65,7 +65,16 @@ struct Dim {
     any: Vec<u32>,
     wild: Vec<u32>,
     lens: [BTreeSet<u8>; SPACES],
-    by_prefix: HashMap<(u8, u8, u128), Vec<u32>>,
+    /// (prefix, rule), sorted: the rules filed under one prefix are a run, ascending.
+    by_prefix: Vec<((u8, u8, u128), u32)>,
+}
+
+impl Dim {
+    fn under(&self, key: (u8, u8, u128)) -> &[((u8, u8, u128), u32)] {
+        let lo = self.by_prefix.partition_point(|e| e.0 < key);
+        let hi = lo + self.by_prefix[lo..].partition_point(|e| e.0 == key);
+        &self.by_prefix[lo..hi]
+    }
 }
 
 #[derive(Default)]
@@ -74,16 +83,16 @@ struct Bucket {
     dims: [Dim; 4],
 }
 
-pub(super) struct ShadowIndex<'a> {
+pub(super) struct ShadowIndex<'a, 'h> {
     buckets: HashMap<BucketKey<'a>, Bucket>,
     keys: Vec<BucketKey<'a>>,
-    dims: Vec<[DimKey; 4]>,
+    hulls: &'h [Hull],
 }
 
-impl<'a> ShadowIndex<'a> {
+impl<'a, 'h> ShadowIndex<'a, 'h> {
     /// Files every rule that can cover another (no `rate=`) of one chain.
-    pub(super) fn new(rules: &[&'a FilterRule], hulls: &[Hull]) -> Self {
-        let mut idx = ShadowIndex { buckets: HashMap::new(), keys: Vec::with_capacity(rules.len()), dims: Vec::with_capacity(rules.len()) };
+    pub(super) fn new(rules: &[&'a FilterRule], hulls: &'h [Hull]) -> Self {
+        let mut idx = ShadowIndex { buckets: HashMap::new(), keys: Vec::with_capacity(rules.len()), hulls };
         for (i, (r, h)) in rules.iter().zip(hulls).enumerate() {
             let key = BucketKey {
                 proto: r.proto.as_ref().map(|p| p.value),
@@ -91,8 +100,8 @@ impl<'a> ShadowIndex<'a> {
                 oif: r.oif.as_ref().map(|s| s.value.as_str()),
                 on: selector_key(&r.on),
             };
-            let dims = dim_keys(h);
             if !h.rate {
+                let dims = dim_keys(h);
                 let b = idx.buckets.entry(key.clone()).or_default();
                 b.members.push(i as u32);
                 for (d, k) in b.dims.iter_mut().zip(&dims) {
@@ -102,14 +111,18 @@ impl<'a> ShadowIndex<'a> {
                         DimKey::Keys(ks) => {
                             for &(s, len, net) in ks {
                                 d.lens[s as usize].insert(len);
-                                d.by_prefix.entry((s, len, net)).or_default().push(i as u32);
+                                d.by_prefix.push(((s, len, net), i as u32));
                             }
                         }
                     }
                 }
             }
             idx.keys.push(key);
-            idx.dims.push(dims);
+        }
+        for b in idx.buckets.values_mut() {
+            for d in &mut b.dims {
+                d.by_prefix.sort_unstable();
+            }
         }
         idx
     }
@@ -147,30 +160,26 @@ impl<'a> ShadowIndex<'a> {
     pub(super) fn first_cover(&self, j: usize, mut first_cover: impl FnMut(&[u32]) -> Option<u32>) -> Option<usize> {
         let mut best = j as u32;
         for b in self.buckets_for(j) {
-            let mut lists: Option<(usize, Vec<&[u32]>)> = None;
-            for (d, k) in b.dims.iter().zip(&self.dims[j]) {
-                let got: Vec<&[u32]> = match k {
-                    DimKey::Any => vec![&d.any, &d.wild],
+            let mut lists: Option<(usize, Vec<&[u32]>, Vec<&[((u8, u8, u128), u32)]>)> = None;
+            for (d, k) in b.dims.iter().zip(&dim_keys(&self.hulls[j])) {
+                let (plain, filed): (Vec<&[u32]>, Vec<_>) = match k {
+                    DimKey::Any => (vec![&d.any, &d.wild], vec![]),
                     DimKey::Keys(ks) if !ks.is_empty() => {
                         let (s, qlen, qnet) = ks[0];
-                        let mut v: Vec<&[u32]> = vec![&d.any, &d.wild];
-                        for &len in d.lens[s as usize].range(..=qlen) {
-                            if let Some(l) = d.by_prefix.get(&(s, len, qnet & mask(len))) {
-                                v.push(l);
-                            }
-                        }
-                        v
+                        let filed = d.lens[s as usize].range(..=qlen).map(|&len| d.under((s, len, qnet & mask(len)))).collect();
+                        (vec![&d.any, &d.wild], filed)
                     }
                     // Unknown or empty bounds: every rule of the bucket.
-                    _ => vec![&b.members],
+                    _ => (vec![&b.members], vec![]),
                 };
-                let n = got.iter().map(|l| l.len()).sum();
-                if lists.as_ref().is_none_or(|(m, _)| n < *m) {
-                    lists = Some((n, got));
+                let n = plain.iter().map(|l| l.len()).sum::<usize>() + filed.iter().map(|l| l.len()).sum::<usize>();
+                if lists.as_ref().is_none_or(|(m, _, _)| n < *m) {
+                    lists = Some((n, plain, filed));
                 }
             }
-            let Some((_, lists)) = lists else { continue };
-            let mut cands: Vec<u32> = lists.iter().flat_map(|l| l[..l.partition_point(|&i| i < best)].iter().copied()).collect();
+            let Some((_, plain, filed)) = lists else { continue };
+            let mut cands: Vec<u32> = plain.iter().flat_map(|l| l[..l.partition_point(|&i| i < best)].iter().copied()).collect();
+            cands.extend(filed.iter().flat_map(|l| l[..l.partition_point(|e| e.1 < best)].iter().map(|e| e.1)));
             cands.sort_unstable();
             cands.dedup();
             if let Some(i) = first_cover(&cands) {
