@@ -49,7 +49,8 @@ fi
 build_args=(--build-arg FWC_BUILD="$BIN_IMAGE")
 if [ -n "$IN_CONTAINER" ]; then
   ca=/etc/ssl/certs/ca-certificates.crt
-  build_args=(-v "$ca:/run/build-ca.crt:ro" --build-arg CARGO_HTTP_CAINFO=/run/build-ca.crt)
+  # buildah skips stages it sees no reference to, and it does not expand FROM ${FWC_BUILD}.
+  build_args=(--skip-unused-stages=false -v "$ca:/run/build-ca.crt:ro" --build-arg CARGO_HTTP_CAINFO=/run/build-ca.crt)
 else
   mkdir -p "$work/bin/src/target/release" "$work/bin/out/man"
   cp "$FWC" "$work/bin/src/target/release/fwc"
