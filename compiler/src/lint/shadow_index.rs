@@ -26,8 +26,11 @@ enum DimKey {
     /// candidate for it.
     Wild,
     /// Smallest enclosing prefixes, one per address family present: (space, length, network).
-    Keys(Vec<(u8, u8, u128)>),
+    Keys(Vec<Prefix>),
 }
+
+/// A prefix: (space, length, network left-aligned in 128 bits).
+type Prefix = (u8, u8, u128);
 
 /// Address spaces of prefixes: IPv4, IPv6, ports.
 const SPACES: usize = 3;
@@ -35,7 +38,7 @@ const PORTS: u8 = 2;
 
 /// The smallest prefix enclosing `lo..=hi` in a space of `width` bits, values left-aligned in
 /// 128 bits.
-fn enclosing(space: u8, width: u32, lo: u128, hi: u128) -> (u8, u8, u128) {
+fn enclosing(space: u8, width: u32, lo: u128, hi: u128) -> Prefix {
     let (lo, hi) = (lo << (128 - width), hi << (128 - width));
     let len = (lo ^ hi).leading_zeros().min(width);
     (space, len as u8, lo & mask(len as u8))
@@ -66,11 +69,11 @@ struct Dim {
     wild: Vec<u32>,
     lens: [BTreeSet<u8>; SPACES],
     /// (prefix, rule), sorted: the rules filed under one prefix are a run, ascending.
-    by_prefix: Vec<((u8, u8, u128), u32)>,
+    by_prefix: Vec<(Prefix, u32)>,
 }
 
 impl Dim {
-    fn under(&self, key: (u8, u8, u128)) -> &[((u8, u8, u128), u32)] {
+    fn under(&self, key: Prefix) -> &[(Prefix, u32)] {
         let lo = self.by_prefix.partition_point(|e| e.0 < key);
         let hi = lo + self.by_prefix[lo..].partition_point(|e| e.0 == key);
         &self.by_prefix[lo..hi]
@@ -155,37 +158,52 @@ impl<'a, 'h> ShadowIndex<'a, 'h> {
     }
 
     /// The first rule before `j` that covers it. Per bucket that may hold one, the index
-    /// hands `first_cover` the rules before `j` (and before any cover already found) in
-    /// ascending order, a superset of those that cover `j`; it returns the first that does.
-    pub(super) fn first_cover(&self, j: usize, mut first_cover: impl FnMut(&[u32]) -> Option<u32>) -> Option<usize> {
+    /// hands `test` the rules before `j` (and before any cover already found) in ascending
+    /// order, a superset of those that cover `j`; `test` returns the first that does.
+    pub(super) fn first_cover(&self, j: usize, mut test: impl FnMut(&[u32]) -> Option<u32>) -> Option<usize> {
         let mut best = j as u32;
+        let keys = dim_keys(&self.hulls[j]);
         for b in self.buckets_for(j) {
-            let mut lists: Option<(usize, Vec<&[u32]>, Vec<&[((u8, u8, u128), u32)]>)> = None;
-            for (d, k) in b.dims.iter().zip(&dim_keys(&self.hulls[j])) {
-                let (plain, filed): (Vec<&[u32]>, Vec<_>) = match k {
-                    DimKey::Any => (vec![&d.any, &d.wild], vec![]),
-                    DimKey::Keys(ks) if !ks.is_empty() => {
-                        let (s, qlen, qnet) = ks[0];
-                        let filed = d.lens[s as usize].range(..=qlen).map(|&len| d.under((s, len, qnet & mask(len)))).collect();
-                        (vec![&d.any, &d.wild], filed)
-                    }
-                    // Unknown or empty bounds: every rule of the bucket.
-                    _ => (vec![&b.members], vec![]),
-                };
-                let n = plain.iter().map(|l| l.len()).sum::<usize>() + filed.iter().map(|l| l.len()).sum::<usize>();
-                if lists.as_ref().is_none_or(|(m, _, _)| n < *m) {
-                    lists = Some((n, plain, filed));
-                }
-            }
-            let Some((_, plain, filed)) = lists else { continue };
-            let mut cands: Vec<u32> = plain.iter().flat_map(|l| l[..l.partition_point(|&i| i < best)].iter().copied()).collect();
-            cands.extend(filed.iter().flat_map(|l| l[..l.partition_point(|e| e.1 < best)].iter().map(|e| e.1)));
-            cands.sort_unstable();
-            cands.dedup();
-            if let Some(i) = first_cover(&cands) {
+            let Some(fewest) = b.dims.iter().zip(&keys).map(|(d, k)| Candidates::of(b, d, k)).min_by_key(Candidates::len) else { continue };
+            if let Some(i) = test(&fewest.before(best)) {
                 best = best.min(i);
             }
         }
         (best < j as u32).then_some(best as usize)
+    }
+}
+
+/// The rules of a bucket that may cover a query in one property: sorted lists of rules, and
+/// runs of rules filed under one prefix.
+struct Candidates<'d> {
+    plain: Vec<&'d [u32]>,
+    filed: Vec<&'d [(Prefix, u32)]>,
+}
+
+impl<'d> Candidates<'d> {
+    fn of(b: &'d Bucket, d: &'d Dim, k: &DimKey) -> Candidates<'d> {
+        match k {
+            DimKey::Any => Candidates { plain: vec![&d.any, &d.wild], filed: vec![] },
+            DimKey::Keys(ks) if !ks.is_empty() => {
+                let (s, qlen, qnet) = ks[0];
+                let filed = d.lens[s as usize].range(..=qlen).map(|&len| d.under((s, len, qnet & mask(len)))).collect();
+                Candidates { plain: vec![&d.any, &d.wild], filed }
+            }
+            // Unknown or empty bounds: every rule of the bucket.
+            _ => Candidates { plain: vec![&b.members], filed: vec![] },
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.plain.iter().map(|l| l.len()).sum::<usize>() + self.filed.iter().map(|l| l.len()).sum::<usize>()
+    }
+
+    /// The candidates before rule `best`, ascending, each once.
+    fn before(&self, best: u32) -> Vec<u32> {
+        let mut out: Vec<u32> = self.plain.iter().flat_map(|l| l[..l.partition_point(|&i| i < best)].iter().copied()).collect();
+        out.extend(self.filed.iter().flat_map(|l| l[..l.partition_point(|e| e.1 < best)].iter().map(|e| e.1)));
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 }
