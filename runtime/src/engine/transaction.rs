@@ -389,7 +389,7 @@ pub fn empty_artifacts(host: &str) -> Artifacts {
     Artifacts {
         nftables: serde_json::json!({"nftables": []}).into(),
         qos: QosArtifact { version: ARTIFACT_VERSION, mark_mask: fwc_compiler::artifacts::QOS_MARK_MASK, classes: vec![] },
-        forward: ForwardArtifact { version: ARTIFACT_VERSION, listeners: vec![], kernel_health: vec![] },
+        forward: ForwardArtifact { version: ARTIFACT_VERSION, listeners: vec![], kernel_health: vec![], kernel_dns: vec![] },
         manifest: Manifest {
             version: ARTIFACT_VERSION,
             host: host.to_string(),
