@@ -147,6 +147,14 @@ impl Netns {
         self.children.push(child);
     }
 
+    /// Write `/etc/netns/<name>/<file>` (e.g. `resolv.conf`, `hosts`): `ip netns exec` mounts
+    /// it over `/etc/<file>` for processes started afterwards. Removed with the namespace.
+    pub fn etc_file(&mut self, file: &str, content: &str) {
+        let dir = std::path::Path::new("/etc/netns").join(&self.name);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        std::fs::write(dir.join(file), content).unwrap_or_else(|e| panic!("cannot write {file} for {}: {e}", self.name));
+    }
+
     /// Path of this namespace's handle, for `setns` from a test thread.
     pub fn path(&self) -> String {
         format!("/run/netns/{}", self.name)
@@ -166,6 +174,7 @@ impl Drop for Netns {
             }
         });
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = std::fs::remove_dir_all(std::path::Path::new("/etc/netns").join(&self.name));
     }
 }
 
