@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fwc_testkit::{privileged, tool, Topology};
+use fwc_testkit::{poll_until, privileged, rule_repo, tool, Topology};
 
 fn fwc(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_fwc")).args(args).output().expect("fwc runs")
@@ -29,15 +29,12 @@ fn answer(t: &Topology, port: u16) -> String {
 
 /// Wait (up to `limit`) until new connections to `port` get `want`; returns how long it took.
 fn until_answer(t: &Topology, port: u16, want: &str, limit: Duration) -> Duration {
-    let t0 = Instant::now();
-    loop {
+    let what = format!("new connections to port {port} answer {want}");
+    poll_until(&what, limit, Duration::from_millis(200), || {
         let a = answer(t, port);
-        if a == want {
-            return t0.elapsed();
-        }
-        assert!(t0.elapsed() < limit, "after {:?} port {port} still answers {a:?} (want {want})", t0.elapsed());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        if a == want { Ok(()) } else { Err(a) }
+    })
+    .1
 }
 
 fn dns_chain(t: &Topology) -> String {
@@ -79,25 +76,21 @@ fn dns_named_kernel_forward_follows_the_name_and_keeps_established_flows() {
         &format!("--pid-file={}", dir.path().join("dnsmasq.pid").display()),
     ]);
     t.host.etc_file("resolv.conf", "nameserver 198.18.2.53\n");
-    let q = Instant::now();
-    while !t.host.try_exec(&["getent", "ahostsv4", "api.internal"]).status.success() {
-        assert!(q.elapsed() < Duration::from_secs(5), "dnsmasq does not answer for api.internal");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    poll_until("dnsmasq answers for api.internal", Duration::from_secs(5), Duration::from_millis(100), || {
+        let o = t.host.try_exec(&["getent", "ahostsv4", "api.internal"]);
+        if o.status.success() { Ok(()) } else { Err(o.status) }
+    });
 
     let state = dir.path().join("state");
     let st = state.to_str().unwrap().to_string();
     t.host.spawn_forwarder(env!("CARGO_BIN_EXE_fwc"), &state);
-    let repo = dir.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(
-        repo.join("fwc.kdl"),
+    let repo = rule_repo(
+        dir.path(),
         "fwc 1\n\
          forward \"api\" listen=\":7000\" to=\"api.internal:7001\"\n\
          forward \"ghost\" listen=\":7100\" to=\"ghost.internal:7001\"\n\
          forward \"uapi\" listen=\":7200\" to=\"uapi.internal:7001\" backend=\"userspace\"\n",
-    )
-    .unwrap();
+    );
     let repo_s = repo.to_str().unwrap();
     let ns = t.host.name.clone();
 

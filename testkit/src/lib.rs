@@ -70,6 +70,32 @@ pub fn unique_name(tag: &str) -> String {
     format!("fwc-t-{tag}{}{n}", std::process::id() % 10000)
 }
 
+/// Call `probe` (every `every`) until it returns `Ok`; panic with `what` and the last `Err`
+/// after `limit`. Returns the value and how long it took.
+pub fn poll_until<T, E: std::fmt::Debug>(
+    what: &str,
+    limit: std::time::Duration,
+    every: std::time::Duration,
+    mut probe: impl FnMut() -> Result<T, E>,
+) -> (T, std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    loop {
+        match probe() {
+            Ok(v) => return (v, t0.elapsed()),
+            Err(e) => assert!(t0.elapsed() < limit, "{what}: still {e:?} after {:?}", t0.elapsed()),
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// A rule repository `DIR/repo` holding `fwc.kdl` with `kdl`; returns its path.
+pub fn rule_repo(dir: &std::path::Path, kdl: &str) -> std::path::PathBuf {
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("fwc.kdl"), kdl).unwrap();
+    repo
+}
+
 /// A network namespace that is deleted (with everything in it) on drop.
 pub struct Netns {
     pub name: String,
