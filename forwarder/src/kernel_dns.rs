@@ -62,10 +62,11 @@ pub fn batch(kd: &KernelDns, addrs: &[IpAddr]) -> Value {
     ]})
 }
 
-/// The addresses of `all` that `kd` can use (its family), sorted so that a name server that
-/// rotates its answers does not cause rewrites.
+/// The addresses of `all` that `kd` can use (its family; not loopback, which a remote client's
+/// DNAT cannot reach without `route_localnet`), sorted so that a name server that rotates its
+/// answers does not cause rewrites.
 pub fn usable(kd: &KernelDns, all: &[IpAddr]) -> Vec<IpAddr> {
-    let mut v: Vec<IpAddr> = all.iter().copied().filter(|a| a.is_ipv6() == (kd.family == 6)).collect();
+    let mut v: Vec<IpAddr> = all.iter().copied().filter(|a| a.is_ipv6() == (kd.family == 6) && !a.is_loopback()).collect();
     v.sort();
     v.dedup();
     v
@@ -109,7 +110,7 @@ pub fn spawn(kd: KernelDns, health: Arc<Health>, resolver: Arc<Resolver>, instal
                     let addrs = usable(&kd, &a.addrs);
                     if addrs.is_empty() {
                         let fam = if kd.family == 6 { "AAAA" } else { "A" };
-                        tracing::warn!(rule = %kd.rule, "{} has no {fam} record ({} answered {:?})", kd.name, a.source, a.addrs);
+                        tracing::warn!(rule = %kd.rule, "{} has no usable {fam} record, loopback excluded ({} answered {:?})", kd.name, a.source, a.addrs);
                         health.record(&kd.rule, &t, false, &AT_ONCE);
                         MIN_TTL
                     } else {
@@ -172,7 +173,7 @@ mod tests {
 
     #[test]
     fn usable_addresses_are_of_the_family_sorted_once() {
-        let all: Vec<IpAddr> = ["198.18.2.9", "2001:db8::1", "198.18.2.2", "198.18.2.9"].iter().map(|a| a.parse().unwrap()).collect();
+        let all: Vec<IpAddr> = ["198.18.2.9", "2001:db8::1", "127.0.1.1", "198.18.2.2", "198.18.2.9"].iter().map(|a| a.parse().unwrap()).collect();
         assert_eq!(usable(&kd(None, vec![]), &all), vec!["198.18.2.2".parse::<IpAddr>().unwrap(), "198.18.2.9".parse().unwrap()]);
     }
 }

@@ -161,6 +161,9 @@ pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<Back
         _ if f.idle_timeout_ms.is_some() => Some("idle-timeout needs userspace".into()),
         // A DNS target alone goes to the kernel (the forwarder re-resolves the name); these
         // combinations are not built on the kernel path.
+        Some(n) if n == "localhost" || n.ends_with(".localhost") => {
+            Some(format!("DNS target {n} is loopback, which needs userspace (the kernel path DNATs to remote addresses)"))
+        }
         Some(n) if f.targets.value.len() > 1 => {
             Some(format!("DNS target {n} among several targets needs userspace (the kernel path resolves one name per forward)"))
         }
