@@ -70,7 +70,11 @@ impl Health {
             .iter()
             .map(|((h, p), s)| TargetHealth {
                 rule: rule.to_string(),
-                target: if h.contains(':') { format!("[{h}]:{p}") } else { format!("{h}:{p}") },
+                target: match p {
+                    0 => h.clone(), // a DNS-named kernel target that keeps the client's port
+                    _ if h.contains(':') => format!("[{h}]:{p}"),
+                    _ => format!("{h}:{p}"),
+                },
                 up: s.up.load(Relaxed),
                 checks: s.checks.load(Relaxed),
                 failures: s.failures.load(Relaxed),

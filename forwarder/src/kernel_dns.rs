@@ -22,7 +22,7 @@ const AT_ONCE: HealthCheck = HealthCheck { interval_ms: 0, timeout_ms: 0, rise: 
 /// held while nft runs, so the task and a re-install after an apply never interleave.
 pub type Installed = Arc<Mutex<Option<Vec<IpAddr>>>>;
 
-/// The target as status lists it: `name:port` (`name:0` when the port is kept).
+/// The target as status lists it: `name:port` (`name` alone when the port is kept).
 pub fn target(kd: &KernelDns) -> ForwardTarget {
     ForwardTarget { host: kd.name.clone(), port: kd.port.unwrap_or(0) }
 }
