@@ -217,7 +217,7 @@ impl Evaluator {
             path,
             verdict: if finished { result.verdict } else { Verdict::Accept },
             decided_by: self.decision(&result, &hook),
-            dnat: p.ct_dnat.then_some((p.daddr, p.dport)),
+            dnat: (p.ct_dnat && dns.is_none()).then_some((p.daddr, p.dport)),
             dnat_rule: dnat_hit.and_then(|h| h.identity.clone()).or_else(|| dns.map(|d| crate::artifacts::rule_comment(crate::artifacts::RuleKind::Forward, &d.rule))),
             dnat_name: dns.map(|d| format!("{}:{}", d.name, d.port.unwrap_or(flow.dport))),
             dnat_round_robin: p.round_robin.iter().map(|(a, port)| (*a, port.unwrap_or(flow.dport))).collect(),
