@@ -35,7 +35,7 @@ with open(os.path.join(raw, "cpu.jsonl")) as f:
 
 rows = []
 for v in variants:
-    gbps, pcpu, scpu, gbytes = [], [], [], []
+    gbps, pcpu, kcpu, scpu, gbytes, loads = [], [], [], [], [], []
     for r in range(1, repeats + 1):
         j = load(os.path.join(raw, f"{v}.{r}.json"))
         if not j or "end" not in j or "sum_received" not in j["end"]:
@@ -45,13 +45,18 @@ for v in variants:
         gbytes.append(recv["bytes"] / 1e9)
         c = cpu.get((v, r), {})
         pcpu.append(c.get("proc_cpu_s", 0.0))
+        kcpu.append(c.get("kthread_cpu_s", 0.0))
         scpu.append(c.get("sys_cpu_s", 0.0))
+        if "load1" in c:
+            loads.append(c["load1"])
     if not gbps:
         rows.append({"variant": v, "runs": 0})
         continue
     med = statistics.median(gbps)
     gb = statistics.median(gbytes)
     pc = statistics.median(pcpu)
+    # Per-GB figures are medians of the per-run ratios (a run's CPU over that run's bytes).
+    per_gb = lambda xs: round(statistics.median(x / b for x, b in zip(xs, gbytes) if b), 3)
     rows.append({
         "variant": v,
         "runs": len(gbps),
@@ -61,6 +66,11 @@ for v in variants:
         "proc_cpu_s_all": pcpu,
         "sys_cpu_s_median": round(statistics.median(scpu), 2),
         "proc_cpu_s_per_gb": round(pc / gb, 3) if gb and v not in ("direct", KERNEL) else None,
+        "kthread_cpu_s_all": kcpu,
+        "proc_kthread_cpu_s_per_gb": per_gb([p + k for p, k in zip(pcpu, kcpu)]) if v not in ("direct", KERNEL) else None,
+        "sys_cpu_s_per_gb": per_gb(scpu),
+        "sys_cpu_s_per_gb_all": [round(x / b, 3) for x, b in zip(scpu, gbytes) if b],
+        "load1_all": loads,
     })
 ref = next((r.get("gbit_per_s_median") for r in rows if r["variant"] == KERNEL), None)
 for r in rows:
@@ -113,18 +123,20 @@ md.append(f"Machine: {machine['cpu']}, {machine['cores']} cores, Linux {machine[
 where = {"loopback": "over loopback in a throwaway netns", "veth": "client ns -> veth -> forwarder ns -> veth -> server ns"}[topology]
 md.append(f"iperf3 {where}, {secs:g} s per run, {repeats} runs per variant, alternating; medians.")
 md.append("")
-md.append(f"| variant | Gbit/s (median) | vs {KERNEL_LABEL} | forwarder CPU s / run | CPU s per GB | machine CPU s / run | all runs (Gbit/s) |")
-md.append("|---|---:|---:|---:|---:|---:|---|")
+md.append(f"| variant | Gbit/s (median) | vs {KERNEL_LABEL} | forwarder CPU s / run | CPU s per GB | + kernel workers, s per GB | machine CPU s / run | machine CPU s per GB | all runs (Gbit/s) | load avg before each run |")
+md.append("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
 for r in rows:
     if not r.get("runs"):
-        md.append(f"| {r['variant']} | failed | | | | | |")
+        md.append(f"| {r['variant']} | failed | | | | | | | | |")
         continue
-    md.append("| {} | {:.2f} | {} | {} | {} | {:.2f} | {} |".format(
+    md.append("| {} | {:.2f} | {} | {} | {} | {} | {:.2f} | {:.3f} | {} | {} |".format(
         r["variant"], r["gbit_per_s_median"],
         f"{r['vs_kernel']:.2f}" if r.get("vs_kernel") else "",
         f"{r['proc_cpu_s_median']:.2f}" if r["variant"] not in ("direct", KERNEL) else "(kernel)",
         f"{r['proc_cpu_s_per_gb']:.3f}" if r.get("proc_cpu_s_per_gb") is not None else "",
-        r["sys_cpu_s_median"], ", ".join(f"{x:.2f}" for x in r["gbit_per_s_all"])))
+        f"{r['proc_kthread_cpu_s_per_gb']:.3f}" if r.get("proc_kthread_cpu_s_per_gb") is not None else "",
+        r["sys_cpu_s_median"], r["sys_cpu_s_per_gb"], ", ".join(f"{x:.2f}" for x in r["gbit_per_s_all"]),
+        ", ".join(f"{x:g}" for x in r["load1_all"])))
 if caps:
     md.append("")
     md.append("| cap | target bytes/s | measured bytes/s | measured/target |")

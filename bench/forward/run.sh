@@ -16,14 +16,15 @@
 #   nft-dnat      veth: nftables `dnat` (nat prerouting) to the server, routed
 #   fwc-splice    `fwc forward --config` (splice(2))
 #   fwc-copy      the same with FWC_FORWARD_SPLICE=0 (buffered copy)
-#   fwc-sockmap   `fwc forward --sockmap --config` (BPF sk_skb redirection after setup)
 #   peers         --peer NAME='CMD', CMD with {listen} (port to listen on) and {target}
 #                 (server port), {laddr} (address to listen on) and {taddr} (server address),
 #                 e.g.  --peer socat='socat TCP-LISTEN:{listen},fork,reuseaddr TCP:{taddr}:{target}'
 #                 Built in: --peer socat, --peer haproxy (if installed), --peer realm (realm's
 #                 relay library, built from bench/forward/peers/realm on first use).
-# CPU seconds of the forwarding process (utime+stime, children included) per run, and of the
-# whole machine (/proc/stat busy time), are recorded.
+# CPU seconds of the forwarding process (utime+stime, children included) per run, of the
+# kernel's worker threads (kworker, ksoftirqd: work a peer defers to them) and of the whole
+# machine (/proc/stat busy time) are recorded, with the 1-minute load average before each run
+# (other users of the machine show there).
 # Cap accuracy: fwc-splice with a cap of 1 MB/s, 10 Mbit/s and 100 Mbit/s, iperf3 -R (the
 # client measures what it receives), first 3 s (the burst) and the last interval (iperf3's
 # end-of-test drain) left out: measured/target.
@@ -48,7 +49,7 @@ while [[ $# -gt 0 ]]; do
     --fwc) FWC=$2; shift 2;;
     --no-caps) CAPS=0; shift;;
     --peer) PEERS+=("$2"); shift 2;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0;;
     *) echo "unknown argument $1" >&2; exit 2;;
   esac
 done
@@ -136,7 +137,7 @@ start_bg() { # VAR=value... cmd...   (prints the pid of cmd itself: ip netns exe
 
 declare -A PORT PID
 declare -A ADDR
-VARIANTS=(direct $NFTV fwc-splice fwc-copy fwc-sockmap)
+VARIANTS=(direct $NFTV fwc-splice fwc-copy)
 PORT[direct]=$SERVER; PID[direct]=""; ADDR[direct]=$SADDR
 PORT[$NFTV]=6000; PID[$NFTV]=""
 
@@ -144,8 +145,6 @@ fwc_config 6001 null >"$RAW/fwc-splice.json"
 NAME=fwc-splice; PID[fwc-splice]=$(start_bg FWC_FORWARD_SPLICE=1 "$FWC" forward --config "$RAW/fwc-splice.json"); PIDS+=(${PID[fwc-splice]}); PORT[fwc-splice]=6001
 fwc_config 6002 null >"$RAW/fwc-copy.json"
 NAME=fwc-copy; PID[fwc-copy]=$(start_bg FWC_FORWARD_SPLICE=0 "$FWC" forward --config "$RAW/fwc-copy.json"); PIDS+=(${PID[fwc-copy]}); PORT[fwc-copy]=6002
-fwc_config 6003 null >"$RAW/fwc-sockmap.json"
-NAME=fwc-sockmap; PID[fwc-sockmap]=$(start_bg X=1 "$FWC" forward --sockmap --config "$RAW/fwc-sockmap.json"); PIDS+=(${PID[fwc-sockmap]}); PORT[fwc-sockmap]=6003
 
 port=6100
 for spec in "${PEERS[@]}"; do
@@ -194,14 +193,41 @@ print(sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK"))
 PY
 }
 sys_busy() { awk '/^cpu /{print ($2+$3+$4+$7+$8)/100}' /proc/stat; }
+# CPU seconds of the kernel's worker threads (kworker, ksoftirqd): work deferred to them (e.g.
+# a BPF sockmap's delivery, sk_psock_backlog) is missed by the forwarding process's own times.
+kthread_snap() { # FILE: per-thread CPU ticks of kworker/ksoftirqd now
+  python3 - "$1" <<'PY'
+import glob, json, sys
+t = {}
+for p in glob.glob("/proc/[0-9]*/stat"):
+    try:
+        s = open(p).read()
+    except OSError:
+        continue
+    comm = s[s.index("(") + 1:s.rindex(")")]
+    if comm.startswith(("kworker", "ksoftirqd")):
+        f = s.rsplit(")", 1)[1].split()
+        t[p.split("/")[2]] = int(f[11]) + int(f[12])
+json.dump(t, open(sys.argv[1], "w"))
+PY
+}
+kthread_delta() { # BEFORE AFTER: CPU seconds those threads used in between (threads that
+  # exited in between are not counted, so the sum never goes negative)
+  python3 - "$1" "$2" <<'PY'
+import json, os, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+print(round(sum(v - a.get(k, 0) for k, v in b.items()) / os.sysconf("SC_CLK_TCK"), 2))
+PY
+}
 
 for r in $(seq 1 "$REPEATS"); do
   for v in "${VARIANTS[@]}"; do
-    c0=$(proc_cpu "${PID[$v]}"); s0=$(sys_busy)
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    c0=$(proc_cpu "${PID[$v]}"); kthread_snap "$RAW/k0.json"; s0=$(sys_busy)
     ip netns exec "$CNS" iperf3 -c "${ADDR[$v]:-$LADDR}" -p "${PORT[$v]}" -t "$TIME" -J >"$RAW/$v.$r.json" || echo "iperf3 failed for $v" >&2
     sleep 0.3
-    c1=$(proc_cpu "${PID[$v]}"); s1=$(sys_busy)
-    echo "{\"variant\":\"$v\",\"repeat\":$r,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")}" >>"$RAW/cpu.jsonl"
+    s1=$(sys_busy); c1=$(proc_cpu "${PID[$v]}"); kthread_snap "$RAW/k1.json"
+    echo "{\"variant\":\"$v\",\"repeat\":$r,\"load1\":$load,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"kthread_cpu_s\":$(kthread_delta "$RAW/k0.json" "$RAW/k1.json"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")}" >>"$RAW/cpu.jsonl"
     echo "run $r $v done" >&2
   done
 done

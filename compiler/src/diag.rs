@@ -77,7 +77,7 @@ impl Diagnostic {
         while !text.is_char_boundary(end) {
             end += 1;
         }
-        let (line, column) = line_col(text, offset);
+        let (line, column) = file.line_col(offset);
         self.location = Some(Location { file: file.path.clone(), line, column });
         self.source = Some((file.path.clone(), file.text.clone()));
         self.range = Some((offset, end - offset));
@@ -114,31 +114,21 @@ impl Diagnostic {
     }
 }
 
-/// Spans -> file:line:column for many spans of the same files (every rule of a host): one
-/// index of line starts per file, so locating n rules costs O(n log lines), not O(n × size).
+/// Spans -> file:line:column for many spans of the same files (every rule of a host), through
+/// each file's index of line starts ([`crate::source::SourceFile::line_col`]): locating n
+/// rules costs O(n log lines), not O(n × size).
 pub struct Positions<'a> {
     map: &'a SourceMap,
-    line_starts: std::collections::HashMap<u32, Vec<usize>>,
 }
 
 impl<'a> Positions<'a> {
     pub fn new(map: &'a SourceMap) -> Self {
-        Positions { map, line_starts: Default::default() }
+        Positions { map }
     }
 
     pub fn locate(&mut self, span: Span) -> Location {
         let file = self.map.file(span.file);
-        let text: &str = &file.text;
-        let starts = self
-            .line_starts
-            .entry(span.file)
-            .or_insert_with(|| std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect());
-        let mut offset = (span.offset as usize).min(text.len());
-        while !text.is_char_boundary(offset) {
-            offset -= 1;
-        }
-        let line = starts.partition_point(|&s| s <= offset);
-        let column = text[starts[line - 1]..offset].chars().count() + 1;
+        let (line, column) = file.line_col(span.offset as usize);
         Location { file: file.path.clone(), line, column }
     }
 }

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::diag::{line_col, Diagnostic, Diagnostics};
+use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::*;
 use crate::select::place_forward;
 use crate::source::SourceMap;
@@ -187,7 +187,7 @@ impl<'a> Linter<'a> {
 
     fn line_of(&self, span: Span) -> String {
         let f = self.map.file(span.file);
-        format!("{}:{}", f.path, line_col(&f.text, span.offset as usize).0)
+        format!("{}:{}", f.path, f.line_col(span.offset as usize).0)
     }
 
     /// Intervals of an address match; None for "any". A dynamic set has no intervals

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use kdl::{KdlEntry, KdlNode, KdlValue};
+use crate::kdl_reader::{Entry as KdlEntry, Node as KdlNode, TextSpan, Value as KdlValue};
 use serde::Serialize;
 
 use crate::diag::{Diagnostic, Diagnostics, Location};
@@ -93,14 +93,14 @@ pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, 
                     }
                 }
             }
-            Err(crate::syntax::ParseFailure::Kdl(e)) => {
+            Err(crate::syntax::ParseFailure::Kdl(problems)) => {
                 let hints = crate::syntax_hints::explain(text);
                 for h in &hints {
                     let span = Span { file, offset: h.offset as u32, len: h.len as u32 };
                     p.error("kdl-syntax", format!("syntax error: {}", h.message), span, h.label.clone()).help(h.help.clone());
                 }
-                for d in e.diagnostics.iter().filter(|_| hints.is_empty()) {
-                    let span = p.span(d.span);
+                for d in problems.iter().filter(|_| hints.is_empty()) {
+                    let span = Span { file, offset: d.offset as u32, len: d.len as u32 };
                     let msg = d.message.clone().unwrap_or_else(|| "invalid KDL".into());
                     p.error("kdl-syntax", format!("syntax error: {msg}"), span, d.label.clone().unwrap_or_else(|| "here".into()))
                         .help(d.help.clone().unwrap_or_else(|| "a test file holds `expect` nodes; see docs/testing-policies.md".into()));
@@ -153,7 +153,7 @@ impl Drop for Pending<'_> {
 }
 
 impl FileParser<'_> {
-    fn span(&self, s: miette::SourceSpan) -> Span {
+    fn span(&self, s: TextSpan) -> Span {
         Span { file: self.file, offset: s.offset() as u32, len: s.len() as u32 }
     }
 

@@ -368,6 +368,24 @@ fn not_utf8(path: &str, e: std::string::FromUtf8Error) -> Diagnostic {
 pub struct SourceFile {
     pub path: String,
     pub text: Arc<str>,
+    /// Byte offset of every line's start, built on the first lookup (diagnostics of a large
+    /// file would otherwise each count lines from its start).
+    line_starts: Arc<std::sync::OnceLock<Vec<usize>>>,
+}
+
+impl SourceFile {
+    /// Byte offset (clamped to a character boundary) -> 1-based (line, column in chars), as
+    /// [`crate::diag::line_col`] counts them.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let text: &str = &self.text;
+        let mut offset = offset.min(text.len());
+        while !text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let starts = self.line_starts.get_or_init(|| std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect());
+        let line = starts.partition_point(|&s| s <= offset);
+        (line, text[starts[line - 1]..offset].chars().count() + 1)
+    }
 }
 
 /// Every text parsed in one run; spans index into it by `file`.
@@ -378,7 +396,7 @@ pub struct SourceMap {
 
 impl SourceMap {
     pub fn add(&mut self, path: impl Into<String>, text: &str) -> u32 {
-        self.files.push(SourceFile { path: path.into(), text: Arc::from(text) });
+        self.files.push(SourceFile { path: path.into(), text: Arc::from(text), line_starts: Default::default() });
         (self.files.len() - 1) as u32
     }
     pub fn file(&self, id: u32) -> &SourceFile {
@@ -389,6 +407,21 @@ impl SourceMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The line index counts as `diag::line_col` does, at every offset (mid-character too).
+    #[test]
+    fn line_index_agrees_with_line_col() {
+        let text = "fwc 1\n\nset \"é\" \"10.0.0.1\"\r\n  input {\n}\nlast";
+        let mut map = SourceMap::default();
+        let f = map.add("fwc.kdl", text);
+        for offset in 0..=text.len() + 2 {
+            let mut at = offset.min(text.len());
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            assert_eq!(map.file(f).line_col(offset), crate::diag::line_col(text, at), "offset {offset}");
+        }
+    }
 
     /// A repository in memory: files (with a size that may be larger than their text, to
     /// test size limits without the bytes), directories, symlinks.

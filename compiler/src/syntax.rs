@@ -1,11 +1,13 @@
-//! KDL v2 documents -> the typed model. Nodes are read by hand through kdl's document API so
-//! every value keeps its span; templates (`*.kdl.j2`) are rendered with minijinja for one host
+//! KDL v2 documents -> the typed model. Files are read by fwc's own reader ([`crate::kdl_reader`])
+//! and its nodes converted by hand so every value keeps its span; templates (`*.kdl.j2`) are rendered with minijinja for one host
 //! first. All problems found in a run are collected, not just the first.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use kdl::{KdlDocument, KdlEntry, KdlNode, KdlValue};
+use kdl::KdlDocument;
+
+use crate::kdl_reader::{self, Document as KdlDoc, Entry as KdlEntry, Node as KdlNode, TextSpan, Value as KdlValue};
 
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::limits;
@@ -38,8 +40,8 @@ pub fn parse_plain(tree: &SourceTree, map: &mut SourceMap) -> Result<Ruleset, Di
     let mut rs = Ruleset::default();
     let mut diags = Diagnostics::default();
     let plain: Vec<(&String, &String)> = tree.files.iter().filter(|(p, _)| !p.ends_with(".j2")).collect();
-    // The kdl crate's parser dominates compile time on large repositories: parse the files
-    // on all cores, then convert them in path order.
+    // Reading dominates on large repositories: parse the files on all cores, then convert
+    // them in path order.
     let docs = parse_parallel(plain.iter().map(|(_, t)| t.as_str()).collect());
     // Set names of every file, so `from="office"` can suggest "@office" wherever it is declared.
     let sets: Vec<String> = docs.iter().flatten().flat_map(declared_sets).collect();
@@ -131,7 +133,7 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
 }
 
 /// Parse several KDL texts, spread over the available cores (largest first), results in order.
-fn parse_parallel(texts: Vec<&str>) -> Vec<Result<KdlDocument, ParseFailure>> {
+fn parse_parallel(texts: Vec<&str>) -> Vec<Result<KdlDoc, ParseFailure>> {
     let small = texts.iter().map(|t| t.len()).sum::<usize>() < 64 * 1024;
     let threads = if small { 1 } else { crate::parallel::workers(texts.len()) };
     let mut order: Vec<usize> = (0..texts.len()).collect();
@@ -143,14 +145,48 @@ fn parse_parallel(texts: Vec<&str>) -> Vec<Result<KdlDocument, ParseFailure>> {
 pub enum ParseFailure {
     /// The text goes past a limit (nesting, line length, size); it was not parsed.
     Limit(limits::LimitHit),
-    Kdl(kdl::KdlError),
+    /// Not KDL v2: every problem found.
+    Kdl(Vec<KdlProblem>),
 }
 
-/// Parse a text that may be hostile: limits first, then the KDL parser. Call on a thread with
+/// One KDL syntax problem; callers fill in what is missing with their own words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KdlProblem {
+    pub offset: usize,
+    pub len: usize,
+    pub message: Option<String>,
+    pub label: Option<String>,
+    pub help: Option<String>,
+}
+
+/// Parse a text that may be hostile: limits first, then fwc's KDL reader. Call on a thread with
 /// [`limits::PARSER_STACK_BYTES`] of stack (see [`limits::on_big_stack`]).
-pub fn parse_untrusted(text: &str) -> Result<KdlDocument, ParseFailure> {
+pub fn parse_untrusted(text: &str) -> Result<KdlDoc, ParseFailure> {
     limits::check_kdl_text(text).map_err(ParseFailure::Limit)?;
-    KdlDocument::parse_v2(text).map_err(ParseFailure::Kdl)
+    kdl_reader::read(text).map_err(|e| ParseFailure::Kdl(problems(text, e)))
+}
+
+/// As [`parse_untrusted`], into the `kdl` crate's lossless tree (for `fwc fmt`).
+pub fn parse_untrusted_lossless(text: &str) -> Result<KdlDocument, ParseFailure> {
+    limits::check_kdl_text(text).map_err(ParseFailure::Limit)?;
+    KdlDocument::parse_v2(text).map_err(|e| ParseFailure::Kdl(kdl_problems(&e)))
+}
+
+/// The problems of a text the reader refused. The `kdl` crate recovers from errors and so finds
+/// every problem with its own words: it is asked (a failure is rare and never on the fast
+/// path); the reader's first problem stands where that crate accepts the text.
+fn problems(text: &str, e: kdl_reader::ReadError) -> Vec<KdlProblem> {
+    match KdlDocument::parse_v2(text) {
+        Err(ke) if !ke.diagnostics.is_empty() => kdl_problems(&ke),
+        _ => vec![KdlProblem { offset: e.span.offset, len: e.span.len, message: Some(e.message), label: None, help: None }],
+    }
+}
+
+fn kdl_problems(e: &kdl::KdlError) -> Vec<KdlProblem> {
+    e.diagnostics
+        .iter()
+        .map(|d| KdlProblem { offset: d.span.offset(), len: d.span.len(), message: d.message.clone(), label: d.label.clone(), help: d.help.clone() })
+        .collect()
 }
 
 fn finish(rs: Ruleset, diags: Diagnostics) -> Result<Ruleset, Diagnostics> {
@@ -190,8 +226,8 @@ fn template_error_span(text: &str, e: &minijinja::Error, file: u32) -> Span {
 
 pub use crate::suggest::did_you_mean;
 
-fn to_span(file: u32, s: miette::SourceSpan) -> Span {
-    Span { file, offset: s.offset() as u32, len: s.len() as u32 }
+pub(crate) fn to_span(file: u32, s: TextSpan) -> Span {
+    Span { file, offset: s.offset as u32, len: s.len as u32 }
 }
 
 /// Reads the nodes of one file into the ruleset, collecting diagnostics.
@@ -204,7 +240,7 @@ struct Parser<'m, 'd> {
     sets: &'m [String],
 }
 
-fn declared_sets(doc: &KdlDocument) -> impl Iterator<Item = String> + '_ {
+fn declared_sets(doc: &KdlDoc) -> impl Iterator<Item = String> + '_ {
     doc.nodes().iter().filter(|n| n.name().value() == "set").filter_map(|n| match n.entries().first().map(|e| e.value()) {
         Some(KdlValue::String(s)) => Some(s.clone()),
         _ => None,
@@ -234,7 +270,7 @@ fn value_text(v: &KdlValue) -> Option<String> {
 }
 
 impl Parser<'_, '_> {
-    fn span(&self, s: miette::SourceSpan) -> Span {
+    fn span(&self, s: TextSpan) -> Span {
         to_span(self.file, s)
     }
 
@@ -249,7 +285,7 @@ impl Parser<'_, '_> {
     }
 
     /// Convert an already parsed (or failed) KDL document of `text`.
-    fn document(&mut self, is_root: bool, text: &str, parsed: Result<KdlDocument, ParseFailure>, rs: &mut Ruleset) {
+    fn document(&mut self, is_root: bool, text: &str, parsed: Result<KdlDoc, ParseFailure>, rs: &mut Ruleset) {
         let doc = match parsed {
             Ok(doc) => doc,
             Err(ParseFailure::Limit(hit)) => {
@@ -257,7 +293,7 @@ impl Parser<'_, '_> {
                 self.error("limit", hit.message, span, hit.label).help(hit.help);
                 return;
             }
-            Err(ParseFailure::Kdl(e)) => {
+            Err(ParseFailure::Kdl(problems)) => {
                 // fwc's own words first (found from the text, whatever the parser said) …
                 let hints = crate::syntax_hints::explain(text);
                 for h in &hints {
@@ -268,8 +304,8 @@ impl Parser<'_, '_> {
                     return;
                 }
                 // … the parser's when the mistake is not one fwc recognises.
-                for d in &e.diagnostics {
-                    let span = self.span(d.span);
+                for d in &problems {
+                    let span = Span { file: self.file, offset: d.offset as u32, len: d.len as u32 };
                     let msg = d.message.clone().unwrap_or_else(|| "invalid KDL".into());
                     let help = d.help.clone().unwrap_or_else(|| {
                         "see docs/rules.md for the syntax; strings need double quotes, booleans are #true/#false".into()

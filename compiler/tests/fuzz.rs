@@ -21,6 +21,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fwc_compiler::source::SourceTree;
 
+mod kdl_compare;
+
 /// The fixed seed: the same cases on every run.
 const FIXED_SEED: u64 = 0x5eed_f00d_0011;
 /// Longest a single case may take (debug build, a loaded CI machine).
@@ -141,12 +143,28 @@ fn format_every_kdl_file(dir: &Path) {
                 continue;
             }
             let Some(text) = p.extension().filter(|e| *e == "kdl").and_then(|_| std::fs::read_to_string(&p).ok()) else { continue };
+            same_reading(&text, &p);
             match fwc_compiler::format::format_kdl(&text) {
                 Ok(out) => assert_eq!(fwc_compiler::format::format_kdl(&out).ok().as_deref(), Some(out.as_str()), "fmt is not idempotent on {}", p.display()),
                 Err(e @ fwc_compiler::format::FormatError::Unstable { .. }) => panic!("fmt changed the meaning of {}: {e}", p.display()),
                 Err(_) => {}
             }
         }
+    }
+}
+
+/// fwc's KDL reader and the `kdl` crate read a text they both accept to the same document with
+/// the same spans (a difference is a bug, like a panic; deciding differently is allowed where
+/// the two follow different revisions of KDL v2, see tests/kdl_differential.rs).
+fn same_reading(text: &str, path: &Path) {
+    if fwc_compiler::limits::check_kdl_text(text).is_err() {
+        return;
+    }
+    let both = fwc_compiler::limits::on_big_stack(|| (kdl::KdlDocument::parse_v2(text), fwc_compiler::kdl_reader::read(text)));
+    if let (Ok(k), Ok(r)) = both {
+        let mut diffs = Vec::new();
+        kdl_compare::compare(&k, &r, "", &mut diffs);
+        assert!(diffs.is_empty(), "fwc's KDL reader and the kdl crate read {} differently:\n{}", path.display(), diffs.join("\n"));
     }
 }
 

@@ -16,7 +16,7 @@ fn main() {
         "attach" if a.len() >= 7 => (|| {
             let mut q = fwc_qos::Qos::open(root)?;
             let (id, rate, burst): (u32, u64, u64) = (a[4].parse().unwrap(), a[5].parse().unwrap(), a[6].parse().unwrap());
-            let mut c = fwc_qos::class_cfg(rate, burst, fwc_qos::root_qdisc_is_fq(&a[3]));
+            let mut c = fwc_qos::class_cfg(rate, burst, fwc_qos::root_qdisc_is_fq(&a[3])?);
             if a.get(7).map(String::as_str) == Some("nofastpass") {
                 c.flags &= !fwc_qos::maps::F_FASTPASS;
             }

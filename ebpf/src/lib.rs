@@ -20,7 +20,7 @@ use aya::{Ebpf, EbpfLoader};
 
 pub mod maps;
 pub mod pin_root;
-pub mod sockmap;
+pub mod rtnl;
 pub mod sys;
 
 pub use maps::{ClassCfg, ClassState, Glob, Stats};
@@ -56,11 +56,10 @@ pub const DEFAULT_FP_THRESHOLD: u64 = 64 * 1024;
 /// Default sketch window: 2^27 ns = 134 ms; counts halve every window.
 pub const DEFAULT_FP_WINDOW_SHIFT: u32 = 27;
 
-/// Bytes aligned like `A` (BPF objects are ELF files aya reads in place).
 #[repr(C)]
-pub(crate) struct AlignedAs<A, B: ?Sized> {
-    pub(crate) _align: [A; 0],
-    pub(crate) bytes: B,
+struct AlignedAs<A, B: ?Sized> {
+    _align: [A; 0],
+    bytes: B,
 }
 static OBJECT: &AlignedAs<u64, [u8]> =
     &AlignedAs { _align: [], bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/qos.bpf.o")) };
@@ -113,12 +112,10 @@ pub fn class_cfg(rate: u64, burst: u64, edt: bool) -> ClassCfg {
 
 /// Does `ifname` (in the calling thread's network namespace) have `fq` as its root qdisc?
 /// Only then can EDT timestamps pace; otherwise the program polices (ECN/drop).
-pub fn root_qdisc_is_fq(ifname: &str) -> bool {
-    std::process::Command::new("tc")
-        .args(["qdisc", "show", "dev", ifname, "root"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("qdisc fq ")))
-        .unwrap_or(false)
+pub fn root_qdisc_is_fq(ifname: &str) -> Result<bool> {
+    let index = sys::ifindex(ifname).ok_or_else(|| QosError(format!("interface {ifname} does not exist")))?;
+    let kind = rtnl::root_qdisc_kind(index).map_err(err(format!("reading the root qdisc of {ifname} (route netlink)")))?;
+    Ok(kind.as_deref() == Some("fq"))
 }
 
 /// Make sure `root` can hold pins: mount bpffs at /sys/fs/bpf when it is not mounted and the
@@ -219,7 +216,7 @@ impl Qos {
             // Adopt: every clsact filter of ours (interfaces of this namespace) is replaced in
             // place (same priority and handle) by the new program.
             for ifname in interfaces() {
-                if let Some((prio, handle)) = clsact_filter(&ifname) {
+                if let Some((prio, handle)) = clsact_filter(&ifname)? {
                     let link = tc::SchedClassifierLink::attached(&ifname, TcAttachType::Egress, prio, handle.into(), None)
                         .map_err(err(format!("the clsact filter of {ifname}")))?;
                     let id = prog.attach_to_link(link).map_err(err(format!("replacing the clsact filter of {ifname}")))?;
@@ -505,25 +502,26 @@ fn pinned_links(root: &Path) -> Vec<(String, PathBuf)> {
     v
 }
 
-/// fwc's clsact egress filter on `ifname`, if any: (priority, handle), from `tc -j filter show`.
-fn clsact_filter(ifname: &str) -> Option<(u16, u32)> {
-    let out = std::process::Command::new("tc").args(["-j", "filter", "show", "dev", ifname, "egress"]).output().ok()?;
-    let filters: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).ok()?;
-    filters.iter().find_map(|f| {
-        let o = f.get("options")?;
-        let ours = o.pointer("/prog/name").and_then(|n| n.as_str()) == Some(maps::PROG_NAME)
-            || o.get("bpf_name").and_then(|n| n.as_str()) == Some(maps::PROG_NAME);
-        if !ours {
-            return None;
-        }
-        let prio = u16::try_from(f.get("pref")?.as_u64()?).ok()?;
-        let handle = u32::from_str_radix(o.get("handle")?.as_str()?.trim_start_matches("0x"), 16).ok()?;
-        Some((prio, handle))
-    })
+/// fwc's clsact egress filter on `ifname`, if any: (priority, handle). Ours is the one aya
+/// named after the program (`TCA_BPF_NAME`), or one that runs a program called `fwc_qos`
+/// (attached by hand, `tc filter add … bpf object-pinned …`); any other filter is foreign.
+/// `Ok(None)` when there is none or no such interface.
+pub fn clsact_filter(ifname: &str) -> Result<Option<(u16, u32)>> {
+    let Some(index) = sys::ifindex(ifname) else { return Ok(None) };
+    let filters = rtnl::egress_bpf_filters(index).map_err(err(format!("listing the clsact filters of {ifname} (route netlink)")))?;
+    let ours = |f: &rtnl::BpfFilter| {
+        f.name.as_deref() == Some(maps::PROG_NAME)
+            || f.prog_id.is_some_and(|id| {
+                aya::programs::loaded_programs()
+                    .flatten()
+                    .any(|p| p.id() == id && p.name_as_str() == Some(maps::PROG_NAME))
+            })
+    };
+    Ok(filters.iter().find(|f| ours(f)).map(|f| (f.priority, f.handle)))
 }
 
 fn clsact_attached(ifname: &str) -> bool {
-    clsact_filter(ifname).is_some()
+    clsact_filter(ifname).ok().flatten().is_some()
 }
 
 fn detach_iface(root: &Path, ifname: &str) -> Result<()> {

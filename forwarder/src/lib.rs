@@ -18,7 +18,6 @@ pub mod proxy;
 pub mod resolve;
 pub mod server;
 pub mod sni;
-pub mod sockmap;
 pub mod splice;
 pub mod stats;
 pub mod tcp;

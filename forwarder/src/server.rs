@@ -33,9 +33,6 @@ pub struct Options {
     /// Move uncapped and capped TCP with splice(2); off = buffered copy. Default on; the
     /// environment variable `FWC_FORWARD_SPLICE=0` turns it off.
     pub splice: bool,
-    /// Hand uncapped TCP connections to the kernel after setup with BPF sockmap redirection
-    /// (`fwc forward --sockmap`, needs root); splice stays the fallback. Default off.
-    pub sockmap: bool,
     /// Pipe capacity requested with F_SETPIPE_SZ (env `FWC_FORWARD_PIPE_SIZE` overrides the default).
     pub pipe_size: usize,
     /// Empty pipes kept for reuse.
@@ -54,7 +51,6 @@ impl Default for Options {
         let splice = !matches!(std::env::var("FWC_FORWARD_SPLICE").as_deref(), Ok("0") | Ok("off") | Ok("false"));
         Options {
             splice,
-            sockmap: false,
             pipe_size: std::env::var("FWC_FORWARD_PIPE_SIZE")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -221,8 +217,6 @@ pub struct SniStats {
 #[derive(Debug)]
 pub(crate) struct Ctx {
     pub pool: PipePool,
-    /// The sockmap program, when `Options::sockmap` asked for it and it loaded.
-    pub sockmap: Option<crate::sockmap::Engine>,
     pub resolver: Arc<Resolver>,
     pub opts: Options,
 }
@@ -319,9 +313,6 @@ pub struct SniListenerStatus {
 pub struct Status {
     pub pid: u32,
     pub splice: bool,
-    /// Uncapped TCP connections are moved by BPF sockmap redirection (loaded and active).
-    #[serde(default)]
-    pub sockmap: bool,
     /// The committed config.
     pub config: ForwardArtifact,
     pub listeners: Vec<ListenerStatus>,
@@ -473,9 +464,6 @@ impl Forwarder {
     pub fn new(opts: Options) -> Forwarder {
         let ctx = Arc::new(Ctx {
             pool: PipePool::new(opts.pipe_size, opts.pipe_pool),
-            sockmap: opts.sockmap.then(crate::sockmap::Engine::load).and_then(|r| {
-                r.map_err(|e| tracing::warn!("sockmap redirection unavailable, using splice: {e}")).ok()
-            }),
             resolver: Resolver::new(),
             opts,
         });
@@ -774,7 +762,6 @@ impl Forwarder {
             health,
             pid: std::process::id(),
             splice: self.inner.ctx.opts.splice,
-            sockmap: self.inner.ctx.sockmap.is_some(),
             config: st.config.clone(),
             listeners,
             sni_listeners,

@@ -1,5 +1,5 @@
 //! TCP through the forwarder with real sockets on loopback: byte-exact transfers (splice and
-//! copy, sockmap), half-close, PROXY v1/v2, DNS targets, failover, limits, idle timeout, caps.
+//! copy), half-close, PROXY v1/v2, DNS targets, failover, limits, idle timeout, caps.
 
 mod common;
 
@@ -28,9 +28,7 @@ async fn both_ways_backend(blocks: u64) -> SocketAddr {
 
 async fn transfer_both_ways(o: Options, blocks: u64) {
     let be = both_ways_backend(blocks).await;
-    let sockmap = o.sockmap;
     let (f, addr) = start(o, vec![tcp("big", &[be])]).await;
-    assert_eq!(f.status().await.sockmap, sockmap, "the sockmap program loaded");
     let t = Instant::now();
     let s = TcpStream::connect(addr).await.unwrap();
     let (mut r, mut w) = s.into_split();
@@ -40,7 +38,7 @@ async fn transfer_both_ways(o: Options, blocks: u64) {
     let bytes = blocks * BLOCK as u64;
     let secs = t.elapsed().as_secs_f64();
     eprintln!(
-        "splice={} sockmap={sockmap} {} MiB each way in {secs:.2}s ({:.0} MiB/s per direction), checksum {sum:#x}",
+        "splice={} {} MiB each way in {secs:.2}s ({:.0} MiB/s per direction), checksum {sum:#x}",
         f.options().splice,
         bytes >> 20,
         (bytes >> 20) as f64 / secs
@@ -50,9 +48,6 @@ async fn transfer_both_ways(o: Options, blocks: u64) {
     assert_eq!(st.bytes_up, bytes);
     assert_eq!(st.bytes_down, bytes);
     assert_eq!(st.conns_total, 1);
-    if sockmap {
-        assert_eq!(f.pipes_created(), 0, "no byte went through a splice pipe");
-    }
     f.shutdown().await;
 }
 
@@ -64,40 +59,6 @@ async fn one_gib_both_ways_splice_byte_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_mode_byte_exact() {
     transfer_both_ways(Options { splice: false, ..opts() }, 2 * 1024).await; // 128 MiB each way
-}
-
-fn sockmap_opts(test: &str) -> Option<Options> {
-    fwc_testkit::privileged(test).then(|| Options { sockmap: true, ..opts() })
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sockmap_byte_exact_both_ways() {
-    let Some(o) = sockmap_opts("sockmap_byte_exact_both_ways") else { return };
-    transfer_both_ways(o, 4 * 1024).await; // 256 MiB each way
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sockmap_moves_bytes_without_pipes_and_small_flows_stay_exact() {
-    let Some(o) = sockmap_opts("sockmap_moves_bytes_without_pipes_and_small_flows_stay_exact") else { return };
-    let be = echo_backend().await;
-    let (f, addr) = start(o, vec![tcp("small", &[be])]).await;
-    for i in 0..200u32 {
-        let mut s = TcpStream::connect(addr).await.unwrap();
-        let msg = format!("request {i} ").repeat(1 + i as usize % 50);
-        s.write_all(msg.as_bytes()).await.unwrap();
-        s.shutdown().await.unwrap();
-        let mut v = Vec::new();
-        s.read_to_end(&mut v).await.unwrap();
-        assert_eq!(v, msg.as_bytes(), "flow {i}");
-    }
-    // A client that half-closed before the hand-over cannot enter the map (the kernel takes
-    // only established sockets): such a connection uses splice. That is rare here.
-    assert!(f.pipes_created() < 20, "{} connections fell back to splice", f.pipes_created());
-    assert!(eventually(Duration::from_secs(5), || f.stats("small").unwrap().conns_active == 0).await);
-    let st = f.stats("small").unwrap();
-    assert_eq!(st.bytes_up, st.bytes_down);
-    assert_eq!(st.conns_total, 200);
-    f.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,16 +88,14 @@ async fn half_close_keeps_the_other_direction() {
         s.shutdown().await.unwrap();
     })
     .await;
-    let sockmap = fwc_testkit::privileged("half_close_keeps_the_other_direction (sockmap)");
-    for (splice, sockmap) in [(true, false), (false, false), (true, sockmap)] {
-        let (f, addr) = start(Options { splice, sockmap, ..opts() }, vec![tcp("hc", &[be])]).await;
-        assert_eq!(f.status().await.sockmap, sockmap);
+    for splice in [true, false] {
+        let (f, addr) = start(Options { splice, ..opts() }, vec![tcp("hc", &[be])]).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(&vec![7u8; 100_000]).await.unwrap();
         s.shutdown().await.unwrap(); // client -> target EOF
         let mut v = Vec::new();
         s.read_to_end(&mut v).await.unwrap();
-        assert_eq!(String::from_utf8(v).unwrap(), "got 100000", "splice={splice} sockmap={sockmap}");
+        assert_eq!(String::from_utf8(v).unwrap(), "got 100000", "splice={splice}");
         f.shutdown().await;
     }
 }

@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# Build the agent image's runtime stage with podman and run it: `fwc --version`, `fwc check` on
+# Build the agent image with podman and run it: `fwc --version`, `fwc check` on
 # examples/quickstart, and the man pages present. Needs root, podman and (the first time, to
 # make the base image without a registry) debootstrap and Debian's apt mirror.
 #   FWC=path/to/fwc   the binary to put in the image (default: target/release/fwc, else
 #                     target/debug/fwc; build it first). It must run on Debian bookworm.
 # The base image docker.io/library/debian:bookworm-slim is used if podman has it; otherwise a
 # minimal bookworm made by debootstrap is imported under that name (cached in
-# ${FWC_ROOTFS_CACHE:-/var/cache/fwc/bookworm-rootfs.tar}). The Containerfile's build stage
-# (rust:1.95-bookworm from docker.io) is not used: the binary comes in through FWC_BUILD.
+# ${FWC_ROOTFS_CACHE:-/var/cache/fwc/bookworm-rootfs.tar}). By default the Containerfile's
+# build stage is not used: the binary comes in through FWC_BUILD.
+#   FWC_CONTAINER_BUILD=1  build fwc in the build stage instead (Debian's cargo-web on the same
+#                     base, crates from crates.io; the host's CA bundle is mounted for cargo, for
+#                     a TLS-intercepting proxy): a release build, about 25 min on 2 busy cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FWC="${FWC:-}"
-if [ -z "$FWC" ]; then
-  for c in target/release/fwc target/debug/fwc; do [ -x "$c" ] && { FWC=$c; break; }; done
+IN_CONTAINER="${FWC_CONTAINER_BUILD:-}"
+if [ -z "$IN_CONTAINER" ]; then
+  if [ -z "$FWC" ]; then
+    for c in target/release/fwc target/debug/fwc; do [ -x "$c" ] && { FWC=$c; break; }; done
+  fi
+  [ -x "${FWC:-}" ] || { echo "container test: no fwc binary (build it, or set FWC=)" >&2; exit 1; }
 fi
-[ -x "${FWC:-}" ] || { echo "container test: no fwc binary (build it, or set FWC=)" >&2; exit 1; }
 command -v podman >/dev/null || { echo "container test: podman is not installed (apt-get install podman)" >&2; exit 1; }
 BASE=docker.io/library/debian:bookworm-slim
 TAG=localhost/fwc-agent:test
@@ -38,15 +44,23 @@ if ! podman image exists "$BASE"; then
   podman import --change 'CMD ["/bin/bash"]' "$cache" "$BASE" >/dev/null
 fi
 
-# 2. An image holding the binary and the man pages where the build stage would leave them.
-mkdir -p "$work/bin/src/target/release" "$work/bin/out/man"
-cp "$FWC" "$work/bin/src/target/release/fwc"
-"$FWC" man --out "$work/bin/out/man" >/dev/null
-tar -C "$work/bin" -cf "$work/bin.tar" .
-podman import "$work/bin.tar" "$BIN_IMAGE" >/dev/null
+# 2. An image holding the binary and the man pages where the build stage would leave them
+# (or, with FWC_CONTAINER_BUILD=1, the build stage itself).
+build_args=(--build-arg FWC_BUILD="$BIN_IMAGE")
+if [ -n "$IN_CONTAINER" ]; then
+  ca=/etc/ssl/certs/ca-certificates.crt
+  # buildah skips stages it sees no reference to, and it does not expand FROM ${FWC_BUILD}.
+  build_args=(--skip-unused-stages=false -v "$ca:/run/build-ca.crt:ro" --build-arg CARGO_HTTP_CAINFO=/run/build-ca.crt)
+else
+  mkdir -p "$work/bin/src/target/release" "$work/bin/out/man"
+  cp "$FWC" "$work/bin/src/target/release/fwc"
+  "$FWC" man --out "$work/bin/out/man" >/dev/null
+  tar -C "$work/bin" -cf "$work/bin.tar" .
+  podman import "$work/bin.tar" "$BIN_IMAGE" >/dev/null
+fi
 
 # 3. The runtime stage of the real Containerfile (apt inside needs the mirror: host network).
-podman build --isolation chroot --network host --build-arg FWC_BUILD="$BIN_IMAGE" -f packaging/container/Containerfile -t "$TAG" . >"$work/build.log" 2>&1 \
+podman build --isolation chroot --network host "${build_args[@]}" -f packaging/container/Containerfile -t "$TAG" . >"$work/build.log" 2>&1 \
   || { tail -30 "$work/build.log" >&2; exit 1; }
 
 # 4. What the image does. In a sandbox (this project's CI: hybrid cgroups, no CAP_SYS_RESOURCE)

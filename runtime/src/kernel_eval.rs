@@ -9,6 +9,13 @@
 //!
 //! Scope: first packets of TCP, UDP and ICMP (echo request) flows arriving from outside
 //! (`input` and `forward` origins); a flow sent by the host itself (`output`) is not sent (`None`).
+//!
+//! Tools: the scratch namespaces, veths, addresses and routes are made with iproute2 (`ip netns
+//! add` gives named namespaces under /run/netns that the `nft` processes then run in, with
+//! `ip netns exec`, and that `ip netns del` removes with everything inside); nft and `nft
+//! monitor trace` are processes that must run in the namespace. `fwc test --kernel` is a test
+//! harness and needs nft and ip anyway; sysctls are written to /proc/sys from a thread that
+//! joined the namespace, and packets are sent from such a thread.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
@@ -127,12 +134,13 @@ pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcom
         run("veth", &["ip", "-n", &p, "link", "set", &peer_name, "up"], None)?;
         ifaces.insert(name.clone(), (peer_name, mac));
     }
-    let sysctl = |k: &str| run("sysctl", &["ip", "netns", "exec", &h, "sysctl", "-qw", k], None);
-    for k in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"] {
-        sysctl(k)?;
+    // Written to /proc/sys from a thread inside the namespace: no sysctl(8), no `ip netns exec`.
+    let sysctl = |k: &str, v: &str| crate::engine::transaction::write_sysctl(Some(&h), k, v).map_err(|e| step_err("sysctl", e));
+    for (k, v) in [("net.ipv4.ip_forward", "1"), ("net.ipv6.conf.all.forwarding", "1"), ("net.ipv4.conf.all.rp_filter", "0"), ("net.ipv4.conf.default.rp_filter", "0")] {
+        sysctl(k, v)?;
     }
     for name in &names {
-        sysctl(&format!("net.ipv4.conf.{name}.rp_filter=0"))?;
+        sysctl(&format!("net.ipv4.conf.{name}.rp_filter"), "0")?;
     }
     run("route", &["ip", "-n", &h, "route", "add", "default", "dev", DEFAULT_IF], None)?;
     run("route", &["ip", "-n", &h, "-6", "route", "add", "default", "dev", DEFAULT_IF], None)?;

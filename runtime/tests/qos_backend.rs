@@ -120,3 +120,39 @@ fn qos_backend_prepare_commit_observe_rollback() {
         assert!(!root.exists(), "rollback without previous artifacts removes the pins");
     });
 }
+
+/// The interfaces a class without `interfaces` shapes are the links that are up (loopback
+/// aside), found through route netlink: also without iproute2 on PATH, where the old
+/// `ip -j link show up` shell-out found none and prepare refused every such class.
+#[test]
+fn plan_resolves_the_up_links_without_iproute2() {
+    const NAME: &str = "plan_resolves_the_up_links_without_iproute2";
+    let check = |arg: &str| {
+        let (ns, up_if) = arg.split_once(',').unwrap();
+        in_netns(ns, || {
+            let mut up = vec!["lo".to_string(), up_if.to_string()];
+            up.sort();
+            assert_eq!(fwc_runtime::backend::qos::up_interfaces().unwrap(), up);
+            let mut c = class(1, "everywhere", 1_250_000, "unused");
+            c.interfaces.clear();
+            let p = fwc_runtime::backend::qos::plan(&artifacts(vec![c]).qos).unwrap();
+            assert_eq!(p.classes[0].interfaces, vec![up_if.to_string()], "exactly the up links besides lo");
+            assert_eq!(p.classes[0].cfg.flags & fwc_qos::maps::F_EDT, 0, "no fq root qdisc: no EDT pacing");
+        });
+    };
+    if let Some(arg) = fwc_testkit::rerun_arg() {
+        return check(&arg);
+    }
+    if !fwc_testkit::privileged(NAME) {
+        return;
+    }
+    let s = Netns::new("q");
+    let r = Netns::new("r");
+    let (s_if, _) = veth(&s, &["198.18.7.1/24"], &r, &["198.18.7.2/24"]);
+    // a pair that stays down
+    let (d1, d2) = (fwc_testkit::unique_name("d"), fwc_testkit::unique_name("e"));
+    s.exec(&["ip", "link", "add", &d1, "type", "veth", "peer", "name", &d2]);
+    let arg = format!("{},{s_if}", s.name);
+    check(&arg);
+    fwc_testkit::rerun_without_path(NAME, &arg);
+}

@@ -258,3 +258,28 @@ impl Default for Topology {
         Self::new()
     }
 }
+
+/// The environment variable through which [`rerun_without_path`] tells the re-run its argument.
+const RERUN_VAR: &str = "FWC_T_RERUN";
+
+/// Inside a re-run started by [`rerun_without_path`]: the argument it was given; `None` in
+/// the ordinary run.
+pub fn rerun_arg() -> Option<String> {
+    std::env::var(RERUN_VAR).ok()
+}
+
+/// Run the test `name` of this test binary again, in a child process whose PATH is empty (no
+/// `ip`, no `tc`, no tool at all), handing it `arg` (read there with [`rerun_arg`]). Shows that
+/// code under test asks the kernel itself instead of shelling out. Panics when the re-run fails.
+pub fn rerun_without_path(name: &str, arg: &str) {
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = Command::new(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("PATH", "")
+        .env(RERUN_VAR, arg)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot re-run {name}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{name}, re-run with an empty PATH, failed:\n{text}");
+    assert!(text.contains("1 passed"), "{name}, re-run with an empty PATH, ran no test:\n{text}");
+}

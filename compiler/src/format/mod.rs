@@ -12,7 +12,7 @@ use crate::diag::{Diagnostic, Diagnostics};
 use crate::limits::{self, LimitHit};
 use crate::model::Span;
 use crate::source::SourceMap;
-use crate::syntax::{parse_untrusted, ParseFailure};
+use crate::syntax::{parse_untrusted_lossless, ParseFailure};
 
 pub use layout::INDENT;
 
@@ -81,7 +81,7 @@ impl FormatError {
 /// Format one KDL file (`fwc.kdl`, `rules/*.kdl`, `tests/*.kdl`). Templates (`*.kdl.j2`) are
 /// not KDL until rendered and must not be passed here. See docs/rules.md, "Formatting".
 pub fn format_kdl(text: &str) -> Result<String, FormatError> {
-    let before = limits::on_big_stack(|| parse_untrusted(text)).map_err(|f| failure(f, text))?;
+    let before = limits::on_big_stack(|| parse_untrusted_lossless(text)).map_err(|f| failure(f, text))?;
     let (bom, body) = match text.strip_prefix('\u{feff}') {
         Some(body) => ("\u{feff}", body),
         None => ("", text),
@@ -105,15 +105,15 @@ fn failure(f: ParseFailure, text: &str) -> FormatError {
         ParseFailure::Kdl(_) if !hints.is_empty() => FormatError::Syntax(
             hints.into_iter().map(|h| SyntaxProblem { offset: h.offset, len: h.len, message: h.message, label: h.label, help: Some(h.help) }).collect(),
         ),
-        ParseFailure::Kdl(e) => FormatError::Syntax(
-            e.diagnostics
-                .iter()
+        ParseFailure::Kdl(problems) => FormatError::Syntax(
+            problems
+                .into_iter()
                 .map(|d| SyntaxProblem {
-                    offset: d.span.offset(),
-                    len: d.span.len(),
-                    message: d.message.clone().unwrap_or_else(|| "invalid KDL".into()),
-                    label: d.label.clone().unwrap_or_else(|| "here".into()),
-                    help: d.help.clone(),
+                    offset: d.offset,
+                    len: d.len,
+                    message: d.message.unwrap_or_else(|| "invalid KDL".into()),
+                    label: d.label.unwrap_or_else(|| "here".into()),
+                    help: d.help,
                 })
                 .collect(),
         ),
@@ -132,7 +132,7 @@ fn verify(text: &str, out: &str, mut before: KdlDocument) -> Result<(), FormatEr
             (at, _) => return Err(FormatError::Unstable { offset: at.map_or(text.len(), |(i, _)| i) }),
         }
     }
-    let same = limits::on_big_stack(|| match parse_untrusted(out) {
+    let same = limits::on_big_stack(|| match parse_untrusted_lossless(out) {
         Ok(mut after) => {
             before.clear_format_recursive();
             after.clear_format_recursive();

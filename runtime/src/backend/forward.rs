@@ -70,6 +70,9 @@ impl ForwardBackend {
     fn start_forwarder(&self, netns: Option<&str>) -> Result<Client> {
         let exe = std::env::current_exe().map_err(|e| miette!("cannot find the fwc executable: {e}"))?;
         let mut cmd = match netns {
+            // A process that lives in the namespace: `ip netns exec` also gives it the
+            // namespace's sysfs and /etc/netns/NS files, as for any service run there, and is
+            // what `--netns` means everywhere in fwc.
             Some(ns) => {
                 let mut c = std::process::Command::new("ip");
                 c.args(["netns", "exec", ns]).arg(exe);

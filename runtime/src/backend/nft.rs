@@ -153,6 +153,10 @@ impl NftBackend {
 
     fn command(&self) -> Command {
         match &self.netns {
+            // nft is a process that must run in the namespace: `ip netns exec` is the standard
+            // way to start one there, the very command `--netns` is documented as (operators
+            // can repeat it by hand), and it reports a missing namespace in iproute2's words.
+            // fwc's own queries (links, qdiscs, filters, sysctls) use setns threads instead.
             Some(ns) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns, &self.nft]);

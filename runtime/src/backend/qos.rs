@@ -180,7 +180,7 @@ pub fn plan(a: &QosArtifact) -> Result<QosPlan> {
     }
     let shift = a.mark_mask.trailing_zeros();
     let max_id = a.mark_mask >> shift;
-    let live = up_interfaces();
+    let live = up_interfaces()?;
     let mut seen = BTreeSet::new();
     for c in &a.classes {
         let what = format!("QoS class {} (rule {:?}, {:?})", c.id, c.rule, c.direction);
@@ -201,7 +201,10 @@ pub fn plan(a: &QosArtifact) -> Result<QosPlan> {
             return Err(miette!("{what}: no interface to shape (none is up besides loopback)"));
         }
         // EDT pacing only where every interface of the class has fq as root qdisc.
-        let edt = interfaces.iter().all(|i| fwc_qos::root_qdisc_is_fq(i));
+        let mut edt = true;
+        for i in &interfaces {
+            edt &= fwc_qos::root_qdisc_is_fq(i).map_err(|e| miette!("{what}: {e}"))?;
+        }
         all.extend(interfaces.iter().cloned());
         classes.push(PlannedClass {
             id: c.id,
@@ -225,18 +228,10 @@ fn resolve_interfaces(c: &QosClass, live: &[String]) -> Result<Vec<String>> {
     Ok(c.interfaces.clone())
 }
 
-/// Interfaces that are up, in this network namespace (`ip -j link show up`).
-pub fn up_interfaces() -> Vec<String> {
-    let Ok(out) = std::process::Command::new("ip").args(["-j", "link", "show", "up"]).output() else {
-        return Vec::new();
-    };
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let mut names: Vec<String> = v
-        .as_array()
-        .map(|a| a.iter().filter_map(|l| l["ifname"].as_str().map(str::to_string)).collect())
-        .unwrap_or_default();
-    names.sort();
-    names
+/// Interfaces that are up, in the calling thread's network namespace, sorted (route netlink,
+/// as `ip link show up` lists them).
+pub fn up_interfaces() -> Result<Vec<String>> {
+    fwc_qos::rtnl::up_links().map_err(|e| miette!("eBPF QoS: cannot list the interfaces that are up (route netlink): {e}"))
 }
 
 impl QosBackend {

@@ -38,13 +38,6 @@ pub struct ForwardArgs {
     /// Move TCP with a buffered copy instead of splice(2).
     #[arg(long)]
     pub no_splice: bool,
-    /// Hand each uncapped TCP connection to the kernel once set up (PROXY header written,
-    /// server name routed, limits admitted): a BPF sk_skb program redirects its bytes between
-    /// the two sockets (sockmap). Needs root; without the program, and for capped forwards,
-    /// splice(2) is used. Experimental: slower than splice on the bench machine and without
-    /// backpressure (docs/forwarder.md, docs/performance.md).
-    #[arg(long)]
-    pub sockmap: bool,
     /// How long connections of a removed rule may run before they are cut.
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub drain_timeout: Duration,
@@ -75,7 +68,6 @@ async fn serve(args: ForwardArgs) -> Result<ExitCode> {
     if args.no_splice {
         opts.splice = false;
     }
-    opts.sockmap = args.sockmap;
     let fwd = Forwarder::new(opts);
     let dir = state_dir(&args);
     // The control socket first: a second forwarder on the same state dir stops here.
@@ -152,12 +144,7 @@ fn stats(args: &ForwardArgs) -> Result<ExitCode> {
 
 /// Human-readable counters: one line per rule, then the listeners.
 pub fn render(st: &Status) -> String {
-    let mut out = format!(
-        "forwarder pid {} (splice {}{})\n",
-        st.pid,
-        if st.splice { "on" } else { "off" },
-        if st.sockmap { ", sockmap on" } else { "" }
-    );
+    let mut out = format!("forwarder pid {} (splice {})\n", st.pid, if st.splice { "on" } else { "off" });
     out.push_str(&format!(
         "{:<24} {:>8} {:>10} {:>9} {:>14} {:>14} {:>9} {:>8}\n",
         "RULE", "ACTIVE", "TOTAL", "REFUSED", "BYTES UP", "BYTES DOWN", "UDP SESS", "FAILED"

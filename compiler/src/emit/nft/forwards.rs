@@ -1,6 +1,8 @@
 //! Kernel forwards: NAT maps for the simple ones, own DNAT rules for the rest, and the
 //! max-conns / conn-rate guards (see "Kernel forwards" in the module doc of `emit::nft`).
 
+use std::collections::BTreeMap;
+
 use super::*;
 
 /// How one target treats the destination port of a connection to listen port `p`.
@@ -88,8 +90,14 @@ pub(super) struct NatMaps {
     rport: [Vec<Value>; 2],
     /// Listen port range keeping the port (interval map).
     keep: [Vec<Value>; 2],
-    /// Keys already taken per family: (proto, listen range).
-    used: [Vec<(&'static str, PortRange)>; 2],
+    /// Keys already taken per family: listen ranges per protocol, disjoint, by first port.
+    used: [BTreeMap<(&'static str, u16), u16>; 2],
+}
+
+/// Does `r` overlap one of the disjoint ranges taken for `proto` (first port -> last port)?
+/// The only candidate is the range starting last at or before `r.hi`.
+fn taken(used: &BTreeMap<(&'static str, u16), u16>, proto: &'static str, r: PortRange) -> bool {
+    used.range((proto, 0)..=(proto, r.hi)).next_back().is_some_and(|(_, &hi)| hi >= r.lo)
 }
 
 impl NatMaps {
@@ -103,13 +111,13 @@ impl NatMaps {
         let i = fam.idx();
         let listen = f.listen.value.ports;
         let protos = fproto_names(f.proto);
-        if protos.iter().any(|p| self.used[i].iter().any(|(q, r)| q == p && r.overlaps(&listen))) {
+        if protos.iter().any(|p| taken(&self.used[i], p, listen)) {
             return false;
         }
         let comment = rule_comment(RuleKind::Forward, &f.name.value);
         let tp = TPort::of(listen, tports);
         for proto in protos {
-            self.used[i].push((proto, listen));
+            self.used[i].insert((proto, listen.lo), listen.hi);
             let key = concat(vec![s(*proto), port_expr(listen)]);
             let addr = ev(&s(ip.to_string()));
             match tp {
@@ -521,4 +529,28 @@ pub fn health_probe_targets(f: &ForwardRule) -> Vec<fwc_artifacts::ForwardTarget
             fwc_artifacts::ForwardTarget { host: ip.to_string(), port }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod taken_tests {
+    use super::*;
+
+    /// The ordered lookup finds exactly the overlaps a scan of every taken range finds.
+    #[test]
+    fn taken_agrees_with_a_scan() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut used = BTreeMap::new();
+        let mut all: Vec<(&'static str, PortRange)> = Vec::new();
+        for _ in 0..2000 {
+            let proto = if rng.bool() { "tcp" } else { "udp" };
+            let lo = rng.u16(1..2000);
+            let r = PortRange { lo, hi: lo + rng.u16(0..5) };
+            let scan = all.iter().any(|(q, u)| *q == proto && u.overlaps(&r));
+            assert_eq!(taken(&used, proto, r), scan, "{proto} {r:?}");
+            if !scan {
+                used.insert((proto, r.lo), r.hi);
+                all.push((proto, r));
+            }
+        }
+    }
 }
