@@ -7,7 +7,7 @@
 # podman, runc and debootstrap for the container image test.
 # Needs root (apt-get). Safe to run again.
 set -euo pipefail
-packages=(nftables iptables iproute2 clang llvm libbpf-dev bpftool iperf3 socat pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus lintian podman runc debootstrap)
+packages=(nftables iptables iproute2 clang llvm libbpf-dev bpftool iperf3 socat dnsmasq-base pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus lintian podman runc debootstrap)
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup.sh: run as root (it installs: ${packages[*]})" >&2
   exit 1

@@ -14,13 +14,44 @@ pub struct ForwardArtifact {
     /// and rewrites their dispatch chains when a target's health changes (sorted by rule).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernel_health: Vec<KernelHealth>,
+    /// Kernel (nftables DNAT) forwards to a DNS name: the forwarder resolves the name and
+    /// installs its addresses in the forward's DNAT chain (sorted by rule).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_dns: Vec<KernelDns>,
 }
 
 impl ForwardArtifact {
     /// Does this config give a forwarder anything to do (listeners or kernel probes)?
     pub fn needs_forwarder(&self) -> bool {
-        !self.listeners.is_empty() || !self.kernel_health.is_empty()
+        !self.listeners.is_empty() || !self.kernel_health.is_empty() || !self.kernel_dns.is_empty()
     }
+}
+
+/// The bounds within which the forwarder honours DNS record TTLs (shorter TTLs are re-resolved
+/// after the minimum, longer ones after the maximum). Hosts-file answers count as the minimum.
+pub const DNS_MIN_TTL_SECS: u64 = 5;
+pub const DNS_MAX_TTL_SECS: u64 = 3600;
+
+/// A kernel forward to a DNS name. Its DNAT rule jumps to `chain`, which the compiler leaves
+/// empty (nothing is translated before the name resolves); the forwarder resolves `name`
+/// (record TTLs within its bounds) and replaces the chain's one rule,
+/// `meta l4proto P dnat ip[6] to ADDRS[:port]` (`numgen inc mod N map` over several
+/// addresses), in one nft transaction whenever the addresses change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KernelDns {
+    pub rule: String,
+    /// The DNS name (lower case, as written).
+    pub name: String,
+    /// 4: A records, `dnat ip`; 6: AAAA records, `dnat ip6`.
+    pub family: u8,
+    /// The DNAT chain of `table inet fwc`.
+    pub chain: String,
+    /// Transport protocols forwarded.
+    pub protos: Vec<ListenerProto>,
+    /// The target port; none keeps the port the client connected to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
 }
 
 /// A kernel forward with `health-check`: its DNAT goes through one dispatch chain per address

@@ -436,6 +436,7 @@ pub fn judge(t: &PolicyTest, host: &str, x: Explanation, locs: &BTreeMap<String,
         if let Some(u) = &x.userspace {
             v.extend(u.targets.iter().cloned());
         }
+        v.extend(x.dnat_name.clone());
         v
     };
     let actual = describe(&x, &forwarded_to);
@@ -445,7 +446,7 @@ pub fn judge(t: &PolicyTest, host: &str, x: Explanation, locs: &BTreeMap<String,
         Expect::Drop => (x.verdict == Verdict::Drop || (x.verdict == Verdict::Accept && !accepted), "drop".to_string()),
         Expect::Reject => (x.verdict == Verdict::Reject, "reject".to_string()),
         Expect::Forward { reaches, via } => {
-            let by_kernel = x.dnat.is_some();
+            let by_kernel = x.dnat.is_some() || x.dnat_name.is_some();
             let by_user = x.userspace.is_some();
             let via_ok = match via {
                 None => by_kernel || by_user,
@@ -507,6 +508,9 @@ fn describe(x: &Explanation, forwarded_to: &[String]) -> String {
     let mut s = format!("{} by {}", x.verdict.as_str(), x.decided_by.what);
     if let Some((a, p)) = x.dnat {
         s.push_str(&format!(", DNAT to {}", if a.is_ipv6() { format!("[{a}]:{p}") } else { format!("{a}:{p}") }));
+    }
+    if let Some(n) = &x.dnat_name {
+        s.push_str(&format!(", DNAT to the addresses of {n}"));
     }
     if let Some(u) = &x.userspace {
         if u.allowed {

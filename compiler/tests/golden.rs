@@ -69,6 +69,7 @@ golden_cases! {
     case_25_forward_sni => "25-forward-sni",
     case_26_containers => "26-containers",
     case_27_forward_health_kernel => "27-forward-health-kernel",
+    case_28_forward_dns_kernel => "28-forward-dns-kernel",
 }
 
 #[test]

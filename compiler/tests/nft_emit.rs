@@ -678,8 +678,9 @@ fn output_lets_the_forwarder_out() {
     // No DNS target: no mark accept.
     assert!(!text(&doc).contains(&nft::FORWARDER_SOCKET_MARK.to_string()));
 
+    // (userspace: a DNS target alone would be a kernel forward)
     let mut dns = fwd("api", ForwardProto::Tcp, ":443", "api.internal:8443");
-    dns.backend = sp(BackendChoice::Auto);
+    dns.backend = sp(BackendChoice::Userspace);
     let doc = emit(&Ruleset { chains: vec![chain(ChainKind::Output, Policy::Drop, vec![])], forwards: vec![dns], ..Ruleset::default() });
     let mark = nft::FORWARDER_SOCKET_MARK;
     assert_eq!(mark & fwc_compiler::artifacts::QOS_MARK_MASK, 0);
@@ -1372,7 +1373,8 @@ fn privileged_output_drop_policy_lets_fwc_traffic_out() {
     rate_fwd.conn_rate = rate(3, TimeUnit::Minute, None);
     let mut legacy = fwd("legacy", ForwardProto::Tcp, ":2222", "198.18.2.2:9200,[2001:db8:2::2]:9200");
     legacy.backend = sp(BackendChoice::Userspace);
-    let api = fwd("api", ForwardProto::Tcp, ":2223", "backend.test:9300");
+    let mut api = fwd("api", ForwardProto::Tcp, ":2223", "backend.test:9300");
+    api.backend = sp(BackendChoice::Userspace); // a DNS target alone would be a kernel forward
     let rs = Ruleset {
         chains: vec![chain(ChainKind::Output, Policy::Drop, vec![])],
         forwards: vec![fwd("web", ForwardProto::Tcp, ":8080", "198.18.2.2:80"), rate_fwd, legacy, api],

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use fwc_artifacts::{ForwardTarget, HealthCheck};
@@ -23,6 +23,8 @@ struct TargetState {
     streak: AtomicU64,
     checks: AtomicU64,
     failures: AtomicU64,
+    /// What a DNS-named target resolved to last (kernel forwards to a name).
+    addresses: Mutex<Vec<String>>,
 }
 
 /// The health of a forward's targets; targets never probed (no health check) count as up.
@@ -40,6 +42,9 @@ pub struct TargetHealth {
     pub up: bool,
     pub checks: u64,
     pub failures: u64,
+    /// A DNS-named kernel target: the addresses its DNAT uses (the last good answer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
 }
 
 impl Health {
@@ -65,10 +70,15 @@ impl Health {
             .iter()
             .map(|((h, p), s)| TargetHealth {
                 rule: rule.to_string(),
-                target: if h.contains(':') { format!("[{h}]:{p}") } else { format!("{h}:{p}") },
+                target: match p {
+                    0 => h.clone(), // a DNS-named kernel target that keeps the client's port
+                    _ if h.contains(':') => format!("[{h}]:{p}"),
+                    _ => format!("{h}:{p}"),
+                },
                 up: s.up.load(Relaxed),
                 checks: s.checks.load(Relaxed),
                 failures: s.failures.load(Relaxed),
+                addresses: s.addresses.lock().unwrap().clone(),
             })
             .collect();
         v.sort_by(|a, b| a.target.cmp(&b.target));
@@ -80,8 +90,13 @@ impl Health {
         if let Some(s) = self.targets.read().unwrap().get(&key) {
             return s.clone();
         }
-        let fresh = TargetState { up: AtomicBool::new(true), streak: AtomicU64::new(0), checks: AtomicU64::new(0), failures: AtomicU64::new(0) };
+        let fresh = TargetState { up: AtomicBool::new(true), streak: AtomicU64::new(0), checks: AtomicU64::new(0), failures: AtomicU64::new(0), addresses: Mutex::default() };
         self.targets.write().unwrap().entry(key).or_insert_with(|| Arc::new(fresh)).clone()
+    }
+
+    /// Note what a DNS-named target resolved to (status shows it).
+    pub(crate) fn set_addresses(&self, t: &ForwardTarget, addrs: &[std::net::IpAddr]) {
+        *self.state(t).addresses.lock().unwrap() = addrs.iter().map(|a| a.to_string()).collect();
     }
 
     /// Record one probe; returns the new state when it changed.

@@ -31,7 +31,12 @@ pub fn batch(kh: &KernelHealth, health: &Health) -> Value {
 
 /// Run the batch of [`batch`] (blocking: call from a blocking thread).
 pub fn rewrite(kh: &KernelHealth, health: &Health) -> Result<(), String> {
-    let doc = batch(kh, health).to_string();
+    run_nft(&batch(kh, health))
+}
+
+/// Run one nft JSON batch (one transaction) with `nft -j -f -` (blocking).
+pub(crate) fn run_nft(doc: &Value) -> Result<(), String> {
+    let doc = doc.to_string();
     let mut child = Command::new("nft")
         .args(["-j", "-f", "-"])
         .stdin(Stdio::piped())

@@ -11,6 +11,7 @@ pub mod bucket;
 pub mod control;
 pub mod health;
 pub mod kernel;
+pub mod kernel_dns;
 pub mod limits;
 mod mmsg;
 pub mod proxy;

@@ -39,8 +39,6 @@ pub struct Options {
     pub pipe_pool: usize,
     /// How long connections of a removed listener may run before they are cut.
     pub drain_timeout: Duration,
-    /// Refresh interval of resolved DNS targets.
-    pub dns_ttl: Duration,
     /// listen(2) backlog.
     pub backlog: i32,
     /// How long a client of an SNI-routed socket has to send its whole ClientHello before it
@@ -59,7 +57,6 @@ impl Default for Options {
                 .unwrap_or(DEFAULT_PIPE_SIZE),
             pipe_pool: 256,
             drain_timeout: Duration::from_secs(30),
-            dns_ttl: crate::resolve::DEFAULT_TTL,
             backlog: 4096,
             sni_timeout: std::env::var("FWC_FORWARD_SNI_TIMEOUT_MS")
                 .ok()
@@ -350,9 +347,14 @@ type HealthTask = (
     JoinHandle<()>,
 );
 
+/// The resolver task of a kernel forward to a DNS name: (what it serves, its health, the
+/// addresses installed, task).
+type DnsTask = (fwc_artifacts::KernelDns, Arc<crate::health::Health>, crate::kernel_dns::Installed, JoinHandle<()>);
+
 struct Inner {
     ctx: Arc<Ctx>,
     health_tasks: Mutex<HashMap<String, HealthTask>>,
+    dns_tasks: Mutex<BTreeMap<String, DnsTask>>,
     rules: Mutex<HashMap<String, Arc<RuleShared>>>,
     state: tokio::sync::Mutex<State>,
 }
@@ -462,11 +464,11 @@ impl Forwarder {
     pub fn new(opts: Options) -> Forwarder {
         let ctx = Arc::new(Ctx {
             pool: PipePool::new(opts.pipe_size, opts.pipe_pool),
-            resolver: Resolver::new(opts.dns_ttl),
+            resolver: Resolver::new(),
             opts,
         });
         Forwarder {
-            inner: Arc::new(Inner { ctx, health_tasks: Mutex::default(), rules: Mutex::new(HashMap::new()), state: Default::default() }),
+            inner: Arc::new(Inner { ctx, health_tasks: Mutex::default(), dns_tasks: Mutex::default(), rules: Mutex::new(HashMap::new()), state: Default::default() }),
         }
     }
 
@@ -544,6 +546,7 @@ impl Forwarder {
             }
         }
         self.sync_health(&staged.config);
+        self.sync_dns(&staged.config);
         // Removed: stop accepting now, drain in the background.
         for key in &staged.removed {
             if let Some(a) = st.active.remove(key) {
@@ -613,6 +616,34 @@ impl Forwarder {
         st.config = ForwardArtifact::default();
         for (_, (_, _, _, _, task)) in self.inner.health_tasks.lock().unwrap().drain() {
             task.abort();
+        }
+        for (_, (_, _, _, task)) in std::mem::take(&mut *self.inner.dns_tasks.lock().unwrap()) {
+            task.abort();
+        }
+    }
+
+    /// One resolver task per kernel forward to a DNS name. A task whose forward is unchanged
+    /// keeps running and installs its addresses again (the nft apply before this commit may
+    /// have emptied the chain); a changed one is replaced, a removed one stopped.
+    fn sync_dns(&self, cfg: &ForwardArtifact) {
+        let mut tasks = self.inner.dns_tasks.lock().unwrap();
+        tasks.retain(|rule, (kd, _, installed, task)| {
+            let keep = cfg.kernel_dns.iter().any(|k| &k.rule == rule && k == kd);
+            if keep {
+                crate::kernel_dns::spawn_reinstall(kd.clone(), installed.clone());
+            } else {
+                task.abort();
+            }
+            keep
+        });
+        for kd in &cfg.kernel_dns {
+            if tasks.contains_key(&kd.rule) {
+                continue;
+            }
+            let health = Arc::new(crate::health::Health::default());
+            let installed = crate::kernel_dns::Installed::default();
+            let task = crate::kernel_dns::spawn(kd.clone(), health.clone(), self.inner.ctx.resolver.clone(), installed.clone());
+            tasks.insert(kd.rule.clone(), (kd.clone(), health, installed, task));
         }
     }
 
@@ -721,7 +752,11 @@ impl Forwarder {
             let tasks = self.inner.health_tasks.lock().unwrap();
             let mut names: Vec<&String> = tasks.keys().collect();
             names.sort();
-            names.into_iter().flat_map(|n| tasks[n].3.snapshot(n)).collect()
+            let mut v: Vec<_> = names.into_iter().flat_map(|n| tasks[n].3.snapshot(n)).collect();
+            let dns = self.inner.dns_tasks.lock().unwrap();
+            v.extend(dns.iter().flat_map(|(n, (_, h, _, _))| h.snapshot(n)));
+            v.sort_by(|a, b| (&a.rule, &a.target).cmp(&(&b.rule, &b.target)));
+            v
         };
         Status {
             health,

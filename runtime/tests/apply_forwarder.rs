@@ -1,5 +1,6 @@
-//! End to end for the userspace path: a forward to a DNS name (which only the forwarder can
-//! do) on a host whose input and output policies are `drop`. `fwc forward --state-dir` runs in
+//! End to end for the userspace path: a forward to a DNS name (`backend="userspace"`: a DNS
+//! target alone would be a kernel forward, see kernel_dns.rs) on a host whose input and output
+//! policies are `drop`. `fwc forward --state-dir` runs in
 //! the host's namespace, `fwc apply --netns` hands it the listeners over the control socket and
 //! loads the ruleset; the client reaches the backend by name, and the forwarder's upstream
 //! connection gets out only because it carries fwc's socket mark.
@@ -9,14 +10,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fwc_testkit::{privileged, Topology};
-
-/// `/etc/netns/NS/hosts` is bind-mounted over /etc/hosts by `ip netns exec NS`; removed on drop.
-struct NetnsHosts(std::path::PathBuf);
-impl Drop for NetnsHosts {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn fwc(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_fwc")).args(args).output().expect("fwc runs")
@@ -28,10 +21,7 @@ fn forward_to_a_dns_name_under_drop_policies() {
         return;
     }
     let mut t = Topology::new();
-    let etc = std::path::PathBuf::from(format!("/etc/netns/{}", t.host.name));
-    std::fs::create_dir_all(&etc).unwrap();
-    let _hosts = NetnsHosts(etc.clone());
-    std::fs::write(etc.join("hosts"), "127.0.0.1 localhost\n198.18.2.2 backend.test\n").unwrap();
+    t.host.etc_file("hosts", "127.0.0.1 localhost\n198.18.2.2 backend.test\n");
     // The backend answers with a greeting (no route back to the client: the forwarder proxies).
     t.backend.spawn(&["socat", "TCP-LISTEN:7001,bind=198.18.2.2,reuseaddr,fork", "SYSTEM:echo from-backend"]);
 
@@ -58,13 +48,13 @@ fn forward_to_a_dns_name_under_drop_policies() {
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(
         repo.join("fwc.kdl"),
-        "fwc 1\ninput policy=drop {\n    allow \"ping\" proto=icmp\n}\noutput policy=drop {\n}\nforward \"api\" listen=\":7000\" to=\"backend.test:7001\"\n",
+        "fwc 1\ninput policy=drop {\n    allow \"ping\" proto=icmp\n}\noutput policy=drop {\n}\nforward \"api\" listen=\":7000\" to=\"backend.test:7001\" backend=\"userspace\"\n",
     )
     .unwrap();
     let o = fwc(&["apply", repo.to_str().unwrap(), "--netns", &t.host.name, "--state-dir", &st, "--auto-approve"]);
     assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     let manifest = std::fs::read_to_string(state.join("gen-000001/manifest.json")).unwrap();
-    assert!(manifest.contains("DNS target backend.test needs userspace"), "{manifest}");
+    assert!(manifest.contains("backend=\\\"userspace\\\" was asked for"), "{manifest}");
 
     // The client, through the forwarder, reaches the backend by name.
     let reply = t.client.exec(&["bash", "-c", "exec 3<>/dev/tcp/198.18.1.1/7000; timeout 5 cat <&3"]);

@@ -196,7 +196,7 @@ fn two_commits() -> tempfile::TempDir {
     git(d, &["commit", "-q", "-m", "one"]);
     std::fs::write(
         d.join("fwc.kdl"),
-        "fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22\n    allow \"web\" proto=tcp port=\"80,443\"\n    allow \"new\" proto=udp port=51820\n}\nforward \"fwd\" listen=\":9000\" to=\"app.internal:9000\"\n",
+        "fwc 1\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22\n    allow \"web\" proto=tcp port=\"80,443\"\n    allow \"new\" proto=udp port=51820\n}\nforward \"fwd\" listen=\":9000\" to=\"app.internal:9000\" proxy-protocol=2\n",
     )
     .unwrap();
     git(d, &["commit", "-q", "-am", "two"]);

@@ -36,7 +36,7 @@ fn artifacts(listeners: Vec<Listener>) -> Artifacts {
     Artifacts {
         nftables: serde_json::json!({"nftables": []}).into(),
         qos: QosArtifact::default(),
-        forward: ForwardArtifact { version: 1, listeners, kernel_health: vec![] },
+        forward: ForwardArtifact { version: 1, listeners, kernel_health: vec![], kernel_dns: vec![] },
         manifest: Manifest {
             version: 1,
             host: "localhost".into(),

@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fwc_testkit::{privileged, Topology};
+use fwc_testkit::{poll_until, privileged, rule_repo, Topology};
 
 const INTERVAL_MS: u64 = 300;
 const FALL: u64 = 2;
@@ -29,15 +29,12 @@ fn answers(t: &Topology, n: usize) -> Vec<String> {
 
 /// Wait (up to `limit`) until `n` connections all get `want`; returns how long it took.
 fn until_only(t: &Topology, want: &str, limit: Duration) -> Duration {
-    let t0 = Instant::now();
-    loop {
+    let what = format!("connections get only {want}");
+    poll_until(&what, limit, Duration::from_millis(50), || {
         let a = answers(t, 4);
-        if a.iter().all(|x| x == want) {
-            return t0.elapsed();
-        }
-        assert!(t0.elapsed() < limit, "after {:?} connections still get {a:?} (want only {want})", t0.elapsed());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        if a.iter().all(|x| x == want) { Ok(()) } else { Err(a) }
+    })
+    .1
 }
 
 fn dispatch_rule(t: &Topology) -> String {
@@ -59,16 +56,13 @@ fn kernel_forward_fails_over_by_health_checks() {
     let st = state.to_str().unwrap().to_string();
     t.host.spawn_forwarder(env!("CARGO_BIN_EXE_fwc"), &state);
 
-    let repo = dir.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(
-        repo.join("fwc.kdl"),
-        format!(
+    let repo = rule_repo(
+        dir.path(),
+        &format!(
             "fwc 1\nforward \"web\" listen=\":7000\" to=\"198.18.2.2:7001,198.18.2.3:7001\" health-check=\"tcp\" \
              health-interval=\"{INTERVAL_MS}ms\" health-timeout=\"100ms\" health-fall={FALL} health-rise={RISE}\n"
         ),
-    )
-    .unwrap();
+    );
     let repo_s = repo.to_str().unwrap();
     let o = fwc(&["apply", repo_s, "--netns", &t.host.name, "--state-dir", &st, "--auto-approve"]);
     assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));

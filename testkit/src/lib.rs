@@ -70,6 +70,32 @@ pub fn unique_name(tag: &str) -> String {
     format!("fwc-t-{tag}{}{n}", std::process::id() % 10000)
 }
 
+/// Call `probe` (every `every`) until it returns `Ok`; panic with `what` and the last `Err`
+/// after `limit`. Returns the value and how long it took.
+pub fn poll_until<T, E: std::fmt::Debug>(
+    what: &str,
+    limit: std::time::Duration,
+    every: std::time::Duration,
+    mut probe: impl FnMut() -> Result<T, E>,
+) -> (T, std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    loop {
+        match probe() {
+            Ok(v) => return (v, t0.elapsed()),
+            Err(e) => assert!(t0.elapsed() < limit, "{what}: still {e:?} after {:?}", t0.elapsed()),
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// A rule repository `DIR/repo` holding `fwc.kdl` with `kdl`; returns its path.
+pub fn rule_repo(dir: &std::path::Path, kdl: &str) -> std::path::PathBuf {
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("fwc.kdl"), kdl).unwrap();
+    repo
+}
+
 /// A network namespace that is deleted (with everything in it) on drop.
 pub struct Netns {
     pub name: String,
@@ -147,6 +173,14 @@ impl Netns {
         self.children.push(child);
     }
 
+    /// Write `/etc/netns/<name>/<file>` (e.g. `resolv.conf`, `hosts`): `ip netns exec` mounts
+    /// it over `/etc/<file>` for processes started afterwards. Removed with the namespace.
+    pub fn etc_file(&mut self, file: &str, content: &str) {
+        let dir = std::path::Path::new("/etc/netns").join(&self.name);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        std::fs::write(dir.join(file), content).unwrap_or_else(|e| panic!("cannot write {file} for {}: {e}", self.name));
+    }
+
     /// Path of this namespace's handle, for `setns` from a test thread.
     pub fn path(&self) -> String {
         format!("/run/netns/{}", self.name)
@@ -166,6 +200,7 @@ impl Drop for Netns {
             }
         });
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = std::fs::remove_dir_all(std::path::Path::new("/etc/netns").join(&self.name));
     }
 }
 

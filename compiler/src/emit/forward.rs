@@ -83,7 +83,8 @@ pub fn emit(plan: &HostPlan) -> ForwardArtifact {
             })
         })
         .collect();
-    ForwardArtifact { version: ARTIFACT_VERSION, listeners, kernel_health }
+    let kernel_dns = plan.kernel_forwards.iter().filter_map(|f| crate::emit::nft::kernel_dns(f)).collect();
+    ForwardArtifact { version: ARTIFACT_VERSION, listeners, kernel_health, kernel_dns }
 }
 
 fn health_check(h: &HealthSpec) -> HealthCheck {

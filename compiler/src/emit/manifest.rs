@@ -81,7 +81,11 @@ fn setup(plan: &HostPlan, qos: &QosArtifact) -> HostSetup {
             TargetHost::Dns(_) => None,
         })
         .collect();
-    let remote = |v6: bool| targets.iter().any(|a| a.is_ipv6() == v6 && !a.is_loopback() && !a.is_unspecified());
+    // A DNS-named kernel forward may DNAT to any address of its family: count it as remote.
+    let dns_fams: Vec<u8> = plan.kernel_forwards.iter().filter_map(|f| crate::emit::nft::kernel_dns(f)).map(|d| d.family).collect();
+    let remote = |v6: bool| {
+        dns_fams.contains(&if v6 { 6 } else { 4 }) || targets.iter().any(|a| a.is_ipv6() == v6 && !a.is_loopback() && !a.is_unspecified())
+    };
     let mut sysctls = Vec::new();
     if remote(false) {
         sysctls.push(SysctlSetting::ipv4_forwarding());

@@ -91,6 +91,12 @@ pub struct Explanation {
     /// All targets of a round-robin DNAT (`dnat` is the first connection's).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dnat_round_robin: Vec<(IpAddr, u16)>,
+    /// A kernel forward to a DNS name: `name:port`. Its DNAT chain is filled by the forwarder
+    /// from the name's answers, so the evaluator follows the name, not an address: the flow
+    /// counts as DNATed (`ct status dnat`) and forwarded, its destination seen by the filter
+    /// chains stays the original one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dnat_name: Option<String>,
     pub masquerade: bool,
     pub userspace: Option<UserspaceHit>,
     /// Classes charged (original direction first, then replies).
@@ -157,6 +163,11 @@ impl Evaluator {
                 break;
             }
         }
+        let dns = self.dns_forward(&steps);
+        if dns.is_some() {
+            p.ct_dnat = true;
+            p.local.retain(|a| *a != p.daddr);
+        }
         let delivered_here = p.local.contains(&p.daddr);
         if !finished && flow.origin != Origin::Output {
             path = if delivered_here { Origin::Input } else { Origin::Forward };
@@ -206,14 +217,29 @@ impl Evaluator {
             path,
             verdict: if finished { result.verdict } else { Verdict::Accept },
             decided_by: self.decision(&result, &hook),
-            dnat: p.ct_dnat.then_some((p.daddr, p.dport)),
-            dnat_rule: dnat_hit.and_then(|h| h.identity.clone()),
+            dnat: (p.ct_dnat && dns.is_none()).then_some((p.daddr, p.dport)),
+            dnat_rule: dnat_hit.and_then(|h| h.identity.clone()).or_else(|| dns.map(|d| crate::artifacts::rule_comment(crate::artifacts::RuleKind::Forward, &d.rule))),
+            dnat_name: dns.map(|d| format!("{}:{}", d.name, d.port.unwrap_or(flow.dport))),
             dnat_round_robin: p.round_robin.iter().map(|(a, port)| (*a, port.unwrap_or(flow.dport))).collect(),
             masquerade,
             userspace,
             qos,
             steps,
         })
+    }
+
+    /// The kernel forward to a DNS name whose DNAT chain the first hook's rules went to.
+    fn dns_forward(&self, steps: &[HookStep]) -> Option<&crate::artifacts::KernelDns> {
+        let entered: Vec<&str> = steps
+            .iter()
+            .flat_map(|s| &s.hits)
+            .flat_map(|h| &h.effects)
+            .filter_map(|e| match e {
+                Effect::Goto { chain } | Effect::Jump { chain } => Some(chain.as_str()),
+                _ => None,
+            })
+            .collect();
+        self.forward.kernel_dns.iter().find(|d| entered.contains(&d.chain.as_str()))
     }
 
     fn step(&self, hook: &str, direction: &'static str, p: &mut nft::Packet, steps: &mut Vec<HookStep>, skip_nat: bool) -> Result<nft::HookResult, EvalError> {

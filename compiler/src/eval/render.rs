@@ -66,9 +66,15 @@ pub fn text(x: &Explanation, host: &str, locs: &BTreeMap<String, Location>) -> S
             let by = x.dnat_rule.as_deref().unwrap_or("(unnamed)");
             let _ = writeln!(out, "dnat:    {target} by {by}{}{}", at(locs, x.dnat_rule.as_deref()), if x.masquerade { ", masqueraded" } else { "" });
         }
-        None => {
-            let _ = writeln!(out, "dnat:    none");
-        }
+        None => match &x.dnat_name {
+            Some(name) => {
+                let by = x.dnat_rule.as_deref().unwrap_or("(unnamed)");
+                let _ = writeln!(out, "dnat:    the addresses of {name} (the forwarder resolves the name) by {by}{}", at(locs, x.dnat_rule.as_deref()));
+            }
+            None => {
+                let _ = writeln!(out, "dnat:    none");
+            }
+        },
     }
     if x.qos.is_empty() {
         let _ = writeln!(out, "qos:     no class");

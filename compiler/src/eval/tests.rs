@@ -151,3 +151,20 @@ fn health_checked_kernel_forward_lists_every_target_of_its_dispatch() {
     assert_eq!((e.verdict, e.dnat), (Verdict::Accept, Some(("10.0.0.8".parse().unwrap(), 80))));
     assert_eq!(e.dnat_round_robin, vec![("10.0.0.8".parse().unwrap(), 80), ("10.0.0.9".parse().unwrap(), 8080)]);
 }
+
+#[test]
+fn a_dns_named_kernel_forward_is_followed_to_its_name() {
+    let tree = SourceTree::from_files([(
+        "fwc.kdl".to_string(),
+        "fwc 1\nforward \"api\" listen=\":8443\" to=\"api.internal\"\n".to_string(),
+    )]);
+    let view = crate::load_host(&tree, None).unwrap();
+    let ev = Evaluator::new(&crate::emit_view(&view, None)).unwrap();
+    let e = x(&ev, "tcp 198.51.100.9 -> 198.18.1.1:8443");
+    assert_eq!(e.verdict, Verdict::Accept);
+    assert_eq!(e.dnat, None, "no address is known before the forwarder resolves the name");
+    assert_eq!(e.dnat_name.as_deref(), Some("api.internal:8443"));
+    assert_eq!(e.dnat_rule.as_deref(), Some("fwc:forward:api"));
+    assert_eq!(e.path, Origin::Forward);
+    assert!(e.masquerade);
+}

@@ -153,13 +153,21 @@ pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<Back
         TargetHost::Ip(_) => None,
     });
     let capped = f.up.is_some() || f.down.is_some();
-    let userspace_reason = match () {
+    let userspace_reason = match &dns {
         _ if f.backend.value == BackendChoice::Userspace => Some("backend=\"userspace\" was asked for".to_string()),
         _ if f.sni.is_some() => Some("SNI routing needs userspace (the kernel cannot read the TLS ClientHello)".into()),
         _ if shared.is_some() => Some("the fallback of SNI routes needs userspace (the forwarder reads the TLS server name first)".into()),
-        _ if dns.is_some() => Some(format!("DNS target {} needs userspace (the kernel NATs to addresses only)", dns.unwrap_or_default())),
         _ if f.proxy_protocol.is_some() => Some("PROXY protocol needs userspace (the kernel cannot add a header)".into()),
         _ if f.idle_timeout_ms.is_some() => Some("idle-timeout needs userspace".into()),
+        // A DNS target alone goes to the kernel (the forwarder re-resolves the name); these
+        // combinations are not built on the kernel path.
+        Some(n) if n == "localhost" || n.ends_with(".localhost") => {
+            Some(format!("DNS target {n} is loopback, which needs userspace (the kernel path DNATs to remote addresses)"))
+        }
+        Some(n) if f.targets.value.len() > 1 => {
+            Some(format!("DNS target {n} among several targets needs userspace (the kernel path resolves one name per forward)"))
+        }
+        Some(n) if shifted_ports(f) => Some(format!("DNS target {n} with a shifted port range needs userspace (the kernel path keeps or fixes the port)")),
         // Before the kernel path had health checks these went to userspace; mixed families
         // would be an error on the kernel path, so they stay there.
         _ if f.health.is_some() && mixed_families(f) => {
@@ -169,6 +177,20 @@ pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<Back
     };
     match userspace_reason {
         Some(r) => (vec![BackendKind::Userspace], r),
+        None if dns.is_some() => {
+            let n = dns.unwrap_or_default();
+            let fam = if f.listen.addr.is_some_and(|a| a.is_ipv6() && !a.is_unspecified()) { "AAAA" } else { "A" };
+            let why = format!(
+                "kernel, name re-resolved: DNS target {n} needs nothing else from userspace, so nftables DNATs to its {fam} records; the forwarder re-resolves the name (record TTLs, {}-{} s) and replaces the addresses in one nft transaction",
+                fwc_artifacts::DNS_MIN_TTL_SECS,
+                fwc_artifacts::DNS_MAX_TTL_SECS
+            );
+            if capped {
+                (vec![BackendKind::Nftables, BackendKind::Qos], format!("{why}; the bandwidth cap is an eBPF token bucket on the marked flow"))
+            } else {
+                (vec![BackendKind::Nftables], why)
+            }
+        }
         None if capped && f.health.is_some() => (
             vec![BackendKind::Nftables, BackendKind::Qos],
             "IP-literal targets: nftables DNAT; health-checked: the forwarder probes the targets and rewrites the forward's dispatch chain when one goes down or comes back; the bandwidth cap is an eBPF token bucket on the marked flow".into(),
@@ -183,6 +205,12 @@ pub fn place_forward(f: &ForwardRule, shared: Option<&SniListener>) -> (Vec<Back
         ),
         None => (vec![BackendKind::Nftables], "IP-literal targets: nftables DNAT + masquerade (fastest path)".into()),
     }
+}
+
+/// Does a target map a listen port range onto another range (port = p - lo + to)?
+fn shifted_ports(f: &ForwardRule) -> bool {
+    let l = f.listen.value.ports;
+    !l.is_single() && f.targets.value.iter().any(|t| t.ports.is_some_and(|r| !r.is_single() && r.lo != l.lo))
 }
 
 fn mixed_families(f: &ForwardRule) -> bool {

@@ -37,7 +37,7 @@ pub fn tcp(rule: &str, targets: &[SocketAddr]) -> Listener {
 }
 
 pub fn config(listeners: Vec<Listener>) -> ForwardArtifact {
-    ForwardArtifact { version: 1, listeners, kernel_health: vec![] }
+    ForwardArtifact { version: 1, listeners, kernel_health: vec![], kernel_dns: vec![] }
 }
 
 pub fn opts() -> Options {

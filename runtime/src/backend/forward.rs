@@ -176,7 +176,12 @@ impl Backend for ForwardBackend {
                     Some(ns) => self.start_forwarder(ns.as_deref())?,
                     None => {
                         let rules: BTreeSet<&str> =
-                            cfg.listeners.iter().map(|l| l.rule.as_str()).chain(cfg.kernel_health.iter().map(|k| k.rule.as_str())).collect();
+                            cfg.listeners
+                            .iter()
+                            .map(|l| l.rule.as_str())
+                            .chain(cfg.kernel_health.iter().map(|k| k.rule.as_str()))
+                            .chain(cfg.kernel_dns.iter().map(|k| k.rule.as_str()))
+                            .collect();
                         return Err(miette!(
                             help = how_to_start(&self.state_dir),
                             "{} rule(s) need the userspace forwarder ({}), but no forwarder is running at {}",
@@ -241,9 +246,10 @@ impl Backend for ForwardBackend {
             let mut obs = Observation::default();
             if want.needs_forwarder() {
                 obs.drift.push(format!(
-                    "userspace forwarder is not running ({} listener(s), {} kernel health check(s) expected); {}",
+                    "userspace forwarder is not running ({} listener(s), {} kernel health check(s), {} kernel DNS name(s) expected); {}",
                     want.listeners.len(),
                     want.kernel_health.len(),
+                    want.kernel_dns.len(),
                     how_to_start(&self.state_dir)
                 ));
             }
@@ -274,6 +280,9 @@ impl Backend for ForwardBackend {
             }
             if st.config.kernel_health != want.kernel_health {
                 drift.push("kernel forward health checks: live settings differ from forward.json".into());
+            }
+            if st.config.kernel_dns != want.kernel_dns {
+                drift.push("kernel forwards to DNS names: live settings differ from forward.json".into());
             }
             drift.dedup();
         }

@@ -414,6 +414,7 @@ impl NftBackend {
                 } else {
                     let (want, mut live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
                     accept_health_rewrites(&want, &mut live);
+                    accept_dns_installs(&want, &mut live);
                     // The text listing (rules in nft syntax for the report) is a second full
                     // listing: taken only when there is drift to describe.
                     if describe_drift(&want, &live, None).is_empty() {
@@ -982,6 +983,36 @@ fn accept_health_rewrites(want: &Normalized, live: &mut Normalized) {
     }
 }
 
+/// The forwarder fills the DNAT chain of a kernel forward to a DNS name
+/// (forwarder/src/kernel_dns.rs), compiled empty: one live rule in an expected-empty
+/// `fdn4_<rule>` / `fdn6_<rule>` chain, with that forward's comment, matching `meta l4proto`
+/// and DNATing in the chain's family to an address or a `numgen` map of them, is what fwc
+/// wrote, not drift. Anything else in such a chain is.
+fn accept_dns_installs(want: &Normalized, live: &mut Normalized) {
+    for (kind, chain) in want.objects.keys() {
+        let fam = match chain.get(..5) {
+            Some("fdn4_") => "ip",
+            Some("fdn6_") => "ip6",
+            _ => continue,
+        };
+        if kind != "chain" || want.rules.get(chain).is_some_and(|r| !r.is_empty()) {
+            continue;
+        }
+        let Some([lr]) = live.rules.get(chain).map(Vec::as_slice) else { continue };
+        let comment = fwc_compiler::artifacts::rule_comment(fwc_compiler::artifacts::RuleKind::Forward, &chain[5..]);
+        let Some([m, nat]) = lr.get("expr").and_then(Value::as_array).map(Vec::as_slice) else { continue };
+        let l4 = m.pointer("/match/left/meta/key") == Some(&json!("l4proto"));
+        let dnat = nat.pointer("/dnat/family") == Some(&json!(fam))
+            && nat.pointer("/dnat/addr").is_some_and(|a| a.is_string() || a.pointer("/map/key/numgen").is_some());
+        if l4 && dnat && lr.get("comment") == Some(&json!(comment)) {
+            live.rules.remove(chain);
+            if let Some(w) = want.rules.get(chain) {
+                live.rules.insert(chain.clone(), w.clone());
+            }
+        }
+    }
+}
+
 fn strip_volatile(v: &mut Value) {
     match v {
         Value::Object(m) => {
@@ -1294,6 +1325,30 @@ mod tests {
         ] {
             let mut live = normalize(&live);
             accept_health_rewrites(&want, &mut live);
+            assert_eq!(describe_drift(&want, &live, None).is_empty(), ok, "{live:?}");
+        }
+    }
+
+    #[test]
+    fn dns_installs_in_an_empty_dns_chain_are_not_drift() {
+        let chain = |name: &str| json!({"chain": {"family": "inet", "table": "fwc", "name": name}});
+        let rule = |chain: &str, comment: &str, nat: Value| {
+            json!({"rule": {"family": "inet", "table": "fwc", "chain": chain, "comment": comment,
+                "expr": [{"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}, {"dnat": nat}]}})
+        };
+        let want = normalize(&json!({"nftables": [chain("fdn4_api")]}));
+        let one = json!({"family": "ip", "addr": "198.18.2.2", "port": 8443});
+        let map = json!({"family": "ip", "addr": {"map": {"key": {"numgen": {"mode": "inc", "mod": 2, "offset": 0}}, "data": {"set": [[0, "198.18.2.2"], [1, "198.18.2.3"]]}}}});
+        for (live, ok) in [
+            (vec![chain("fdn4_api")], true),
+            (vec![chain("fdn4_api"), rule("fdn4_api", "fwc:forward:api", one.clone())], true),
+            (vec![chain("fdn4_api"), rule("fdn4_api", "fwc:forward:api", map)], true),
+            (vec![chain("fdn4_api"), rule("fdn4_api", "fwc:forward:other", one.clone())], false),
+            (vec![chain("fdn4_api"), rule("fdn4_api", "fwc:forward:api", json!({"family": "ip6", "addr": "2001:db8::1"}))], false),
+            (vec![chain("fdn4_api"), rule("fdn4_api", "fwc:forward:api", one.clone()), rule("fdn4_api", "fwc:forward:api", one)], false),
+        ] {
+            let mut live = normalize(&json!({"nftables": live}));
+            accept_dns_installs(&want, &mut live);
             assert_eq!(describe_drift(&want, &live, None).is_empty(), ok, "{live:?}");
         }
     }

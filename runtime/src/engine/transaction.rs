@@ -389,7 +389,7 @@ pub fn empty_artifacts(host: &str) -> Artifacts {
     Artifacts {
         nftables: serde_json::json!({"nftables": []}).into(),
         qos: QosArtifact { version: ARTIFACT_VERSION, mark_mask: fwc_compiler::artifacts::QOS_MARK_MASK, classes: vec![] },
-        forward: ForwardArtifact { version: ARTIFACT_VERSION, listeners: vec![], kernel_health: vec![] },
+        forward: ForwardArtifact { version: ARTIFACT_VERSION, listeners: vec![], kernel_health: vec![], kernel_dns: vec![] },
         manifest: Manifest {
             version: ARTIFACT_VERSION,
             host: host.to_string(),
@@ -411,7 +411,7 @@ mod tests {
     }
 
     /// The sysctls come from the manifest the compiler wrote, per kernel forward target family;
-    /// userspace forwards (DNS targets) and addresses elsewhere in the rules need none.
+    /// userspace forwards and addresses elsewhere in the rules need none.
     #[test]
     fn sysctls_follow_kernel_forward_targets() {
         assert!(needed_sysctls(&empty_artifacts("h")).is_empty());
@@ -426,7 +426,12 @@ input { allow "lo" from="127.0.0.1" }"#,
         let a = compiled(r#"forward "local" listen=":8080" to="127.0.0.1:80""#);
         let keys: Vec<_> = needed_sysctls(&a).into_iter().map(|n| n.key).collect();
         assert_eq!(keys, vec!["net.ipv4.conf.all.route_localnet"]);
+        // A DNS target alone is a kernel forward to whatever the name resolves to: IPv4
+        // forwarding (A records; the listen address is not IPv6). In userspace it needs none.
         let a = compiled(r#"forward "dns" listen=":9000" to="example.com:80""#);
+        let keys: Vec<_> = needed_sysctls(&a).into_iter().map(|n| n.key).collect();
+        assert_eq!(keys, vec!["net.ipv4.ip_forward"]);
+        let a = compiled(r#"forward "dns" listen=":9000" to="example.com:80" backend="userspace""#);
         assert!(needed_sysctls(&a).is_empty());
     }
 }

@@ -64,6 +64,18 @@ pub(super) fn ip_targets(f: &ForwardRule) -> Vec<(IpAddr, Option<PortRange>)> {
         .collect()
 }
 
+/// The DNS name of a kernel forward to one (`select` puts only single-target ones on the kernel
+/// path) and the family it translates: AAAA records for an IPv6 listen address, else A.
+pub(super) fn dns_target(f: &ForwardRule) -> Option<(&str, Fam)> {
+    let [Target { host: TargetHost::Dns(name), .. }] = f.targets.value.as_slice() else { return None };
+    Some((name.as_str(), if listen_fam(f) == Some(Fam::V6) { Fam::V6 } else { Fam::V4 }))
+}
+
+/// The DNAT chain of a kernel forward to a DNS name (the forwarder fills it).
+pub(super) fn dns_chain(rule: &str, fam: Fam) -> String {
+    format!("fdn{}_{rule}", if fam == Fam::V4 { 4 } else { 6 })
+}
+
 pub(super) fn is_map_forward(f: &ForwardRule) -> bool {
     ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
 }
@@ -153,7 +165,8 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
     for fam in FAMS {
         let tg: Vec<(IpAddr, TPort)> =
             targets.iter().filter(|(ip, _)| Fam::of(ip) == fam).map(|(ip, p)| (*ip, TPort::of(listen, *p))).collect();
-        if tg.is_empty() || listen_fam(f).is_some_and(|lf| lf != fam) {
+        let dns = dns_target(f).filter(|(_, df)| *df == fam);
+        if (tg.is_empty() && dns.is_none()) || listen_fam(f).is_some_and(|lf| lf != fam) {
             continue;
         }
         let mut base = l4_match(Some(fproto(f.proto)), None, None);
@@ -169,7 +182,11 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
         let dport = |r: PortRange| eq(payload("th", "dport"), port_expr(r));
         let nat = |addr: E, port: Option<E>| Statement::DNAT(Some(NAT { addr: Some(addr), family: Some(fam.nat()), port, flags: None }));
         let mut rules: Vec<Vec<S>> = Vec::new();
-        if f.health.is_some() {
+        if dns.is_some() {
+            // DNS target: jump to the chain whose DNAT the forwarder writes from the answers.
+            let e = vec![eq(meta(MetaKey::Nfproto), s(fam.nfproto())), dport(listen), counter()];
+            rules.push([e, vec![Statement::Goto(JumpTarget { target: dns_chain(&f.name.value, fam).into() })]].concat());
+        } else if f.health.is_some() {
             // Health-checked: jump to the dispatch chain the forwarder rewrites.
             let mut e = vec![eq(meta(MetaKey::Nfproto), s(fam.nfproto())), dport(listen), counter()];
             e.push(Statement::Goto(JumpTarget { target: health_chain(&f.name.value, fam, None).into() }));
@@ -265,7 +282,7 @@ impl<'a> KernelForwards<'a> {
         }
         let mut kf = KernelForwards { maps: NatMaps::default(), own: Vec::new(), demoted: Vec::new() };
         for f in &plan.kernel_forwards {
-            if ip_targets(f).is_empty() {
+            if ip_targets(f).is_empty() && dns_target(f).is_none() {
                 continue;
             }
             if !is_map_forward(f) {
@@ -451,6 +468,38 @@ pub(super) fn health_chains(out: &mut Out, plan: &HostPlan) {
             out.rule(&dispatch, dispatch_rule(&names), Some(comment.clone()));
         }
     }
+}
+
+/// The (empty) DNAT chains of kernel forwards to DNS names: the forwarder installs one rule
+/// per chain once the name resolves (forwarder/src/kernel.rs).
+pub(super) fn dns_chains(out: &mut Out, plan: &HostPlan) {
+    for f in &plan.kernel_forwards {
+        if let Some((_, fam)) = dns_target(f) {
+            out.chain(&dns_chain(&f.name.value, fam), None);
+        }
+    }
+}
+
+/// forward.json's view of a kernel forward to a DNS name (see [`dns_chains`]).
+pub fn kernel_dns(f: &ForwardRule) -> Option<fwc_artifacts::KernelDns> {
+    let (name, fam) = dns_target(f)?;
+    let port = match TPort::of(f.listen.value.ports, f.targets.value[0].ports) {
+        TPort::Fixed(p) => Some(p),
+        _ => None, // select keeps shifted ranges in userspace: Keep
+    };
+    let protos = match f.proto {
+        ForwardProto::Tcp => vec![fwc_artifacts::ListenerProto::Tcp],
+        ForwardProto::Udp => vec![fwc_artifacts::ListenerProto::Udp],
+        ForwardProto::Both => vec![fwc_artifacts::ListenerProto::Tcp, fwc_artifacts::ListenerProto::Udp],
+    };
+    Some(fwc_artifacts::KernelDns {
+        rule: f.name.value.clone(),
+        name: name.to_string(),
+        family: if fam == Fam::V4 { 4 } else { 6 },
+        chain: dns_chain(&f.name.value, fam),
+        protos,
+        port,
+    })
 }
 
 /// forward.json's view of a health-checked kernel forward's chains (see [`health_chains`]).

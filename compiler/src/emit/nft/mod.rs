@@ -189,7 +189,7 @@ use expr::*;
 use family::*;
 use filters::*;
 use forwards::*;
-pub use forwards::{health_dispatch, health_probe_targets};
+pub use forwards::{health_dispatch, health_probe_targets, kernel_dns};
 pub use names::*;
 use out::*;
 use qos_marks::*;
@@ -212,6 +212,7 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
     if nat.is_some() {
         declare_nat_chains(&mut out);
         health_chains(&mut out, plan);
+        dns_chains(&mut out, plan);
     }
     for c in &plan.chains {
         match c.kind {
