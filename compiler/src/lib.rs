@@ -43,7 +43,7 @@ pub struct HostView {
 /// Parse and check `host`'s view of the repository (None = the only host). Templates are
 /// rendered for that host. All errors found are returned together.
 pub fn load_host(tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diagnostics> {
-    ParsedRepo::parse(tree)?.load_host(tree, host)
+    ParsedRepo::parse(tree)?.into_host(tree, host)
 }
 
 /// A repository's plain (non-template) files, parsed once and shared by every host's view.
@@ -69,9 +69,15 @@ impl ParsedRepo {
     /// `host`'s view: the shared parse plus the templates rendered for it, its set files and
     /// the checks. The same as [`load_host`] without parsing the plain files again.
     pub fn load_host(&self, tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diagnostics> {
+        self.clone().into_host(tree, host)
+    }
+
+    /// [`ParsedRepo::load_host`] for the last (or only) host: the parse becomes the view
+    /// without a copy of the model and sources (a one-host compile held both).
+    pub fn into_host(self, tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diagnostics> {
         let host = pick_host(&self.plain, host)?;
-        let mut map = self.map.clone();
-        let mut ruleset = syntax::add_templates(tree, &mut map, self.plain.clone(), &host)?;
+        let ParsedRepo { mut map, plain } = self;
+        let mut ruleset = syntax::add_templates(tree, &mut map, plain, &host)?;
         limits::check_ruleset(&map, &ruleset)?;
         setfile::load_all(tree, &mut map, &mut ruleset)?;
         let mut warnings = check::check(&map, &ruleset)?;

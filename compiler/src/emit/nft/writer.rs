@@ -106,17 +106,19 @@ impl Document {
     }
 
     /// The finished text with `rest` appended, as `to_pretty` prints it (trailing newline).
-    pub(super) fn finish(mut self, rest: Members) -> String {
-        self.text.reserve_exact(rest.text.len() + 8);
+    /// The rules (`rest`, most of the text) are not copied into a second buffer: the objects
+    /// are moved in front of them inside the rules' buffer, whose growth usually left room.
+    pub(super) fn finish(self, rest: Members) -> String {
         let empty = self.members == 0 && rest.members == 0;
-        match (self.members, rest.members) {
-            (0, 0) => {}
-            (0, _) => self.text.extend_from_slice(&rest.text[1..]),
-            _ => self.text.extend_from_slice(&rest.text),
+        let mut text = rest.text;
+        if self.members == 0 && rest.members > 0 {
+            text.remove(0); // the rules' leading comma
         }
-        drop(rest);
-        self.text.extend_from_slice(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" });
-        String::from_utf8(self.text).expect("serde_json writes UTF-8")
+        let head = self.text;
+        text.reserve(head.len() + 8);
+        text.splice(0..0, head);
+        text.extend_from_slice(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" });
+        String::from_utf8(text).expect("serde_json writes UTF-8")
     }
 }
 
