@@ -107,7 +107,7 @@ impl Document {
 
     /// The finished text with `rest` appended, as `to_pretty` prints it (trailing newline).
     /// The rules (`rest`, most of the text) are not copied into a second buffer: the objects
-    /// are moved in front of them inside the rules' buffer, whose growth usually left room.
+    /// are moved in front of them inside the rules' buffer.
     pub(super) fn finish(self, rest: Members) -> String {
         let empty = self.members == 0 && rest.members == 0;
         let mut text = rest.text;
@@ -115,7 +115,8 @@ impl Document {
             text.remove(0); // the rules' leading comma
         }
         let head = self.text;
-        text.reserve(head.len() + 8);
+        // Exact: the text's final size, not a doubled capacity.
+        text.reserve_exact(head.len() + 8);
         text.splice(0..0, head);
         text.extend_from_slice(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" });
         String::from_utf8(text).expect("serde_json writes UTF-8")
