@@ -21,7 +21,7 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &N
     let forwards: BTreeMap<&str, &ForwardRule> =
         plan.kernel_forwards.iter().chain(&plan.userspace_forwards).map(|f| (f.name.value.as_str(), *f)).collect();
     let shapes: BTreeMap<&str, &ShapeRule> = plan.shapes.iter().map(|s| (s.name.value.as_str(), *s)).collect();
-    let mut rules = Vec::new();
+    let mut rules = Vec::with_capacity(plan.placements.len());
     for p in &plan.placements {
         let name = p.name.as_str();
         let (summary, digest, source) = match p.kind {
