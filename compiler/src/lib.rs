@@ -80,6 +80,7 @@ impl ParsedRepo {
         let mut ruleset = syntax::add_templates(tree, &mut map, plain, &host)?;
         limits::check_ruleset(&map, &ruleset)?;
         setfile::load_all(tree, &mut map, &mut ruleset)?;
+        ruleset.shrink_to_fit();
         let mut warnings = check::check(&map, &ruleset)?;
         warnings.0.extend(lint::lint(&map, &ruleset).0);
         Ok(HostView { host, ruleset, map, warnings })

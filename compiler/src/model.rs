@@ -48,6 +48,19 @@ pub struct Ruleset {
     pub shapes: Vec<ShapeRule>,
 }
 
+impl Ruleset {
+    /// Drop the spare capacity the parse left (its vectors grew by doubling): a compile keeps
+    /// the model until the artifacts are written.
+    pub fn shrink_to_fit(&mut self) {
+        self.hosts.shrink_to_fit();
+        self.sets.shrink_to_fit();
+        self.chains.shrink_to_fit();
+        self.chains.iter_mut().for_each(|c| c.rules.shrink_to_fit());
+        self.forwards.shrink_to_fit();
+        self.shapes.shrink_to_fit();
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Host {
     pub name: Spanned<String>,

@@ -320,6 +320,7 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
         });
     }
     placements.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    placements.shrink_to_fit();
 
     let qos_classes = classes::assign_classes(&kernel_forwards, &shapes);
     let set_index = sets.iter().map(|s| (s.name.value.as_str(), *s)).collect();
