@@ -64,6 +64,7 @@ input policy=accept {
     deny "no-telnet" proto=tcp port=23
 }
 forward "web" listen=":8080" to="198.18.1.2:80"
+forward "tls" listen=":443" to="198.18.1.2:443" backend="userspace"
 shape "guests" from="198.18.1.0/24" rate="20mbit" dev="fwcp0"
 EOF
 g add fwc.kdl && g commit -q -S -m "pod test"
@@ -72,9 +73,11 @@ git init -q --bare "$work/rules.git" && g push -q "$work/rules.git" HEAD:main
 # 4. The pod's container: the manifest's capabilities, the namespace, the hostPath volumes
 # (bpffs with HostToContainer propagation = rslave), /proc/sys read-only as in any
 # unprivileged container.
-agent() {
+agent() { agent_with "$caps" "$@"; }
+agent_with() {
+  local with=$1; shift
   podman "${runtime[@]}" run --rm --name "$CT" --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
-    --cap-drop ALL --cap-add "$caps" --network "ns:/run/netns/$NS" \
+    --cap-drop ALL --cap-add "$with" --network "ns:/run/netns/$NS" \
     -v "$bpffs:/sys/fs/bpf:rslave" -v "$work/state:/var/lib/fwc" -v "$work/signers:/etc/fwc/signers:ro" \
     -v "$work/rules.git:/rules.git:ro" -e NODE_NAME=node-1 "$IMAGE" \
     agent --once --repo file:///rules.git --host node-1 --state-dir /var/lib/fwc --metrics off \
@@ -96,14 +99,23 @@ if ip netns exec "$NS" nft list table inet fwc >/dev/null 2>&1; then fail "table
 podman "${runtime[@]}" run --rm --name "$CT-init" --privileged --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
   --network "ns:/run/netns/$NS" --entrypoint /bin/sh "$IMAGE" -c "$init_cmd"
 [ "$(ip netns exec "$NS" cat /proc/sys/net/ipv4/ip_forward)" = 1 ] || fail "the init container did not set ip_forward"
+# Each capability is needed: without any one of them the apply fails and nothing is left.
+for c in ${caps//,/ }; do
+  without=$(tr , '\n' <<<"$caps" | grep -vx "$c" | paste -sd,)
+  if out=$(agent_with "$without" 2>&1); then fail "the agent succeeded without CAP_$c:
+$out"; fi
+  if ip netns exec "$NS" nft list table inet fwc >/dev/null 2>&1; then fail "table inet fwc left behind without CAP_$c"; fi
+  echo "pod: without CAP_$c: $(grep -m1 -o 'reason=.*' <<<"$out" | cut -c1-160)"
+done
 set +e; out=$(agent 2>&1); rc=$?; set -e
 [ "$rc" = 0 ] || fail "the agent failed (exit $rc) after the init container:
 $out"
 echo "pod: after the init container: exit 0"
 
 # 5. From outside the container.
-ip netns exec "$NS" nft list table inet fwc | grep -q 'no-telnet' || fail "no rule no-telnet in the namespace's table inet fwc"
-ip netns exec "$NS" nft list table inet fwc | grep -q 'dnat' || fail "no dnat for the forward in table inet fwc"
+table=$(ip netns exec "$NS" nft list table inet fwc) || fail "no table inet fwc in the namespace"
+grep -q 'no-telnet' <<<"$table" || fail "no rule no-telnet in the namespace's table inet fwc"
+grep -q 'dnat' <<<"$table" || fail "no dnat for the forward in table inet fwc"
 pins=$(cd "$bpffs" && find . -mindepth 1 | sort | tr '\n' ' ')
 grep -q 'prog' <<<"$pins" || fail "no QoS program pinned in the bpffs: $pins"
 echo "pod: pinned in the bpffs: $pins"
