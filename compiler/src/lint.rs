@@ -18,6 +18,27 @@ use crate::model::*;
 use crate::select::place_forward;
 use crate::source::SourceMap;
 
+mod shadow_index;
+use shadow_index::ShadowIndex;
+
+/// The chains the `shadowed-rule` lint looks at.
+const SHADOW_CHAINS: [ChainKind; 4] = [ChainKind::Input, ChainKind::Forward, ChainKind::Output, ChainKind::Containers];
+
+/// Every `shadowed-rule` finding of `rs` as `(chain, shadowed rule, first covering rule)`,
+/// rule indices within the chain (all its blocks in file order). `reference_scan` compares
+/// every pair of rules instead of using the index: the oracle the index is tested against
+/// (`bench/tests/shadow_index.rs`, and the random chains here); not for production use.
+#[doc(hidden)]
+pub fn shadowed_pairs(map: &SourceMap, rs: &Ruleset, reference_scan: bool) -> Vec<(ChainKind, usize, usize)> {
+    let mut l = Linter { map, rs, out: Diagnostics::default(), intervals: BTreeMap::new() };
+    let mut out = Vec::new();
+    for kind in SHADOW_CHAINS {
+        let (rules, _) = l.chain(kind);
+        out.extend(l.first_covers(&rules, reference_scan).into_iter().map(|(j, i)| (kind, j, i)));
+    }
+    out
+}
+
 /// The port SSH listens on in the lockout lint.
 pub const SSH_PORT: u16 = 22;
 
@@ -325,26 +346,48 @@ impl<'a> Linter<'a> {
     }
 
     fn shadowed(&mut self) {
-        for kind in [ChainKind::Input, ChainKind::Forward, ChainKind::Output, ChainKind::Containers] {
+        for kind in SHADOW_CHAINS {
             let (rules, _) = self.chain(kind);
-            // Quadratic in the rules of a chain: the per-pair test must be a few compares.
-            let hulls: Vec<Hull> = rules.iter().map(|r| self.hull(r)).collect();
-            for (j, b) in rules.iter().enumerate() {
-                let by = (0..j).find(|&i| hulls[i].may_cover(&hulls[j]) && self.covers(rules[i], b)).map(|i| rules[i]);
-                if let Some(a) = by {
-                    let rule = format!("{} \"{}\"", b.action.as_str(), b.name.value);
-                    let at = self.line_of(a.name.span);
-                    self.warn(
-                        "shadowed-rule",
-                        &rule,
-                        format!("rule \"{}\" is never reached: \"{}\" ({at}) earlier in the {} chain matches everything it matches", b.name.value, a.name.value, kind.as_str()),
-                        b.name.span,
-                        "never matches",
-                        format!("remove \"{}\", narrow \"{}\", or move \"{}\" above it", b.name.value, a.name.value, b.name.value),
-                    );
-                }
+            for (j, i) in self.first_covers(&rules, false) {
+                let (a, b) = (rules[i], rules[j]);
+                let rule = format!("{} \"{}\"", b.action.as_str(), b.name.value);
+                let at = self.line_of(a.name.span);
+                self.warn(
+                    "shadowed-rule",
+                    &rule,
+                    format!("rule \"{}\" is never reached: \"{}\" ({at}) earlier in the {} chain matches everything it matches", b.name.value, a.name.value, kind.as_str()),
+                    b.name.span,
+                    "never matches",
+                    format!("remove \"{}\", narrow \"{}\", or move \"{}\" above it", b.name.value, a.name.value, b.name.value),
+                );
             }
         }
+    }
+
+    /// Each rule of `rules` that an earlier rule covers, with the first such rule:
+    /// `(shadowed, first cover)` as indices into `rules`. Found with [`ShadowIndex`];
+    /// `reference_scan` instead compares every pair (quadratic: the tests' oracle only).
+    fn first_covers(&mut self, rules: &[&'a FilterRule], reference_scan: bool) -> Vec<(usize, usize)> {
+        let hulls: Vec<Hull> = rules.iter().map(|r| self.hull(r)).collect();
+        let mut out = Vec::new();
+        if reference_scan {
+            for j in 0..rules.len() {
+                if let Some(i) = (0..j).find(|&i| hulls[i].may_cover(&hulls[j]) && self.covers(rules[i], rules[j])) {
+                    out.push((j, i));
+                }
+            }
+            return out;
+        }
+        let index = ShadowIndex::new(rules, &hulls);
+        for j in 0..rules.len() {
+            let first = index.first_cover(j, |cands| {
+                cands.iter().copied().find(|&i| hulls[i as usize].may_cover(&hulls[j]) && self.covers(rules[i as usize], rules[j]))
+            });
+            if let Some(i) = first {
+                out.push((j, i));
+            }
+        }
+        out
     }
 
     /// The bounds of a rule's match properties (see [`Hull`]).
@@ -547,6 +590,59 @@ input {
             }
         }
         assert!(covering > rules.len() + 10, "the case exercises covering pairs ({covering})");
+    }
+
+    /// The index finds exactly what the pairwise scan finds (same shadowed rules, same first
+    /// cover) on random small chains drawn from a vocabulary where covering is common:
+    /// overlapping ports, nested prefixes of both families, static and dynamic sets,
+    /// interfaces, host selectors and rates.
+    #[test]
+    fn shadow_index_matches_the_pairwise_scan_on_random_chains() {
+        let pick = |rng: &mut fastrand::Rng, xs: &[&'static str]| xs[rng.usize(..xs.len())];
+        let protos = ["", "", " proto=tcp", " proto=udp", " proto=both"];
+        let ports = ["", "", " port=22", " port=\"20-30\"", " port=\"22,80\"", " port=\"1-1000\"", " port=80", " port=\"1-65535\""];
+        let sports = ["", "", "", " sport=\"1024-65535\"", " sport=53"];
+        // Per family (IPv4, IPv6, both): `from` and `to` of one rule are drawn from one.
+        let addrs: [&[&str]; 3] = [
+            &["10.0.0.0/8", "10.1.0.0/16", "10.1.2.3", "10.1.2.0-10.1.3.255", "@one", "0.0.0.0/0"],
+            &["2001:db8::/32", "2001:db8:1::/48", "@v6", "::/0"],
+            &["10.0.0.0/8,2001:db8::/32", "@office", "@banned"],
+        ];
+        let ifs = ["", "", "", " in=eth0", " in=eth1"];
+        let ons = ["", "", "", " on=\"role=edge\"", " on=\"edge-1\""];
+        let extras = ["", "", "", "", " rate=\"5/second\"", " log=#true"];
+        let actions = ["allow", "deny", "reject"];
+        let mut found = 0;
+        for seed in 0..400u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut kdl = String::from("fwc 1\nset \"office\" \"10.1.0.0/16\" \"2001:db8:1::/48\"\nset \"one\" \"10.1.2.3\"\nset \"v6\" \"2001:db8:1:2::/64\"\nset \"banned\" dynamic=#true\nhost \"edge-1\" {\n    labels role=edge\n}\n");
+            for chain in ["input", "output"] {
+                kdl.push_str(&format!("{chain} {{\n"));
+                for r in 0..rng.usize(2..40) {
+                    let port = pick(&mut rng, &ports);
+                    let proto = if port.is_empty() { pick(&mut rng, &protos) } else { [" proto=tcp", " proto=udp", " proto=both"][rng.usize(..3)] };
+                    let sport = if port.is_empty() { "" } else { pick(&mut rng, &sports) };
+                    let fam = addrs[rng.usize(..3)];
+                    let mut addr = |key: &str| if rng.bool() { format!(" {key}=\"{}\"", pick(&mut rng, fam)) } else { String::new() };
+                    let (from, to) = (addr("from"), addr("to"));
+                    let iface = if chain == "output" { pick(&mut rng, &ifs).replace(" in=", " out=") } else { pick(&mut rng, &ifs).to_string() };
+                    kdl.push_str(&format!(
+                        "    {} \"{chain}{r}\"{proto}{port}{sport}{from}{to}{iface}{}{}\n",
+                        pick(&mut rng, &actions),
+                        pick(&mut rng, &ons),
+                        pick(&mut rng, &extras)
+                    ));
+                }
+                kdl.push_str("}\n");
+            }
+            let tree = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.clone())]);
+            // Some draws are refused (e.g. `from` and `to` of different families): skip them.
+            let view = crate::load_host(&tree, Some("edge-1")).unwrap_or_else(|e| panic!("{}\n{kdl}", e.0[0].message));
+            let indexed = shadowed_pairs(&view.map, &view.ruleset, false);
+            assert_eq!(indexed, shadowed_pairs(&view.map, &view.ruleset, true), "seed {seed}:\n{kdl}");
+            found += indexed.len();
+        }
+        assert!(found > 1000, "the chains exercise shadowing ({found} findings)");
     }
 
     #[test]
