@@ -23,10 +23,12 @@ if [ -z "$IN_CONTAINER" ]; then
 fi
 command -v podman >/dev/null || { echo "container test: podman is not installed (apt-get install podman)" >&2; exit 1; }
 BASE=docker.io/library/debian:bookworm-slim
-TAG=localhost/fwc-agent:test
-BIN_IMAGE=localhost/fwc-prebuilt:test
+# Unique tags: another run (CI, a second checkout) may use podman at the same time.
+run_id="t$$-$RANDOM"
+TAG=localhost/fwc-agent:$run_id
+BIN_IMAGE=localhost/fwc-prebuilt:$run_id
 work=$(mktemp -d /tmp/fwc-t-container.XXXXXX)
-# FWC_KEEP_IMAGE=1 keeps $TAG for a look after the run.
+# FWC_KEEP_IMAGE=1 keeps $TAG for a look after the run (its name is printed).
 trap 'rm -rf "$work"; podman rmi -f "$BIN_IMAGE" >/dev/null 2>&1; [ -n "${FWC_KEEP_IMAGE:-}" ] || podman rmi -f "$TAG" >/dev/null 2>&1 || true' EXIT
 
 # 1. The base image, made locally when no registry is reachable.
@@ -79,4 +81,7 @@ if out=$("${run[@]}" -v "$work/bad:/repo:ro" "$TAG" check /repo 2>&1); then
   echo "container test: a bad rule file passed check" >&2; exit 1
 fi
 grep -q 'fwc.kdl:3:32' <<<"$out" || { echo "container test: no position in: $out" >&2; exit 1; }
+# 5. The DaemonSet's pod: its container's capabilities and mounts, the agent in a scratch namespace.
+[ -n "${FWC_SKIP_POD:-}" ] || packaging/container/pod-test.sh "$TAG" "${runtime[@]}"
+[ -z "${FWC_KEEP_IMAGE:-}" ] || echo "container: kept image $TAG"
 echo "container test: ok"

@@ -199,8 +199,13 @@ fn the_deb_installs_binary_unit_man_pages_and_completions() {
 
 /// The agent image: packaging/container/test.sh builds the Containerfile's runtime stage with
 /// podman around this test's binary (base image made by debootstrap when no registry is
-/// reachable) and runs the image's `fwc --version` and `fwc check` (good and broken repo).
-/// About 1.5 min the first time on a machine (debootstrap), 20 s after.
+/// reachable) and runs the image's `fwc --version` and `fwc check` (good and broken repo); then
+/// packaging/container/pod-test.sh runs it as fwc-agent-daemonset.yaml's pod container (the
+/// manifest's capabilities, a scratch namespace for hostNetwork, a fresh bpffs for the bpffs
+/// hostPath, `fwc agent --once` on a signed commit) and checks from outside that the table,
+/// the QoS pins and the TCX link are there, that /proc/sys without the init container fails
+/// naming the sysctl, and that each capability is needed.
+/// About 1.5 min the first time on a machine (debootstrap), 30 s after.
 #[test]
 fn the_container_image_builds_and_runs_fwc_check() {
     let name = "the_container_image_builds_and_runs_fwc_check";
@@ -208,6 +213,10 @@ fn the_container_image_builds_and_runs_fwc_check() {
         || !fwc_testkit::tool(name, "podman", "podman")
         || !fwc_testkit::tool(name, "runc", "runc")
         || !fwc_testkit::tool(name, "debootstrap", "debootstrap")
+        || !fwc_testkit::tool(name, "bpftool", "bpftool")
+        || !fwc_testkit::tool(name, "git", "git")
+        || !fwc_testkit::tool(name, "ssh-keygen", "openssh-client")
+        || !fwc_testkit::tool(name, "python3", "python3")
     {
         return;
     }
@@ -215,5 +224,14 @@ fn the_container_image_builds_and_runs_fwc_check() {
     let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "packaging/container/test.sh failed:\n{out}");
     assert!(out.contains(&format!("container: fwc {}", env!("CARGO_PKG_VERSION"))), "{out}");
-    assert!(out.contains("container test: ok"), "{out}");
+    for want in [
+        "pod: capabilities NET_ADMIN,SYS_ADMIN,NET_BIND_SERVICE",
+        "cannot set net.ipv4.ip_forward=1 (/proc/sys/net/ipv4/ip_forward): Read-only file system",
+        "pod: without CAP_NET_BIND_SERVICE: reason=forwarder prepare failed: cannot bind: tls (tcp [::]:443): Permission denied",
+        "pod: after the init container: exit 0",
+        "pod test: ok",
+        "container test: ok",
+    ] {
+        assert!(out.contains(want), "no {want:?} in:\n{out}");
+    }
 }
