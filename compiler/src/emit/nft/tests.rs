@@ -120,3 +120,29 @@ fn written_text_is_serde_jsons_pretty_print() {
     assert_eq!(doc.text(), crate::artifacts::to_pretty(&expected));
     assert_eq!(Out::default().finish().text(), "{\n  \"nftables\": []\n}\n");
 }
+
+/// The rules' buffer becomes the document (objects moved in front of the rules): every mix of
+/// empty and non-empty halves, rules emitted before and between objects, is still the pretty
+/// print of objects-then-rules.
+#[test]
+fn objects_then_rules_whatever_the_order_of_emission() {
+    let table = || NfListObject::Table(Table { family: NfFamily::INet, name: NFT_TABLE.into(), handle: None });
+    let chain = |n: &str| json!({"add": {"chain": {"family": "inet", "table": "fwc", "name": n}}});
+    let rule = |c: &str| json!({"add": {"rule": {"family": "inet", "table": "fwc", "chain": c, "expr": []}}});
+    let mut only_rules = Out::default();
+    only_rules.rule("a", vec![], None);
+    only_rules.rule("b", vec![], None);
+    assert_eq!(only_rules.finish().text(), crate::artifacts::to_pretty(&json!({"nftables": [rule("a"), rule("b")]})));
+    let mut only_objects = Out::default();
+    only_objects.add(table());
+    only_objects.chain("a", None);
+    let table_json = json!({"add": {"table": {"family": "inet", "name": "fwc"}}});
+    assert_eq!(only_objects.finish().text(), crate::artifacts::to_pretty(&json!({"nftables": [table_json.clone(), chain("a")]})));
+    let mut mixed = Out::default();
+    mixed.rule("a", vec![], None);
+    mixed.add(table());
+    mixed.rule("b", vec![], None);
+    mixed.chain("a", None);
+    let expected = json!({"nftables": [table_json, chain("a"), rule("a"), rule("b")]});
+    assert_eq!(mixed.finish().text(), crate::artifacts::to_pretty(&expected));
+}
