@@ -74,3 +74,33 @@ fn capped_forward_is_shaped_by_the_ebpf_program_inside_the_namespace() {
     let log = String::from_utf8_lossy(&o.stdout).to_string();
     assert_eq!(log.matches("\"action\": \"apply\"").count() + log.matches("\"action\":\"apply\"").count(), 2, "{log}");
 }
+
+/// A first apply whose nftables commit fails is rolled back to nothing, and "nothing" includes
+/// the QoS maps its prepare pinned: the pin root is gone afterwards (it was left behind, with
+/// fwc saying "Every backend is back on nothing").
+#[test]
+fn a_failed_first_apply_leaves_no_qos_pins() {
+    if !privileged("a_failed_first_apply_leaves_no_qos_pins") {
+        return;
+    }
+    let t = Topology::new();
+    let pins = format!("/sys/fs/bpf/fwc-netns-{}", t.host.name);
+    let _pins = PinGuard(pins.clone());
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(repo.path().join("fwc.kdl"), "fwc 1\nforward \"bulk\" listen=\":5000\" to=\"198.18.2.2:5001\" bandwidth=\"10mbit\"\n").unwrap();
+    let state = repo.path().join("state");
+    let (st, dir) = (state.to_str().unwrap(), repo.path().to_str().unwrap());
+    let o = Command::new(env!("CARGO_BIN_EXE_fwc"))
+        .args(["apply", dir, "--netns", &t.host.name, "--state-dir", st, "--auto-approve"])
+        .env("FWC_TEST_FAIL", "commit:nftables")
+        .output()
+        .unwrap();
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!o.status.success(), "the injected commit failure did not fail the apply:\n{out}");
+    assert!(out.contains("back on nothing"), "{out}");
+    assert!(!std::path::Path::new(&pins).exists(), "the rolled-back first apply left QoS pins in {pins}:\n{out}");
+    // And the next, unhindered apply still works from there.
+    let o = fwc(&["apply", dir, "--netns", &t.host.name, "--state-dir", st, "--auto-approve"]);
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(std::path::Path::new(&pins).join("fwc_qos_cfg").exists(), "no pins after a successful apply");
+}

@@ -123,11 +123,67 @@ fn packaged_units_verify_and_rate_at_most_4_0() {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no exposure level in:\n{out}\n{}", String::from_utf8_lossy(&o.stderr)));
         assert!(level <= 4.0, "{}: exposure {level} > 4.0\n{out}", unit.display());
-        // What fwc needs and no more: no CAP_SYS_ADMIN, no ambient capabilities.
+        // What fwc needs and no more (that it is enough: the_agent_units_capabilities_are_enough_to_apply).
         let text = std::fs::read_to_string(&unit).unwrap();
-        let bounding = text.lines().find(|l| l.starts_with("CapabilityBoundingSet=")).expect("a bounding set");
-        assert!(bounding.contains("CAP_NET_ADMIN") && !bounding.contains("CAP_SYS_ADMIN"), "{bounding}");
+        let bounding = unit_setting(&text, "CapabilityBoundingSet").expect("a bounding set");
+        let mut caps: Vec<&str> = bounding.split_whitespace().collect();
+        caps.sort();
+        assert_eq!(caps, ["CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_SYS_ADMIN"], "{}", unit.display());
+        assert_eq!(unit_setting(&text, "AmbientCapabilities"), Some(""), "{}: ambient capabilities add nothing for root", unit.display());
     }
+}
+
+/// The value of `Key=` in a unit file (the last assignment wins, as in systemd).
+fn unit_setting<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines().filter_map(|l| l.strip_prefix(key)?.strip_prefix('=')).last().map(str::trim)
+}
+
+/// The agent unit's privileges are enough for an apply: `fwc apply` runs with exactly the
+/// unit's `CapabilityBoundingSet=`, `SecureBits=` and `NoNewPrivileges=` (through `setpriv`,
+/// as systemd sets them) in a test namespace, on rules that need every granted capability: a
+/// filter and a kernel forward (nftables, rendered in a scratch namespace: CAP_SYS_ADMIN), an
+/// `ip_forward` sysctl, a userspace forward on port 443. The unit once lacked CAP_SYS_ADMIN and
+/// every apply failed with "unshare failed: Operation not permitted". Seccomp settings
+/// (`SystemCallFilter=`, `RestrictNamespaces=`) need a running systemd and are not exercised.
+#[test]
+fn the_agent_units_capabilities_are_enough_to_apply() {
+    let name = "the_agent_units_capabilities_are_enough_to_apply";
+    if !fwc_testkit::privileged(name) || !fwc_testkit::tool(name, "setpriv", "util-linux") {
+        return;
+    }
+    let text = std::fs::read_to_string(repo_root().join("packaging/systemd/fwc-agent.service")).unwrap();
+    let caps: Vec<String> = unit_setting(&text, "CapabilityBoundingSet")
+        .expect("a bounding set")
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let mut setpriv = vec!["setpriv".to_string(), "--bounding-set".into(), format!("-all,{}", caps.join(","))];
+    if let Some(bits) = unit_setting(&text, "SecureBits").filter(|b| !b.is_empty()) {
+        let bits: Vec<String> = bits.split_whitespace().map(|b| format!("+{}", b.replace('-', "_"))).collect();
+        setpriv.extend(["--securebits".into(), bits.join(",")]);
+    }
+    if unit_setting(&text, "NoNewPrivileges") == Some("yes") {
+        setpriv.push("--no-new-privs".into());
+    }
+
+    let ns = fwc_testkit::Netns::new("unit");
+    let dir = tempfile::tempdir().unwrap();
+    let repo = fwc_testkit::rule_repo(
+        dir.path(),
+        "fwc 1\ninput policy=accept {\n    deny \"no-telnet\" proto=tcp port=23\n}\nforward \"web\" listen=\":8080\" to=\"198.18.1.2:80\"\nforward \"tls\" listen=\":443\" to=\"198.18.1.2:443\" backend=\"userspace\"\n",
+    );
+    let state = dir.path().join("state");
+    let mut argv: Vec<String> = setpriv.clone();
+    argv.extend(["--".into(), env!("CARGO_BIN_EXE_fwc").into(), "apply".into(), repo.display().to_string()]);
+    argv.extend(["--state-dir".into(), state.display().to_string(), "--auto-approve".into()]);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let o = ns.try_exec(&argv);
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "fwc apply with the unit's privileges ({}) failed:\n{out}", setpriv.join(" "));
+    let table = ns.exec(&["nft", "list", "table", "inet", "fwc"]);
+    assert!(table.contains("dnat") && table.contains("no-telnet"), "{table}");
+    assert_eq!(ns.exec(&["cat", "/proc/sys/net/ipv4/ip_forward"]).trim(), "1");
+    assert!(ns.exec(&["ss", "-Htln", "sport = :443"]).contains(":443"), "the forwarder does not listen on :443\n{out}");
 }
 
 /// The Debian package: packaging/deb/build.sh (cargo-deb, [package.metadata.deb] of

@@ -49,6 +49,9 @@ pub struct QosBackend {
     /// A commit of this transaction started: only then has rollback anything to undo (a
     /// refused prepare must leave the dataplane, maybe another owner's, untouched).
     committed: bool,
+    /// This transaction's prepare created the pin root (loading pins the maps): a rollback
+    /// before commit removes it again, so a failed first apply leaves no pins behind.
+    created_pins: bool,
 }
 
 impl Default for QosBackend {
@@ -60,7 +63,7 @@ impl Default for QosBackend {
 impl QosBackend {
     /// A backend that pins under `pin_root` (default `/sys/fs/bpf/fwc`).
     pub fn new(pin_root: impl AsRef<Path>) -> QosBackend {
-        QosBackend { pin_root: pin_root.as_ref().to_path_buf(), qos: None, staged: None, unusable: None, owner: None, committed: false }
+        QosBackend { pin_root: pin_root.as_ref().to_path_buf(), qos: None, staged: None, unusable: None, owner: None, committed: false, created_pins: false }
     }
 
     /// Managed by the state dir `state_dir`: one owner per network namespace.
@@ -368,9 +371,12 @@ impl Backend for QosBackend {
                 p.classes.len()
             ));
         }
+        self.created_pins = false;
         if !p.classes.is_empty() || self.pinned() {
             self.check_owner()?;
+            let was_pinned = self.pinned();
             self.loaded()?; // load + verify the object now: a refusal stops the apply here
+            self.created_pins = !was_pinned && self.pinned();
         }
         self.staged = Some(p);
         Ok(())
@@ -389,7 +395,13 @@ impl Backend for QosBackend {
     fn rollback(&mut self, previous: Option<&Artifacts>) -> Result<()> {
         self.staged = None;
         if !std::mem::replace(&mut self.committed, false) {
-            return Ok(()); // nothing of this transaction reached the dataplane
+            // Nothing of this transaction reached the dataplane; only the maps pinned by its
+            // prepare, when there were none before, are taken away again.
+            if std::mem::replace(&mut self.created_pins, false) {
+                self.qos = None;
+                fwc_qos::detach_all(&self.pin_root).map_err(|e| miette!("eBPF QoS: {e}"))?;
+            }
+            return Ok(());
         }
         match previous {
             Some(prev) => {
