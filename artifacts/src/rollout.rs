@@ -1,0 +1,211 @@
+//! The fleet-rollout contract: the rollout policy as the compiler hands it out (compiled from
+//! `rollout { wave … }`), and the rollout state file the controller commits to the rollout ref
+//! and every agent reads. Plain data plus the stable host hash; no decisions live here.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The branch (in the rule repository) whose tip holds the rollout state: `refs/heads/fwc-rollout`.
+pub const DEFAULT_ROLLOUT_BRANCH: &str = "fwc-rollout";
+
+/// The one file at the root of the rollout branch's tree.
+pub const ROLLOUT_STATE_FILE: &str = "rollout.json";
+
+/// Version of [`RolloutState`]'s format.
+pub const ROLLOUT_STATE_VERSION: u32 = 1;
+
+/// Percent buckets are computed on this many slots (so `percent=0.5` would be expressible).
+pub const HOST_BUCKETS: u32 = 10_000;
+
+/// The stable bucket of a host in `0..HOST_BUCKETS`: the first 8 bytes of SHA-256 of
+/// `"fwc-rollout:" + host` as a big-endian integer, modulo [`HOST_BUCKETS`]. It depends on the
+/// host name only, so a host's wave never changes between commits or when other hosts come
+/// and go.
+pub fn host_bucket(host: &str) -> u32 {
+    let digest = Sha256::new().chain_update(b"fwc-rollout:").chain_update(host.as_bytes()).finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(first) % u64::from(HOST_BUCKETS)) as u32
+}
+
+/// `rollout { … }` as compiled: the waves in order. A repository without `rollout` has no policy
+/// (and the agent behaves as without a fleet rollout).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutPolicy {
+    /// In promotion order; the last wave takes every host not in an earlier one.
+    pub waves: Vec<Wave>,
+    /// Checks every agent runs after each apply, besides fetching the git remote (the
+    /// self-check); a failure reverts the apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<Probe>,
+}
+
+/// One wave of a rollout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Wave {
+    pub name: String,
+    pub select: WaveSelect,
+    /// How long this wave must have been fully applied and healthy before the next one is
+    /// promoted (seconds; 0 = none).
+    #[serde(default)]
+    pub soak_secs: u64,
+    /// How many hosts of this wave may be missing (not reporting) without halting the rollout.
+    #[serde(default)]
+    pub max_unavailable: MaxUnavailable,
+    /// PromQL gates that must hold before the *next* wave is promoted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<Gate>,
+}
+
+/// How a wave picks its hosts (among the hosts no earlier wave took).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum WaveSelect {
+    /// `on="role=canary"` / `on="host-1"`: the selector text, matched exactly as a rule's `on=`.
+    On(String),
+    /// `percent=50`: hosts whose [`host_bucket`] is below `percent * 100` (of the hosts left).
+    Percent(u8),
+    /// Neither: every host left (only meaningful, and required, for the last wave).
+    Rest,
+}
+
+/// `max-unavailable=`: a count of hosts or a percentage of the wave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum MaxUnavailable {
+    Hosts(u32),
+    Percent(u8),
+}
+
+impl Default for MaxUnavailable {
+    fn default() -> Self {
+        MaxUnavailable::Hosts(0)
+    }
+}
+
+/// A health gate: a PromQL expression whose value is compared with a threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Gate {
+    pub name: String,
+    /// PromQL; an instant query. Every sample of the result must satisfy the comparison (an
+    /// empty result fails the gate unless `allow_empty`).
+    pub query: String,
+    pub op: GateOp,
+    pub threshold: f64,
+    #[serde(default)]
+    pub allow_empty: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum GateOp {
+    /// `max=`: value <= threshold.
+    AtMost,
+    /// `min=`: value >= threshold.
+    AtLeast,
+}
+
+/// A check the agent runs after an apply (inside confirm-or-revert).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Probe {
+    /// TCP connect to `host:port`.
+    Tcp { name: String, address: String },
+    /// HTTP GET; success is a 2xx status.
+    Http { name: String, url: String },
+}
+
+/// Where a rollout stands. `rollout.json` at the root of the rollout branch's tip.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutState {
+    /// [`ROLLOUT_STATE_VERSION`].
+    pub version: u32,
+    /// The branch of rules being rolled out (e.g. `main`).
+    pub branch: String,
+    /// The commit being rolled out (40 hex).
+    pub commit: String,
+    /// The last fully rolled-out commit; `None` before the first rollout completes.
+    pub stable: Option<String>,
+    /// The wave names of the policy in `commit`, in order (so agents and people can read the
+    /// state without compiling).
+    pub waves: Vec<String>,
+    /// Index into `waves` of the highest promoted wave; `None` = none promoted yet.
+    pub promoted: Option<usize>,
+    pub phase: RolloutPhase,
+    /// With `phase = halted`: promoted hosts go back to `stable`.
+    #[serde(default)]
+    pub rollback: bool,
+    /// Why the last transition happened, for people.
+    pub reason: String,
+    /// RFC 3339 UTC time of the last transition.
+    pub since: String,
+    /// RFC 3339 UTC time the `promoted` wave was promoted (the soak clock).
+    pub promoted_at: Option<String>,
+}
+
+/// The state of a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutPhase {
+    /// Waves are being promoted.
+    Progressing,
+    /// An operator paused it: no further promotion; hosts keep what they have.
+    Paused,
+    /// A failure or an operator halted it: no further promotion; with `rollback`, promoted
+    /// hosts return to `stable`.
+    Halted,
+    /// Every wave applied: `commit` is now also `stable`.
+    Complete,
+    /// An operator ended it: no further promotion; hosts keep what they have until the next
+    /// rollout starts.
+    Stopped,
+}
+
+impl RolloutPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutPhase::Progressing => "progressing",
+            RolloutPhase::Paused => "paused",
+            RolloutPhase::Halted => "halted",
+            RolloutPhase::Complete => "complete",
+            RolloutPhase::Stopped => "stopped",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_bucket_is_stable_and_spread() {
+        // Pinned: changing the hash would move hosts between waves of running rollouts.
+        assert_eq!(host_bucket("edge-1"), host_bucket("edge-1"));
+        let below_half = (0..2000).filter(|i| host_bucket(&format!("host-{i}")) < HOST_BUCKETS / 2).count();
+        assert!((900..1100).contains(&below_half), "{below_half} of 2000 in the lower half");
+    }
+
+    #[test]
+    fn state_round_trips() {
+        let s = RolloutState {
+            version: ROLLOUT_STATE_VERSION,
+            branch: "main".into(),
+            commit: "a".repeat(40),
+            stable: None,
+            waves: vec!["canary".into(), "all".into()],
+            promoted: Some(0),
+            phase: RolloutPhase::Progressing,
+            rollback: false,
+            reason: "new tip".into(),
+            since: "2026-11-26T12:00:00Z".into(),
+            promoted_at: Some("2026-11-26T12:00:00Z".into()),
+        };
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<RolloutState>(&text).unwrap(), s);
+    }
+}
