@@ -252,8 +252,10 @@ mod shim {
     pub struct FleetHost { pub name: String, pub wave: Option<usize> }
     pub struct FleetPlan { pub policy: Option<RolloutPolicy>, pub hosts: Vec<FleetHost> }
     pub fn fleet_plan(tree: &SourceTree) -> Result<FleetPlan, Diagnostics> {
-        let Some(text) = tree.files.get("rollout.test.json") else { return Ok(FleetPlan { policy: None, hosts: vec![] }) };
-        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        let Some(line) = tree.files.get("fwc.kdl").and_then(|t| t.lines().find_map(|l| l.strip_prefix("// fwc-test-rollout: "))) else {
+            return Ok(FleetPlan { policy: None, hosts: vec![] });
+        };
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let policy: RolloutPolicy = serde_json::from_value(v["policy"].clone()).unwrap();
         let hosts = v["hosts"].as_object().unwrap().iter().map(|(k, w)| FleetHost { name: k.clone(), wave: w.as_u64().map(|w| w as usize) }).collect();
         Ok(FleetPlan { policy: Some(policy), hosts })
