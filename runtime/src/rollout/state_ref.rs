@@ -293,3 +293,83 @@ pub fn ssh_signer(path: &Path) -> Result<Signer, RolloutError> {
     }
     Ok(Signer::Ssh(path.to_path_buf()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fwc_artifacts::rollout::{RolloutPhase, ROLLOUT_STATE_VERSION};
+
+    fn sh(dir: &Path, line: &str) -> String {
+        let out = Command::new("sh").arg("-c").arg(line).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn state(commit: &str, reason: &str) -> RolloutState {
+        RolloutState {
+            version: ROLLOUT_STATE_VERSION,
+            branch: "main".into(),
+            commit: commit.into(),
+            stable: None,
+            waves: vec!["all".into()],
+            promoted: Some(0),
+            phase: RolloutPhase::Progressing,
+            rollback: false,
+            reason: reason.into(),
+            since: "2026-11-26T12:00:00Z".into(),
+            promoted_at: None,
+        }
+    }
+
+    #[test]
+    fn the_push_is_a_compare_and_swap_and_signed_states_verify() {
+        if !fwc_testkit::which("git") || !fwc_testkit::which("ssh-keygen") {
+            eprintln!("SKIP the_push_is_a_compare_and_swap_and_signed_states_verify: git or ssh-keygen missing");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        sh(p, "git init -q --bare r.git && git init -q -b main w && cd w && echo 'fwc 1' > fwc.kdl && git add . && git -c user.name=a -c user.email=a@b -c commit.gpgsign=false commit -qm one && git push -q ../r.git HEAD:main");
+        let url = format!("file://{}/r.git", p.display());
+        let (a, b) = (Remote::open(&url, "main", "fwc-rollout").unwrap(), Remote::open(&url, "main", "fwc-rollout").unwrap());
+        let (sa, sb) = (a.fetch().unwrap(), b.fetch().unwrap());
+        assert!(sa.state.is_none() && sa.state_commit.is_none());
+        let tip = sa.tip.to_string();
+        // Both decide on "no state" and race to create the ref: one wins.
+        let ia = a.write(sa.state_commit, &state(&tip, "a"), "a\n", None).unwrap();
+        let ib = b.write(sb.state_commit, &state(&tip, "b"), "b\n", None).unwrap();
+        assert_eq!(a.push(ia).unwrap(), Pushed::Ok);
+        assert!(matches!(b.push(ib).unwrap(), Pushed::Rejected(_)), "the second creation must lose");
+        // The loser re-reads: it sees the winner's state and builds on it.
+        let sb = b.fetch().unwrap();
+        assert_eq!((sb.state_commit, sb.state.as_ref().map(|s| s.reason.as_str())), (Some(ia), Some("a")));
+        let ib2 = b.write(sb.state_commit, &state(&tip, "b2"), "b2\n", None).unwrap();
+        assert_eq!(b.push(ib2).unwrap(), Pushed::Ok);
+        // A decision taken on the old state (parent ia) is now stale: rejected, not forced.
+        let ia2 = a.write(Some(ia), &state(&tip, "a2"), "a2\n", None).unwrap();
+        assert!(matches!(a.push(ia2).unwrap(), Pushed::Rejected(_)));
+        assert_eq!(a.fetch().unwrap().state.unwrap().reason, "b2");
+        let hist = a.history(Some(ib2), 10);
+        assert_eq!(hist.iter().map(|h| h.message.as_str()).collect::<Vec<_>>(), ["b2", "a"]);
+
+        // Signed with an ssh key: the agent's verification accepts it; a foreign key does not.
+        sh(p, "ssh-keygen -q -t ed25519 -N '' -C ctl -f ctl && ssh-keygen -q -t ed25519 -N '' -C other -f other");
+        sh(p, "printf 'rollout@example.com namespaces=\"git\" %s\\n' \"$(cat ctl.pub)\" > allowed");
+        let s = a.fetch().unwrap();
+        let signed = a.write(s.state_commit, &state(&tip, "signed"), "signed\n", Some(&Signer::Ssh(p.join("ctl")))).unwrap();
+        assert_eq!(a.push(signed).unwrap(), Pushed::Ok);
+        let pol = crate::agent::verify::SignaturePolicy { allowed_signers: Some(p.join("allowed")), gpg_home: None };
+        let check = Remote::open(&url, "main", "fwc-rollout").unwrap();
+        let snap = check.fetch().unwrap();
+        assert_eq!(snap.state_commit, Some(signed));
+        assert_eq!(crate::agent::verify::verify_commit(&check.repo, signed, &pol), Ok(Some("rollout@example.com".into())));
+        let foreign = a.write(Some(signed), &state(&tip, "foreign"), "foreign\n", Some(&Signer::Ssh(p.join("other")))).unwrap();
+        assert!(crate::agent::verify::verify_commit(&a.repo, foreign, &pol).is_err());
+        assert_eq!(crate::agent::verify::verify_commit(&a.repo, ib2, &pol), Err(crate::agent::verify::Refusal::Unsigned));
+        // git itself reads the state commit and the file.
+        assert_eq!(sh(p, "git -C r.git show fwc-rollout:rollout.json").contains("\"reason\": \"signed\""), true);
+        // A missing key is a clear error.
+        let e = ssh_signer(&p.join("nope")).unwrap_err();
+        assert!(e.what.contains("does not exist"), "{e}");
+    }
+}
