@@ -63,15 +63,15 @@ impl Policy {
     }
 
     fn kdl(&self, marker: &str) -> String {
-        let gate_json = match self.canary_gate {
-            Some((q, max)) => format!(r#"[{{"name":"errors","query":{},"op":"at-most","threshold":{max},"allow_empty":false}}]"#, serde_json::to_string(q).unwrap()),
-            None => "[]".into(),
+        let gate = match self.canary_gate {
+            Some((q, max)) => format!(" {{\n        gate \"errors\" query={} max={max}\n    }}", serde_json::to_string(q).unwrap()),
+            None => String::new(),
         };
-        let json = format!(
-            r#"{{"policy":{{"waves":[{{"name":"canary","select":{{"on":"role=canary"}},"soak_secs":{},"gates":{gate_json}}},{{"name":"early","select":{{"on":"role=early"}},"max_unavailable":{{"hosts":1}}}},{{"name":"all","select":"rest"}}]}},"hosts":{{"c1":0,"e1":1,"e2":1,"a1":2,"a2":2}}}}"#,
-            self.soak
-        );
-        let mut s = format!("fwc 1\n// {marker}\n// fwc-test-rollout: {json}\n");
+        let soak = if self.soak > 0 { format!(" soak=\"{}s\"", self.soak) } else { String::new() };
+        let mut s = format!("fwc 1\n// {marker}\n");
+        s.push_str(&format!(
+            "rollout {{\n    wave \"canary\" on=\"role=canary\"{soak}{gate}\n    wave \"early\" on=\"role=early\" max-unavailable=1\n    wave \"all\"\n}}\n"
+        ));
         for (h, role) in [("c1", "canary"), ("e1", "early"), ("e2", "early"), ("a1", "web"), ("a2", "web")] {
             s.push_str(&format!("host \"{h}\" {{\n    labels role={role}\n}}\n"));
         }

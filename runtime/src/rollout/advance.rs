@@ -47,12 +47,12 @@ pub struct Outcome {
 /// declared get the wave their name falls in.
 pub fn load_fleet(remote: &Remote, commit: Oid, reports: &BTreeMap<String, HostReport>) -> Result<Option<Fleet>, RolloutError> {
     let tree = remote.source_tree(commit).map_err(|d| policy_error(commit, &d))?;
-    let plan = shim::fleet_plan(&tree).map_err(|d| policy_error(commit, &d))?;
+    let plan = fwc_compiler::rollout::fleet_plan(&tree).map_err(|d| policy_error(commit, &d))?;
     let Some(policy) = plan.policy else { return Ok(None) };
     let mut members: Vec<Member> = plan.hosts.iter().map(|h| Member { name: h.name.clone(), wave: h.wave.unwrap_or(0), declared: true }).collect();
     let declared: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
     for name in reports.keys().filter(|h| !declared.contains(*h)) {
-        members.push(Member { name: name.clone(), wave: shim::wave_of(&policy, name, &BTreeMap::new()), declared: false });
+        members.push(Member { name: name.clone(), wave: fwc_compiler::rollout::wave_of(&policy, name, &BTreeMap::new()), declared: false });
     }
     Ok(Some(Fleet { policy, members }))
 }
@@ -241,26 +241,4 @@ pub fn host_rows(state: Option<&RolloutState>, fleet: Option<&Fleet>, reports: &
             }
         })
         .collect()
-}
-
-// TEMPORARY until branch fleet-policy (fwc_compiler::rollout) is merged.
-mod shim {
-    use std::collections::BTreeMap;
-    use fwc_artifacts::rollout::RolloutPolicy;
-    use fwc_compiler::diag::Diagnostics;
-    use fwc_compiler::source::SourceTree;
-    pub struct FleetHost { pub name: String, pub wave: Option<usize> }
-    pub struct FleetPlan { pub policy: Option<RolloutPolicy>, pub hosts: Vec<FleetHost> }
-    pub fn fleet_plan(tree: &SourceTree) -> Result<FleetPlan, Diagnostics> {
-        let Some(line) = tree.files.get("fwc.kdl").and_then(|t| t.lines().find_map(|l| l.strip_prefix("// fwc-test-rollout: "))) else {
-            return Ok(FleetPlan { policy: None, hosts: vec![] });
-        };
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let policy: RolloutPolicy = serde_json::from_value(v["policy"].clone()).unwrap();
-        let hosts = v["hosts"].as_object().unwrap().iter().map(|(k, w)| FleetHost { name: k.clone(), wave: w.as_u64().map(|w| w as usize) }).collect();
-        Ok(FleetPlan { policy: Some(policy), hosts })
-    }
-    pub fn wave_of(policy: &RolloutPolicy, _host: &str, _labels: &BTreeMap<String, String>) -> usize {
-        policy.waves.len() - 1
-    }
 }
