@@ -245,7 +245,7 @@ fn fwc(args: &[&str]) -> (i32, String, String) {
 
 /// `fwc rollout advance --json` once; the outcome document.
 fn advance(url: &str, prom: &Prometheus) -> Value {
-    let (code, out, err) = fwc(&["rollout", "advance", "--repo", url, "--prometheus", &prom.url, "--json"]);
+    let (code, out, err) = fwc(&["rollout", "advance", "--repo", url, "--prometheus", &prom.url, "--missing-after", "3s", "--json"]);
     assert_eq!(code, 0, "advance failed:\n{out}{err}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
@@ -436,6 +436,19 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     fleet.offline("e1");
     let o = advance_until(&url, &prom, "halt on missing hosts", |s| s["phase"] == "halted");
     assert!(o["state"]["reason"].as_str().unwrap().contains("2 host(s) not reporting, 1 allowed"), "{o}");
+
+    // Prometheus seeing no agent at all (a scrape or relabelling outage) is an error, never
+    // "every host is missing": nothing is decided, nothing committed.
+    for h in HOSTS {
+        fleet.offline(h);
+    }
+    let commits = repo.rollout_log().len();
+    let err = wait_until("advance to refuse an empty Prometheus", || {
+        let (code, _, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "1s"]);
+        (code == 1).then_some(err)
+    });
+    assert!(err.contains("reports no fwc agent"), "{err}");
+    assert_eq!(repo.rollout_log().len(), commits);
 }
 
 #[test]

@@ -107,6 +107,10 @@ pub struct AdvanceArgs {
     /// Prometheus server scraping the agents (plain http), e.g. http://prometheus:9090.
     #[arg(long, env = "FWC_PROMETHEUS")]
     pub prometheus: String,
+    /// A declared host absent from Prometheus this long counts as missing (against the wave's
+    /// max-unavailable); a shorter absence (a failed scrape) only delays promotion.
+    #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
+    pub missing_after: Duration,
     /// Keep running: one step every --interval (errors are printed and retried).
     #[arg(long)]
     pub watch: bool,
@@ -163,7 +167,8 @@ pub enum FleetCommand {
     /// Which host runs which commit, in which wave, healthy or not.
     #[command(after_help = "Example:\n  fwc fleet hosts --repo ssh://git@git.example.net/net/rules.git --prometheus http://prometheus:9090\n\n\
 ON says whether the host runs the rollout's commit, the stable commit, another one or none; HEALTH is ok, degraded \
-(with the failures and the commit they belong to) or missing (declared, but not reporting).\n\
+(with the failures and the commit they belong to), stale (not in the latest scrape, seen within --missing-after) or \
+missing (declared, but not reporting).\n\
 Exit codes: 0 ok; 1 error.")]
     Hosts(HostsArgs),
 }
@@ -172,6 +177,9 @@ Exit codes: 0 ok; 1 error.")]
 pub struct HostsArgs {
     #[arg(long, env = "FWC_PROMETHEUS")]
     pub prometheus: String,
+    /// A host absent from the latest scrape but seen this recently is shown as `stale`.
+    #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
+    pub missing_after: Duration,
     #[command(flatten)]
     pub remote: RemoteArgs,
     #[arg(long)]
@@ -207,7 +215,8 @@ fn once(r: &RemoteArgs, p: Option<&Prometheus>, step: Step, json: bool, _g: &Glo
 }
 
 fn advance(a: AdvanceArgs, g: &Global) -> Result<ExitCode> {
-    let p = Prometheus::new(&a.prometheus)?;
+    let mut p = Prometheus::new(&a.prometheus)?;
+    p.missing_after = a.missing_after;
     if !a.watch {
         return once(&a.remote, Some(&p), Step::Advance, a.json, g);
     }
@@ -280,7 +289,8 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
 pub fn fleet(a: FleetArgs, _g: &Global) -> Result<ExitCode> {
     let FleetCommand::Hosts(h) = a.command;
     let opts = options(&h.remote)?;
-    let p = Prometheus::new(&h.prometheus)?;
+    let mut p = Prometheus::new(&h.prometheus)?;
+    p.missing_after = h.missing_after;
     let view = advance::hosts(&opts, &p)?;
     if h.json {
         output::print(&output::versioned(&view));

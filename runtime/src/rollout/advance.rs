@@ -85,6 +85,15 @@ pub fn step(opts: &Options, prometheus: Option<&Prometheus>, command: &Command, 
         let subj = subject(snap.state.as_ref(), &tip, &command);
         let subj_oid = Oid::from_str(&subj).map_err(|_| RolloutError::new(format!("the rollout state names {subj:?}, which is not a commit id"), "fix or restart the rollout (fwc rollout start)"))?;
         let fleet = load_fleet(&remote, subj_oid, &reports)?;
+        if let (Command::Advance, Some(p), Some(f)) = (&command, prometheus, &fleet) {
+            // A monitoring outage must not read as "every host is gone" (and halt + roll back).
+            if !f.members.is_empty() && !reports.values().any(|r| r.current) {
+                return Err(RolloutError::new(
+                    format!("Prometheus {} reports no fwc agent (no fwc_applied_commit_info or fwc_agent_degraded series with a host label); nothing was decided", p.url),
+                    "check that Prometheus scrapes the agents' /metrics and that every agent runs with --host; `fwc fleet hosts` shows what Prometheus sees",
+                ));
+            }
+        }
         let mut gates = vec![];
         if let (Command::Advance, Some(p), Some(f)) = (&command, prometheus, &fleet) {
             if snap.state.as_ref().is_some_and(|s| s.commit == subj && matches!(s.phase, RolloutPhase::Progressing | RolloutPhase::Paused)) {
@@ -169,7 +178,8 @@ pub struct HostRow {
     pub applied: Option<String>,
     /// `rollout` (the commit being rolled out), `stable`, `other` or `none`.
     pub on: &'static str,
-    /// "ok", "degraded" or "missing".
+    /// "ok", "degraded", "stale" (absent from the latest scrape, seen within --missing-after) or
+    /// "missing".
     pub health: &'static str,
     /// Degraded series: `reason (commit)`.
     pub degraded: Vec<String>,
@@ -224,6 +234,7 @@ pub fn host_rows(state: Option<&RolloutState>, fleet: Option<&Fleet>, reports: &
             let degraded: Vec<String> = r.map(|r| r.degraded.iter().map(|d| format!("{} ({})", d.reason, &d.commit[..d.commit.len().min(12)])).collect()).unwrap_or_default();
             let health = match r {
                 None => "missing",
+                Some(r) if !r.current => "stale",
                 Some(r) if !r.degraded.is_empty() => "degraded",
                 Some(_) => "ok",
             };
@@ -231,7 +242,7 @@ pub fn host_rows(state: Option<&RolloutState>, fleet: Option<&Fleet>, reports: &
                 wave_name: wave.and_then(|w| fleet.and_then(|f| f.policy.waves.get(w)).map(|w| w.name.clone())),
                 wave,
                 declared,
-                up: r.is_some(),
+                up: r.is_some_and(|r| r.current),
                 applied,
                 on,
                 health,

@@ -49,8 +49,12 @@ pub struct HostReport {
     pub applied: Option<String>,
     /// Every degraded series with value 1.
     pub degraded: Vec<Degraded>,
-    /// Unix time of the latest sample (for people; presence in the report means "up").
+    /// Unix time of the latest sample (for people).
     pub last_seen: Option<f64>,
+    /// In Prometheus' latest scrape. A host missing from it but seen within the grace period
+    /// (`--missing-after`) is reported with `current = false` and nothing else: it counts as not
+    /// yet applied, not as missing, so one failed scrape never halts a rollout.
+    pub current: bool,
 }
 
 impl HostReport {
@@ -399,11 +403,11 @@ mod tests {
     }
 
     fn on(commit: &str) -> HostReport {
-        HostReport { applied: Some(commit.into()), degraded: vec![], last_seen: Some(0.0) }
+        HostReport { applied: Some(commit.into()), degraded: vec![], last_seen: Some(0.0), current: true }
     }
 
     fn degraded(applied: &str, for_commit: &str, reason: &str) -> HostReport {
-        HostReport { applied: Some(applied.into()), degraded: vec![Degraded { commit: for_commit.into(), reason: reason.into() }], last_seen: Some(0.0) }
+        HostReport { applied: Some(applied.into()), degraded: vec![Degraded { commit: for_commit.into(), reason: reason.into() }], last_seen: Some(0.0), current: true }
     }
 
     /// Every host of the fleet reports `commit`, except the listed overrides (None = missing).
@@ -480,6 +484,8 @@ mod tests {
             case("a failing gate of a wave still applying: wait", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Advance, 60).gate(0, Some("fails")).nothing("waiting"),
             case("one early host missing, one allowed: promote", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", Some(on(C2))), ("e2", None)]), Command::Advance, 70)
                 .want(Progressing, 2, false, "all promoted"),
+            case("the canary between scrapes (grace period): wait, no halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(HostReport::default()))]), Command::Advance, 5)
+                .nothing("waiting for 1 host(s)"),
             case("the canary missing, none allowed: halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", None)]), Command::Advance, 5).want(Halted, 0, true, "not reporting, 0 allowed"),
             case("two early hosts missing, one allowed: halt", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", None), ("e2", None)]), Command::Advance, 70)
                 .want(Halted, 1, true, "2 host(s) not reporting, 1 allowed"),

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 use fwc_artifacts::rollout::Gate;
 use serde_json::Value;
@@ -18,6 +19,8 @@ pub struct Prometheus {
     pub url: String,
     addr: SocketAddr,
     prefix: String,
+    /// How long a host may be absent from the latest scrape before it counts as missing.
+    pub missing_after: Duration,
 }
 
 /// One sample of an instant vector: its labels and value.
@@ -57,7 +60,7 @@ impl Prometheus {
             format!("{authority}:80")
         };
         let addr = with_port.to_socket_addrs().map_err(|e| bad(&format!("cannot resolve {authority}: {e}")))?.next().ok_or_else(|| bad("no address"))?;
-        Ok(Prometheus { url: url.to_string(), addr, prefix })
+        Ok(Prometheus { url: url.to_string(), addr, prefix, missing_after: Duration::from_secs(60) })
     }
 
     /// An instant query: its samples (a scalar answer is one sample without labels).
@@ -72,12 +75,14 @@ impl Prometheus {
         parse_result(&v["data"]).map_err(fail)
     }
 
-    /// Every reporting host: applied commit, degraded series (value 1), last sample time.
+    /// Every reporting host: applied commit, degraded series (value 1), last sample time; and
+    /// the hosts seen within `missing_after` but not in the latest scrape (`current = false`).
     pub fn host_reports(&self) -> Result<BTreeMap<String, HostReport>, RolloutError> {
         let mut out: BTreeMap<String, HostReport> = BTreeMap::new();
         for s in self.query("timestamp(fwc_applied_commit_info == 1)")? {
             if let (Some(h), Some(c)) = (s.labels.get("host"), s.labels.get("commit")) {
                 let r = out.entry(h.clone()).or_default();
+                r.current = true;
                 r.applied = Some(c.clone());
                 r.last_seen = Some(r.last_seen.unwrap_or(0.0).max(s.value));
             }
@@ -85,6 +90,7 @@ impl Prometheus {
         for s in self.query("timestamp(fwc_agent_degraded)")? {
             if let Some(h) = s.labels.get("host") {
                 let r = out.entry(h.clone()).or_default();
+                r.current = true;
                 r.last_seen = Some(r.last_seen.unwrap_or(0.0).max(s.value));
             }
         }
@@ -92,6 +98,15 @@ impl Prometheus {
             if let Some(h) = s.labels.get("host") {
                 let d = Degraded { commit: s.labels.get("commit").cloned().unwrap_or_default(), reason: s.labels.get("reason").cloned().unwrap_or_default() };
                 out.entry(h.clone()).or_default().degraded.push(d);
+            }
+        }
+        let grace = format!(
+            "group by (host) (last_over_time({{__name__=~\"fwc_applied_commit_info|fwc_agent_degraded\"}}[{}s]))",
+            self.missing_after.as_secs().max(1)
+        );
+        for s in self.query(&grace)? {
+            if let Some(h) = s.labels.get("host") {
+                out.entry(h.clone()).or_default();
             }
         }
         for r in out.values_mut() {
