@@ -18,6 +18,15 @@ const EXIT_CODES: &str = "Exit codes: 0 done, or nothing to do (the reason is pr
 (the repository, Prometheus or the policy could not be read, or the push failed); 4 the command does not apply to \
 the rollout's state (e.g. resume a complete rollout), nothing was changed.";
 
+const ADVANCE_HELP: &str = "Examples:\n  \
+# one step (cron: * * * * *)\n  \
+fwc rollout advance --repo ssh://git@git.example.net/net/rules.git --prometheus http://prom:9090\n  \
+# as a service, one step every 30 s; a git or Prometheus outage is printed and retried\n  \
+fwc rollout advance --repo URL --prometheus http://prom:9090 --watch --interval 30s\n\n\
+Each step: fetch the branch and fwc-rollout, read the hosts from Prometheus (fwc_applied_commit_info, \
+fwc_agent_degraded by their host label) and the gates, decide, and push at most one state commit.\n\
+Exit codes: 0 done, or nothing to do (the reason is printed); 1 error, nothing was changed; 4 never for advance.";
+
 #[derive(Debug, clap::Args)]
 #[command(
     about = "Roll a commit out to the fleet in health-gated waves (state on the fwc-rollout branch)",
@@ -26,12 +35,13 @@ The state (commit, stable commit, promoted wave, phase, reason) is rollout.json 
 same repository; every transition is one commit there, pushed without force, so `git log fwc-rollout` is the audit \
 trail and two controllers never both win. Agents read the state with the same fetch as the rules.",
     after_help = "Examples:\n  \
-fwc rollout advance --repo ssh://git@git.example.net/net/rules.git --prometheus http://prometheus:9090      # from cron / CI\n  \
-fwc rollout advance --repo URL --prometheus URL --watch --interval 30s                                      # as a service\n  \
+# the automatic step, from cron, CI or a CronJob (or as a service: add --watch --interval 30s)\n  \
+fwc rollout advance --repo ssh://git@git.example.net/net/rules.git --prometheus http://prom:9090\n  \
 fwc rollout status --repo URL\n  \
 fwc rollout pause --repo URL --reason \"change freeze\"\n  \
-fwc rollout halt --rollback --repo URL --reason \"5xx on canary\"\n  \
-fwc rollout start --repo URL 3f2c9e1                                                                         # roll out (or restart) this commit\n\n\
+fwc rollout halt --rollback --repo URL --reason \"5xx on the canary\"\n  \
+# roll out (or restart) one commit from the first wave\n  \
+fwc rollout start --repo URL 3f2c9e1\n\n\
 Exit codes: 0 done, or nothing to do; 1 error (nothing changed); 4 the command does not apply to the state.\n\
 Docs: docs/fleet.md (\"The life of a rollout\", \"At 3 a.m.\")."
 )]
@@ -47,7 +57,7 @@ pub enum RolloutCommand {
     Start(StartArgs),
     /// The automatic step: start a rollout of a new tip, promote, complete or halt. Stateless and
     /// idempotent: run it from cron, CI or a Kubernetes CronJob, or with --watch.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = ADVANCE_HELP)]
     Advance(AdvanceArgs),
     /// Show the rollout state and its latest transitions.
     #[command(after_help = EXIT_CODES)]
