@@ -243,11 +243,24 @@ fn fwc(args: &[&str]) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// `doc` conforms to schemas/output/<name>.schema.json (what machines reading `--json` rely on).
+fn conforms(doc: Value, name: &str) -> Value {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../schemas/output/{name}.schema.json"));
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let id = schema["$id"].as_str().unwrap().to_string();
+    let mut compiler = boon::Compiler::new();
+    compiler.add_resource(&id, schema).unwrap();
+    let mut compiled = boon::Schemas::new();
+    let at = compiler.compile(&id, &mut compiled).unwrap_or_else(|e| panic!("{}: {e:#}", file.display()));
+    compiled.validate(&doc, at).unwrap_or_else(|e| panic!("{name}: {e:#}\n{doc:#}"));
+    doc
+}
+
 /// `fwc rollout advance --json` once; the outcome document.
 fn advance(url: &str, prom: &Prometheus) -> Value {
     let (code, out, err) = fwc(&["rollout", "advance", "--repo", url, "--prometheus", &prom.url, "--missing-after", "3s", "--json"]);
     assert_eq!(code, 0, "advance failed:\n{out}{err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    conforms(serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")), "rollout-step")
 }
 
 /// Advance until the state satisfies `want` (Prometheus may need a scrape or two to see a change).
@@ -261,7 +274,7 @@ fn advance_until(url: &str, prom: &Prometheus, what: &str, want: impl Fn(&Value)
 fn status(url: &str) -> Value {
     let (code, out, err) = fwc(&["rollout", "status", "--repo", url, "--json"]);
     assert_eq!(code, 0, "{err}");
-    serde_json::from_str(&out).unwrap()
+    conforms(serde_json::from_str(&out).unwrap(), "rollout-status")
 }
 
 const HOSTS: [&str; 5] = ["c1", "e1", "e2", "a1", "a2"];
@@ -317,7 +330,7 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     // `fwc fleet hosts`: every host on the rollout's commit, in its wave, healthy.
     let (code, out, err) = fwc(&["fleet", "hosts", "--repo", &url, "--prometheus", &prom.url, "--json"]);
     assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let v = conforms(serde_json::from_str(&out).unwrap(), "fleet-hosts");
     let rows = v["hosts"].as_array().unwrap();
     assert_eq!(rows.len(), 5, "{v}");
     for r in rows {
