@@ -7,48 +7,21 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
+mod agent_common;
+use agent_common::{free_port, git, Repo};
+
 const FWC: &str = env!("CARGO_BIN_EXE_fwc");
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=Alice", "-c", "user.email=alice@example.com", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
+/// Wait (generously) until `f` gives a value.
 fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(90), "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// The rule repository: a bare remote and a work tree.
-struct Repo {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    bare: PathBuf,
-    work: PathBuf,
+    fwc_testkit::poll_until(what, Duration::from_secs(90), Duration::from_millis(200), || f().ok_or("not yet")).0
 }
 
 /// A policy: canary = c1 (soak 2 s, gates), early = e1 e2 (one may be missing), all = a1 a2.
@@ -80,35 +53,15 @@ impl Policy {
     }
 }
 
-impl Repo {
-    fn new() -> Repo {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().to_path_buf();
-        let bare = root.join("rules.git");
-        let work = root.join("work");
-        std::fs::create_dir_all(&work).unwrap();
-        git(&root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
-        git(&work, &["init", "-q"]);
-        Repo { _tmp: tmp, root, bare, work }
-    }
+/// Commit `text` as fwc.kdl and push it to main; the commit id.
+fn push(repo: &Repo, text: &str, msg: &str) -> String {
+    repo.commit(text, msg, None, false)
+}
 
-    fn url(&self) -> String {
-        format!("file://{}", self.bare.display())
-    }
-
-    fn commit(&self, text: &str, msg: &str) -> String {
-        std::fs::write(self.work.join("fwc.kdl"), text).unwrap();
-        git(&self.work, &["add", "fwc.kdl"]);
-        git(&self.work, &["commit", "-q", "--allow-empty", "-m", msg]);
-        git(&self.work, &["push", "-q", self.bare.to_str().unwrap(), "HEAD:main"]);
-        git(&self.work, &["rev-parse", "HEAD"])
-    }
-
-    /// `git log` of the rollout branch in the remote: first lines, newest first.
-    fn rollout_log(&self) -> Vec<String> {
-        let out = Command::new("git").args(["log", "--format=%s", "fwc-rollout"]).current_dir(&self.bare).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
-    }
+/// `git log` of the rollout branch in the remote: first lines, newest first.
+fn rollout_log(repo: &Repo) -> Vec<String> {
+    let out = Command::new("git").args(["log", "--format=%s", "fwc-rollout"]).current_dir(&repo.bare).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
 }
 
 /// What one simulated host exports.
@@ -184,46 +137,26 @@ impl Fleet {
     }
 }
 
-/// A Prometheus server scraping `target` every 500 ms; killed on drop.
+/// Prometheus scraping the simulated fleet every 500 ms (testkit's; killed on drop).
 struct Prometheus {
-    child: Child,
+    server: fwc_testkit::Prometheus,
     url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Prometheus {
     fn start(target: SocketAddr) -> Prometheus {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("prometheus.yml");
-        std::fs::write(&cfg, format!("global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\nscrape_configs:\n  - job_name: fleet\n    static_configs:\n      - targets: ['{target}']\n")).unwrap();
-        let port = free_port();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let p = Prometheus { child, url: format!("http://127.0.0.1:{port}"), _dir: dir };
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let server = fwc_testkit::Prometheus::start("fleet", &[target], "500ms");
+        let addr = server.addr;
         wait_until("prometheus to scrape the fleet", || {
             let (code, body) = fwc_runtime::metrics::http_request(addr, "GET", "/api/v1/query?query=up%3D%3D1", &[], b"").ok()?;
             (code == 200 && body.contains("\"fleet\"")).then_some(())
         });
-        p
+        Prometheus { url: server.url(), server }
     }
 
     /// Wait until Prometheus sees `host` on `commit` (the controller reads what it sees).
     fn wait_applied(&self, host: &str, commit: &str) {
-        let addr: SocketAddr = self.url.trim_start_matches("http://").parse().unwrap();
+        let addr = self.server.addr;
         let q = format!("fwc_applied_commit_info{{host=\"{host}\",commit=\"{commit}\"}}");
         let path = format!("/api/v1/query?query={}", q.bytes().map(|b| format!("%{b:02X}")).collect::<String>());
         wait_until(&format!("prometheus to see {host} on {commit}"), || {
@@ -279,6 +212,18 @@ fn status(url: &str) -> Value {
 
 const HOSTS: [&str; 5] = ["c1", "e1", "e2", "a1", "a2"];
 
+/// A repository whose first commit (v1, with the policy) is rolled out to every host and
+/// complete: (repo, its URL, v1, the simulated fleet, Prometheus scraping it).
+fn rolled_out_v1() -> (Repo, String, String, Fleet, Prometheus) {
+    let repo = Repo::new();
+    let url = repo.url();
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, &c1);
+    let prom = Prometheus::start(fleet.serve());
+    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    (repo, url, c1, fleet, prom)
+}
+
 #[test]
 fn happy_path_canary_soaks_then_every_wave_then_complete() {
     if !have_tools("happy_path_canary_soaks_then_every_wave_then_complete") {
@@ -286,7 +231,7 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     }
     let repo = Repo::new();
     let url = repo.url();
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
     let fleet = Fleet::new(&HOSTS, &c1);
     let prom = Prometheus::start(fleet.serve());
     // The first advance starts a rollout of the tip; the hosts already run it: it completes.
@@ -296,18 +241,18 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
     assert_eq!(status(&url)["state"]["stable"], c1.as_str());
 
-    let c2 = repo.commit(&Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 2 }.kdl("v2"), "v2");
+    let c2 = push(&repo, &Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 2 }.kdl("v2"), "v2");
     let o = advance(&url, &prom);
     assert_eq!(o["message"].as_str().unwrap().contains("start"), true, "{o}");
     assert_eq!(o["state"]["stable"], c1.as_str());
     // Nobody applied v2 yet: nothing to do, and again (idempotent: no second commit).
-    let n_before = repo.rollout_log().len();
+    let n_before = rollout_log(&repo).len();
     for _ in 0..2 {
         let o = advance(&url, &prom);
         assert_eq!(o["result"], "nothing", "{o}");
         assert!(o["message"].as_str().unwrap().contains("c1"), "{o}");
     }
-    assert_eq!(repo.rollout_log().len(), n_before);
+    assert_eq!(rollout_log(&repo).len(), n_before);
 
     fleet.set("c1", &c2);
     prom.wait_applied("c1", &c2);
@@ -341,7 +286,7 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     assert!(text.contains("HOST") && text.lines().any(|l| l.starts_with("c1") && l.contains("canary") && l.contains("ok")), "{text}");
 
     // The audit trail: one commit per transition, newest first.
-    let log = repo.rollout_log();
+    let log = rollout_log(&repo);
     assert!(log[0].contains("complete") && log[1].contains("promote wave all") && log[2].contains("promote wave early") && log[3].contains("start"), "{log:#?}");
 }
 
@@ -350,14 +295,9 @@ fn a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_fail
     if !have_tools("a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_failure") {
         return;
     }
-    let repo = Repo::new();
-    let url = repo.url();
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
-    let fleet = Fleet::new(&HOSTS, &c1);
-    let prom = Prometheus::start(fleet.serve());
-    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    let (repo, url, c1, fleet, prom) = rolled_out_v1();
 
-    let bad = repo.commit(&Policy::plain().kdl("bad"), "bad");
+    let bad = push(&repo, &Policy::plain().kdl("bad"), "bad");
     advance_until(&url, &prom, "bad started", |s| s["commit"] == bad.as_str());
     // The canary's apply fails; it stays on v1 and says the failure belongs to `bad`.
     fleet.fail("c1", &c1, &bad, "apply_failed");
@@ -370,11 +310,11 @@ fn a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_fail
         let o = advance(&url, &prom);
         assert_eq!((o["result"].as_str(), o["state"]["promoted"].as_u64()), (Some("nothing"), Some(0)), "{o}");
     }
-    assert!(!repo.rollout_log().iter().any(|l| l.contains(&bad[..12]) && l.contains("promote wave early")), "{:#?}", repo.rollout_log());
+    assert!(!rollout_log(&repo).iter().any(|l| l.contains(&bad[..12]) && l.contains("promote wave early")), "{:#?}", rollout_log(&repo));
 
     // A fix: a new rollout starts; the canary still reports its failure of `bad`, which must
     // not halt the fix.
-    let fix = repo.commit(&Policy::plain().kdl("fix"), "fix");
+    let fix = push(&repo, &Policy::plain().kdl("fix"), "fix");
     let o = advance(&url, &prom);
     assert_eq!((o["result"].as_str(), o["state"]["commit"].as_str(), o["state"]["phase"].as_str()), (Some("transition"), Some(fix.as_str()), Some("progressing")), "{o}");
     assert_eq!(o["state"]["stable"], c1.as_str());
@@ -390,14 +330,9 @@ fn a_failing_gate_halts_once_the_canary_applied() {
     if !have_tools("a_failing_gate_halts_once_the_canary_applied") {
         return;
     }
-    let repo = Repo::new();
-    let url = repo.url();
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
-    let fleet = Fleet::new(&HOSTS, &c1);
-    let prom = Prometheus::start(fleet.serve());
-    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    let (repo, url, _, fleet, prom) = rolled_out_v1();
     *fleet.error_ratio.lock().unwrap() = 0.5;
-    let c2 = repo.commit(&Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 0 }.kdl("v2"), "v2");
+    let c2 = push(&repo, &Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 0 }.kdl("v2"), "v2");
     advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
     fleet.set("c1", &c2);
     prom.wait_applied("c1", &c2);
@@ -413,13 +348,8 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     if !have_tools("missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave") {
         return;
     }
-    let repo = Repo::new();
-    let url = repo.url();
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
-    let fleet = Fleet::new(&HOSTS, &c1);
-    let prom = Prometheus::start(fleet.serve());
-    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
-    let c2 = repo.commit(&Policy::plain().kdl("v2"), "v2");
+    let (repo, url, _, fleet, prom) = rolled_out_v1();
+    let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
     advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
     fleet.set("c1", &c2);
     advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
@@ -442,7 +372,7 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     assert!(err.contains("cannot pause"), "{err}");
 
     // A new tip starts a new rollout; now two early hosts are missing (one allowed): halt.
-    let c3 = repo.commit(&Policy::plain().kdl("v3"), "v3");
+    let c3 = push(&repo, &Policy::plain().kdl("v3"), "v3");
     advance_until(&url, &prom, "v3 started", |s| s["commit"] == c3.as_str());
     fleet.set("c1", &c3);
     advance_until(&url, &prom, "v3 early promoted", |s| s["promoted"] == 1);
@@ -455,13 +385,13 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     for h in HOSTS {
         fleet.offline(h);
     }
-    let commits = repo.rollout_log().len();
+    let commits = rollout_log(&repo).len();
     let err = wait_until("advance to refuse an empty Prometheus", || {
         let (code, _, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "1s"]);
         (code == 1).then_some(err)
     });
     assert!(err.contains("reports no fwc agent"), "{err}");
-    assert_eq!(repo.rollout_log().len(), commits);
+    assert_eq!(rollout_log(&repo).len(), commits);
 }
 
 #[test]
@@ -493,7 +423,7 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
     wait_until("git daemon", || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
     let url = format!("git://127.0.0.1:{port}/rules.git");
 
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
     let fleet = Fleet::new(&HOSTS, &c1);
     let prom = Prometheus::start(fleet.serve());
 
@@ -516,13 +446,13 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
             assert!(transitions >= 1, "{results:#?}");
         }
         // Every transition made is one commit, and the states decided agree with the history.
-        let log = repo.rollout_log();
+        let log = rollout_log(&repo);
         assert!(log.iter().filter(|l| l.contains("start")).count() == 1, "two controllers both started: {log:#?}");
     }
     advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
 
     // A watching controller killed mid-wave: the next advance goes on from the ref.
-    let c2 = repo.commit(&Policy::plain().kdl("v2"), "v2");
+    let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
     let mut watch = Kill(
         Command::new(FWC)
             .args(["rollout", "advance", "--watch", "--interval", "200ms", "--repo", &url, "--prometheus", &prom.url])
@@ -540,6 +470,6 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
     }
     let o = advance_until(&url, &prom, "resumed: all promoted", |s| s["promoted"] == 2);
     assert_eq!(o["state"]["commit"], c2.as_str());
-    let log = repo.rollout_log();
+    let log = rollout_log(&repo);
     assert_eq!(log.iter().filter(|l| l.contains(&c2[..12]) && l.contains("promote wave early")).count(), 1, "{log:#?}");
 }

@@ -6,7 +6,7 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use fwc_artifacts::rollout::{RolloutState, ROLLOUT_STATE_FILE};
 use fwc_compiler::diag::Diagnostics;
@@ -255,7 +255,6 @@ fn identity() -> git2::Signature<'static> {
 
 /// Sign a commit buffer as git does (`gpgsig` header content).
 pub fn sign(signer: &Signer, payload: &[u8]) -> Result<String, RolloutError> {
-    use std::io::Write;
     let (mut cmd, what) = match signer {
         Signer::Ssh(key) => {
             let mut c = Command::new("ssh-keygen");
@@ -268,14 +267,9 @@ pub fn sign(signer: &Signer, payload: &[u8]) -> Result<String, RolloutError> {
             (c, format!("gpg key {id}"))
         }
     };
-    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| {
+    let out = crate::agent::verify::run_with_stdin(&mut cmd, payload).map_err(|e| {
         RolloutError::new(format!("cannot sign the state commit with the {what}: {e}"), "install openssh-client (ssh keys) or gnupg (gpg keys)")
     })?;
-    let mut stdin = child.stdin.take().expect("piped");
-    let data = payload.to_vec();
-    let w = std::thread::spawn(move || stdin.write_all(&data));
-    let out = child.wait_with_output().map_err(|e| RolloutError::new(format!("signing failed: {e}"), "check the signing key"))?;
-    let _ = w.join();
     let sig = String::from_utf8_lossy(&out.stdout).to_string();
     if !out.status.success() || sig.trim().is_empty() {
         return Err(RolloutError::new(
@@ -300,9 +294,7 @@ mod tests {
     use fwc_artifacts::rollout::{RolloutPhase, ROLLOUT_STATE_VERSION};
 
     fn sh(dir: &Path, line: &str) -> String {
-        let out = Command::new("sh").arg("-c").arg(line).current_dir(dir).output().unwrap();
-        assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        fwc_testkit::sh(&format!("cd '{}' && {line}", dir.display())).trim().to_string()
     }
 
     fn state(commit: &str, reason: &str) -> RolloutState {
