@@ -341,6 +341,34 @@ fn a_failing_gate_halts_once_the_canary_applied() {
     assert!(reason.contains("gate \"errors\"") && reason.contains("0.5"), "{reason}");
     assert_eq!(o["state"]["rollback"], true);
     assert_eq!(o["state"]["promoted"], 0);
+
+    // 3 a.m.: the operator reads the state, calls it a false alarm and resumes — signed, as
+    // agents requiring signatures need; git itself verifies the state commit. The gate still
+    // fails, so the next advance halts again.
+    let (_, text, _) = fwc(&["rollout", "status", "--repo", &url]);
+    assert!(text.contains("phase:     halted (rollback to stable)") && text.contains("gate \"errors\"") && text.contains("history (fwc-rollout, newest first)"), "{text}");
+    fwc_testkit::sh(&format!("ssh-keygen -q -t ed25519 -N '' -C ctl -f {}/ctl", repo.root.display()));
+    let key = repo.root.join("ctl");
+    let allowed = repo.root.join("allowed");
+    std::fs::write(&allowed, format!("ops@example.com namespaces=\"git\" {}", std::fs::read_to_string(key.with_extension("pub")).unwrap())).unwrap();
+    let (code, out, err) = fwc(&["rollout", "resume", "--repo", &url, "--reason", "flaky gate", "--sign-key", key.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("resume") && out.contains("flaky gate"), "{out}");
+    let verified = Command::new("git")
+        .args(["-c", &format!("gpg.ssh.allowedSignersFile={}", allowed.display()), "verify-commit", "fwc-rollout"])
+        .current_dir(&repo.bare)
+        .output()
+        .unwrap();
+    assert!(verified.status.success(), "git verify-commit: {}", String::from_utf8_lossy(&verified.stderr));
+    assert_eq!(status(&url)["state"]["phase"], "progressing");
+    let o = advance_until(&url, &prom, "halted again", |s| s["phase"] == "halted");
+    assert!(o["state"]["reason"].as_str().unwrap().contains("errors"), "{o}");
+    // A missing signing key: what, why, what to do; exit 1, nothing changed.
+    let before = rollout_log(&repo).len();
+    let (code, _, err) = fwc(&["rollout", "stop", "--repo", &url, "--sign-key", "/nonexistent/key"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("does not exist") && err.contains("--sign-key"), "{err}");
+    assert_eq!(rollout_log(&repo).len(), before);
 }
 
 #[test]
