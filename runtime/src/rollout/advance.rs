@@ -67,7 +67,16 @@ fn policy_error(commit: Oid, d: &fwc_compiler::diag::Diagnostics) -> RolloutErro
 /// Run `command` once against the remote: decide and push (retrying lost races).
 /// `prometheus` is required for [`Command::Advance`] (host reports and gates).
 pub fn step(opts: &Options, prometheus: Option<&Prometheus>, command: &Command, now: impl Fn() -> SystemTime) -> Result<Outcome, RolloutError> {
-    let remote = Remote::open(&opts.repo, &opts.branch, &opts.rollout_branch)?;
+    step_with(&open(opts)?, opts, prometheus, command, now)
+}
+
+/// The remote of `opts` (a throw-away local copy; keep it across steps to fetch only what is new).
+pub fn open(opts: &Options) -> Result<Remote, RolloutError> {
+    Remote::open(&opts.repo, &opts.branch, &opts.rollout_branch)
+}
+
+/// [`step`] with a remote kept by the caller (`advance --watch`).
+pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus>, command: &Command, now: impl Fn() -> SystemTime) -> Result<Outcome, RolloutError> {
     let mut lost = 0;
     loop {
         let snap = remote.fetch()?;

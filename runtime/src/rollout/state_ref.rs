@@ -21,8 +21,9 @@ pub enum Signer {
     /// `ssh-keygen -Y sign -n git -f KEY` (a private key, or a public key whose private half the
     /// ssh-agent holds), as `git commit -S` with `gpg.format=ssh`.
     Ssh(PathBuf),
-    /// `gpg --detach-sign --armor -u KEYID` (GNUPGHOME from the environment).
-    Gpg(String),
+    /// `gpg --detach-sign --armor -u KEY` with the keyring in `home` (None: GNUPGHOME or
+    /// ~/.gnupg, as gpg itself finds it).
+    Gpg { key: String, home: Option<PathBuf> },
 }
 
 /// What one fetch found.
@@ -261,10 +262,13 @@ pub fn sign(signer: &Signer, payload: &[u8]) -> Result<String, RolloutError> {
             c.args(["-Y", "sign", "-n", "git", "-f"]).arg(key);
             (c, format!("ssh key {}", key.display()))
         }
-        Signer::Gpg(id) => {
+        Signer::Gpg { key, home } => {
             let mut c = Command::new("gpg");
-            c.args(["--batch", "--no-tty", "--detach-sign", "--armor", "-u", id]);
-            (c, format!("gpg key {id}"))
+            if let Some(h) = home {
+                c.env("GNUPGHOME", h);
+            }
+            c.args(["--batch", "--no-tty", "--detach-sign", "--armor", "-u", key]);
+            (c, format!("gpg key {key}"))
         }
     };
     let out = crate::agent::verify::run_with_stdin(&mut cmd, payload).map_err(|e| {
@@ -360,6 +364,29 @@ mod tests {
         assert_eq!(crate::agent::verify::verify_commit(&a.repo, ib2, &pol), Err(crate::agent::verify::Refusal::Unsigned));
         // git itself reads the state commit and the file.
         assert_eq!(sh(p, "git -C r.git show fwc-rollout:rollout.json").contains("\"reason\": \"signed\""), true);
+        // GnuPG: signed with a key of one keyring, verified against a keyring holding only its
+        // public half, as an agent with --gpg-home does.
+        if fwc_testkit::which("gpg") && fwc_testkit::which("gpgconf") {
+            let (signer, trusted) = (p.join("gpg-signer"), p.join("gpg-trusted"));
+            struct Agents(Vec<PathBuf>);
+            impl Drop for Agents {
+                fn drop(&mut self) {
+                    for h in &self.0 {
+                        let _ = Command::new("gpgconf").arg("--homedir").arg(h).args(["--kill", "all"]).output();
+                    }
+                }
+            }
+            let _agents = Agents(vec![signer.clone(), trusted.clone()]);
+            sh(p, "mkdir -m 700 gpg-signer gpg-trusted && GNUPGHOME=gpg-signer gpg --batch --quiet --passphrase '' --quick-gen-key 'rollout <r@example.com>' ed25519 sign never");
+            sh(p, "GNUPGHOME=gpg-signer gpg --batch --export r@example.com | GNUPGHOME=gpg-trusted gpg --batch --quiet --import");
+            let gpg = Signer::Gpg { key: "r@example.com".into(), home: Some(signer.clone()) };
+            let id = a.write(Some(signed), &state(&tip, "gpg"), "gpg\n", Some(&gpg)).unwrap();
+            let pol = crate::agent::verify::SignaturePolicy { allowed_signers: None, gpg_home: Some(trusted.clone()) };
+            let who = crate::agent::verify::verify_commit(&a.repo, id, &pol).unwrap().unwrap();
+            assert!(who.contains("r@example.com"), "{who}");
+        } else {
+            eprintln!("SKIP (gpg part): gpg or gpgconf missing");
+        }
         // A missing key is a clear error.
         let e = ssh_signer(&p.join("nope")).unwrap_err();
         assert!(e.what.contains("does not exist"), "{e}");
