@@ -455,7 +455,10 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
     let fleet = Fleet::new(&HOSTS, &c1);
     let prom = Prometheus::start(fleet.serve());
 
-    // Two controllers at once, repeatedly, while nothing changes: exactly one start commit.
+    // Two controllers at once, repeatedly: each transition either is pushed or loses the race
+    // and is decided again on the winner's state; exactly one start, no transition lost or
+    // doubled (the history has exactly as many commits as transitions reported).
+    let mut reported = 0;
     for round in 0..3 {
         let spawn = || {
             Command::new(FWC)
@@ -470,12 +473,14 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
         assert!(a.status.success() && b.status.success(), "{}{}", String::from_utf8_lossy(&a.stderr), String::from_utf8_lossy(&b.stderr));
         let results: Vec<Value> = [&a, &b].iter().map(|o| serde_json::from_slice(&o.stdout).unwrap()).collect();
         let transitions = results.iter().filter(|r| r["result"] == "transition").count();
+        eprintln!("round {round}: {:?}", results.iter().map(|r| (r["result"].as_str().unwrap_or("").to_string(), r["lost_races"].as_u64())).collect::<Vec<_>>());
         if round == 0 {
             assert!(transitions >= 1, "{results:#?}");
         }
-        // Every transition made is one commit, and the states decided agree with the history.
+        reported += transitions;
         let log = rollout_log(&repo);
         assert!(log.iter().filter(|l| l.contains("start")).count() == 1, "two controllers both started: {log:#?}");
+        assert_eq!(log.len(), reported, "{log:#?}\n{results:#?}");
     }
     advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
 
