@@ -311,6 +311,12 @@ fn a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_fail
         assert_eq!((o["result"].as_str(), o["state"]["promoted"].as_u64()), (Some("nothing"), Some(0)), "{o}");
     }
     assert!(!rollout_log(&repo).iter().any(|l| l.contains(&bad[..12]) && l.contains("promote wave early")), "{:#?}", rollout_log(&repo));
+    // `fwc fleet hosts` shows who failed, for which commit, and that it runs the stable commit.
+    let (code, text, err) = fwc(&["fleet", "hosts", "--repo", &url, "--prometheus", &prom.url]);
+    assert_eq!(code, 0, "{err}");
+    let c1_line = text.lines().find(|l| l.starts_with("c1 ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(c1_line.contains("canary") && c1_line.contains("stable") && c1_line.contains("degraded") && c1_line.contains(&format!("apply_failed ({})", &bad[..12])), "{text}");
+    assert!(text.starts_with(&format!("rollout of {}: halted", &bad[..12])), "{text}");
 
     // A fix: a new rollout starts; the canary still reports its failure of `bad`, which must
     // not halt the fix.
