@@ -258,9 +258,13 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     prom.wait_applied("c1", &c2);
     let o = advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
     let st = &o["state"];
-    let canary_at = humantime::parse_rfc3339(status(&url)["history"][1]["time"].as_str().unwrap()).unwrap();
+    // The soak started when the canary was seen applied (a transition of its own) and early was
+    // promoted at least 2 s later.
+    let history = status(&url)["history"].clone();
+    let soak = history.as_array().unwrap().iter().find(|h| h["message"].as_str().unwrap().contains("wave canary applied, soak")).unwrap_or_else(|| panic!("{history:#}"));
+    let soak_at = humantime::parse_rfc3339(soak["time"].as_str().unwrap()).unwrap();
     let early_at = humantime::parse_rfc3339(st["promoted_at"].as_str().unwrap()).unwrap();
-    assert!(early_at.duration_since(canary_at).unwrap() >= Duration::from_secs(2), "early promoted before the canary soaked 2 s: {st}");
+    assert!(early_at.duration_since(soak_at).unwrap() >= Duration::from_secs(2), "early promoted before the canary soaked 2 s: {st}\n{history:#}");
     // The later wave waits for its hosts.
     for h in ["e1", "e2"] {
         fleet.set(h, &c2);
@@ -287,7 +291,10 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
 
     // The audit trail: one commit per transition, newest first.
     let log = rollout_log(&repo);
-    assert!(log[0].contains("complete") && log[1].contains("promote wave all") && log[2].contains("promote wave early") && log[3].contains("start"), "{log:#?}");
+    assert!(
+        log[0].contains("complete") && log[1].contains("promote wave all") && log[2].contains("promote wave early") && log[3].contains("wave canary applied, soak") && log[4].contains("start"),
+        "{log:#?}"
+    );
 }
 
 #[test]

@@ -343,13 +343,21 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
         n.since = now.to_string();
         return Decision::Transition { summary: format!("rollout {}: complete", short(&s.commit)), state: n };
     }
-    let promoted_at = s.promoted_at.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok()).unwrap_or(SystemTime::UNIX_EPOCH);
-    let soaked = inp.now.duration_since(promoted_at).unwrap_or(Duration::ZERO);
-    let soak = Duration::from_secs(wave.soak_secs);
-    if soaked < soak {
-        return Decision::Nothing {
-            why: format!("wave {} is applied and soaking: {}s of {}s", wave.name, soaked.as_secs(), wave.soak_secs),
-        };
+    if wave.soak_secs > 0 {
+        // The soak counts from the moment the wave is seen fully applied and healthy: that moment
+        // is a transition of its own (`since`), the first one after the promotion (a later
+        // resume restarts the clock).
+        if s.since == s.promoted_at.clone().unwrap_or_default() {
+            let mut n = s.clone();
+            n.reason = format!("wave {} applied and healthy on every host; soaking {}s before {} is promoted", wave.name, wave.soak_secs, fleet.policy.waves[k + 1].name);
+            n.since = now.to_string();
+            return Decision::Transition { summary: format!("rollout {}: wave {} applied, soak", short(&s.commit), wave.name), state: n };
+        }
+        let start = humantime::parse_rfc3339_weak(&s.since).unwrap_or(SystemTime::UNIX_EPOCH);
+        let soaked = inp.now.duration_since(start).unwrap_or(Duration::ZERO);
+        if soaked < Duration::from_secs(wave.soak_secs) {
+            return Decision::Nothing { why: format!("wave {} is applied and soaking: {}s of {}s", wave.name, soaked.as_secs(), wave.soak_secs) };
+        }
     }
     let next = &fleet.policy.waves[k + 1];
     let mut n = s.clone();
@@ -400,6 +408,13 @@ mod tests {
             since: rfc3339(at(promoted_at)),
             promoted_at: Some(rfc3339(at(promoted_at))),
         }
+    }
+
+    /// `s` with its wave seen fully applied at `t` (after the promotion: the soak started).
+    fn soaking(mut s: RolloutState, t: u64) -> RolloutState {
+        s.since = rfc3339(at(t));
+        assert_ne!(Some(&s.since), s.promoted_at.as_ref(), "the soak starts after the promotion");
+        s
     }
 
     fn on(commit: &str) -> HostReport {
@@ -468,19 +483,21 @@ mod tests {
             case("progressing, new tip: the current rollout continues", Some(state(C2, 0, Progressing, 0)), "3333333333333333333333333333333333333333", reports(C1, &[]), Command::Advance, 10)
                 .nothing("waiting for 1 host(s)"),
             case("canary not applied yet: wait for hosts", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Advance, 100).nothing("waiting for 1 host(s) to apply 222222222222: c1"),
-            case("canary applied, soak not over: wait", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 30).nothing("soaking: 30s of 60s"),
-            case("canary applied and soaked: promote early", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60).want(Progressing, 1, false, "early promoted"),
+            case("canary seen applied: the soak starts (a transition)", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 30).want(Progressing, 0, false, "soaking 60s"),
+            case("canary soaking, not over: wait", Some(soaking(state(C2, 0, Progressing, 0), 30)), C2, c2_canary(), Command::Advance, 80).nothing("soaking: 50s of 60s"),
+            case("canary applied and soaked: promote early", Some(soaking(state(C2, 0, Progressing, 0), 30)), C2, c2_canary(), Command::Advance, 90).want(Progressing, 1, false, "early promoted"),
+            case("soaking, a host falls behind: wait for it", Some(soaking(state(C2, 0, Progressing, 0), 30)), C2, fl(), Command::Advance, 90).nothing("waiting for 1 host(s)"),
             case("a later wave's hosts may lag before their promotion", Some(state(C2, 1, Progressing, 60)), C2, c2_canary(), Command::Advance, 70).nothing("waiting for 2 host(s)"),
             case("degraded canary for this commit: halt with rollback", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "apply_failed")))]), Command::Advance, 5)
                 .want(Halted, 0, true, "c1 (apply_failed)"),
-            case("degraded for an older commit: no halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C2, C1, "rolled_back")))]), Command::Advance, 60)
+            case("degraded for an older commit: no halt", Some(soaking(state(C2, 0, Progressing, 0), 1)), C2, reports(C1, &[("c1", Some(degraded(C2, C1, "rolled_back")))]), Command::Advance, 61)
                 .want(Progressing, 1, false, "early promoted"),
             case("degraded while paused: still halts", Some(state(C2, 0, Paused, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "self_check")))]), Command::Advance, 5)
                 .want(Halted, 0, true, "self_check"),
             case("a failing gate of an applied wave: halt", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60)
                 .gate(0, Some("gate \"errors\" fails: 3"))
                 .want(Halted, 0, true, "errors"),
-            case("a holding gate: promote", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60).gate(0, None).want(Progressing, 1, false, "early promoted"),
+            case("a holding gate: promote", Some(soaking(state(C2, 0, Progressing, 0), 1)), C2, c2_canary(), Command::Advance, 61).gate(0, None).want(Progressing, 1, false, "early promoted"),
             case("a failing gate of a wave still applying: wait", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Advance, 60).gate(0, Some("fails")).nothing("waiting"),
             case("one early host missing, one allowed: promote", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", Some(on(C2))), ("e2", None)]), Command::Advance, 70)
                 .want(Progressing, 2, false, "all promoted"),
@@ -489,7 +506,7 @@ mod tests {
             case("the canary missing, none allowed: halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", None)]), Command::Advance, 5).want(Halted, 0, true, "not reporting, 0 allowed"),
             case("two early hosts missing, one allowed: halt", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", None), ("e2", None)]), Command::Advance, 70)
                 .want(Halted, 1, true, "2 host(s) not reporting, 1 allowed"),
-            case("missing hosts of unpromoted waves do not count", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(on(C2))), ("a1", None), ("a2", None)]), Command::Advance, 60)
+            case("missing hosts of unpromoted waves do not count", Some(soaking(state(C2, 0, Progressing, 0), 1)), C2, reports(C1, &[("c1", Some(on(C2))), ("a1", None), ("a2", None)]), Command::Advance, 61)
                 .want(Progressing, 1, false, "early promoted"),
             case("the last wave applied: complete, stable", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 70).want(Complete, 2, false, "is stable"),
             case("complete, same tip: nothing", Some(state(C2, 2, Complete, 60)), C2, reports(C2, &[]), Command::Advance, 70).nothing("rolled out to every wave"),
