@@ -282,7 +282,7 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
             println!("  phase:     {}{} since {}", s.phase.as_str(), if s.rollback { " (rollback to stable)" } else { "" }, s.since);
             println!("  promoted:  {}{}", advance::promoted_name(s), s.promoted_at.as_deref().map(|t| format!(" at {t}")).unwrap_or_default());
             println!("  waves:     {}", s.waves.join(" -> "));
-            println!("  stable:    {}", s.stable.as_deref().unwrap_or("none yet"));
+            println!("  stable:    {}", s.stable.as_deref().unwrap_or("none yet (where stable is called for, hosts keep what they have)"));
             println!("  reason:    {}", s.reason);
             if st.tip != s.commit {
                 println!("  tip of {}: {} (not this rollout's commit)", st.branch, short(&st.tip));

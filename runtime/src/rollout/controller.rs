@@ -194,7 +194,7 @@ pub fn decide(inp: &ControllerInput) -> Decision {
             },
         },
         (Command::Halt { rollback, reason }, Some(s)) => match s.phase {
-            RolloutPhase::Progressing | RolloutPhase::Paused => transition(s, RolloutPhase::Halted, *rollback, reason, "halt", &now),
+            RolloutPhase::Progressing | RolloutPhase::Paused => transition(s, RolloutPhase::Halted, *rollback, reason, if *rollback { "halt --rollback" } else { "halt" }, &now),
             RolloutPhase::Halted if *rollback && !s.rollback => transition(s, RolloutPhase::Halted, true, reason, "halt --rollback", &now),
             RolloutPhase::Halted => Decision::Nothing { why: "the rollout is already halted".into() },
             p => Decision::Refused { why: format!("cannot halt: the rollout of {} is {} (nothing is being rolled out)", short(&s.commit), p.as_str()) },
