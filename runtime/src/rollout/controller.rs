@@ -519,7 +519,7 @@ mod tests {
             case("resume a halted rollout", Some(state(C2, 0, Halted, 0)), C2, fl(), Command::Resume { reason: "false alarm".into() }, 5).want(Progressing, 0, false, "false alarm"),
             case("resume a complete rollout: refused", Some(state(C2, 2, Complete, 0)), C2, fl(), Command::Resume { reason: String::new() }, 5).nothing("cannot resume"),
             case("halt without rollback", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Halt { rollback: false, reason: "look".into() }, 5).want(Halted, 1, false, "halt by the operator: look"),
-            case("halt --rollback", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Halt { rollback: true, reason: String::new() }, 5).want(Halted, 1, true, "halt by the operator"),
+            case("halt --rollback", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Halt { rollback: true, reason: String::new() }, 5).want(Halted, 1, true, "halt --rollback by the operator"),
             case("halt --rollback after a plain halt", Some(state(C2, 1, Halted, 0)), C2, c2_early(), Command::Halt { rollback: true, reason: String::new() }, 5).want(Halted, 1, true, "halt --rollback"),
             case("halt a complete rollout: refused", Some(state(C2, 2, Complete, 0)), C2, fl(), Command::Halt { rollback: true, reason: String::new() }, 5).nothing("cannot halt"),
             case("stop during a wave", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Stop { reason: "enough".into() }, 5).want(Stopped, 1, false, "stop by the operator: enough"),
