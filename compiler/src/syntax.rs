@@ -1137,7 +1137,7 @@ pub fn parse_selector(s: &str) -> Result<Selector, UnitError> {
 
 /// `percent=50` (or `"50%"`): a whole percentage from 1 to 100.
 fn parse_percent(s: &str) -> Result<u8, UnitError> {
-    let help = "write percent=10 (a whole number from 1 to 100: that share of the hosts no earlier wave took)";
+    let help = "write percent=10 (a whole number from 1 to 100; percentages are cumulative: percent=10 then percent=50 reach 10% then 50% of the hosts left)";
     match s.trim().trim_end_matches('%').trim().parse::<u32>() {
         Ok(n @ 1..=100) => Ok(n as u8),
         Ok(n) => Err(UnitError { message: format!("{n} is not from 1 to 100"), help: help.into() }),
