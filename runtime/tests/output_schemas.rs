@@ -134,3 +134,24 @@ fn host_documents_match_their_schemas() {
     let doc = valid(&run(vec!["audit".into(), "verify".into(), "--json".into(), "--state-dir".into(), sd.into()], &[]), "audit-verify");
     assert_eq!(doc["entries"], 5);
 }
+
+/// `fwc plan --waves --json` and a one-host plan of a repository with a rollout policy.
+#[test]
+fn rollout_documents_match_their_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fleet = "fwc 1\nhost \"canary-1\" {\n    labels role=canary\n}\nhost \"web-1\"\nrollout {\n    wave \"canary\" on=\"role=canary\" soak=\"10m\" {\n        gate \"errors\" query=\"sum(up)\" max=0.01\n    }\n    wave \"all\" max-unavailable=\"10%\"\n    probe \"api\" tcp=\"198.18.0.1:443\"\n}\n";
+    std::fs::write(d.join("fwc.kdl"), fleet).unwrap();
+    let doc = valid(&fwc(d, &["plan", "--waves", "--json"], &[]), "plan-waves");
+    assert_eq!(doc["hosts"][1]["wave"], 1, "{doc:#}");
+    let doc = valid(&fwc(d, &["plan", "--waves", "--host", "web-1", "--json"], &[]), "plan-waves");
+    assert_eq!(doc["host"]["wave"], "all", "{doc:#}");
+    git(d, &["init", "-q", "-b", "main"]);
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "one"]);
+    let doc = valid(&fwc(d, &["plan", "--from", "HEAD", "--host", "canary-1", "--json"], &[]), "plan");
+    assert_eq!(doc["rollout"]["wave"], "canary", "{doc:#}");
+    std::fs::write(d.join("fwc.kdl"), "fwc 1\n").unwrap();
+    let doc = valid(&fwc(d, &["plan", "--waves", "--json"], &[]), "plan-waves");
+    assert!(doc["policy"].is_null(), "{doc:#}");
+}
