@@ -295,6 +295,17 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
         }
     }
     if !out.has_errors() {
+        let w = &decl.waves[last];
+        let rule = format!("wave \"{}\"", w.name.value);
+        let soak = w.soak_secs.as_ref().filter(|s| s.value > 0).map(|s| (s.span, "soak="));
+        for (span, what) in soak.into_iter().chain(w.gates.iter().map(|g| (g.name.span, "a gate"))) {
+            out.push(
+                Diagnostic::warning("rollout-last-wave-gate", format!("{what} on the last wave is never checked"))
+                    .at(map, span, "never checked")
+                    .rule(&rule)
+                    .help("a wave's soak and gates hold back the promotion of the next wave; the rollout completes as soon as its last wave has applied the commit. Move it to the wave before"),
+            );
+        }
         host_warnings(&mut out, map, rs, decl);
     }
     out
