@@ -41,9 +41,8 @@ impl FleetPlan {
 /// together, as `compile` does; the rule checks of each host are `check`'s job, not this.
 pub fn fleet_plan(tree: &SourceTree) -> Result<FleetPlan, Diagnostics> {
     let repo = crate::ParsedRepo::parse(tree)?;
-    let diags = check(&repo.map, &repo.plain);
-    if diags.has_errors() {
-        return Err(diags);
+    if repo.rollout.has_errors() {
+        return Err(repo.rollout);
     }
     Ok(plan_of(&repo.plain))
 }
@@ -215,8 +214,9 @@ pub fn render_waves(plan: &FleetPlan) -> String {
     s
 }
 
-/// The checks of the policy as a whole (the values were checked when read): one block, at
-/// least one wave, unique names, how each wave selects, the last wave taking the rest,
+/// The checks of the policy as a whole (the values were checked when read), once per
+/// repository (`ParsedRepo::parse`; every host's compile reports them): one block, at least
+/// one wave, unique names, how each wave selects, the last wave taking the rest,
 /// gates with a query; warnings for selectors and waves that get no declared host.
 pub fn check(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
     let mut out = Diagnostics::default();
