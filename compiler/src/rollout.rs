@@ -334,7 +334,6 @@ fn host_warnings(out: &mut Diagnostics, map: &SourceMap, rs: &Ruleset, decl: &Ro
                 let help = match &on.value.0 {
                     Selector::Name(n) => match crate::suggest::did_you_mean(n, names.iter().copied()) {
                         Some(m) => format!("did you mean on=\"{m}\"? hosts: {}", names.join(", ")),
-                        None if names.is_empty() => "no host block declares labels; declare the fleet's hosts with `host \"name\" { labels … }`".into(),
                         None => format!("hosts: {}", names.join(", ")),
                     },
                     Selector::Labels(_) if names.is_empty() => {
