@@ -99,6 +99,14 @@ fn host_documents_match_their_schemas() {
     std::fs::write(d.join("fwc.kdl"), V2).unwrap();
     let doc = valid(&run(with(&["plan", "--json"], &[]), &[]), "plan");
     assert_eq!((doc["mode"].as_str(), doc["has_changes"].as_bool()), (Some("live"), Some(true)), "{doc:#}");
+    assert!(doc.get("rollout").is_none(), "no rollout policy, no rollout key: {doc:#}");
+    // With a rollout policy, the live plan says the host's wave (JSON and text).
+    std::fs::write(d.join("fwc.kdl"), format!("{V2}rollout {{\n    wave \"all\"\n}}\n")).unwrap();
+    let doc = valid(&run(with(&["plan", "--json"], &[]), &[]), "plan");
+    assert_eq!(doc["rollout"], serde_json::json!({"host": "localhost", "index": 0, "wave": "all", "waves": 1, "declared": false}), "{doc:#}");
+    let o = run(with(&["plan"], &[]), &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.ends_with("Rollout: host localhost (not declared in a host block: no labels) is in wave \"all\", 1 of 1 (every host left). `fwc plan --waves` lists the fleet.\n"), "{out}");
     std::fs::write(d.join("fwc.kdl"), "fwc 1\ninput {\n    allow \"ssh\" proto=tcp port=22 from=\"@nowhere\"\n}\n").unwrap();
     let o = run(with(&["plan", "--json"], &[]), &[]);
     assert_eq!(o.status.code(), Some(1));
