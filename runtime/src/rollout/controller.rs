@@ -145,10 +145,12 @@ fn starts_new(s: &RolloutState, tip: &str) -> bool {
     s.commit != tip && matches!(s.phase, RolloutPhase::Complete | RolloutPhase::Stopped | RolloutPhase::Halted)
 }
 
-/// Which waves' gates [`decide`] wants results for (all waves up to the promoted one).
+/// Which waves' gates [`decide`] wants results for: every promoted wave but the last (the
+/// rollout completes when the last wave has applied; its gates are never checked).
 pub fn gates_wanted(state: Option<&RolloutState>, fleet: &Fleet) -> Vec<usize> {
+    let last = fleet.policy.waves.len().saturating_sub(1);
     match state.and_then(|s| s.promoted) {
-        Some(k) => (0..=k.min(fleet.policy.waves.len().saturating_sub(1))).collect(),
+        Some(k) => (0..=k.min(last)).filter(|w| *w < last).collect(),
         None => vec![],
     }
 }
@@ -322,7 +324,7 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
         }
         pending.extend(waiting);
     }
-    for g in inp.gates.iter().filter(|g| g.wave <= k && fully_applied.contains(&g.wave)) {
+    for g in inp.gates.iter().filter(|g| g.wave <= k && g.wave < last && fully_applied.contains(&g.wave)) {
         if let Some(why) = &g.failure {
             return halt(s, format!("wave {}: {why}", fleet.policy.waves[g.wave].name), now);
         }
@@ -498,6 +500,12 @@ mod tests {
                 .gate(0, Some("gate \"errors\" fails: 3"))
                 .want(Halted, 0, true, "errors"),
             case("a holding gate: promote", Some(soaking(state(C2, 0, Progressing, 0), 1)), C2, c2_canary(), Command::Advance, 61).gate(0, None).want(Progressing, 1, false, "early promoted"),
+            case("the last wave's gates are never checked: complete", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 70)
+                .gate(2, Some("fails"))
+                .want(Complete, 2, false, "is stable"),
+            case("an earlier wave's gate regressing during a later wave: halt", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 70)
+                .gate(0, Some("gate \"errors\" fails: 9"))
+                .want(Halted, 2, true, "wave canary: gate"),
             case("a failing gate of a wave still applying: wait", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Advance, 60).gate(0, Some("fails")).nothing("waiting"),
             case("one early host missing, one allowed: promote", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", Some(on(C2))), ("e2", None)]), Command::Advance, 70)
                 .want(Progressing, 2, false, "all promoted"),
@@ -606,6 +614,13 @@ mod tests {
         assert_eq!(subject(Some(&state(C1, 0, Halted, 0)), C2, &Command::Stop { reason: String::new() }), C1);
         assert_eq!(subject(None, C2, &Command::Advance), C2);
         assert_eq!(subject(Some(&p), C2, &Command::Start { commit: C1.into() }), C1);
+    }
+
+    #[test]
+    fn gates_wanted_skip_the_last_wave() {
+        assert_eq!(gates_wanted(Some(&state(C2, 0, Progressing, 0)), &fleet()), [0]);
+        assert_eq!(gates_wanted(Some(&state(C2, 2, Progressing, 0)), &fleet()), [0, 1]);
+        assert!(gates_wanted(None, &fleet()).is_empty());
     }
 
     #[test]
