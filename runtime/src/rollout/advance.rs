@@ -94,9 +94,10 @@ pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus
         let subj = subject(snap.state.as_ref(), &tip, &command);
         let subj_oid = Oid::from_str(&subj).map_err(|_| RolloutError::new(format!("the rollout state names {subj:?}, which is not a commit id"), "fix or restart the rollout (fwc rollout start)"))?;
         let fleet = load_fleet(&remote, subj_oid, &reports)?;
-        if let (Command::Advance, Some(p), Some(f)) = (&command, prometheus, &fleet) {
-            // A monitoring outage must not read as "every host is gone" (and halt + roll back).
-            if !f.members.is_empty() && !reports.values().any(|r| r.current) {
+        if let (Command::Advance, Some(p), Some(_)) = (&command, prometheus, &fleet) {
+            // A monitoring outage must not read as "every host is gone" (and halt + roll back),
+            // nor a fleet that reports nothing as "every wave applied".
+            if !reports.values().any(|r| r.current) {
                 return Err(RolloutError::new(
                     format!("Prometheus {} reports no fwc agent (no fwc_applied_commit_info or fwc_agent_degraded series with a host label); nothing was decided", p.url),
                     "check that Prometheus scrapes the agents' /metrics and that every agent runs with --host; `fwc fleet hosts` shows what Prometheus sees",

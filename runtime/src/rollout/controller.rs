@@ -230,7 +230,8 @@ fn start(inp: &ControllerInput, st: Option<&RolloutState>, commit: &str, now: &s
     }
     if let Some(s) = st {
         if s.commit == commit && matches!(s.phase, RolloutPhase::Progressing | RolloutPhase::Paused | RolloutPhase::Complete) {
-            return Decision::Nothing { why: format!("{} is already being rolled out ({})", short(commit), s.phase.as_str()) };
+            let what = if s.phase == RolloutPhase::Complete { "rolled out" } else { "being rolled out" };
+            return Decision::Nothing { why: format!("{} is already {what} ({})", short(commit), s.phase.as_str()) };
         }
     }
     let stable = st.and_then(|s| if s.phase == RolloutPhase::Complete { Some(s.commit.clone()) } else { s.stable.clone() });
@@ -279,6 +280,9 @@ fn list(names: &[&str]) -> String {
     }
     s
 }
+
+/// The reason of the transition that starts a wave's soak says this.
+const SOAKING: &str = "; soaking ";
 
 /// Progressing or paused, same commit: halt on failures; (progressing only) promote or complete.
 fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
@@ -349,9 +353,11 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
         // The soak counts from the moment the wave is seen fully applied and healthy: that moment
         // is a transition of its own (`since`), the first one after the promotion (a later
         // resume restarts the clock).
-        if s.since == s.promoted_at.clone().unwrap_or_default() {
+        // (`since` has whole seconds: a soak that started in the second of the promotion is
+        // known by its reason.)
+        if s.since == s.promoted_at.clone().unwrap_or_default() && !s.reason.contains(SOAKING) {
             let mut n = s.clone();
-            n.reason = format!("wave {} applied and healthy on every host; soaking {}s before {} is promoted", wave.name, wave.soak_secs, fleet.policy.waves[k + 1].name);
+            n.reason = format!("wave {} applied and healthy on every host{SOAKING}{}s before {} is promoted", wave.name, wave.soak_secs, fleet.policy.waves[k + 1].name);
             n.since = now.to_string();
             return Decision::Transition { summary: format!("rollout {}: wave {} applied, soak", short(&s.commit), wave.name), state: n };
         }
@@ -416,6 +422,12 @@ mod tests {
     fn soaking(mut s: RolloutState, t: u64) -> RolloutState {
         s.since = rfc3339(at(t));
         assert_ne!(Some(&s.since), s.promoted_at.as_ref(), "the soak starts after the promotion");
+        s
+    }
+
+    fn soak_started_at_promotion() -> RolloutState {
+        let mut s = state(C2, 0, Progressing, 0);
+        s.reason = format!("wave canary applied and healthy on every host{SOAKING}60s before early is promoted");
         s
     }
 
@@ -486,6 +498,7 @@ mod tests {
                 .nothing("waiting for 1 host(s)"),
             case("canary not applied yet: wait for hosts", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Advance, 100).nothing("waiting for 1 host(s) to apply 222222222222: c1"),
             case("canary seen applied: the soak starts (a transition)", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 30).want(Progressing, 0, false, "soaking 60s"),
+            case("the soak started in the second of the promotion: soaking, not started twice", Some(soak_started_at_promotion()), C2, c2_canary(), Command::Advance, 0).nothing("soaking: 0s of 60s"),
             case("canary soaking, not over: wait", Some(soaking(state(C2, 0, Progressing, 0), 30)), C2, c2_canary(), Command::Advance, 80).nothing("soaking: 50s of 60s"),
             case("canary applied and soaked: promote early", Some(soaking(state(C2, 0, Progressing, 0), 30)), C2, c2_canary(), Command::Advance, 90).want(Progressing, 1, false, "early promoted"),
             case("soaking, a host falls behind: wait for it", Some(soaking(state(C2, 0, Progressing, 0), 30)), C2, fl(), Command::Advance, 90).nothing("waiting for 1 host(s)"),
