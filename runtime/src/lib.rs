@@ -11,4 +11,5 @@ pub mod detached;
 pub mod kernel_eval;
 pub mod metrics;
 pub mod repo;
+pub mod rollout;
 pub mod state;
