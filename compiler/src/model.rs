@@ -46,6 +46,9 @@ pub struct Ruleset {
     pub chains: Vec<Chain>,
     pub forwards: Vec<ForwardRule>,
     pub shapes: Vec<ShapeRule>,
+    /// `rollout { … }` blocks (a repository has at most one; `check` reports the others).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rollouts: Vec<RolloutDecl>,
 }
 
 impl Ruleset {
@@ -58,6 +61,7 @@ impl Ruleset {
         self.chains.iter_mut().for_each(|c| c.rules.shrink_to_fit());
         self.forwards.shrink_to_fit();
         self.shapes.shrink_to_fit();
+        self.rollouts.shrink_to_fit();
     }
 }
 
@@ -307,9 +311,14 @@ pub enum Selector {
 
 impl Selector {
     pub fn matches(&self, host: &Host) -> bool {
+        self.matches_name(&host.name.value, &host.labels)
+    }
+
+    /// [`Selector::matches`] for a host known by name and labels only (a fleet member).
+    pub fn matches_name(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
         match self {
-            Selector::Name(n) => host.name.value == *n,
-            Selector::Labels(want) => want.iter().all(|(k, v)| host.labels.get(k) == Some(v)),
+            Selector::Name(n) => name == n,
+            Selector::Labels(want) => want.iter().all(|(k, v)| labels.get(k) == Some(v)),
         }
     }
 }
@@ -477,3 +486,49 @@ pub struct ShapeRule {
 /// The kind of a named thing (defined with the artifacts: it appears in manifests and rule
 /// comments).
 pub use fwc_artifacts::RuleKind;
+
+/// `rollout { wave … probe … }` as written: the fleet rollout policy with the spans `check`
+/// needs. [`crate::rollout`] checks it and compiles it to [`fwc_artifacts::rollout::RolloutPolicy`].
+#[derive(Debug, Clone, Serialize)]
+pub struct RolloutDecl {
+    pub waves: Vec<WaveDecl>,
+    pub probes: Vec<ProbeDecl>,
+    /// The `rollout` node's name.
+    #[serde(skip)]
+    pub span: Span,
+}
+
+/// `wave "canary" on="role=canary" soak="10m" max-unavailable=1 { gate … }`
+#[derive(Debug, Clone, Serialize)]
+pub struct WaveDecl {
+    pub name: Spanned<String>,
+    /// `on=`: the selector and its text as written (the policy carries the text).
+    pub on: Option<Spanned<(Selector, String)>>,
+    pub percent: Option<Spanned<u8>>,
+    pub soak_secs: Option<Spanned<u64>>,
+    pub max_unavailable: Option<Spanned<fwc_artifacts::rollout::MaxUnavailable>>,
+    pub gates: Vec<GateDecl>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+/// `gate "errors" query="…" max=0.01 allow-empty=#true`
+#[derive(Debug, Clone, Serialize)]
+pub struct GateDecl {
+    pub name: Spanned<String>,
+    pub query: Option<Spanned<String>>,
+    pub max: Option<Spanned<f64>>,
+    pub min: Option<Spanned<f64>>,
+    pub allow_empty: bool,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+/// `probe "api" tcp="198.18.0.1:443"` / `probe "health" http="http://…/healthz"`
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeDecl {
+    pub name: Spanned<String>,
+    pub probe: Option<Spanned<fwc_artifacts::rollout::Probe>>,
+    #[serde(skip)]
+    pub span: Span,
+}

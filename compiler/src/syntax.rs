@@ -18,7 +18,7 @@ use crate::units::{self, UnitError};
 /// The rule-language version this compiler reads.
 pub const LANGUAGE_VERSION: i128 = 1;
 
-const TOP_NODES: &[&str] = &["fwc", "host", "set", "input", "forward", "output", "containers", "shape"];
+const TOP_NODES: &[&str] = &["fwc", "host", "set", "input", "forward", "output", "containers", "shape", "rollout"];
 const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject"];
 const FILTER_PROPS: &[&str] = &["proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "on", "comment"];
 /// A `containers` rule matches a published port as the client addressed it: no `sport`/`out`
@@ -33,6 +33,10 @@ const REPEATABLE_PROPS: &[&str] = &["file"];
 const SET_PROPS: &[&str] = &["file", "dynamic", "timeout", "size"];
 /// Largest `size=` of a dynamic set (elements per address family).
 pub const MAX_DYNAMIC_SET_SIZE: i128 = 16_777_216;
+const ROLLOUT_CHILDREN: &[&str] = &["wave", "probe"];
+const WAVE_PROPS: &[&str] = &["on", "percent", "soak", "max-unavailable"];
+const GATE_PROPS: &[&str] = &["query", "max", "min", "allow-empty"];
+const PROBE_PROPS: &[&str] = &["tcp", "http"];
 const SHAPE_PROPS: &[&str] = &["from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment"];
 
 /// Parse every plain `.kdl` file of the tree (templates are added per host by [`add_templates`]).
@@ -359,8 +363,14 @@ impl Parser<'_, '_> {
                         rs.shapes.push(s);
                     }
                 }
+                "rollout" if self.in_template => {
+                    self.error("rollout-in-template", "the rollout policy cannot be declared in a template", nspan, "here")
+                        .rule("rollout")
+                        .help("declare `rollout { … }` in a plain .kdl file; templates are rendered once per host, the policy is one for the fleet");
+                }
+                "rollout" => rs.rollouts.push(self.rollout(node)),
                 other => {
-                    let mut help = String::from("top-level nodes are fwc, host, set, input, forward, output, containers and shape");
+                    let mut help = String::from("top-level nodes are fwc, host, set, input, forward, output, containers, shape and rollout");
                     if FILTER_ACTIONS.contains(&other) {
                         help = format!("`{other}` rules go inside a chain block: input {{ {other} \"name\" … }}");
                     } else if let Some(s) = did_you_mean(other, TOP_NODES.iter().copied()) {
@@ -885,6 +895,155 @@ impl Parser<'_, '_> {
         };
         Some(s)
     }
+
+    /// `rollout { wave … probe … }`: the fleet rollout policy. Values are read here; the rules
+    /// that need the whole policy (one block, unique names, the last wave) are in
+    /// [`crate::rollout::check`].
+    fn rollout(&mut self, node: &KdlNode) -> RolloutDecl {
+        let rule = "rollout";
+        self.props(node, rule, &[], 0);
+        let mut decl = RolloutDecl { waves: Vec::new(), probes: Vec::new(), span: self.span(node.name().span()) };
+        for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
+            match child.name().value() {
+                "wave" => {
+                    if let Some(w) = self.wave(child) {
+                        decl.waves.push(w);
+                    }
+                }
+                "probe" => {
+                    if let Some(p) = self.probe(child) {
+                        decl.probes.push(p);
+                    }
+                }
+                other => {
+                    let span = self.span(child.name().span());
+                    let help = match did_you_mean(other, ROLLOUT_CHILDREN.iter().copied()) {
+                        Some(s) => format!("did you mean `{s}`?"),
+                        None if other == "gate" => "a gate belongs to a wave: wave \"canary\" on=\"role=canary\" { gate \"errors\" query=\"…\" max=0.01 }".into(),
+                        None => "a rollout block holds `wave \"name\" …` nodes (in promotion order) and `probe \"name\" …` nodes".into(),
+                    };
+                    self.error("unknown-node", format!("unknown node `{other}` in the rollout block"), span, "here").rule(rule).help(help);
+                }
+            }
+        }
+        decl
+    }
+
+    fn wave(&mut self, node: &KdlNode) -> Option<WaveDecl> {
+        let name = self.name(node, "wave")?;
+        let rule = format!("wave \"{}\"", name.value);
+        let mut p = self.props(node, &rule, WAVE_PROPS, 1);
+        let on = self.text(&mut p, "on").and_then(|(t, s)| self.rollout_value(&rule, "on", &t, s, |t| parse_selector(t).map(|sel| (sel, t.to_string()))));
+        let percent = self.text(&mut p, "percent").and_then(|(t, s)| self.rollout_value(&rule, "percent", &t, s, parse_percent));
+        let soak_secs = self.text(&mut p, "soak").and_then(|(t, s)| self.rollout_value(&rule, "soak", &t, s, parse_soak));
+        let max_unavailable = self.text(&mut p, "max-unavailable").and_then(|(t, s)| self.rollout_value(&rule, "max-unavailable", &t, s, parse_max_unavailable));
+        let mut gates = Vec::new();
+        for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
+            if child.name().value() == "gate" {
+                gates.extend(self.gate(child, &name.value));
+                continue;
+            }
+            let other = child.name().value();
+            let span = self.span(child.name().span());
+            let help = match did_you_mean(other, ["gate"].into_iter()) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None if other == "probe" => "probes are for the whole fleet: put `probe \"name\" …` directly in the rollout block".into(),
+                None => "a wave's block holds `gate \"name\" query=\"…\" max=…` nodes".into(),
+            };
+            self.error("unknown-node", format!("unknown node `{other}` in a wave"), span, "here").rule(&rule).help(help);
+        }
+        Some(WaveDecl { name, on, percent, soak_secs, max_unavailable, gates, span: self.span(node.span()) })
+    }
+
+    fn gate(&mut self, node: &KdlNode, wave: &str) -> Option<GateDecl> {
+        let name = self.name(node, "gate")?;
+        let rule = format!("gate \"{}\" of wave \"{wave}\"", name.value);
+        let mut p = self.props(node, &rule, GATE_PROPS, 1);
+        self.no_children(node, &rule);
+        let query = self.required(&mut p, "query", "\"sum(rate(http_requests_errors_total[5m]))\"").map(|(t, s)| Spanned::new(t, s));
+        let max = self.threshold(&mut p, "max", &rule);
+        let min = self.threshold(&mut p, "min", &rule);
+        let allow_empty = self.bool(&mut p, "allow-empty");
+        let span = self.span(node.span());
+        match (&max, &min) {
+            (Some(_), Some(m)) => {
+                self.error("rollout-gate-threshold", "a gate takes max= or min=, not both", m.span, "second threshold")
+                    .rule(&rule)
+                    .help("a gate compares every sample with one threshold: max=0.01 (at most) or min=0.99 (at least); for a band, write two gates");
+            }
+            (None, None) => {
+                let at = self.span(node.name().span());
+                self.error("rollout-gate-threshold", "this gate has no threshold", at, "max= or min= missing")
+                    .rule(&rule)
+                    .help("add max=0.01 (every sample at most 0.01) or min=0.99 (every sample at least 0.99)");
+            }
+            _ => {}
+        }
+        Some(GateDecl { name, query, max, min, allow_empty, span })
+    }
+
+    /// `max=0.01` / `min=1`: a finite number (a KDL number, or a string holding one).
+    fn threshold(&mut self, props: &mut Props, key: &str, rule: &str) -> Option<Spanned<f64>> {
+        let e = props.get(key)?;
+        let span = self.span(e.span());
+        let n = match e.value() {
+            KdlValue::Integer(i) => Some(*i as f64),
+            KdlValue::Float(f) => Some(*f),
+            KdlValue::String(s) => s.trim().parse::<f64>().ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if n.is_finite() => Some(Spanned::new(n, span)),
+            _ => {
+                self.error("rollout-bad-threshold", format!("bad {key}: expected a number"), span, "this value")
+                    .rule(rule)
+                    .help(format!("write {key}=0.01 (a plain number; the gate's query should return the value to compare, e.g. a ratio)"));
+                None
+            }
+        }
+    }
+
+    fn probe(&mut self, node: &KdlNode) -> Option<ProbeDecl> {
+        let name = self.name(node, "probe")?;
+        let rule = format!("probe \"{}\"", name.value);
+        let mut p = self.props(node, &rule, PROBE_PROPS, 1);
+        self.no_children(node, &rule);
+        let n = name.value.clone();
+        let tcp = self.text(&mut p, "tcp").and_then(|(t, s)| self.rollout_value(&rule, "tcp", &t, s, |t| parse_probe_tcp(&n, t)));
+        let http = self.text(&mut p, "http").and_then(|(t, s)| self.rollout_value(&rule, "http", &t, s, |t| parse_probe_http(&n, t)));
+        let has = |k: &str| node.entries().iter().any(|e| e.name().is_some_and(|id| id.value() == k));
+        let probe = match (tcp, http) {
+            (Some(t), None) if !has("http") => Some(t),
+            (None, Some(h)) if !has("tcp") => Some(h),
+            _ if has("tcp") && has("http") => {
+                let span = self.span(node.span());
+                self.error("rollout-probe-kind", "a probe is tcp= or http=, not both", span, "this probe")
+                    .rule(&rule)
+                    .help("write two probes: probe \"api\" tcp=\"198.18.0.1:443\" and probe \"health\" http=\"http://127.0.0.1:8080/healthz\"");
+                None
+            }
+            _ if !has("tcp") && !has("http") => {
+                let span = self.span(node.name().span());
+                self.error("rollout-probe-kind", "this probe checks nothing", span, "tcp= or http= missing")
+                    .rule(&rule)
+                    .help("write tcp=\"198.18.0.1:443\" (a TCP connect) or http=\"http://127.0.0.1:8080/healthz\" (a GET that must answer 2xx)");
+                None
+            }
+            _ => None,
+        };
+        Some(ProbeDecl { name, probe, span: self.span(node.span()) })
+    }
+
+    /// [`Parser::convert`] with a `rollout-bad-<key>` code.
+    fn rollout_value<T>(&mut self, rule: &str, key: &str, text: &str, span: Span, f: impl Fn(&str) -> Result<T, UnitError>) -> Option<Spanned<T>> {
+        match f(text) {
+            Ok(v) => Some(Spanned::new(v, span)),
+            Err(e) => {
+                self.error(&format!("rollout-bad-{key}"), format!("bad {key}: {}", e.message), span, "this value").rule(rule).help(e.help);
+                None
+            }
+        }
+    }
 }
 
 /// A diagnostic being built; pushed when dropped, so `.rule()` / `.help()` can be chained.
@@ -957,7 +1116,8 @@ fn parse_bridges(s: &str) -> Result<Vec<String>, UnitError> {
     Ok(out)
 }
 
-fn parse_selector(s: &str) -> Result<Selector, UnitError> {
+/// `on=` text -> a selector: a host name, or `label=value` pairs that must all match.
+pub fn parse_selector(s: &str) -> Result<Selector, UnitError> {
     let help = "write on=\"edge-1\" (a host name) or on=\"role=edge,region=eu\" (labels that must all match)";
     if !s.contains('=') {
         return if valid_name(s) { Ok(Selector::Name(s.to_string())) } else { Err(UnitError { message: format!("\"{s}\" is not a host name"), help: help.into() }) };
@@ -972,6 +1132,74 @@ fn parse_selector(s: &str) -> Result<Selector, UnitError> {
         }
     }
     Ok(Selector::Labels(labels))
+}
+
+/// `percent=50` (or `"50%"`): a whole percentage from 1 to 100.
+fn parse_percent(s: &str) -> Result<u8, UnitError> {
+    let help = "write percent=10 (a whole number from 1 to 100: that share of the hosts no earlier wave took)";
+    match s.trim().trim_end_matches('%').trim().parse::<u32>() {
+        Ok(n @ 1..=100) => Ok(n as u8),
+        Ok(n) => Err(UnitError { message: format!("{n} is not from 1 to 100"), help: help.into() }),
+        Err(_) => Err(UnitError { message: format!("\"{s}\" is not a whole percentage"), help: help.into() }),
+    }
+}
+
+/// `soak="10m"`: a duration in whole seconds.
+fn parse_soak(s: &str) -> Result<u64, UnitError> {
+    let ms = units::parse_duration_ms(s)?;
+    if ms % 1000 != 0 {
+        return Err(UnitError { message: format!("\"{s}\" is not a whole number of seconds"), help: "write soak=\"30s\", \"10m\" or \"1h\"".into() });
+    }
+    Ok(ms / 1000)
+}
+
+/// `max-unavailable=2` (hosts) or `max-unavailable="10%"` (of the wave's hosts).
+fn parse_max_unavailable(s: &str) -> Result<fwc_artifacts::rollout::MaxUnavailable, UnitError> {
+    use fwc_artifacts::rollout::MaxUnavailable;
+    let help = "write max-unavailable=2 (hosts of the wave that may be missing) or max-unavailable=\"10%\" (of the wave's hosts)";
+    let bad = |m: String| UnitError { message: m, help: help.into() };
+    let t = s.trim();
+    if let Some(p) = t.strip_suffix('%') {
+        return match p.trim().parse::<u32>() {
+            Ok(n @ 0..=100) => Ok(MaxUnavailable::Percent(n as u8)),
+            _ => Err(bad(format!("\"{s}\" is not a percentage from 0% to 100%"))),
+        };
+    }
+    t.parse::<u32>().map(MaxUnavailable::Hosts).map_err(|_| bad(format!("\"{s}\" is not a number of hosts or a percentage")))
+}
+
+/// `tcp="198.18.0.1:443"`, `"[2001:db8::1]:443"` or `"git.example.com:22"`.
+fn parse_probe_tcp(name: &str, s: &str) -> Result<fwc_artifacts::rollout::Probe, UnitError> {
+    let help = "write tcp=\"198.18.0.1:443\", \"[2001:db8::1]:443\" or \"git.example.com:22\" (an address or DNS name and a port)";
+    let bad = |m: String| UnitError { message: m, help: help.into() };
+    let (host, port) = match s.strip_prefix('[') {
+        Some(rest) => rest.split_once("]:").ok_or_else(|| bad(format!("\"{s}\" has no port")))?,
+        None => s.rsplit_once(':').ok_or_else(|| bad(format!("\"{s}\" has no port")))?,
+    };
+    let ok_host = host.parse::<IpAddr>().is_ok() || (!looks_like_ipv4(host) && valid_dns_name(host) && !host.contains(':'));
+    if !ok_host {
+        return Err(bad(format!("\"{host}\" is neither an IP address nor a DNS name")));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(fwc_artifacts::rollout::Probe::Tcp { name: name.into(), address: s.into() }),
+        _ => Err(bad(format!("\"{port}\" is not a port from 1 to 65535"))),
+    }
+}
+
+/// `http="http://127.0.0.1:8080/healthz"`: plain HTTP (the agent has no TLS client).
+fn parse_probe_http(name: &str, s: &str) -> Result<fwc_artifacts::rollout::Probe, UnitError> {
+    let help = "write http=\"http://127.0.0.1:8080/healthz\" (a GET that must answer 2xx)";
+    if s.starts_with("https://") {
+        return Err(UnitError { message: format!("\"{s}\" is HTTPS; probes speak plain HTTP"), help: "probe a plain-HTTP health endpoint (for a TLS port, a tcp= probe checks that it accepts connections)".into() });
+    }
+    let Some(rest) = s.strip_prefix("http://") else {
+        return Err(UnitError { message: format!("\"{s}\" is not an http:// URL"), help: help.into() });
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.is_empty() || authority.contains(['@', ' ']) {
+        return Err(UnitError { message: format!("\"{s}\" names no host"), help: help.into() });
+    }
+    Ok(fwc_artifacts::rollout::Probe::Http { name: name.into(), url: s.into() })
 }
 
 fn parse_addr_match(s: &str) -> Result<AddrMatch, UnitError> {

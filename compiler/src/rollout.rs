@@ -1,0 +1,419 @@
+//! The fleet rollout policy: the checks of a `rollout { wave … }` block that need the whole
+//! policy and the declared hosts, its compilation to [`RolloutPolicy`], and the assignment of
+//! hosts to waves ([`wave_of`], [`fleet_plan`]) that `fwc plan`, the controller and the agent share.
+
+use std::collections::BTreeMap;
+
+use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxUnavailable, RolloutPolicy, Wave, WaveSelect};
+use serde::Serialize;
+
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::model::{Host, RolloutDecl, Ruleset, Selector, Span, WaveDecl};
+use crate::source::{SourceMap, SourceTree};
+
+/// A host the repository declares and the wave it falls in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FleetHost {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// Index into the policy's waves; `None` without a policy.
+    pub wave: Option<usize>,
+}
+
+/// A repository's rollout policy and its hosts by wave.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetPlan {
+    /// `None`: the repository has no `rollout` block (every agent applies the branch tip).
+    pub policy: Option<RolloutPolicy>,
+    /// The `host` blocks, sorted by name (empty when the repository declares none).
+    pub hosts: Vec<FleetHost>,
+}
+
+impl FleetPlan {
+    /// The declared hosts of wave `index`, in name order.
+    pub fn hosts_of(&self, index: usize) -> impl Iterator<Item = &FleetHost> {
+        self.hosts.iter().filter(move |h| h.wave == Some(index))
+    }
+}
+
+/// Parse the repository's plain files, check its `rollout` policy against its hosts, and
+/// assign every declared host its wave. Errors (of the parse or of the policy) are returned
+/// together, as `compile` does; the rule checks of each host are `check`'s job, not this.
+pub fn fleet_plan(tree: &SourceTree) -> Result<FleetPlan, Diagnostics> {
+    let repo = crate::ParsedRepo::parse(tree)?;
+    let diags = check(&repo.map, &repo.plain);
+    if diags.has_errors() {
+        return Err(diags);
+    }
+    Ok(plan_of(&repo.plain))
+}
+
+/// The plan of an already checked ruleset.
+pub fn plan_of(rs: &Ruleset) -> FleetPlan {
+    let policy = rs.rollouts.first().map(compile);
+    let mut hosts: Vec<FleetHost> = rs
+        .hosts
+        .iter()
+        .map(|h| FleetHost {
+            name: h.name.value.clone(),
+            labels: h.labels.clone(),
+            wave: policy.as_ref().map(|p| wave_of(p, &h.name.value, &h.labels)),
+        })
+        .collect();
+    hosts.sort_by(|a, b| a.name.cmp(&b.name));
+    FleetPlan { policy, hosts }
+}
+
+/// The wave of any host (declared or not: an undeclared host has no labels). The first wave
+/// that takes it: `on=` as a rule's `on=` matches, `percent=p` when the host's stable
+/// [`host_bucket`] is below `p * 100`, the last wave every host left. A policy that `check`
+/// accepted always ends with such a wave; for any other, hosts no wave takes fall in the last.
+pub fn wave_of(policy: &RolloutPolicy, host: &str, labels: &BTreeMap<String, String>) -> usize {
+    let bucket = host_bucket(host);
+    for (i, w) in policy.waves.iter().enumerate() {
+        let takes = match &w.select {
+            WaveSelect::On(text) => crate::syntax::parse_selector(text).is_ok_and(|s| s.matches_name(host, labels)),
+            WaveSelect::Percent(p) => bucket < u32::from(*p) * 100,
+            WaveSelect::Rest => true,
+        };
+        if takes {
+            return i;
+        }
+    }
+    policy.waves.len().saturating_sub(1)
+}
+
+/// A checked declaration as the contract type.
+pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
+    let waves = decl
+        .waves
+        .iter()
+        .map(|w| Wave {
+            name: w.name.value.clone(),
+            select: select_of(w),
+            soak_secs: w.soak_secs.as_ref().map_or(0, |s| s.value),
+            max_unavailable: w.max_unavailable.as_ref().map_or(MaxUnavailable::default(), |m| m.value),
+            gates: w
+                .gates
+                .iter()
+                .filter_map(|g| {
+                    let (op, threshold) = match (&g.max, &g.min) {
+                        (Some(m), _) => (GateOp::AtMost, m.value),
+                        (None, Some(m)) => (GateOp::AtLeast, m.value),
+                        (None, None) => return None,
+                    };
+                    Some(Gate { name: g.name.value.clone(), query: g.query.as_ref()?.value.clone(), op, threshold, allow_empty: g.allow_empty })
+                })
+                .collect(),
+        })
+        .collect();
+    RolloutPolicy { waves, probes: decl.probes.iter().filter_map(|p| p.probe.as_ref().map(|p| p.value.clone())).collect() }
+}
+
+fn select_of(w: &WaveDecl) -> WaveSelect {
+    match (&w.on, &w.percent) {
+        (Some(on), _) => WaveSelect::On(on.value.1.clone()),
+        (None, Some(p)) => WaveSelect::Percent(p.value),
+        (None, None) => WaveSelect::Rest,
+    }
+}
+
+/// The checks of the policy as a whole (the values were checked when read): one block, at
+/// least one wave, unique names, how each wave selects, the last wave taking the rest,
+/// gates with a query; warnings for selectors and waves that get no declared host.
+pub fn check(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
+    let mut out = Diagnostics::default();
+    let Some(decl) = rs.rollouts.first() else { return out };
+    let err = |code: &str, rule: &str, msg: String, span: Span, label: &str, help: String| {
+        Diagnostic::error(code, msg).at(map, span, label).rule(rule).help(help)
+    };
+    for extra in &rs.rollouts[1..] {
+        out.push(err(
+            "rollout-duplicate",
+            "rollout",
+            "a second rollout block".into(),
+            extra.span,
+            "second one",
+            format!("a repository has one rollout policy (the first is at {}); merge the waves into it", where_is(map, decl.span)),
+        ));
+    }
+    if decl.waves.is_empty() {
+        out.push(err(
+            "rollout-no-waves",
+            "rollout",
+            "this rollout has no wave".into(),
+            decl.span,
+            "no `wave` inside",
+            "list the waves in promotion order, the last one taking the rest: rollout { wave \"canary\" on=\"role=canary\"; wave \"all\" }".into(),
+        ));
+        return out;
+    }
+    unique(&mut out, map, "wave", decl.waves.iter().map(|w| (format!("wave \"{}\"", w.name.value), &w.name)));
+    unique(&mut out, map, "probe", decl.probes.iter().map(|p| (format!("probe \"{}\"", p.name.value), &p.name)));
+    let last = decl.waves.len() - 1;
+    for (i, w) in decl.waves.iter().enumerate() {
+        let rule = format!("wave \"{}\"", w.name.value);
+        unique(&mut out, map, "gate", w.gates.iter().map(|g| (format!("gate \"{}\" of {rule}", g.name.value), &g.name)));
+        if let (Some(_), Some(p)) = (&w.on, &w.percent) {
+            out.push(err(
+                "rollout-on-and-percent",
+                &rule,
+                "a wave selects its hosts by on= or by percent=, not both".into(),
+                p.span,
+                "second selection",
+                "for a share of the labelled hosts, write two waves: wave \"canary\" on=\"role=canary\" then wave \"early\" percent=10".into(),
+            ));
+        }
+        let sel_span = w.on.as_ref().map(|o| o.span).or(w.percent.as_ref().map(|p| p.span));
+        match sel_span {
+            Some(span) if i == last => out.push(err(
+                "rollout-last-wave",
+                &rule,
+                format!("the last wave \"{}\" must take every host left, but it selects some", w.name.value),
+                span,
+                "the last wave takes the rest",
+                "hosts it misses would never get a commit: remove this selection, or add a final wave without on=/percent=, e.g. wave \"all\"".into(),
+            )),
+            None if i < last => out.push(err(
+                "rollout-rest-not-last",
+                &rule,
+                format!("wave \"{}\" takes every host left, so the waves after it get none", w.name.value),
+                w.name.span,
+                "no on= or percent=",
+                "only the last wave takes the rest: give this wave on=\"role=canary\" or percent=10, or make it the last".into(),
+            )),
+            _ => {}
+        }
+        for g in &w.gates {
+            if let Some(q) = g.query.as_ref().filter(|q| q.value.trim().is_empty()) {
+                out.push(err(
+                    "rollout-empty-query",
+                    &format!("gate \"{}\" of {rule}", g.name.value),
+                    "this gate's query is empty".into(),
+                    q.span,
+                    "empty",
+                    "write the PromQL expression whose every sample must pass, e.g. query=\"sum(rate(http_requests_errors_total[5m])) / sum(rate(http_requests_total[5m]))\"".into(),
+                ));
+            }
+        }
+    }
+    if !out.has_errors() {
+        host_warnings(&mut out, map, rs, decl);
+    }
+    out
+}
+
+/// Warnings that need the declared hosts: an `on=` that selects none of them, a wave that gets
+/// none. Without `host` blocks the fleet is not known here: only a label selector (which an
+/// undeclared host, having no labels, never matches) and a percent wave no hash can fill warn.
+fn host_warnings(out: &mut Diagnostics, map: &SourceMap, rs: &Ruleset, decl: &RolloutDecl) {
+    let warn = |code: &str, rule: &str, msg: String, span: Span, label: &str, help: String| {
+        Diagnostic::warning(code, msg).at(map, span, label).rule(rule).help(help)
+    };
+    let policy = compile(decl);
+    let names: Vec<&str> = rs.hosts.iter().map(|h| h.name.value.as_str()).collect();
+    let mut counts = vec![0usize; decl.waves.len()];
+    for h in &rs.hosts {
+        counts[wave_of(&policy, &h.name.value, &h.labels)] += 1;
+    }
+    let mut highest_percent: Option<(u8, &str)> = None;
+    for (i, w) in decl.waves.iter().enumerate() {
+        let rule = format!("wave \"{}\"", w.name.value);
+        if let Some(on) = &w.on {
+            let selected = rs.hosts.iter().any(|h: &Host| on.value.0.matches(h));
+            let undeclared_fleet = rs.hosts.is_empty() && matches!(on.value.0, Selector::Name(_));
+            if !selected && !undeclared_fleet {
+                let help = match &on.value.0 {
+                    Selector::Name(n) => match crate::suggest::did_you_mean(n, names.iter().copied()) {
+                        Some(m) => format!("did you mean on=\"{m}\"? hosts: {}", names.join(", ")),
+                        None if names.is_empty() => "no host block declares labels; declare the fleet's hosts with `host \"name\" { labels … }`".into(),
+                        None => format!("hosts: {}", names.join(", ")),
+                    },
+                    Selector::Labels(_) if names.is_empty() => {
+                        "no host block declares labels, so no host matches; declare the fleet's hosts with `host \"name\" { labels role=canary }`".into()
+                    }
+                    Selector::Labels(_) => "no declared host has all these labels; check `labels` in the host blocks".into(),
+                };
+                out.push(warn("rollout-selector-matches-nothing", &rule, "this wave's on= selects no declared host".into(), on.span, "selects no host", help));
+                continue;
+            }
+        }
+        if let Some(p) = &w.percent {
+            if let Some((before, name)) = highest_percent.filter(|(before, _)| *before >= p.value) {
+                out.push(warn(
+                    "rollout-empty-wave",
+                    &rule,
+                    format!("percent={} after wave \"{name}\" (percent={before}) gets no host", p.value),
+                    p.span,
+                    "not above the earlier percent",
+                    format!("percentages are cumulative over the fleet's stable host hash: wave \"{name}\" already took every host below {before}%; write a percent above {before}"),
+                ));
+                continue;
+            }
+            highest_percent = Some((p.value, &w.name.value));
+        }
+        if !rs.hosts.is_empty() && counts[i] == 0 {
+            let why = match (&w.on, &w.percent) {
+                (Some(_), _) => "the hosts its on= selects are all in earlier waves".to_string(),
+                (None, Some(p)) => format!("no host left has a stable hash below {}% (with few hosts, a small percentage can be empty)", p.value),
+                (None, None) => "earlier waves took every declared host".to_string(),
+            };
+            out.push(warn(
+                "rollout-empty-wave",
+                &rule,
+                format!("wave \"{}\" gets no declared host", w.name.value),
+                w.name.span,
+                "no host",
+                format!("{why}; `fwc plan --waves` lists every host by wave"),
+            ));
+        }
+    }
+}
+
+/// Errors for the second and later uses of a name among the policy's waves, probes or gates.
+fn unique<'a>(out: &mut Diagnostics, map: &SourceMap, kind: &str, names: impl Iterator<Item = (String, &'a crate::model::Spanned<String>)>) {
+    let mut seen: BTreeMap<&str, Span> = BTreeMap::new();
+    for (rule, n) in names {
+        if let Some(first) = seen.get(n.value.as_str()) {
+            out.push(
+                Diagnostic::error(&format!("rollout-duplicate-{kind}"), format!("{kind} name \"{}\" is used twice", n.value))
+                    .at(map, n.span, "second use")
+                    .rule(rule)
+                    .help(format!("{kind} names are unique in the rollout (first use: {}); rename one of them", where_is(map, *first))),
+            );
+        } else {
+            seen.insert(&n.value, n.span);
+        }
+    }
+}
+
+fn where_is(map: &SourceMap, span: Span) -> String {
+    let f = map.file(span.file);
+    format!("{} line {}", f.path, f.line_col(span.offset as usize).0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceTree;
+
+    fn tree(text: &str) -> SourceTree {
+        SourceTree::from_files(vec![("fwc.kdl".to_string(), text.to_string())])
+    }
+
+    const FLEET: &str = r#"fwc 1
+host "canary-1" { labels role=canary; }
+host "web-1" { labels role=web; }
+host "web-2" { labels role=web; }
+host "web-3" { labels role=web; }
+host "web-4" { labels role=web; }
+"#;
+
+    #[test]
+    fn the_minimal_form_compiles_exactly_as_written() {
+        let text = format!("{FLEET}rollout {{\n    wave \"canary\" on=\"role=canary\"\n    wave \"early\" percent=50\n    wave \"all\"\n}}\n");
+        let plan = fleet_plan(&tree(&text)).unwrap();
+        let policy = plan.policy.clone().unwrap();
+        assert_eq!(policy.waves.iter().map(|w| w.select.clone()).collect::<Vec<_>>(), vec![
+            WaveSelect::On("role=canary".into()),
+            WaveSelect::Percent(50),
+            WaveSelect::Rest
+        ]);
+        assert_eq!(policy.waves[1].soak_secs, 0);
+        assert_eq!(policy.waves[1].max_unavailable, MaxUnavailable::Hosts(0));
+        assert!(policy.probes.is_empty());
+        let names: Vec<&str> = plan.hosts.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["canary-1", "web-1", "web-2", "web-3", "web-4"]);
+        assert_eq!(plan.hosts[0].wave, Some(0));
+        for h in &plan.hosts[1..] {
+            let want = if host_bucket(&h.name) < 5000 { 1 } else { 2 };
+            assert_eq!(h.wave, Some(want), "{}", h.name);
+            assert_eq!(wave_of(&policy, &h.name, &h.labels), want);
+        }
+    }
+
+    #[test]
+    fn without_rollout_there_is_no_policy_and_no_wave() {
+        let plan = fleet_plan(&tree(FLEET)).unwrap();
+        assert_eq!(plan.policy, None);
+        assert!(plan.hosts.iter().all(|h| h.wave.is_none()));
+    }
+
+    #[test]
+    fn every_property_compiles() {
+        let text = format!(
+            r#"{FLEET}rollout {{
+    wave "canary" on="canary-1" soak="10m" max-unavailable=1 {{
+        gate "errors" query="sum(rate(http_requests_errors_total[5m]))" max=0.01
+        gate "up" query="min(up)" min=1 allow-empty=#true
+    }}
+    wave "early" percent="25%" max-unavailable="10%"
+    wave "all"
+    probe "api" tcp="198.18.0.1:443"
+    probe "health" http="http://127.0.0.1:8080/healthz"
+}}
+"#
+        );
+        let p = fleet_plan(&tree(&text)).unwrap().policy.unwrap();
+        let w = &p.waves[0];
+        assert_eq!((w.soak_secs, w.max_unavailable), (600, MaxUnavailable::Hosts(1)));
+        assert_eq!(w.gates[0], Gate { name: "errors".into(), query: "sum(rate(http_requests_errors_total[5m]))".into(), op: GateOp::AtMost, threshold: 0.01, allow_empty: false });
+        assert_eq!((w.gates[1].op, w.gates[1].threshold, w.gates[1].allow_empty), (GateOp::AtLeast, 1.0, true));
+        assert_eq!((p.waves[1].select.clone(), p.waves[1].max_unavailable), (WaveSelect::Percent(25), MaxUnavailable::Percent(10)));
+        assert_eq!(p.probes, vec![
+            fwc_artifacts::rollout::Probe::Tcp { name: "api".into(), address: "198.18.0.1:443".into() },
+            fwc_artifacts::rollout::Probe::Http { name: "health".into(), url: "http://127.0.0.1:8080/healthz".into() },
+        ]);
+    }
+
+    #[test]
+    fn wave_of_an_undeclared_host() {
+        let policy = fleet_plan(&tree(&format!("{FLEET}rollout {{\n wave \"c\" on=\"role=canary\"\n wave \"p\" percent=100\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
+        let none = BTreeMap::new();
+        let canary = BTreeMap::from([("role".to_string(), "canary".to_string())]);
+        assert_eq!(wave_of(&policy, "stranger", &none), 1, "percent=100 takes every host left");
+        assert_eq!(wave_of(&policy, "stranger", &canary), 0);
+    }
+
+    #[test]
+    fn percent_is_cumulative_and_stable() {
+        let policy = RolloutPolicy {
+            waves: [WaveSelect::Percent(10), WaveSelect::Percent(50), WaveSelect::Rest]
+                .into_iter()
+                .enumerate()
+                .map(|(i, select)| Wave { name: format!("w{i}"), select, soak_secs: 0, max_unavailable: MaxUnavailable::default(), gates: vec![] })
+                .collect(),
+            probes: vec![],
+        };
+        let none = BTreeMap::new();
+        let mut counts = [0usize; 3];
+        for i in 0..2000 {
+            counts[wave_of(&policy, &format!("host-{i}"), &none)] += 1;
+        }
+        assert!((150..250).contains(&counts[0]) && (700..900).contains(&counts[1]) && (900..1100).contains(&counts[2]), "{counts:?}");
+    }
+
+    fn diags(text: &str) -> Vec<String> {
+        let d = match crate::check_all(&tree(text)) {
+            Ok(w) | Err(w) => w,
+        };
+        d.0.iter().map(|d| format!("{} {}", d.code, d.message)).collect()
+    }
+
+    #[test]
+    fn checks() {
+        let d = diags(&format!("{FLEET}rollout {{\n wave \"a\" on=\"role=canary\" percent=5\n wave \"a\" percent=50\n wave \"c\" percent=10\n}}\n"));
+        assert_eq!(d, [
+            "fwc::rollout-duplicate-wave wave name \"a\" is used twice",
+            "fwc::rollout-on-and-percent a wave selects its hosts by on= or by percent=, not both",
+            "fwc::rollout-last-wave the last wave \"c\" must take every host left, but it selects some",
+        ]);
+        let d = diags(&format!("{FLEET}rollout {{\n wave \"a\" on=\"role=db\"\n wave \"b\" on=\"role=canary\"\n wave \"c\" on=\"canary-1\"\n wave \"all\"\n}}\n"));
+        assert_eq!(d, [
+            "fwc::rollout-selector-matches-nothing this wave's on= selects no declared host",
+            "fwc::rollout-empty-wave wave \"c\" gets no declared host",
+        ]);
+        let d = diags(&format!("{FLEET}rollout {{\n}}\nrollout {{\n wave \"x\"\n}}\n"));
+        assert_eq!(d, ["fwc::rollout-duplicate a second rollout block", "fwc::rollout-no-waves this rollout has no wave"]);
+    }
+}
