@@ -37,6 +37,7 @@
 
 pub mod git;
 pub mod replay;
+pub mod selfcheck;
 pub mod verify;
 
 use std::net::SocketAddr;
@@ -316,22 +317,6 @@ fn short(c: &str) -> &str {
     &c[..c.len().min(12)]
 }
 
-// TEMPORARY until branch fleet-policy is merged: its `fwc_compiler::rollout` API.
-struct FleetHostShim {
-    name: String,
-    labels: std::collections::BTreeMap<String, String>,
-}
-struct FleetPlanShim {
-    policy: Option<fwc_compiler::artifacts::rollout::RolloutPolicy>,
-    hosts: Vec<FleetHostShim>,
-}
-fn fleet_plan(_tree: &SourceTree) -> Option<FleetPlanShim> {
-    None
-}
-fn wave_of(_p: &fwc_compiler::artifacts::rollout::RolloutPolicy, _h: &str, _l: &std::collections::BTreeMap<String, String>) -> usize {
-    0
-}
-
 /// The `fwc_agent_degraded` reason of a commit the journal remembers as not applied.
 fn degraded_reason(h: &Handled) -> &'static str {
     match h.outcome.as_str() {
@@ -535,7 +520,7 @@ impl Agent {
             self.follow_cache.state.as_ref().map(|(_, s)| s.clone()).expect("just cached")
         });
         if self.follow_cache.tip_policy.map(|(o, _)| o) != Some(tip) {
-            let has = self.mirror.source_tree(tip).ok().and_then(|t| fleet_plan(&t)).map(|p| p.policy.is_some());
+            let has = self.mirror.source_tree(tip).ok().and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok()).map(|p| p.policy.is_some());
             self.follow_cache.tip_policy = Some((tip, has));
         }
         // A tip whose policy does not parse counts as a rollout repository when a state exists
@@ -638,10 +623,10 @@ impl Agent {
         let plan = git2::Oid::from_str(commit)
             .ok()
             .and_then(|o| self.mirror.source_tree(o).ok())
-            .and_then(|t| fleet_plan(&t));
+            .and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok());
         let Some((policy, hosts)) = plan.and_then(|p| Some((p.policy?, p.hosts))) else { return (None, vec![]) };
         let labels = hosts.iter().find(|h| h.name == self.cfg.host).map(|h| h.labels.clone()).unwrap_or_default();
-        let w = wave_of(&policy, &self.cfg.host, &labels);
+        let w = fwc_compiler::rollout::wave_of(&policy, &self.cfg.host, &labels);
         (policy.waves.get(w).map(|x| (w, x.name.clone())), policy.probes.clone())
     }
 
@@ -911,8 +896,33 @@ impl Agent {
         };
         let done = engine::record::transact(&mut self.backends, lock, artifacts, &opts, action);
         self.fail_commit.store(false, Ordering::SeqCst);
-        let done = done?;
-        let r = done.result;
+        let mut done = done?;
+        // The self-check ("magic rollback"): an apply after which the agent cannot reach its
+        // git remote (or a probe of the rollout policy fails) is reverted at once.
+        let mut self_check: Option<String> = None;
+        if action == Action::Apply && done.result.is_ok() {
+            let probes = commit.as_deref().map(|c| self.placement(c).1).unwrap_or_default();
+            if let Err(why) = selfcheck::run(&self.mirror, &probes, self.cfg.fetch_timeout.min(selfcheck::SELF_CHECK_TIMEOUT)) {
+                tracing::error!("self-check failed after applying {}: {why}; reverting", commit.as_deref().map(short).unwrap_or("-"));
+                self.metrics.self_check_failed();
+                let back = engine::confirm::rollback_target(&lock.dir, "self-check failed").and_then(|(prev, source)| {
+                    let o = ApplyOptions { source, netns: self.cfg.netns.clone(), no_sysctl: true, nft_full_replace: None };
+                    let r = engine::record::transact(&mut self.backends, lock, &prev, &o, Action::Rollback).map_err(|e| engine::transaction::chain(&e))?;
+                    r.result.map_err(|f| f.to_string())
+                });
+                let (detail, outcome) = match &back {
+                    Ok(rep) => (format!("self-check failed after the apply: {why}; reverted ({})", rep.generation), Outcome::RolledBack),
+                    Err(e) => (format!("self-check failed after the apply: {why}; REVERT FAILED: {e}"), Outcome::Failed),
+                };
+                done.record.result = Some(outcome);
+                self_check = Some(detail);
+            }
+        }
+        let self_check_failed = self_check.is_some();
+        let r: std::result::Result<apply::ApplyReport, String> = match self_check {
+            Some(d) => Err(d),
+            None => done.result.map_err(|f| f.to_string()),
+        };
         let elapsed = t0.elapsed();
         let outcome = done.record.result.unwrap_or(Outcome::Failed);
         let (detail, ok) = match &r {
@@ -928,7 +938,7 @@ impl Agent {
             if action == Action::Apply {
                 self.journal.handled = Some(Handled {
                     commit: c.clone(),
-                    outcome: if ok { "applied" } else { "failed" }.into(),
+                    outcome: if ok { "applied" } else if self_check_failed { "self_check" } else { "failed" }.into(),
                     reason: r.as_ref().err().map(|f| f.to_string()),
                 });
             }
@@ -955,6 +965,8 @@ impl Agent {
                 // Apply and heal failures may be transient (a busy kernel, a port in use, the
                 // forwarder restarting): retried with exponential backoff.
                 let retry_in = match action {
+                    // Final, like a refusal: re-applying would cut the host off again.
+                    Action::Apply if self_check_failed => None,
                     Action::Apply => {
                         let c = commit.clone().unwrap_or_default();
                         let mut b = match self.apply_retry.take() {
@@ -981,6 +993,7 @@ impl Agent {
                 let now = lock.dir.current()?.and_then(|g| g.meta.commit);
                 self.metrics.set_applied_commit(now.as_deref());
                 let reason = match (action, outcome) {
+                    _ if self_check_failed => "self_check",
                     (Action::Heal, _) => "heal_failed",
                     (_, Outcome::RolledBack) => "rolled_back",
                     _ => "apply_failed",
