@@ -832,7 +832,7 @@ impl Agent {
         let tip = self.target.clone();
         match self.journal.handled.as_ref().filter(|h| Some(&h.commit) == tip.as_ref()) {
             Some(h) if h.outcome == "refused" => exit_code::REFUSED,
-            Some(h) if h.outcome == "failed" => exit_code::APPLY_FAILED,
+            Some(h) if h.outcome == "failed" || h.outcome == "self_check" => exit_code::APPLY_FAILED,
             _ => exit_code::OK,
         }
     }
@@ -1102,7 +1102,8 @@ pub mod exit_code {
     /// The tip commit was refused: signature, compile error (including an unknown `--host`),
     /// or a rewind (force-push) that was not allowed.
     pub const REFUSED: u8 = 4;
-    /// The tip's apply failed and was rolled back (or failed to roll back).
+    /// The tip's apply failed and was rolled back (or failed to roll back), or its self-check
+    /// failed and the agent reverted it.
     pub const APPLY_FAILED: u8 = 5;
     /// The reconcile itself failed (state dir, audit log, git object store).
     pub const RECONCILE: u8 = 6;

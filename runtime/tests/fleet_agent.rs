@@ -1,0 +1,235 @@
+//! The agent in a fleet rollout (issue 23), end to end with real parts: `fwc agent` processes
+//! applying into test namespaces, a real git remote (file://, and `git daemon` in another
+//! namespace for the self-check), rollout states committed on `refs/heads/fwc-rollout`.
+//! - the self-check after apply reverts a commit that cuts the agent off from git;
+//! - agents follow the state: the canary takes the rollout's commit, a later wave holds
+//!   (`not_promoted`), a halt with rollback takes the canary back to `stable` (an allowed
+//!   rewind, audited), and the later wave never applies the halted commit.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use fwc_compiler::artifacts::rollout::{RolloutPhase, RolloutState, ROLLOUT_STATE_VERSION};
+use fwc_testkit::{privileged, Netns, Topology};
+
+mod agent_common;
+use agent_common::*;
+
+fn policy_rules(body: &str) -> String {
+    format!(
+        "fwc 1\nhost \"canary-1\" {{\n    labels role=canary\n}}\nhost \"web-1\" {{\n    labels role=web\n}}\nrollout {{\n    wave \"canary\" on=\"role=canary\"\n    wave \"all\"\n}}\n{body}"
+    )
+}
+
+fn allow_port(port: u16) -> String {
+    policy_rules(&format!("input policy=drop {{\n    allow \"p{port}\" proto=tcp port={port}\n}}\n"))
+}
+
+/// Commit `state` as `rollout.json` on `fwc-rollout` (parent: its current tip) and push it,
+/// as the controller does. Returns the state commit.
+fn push_state(repo: &Repo, state: &RolloutState) -> String {
+    let json = serde_json::to_string_pretty(state).unwrap();
+    let blob_file = repo.root.join("rollout.json.tmp");
+    std::fs::write(&blob_file, json).unwrap();
+    let blob = git(&repo.work, &["hash-object", "-w", blob_file.to_str().unwrap()]);
+    let tree = {
+        let mut c = Command::new("git")
+            .args(["mktree"])
+            .current_dir(&repo.work)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(format!("100644 blob {blob}\trollout.json\n").as_bytes()).unwrap();
+        let o = c.wait_with_output().unwrap();
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let bare = repo.bare.to_str().unwrap();
+    let parent = Command::new("git").args(["--git-dir", bare, "rev-parse", "--verify", "-q", "refs/heads/fwc-rollout"]).output().unwrap();
+    let parent = String::from_utf8_lossy(&parent.stdout).trim().to_string();
+    let mut args = vec!["commit-tree", tree.as_str(), "-m", "rollout state"];
+    if !parent.is_empty() {
+        git(&repo.work, &["fetch", "-q", bare, "refs/heads/fwc-rollout"]);
+        args.extend(["-p", parent.as_str()]);
+    }
+    let c = git(&repo.work, &args);
+    git(&repo.work, &["push", "-q", bare, &format!("{c}:refs/heads/fwc-rollout")]);
+    c
+}
+
+fn state(commit: &str, stable: Option<&str>, promoted: Option<usize>, phase: RolloutPhase, rollback: bool) -> RolloutState {
+    RolloutState {
+        version: ROLLOUT_STATE_VERSION,
+        branch: "main".into(),
+        commit: commit.into(),
+        stable: stable.map(str::to_string),
+        waves: vec!["canary".into(), "all".into()],
+        promoted,
+        phase,
+        rollback,
+        reason: format!("test: {}", phase.as_str()),
+        since: "2026-11-26T12:00:00Z".into(),
+        promoted_at: None,
+    }
+}
+
+fn applied(state_dir: &Path) -> Option<String> {
+    fwc_runtime::state::StateDir::new(state_dir).current().unwrap().and_then(|g| g.meta.commit)
+}
+
+#[test]
+fn agents_follow_the_rollout_state_canary_first_halt_rolls_back_later_waves_never_apply() {
+    if !privileged("agents_follow_the_rollout_state_canary_first_halt_rolls_back_later_waves_never_apply") {
+        return;
+    }
+    let (ns_c, ns_w) = (Netns::new("fc"), Netns::new("fw"));
+    let repo = Repo::new();
+    let c1 = repo.commit(&allow_port(80), "v1", None, false);
+    push_state(&repo, &state(&c1, Some(&c1), Some(1), RolloutPhase::Complete, false));
+    let (sc, sw) = (repo.root.join("canary"), repo.root.join("web"));
+    let canary = AgentProc::start_as("canary-1", &sc, &repo.url(), &ns_c.name, &["--no-forwarder"], &[]);
+    let web = AgentProc::start_as("web-1", &sw, &repo.url(), &ns_w.name, &["--no-forwarder"], &[]);
+    wait_entry(&sc, &c1, "apply", &canary);
+    wait_entry(&sw, &c1, "apply", &web);
+    let m = web.scrape();
+    for want in [
+        format!("fwc_rollout_info{{host=\"web-1\",commit=\"{c1}\",stable=\"{c1}\",phase=\"complete\"}} 1"),
+        "fwc_rollout_wave{host=\"web-1\",wave=\"all\"} 1".to_string(),
+        "fwc_rollout_held{host=\"web-1\",reason=\"not_promoted\"} 0".to_string(),
+    ] {
+        assert!(wait_until(Duration::from_secs(10), || web.scrape().contains(&want)), "missing {want} in\n{m}");
+    }
+
+    // A new tip alone moves nobody: only a commit the state names is applied.
+    let c2 = repo.commit(&allow_port(81), "v2", None, false);
+    std::thread::sleep(Duration::from_millis(2500)); // two poll intervals
+    assert_eq!((applied(&sc), applied(&sw)), (Some(c1.clone()), Some(c1.clone())), "a tip the state does not name was applied");
+
+    // The rollout of c2 starts: the canary wave takes it, the other wave holds.
+    push_state(&repo, &state(&c2, Some(&c1), Some(0), RolloutPhase::Progressing, false));
+    wait_entry(&sc, &c2, "apply", &canary);
+    let held = "fwc_rollout_held{host=\"web-1\",reason=\"not_promoted\"} 1";
+    assert!(wait_until(Duration::from_secs(15), || web.scrape().contains(held)), "{}", web.scrape());
+    let hold = wait_entry(&sw, &c2, "hold", &web);
+    assert!(hold["detail"].as_str().unwrap().contains("not_promoted"), "{hold:#}");
+    assert!(canary.scrape().contains(&format!("fwc_applied_commit_info{{host=\"canary-1\",commit=\"{c2}\"}} 1")));
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(sw.join("agent.json")).unwrap()).unwrap();
+    assert_eq!(status["rollout"]["held"], "not_promoted", "{status:#}");
+
+    // Halt with rollback: the canary goes back to stable (an allowed rewind, audited as such).
+    push_state(&repo, &state(&c2, Some(&c1), Some(0), RolloutPhase::Halted, true));
+    let back = {
+        let mut found = None;
+        wait_until(Duration::from_secs(30), || {
+            found = audit(&sc).into_iter().filter(|e| e["commit"] == c1.as_str() && e["action"] == "apply").nth(1);
+            found.is_some()
+        });
+        found.unwrap_or_else(|| panic!("no rewind to stable; audit {:#?}\n{}", audit(&sc), canary.log_text()))
+    };
+    assert_eq!(back["result"], "ok", "{back:#}");
+    assert_eq!(back["previous_commit"], c2.as_str());
+    assert!(back["detail"].as_str().unwrap().contains("rewind allowed by the fleet rollout state"), "{back:#}");
+    assert_eq!(applied(&sc), Some(c1.clone()));
+    assert!(wait_until(Duration::from_secs(10), || canary.scrape().contains("fwc_rollout_held{host=\"canary-1\",reason=\"halted\"} 1")));
+
+    // The later wave never applied the halted commit.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!audit(&sw).iter().any(|e| e["commit"] == c2.as_str() && e["action"] == "apply"), "{:#?}", audit(&sw));
+    assert_eq!(applied(&sw), Some(c1.clone()));
+    assert_audit_verifies(&sc);
+    assert_audit_verifies(&sw);
+}
+
+/// An unsigned rollout state, with signatures required, is refused: the host keeps what it has
+/// and says why (`unverified_state`).
+#[test]
+fn an_unsigned_rollout_state_is_not_followed_when_signatures_are_required() {
+    if !privileged("an_unsigned_rollout_state_is_not_followed_when_signatures_are_required") {
+        return;
+    }
+    let ns = Netns::new("fu");
+    let repo = Repo::new();
+    let key = repo.root.join("alice");
+    assert!(Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f"]).arg(&key).status().unwrap().success());
+    let allowed = repo.root.join("allowed_signers");
+    std::fs::write(&allowed, format!("alice@example.com namespaces=\"git\" {}", std::fs::read_to_string(key.with_extension("pub")).unwrap())).unwrap();
+    let c1 = repo.commit(&allow_port(80), "v1", Some(&key), false);
+    push_state(&repo, &state(&c1, None, Some(1), RolloutPhase::Progressing, false));
+    let s = repo.root.join("s");
+    let agent = AgentProc::start_as("web-1", &s, &repo.url(), &ns.name, &["--no-forwarder", "--allowed-signers", allowed.to_str().unwrap()], &[]);
+    let want = "fwc_rollout_held{host=\"web-1\",reason=\"unverified_state\"} 1";
+    assert!(wait_until(Duration::from_secs(15), || agent.scrape().contains(want)), "{}\n{}", agent.scrape(), agent.log_text());
+    assert_eq!(applied(&s), None, "nothing may be applied on an unverified state");
+    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(s.join("agent.json")).unwrap()).unwrap();
+    assert!(status["rollout"]["detail"].as_str().unwrap().contains("not signed"), "{status:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// self-check
+
+fn once_in(ns: &Netns, state: &Path, url: &str) -> Output {
+    // The agent runs inside the namespace (no --netns): its own fetch goes through the rules
+    // it applies, as on a real host.
+    Command::new("ip")
+        .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_fwc"), "agent", "--once", "--no-forwarder", "--metrics", "off"])
+        .args(["--host", "localhost", "--fetch-timeout", "3s", "--repo", url, "--state-dir", state.to_str().unwrap()])
+        .env("FWC_LOG", "info")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Issue 23: a commit whose rules cut the agent off from its git remote is reverted by the
+/// self-check after the apply, so the host keeps its connectivity (without the self-check the
+/// commit stays applied and the next fetch fails: exit 3).
+#[test]
+fn self_check_reverts_a_commit_that_cuts_the_agent_off_from_git() {
+    if !privileged("self_check_reverts_a_commit_that_cuts_the_agent_off_from_git") {
+        return;
+    }
+    let mut t = Topology::new();
+    let repo = Repo::new();
+    // git daemon in the client namespace; the agent in the host namespace reaches it over the veth.
+    let port = 9418;
+    let exec_path = git(&repo.root, &["--exec-path"]);
+    let daemon = Path::new(&exec_path).join("git-daemon");
+    t.client.spawn(&[
+        daemon.to_str().unwrap(),
+        "--reuseaddr",
+        "--export-all",
+        "--listen=198.18.1.2",
+        &format!("--port={port}"),
+        &format!("--base-path={}", repo.root.display()),
+        repo.root.to_str().unwrap(),
+    ]);
+    let url = format!("git://198.18.1.2:{port}/rules.git");
+    let ls = |ns: &Netns| ns.try_exec(&["timeout", "10", "git", "ls-remote", &url]).status.success();
+    assert!(wait_until(Duration::from_secs(10), || ls(&t.host)), "git daemon not reachable from the host namespace");
+
+    let c1 = repo.commit("fwc 1\noutput {\n    deny \"no-smtp\" proto=tcp port=25\n}\n", "v1", None, false);
+    let state = repo.root.join("state");
+    let o = once_in(&t.host, &state, &url);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(applied(&state), Some(c1.clone()));
+
+    let c2 = repo.commit("fwc 1\noutput policy=drop {\n    allow \"dns\" proto=udp port=53\n}\n", "cuts git off", None, false);
+    let o = once_in(&t.host, &state, &url);
+    let log = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(5), "the self-check failure exits like a failed apply:\n{log}");
+    assert!(log.contains("self-check failed"), "{log}");
+    // Reverted: c1 is live again, and the host still reaches git.
+    assert_eq!(applied(&state), Some(c1.clone()), "{log}");
+    assert!(ls(&t.host), "the host lost its path to git");
+    let e = audit(&state).into_iter().find(|e| e["commit"] == c2.as_str() && e["action"] == "apply").expect("apply entry");
+    assert_eq!(e["result"], "rolled_back", "{e:#}");
+    assert!(e["detail"].as_str().unwrap().contains("self-check failed after the apply: the git remote is unreachable"), "{e:#}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(state.join("agent.json")).unwrap()).unwrap();
+    assert_eq!(j["handled"]["outcome"], "self_check", "{j:#}");
+    // Final for that commit: the next run fetches fine and does not re-apply it.
+    let o = once_in(&t.host, &state, &url);
+    assert_eq!(o.status.code(), Some(5), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(audit(&state).iter().filter(|e| e["commit"] == c2.as_str() && e["action"] == "apply").count(), 1);
+    assert_audit_verifies(&state);
+}
