@@ -165,6 +165,11 @@ impl Journal {
     }
 }
 
+/// The agent's journal in `state_dir`, if it has one (for `fwc status`).
+pub fn read_journal(state_dir: &Path) -> Option<Journal> {
+    state_dir.join(JOURNAL_FILE).exists().then(|| Journal::load(state_dir).ok()).flatten()
+}
+
 /// Default of how long SIGTERM waits for an action in progress (an apply, a fetch) before the
 /// agent exits regardless (recovered like a crash at the next start); `--stop-grace` sets it.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
