@@ -918,8 +918,8 @@ impl Parser<'_, '_> {
                 other => {
                     let span = self.span(child.name().span());
                     let help = match did_you_mean(other, ROLLOUT_CHILDREN.iter().copied()) {
+                        _ if other == "gate" => "a gate belongs to a wave: wave \"canary\" on=\"role=canary\" { gate \"errors\" query=\"…\" max=0.01 }".into(),
                         Some(s) => format!("did you mean `{s}`?"),
-                        None if other == "gate" => "a gate belongs to a wave: wave \"canary\" on=\"role=canary\" { gate \"errors\" query=\"…\" max=0.01 }".into(),
                         None => "a rollout block holds `wave \"name\" …` nodes (in promotion order) and `probe \"name\" …` nodes".into(),
                     };
                     self.error("unknown-node", format!("unknown node `{other}` in the rollout block"), span, "here").rule(rule).help(help);
@@ -965,13 +965,14 @@ impl Parser<'_, '_> {
         let min = self.threshold(&mut p, "min", &rule);
         let allow_empty = self.bool(&mut p, "allow-empty");
         let span = self.span(node.span());
+        let given = |k: &str| node.entries().iter().any(|e| e.name().is_some_and(|id| id.value() == k));
         match (&max, &min) {
             (Some(_), Some(m)) => {
                 self.error("rollout-gate-threshold", "a gate takes max= or min=, not both", m.span, "second threshold")
                     .rule(&rule)
                     .help("a gate compares every sample with one threshold: max=0.01 (at most) or min=0.99 (at least); for a band, write two gates");
             }
-            (None, None) => {
+            (None, None) if !given("max") && !given("min") => {
                 let at = self.span(node.name().span());
                 self.error("rollout-gate-threshold", "this gate has no threshold", at, "max= or min= missing")
                     .rule(&rule)

@@ -259,6 +259,7 @@ fn kitchen_sink() -> Ruleset {
         ],
         forwards: vec![web_fwd, game, shifted, lb, office_only, on_addr, v6, tenant, api],
         shapes: vec![guests, bulk],
+        rollouts: vec![],
     }
 }
 

@@ -237,7 +237,7 @@ fn home_dir() -> PathBuf {
 
 /// ssh: `FWC_GIT_SSH_KEY` when set, else the ssh-agent, then `~/.ssh/id_ed25519|id_ecdsa|id_rsa`
 /// of the user running the agent; https: `FWC_GIT_USERNAME` / `FWC_GIT_PASSWORD` (a token).
-fn credentials(
+pub fn credentials(
     _url: &str,
     user: Option<&str>,
     allowed: git2::CredentialType,

@@ -15,6 +15,7 @@ pub mod explain;
 pub mod test;
 mod man;
 pub mod output;
+pub mod rollout;
 
 /// Options every subcommand understands.
 #[derive(Debug, Clone, clap::Args)]
@@ -147,6 +148,10 @@ pub enum Command {
     Test(test::TestArgs),
     /// Show what the compiled rules do to one flow: path, matching rules, deciding rule (file:line:col), DNAT, QoS, forwarder.
     Explain(explain::ExplainArgs),
+    /// Roll commits out to the fleet in health-gated waves (docs/fleet.md).
+    Rollout(rollout::RolloutArgs),
+    /// The fleet as Prometheus sees it: `fwc fleet hosts`.
+    Fleet(rollout::FleetArgs),
     /// (internal) the reverter process of `fwc apply --confirm`.
     #[command(name = "__confirm-watch", hide = true)]
     ConfirmWatch(apply::ConfirmWatchArgs),
@@ -208,6 +213,8 @@ pub fn main() -> ExitCode {
         Command::Test(a) => test::run(a, &g),
         Command::Explain(a) => explain::run(a, &g),
         Command::Man(a) => man::run(a),
+        Command::Rollout(a) => rollout::rollout(a, &g),
+        Command::Fleet(a) => rollout::fleet(a, &g),
     };
     match result {
         Ok(code) => code,

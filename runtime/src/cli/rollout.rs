@@ -1,0 +1,324 @@
+//! `fwc rollout start|advance|status|pause|resume|halt|stop` and `fwc fleet hosts`: parse the
+//! arguments, call `crate::rollout` and render. The decisions live in `rollout::controller`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use miette::Result;
+
+use super::output;
+use super::Global;
+use crate::rollout::advance::{self, Options, Outcome};
+use crate::rollout::controller::Command as Step;
+use crate::rollout::prometheus::Prometheus;
+use crate::rollout::state_ref::{ssh_signer, Signer};
+
+const EXIT_CODES: &str = "Exit codes: 0 done, or nothing to do (the reason is printed); 1 error, nothing was changed \
+(the repository, Prometheus or the policy could not be read, or the push failed); 4 the command does not apply to \
+the rollout's state (e.g. resume a complete rollout), nothing was changed.";
+
+const ADVANCE_HELP: &str = "Examples:\n  \
+# one step (cron: * * * * *)\n  \
+fwc rollout advance --repo ssh://git@git.example.net/net/rules.git --prometheus http://prom:9090\n  \
+# as a service, one step every 30 s; a git or Prometheus outage is printed and retried\n  \
+fwc rollout advance --repo URL --prometheus http://prom:9090 --watch --interval 30s\n\n\
+Each step: fetch the branch and fwc-rollout, read the hosts from Prometheus (fwc_applied_commit_info, \
+fwc_agent_degraded by their host label) and the gates, decide, and push at most one state commit.\n\
+Exit codes: 0 done, or nothing to do (the reason is printed); 1 error, nothing was changed; 4 never for advance.";
+
+#[derive(Debug, clap::Args)]
+#[command(
+    about = "Roll a commit out to the fleet in health-gated waves (state on the fwc-rollout branch)",
+    long_about = "Roll the rule branch's commits out to the fleet in the waves of the repository's `rollout` policy. \
+The state (commit, stable commit, promoted wave, phase, reason) is rollout.json on the branch fwc-rollout of the \
+same repository; every transition is one commit there, pushed without force, so `git log fwc-rollout` is the audit \
+trail and two controllers never both win. Agents read the state with the same fetch as the rules.",
+    after_help = "Examples:\n  \
+# the automatic step, from cron, CI or a CronJob (or as a service: add --watch --interval 30s)\n  \
+fwc rollout advance --repo ssh://git@git.example.net/net/rules.git --prometheus http://prom:9090\n  \
+fwc rollout status --repo URL\n  \
+fwc rollout pause --repo URL --reason \"change freeze\"\n  \
+fwc rollout halt --rollback --repo URL --reason \"5xx on the canary\"\n  \
+# roll out (or restart) one commit from the first wave\n  \
+fwc rollout start --repo URL 3f2c9e1\n\n\
+Exit codes: 0 done, or nothing to do; 1 error (nothing changed); 4 the command does not apply to the state.\n\
+Docs: docs/fleet.md (\"The life of a rollout\", \"At 3 a.m.\")."
+)]
+pub struct RolloutArgs {
+    #[command(subcommand)]
+    pub command: RolloutCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RolloutCommand {
+    /// Start a rollout of COMMIT (default: the branch tip) from its first wave.
+    #[command(after_help = EXIT_CODES)]
+    Start(StartArgs),
+    /// The automatic step: start a rollout of a new tip, promote, complete or halt. Stateless and
+    /// idempotent: run it from cron, CI or a Kubernetes CronJob, or with --watch.
+    #[command(after_help = ADVANCE_HELP)]
+    Advance(AdvanceArgs),
+    /// Show the rollout state and its latest transitions.
+    #[command(after_help = EXIT_CODES)]
+    Status(StatusArgs),
+    /// Promote no further wave; hosts keep what they have (failures still halt).
+    #[command(after_help = EXIT_CODES)]
+    Pause(OperatorArgs),
+    /// Continue a paused or halted rollout from its promoted wave.
+    #[command(after_help = EXIT_CODES)]
+    Resume(OperatorArgs),
+    /// Halt the rollout; with --rollback every promoted host returns to the stable commit.
+    #[command(after_help = EXIT_CODES)]
+    Halt(HaltArgs),
+    /// End the rollout; hosts keep what they have until the next new tip starts a rollout.
+    #[command(after_help = EXIT_CODES)]
+    Stop(OperatorArgs),
+}
+
+/// Where the rules and the rollout state live.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RemoteArgs {
+    /// Git URL of the rule repository (https://, ssh://, git://, file://); the controller needs
+    /// push access to the rollout branch only.
+    #[arg(long, env = "FWC_REPO")]
+    pub repo: String,
+    /// The rule branch the agents follow.
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// The branch holding rollout.json.
+    #[arg(long, default_value = fwc_artifacts::rollout::DEFAULT_ROLLOUT_BRANCH)]
+    pub rollout_branch: String,
+    /// Sign state commits with this ssh key (as `git commit -S` with gpg.format=ssh); needed when
+    /// the agents run with --allowed-signers. A private key, or a public key held by the ssh-agent.
+    #[arg(long, conflicts_with = "gpg_sign_key")]
+    pub sign_key: Option<PathBuf>,
+    /// Sign state commits with this GnuPG key id (GNUPGHOME from the environment); for agents
+    /// run with --gpg-home.
+    #[arg(long)]
+    pub gpg_sign_key: Option<String>,
+    /// How often a push that lost the race to another controller is re-decided and retried.
+    #[arg(long, default_value = "5")]
+    pub attempts: usize,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StartArgs {
+    /// The commit (full or abbreviated hash, on the branch); default: the branch tip.
+    pub commit: Option<String>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AdvanceArgs {
+    /// Prometheus server scraping the agents (plain http), e.g. http://prometheus:9090.
+    #[arg(long, env = "FWC_PROMETHEUS")]
+    pub prometheus: String,
+    /// A declared host absent from Prometheus this long counts as missing (against the wave's
+    /// max-unavailable); a shorter absence (a failed scrape) only delays promotion.
+    #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
+    pub missing_after: Duration,
+    /// Keep running: one step every --interval (errors are printed and retried).
+    #[arg(long)]
+    pub watch: bool,
+    /// Time between steps with --watch.
+    #[arg(long, default_value = "30s", value_parser = super::parse_duration, requires = "watch")]
+    pub interval: Duration,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    /// One JSON document per step on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    /// How many transitions of the history to show.
+    #[arg(long, default_value = "10")]
+    pub history: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct OperatorArgs {
+    /// Why (recorded in the state and the commit message).
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HaltArgs {
+    /// Promoted hosts go back to the stable commit (without it they keep what they have).
+    #[arg(long)]
+    pub rollback: bool,
+    #[command(flatten)]
+    pub op: OperatorArgs,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(about = "The fleet as Prometheus sees it")]
+pub struct FleetArgs {
+    #[command(subcommand)]
+    pub command: FleetCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum FleetCommand {
+    /// Which host runs which commit, in which wave, healthy or not.
+    #[command(after_help = "Example:\n  fwc fleet hosts --repo ssh://git@git.example.net/net/rules.git --prometheus http://prometheus:9090\n\n\
+ON says whether the host runs the rollout's commit, the stable commit, another one or none; HEALTH is ok, degraded \
+(with the failures and the commit they belong to), stale (not in the latest scrape, seen within --missing-after) or \
+missing (declared, but not reporting).\n\
+Exit codes: 0 ok; 1 error.")]
+    Hosts(HostsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HostsArgs {
+    #[arg(long, env = "FWC_PROMETHEUS")]
+    pub prometheus: String,
+    /// A host absent from the latest scrape but seen this recently is shown as `stale`.
+    #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
+    pub missing_after: Duration,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn options(r: &RemoteArgs) -> Result<Options> {
+    let signer = match (&r.sign_key, &r.gpg_sign_key) {
+        (Some(k), _) => Some(ssh_signer(k)?),
+        (None, Some(id)) => Some(Signer::Gpg(id.clone())),
+        (None, None) => None,
+    };
+    Ok(Options { repo: r.repo.clone(), branch: r.branch.clone(), rollout_branch: r.rollout_branch.clone(), signer, attempts: r.attempts })
+}
+
+pub fn rollout(a: RolloutArgs, g: &Global) -> Result<ExitCode> {
+    match a.command {
+        RolloutCommand::Start(s) => once(&s.remote, None, Step::Start { commit: s.commit.unwrap_or_default() }, s.json, g),
+        RolloutCommand::Advance(s) => advance(s, g),
+        RolloutCommand::Status(s) => status(s),
+        RolloutCommand::Pause(o) => once(&o.remote, None, Step::Pause { reason: o.reason }, o.json, g),
+        RolloutCommand::Resume(o) => once(&o.remote, None, Step::Resume { reason: o.reason }, o.json, g),
+        RolloutCommand::Halt(h) => once(&h.op.remote, None, Step::Halt { rollback: h.rollback, reason: h.op.reason }, h.op.json, g),
+        RolloutCommand::Stop(o) => once(&o.remote, None, Step::Stop { reason: o.reason }, o.json, g),
+    }
+}
+
+fn once(r: &RemoteArgs, p: Option<&Prometheus>, step: Step, json: bool, _g: &Global) -> Result<ExitCode> {
+    let opts = options(r)?;
+    let out = advance::step(&opts, p, &step, SystemTime::now)?;
+    render(&out, &opts, json);
+    Ok(if out.result == "refused" { ExitCode::from(4) } else { ExitCode::SUCCESS })
+}
+
+fn advance(a: AdvanceArgs, g: &Global) -> Result<ExitCode> {
+    let mut p = Prometheus::new(&a.prometheus)?;
+    p.missing_after = a.missing_after;
+    if !a.watch {
+        return once(&a.remote, Some(&p), Step::Advance, a.json, g);
+    }
+    let opts = options(&a.remote)?;
+    loop {
+        match advance::step(&opts, Some(&p), &Step::Advance, SystemTime::now) {
+            Ok(out) => render(&out, &opts, a.json),
+            // A watching controller outlives a Prometheus or git outage: say so and retry.
+            Err(e) => eprintln!("{:?}", miette::Report::new(e)),
+        }
+        std::thread::sleep(a.interval);
+    }
+}
+
+fn short(c: &str) -> &str {
+    &c[..c.len().min(12)]
+}
+
+fn render(out: &Outcome, opts: &Options, json: bool) {
+    if json {
+        output::print(&output::versioned(out));
+        return;
+    }
+    match out.result {
+        "transition" => {
+            println!("{}", out.message);
+            if let Some(s) = &out.state {
+                println!("  {}", s.reason);
+            }
+            println!("  state commit {} pushed to {}", short(out.pushed.as_deref().unwrap_or("")), opts.rollout_branch);
+        }
+        "refused" => eprintln!("not done: {}", out.message),
+        _ => println!("nothing to do: {}", out.message),
+    }
+    if out.lost_races > 0 {
+        println!("  (another controller moved {} first {} time(s); decided again on its state)", opts.rollout_branch, out.lost_races);
+    }
+}
+
+fn status(a: StatusArgs) -> Result<ExitCode> {
+    let opts = options(&a.remote)?;
+    let st = advance::status(&opts, a.history)?;
+    if a.json {
+        output::print(&output::versioned(&st));
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &st.state {
+        None => println!("no rollout yet in {} (branch {} is empty); the next `fwc rollout advance` starts one of {} tip {}", st.repo, st.rollout_branch, st.branch, short(&st.tip)),
+        Some(s) => {
+            println!("rollout of {} ({})", s.commit, s.branch);
+            println!("  phase:     {}{} since {}", s.phase.as_str(), if s.rollback { " (rollback to stable)" } else { "" }, s.since);
+            println!("  promoted:  {}{}", advance::promoted_name(s), s.promoted_at.as_deref().map(|t| format!(" at {t}")).unwrap_or_default());
+            println!("  waves:     {}", s.waves.join(" -> "));
+            println!("  stable:    {}", s.stable.as_deref().unwrap_or("none yet"));
+            println!("  reason:    {}", s.reason);
+            if st.tip != s.commit {
+                println!("  tip of {}: {} (not this rollout's commit)", st.branch, short(&st.tip));
+            }
+        }
+    }
+    if !st.history.is_empty() {
+        println!("history ({}, newest first):", st.rollout_branch);
+        for h in &st.history {
+            println!("  {} {} {}  ({})", h.time, short(&h.id), h.message.lines().next().unwrap_or(""), h.author);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn fleet(a: FleetArgs, _g: &Global) -> Result<ExitCode> {
+    let FleetCommand::Hosts(h) = a.command;
+    let opts = options(&h.remote)?;
+    let mut p = Prometheus::new(&h.prometheus)?;
+    p.missing_after = h.missing_after;
+    let view = advance::hosts(&opts, &p)?;
+    if h.json {
+        output::print(&output::versioned(&view));
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &view.state {
+        Some(s) => println!("rollout of {}: {}, promoted {}; stable {}", short(&s.commit), s.phase.as_str(), advance::promoted_name(s), s.stable.as_deref().map(short).unwrap_or("none")),
+        None => println!("no rollout state; waves of the tip {}", short(&view.tip)),
+    }
+    println!("{:<24} {:<14} {:<8} {:<13} {:<9} {}", "HOST", "WAVE", "ON", "COMMIT", "HEALTH", "DETAIL");
+    for r in &view.hosts {
+        let wave = r.wave_name.clone().unwrap_or_else(|| "-".into());
+        let commit = r.applied.as_deref().map(short).unwrap_or("-");
+        let mut detail = r.degraded.join(", ");
+        if !r.declared {
+            detail = if detail.is_empty() { "not declared in the repository".into() } else { format!("{detail}; not declared") };
+        }
+        println!("{:<24} {:<14} {:<8} {:<13} {:<9} {}", r.host, wave, r.on, commit, r.health, detail);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,255 @@
+//! The controller's I/O step around the pure [`decide`]: fetch the branch and the rollout ref,
+//! compile the rollout commit's policy, read the hosts and gates from Prometheus, decide, and
+//! commit + push the transition (fast-forward only; a lost race re-fetches and decides again).
+//! Also the read-only views: `fwc rollout status` and `fwc fleet hosts`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+use fwc_artifacts::rollout::{RolloutPhase, RolloutState};
+use git2::Oid;
+use serde::Serialize;
+
+use super::controller::{decide, gates_wanted, subject, Command, ControllerInput, Decision, Fleet, HostReport, Member};
+use super::prometheus::Prometheus;
+use super::state_ref::{HistoryEntry, Pushed, Remote, Signer};
+use super::RolloutError;
+
+/// Where the rules and the state live, and how to sign.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub repo: String,
+    pub branch: String,
+    pub rollout_branch: String,
+    pub signer: Option<Signer>,
+    /// How many times a lost compare-and-swap is retried (re-fetch, re-decide).
+    pub attempts: usize,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// "transition", "nothing" or "refused".
+    pub result: &'static str,
+    /// The transition's summary, or why nothing happened.
+    pub message: String,
+    /// The state after the step (None: still no rollout).
+    pub state: Option<RolloutState>,
+    /// The state commit pushed by this step.
+    pub pushed: Option<String>,
+    /// Pushes that lost a race before this outcome.
+    pub lost_races: usize,
+    /// The branch tip seen.
+    pub tip: String,
+}
+
+/// The fleet of `commit` (None without a `rollout` policy); hosts that report without being
+/// declared get the wave their name falls in.
+pub fn load_fleet(remote: &Remote, commit: Oid, reports: &BTreeMap<String, HostReport>) -> Result<Option<Fleet>, RolloutError> {
+    let tree = remote.source_tree(commit).map_err(|d| policy_error(commit, &d))?;
+    let plan = fwc_compiler::rollout::fleet_plan(&tree).map_err(|d| policy_error(commit, &d))?;
+    let Some(policy) = plan.policy else { return Ok(None) };
+    let mut members: Vec<Member> = plan.hosts.iter().map(|h| Member { name: h.name.clone(), wave: h.wave.unwrap_or(0), declared: true }).collect();
+    let declared: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
+    for name in reports.keys().filter(|h| !declared.contains(*h)) {
+        members.push(Member { name: name.clone(), wave: fwc_compiler::rollout::wave_of(&policy, name, &BTreeMap::new()), declared: false });
+    }
+    Ok(Some(Fleet { policy, members }))
+}
+
+fn policy_error(commit: Oid, d: &fwc_compiler::diag::Diagnostics) -> RolloutError {
+    RolloutError::new(
+        format!("the rules of commit {commit} do not compile, so its rollout policy cannot be read:\n{}", d.render(false)),
+        "fix the rules (fwc check) and push; a commit that does not compile is never rolled out",
+    )
+}
+
+/// Run `command` once against the remote: decide and push (retrying lost races).
+/// `prometheus` is required for [`Command::Advance`] (host reports and gates).
+pub fn step(opts: &Options, prometheus: Option<&Prometheus>, command: &Command, now: impl Fn() -> SystemTime) -> Result<Outcome, RolloutError> {
+    let remote = Remote::open(&opts.repo, &opts.branch, &opts.rollout_branch)?;
+    let mut lost = 0;
+    loop {
+        let snap = remote.fetch()?;
+        let tip = snap.tip.to_string();
+        let command = match command {
+            Command::Start { commit } if commit.is_empty() => Command::Start { commit: tip.clone() },
+            Command::Start { commit } => Command::Start { commit: remote.resolve(commit)?.to_string() },
+            c => c.clone(),
+        };
+        let reports = match (&command, prometheus) {
+            (Command::Advance, Some(p)) => p.host_reports()?,
+            (Command::Advance, None) => return Err(RolloutError::new("advance needs --prometheus", "give the Prometheus server that scrapes the agents: --prometheus http://HOST:9090")),
+            _ => BTreeMap::new(),
+        };
+        let subj = subject(snap.state.as_ref(), &tip, &command);
+        let subj_oid = Oid::from_str(&subj).map_err(|_| RolloutError::new(format!("the rollout state names {subj:?}, which is not a commit id"), "fix or restart the rollout (fwc rollout start)"))?;
+        let fleet = load_fleet(&remote, subj_oid, &reports)?;
+        if let (Command::Advance, Some(p), Some(f)) = (&command, prometheus, &fleet) {
+            // A monitoring outage must not read as "every host is gone" (and halt + roll back).
+            if !f.members.is_empty() && !reports.values().any(|r| r.current) {
+                return Err(RolloutError::new(
+                    format!("Prometheus {} reports no fwc agent (no fwc_applied_commit_info or fwc_agent_degraded series with a host label); nothing was decided", p.url),
+                    "check that Prometheus scrapes the agents' /metrics and that every agent runs with --host; `fwc fleet hosts` shows what Prometheus sees",
+                ));
+            }
+        }
+        let mut gates = vec![];
+        if let (Command::Advance, Some(p), Some(f)) = (&command, prometheus, &fleet) {
+            if snap.state.as_ref().is_some_and(|s| s.commit == subj && matches!(s.phase, RolloutPhase::Progressing | RolloutPhase::Paused)) {
+                for w in gates_wanted(snap.state.as_ref(), f) {
+                    for g in &f.policy.waves[w].gates {
+                        gates.push(p.gate(w, g)?);
+                    }
+                }
+            }
+        }
+        let input = ControllerInput { state: snap.state.as_ref(), branch: &opts.branch, tip: &tip, fleet: fleet.as_ref(), reports: &reports, gates: &gates, command: command.clone(), now: now() };
+        match decide(&input) {
+            Decision::Nothing { why } => return Ok(Outcome { result: "nothing", message: why, state: snap.state, pushed: None, lost_races: lost, tip }),
+            Decision::Refused { why } => return Ok(Outcome { result: "refused", message: why, state: snap.state, pushed: None, lost_races: lost, tip }),
+            Decision::Transition { state, summary } => {
+                let message = format!("{summary}\n\n{}\n\nphase: {}\ncommit: {}\nstable: {}\npromoted: {}\n", state.reason, state.phase.as_str(), state.commit, state.stable.as_deref().unwrap_or("none"), promoted_name(&state));
+                let id = remote.write(snap.state_commit, &state, &message, opts.signer.as_ref())?;
+                match remote.push(id)? {
+                    Pushed::Ok => return Ok(Outcome { result: "transition", message: summary, state: Some(state), pushed: Some(id.to_string()), lost_races: lost, tip }),
+                    Pushed::Rejected(why) => {
+                        lost += 1;
+                        tracing::info!("another controller moved {} first ({why}); deciding again", opts.rollout_branch);
+                        if lost >= opts.attempts.max(1) {
+                            return Err(RolloutError::new(
+                                format!("the push to {} lost the race {lost} times in a row ({why})", opts.rollout_branch),
+                                "another controller keeps moving the rollout ref; run one `advance` at a time, or retry",
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The promoted wave's name (or "none").
+pub fn promoted_name(s: &RolloutState) -> String {
+    match s.promoted {
+        Some(k) => format!("{} ({} of {})", s.waves.get(k).map(String::as_str).unwrap_or("?"), k + 1, s.waves.len()),
+        None => "none".into(),
+    }
+}
+
+/// `fwc rollout status`: the state and the latest transitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub repo: String,
+    pub branch: String,
+    pub rollout_branch: String,
+    pub tip: String,
+    pub state: Option<RolloutState>,
+    pub state_commit: Option<String>,
+    /// Newest first.
+    pub history: Vec<HistoryEntry>,
+}
+
+pub fn status(opts: &Options, history: usize) -> Result<Status, RolloutError> {
+    let remote = Remote::open(&opts.repo, &opts.branch, &opts.rollout_branch)?;
+    let snap = remote.fetch()?;
+    Ok(Status {
+        repo: opts.repo.clone(),
+        branch: opts.branch.clone(),
+        rollout_branch: opts.rollout_branch.clone(),
+        tip: snap.tip.to_string(),
+        history: remote.history(snap.state_commit, history),
+        state_commit: snap.state_commit.map(|c| c.to_string()),
+        state: snap.state,
+    })
+}
+
+/// One row of `fwc fleet hosts`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HostRow {
+    pub host: String,
+    /// Wave index and name in the rollout commit's policy (None without a policy).
+    pub wave: Option<usize>,
+    pub wave_name: Option<String>,
+    /// Declared in the repository (`host` block).
+    pub declared: bool,
+    /// Reporting to Prometheus.
+    pub up: bool,
+    pub applied: Option<String>,
+    /// `rollout` (the commit being rolled out), `stable`, `other` or `none`.
+    pub on: &'static str,
+    /// "ok", "degraded", "stale" (absent from the latest scrape, seen within --missing-after) or
+    /// "missing".
+    pub health: &'static str,
+    /// Degraded series: `reason (commit)`.
+    pub degraded: Vec<String>,
+    /// Unix time of the host's latest sample.
+    pub last_seen: Option<f64>,
+}
+
+/// `fwc fleet hosts`: which host runs which commit, in which wave, healthy or not.
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetView {
+    pub tip: String,
+    pub state: Option<RolloutState>,
+    /// The commit whose policy assigned the waves.
+    pub policy_commit: String,
+    pub hosts: Vec<HostRow>,
+}
+
+pub fn hosts(opts: &Options, prometheus: &Prometheus) -> Result<FleetView, RolloutError> {
+    let remote = Remote::open(&opts.repo, &opts.branch, &opts.rollout_branch)?;
+    let snap = remote.fetch()?;
+    let reports = prometheus.host_reports()?;
+    let commit = match &snap.state {
+        Some(s) => Oid::from_str(&s.commit).unwrap_or(snap.tip),
+        None => snap.tip,
+    };
+    let fleet = load_fleet(&remote, commit, &reports)?;
+    Ok(FleetView { tip: snap.tip.to_string(), policy_commit: commit.to_string(), hosts: host_rows(snap.state.as_ref(), fleet.as_ref(), &reports), state: snap.state })
+}
+
+/// Join the fleet (declared hosts and waves) with what Prometheus reports.
+pub fn host_rows(state: Option<&RolloutState>, fleet: Option<&Fleet>, reports: &BTreeMap<String, HostReport>) -> Vec<HostRow> {
+    let mut names: BTreeMap<String, (Option<usize>, bool)> = BTreeMap::new();
+    if let Some(f) = fleet {
+        for m in &f.members {
+            names.insert(m.name.clone(), (Some(m.wave), m.declared));
+        }
+    }
+    for h in reports.keys() {
+        names.entry(h.clone()).or_insert((None, false));
+    }
+    names
+        .into_iter()
+        .map(|(host, (wave, declared))| {
+            let r = reports.get(&host);
+            let applied = r.and_then(|r| r.applied.clone());
+            let on = match (&applied, state) {
+                (None, _) => "none",
+                (Some(a), Some(s)) if *a == s.commit => "rollout",
+                (Some(a), Some(s)) if s.stable.as_deref() == Some(a.as_str()) => "stable",
+                _ => "other",
+            };
+            let degraded: Vec<String> = r.map(|r| r.degraded.iter().map(|d| format!("{} ({})", d.reason, &d.commit[..d.commit.len().min(12)])).collect()).unwrap_or_default();
+            let health = match r {
+                None => "missing",
+                Some(r) if !r.current => "stale",
+                Some(r) if !r.degraded.is_empty() => "degraded",
+                Some(_) => "ok",
+            };
+            HostRow {
+                wave_name: wave.and_then(|w| fleet.and_then(|f| f.policy.waves.get(w)).map(|w| w.name.clone())),
+                wave,
+                declared,
+                up: r.is_some_and(|r| r.current),
+                applied,
+                on,
+                health,
+                degraded,
+                last_seen: r.and_then(|r| r.last_seen),
+                host,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,613 @@
+//! The rollout controller's decision, as a pure function: given the current rollout state, the
+//! branch tip, the fleet of the commit, what the hosts report (from Prometheus), the gate
+//! results, the operator's command and the time, [`decide`] returns the next state or why nothing
+//! changes. No I/O here: `rollout::advance` reads the inputs and commits the result.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use fwc_artifacts::rollout::{Gate, GateOp, MaxUnavailable, RolloutPhase, RolloutPolicy, RolloutState, ROLLOUT_STATE_VERSION};
+
+/// One host of the fleet and its wave in the rollout commit's policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    pub wave: usize,
+    /// A `host` block of the repository (expected to report; missing counts as unavailable).
+    /// Hosts that report without being declared are members too, with `declared = false`.
+    pub declared: bool,
+}
+
+/// The policy of the commit being rolled out and every host's wave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fleet {
+    pub policy: RolloutPolicy,
+    pub members: Vec<Member>,
+}
+
+impl Fleet {
+    pub fn wave_names(&self) -> Vec<String> {
+        self.policy.waves.iter().map(|w| w.name.clone()).collect()
+    }
+
+    fn in_wave(&self, wave: usize) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(move |m| m.wave == wave)
+    }
+}
+
+/// `fwc_agent_degraded{host, commit, reason} == 1`: a failure of `commit`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Degraded {
+    pub commit: String,
+    pub reason: String,
+}
+
+/// What one host reports through Prometheus.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostReport {
+    /// `fwc_applied_commit_info{commit}`; None when the host reports no applied commit.
+    pub applied: Option<String>,
+    /// Every degraded series with value 1.
+    pub degraded: Vec<Degraded>,
+    /// Unix time of the latest sample (for people).
+    pub last_seen: Option<f64>,
+    /// In Prometheus' latest scrape. A host missing from it but seen within the grace period
+    /// (`--missing-after`) is reported with `current = false` and nothing else: it counts as not
+    /// yet applied, not as missing, so one failed scrape never halts a rollout.
+    pub current: bool,
+}
+
+impl HostReport {
+    fn degraded_for(&self, commit: &str) -> Option<&Degraded> {
+        self.degraded.iter().find(|d| d.commit == commit)
+    }
+}
+
+/// The outcome of one gate query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateResult {
+    pub wave: usize,
+    pub gate: String,
+    /// None = the gate holds; Some(why) = it fails.
+    pub failure: Option<String>,
+}
+
+/// Judge one gate's instant-query result (`(labels, value)` per sample): every sample must
+/// satisfy the comparison, an empty result fails unless `allow_empty`. None = holds.
+pub fn judge_gate(gate: &Gate, samples: &[(String, f64)]) -> Option<String> {
+    if samples.is_empty() {
+        return (!gate.allow_empty).then(|| format!("gate {:?}: the query returned no samples ({})", gate.name, gate.query));
+    }
+    let (sym, ok): (&str, fn(f64, f64) -> bool) = match gate.op {
+        GateOp::AtMost => ("<=", |v, t| v <= t),
+        GateOp::AtLeast => (">=", |v, t| v >= t),
+    };
+    let bad: Vec<String> = samples
+        .iter()
+        .filter(|(_, v)| v.is_nan() || !ok(*v, gate.threshold))
+        .map(|(l, v)| if l.is_empty() { format!("{v}") } else { format!("{l} = {v}") })
+        .collect();
+    (!bad.is_empty()).then(|| format!("gate {:?} ({} {sym} {}) fails: {}", gate.name, gate.query, gate.threshold, bad.join(", ")))
+}
+
+/// What the operator (or cron) asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `fwc rollout advance`: the automatic step.
+    Advance,
+    /// `fwc rollout start [COMMIT]` (the resolved commit; the tip when none was given).
+    Start { commit: String },
+    Pause { reason: String },
+    Resume { reason: String },
+    Halt { rollback: bool, reason: String },
+    Stop { reason: String },
+}
+
+/// Everything [`decide`] looks at.
+#[derive(Debug, Clone)]
+pub struct ControllerInput<'a> {
+    pub state: Option<&'a RolloutState>,
+    pub branch: &'a str,
+    pub tip: &'a str,
+    /// The fleet of [`subject`]'s commit; None when that commit has no `rollout` policy.
+    pub fleet: Option<&'a Fleet>,
+    pub reports: &'a BTreeMap<String, HostReport>,
+    /// Results of the gates of the waves up to the promoted one.
+    pub gates: &'a [GateResult],
+    pub command: Command,
+    pub now: SystemTime,
+}
+
+/// The result of [`decide`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Commit this state; `summary` is the commit message's first line.
+    Transition { state: RolloutState, summary: String },
+    /// The state stays as it is (and why: waiting for hosts, soaking, ...).
+    Nothing { why: String },
+    /// The operator's command does not apply to the current state (what to do instead).
+    Refused { why: String },
+}
+
+/// Which commit's policy and fleet [`decide`] needs: the tip when a new rollout would start,
+/// else the commit being rolled out. The I/O loop compiles this commit before deciding.
+pub fn subject(state: Option<&RolloutState>, tip: &str, command: &Command) -> String {
+    match (command, state) {
+        (Command::Start { commit }, _) => commit.clone(),
+        (_, None) => tip.to_string(),
+        (Command::Advance, Some(s)) if starts_new(s, tip) => tip.to_string(),
+        (_, Some(s)) => s.commit.clone(),
+    }
+}
+
+/// Does a new tip start a new rollout (the current one is over)?
+fn starts_new(s: &RolloutState, tip: &str) -> bool {
+    s.commit != tip && matches!(s.phase, RolloutPhase::Complete | RolloutPhase::Stopped | RolloutPhase::Halted)
+}
+
+/// Which waves' gates [`decide`] wants results for (all waves up to the promoted one).
+pub fn gates_wanted(state: Option<&RolloutState>, fleet: &Fleet) -> Vec<usize> {
+    match state.and_then(|s| s.promoted) {
+        Some(k) => (0..=k.min(fleet.policy.waves.len().saturating_sub(1))).collect(),
+        None => vec![],
+    }
+}
+
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn short(c: &str) -> &str {
+    &c[..c.len().min(12)]
+}
+
+/// The one decision function.
+pub fn decide(inp: &ControllerInput) -> Decision {
+    let now = rfc3339(inp.now);
+    match (&inp.command, inp.state) {
+        (Command::Start { commit }, st) => start(inp, st, commit, &now, true),
+        (Command::Advance, None) => start(inp, None, inp.tip, &now, false),
+        (Command::Advance, Some(s)) => {
+            if starts_new(s, inp.tip) {
+                return start(inp, Some(s), inp.tip, &now, false);
+            }
+            match s.phase {
+                RolloutPhase::Progressing | RolloutPhase::Paused => evaluate(inp, s, &now),
+                RolloutPhase::Halted => Decision::Nothing {
+                    why: format!("the rollout of {} is halted ({}); push a fix, or `fwc rollout resume`/`start`", short(&s.commit), s.reason),
+                },
+                RolloutPhase::Complete => Decision::Nothing { why: format!("{} is rolled out to every wave; waiting for a new tip of {}", short(&s.commit), s.branch) },
+                RolloutPhase::Stopped => Decision::Nothing { why: format!("the rollout of {} was stopped; the next new tip of {} starts a rollout", short(&s.commit), s.branch) },
+            }
+        }
+        (_, None) => Decision::Refused { why: "there is no rollout yet: start one with `fwc rollout start` (or `advance`)".into() },
+        (Command::Pause { reason }, Some(s)) => match s.phase {
+            RolloutPhase::Progressing => transition(s, RolloutPhase::Paused, false, reason, "pause", &now),
+            RolloutPhase::Paused => Decision::Nothing { why: "the rollout is already paused".into() },
+            p => Decision::Refused { why: format!("cannot pause: the rollout of {} is {}", short(&s.commit), p.as_str()) },
+        },
+        (Command::Resume { reason }, Some(s)) => match s.phase {
+            RolloutPhase::Paused | RolloutPhase::Halted => transition(s, RolloutPhase::Progressing, false, reason, "resume", &now),
+            RolloutPhase::Progressing => Decision::Nothing { why: "the rollout is already progressing".into() },
+            p => Decision::Refused {
+                why: format!("cannot resume: the rollout of {} is {}; start a new one with `fwc rollout start [COMMIT]`", short(&s.commit), p.as_str()),
+            },
+        },
+        (Command::Halt { rollback, reason }, Some(s)) => match s.phase {
+            RolloutPhase::Progressing | RolloutPhase::Paused => transition(s, RolloutPhase::Halted, *rollback, reason, "halt", &now),
+            RolloutPhase::Halted if *rollback && !s.rollback => transition(s, RolloutPhase::Halted, true, reason, "halt --rollback", &now),
+            RolloutPhase::Halted => Decision::Nothing { why: "the rollout is already halted".into() },
+            p => Decision::Refused { why: format!("cannot halt: the rollout of {} is {} (nothing is being rolled out)", short(&s.commit), p.as_str()) },
+        },
+        (Command::Stop { reason }, Some(s)) => match s.phase {
+            RolloutPhase::Progressing | RolloutPhase::Paused | RolloutPhase::Halted => transition(s, RolloutPhase::Stopped, false, reason, "stop", &now),
+            RolloutPhase::Stopped => Decision::Nothing { why: "the rollout is already stopped".into() },
+            RolloutPhase::Complete => Decision::Refused { why: format!("cannot stop: the rollout of {} is complete", short(&s.commit)) },
+        },
+    }
+}
+
+/// An operator's phase change.
+fn transition(s: &RolloutState, phase: RolloutPhase, rollback: bool, reason: &str, verb: &str, now: &str) -> Decision {
+    let mut n = s.clone();
+    n.phase = phase;
+    n.rollback = rollback;
+    n.reason = if reason.is_empty() { format!("{verb} by the operator") } else { format!("{verb} by the operator: {reason}") };
+    n.since = now.to_string();
+    Decision::Transition { summary: format!("rollout {}: {verb}", short(&s.commit)), state: n }
+}
+
+/// Start a rollout of `commit` (wave 0 promoted at once).
+fn start(inp: &ControllerInput, st: Option<&RolloutState>, commit: &str, now: &str, by_operator: bool) -> Decision {
+    let Some(fleet) = inp.fleet else {
+        let why = format!("commit {} of {} has no `rollout` policy: agents apply the branch tip as without a fleet rollout", short(commit), inp.branch);
+        return if by_operator { Decision::Refused { why } } else { Decision::Nothing { why } };
+    };
+    if fleet.policy.waves.is_empty() {
+        return Decision::Refused { why: format!("the `rollout` policy of {} has no waves", short(commit)) };
+    }
+    if let Some(s) = st {
+        if s.commit == commit && matches!(s.phase, RolloutPhase::Progressing | RolloutPhase::Paused | RolloutPhase::Complete) {
+            return Decision::Nothing { why: format!("{} is already being rolled out ({})", short(commit), s.phase.as_str()) };
+        }
+    }
+    let stable = st.and_then(|s| if s.phase == RolloutPhase::Complete { Some(s.commit.clone()) } else { s.stable.clone() });
+    let reason = match (by_operator, st) {
+        (true, _) => format!("started by the operator: {} promoted", fleet.policy.waves[0].name),
+        (false, None) => format!("new tip of {}: {} promoted", inp.branch, fleet.policy.waves[0].name),
+        (false, Some(s)) => format!("new tip of {} (the rollout of {} was {}): {} promoted", inp.branch, short(&s.commit), s.phase.as_str(), fleet.policy.waves[0].name),
+    };
+    let state = RolloutState {
+        version: ROLLOUT_STATE_VERSION,
+        branch: inp.branch.to_string(),
+        commit: commit.to_string(),
+        stable,
+        waves: fleet.wave_names(),
+        promoted: Some(0),
+        phase: RolloutPhase::Progressing,
+        rollback: false,
+        reason,
+        since: now.to_string(),
+        promoted_at: Some(now.to_string()),
+    };
+    Decision::Transition { summary: format!("rollout {}: start, promote wave {}", short(commit), fleet.policy.waves[0].name), state }
+}
+
+fn halt(s: &RolloutState, why: String, now: &str) -> Decision {
+    let mut n = s.clone();
+    n.phase = RolloutPhase::Halted;
+    n.rollback = true;
+    n.reason = why;
+    n.since = now.to_string();
+    Decision::Transition { summary: format!("rollout {}: halt and roll back", short(&s.commit)), state: n }
+}
+
+fn allowed_missing(m: MaxUnavailable, hosts: usize) -> usize {
+    match m {
+        MaxUnavailable::Hosts(n) => n as usize,
+        MaxUnavailable::Percent(p) => hosts * p as usize / 100,
+    }
+}
+
+fn list(names: &[&str]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = names.iter().take(SHOWN).copied().collect::<Vec<_>>().join(", ");
+    if names.len() > SHOWN {
+        s.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    s
+}
+
+/// Progressing or paused, same commit: halt on failures; (progressing only) promote or complete.
+fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
+    let Some(fleet) = inp.fleet else {
+        return Decision::Nothing { why: format!("commit {} has no `rollout` policy any more; nothing to promote (stop the rollout)", short(&s.commit)) };
+    };
+    let last = fleet.policy.waves.len() - 1;
+    let k = s.promoted.unwrap_or(0).min(last);
+    let mut pending: Vec<&str> = vec![];
+    let mut fully_applied: BTreeSet<usize> = BTreeSet::new();
+    for j in 0..=k {
+        let wave = &fleet.policy.waves[j];
+        let hosts: Vec<&Member> = fleet.in_wave(j).collect();
+        let mut degraded = vec![];
+        let mut missing = vec![];
+        let mut waiting = vec![];
+        for h in &hosts {
+            match inp.reports.get(&h.name) {
+                None => {
+                    if h.declared {
+                        missing.push(h.name.as_str())
+                    }
+                }
+                Some(r) => {
+                    if let Some(d) = r.degraded_for(&s.commit) {
+                        degraded.push(format!("{} ({})", h.name, d.reason));
+                    } else if r.applied.as_deref() != Some(s.commit.as_str()) {
+                        waiting.push(h.name.as_str());
+                    }
+                }
+            }
+        }
+        if !degraded.is_empty() {
+            let names: Vec<&str> = degraded.iter().map(String::as_str).collect();
+            return halt(s, format!("wave {}: degraded for {}: {}", wave.name, short(&s.commit), list(&names)), now);
+        }
+        let allowed = allowed_missing(wave.max_unavailable, hosts.len());
+        if missing.len() > allowed {
+            return halt(s, format!("wave {}: {} host(s) not reporting, {allowed} allowed (max-unavailable): {}", wave.name, missing.len(), list(&missing)), now);
+        }
+        if waiting.is_empty() {
+            fully_applied.insert(j);
+        }
+        pending.extend(waiting);
+    }
+    for g in inp.gates.iter().filter(|g| g.wave <= k && fully_applied.contains(&g.wave)) {
+        if let Some(why) = &g.failure {
+            return halt(s, format!("wave {}: {why}", fleet.policy.waves[g.wave].name), now);
+        }
+    }
+    if s.phase == RolloutPhase::Paused {
+        return Decision::Nothing { why: format!("the rollout of {} is paused ({}); `fwc rollout resume` continues it", short(&s.commit), s.reason) };
+    }
+    if !pending.is_empty() {
+        return Decision::Nothing { why: format!("waiting for {} host(s) to apply {}: {}", pending.len(), short(&s.commit), list(&pending)) };
+    }
+    let wave = &fleet.policy.waves[k];
+    if k == last {
+        let mut n = s.clone();
+        n.phase = RolloutPhase::Complete;
+        n.stable = Some(s.commit.clone());
+        n.rollback = false;
+        n.reason = format!("every wave applied; {} is stable", short(&s.commit));
+        n.since = now.to_string();
+        return Decision::Transition { summary: format!("rollout {}: complete", short(&s.commit)), state: n };
+    }
+    let promoted_at = s.promoted_at.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok()).unwrap_or(SystemTime::UNIX_EPOCH);
+    let soaked = inp.now.duration_since(promoted_at).unwrap_or(Duration::ZERO);
+    let soak = Duration::from_secs(wave.soak_secs);
+    if soaked < soak {
+        return Decision::Nothing {
+            why: format!("wave {} is applied and soaking: {}s of {}s", wave.name, soaked.as_secs(), wave.soak_secs),
+        };
+    }
+    let next = &fleet.policy.waves[k + 1];
+    let mut n = s.clone();
+    n.promoted = Some(k + 1);
+    n.promoted_at = Some(now.to_string());
+    n.reason = format!("wave {} applied and healthy{}: {} promoted", wave.name, if wave.soak_secs > 0 { format!(" for {}s", wave.soak_secs) } else { String::new() }, next.name);
+    n.since = now.to_string();
+    Decision::Transition { summary: format!("rollout {}: promote wave {}", short(&s.commit), next.name), state: n }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fwc_artifacts::rollout::{Wave, WaveSelect};
+
+    const C1: &str = "1111111111111111111111111111111111111111";
+    const C2: &str = "2222222222222222222222222222222222222222";
+    const T0: u64 = 1_800_000_000;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + secs)
+    }
+
+    fn wave(name: &str, soak: u64, max_unavailable: u32) -> Wave {
+        Wave { name: name.into(), select: WaveSelect::Rest, soak_secs: soak, max_unavailable: MaxUnavailable::Hosts(max_unavailable), gates: vec![] }
+    }
+
+    /// canary (c1), early (e1, e2; one may be missing), all (a1, a2, a3).
+    fn fleet() -> Fleet {
+        let mut members = vec![];
+        for (w, names) in [(0, &["c1"][..]), (1, &["e1", "e2"]), (2, &["a1", "a2", "a3"])] {
+            members.extend(names.iter().map(|n| Member { name: n.to_string(), wave: w, declared: true }));
+        }
+        Fleet { policy: RolloutPolicy { waves: vec![wave("canary", 60, 0), wave("early", 0, 1), wave("all", 0, 0)], probes: vec![] }, members }
+    }
+
+    fn state(commit: &str, promoted: usize, phase: RolloutPhase, promoted_at: u64) -> RolloutState {
+        RolloutState {
+            version: 1,
+            branch: "main".into(),
+            commit: commit.into(),
+            stable: Some(C1.into()),
+            waves: vec!["canary".into(), "early".into(), "all".into()],
+            promoted: Some(promoted),
+            phase,
+            rollback: false,
+            reason: "r".into(),
+            since: rfc3339(at(promoted_at)),
+            promoted_at: Some(rfc3339(at(promoted_at))),
+        }
+    }
+
+    fn on(commit: &str) -> HostReport {
+        HostReport { applied: Some(commit.into()), degraded: vec![], last_seen: Some(0.0), current: true }
+    }
+
+    fn degraded(applied: &str, for_commit: &str, reason: &str) -> HostReport {
+        HostReport { applied: Some(applied.into()), degraded: vec![Degraded { commit: for_commit.into(), reason: reason.into() }], last_seen: Some(0.0), current: true }
+    }
+
+    /// Every host of the fleet reports `commit`, except the listed overrides (None = missing).
+    fn reports(commit: &str, overrides: &[(&str, Option<HostReport>)]) -> BTreeMap<String, HostReport> {
+        let mut m: BTreeMap<String, HostReport> = fleet().members.iter().map(|h| (h.name.clone(), on(commit))).collect();
+        for (h, r) in overrides {
+            match r {
+                Some(r) => m.insert(h.to_string(), r.clone()),
+                None => m.remove(*h),
+            };
+        }
+        m
+    }
+
+    struct Case {
+        name: &'static str,
+        state: Option<RolloutState>,
+        tip: &'static str,
+        reports: BTreeMap<String, HostReport>,
+        gates: Vec<GateResult>,
+        command: Command,
+        now: u64,
+        /// Expected: Ok((phase, promoted, rollback, reason contains)) for a transition,
+        /// Err(why contains) for nothing / refused.
+        want: Result<(RolloutPhase, Option<usize>, bool, &'static str), &'static str>,
+    }
+
+    fn case(name: &'static str, state: Option<RolloutState>, tip: &'static str, reports: BTreeMap<String, HostReport>, command: Command, now: u64) -> Case {
+        Case { name, state, tip, reports, gates: vec![], command, now, want: Err("") }
+    }
+
+    impl Case {
+        fn want(mut self, phase: RolloutPhase, promoted: usize, rollback: bool, reason: &'static str) -> Case {
+            self.want = Ok((phase, Some(promoted), rollback, reason));
+            self
+        }
+        fn nothing(mut self, why: &'static str) -> Case {
+            self.want = Err(why);
+            self
+        }
+        fn gate(mut self, wave: usize, failure: Option<&str>) -> Case {
+            self.gates.push(GateResult { wave, gate: "errors".into(), failure: failure.map(String::from) });
+            self
+        }
+    }
+
+    use RolloutPhase::*;
+
+    fn cases() -> Vec<Case> {
+        let fl = || reports(C1, &[]);
+        let c2_canary = || reports(C1, &[("c1", Some(on(C2)))]);
+        let c2_early = || reports(C1, &[("c1", Some(on(C2))), ("e1", Some(on(C2))), ("e2", Some(on(C2)))]);
+        vec![
+            case("no state: the tip starts a rollout", None, C2, fl(), Command::Advance, 0).want(Progressing, 0, false, "new tip of main"),
+            case("complete, new tip: a new rollout", Some(state(C1, 2, Complete, 0)), C2, fl(), Command::Advance, 10).want(Progressing, 0, false, "was complete"),
+            case("halted, new tip (a fix): a new rollout", Some(state(C1, 0, Halted, 0)), C2, fl(), Command::Advance, 10).want(Progressing, 0, false, "was halted"),
+            case("stopped, new tip: a new rollout", Some(state(C1, 1, Stopped, 0)), C2, fl(), Command::Advance, 10).want(Progressing, 0, false, "was stopped"),
+            case("progressing, new tip: the current rollout continues", Some(state(C2, 0, Progressing, 0)), "3333333333333333333333333333333333333333", reports(C1, &[]), Command::Advance, 10)
+                .nothing("waiting for 1 host(s)"),
+            case("canary not applied yet: wait for hosts", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Advance, 100).nothing("waiting for 1 host(s) to apply 222222222222: c1"),
+            case("canary applied, soak not over: wait", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 30).nothing("soaking: 30s of 60s"),
+            case("canary applied and soaked: promote early", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60).want(Progressing, 1, false, "early promoted"),
+            case("a later wave's hosts may lag before their promotion", Some(state(C2, 1, Progressing, 60)), C2, c2_canary(), Command::Advance, 70).nothing("waiting for 2 host(s)"),
+            case("degraded canary for this commit: halt with rollback", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "apply_failed")))]), Command::Advance, 5)
+                .want(Halted, 0, true, "c1 (apply_failed)"),
+            case("degraded for an older commit: no halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C2, C1, "rolled_back")))]), Command::Advance, 60)
+                .want(Progressing, 1, false, "early promoted"),
+            case("degraded while paused: still halts", Some(state(C2, 0, Paused, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "self_check")))]), Command::Advance, 5)
+                .want(Halted, 0, true, "self_check"),
+            case("a failing gate of an applied wave: halt", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60)
+                .gate(0, Some("gate \"errors\" fails: 3"))
+                .want(Halted, 0, true, "errors"),
+            case("a holding gate: promote", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60).gate(0, None).want(Progressing, 1, false, "early promoted"),
+            case("a failing gate of a wave still applying: wait", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Advance, 60).gate(0, Some("fails")).nothing("waiting"),
+            case("one early host missing, one allowed: promote", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", Some(on(C2))), ("e2", None)]), Command::Advance, 70)
+                .want(Progressing, 2, false, "all promoted"),
+            case("the canary between scrapes (grace period): wait, no halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(HostReport::default()))]), Command::Advance, 5)
+                .nothing("waiting for 1 host(s)"),
+            case("the canary missing, none allowed: halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", None)]), Command::Advance, 5).want(Halted, 0, true, "not reporting, 0 allowed"),
+            case("two early hosts missing, one allowed: halt", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", None), ("e2", None)]), Command::Advance, 70)
+                .want(Halted, 1, true, "2 host(s) not reporting, 1 allowed"),
+            case("missing hosts of unpromoted waves do not count", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(on(C2))), ("a1", None), ("a2", None)]), Command::Advance, 60)
+                .want(Progressing, 1, false, "early promoted"),
+            case("the last wave applied: complete, stable", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 70).want(Complete, 2, false, "is stable"),
+            case("complete, same tip: nothing", Some(state(C2, 2, Complete, 60)), C2, reports(C2, &[]), Command::Advance, 70).nothing("rolled out to every wave"),
+            case("halted, same tip: nothing", Some(state(C2, 0, Halted, 60)), C2, reports(C2, &[]), Command::Advance, 70).nothing("is halted"),
+            case("stopped, same tip: nothing", Some(state(C2, 0, Stopped, 60)), C2, reports(C2, &[]), Command::Advance, 70).nothing("was stopped"),
+            case("paused: no promotion", Some(state(C2, 0, Paused, 0)), C2, c2_canary(), Command::Advance, 100).nothing("paused"),
+            case("pause", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Pause { reason: "lunch".into() }, 5).want(Paused, 0, false, "pause by the operator: lunch"),
+            case("pause twice", Some(state(C2, 0, Paused, 0)), C2, fl(), Command::Pause { reason: String::new() }, 5).nothing("already paused"),
+            case("resume a paused rollout", Some(state(C2, 0, Paused, 0)), C2, fl(), Command::Resume { reason: String::new() }, 5).want(Progressing, 0, false, "resume by the operator"),
+            case("resume a halted rollout", Some(state(C2, 0, Halted, 0)), C2, fl(), Command::Resume { reason: "false alarm".into() }, 5).want(Progressing, 0, false, "false alarm"),
+            case("resume a complete rollout: refused", Some(state(C2, 2, Complete, 0)), C2, fl(), Command::Resume { reason: String::new() }, 5).nothing("cannot resume"),
+            case("halt without rollback", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Halt { rollback: false, reason: "look".into() }, 5).want(Halted, 1, false, "halt by the operator: look"),
+            case("halt --rollback", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Halt { rollback: true, reason: String::new() }, 5).want(Halted, 1, true, "halt by the operator"),
+            case("halt --rollback after a plain halt", Some(state(C2, 1, Halted, 0)), C2, c2_early(), Command::Halt { rollback: true, reason: String::new() }, 5).want(Halted, 1, true, "halt --rollback"),
+            case("halt a complete rollout: refused", Some(state(C2, 2, Complete, 0)), C2, fl(), Command::Halt { rollback: true, reason: String::new() }, 5).nothing("cannot halt"),
+            case("stop during a wave", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Stop { reason: "enough".into() }, 5).want(Stopped, 1, false, "stop by the operator: enough"),
+            case("stop twice", Some(state(C2, 1, Stopped, 0)), C2, c2_early(), Command::Stop { reason: String::new() }, 5).nothing("already stopped"),
+            case("start an older commit while complete", Some(state(C2, 2, Complete, 0)), C2, fl(), Command::Start { commit: C1.into() }, 5).want(Progressing, 0, false, "started by the operator"),
+            case("start the commit being rolled out: nothing", Some(state(C2, 1, Progressing, 0)), C2, fl(), Command::Start { commit: C2.into() }, 5).nothing("already being rolled out"),
+            case("start the halted commit again: restart", Some(state(C2, 1, Halted, 0)), C2, fl(), Command::Start { commit: C2.into() }, 5).want(Progressing, 0, false, "started by the operator"),
+            case("pause without a rollout: refused", None, C2, fl(), Command::Pause { reason: String::new() }, 5).nothing("no rollout yet"),
+        ]
+    }
+
+    #[test]
+    fn every_transition() {
+        let f = fleet();
+        let mut failures = vec![];
+        for c in cases() {
+            let inp = ControllerInput {
+                state: c.state.as_ref(),
+                branch: "main",
+                tip: c.tip,
+                fleet: Some(&f),
+                reports: &c.reports,
+                gates: &c.gates,
+                command: c.command.clone(),
+                now: at(c.now),
+            };
+            let d = decide(&inp);
+            let ok = match (&c.want, &d) {
+                (Ok((phase, promoted, rollback, reason)), Decision::Transition { state, .. }) => {
+                    state.phase == *phase && state.promoted == *promoted && state.rollback == *rollback && state.reason.contains(reason) && state.since == rfc3339(at(c.now))
+                }
+                (Err(why), Decision::Nothing { why: w } | Decision::Refused { why: w }) => w.contains(why),
+                _ => false,
+            };
+            if !ok {
+                failures.push(format!("{}: want {:?}, got {d:#?}", c.name, c.want));
+            }
+            // Idempotence: deciding again on the new state with the same input changes nothing
+            // (operator commands included: pausing a paused rollout is "nothing"), so a
+            // controller that crashed after its push and runs again does not transition twice.
+            if let Decision::Transition { state, .. } = &d {
+                let again = ControllerInput { state: Some(state), ..inp.clone() };
+                let d2 = decide(&again);
+                if matches!(d2, Decision::Transition { .. }) {
+                    failures.push(format!("{}: not idempotent, second decision {d2:#?}", c.name));
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    }
+
+    #[test]
+    fn a_new_rollout_keeps_stable_and_a_complete_one_sets_it() {
+        let f = fleet();
+        let st = state(C1, 2, Complete, 0);
+        let r = reports(C1, &[]);
+        let d = decide(&ControllerInput { state: Some(&st), branch: "main", tip: C2, fleet: Some(&f), reports: &r, gates: &[], command: Command::Advance, now: at(5) });
+        let Decision::Transition { state: n, summary } = d else { panic!("{d:?}") };
+        assert_eq!((n.commit.as_str(), n.stable.as_deref()), (C2, Some(C1)));
+        assert_eq!(n.waves, ["canary", "early", "all"]);
+        assert!(summary.contains("start"), "{summary}");
+        // A halted rollout's commit never becomes stable: the fix keeps the old stable.
+        let mut h = state(C2, 0, Halted, 0);
+        h.stable = Some(C1.into());
+        let d = decide(&ControllerInput { state: Some(&h), branch: "main", tip: "3333333333333333333333333333333333333333", fleet: Some(&f), reports: &r, gates: &[], command: Command::Advance, now: at(5) });
+        let Decision::Transition { state: n, .. } = d else { panic!("{d:?}") };
+        assert_eq!(n.stable.as_deref(), Some(C1));
+    }
+
+    #[test]
+    fn without_a_policy_nothing_starts() {
+        let r = BTreeMap::new();
+        let d = decide(&ControllerInput { state: None, branch: "main", tip: C1, fleet: None, reports: &r, gates: &[], command: Command::Advance, now: at(0) });
+        assert!(matches!(&d, Decision::Nothing { why } if why.contains("no `rollout` policy")), "{d:?}");
+        let d = decide(&ControllerInput { state: None, branch: "main", tip: C1, fleet: None, reports: &r, gates: &[], command: Command::Start { commit: C1.into() }, now: at(0) });
+        assert!(matches!(d, Decision::Refused { .. }), "{d:?}");
+    }
+
+    #[test]
+    fn subject_is_the_tip_only_when_a_rollout_would_start() {
+        let p = state(C1, 0, Progressing, 0);
+        assert_eq!(subject(Some(&p), C2, &Command::Advance), C1);
+        assert_eq!(subject(Some(&state(C1, 0, Halted, 0)), C2, &Command::Advance), C2);
+        assert_eq!(subject(Some(&state(C1, 0, Halted, 0)), C2, &Command::Stop { reason: String::new() }), C1);
+        assert_eq!(subject(None, C2, &Command::Advance), C2);
+        assert_eq!(subject(Some(&p), C2, &Command::Start { commit: C1.into() }), C1);
+    }
+
+    #[test]
+    fn gates_judge_every_sample() {
+        let g = Gate { name: "errors".into(), query: "rate(x[1m])".into(), op: GateOp::AtMost, threshold: 0.5, allow_empty: false };
+        assert_eq!(judge_gate(&g, &[("{host=\"a\"}".into(), 0.1), ("{host=\"b\"}".into(), 0.5)]), None);
+        let bad = judge_gate(&g, &[("{host=\"a\"}".into(), 0.1), ("{host=\"b\"}".into(), 0.7)]).unwrap();
+        assert!(bad.contains("host=\"b\"} = 0.7") && !bad.contains("0.1"), "{bad}");
+        assert!(judge_gate(&g, &[]).unwrap().contains("no samples"));
+        assert!(judge_gate(&Gate { allow_empty: true, ..g.clone() }, &[]).is_none());
+        let min = Gate { op: GateOp::AtLeast, threshold: 1.0, ..g };
+        assert!(judge_gate(&min, &[(String::new(), 0.9)]).is_some());
+        assert!(judge_gate(&min, &[(String::new(), f64::NAN)]).is_some());
+    }
+
+    #[test]
+    fn max_unavailable_percent_rounds_down() {
+        assert_eq!(allowed_missing(MaxUnavailable::Percent(10), 25), 2);
+        assert_eq!(allowed_missing(MaxUnavailable::Percent(10), 9), 0);
+        assert_eq!(allowed_missing(MaxUnavailable::Hosts(3), 1), 3);
+    }
+}

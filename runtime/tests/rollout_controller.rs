@@ -1,0 +1,532 @@
+//! `fwc rollout` end to end with real parts: a real git remote (a bare repository, file:// and
+//! `git daemon` with push), a real Prometheus scraping an HTTP endpoint the test serves with
+//! agent-shaped metrics (`fwc_applied_commit_info{host,commit}`, `fwc_agent_degraded{host,
+//! commit,reason}`), and the real `fwc` binary deciding and pushing. The hosts are played by the
+//! test (the real agents' end-to-end scenarios live with the agent); no wall-clock budgets.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const FWC: &str = env!("CARGO_BIN_EXE_fwc");
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=Alice", "-c", "user.email=alice@example.com", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(90), "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The rule repository: a bare remote and a work tree.
+struct Repo {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    bare: PathBuf,
+    work: PathBuf,
+}
+
+/// A policy: canary = c1 (soak 2 s, gates), early = e1 e2 (one may be missing), all = a1 a2.
+struct Policy {
+    canary_gate: Option<(&'static str, f64)>,
+    soak: u64,
+}
+
+impl Policy {
+    fn plain() -> Policy {
+        Policy { canary_gate: None, soak: 0 }
+    }
+
+    fn kdl(&self, marker: &str) -> String {
+        let gate = match self.canary_gate {
+            Some((q, max)) => format!(" {{\n        gate \"errors\" query={} max={max}\n    }}", serde_json::to_string(q).unwrap()),
+            None => String::new(),
+        };
+        let soak = if self.soak > 0 { format!(" soak=\"{}s\"", self.soak) } else { String::new() };
+        let mut s = format!("fwc 1\n// {marker}\n");
+        s.push_str(&format!(
+            "rollout {{\n    wave \"canary\" on=\"role=canary\"{soak}{gate}\n    wave \"early\" on=\"role=early\" max-unavailable=1\n    wave \"all\"\n}}\n"
+        ));
+        for (h, role) in [("c1", "canary"), ("e1", "early"), ("e2", "early"), ("a1", "web"), ("a2", "web")] {
+            s.push_str(&format!("host \"{h}\" {{\n    labels role={role}\n}}\n"));
+        }
+        s.push_str("input policy=drop {\n    allow \"ssh\" proto=tcp port=22\n}\n");
+        s
+    }
+}
+
+impl Repo {
+    fn new() -> Repo {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let bare = root.join("rules.git");
+        let work = root.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        git(&root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
+        git(&work, &["init", "-q"]);
+        Repo { _tmp: tmp, root, bare, work }
+    }
+
+    fn url(&self) -> String {
+        format!("file://{}", self.bare.display())
+    }
+
+    fn commit(&self, text: &str, msg: &str) -> String {
+        std::fs::write(self.work.join("fwc.kdl"), text).unwrap();
+        git(&self.work, &["add", "fwc.kdl"]);
+        git(&self.work, &["commit", "-q", "--allow-empty", "-m", msg]);
+        git(&self.work, &["push", "-q", self.bare.to_str().unwrap(), "HEAD:main"]);
+        git(&self.work, &["rev-parse", "HEAD"])
+    }
+
+    /// `git log` of the rollout branch in the remote: first lines, newest first.
+    fn rollout_log(&self) -> Vec<String> {
+        let out = Command::new("git").args(["log", "--format=%s", "fwc-rollout"]).current_dir(&self.bare).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
+    }
+}
+
+/// What one simulated host exports.
+#[derive(Clone, Default)]
+struct Host {
+    applied: String,
+    /// (commit, reason) of a failure; healthy when None.
+    degraded: Option<(String, String)>,
+}
+
+/// The fleet's /metrics: every host's series in one endpoint (each carries `host`), plus a
+/// free-form gauge for gates. A host removed from the map stops reporting.
+#[derive(Clone, Default)]
+struct Fleet {
+    hosts: Arc<Mutex<BTreeMap<String, Host>>>,
+    error_ratio: Arc<Mutex<f64>>,
+}
+
+impl Fleet {
+    fn new(names: &[&str], commit: &str) -> Fleet {
+        let f = Fleet::default();
+        for n in names {
+            f.set(n, commit);
+        }
+        f
+    }
+
+    fn set(&self, host: &str, commit: &str) {
+        self.hosts.lock().unwrap().insert(host.into(), Host { applied: commit.into(), degraded: None });
+    }
+
+    fn fail(&self, host: &str, applied: &str, failed: &str, reason: &str) {
+        self.hosts.lock().unwrap().insert(host.into(), Host { applied: applied.into(), degraded: Some((failed.into(), reason.into())) });
+    }
+
+    fn offline(&self, host: &str) {
+        self.hosts.lock().unwrap().remove(host);
+    }
+
+    fn text(&self) -> String {
+        let mut s = String::from("# TYPE fwc_applied_commit_info gauge\n");
+        let hosts = self.hosts.lock().unwrap();
+        for (h, st) in hosts.iter() {
+            s.push_str(&format!("fwc_applied_commit_info{{host=\"{h}\",commit=\"{}\"}} 1\n", st.applied));
+        }
+        s.push_str("# TYPE fwc_agent_degraded gauge\n");
+        for (h, st) in hosts.iter() {
+            match &st.degraded {
+                Some((c, r)) => s.push_str(&format!("fwc_agent_degraded{{host=\"{h}\",commit=\"{c}\",reason=\"{r}\"}} 1\n")),
+                None => s.push_str(&format!("fwc_agent_degraded{{host=\"{h}\",commit=\"{}\",reason=\"\"}} 0\n", st.applied)),
+            }
+        }
+        s.push_str(&format!("# TYPE test_error_ratio gauge\ntest_error_ratio {}\n", self.error_ratio.lock().unwrap()));
+        s
+    }
+
+    /// Serve /metrics on a loopback port (a thread per process lifetime).
+    fn serve(&self) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let me = self.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let Ok(mut c) = conn else { continue };
+                let mut buf = [0u8; 4096];
+                let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = c.read(&mut buf);
+                let body = me.text();
+                let _ = write!(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            }
+        });
+        addr
+    }
+}
+
+/// A Prometheus server scraping `target` every 500 ms; killed on drop.
+struct Prometheus {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("prometheus.yml");
+        std::fs::write(&cfg, format!("global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\nscrape_configs:\n  - job_name: fleet\n    static_configs:\n      - targets: ['{target}']\n")).unwrap();
+        let port = free_port();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let p = Prometheus { child, url: format!("http://127.0.0.1:{port}"), _dir: dir };
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        wait_until("prometheus to scrape the fleet", || {
+            let (code, body) = fwc_runtime::metrics::http_request(addr, "GET", "/api/v1/query?query=up%3D%3D1", &[], b"").ok()?;
+            (code == 200 && body.contains("\"fleet\"")).then_some(())
+        });
+        p
+    }
+
+    /// Wait until Prometheus sees `host` on `commit` (the controller reads what it sees).
+    fn wait_applied(&self, host: &str, commit: &str) {
+        let addr: SocketAddr = self.url.trim_start_matches("http://").parse().unwrap();
+        let q = format!("fwc_applied_commit_info{{host=\"{host}\",commit=\"{commit}\"}}");
+        let path = format!("/api/v1/query?query={}", q.bytes().map(|b| format!("%{b:02X}")).collect::<String>());
+        wait_until(&format!("prometheus to see {host} on {commit}"), || {
+            let (_, body) = fwc_runtime::metrics::http_request(addr, "GET", &path, &[], b"").ok()?;
+            body.contains(commit).then_some(())
+        });
+    }
+}
+
+fn have_tools(test: &str) -> bool {
+    fwc_testkit::tool(test, "prometheus", "prometheus") && fwc_testkit::tool(test, "git", "git")
+}
+
+/// Run `fwc rollout ARGS --repo URL`; (exit code, stdout, stderr).
+fn fwc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(FWC).args(args).env("FWC_LOG", "warn").stdin(Stdio::null()).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `fwc rollout advance --json` once; the outcome document.
+fn advance(url: &str, prom: &Prometheus) -> Value {
+    let (code, out, err) = fwc(&["rollout", "advance", "--repo", url, "--prometheus", &prom.url, "--missing-after", "3s", "--json"]);
+    assert_eq!(code, 0, "advance failed:\n{out}{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// Advance until the state satisfies `want` (Prometheus may need a scrape or two to see a change).
+fn advance_until(url: &str, prom: &Prometheus, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+    wait_until(what, || {
+        let o = advance(url, prom);
+        want(&o["state"]).then_some(o)
+    })
+}
+
+fn status(url: &str) -> Value {
+    let (code, out, err) = fwc(&["rollout", "status", "--repo", url, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+const HOSTS: [&str; 5] = ["c1", "e1", "e2", "a1", "a2"];
+
+#[test]
+fn happy_path_canary_soaks_then_every_wave_then_complete() {
+    if !have_tools("happy_path_canary_soaks_then_every_wave_then_complete") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, &c1);
+    let prom = Prometheus::start(fleet.serve());
+    // The first advance starts a rollout of the tip; the hosts already run it: it completes.
+    let o = advance(&url, &prom);
+    assert_eq!(o["result"], "transition", "{o}");
+    assert_eq!((o["state"]["phase"].as_str(), o["state"]["promoted"].as_u64()), (Some("progressing"), Some(0)));
+    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    assert_eq!(status(&url)["state"]["stable"], c1.as_str());
+
+    let c2 = repo.commit(&Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 2 }.kdl("v2"), "v2");
+    let o = advance(&url, &prom);
+    assert_eq!(o["message"].as_str().unwrap().contains("start"), true, "{o}");
+    assert_eq!(o["state"]["stable"], c1.as_str());
+    // Nobody applied v2 yet: nothing to do, and again (idempotent: no second commit).
+    let n_before = repo.rollout_log().len();
+    for _ in 0..2 {
+        let o = advance(&url, &prom);
+        assert_eq!(o["result"], "nothing", "{o}");
+        assert!(o["message"].as_str().unwrap().contains("c1"), "{o}");
+    }
+    assert_eq!(repo.rollout_log().len(), n_before);
+
+    fleet.set("c1", &c2);
+    prom.wait_applied("c1", &c2);
+    let o = advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
+    let st = &o["state"];
+    let canary_at = humantime::parse_rfc3339(status(&url)["history"][1]["time"].as_str().unwrap()).unwrap();
+    let early_at = humantime::parse_rfc3339(st["promoted_at"].as_str().unwrap()).unwrap();
+    assert!(early_at.duration_since(canary_at).unwrap() >= Duration::from_secs(2), "early promoted before the canary soaked 2 s: {st}");
+    // The later wave waits for its hosts.
+    for h in ["e1", "e2"] {
+        fleet.set(h, &c2);
+    }
+    advance_until(&url, &prom, "all promoted", |s| s["promoted"] == 2);
+    for h in ["a1", "a2"] {
+        fleet.set(h, &c2);
+    }
+    let o = advance_until(&url, &prom, "v2 complete", |s| s["phase"] == "complete");
+    assert_eq!(o["state"]["stable"], c2.as_str());
+
+    // `fwc fleet hosts`: every host on the rollout's commit, in its wave, healthy.
+    let (code, out, err) = fwc(&["fleet", "hosts", "--repo", &url, "--prometheus", &prom.url, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let rows = v["hosts"].as_array().unwrap();
+    assert_eq!(rows.len(), 5, "{v}");
+    for r in rows {
+        assert_eq!((r["on"].as_str(), r["health"].as_str()), (Some("rollout"), Some("ok")), "{r}");
+    }
+    assert_eq!(rows.iter().find(|r| r["host"] == "e1").unwrap()["wave_name"], "early");
+    let (_, text, _) = fwc(&["fleet", "hosts", "--repo", &url, "--prometheus", &prom.url]);
+    assert!(text.contains("HOST") && text.lines().any(|l| l.starts_with("c1") && l.contains("canary") && l.contains("ok")), "{text}");
+
+    // The audit trail: one commit per transition, newest first.
+    let log = repo.rollout_log();
+    assert!(log[0].contains("complete") && log[1].contains("promote wave all") && log[2].contains("promote wave early") && log[3].contains("start"), "{log:#?}");
+}
+
+#[test]
+fn a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_failure() {
+    if !have_tools("a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_failure") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, &c1);
+    let prom = Prometheus::start(fleet.serve());
+    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+
+    let bad = repo.commit(&Policy::plain().kdl("bad"), "bad");
+    advance_until(&url, &prom, "bad started", |s| s["commit"] == bad.as_str());
+    // The canary's apply fails; it stays on v1 and says the failure belongs to `bad`.
+    fleet.fail("c1", &c1, &bad, "apply_failed");
+    let o = advance_until(&url, &prom, "halt", |s| s["phase"] == "halted");
+    let st = &o["state"];
+    assert_eq!((st["rollback"].as_bool(), st["promoted"].as_u64(), st["stable"].as_str()), (Some(true), Some(0), Some(c1.as_str())), "{st}");
+    assert!(st["reason"].as_str().unwrap().contains("c1 (apply_failed)"), "{st}");
+    // Halted stays halted, and no later wave is ever promoted.
+    for _ in 0..3 {
+        let o = advance(&url, &prom);
+        assert_eq!((o["result"].as_str(), o["state"]["promoted"].as_u64()), (Some("nothing"), Some(0)), "{o}");
+    }
+    assert!(!repo.rollout_log().iter().any(|l| l.contains(&bad[..12]) && l.contains("promote wave early")), "{:#?}", repo.rollout_log());
+
+    // A fix: a new rollout starts; the canary still reports its failure of `bad`, which must
+    // not halt the fix.
+    let fix = repo.commit(&Policy::plain().kdl("fix"), "fix");
+    let o = advance(&url, &prom);
+    assert_eq!((o["result"].as_str(), o["state"]["commit"].as_str(), o["state"]["phase"].as_str()), (Some("transition"), Some(fix.as_str()), Some("progressing")), "{o}");
+    assert_eq!(o["state"]["stable"], c1.as_str());
+    let o = advance(&url, &prom);
+    assert_eq!(o["result"], "nothing", "the old failure halted the fix: {o}");
+    fleet.fail("c1", &fix, &bad, "apply_failed");
+    prom.wait_applied("c1", &fix);
+    advance_until(&url, &prom, "the fix's early wave promoted", |s| s["promoted"] == 1 && s["phase"] == "progressing");
+}
+
+#[test]
+fn a_failing_gate_halts_once_the_canary_applied() {
+    if !have_tools("a_failing_gate_halts_once_the_canary_applied") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, &c1);
+    let prom = Prometheus::start(fleet.serve());
+    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    *fleet.error_ratio.lock().unwrap() = 0.5;
+    let c2 = repo.commit(&Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 0 }.kdl("v2"), "v2");
+    advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
+    fleet.set("c1", &c2);
+    prom.wait_applied("c1", &c2);
+    let o = advance_until(&url, &prom, "gate halt", |s| s["phase"] == "halted");
+    let reason = o["state"]["reason"].as_str().unwrap();
+    assert!(reason.contains("gate \"errors\"") && reason.contains("0.5"), "{reason}");
+    assert_eq!(o["state"]["rollback"], true);
+    assert_eq!(o["state"]["promoted"], 0);
+}
+
+#[test]
+fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
+    if !have_tools("missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, &c1);
+    let prom = Prometheus::start(fleet.serve());
+    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    let c2 = repo.commit(&Policy::plain().kdl("v2"), "v2");
+    advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
+    fleet.set("c1", &c2);
+    advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
+    // e2 goes offline: early allows one missing host, so e1 alone completes the wave.
+    fleet.offline("e2");
+    fleet.set("e1", &c2);
+    advance_until(&url, &prom, "all promoted with e2 missing", |s| s["promoted"] == 2);
+
+    // stop during the last wave: hosts keep what they have, nothing more happens.
+    let (code, out, err) = fwc(&["rollout", "stop", "--repo", &url, "--reason", "change window over"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let s = status(&url);
+    assert_eq!((s["state"]["phase"].as_str(), s["state"]["promoted"].as_u64()), (Some("stopped"), Some(2)), "{s}");
+    assert!(s["state"]["reason"].as_str().unwrap().contains("change window over"));
+    let o = advance(&url, &prom);
+    assert_eq!(o["result"], "nothing", "{o}");
+    // Operator commands that do not apply say so with exit code 4.
+    let (code, _, err) = fwc(&["rollout", "pause", "--repo", &url]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("cannot pause"), "{err}");
+
+    // A new tip starts a new rollout; now two early hosts are missing (one allowed): halt.
+    let c3 = repo.commit(&Policy::plain().kdl("v3"), "v3");
+    advance_until(&url, &prom, "v3 started", |s| s["commit"] == c3.as_str());
+    fleet.set("c1", &c3);
+    advance_until(&url, &prom, "v3 early promoted", |s| s["promoted"] == 1);
+    fleet.offline("e1");
+    let o = advance_until(&url, &prom, "halt on missing hosts", |s| s["phase"] == "halted");
+    assert!(o["state"]["reason"].as_str().unwrap().contains("2 host(s) not reporting, 1 allowed"), "{o}");
+
+    // Prometheus seeing no agent at all (a scrape or relabelling outage) is an error, never
+    // "every host is missing": nothing is decided, nothing committed.
+    for h in HOSTS {
+        fleet.offline(h);
+    }
+    let commits = repo.rollout_log().len();
+    let err = wait_until("advance to refuse an empty Prometheus", || {
+        let (code, _, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "1s"]);
+        (code == 1).then_some(err)
+    });
+    assert!(err.contains("reports no fwc agent"), "{err}");
+    assert_eq!(repo.rollout_log().len(), commits);
+}
+
+#[test]
+fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_transition() {
+    if !have_tools("a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_transition") {
+        return;
+    }
+    let repo = Repo::new();
+    // git daemon with push (receive-pack): the compare-and-swap is the server's.
+    git(&repo.bare, &["config", "daemon.receivepack", "true"]);
+    let port = free_port();
+    let exec_path = git(&repo.root, &["--exec-path"]);
+    let daemon = Command::new(Path::new(&exec_path).join("git-daemon"))
+        .args(["--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1", &format!("--port={port}"), &format!("--base-path={}", repo.root.display())])
+        .arg(&repo.root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _daemon = Kill(daemon);
+    wait_until("git daemon", || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
+    let url = format!("git://127.0.0.1:{port}/rules.git");
+
+    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, &c1);
+    let prom = Prometheus::start(fleet.serve());
+
+    // Two controllers at once, repeatedly, while nothing changes: exactly one start commit.
+    for round in 0..3 {
+        let spawn = || {
+            Command::new(FWC)
+                .args(["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        assert!(a.status.success() && b.status.success(), "{}{}", String::from_utf8_lossy(&a.stderr), String::from_utf8_lossy(&b.stderr));
+        let results: Vec<Value> = [&a, &b].iter().map(|o| serde_json::from_slice(&o.stdout).unwrap()).collect();
+        let transitions = results.iter().filter(|r| r["result"] == "transition").count();
+        if round == 0 {
+            assert!(transitions >= 1, "{results:#?}");
+        }
+        // Every transition made is one commit, and the states decided agree with the history.
+        let log = repo.rollout_log();
+        assert!(log.iter().filter(|l| l.contains("start")).count() == 1, "two controllers both started: {log:#?}");
+    }
+    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+
+    // A watching controller killed mid-wave: the next advance goes on from the ref.
+    let c2 = repo.commit(&Policy::plain().kdl("v2"), "v2");
+    let mut watch = Kill(
+        Command::new(FWC)
+            .args(["rollout", "advance", "--watch", "--interval", "200ms", "--repo", &url, "--prometheus", &prom.url])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    fleet.set("c1", &c2);
+    wait_until("the watcher to promote early", || (status(&url)["state"]["promoted"] == 1 && status(&url)["state"]["commit"] == c2.as_str()).then_some(()));
+    watch.0.kill().unwrap();
+    let _ = watch.0.wait();
+    for h in ["e1", "e2"] {
+        fleet.set(h, &c2);
+    }
+    let o = advance_until(&url, &prom, "resumed: all promoted", |s| s["promoted"] == 2);
+    assert_eq!(o["state"]["commit"], c2.as_str());
+    let log = repo.rollout_log();
+    assert_eq!(log.iter().filter(|l| l.contains(&c2[..12]) && l.contains("promote wave early")).count(), 1, "{log:#?}");
+}
