@@ -233,3 +233,178 @@ fn self_check_reverts_a_commit_that_cuts_the_agent_off_from_git() {
     assert_eq!(audit(&state).iter().filter(|e| e["commit"] == c2.as_str() && e["action"] == "apply").count(), 1);
     assert_audit_verifies(&state);
 }
+
+// ---------------------------------------------------------------------------------------------
+// real agents, a real Prometheus scraping them, `fwc rollout` deciding
+
+/// A Prometheus server scraping `targets` every 500 ms; killed on drop.
+struct Prometheus {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    fn start(targets: &[std::net::SocketAddr]) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("prometheus.yml");
+        let list: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        std::fs::write(
+            &cfg,
+            format!("global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\nscrape_configs:\n  - job_name: fwc\n    static_configs:\n      - targets: [{}]\n", list.join(", ")),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let p = Prometheus { child, addr: format!("127.0.0.1:{port}").parse().unwrap(), _dir: dir };
+        let n = targets.len();
+        assert!(
+            wait_until(Duration::from_secs(60), || p.query("count(fwc_build_info)").is_some_and(|r| r.first().and_then(|s| s["value"][1].as_str()) == Some(&n.to_string()))),
+            "prometheus does not scrape the {n} agents"
+        );
+        p
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn query(&self, q: &str) -> Option<Vec<serde_json::Value>> {
+        let path = format!("/api/v1/query?query={}", q.bytes().map(|b| format!("%{b:02X}")).collect::<String>());
+        let (code, body) = fwc_runtime::metrics::http_request(self.addr, "GET", &path, &[], b"").ok()?;
+        if code != 200 {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        v["data"]["result"].as_array().cloned()
+    }
+
+    /// Wait until Prometheus has a sample of `q`.
+    fn wait_for(&self, q: &str) {
+        assert!(wait_until(Duration::from_secs(30), || self.query(q).is_some_and(|r| !r.is_empty())), "prometheus never saw {q}");
+    }
+}
+
+fn fwc_cli(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_fwc")).args(args).env("FWC_LOG", "warn").stdin(Stdio::null()).output().unwrap();
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// `fwc rollout advance --json` until the state satisfies `want`; the last state.
+fn advance_until(url: &str, prom: &Prometheus, what: &str, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    let ok = wait_until(Duration::from_secs(60), || {
+        let (code, out, err) = fwc_cli(&["rollout", "advance", "--repo", url, "--prometheus", &prom.url(), "--missing-after", "3s", "--json"]);
+        assert_eq!(code, 0, "advance failed:\n{out}{err}");
+        last = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        want(&last["state"])
+    });
+    assert!(ok, "gave up waiting for {what}; last advance:\n{last:#}");
+    last["state"].clone()
+}
+
+fn fleet_rules(marker: &str, port: u16) -> String {
+    format!(
+        "fwc 1\n// {marker}\nhost \"canary-1\" {{\n    labels role=canary\n}}\nhost \"web-1\" {{\n    labels role=web\n}}\nrollout {{\n    wave \"canary\" on=\"role=canary\"\n    wave \"all\" max-unavailable=1\n}}\ninput policy=drop {{\n    allow \"p{port}\" proto=tcp port={port}\n}}\n"
+    )
+}
+
+/// The scenarios with two real agents (a canary and a host of the last wave), a real
+/// git remote, a real Prometheus scraping both, and `fwc rollout` deciding from what it sees:
+/// happy path canary -> all; the canary's apply fails -> halted, the later wave never applies
+/// that commit; a fix is not halted by the canary's old failure; `halt --rollback` takes the
+/// promoted canary back to stable; a host offline is tolerated (max-unavailable) and catches
+/// up when it is back.
+#[test]
+fn rollout_scenarios_with_real_agents_and_a_real_prometheus() {
+    if !privileged("rollout_scenarios_with_real_agents_and_a_real_prometheus")
+        || !fwc_testkit::tool("rollout_scenarios_with_real_agents_and_a_real_prometheus", "prometheus", "prometheus")
+    {
+        return;
+    }
+    let (ns_c, ns_w) = (Netns::new("pc"), Netns::new("pw"));
+    let repo = Repo::new();
+    let url = repo.url();
+    let (sc, sw) = (repo.root.join("canary"), repo.root.join("web"));
+    let web_port = free_port();
+    let c1 = repo.commit(&fleet_rules("v1", 80), "v1", None, false);
+    let canary = AgentProc::start_as("canary-1", &sc, &url, &ns_c.name, &["--no-forwarder"], &[("FWC_AGENT_TEST_HOOKS", "1")]);
+    let mut web = Some(AgentProc::start_on(web_port, "web-1", &sw, &url, &ns_w.name, &["--no-forwarder"], &[]));
+    let prom = Prometheus::start(&[canary.metrics, web.as_ref().unwrap().metrics]);
+
+    // 1. Happy path: no state yet, nobody applies; advance starts the rollout of the tip, the
+    //    canary takes it, then the last wave, then complete.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!((applied(&sc), applied(&sw)), (None, None), "nothing before the first rollout starts");
+    prom.wait_for("fwc_rollout_held{host=\"web-1\",reason=\"not_promoted\"} == 1");
+    let st = advance_until(&url, &prom, "v1 started", |s| s["commit"] == c1.as_str());
+    assert_eq!(st["promoted"], 0, "{st}");
+    wait_entry(&sc, &c1, "apply", &canary);
+    assert_eq!(applied(&sw), None, "the last wave waits for the canary");
+    let st = advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    assert_eq!(st["stable"], c1.as_str());
+    wait_entry(&sw, &c1, "apply", web.as_ref().unwrap());
+
+    // 2. The canary's apply fails: the rollout halts with rollback; the last wave never applies it.
+    let c2 = repo.commit(&fleet_rules("v2", 81), "v2 [fwc-test: fail-apply]", None, false);
+    advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
+    let e = wait_entry(&sc, &c2, "apply", &canary);
+    assert_eq!(e["result"], "rolled_back", "{e:#}");
+    prom.wait_for(&format!("fwc_agent_degraded{{host=\"canary-1\",commit=\"{c2}\",reason=\"rolled_back\"}} == 1"));
+    let st = advance_until(&url, &prom, "v2 halted", |s| s["phase"] == "halted");
+    assert_eq!((st["rollback"].as_bool(), st["stable"].as_str()), (Some(true), Some(c1.as_str())), "{st}");
+    assert!(st["reason"].as_str().unwrap().contains("canary-1"), "the halt names the host: {st}");
+    prom.wait_for("fwc_rollout_held{host=\"web-1\",reason=\"halted\"} == 1");
+    assert!(!audit(&sw).iter().any(|e| e["commit"] == c2.as_str() && e["action"] == "apply"), "the last wave applied the halted commit");
+    assert_eq!((applied(&sc), applied(&sw)), (Some(c1.clone()), Some(c1.clone())));
+
+    // 3. The fix rolls out although the canary's old failure is still in its history: the
+    //    degraded series names the failing commit, not "the canary".
+    let c3 = repo.commit(&fleet_rules("v3", 82), "v3 fixes v2", None, false);
+    advance_until(&url, &prom, "v3 started", |s| s["commit"] == c3.as_str() && s["phase"] == "progressing");
+    wait_entry(&sc, &c3, "apply", &canary);
+    prom.wait_for(&format!("fwc_agent_degraded{{host=\"canary-1\",commit=\"{c3}\",reason=\"\"}} == 0"));
+    // 4. ... and an operator halts it with rollback: the promoted canary goes back to stable.
+    let (code, out, err) = fwc_cli(&["rollout", "halt", "--rollback", "--reason", "test: operator", "--repo", &url]);
+    assert_eq!(code, 0, "{out}{err}");
+    let back = {
+        let mut found = None;
+        wait_until(Duration::from_secs(30), || {
+            found = audit(&sc).into_iter().rev().find(|e| e["commit"] == c1.as_str() && e["action"] == "apply" && e["previous_commit"] == c3.as_str());
+            found.is_some()
+        });
+        found.unwrap_or_else(|| panic!("the canary did not go back to stable:\n{:#?}\n{}", audit(&sc), canary.log_text()))
+    };
+    assert!(back["detail"].as_str().unwrap().contains("rewind allowed by the fleet rollout state"), "{back:#}");
+    assert_eq!(applied(&sw), Some(c1.clone()), "the last wave was never promoted");
+
+    // 5. A host offline: the rollout of v4 completes without it (max-unavailable=1), and it
+    //    catches up when it is back.
+    web.take().unwrap().kill9();
+    let c4 = repo.commit(&fleet_rules("v4", 83), "v4", None, false);
+    advance_until(&url, &prom, "v4 started", |s| s["commit"] == c4.as_str() && s["phase"] == "progressing");
+    wait_entry(&sc, &c4, "apply", &canary);
+    let st = advance_until(&url, &prom, "v4 complete without web-1", |s| s["phase"] == "complete");
+    assert_eq!(st["stable"], c4.as_str());
+    assert_eq!(applied(&sw), Some(c1.clone()));
+    let web = AgentProc::start_on(web_port, "web-1", &sw, &url, &ns_w.name, &["--no-forwarder"], &[]);
+    wait_entry(&sw, &c4, "apply", &web);
+    prom.wait_for(&format!("fwc_applied_commit_info{{host=\"web-1\",commit=\"{c4}\"}} == 1"));
+    assert!(!audit(&sw).iter().any(|e| e["commit"] == c2.as_str() && e["action"] == "apply"), "the halted commit never reached the last wave");
+    assert_audit_verifies(&sc);
+    assert_audit_verifies(&sw);
+}

@@ -42,7 +42,11 @@ impl AgentProc {
 
     /// [`AgentProc::start`] with `--host host`.
     pub fn start_as(host: &str, state: &Path, url: &str, netns: &str, extra: &[&str], env: &[(&str, &str)]) -> AgentProc {
-        let port = free_port();
+        AgentProc::start_on(free_port(), host, state, url, netns, extra, env)
+    }
+
+    /// [`AgentProc::start_as`] with its metrics on 127.0.0.1:`port` (a restart keeps its scrape target).
+    pub fn start_on(port: u16, host: &str, state: &Path, url: &str, netns: &str, extra: &[&str], env: &[(&str, &str)]) -> AgentProc {
         let metrics: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let log = state.with_extension(format!("log{}", port));
         let err = std::fs::File::create(&log).unwrap();
