@@ -114,7 +114,17 @@ fn agents_follow_the_rollout_state_canary_first_halt_rolls_back_later_waves_neve
     assert!(wait_until(Duration::from_secs(15), || web.scrape().contains(held)), "{}", web.scrape());
     let hold = wait_entry(&sw, &c2, "hold", &web);
     assert!(hold["detail"].as_str().unwrap().contains("not_promoted"), "{hold:#}");
-    assert!(canary.scrape().contains(&format!("fwc_applied_commit_info{{host=\"canary-1\",commit=\"{c2}\"}} 1")));
+    // The audit entry is written before the metric moves: wait for it.
+    let on_c2 = format!("fwc_applied_commit_info{{host=\"canary-1\",commit=\"{c2}\"}} 1");
+    assert!(wait_until(Duration::from_secs(10), || canary.scrape().contains(&on_c2)), "{}", canary.scrape());
+    // `fwc status` says why the host holds back.
+    let o = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["status", "--json", "--state-dir", sw.to_str().unwrap(), "--netns", &ns_w.name]).output().unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!((st["agent"]["rollout"]["held"].as_str(), st["agent"]["rollout"]["phase"].as_str()), (Some("not_promoted"), Some("progressing")), "{st:#}");
+    assert_eq!(st["agent"]["rollout"]["wave"], serde_json::json!([1, "all"]), "{st:#}");
+    let o = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["status", "--state-dir", sw.to_str().unwrap(), "--netns", &ns_w.name]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Rollout:    progressing of") && text.contains("held back: not_promoted"), "{text}");
     let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(sw.join("agent.json")).unwrap()).unwrap();
     assert_eq!(status["rollout"]["held"], "not_promoted", "{status:#}");
 
@@ -214,7 +224,11 @@ fn self_check_reverts_a_commit_that_cuts_the_agent_off_from_git() {
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(applied(&state), Some(c1.clone()));
 
-    let c2 = repo.commit("fwc 1\noutput policy=drop {\n    allow \"dns\" proto=udp port=53\n}\n", "cuts git off", None, false);
+    // The commit docs/fleet.md shows ("never strands it").
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/fleet.md")).unwrap();
+    let after = &doc[doc.find("So a commit that cuts a host off from git").expect("the example in docs/fleet.md")..];
+    let block = after.split("```kdl\n").nth(1).and_then(|b| b.split("```").next()).unwrap();
+    let c2 = repo.commit(&format!("fwc 1\n{block}"), "cuts git off", None, false);
     let o = once_in(&t.host, &state, &url);
     let log = String::from_utf8_lossy(&o.stderr).to_string();
     assert_eq!(o.status.code(), Some(5), "the self-check failure exits like a failed apply:\n{log}");

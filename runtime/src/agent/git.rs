@@ -492,6 +492,32 @@ mod tests {
         assert!(f3.changed() && f3.forced, "{f3:?}");
         assert_eq!(m.source_tree(f3.new).unwrap().files["fwc.kdl"], "fwc 1\n// rewritten\n");
 
+        // The rollout state rides on the same fetch: a new state commit alone is a change.
+        let st = d.path().join("st");
+        std::fs::create_dir_all(&st).unwrap();
+        git(&st, &["init", "-q"]);
+        let state_json = format!(
+            r#"{{"version":1,"branch":"main","commit":"{}","stable":null,"waves":["canary","all"],"promoted":0,"phase":"progressing","rollback":false,"reason":"r","since":"2026-11-26T12:00:00Z","promoted_at":null}}"#,
+            f3.new
+        );
+        std::fs::write(st.join("rollout.json"), &state_json).unwrap();
+        git(&st, &["add", "."]);
+        git(&st, &["commit", "-qm", "state"]);
+        git(&st, &["push", "-q", remote.to_str().unwrap(), "HEAD:refs/heads/fwc-rollout"]);
+        let f4 = m.fetch(Duration::from_secs(10)).unwrap();
+        assert!(f4.changed() && f4.old == Some(f3.new) && f4.new == f3.new, "{f4:?}");
+        let r = m.rollout_tip().unwrap();
+        assert_eq!(f4.rollout_new, Some(r));
+        let s = m.rollout_state(r).unwrap();
+        assert_eq!((s.commit, s.promoted), (f3.new.to_string(), Some(0)));
+        assert!(!m.fetch(Duration::from_secs(10)).unwrap().changed());
+        std::fs::write(st.join("rollout.json"), "{not json").unwrap();
+        git(&st, &["commit", "-qam", "broken"]);
+        git(&st, &["push", "-q", remote.to_str().unwrap(), "HEAD:refs/heads/fwc-rollout"]);
+        m.fetch(Duration::from_secs(10)).unwrap();
+        let e = m.rollout_state(m.rollout_tip().unwrap()).unwrap_err();
+        assert!(e.contains("rollout.json of"), "{e}");
+
         // reopen keeps the tip; a dead remote fails fast with a message
         drop(m);
         let m = Mirror::open(&state, &format!("file://{}/missing.git", d.path().display()), "main", Duration::from_secs(10)).unwrap();

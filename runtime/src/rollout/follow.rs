@@ -2,7 +2,7 @@
 //! from the same fetch (verified or not), this host's wave and what is applied, which commit to
 //! apply — or why to hold. No I/O here; the agent loop gathers the inputs and executes.
 //!
-//! The semantics (docs/fleet.md "What the agent does", /work/FLEET-CONTRACT.md):
+//! The semantics (docs/fleet.md "What the agent does"):
 //! - the tip has no `rollout` policy: as today, the agent follows the branch tip;
 //! - otherwise the agent applies only a commit the state names: `commit` when its wave is
 //!   promoted and the phase is progressing, paused or complete; else it stays on (or goes to)
