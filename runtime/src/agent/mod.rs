@@ -3,12 +3,18 @@
 //! One loop, on one thread, owns every change to the host:
 //!
 //! ```text
-//! wake (interval | webhook | start) -> fetch (deadline, backoff on failure)
-//!   -> new tip?  verify signature -> compile for this host -> apply transaction -> audit
+//! wake (interval | webhook | start) -> fetch (deadline, backoff on failure; the branch and
+//!   the fleet rollout ref in one fetch)
+//!   -> which commit? the tip, or what the rollout state names (rollout::follow::decide), or hold
+//!   -> new commit?  verify signature -> compile for this host -> apply transaction
+//!      -> self-check (git fetch, policy probes; revert on failure) -> audit
 //!   -> otherwise drift check of the applied artifacts -> heal (re-apply) | alert (report)
 //!   -> counters -> metrics
 //! ```
 //!
+//! - Fleet rollouts (docs/fleet.md "What the agent does"): with a `rollout` policy at the tip
+//!   the agent applies only the commit the rollout state names for its wave, goes back to
+//!   `stable` on a halt with rollback (an allowed rewind), and reports why it holds back.
 //! - A commit that is refused (signature, compile error) or whose apply fails (every backend
 //!   rolled back to the last good state) is remembered in `agent.json`: the agent reports
 //!   itself degraded (also after a restart). A refusal is final for that commit; a failed
