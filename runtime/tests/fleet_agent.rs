@@ -125,8 +125,9 @@ fn agents_follow_the_rollout_state_canary_first_halt_rolls_back_later_waves_neve
     let o = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["status", "--state-dir", sw.to_str().unwrap(), "--netns", &ns_w.name]).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("Rollout:    progressing of") && text.contains("held back: not_promoted"), "{text}");
-    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(sw.join("agent.json")).unwrap()).unwrap();
-    assert_eq!(status["rollout"]["held"], "not_promoted", "{status:#}");
+    // agent.json is written right after the audit entry: wait for it.
+    let journal = || std::fs::read_to_string(sw.join("agent.json")).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    assert!(wait_until(Duration::from_secs(10), || journal().is_some_and(|j| j["rollout"]["held"] == "not_promoted")), "{:?}", journal());
 
     // Halt with rollback: the canary goes back to stable (an allowed rewind, audited as such).
     push_state(&repo, &state(&c2, Some(&c1), Some(0), RolloutPhase::Halted, true));
@@ -172,7 +173,11 @@ fn an_unsigned_rollout_state_is_not_followed_when_signatures_are_required() {
     let want = "fwc_rollout_held{host=\"web-1\",reason=\"unverified_state\"} 1";
     assert!(wait_until(Duration::from_secs(15), || agent.scrape().contains(want)), "{}\n{}", agent.scrape(), agent.log_text());
     assert_eq!(applied(&s), None, "nothing may be applied on an unverified state");
-    let status: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(s.join("agent.json")).unwrap()).unwrap();
+    // The metric moves before agent.json is written: wait for it.
+    let journal = || std::fs::read_to_string(s.join("agent.json")).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    assert!(wait_until(Duration::from_secs(10), || journal().is_some_and(|j| j["rollout"].is_object())), "{:?}", journal());
+    let status = journal().unwrap();
+    assert_eq!(status["rollout"]["held"], "unverified_state", "{status:#}");
     assert!(status["rollout"]["detail"].as_str().unwrap().contains("not signed"), "{status:#}");
 }
 
@@ -226,7 +231,7 @@ fn self_check_reverts_a_commit_that_cuts_the_agent_off_from_git() {
 
     // The commit docs/fleet.md shows ("never strands it").
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/fleet.md")).unwrap();
-    let after = &doc[doc.find("So a commit that cuts a host off from git").expect("the example in docs/fleet.md")..];
+    let after = &doc[doc.find("commit that cuts a host off from git, e.g.").expect("the example in docs/fleet.md")..];
     let block = after.split("```kdl\n").nth(1).and_then(|b| b.split("```").next()).unwrap();
     let c2 = repo.commit(&format!("fwc 1\n{block}"), "cuts git off", None, false);
     let o = once_in(&t.host, &state, &url);
@@ -385,6 +390,10 @@ fn rollout_scenarios_with_real_agents_and_a_real_prometheus() {
     prom.wait_for("fwc_rollout_held{host=\"web-1\",reason=\"halted\"} == 1");
     assert!(!audit(&sw).iter().any(|e| e["commit"] == c2.as_str() && e["action"] == "apply"), "the last wave applied the halted commit");
     assert_eq!((applied(&sc), applied(&sw)), (Some(c1.clone()), Some(c1.clone())));
+    // Back on stable, the canary still names the failure and its kind (not a generic one).
+    let still = format!("fwc_agent_degraded{{host=\"canary-1\",commit=\"{c2}\",reason=\"rolled_back\"}} 1");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(canary.scrape().contains(&still), "{}", canary.scrape());
 
     // 3. The fix rolls out although the canary's old failure is still in its history: the
     //    degraded series names the failing commit, not "the canary".

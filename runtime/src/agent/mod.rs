@@ -154,6 +154,10 @@ pub struct Handled {
     /// self-check; final like a refusal).
     pub outcome: String,
     pub reason: Option<String>,
+    /// The `reason` of `fwc_agent_degraded` for a commit not applied (`refused`,
+    /// `apply_failed`, `rolled_back`, `self_check`), kept across adopts and restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 impl Journal {
@@ -329,7 +333,10 @@ fn short(c: &str) -> &str {
 }
 
 /// The `fwc_agent_degraded` reason of a commit the journal remembers as not applied.
-fn degraded_reason(h: &Handled) -> &'static str {
+fn degraded_reason(h: &Handled) -> &str {
+    if let Some(d) = h.degraded.as_deref().filter(|d| crate::metrics::DEGRADED_REASONS.contains(d)) {
+        return d;
+    }
     match h.outcome.as_str() {
         "refused" => "refused",
         "self_check" => "self_check",
@@ -431,7 +438,13 @@ impl Agent {
                     _ => "failed",
                 };
                 if matches!(e.action, Action::Apply | Action::Refuse) {
-                    self.journal.handled = Some(Handled { commit: c, outcome: outcome.into(), reason: e.detail.clone() });
+                    let degraded = match (outcome, e.result) {
+                        ("applied", _) => None,
+                        ("refused", _) => Some("refused"),
+                        (_, Outcome::RolledBack) => Some("rolled_back"),
+                        _ => Some("apply_failed"),
+                    };
+                    self.journal.handled = Some(Handled { commit: c, outcome: outcome.into(), reason: e.detail.clone(), degraded: degraded.map(str::to_string) });
                 }
             }
             self.journal.pending = None;
@@ -825,7 +838,7 @@ impl Agent {
                 self.set_degraded(Some((&h.commit, degraded_reason(&h))), format!("{} {} ({}); running {}", h.outcome, short(&h.commit), h.reason.as_deref().unwrap_or("-"), short(commit)));
             }
             None => {
-                self.journal.handled = Some(Handled { commit: commit.into(), outcome: "applied".into(), reason: None });
+                self.journal.handled = Some(Handled { commit: commit.into(), outcome: "applied".into(), reason: None, degraded: None });
                 let _ = self.journal.save(&self.cfg.state_dir);
                 self.set_degraded(None, format!("running {}", short(commit)));
             }
@@ -861,7 +874,7 @@ impl Agent {
             ..rec
         })?;
         self.journal.pending = None;
-        self.journal.handled = Some(Handled { commit: commit.clone(), outcome: "refused".into(), reason: Some(reason.into()) });
+        self.journal.handled = Some(Handled { commit: commit.clone(), outcome: "refused".into(), reason: Some(reason.into()), degraded: Some("refused".into()) });
         self.journal.save(&self.cfg.state_dir)?;
         self.metrics.refused(reason);
         self.set_degraded(Some((&commit, "refused")), format!("refused {} ({reason})", short(&commit)));
@@ -951,6 +964,12 @@ impl Agent {
                     commit: c.clone(),
                     outcome: if ok { "applied" } else if self_check_failed { "self_check" } else { "failed" }.into(),
                     reason: r.as_ref().err().map(|f| f.to_string()),
+                    degraded: match (ok, self_check_failed, outcome) {
+                        (true, _, _) => None,
+                        (_, true, _) => Some("self_check".into()),
+                        (_, _, Outcome::RolledBack) => Some("rolled_back".into()),
+                        _ => Some("apply_failed".into()),
+                    },
                 });
             }
         }
@@ -1329,7 +1348,7 @@ mod tests {
         assert_eq!(Journal::load(d.path()).unwrap(), Journal::default());
         let j = Journal {
             pending: Some(Pending { seq: 3, commit: Some("abc".into()), action: Action::Apply }),
-            handled: Some(Handled { commit: "abc".into(), outcome: "applied".into(), reason: None }),
+            handled: Some(Handled { commit: "abc".into(), outcome: "applied".into(), reason: None, degraded: None }),
             rollout: None,
         };
         j.save(d.path()).unwrap();
