@@ -64,6 +64,9 @@ pub enum Action {
     Heal,
     /// The agent started on an existing state and took it over without touching traffic.
     Adopt,
+    /// The fleet rollout holds the host back from the rollout's commit (not promoted, halted,
+    /// paused, stopped, an unverified state): recorded when the reason or the state changes.
+    Hold,
 }
 
 impl Action {
@@ -75,6 +78,7 @@ impl Action {
             Action::Drift => "drift",
             Action::Heal => "heal",
             Action::Adopt => "adopt",
+            Action::Hold => "hold",
         }
     }
 }

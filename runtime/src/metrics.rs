@@ -46,7 +46,41 @@ pub struct ResultLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CommitLabel {
+    pub host: String,
     pub commit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostLabel {
+    pub host: String,
+}
+
+/// `fwc_agent_degraded`: the commit the failure belongs to and its kind ([`DEGRADED_REASONS`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DegradedLabel {
+    pub host: String,
+    pub commit: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutInfoLabel {
+    pub host: String,
+    pub commit: String,
+    pub stable: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostWaveLabel {
+    pub host: String,
+    pub wave: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostReasonLabel {
+    pub host: String,
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -74,6 +108,8 @@ pub const APPLY_RESULTS: &[&str] = &["ok", "aborted", "rolled_back", "failed"];
 pub const FETCH_RESULTS: &[&str] = &["ok", "error"];
 pub const REFUSAL_REASONS: &[&str] = &["signature", "compile", "rewind", "apply"];
 pub const WEBHOOK_RESULTS: &[&str] = &["accepted", "unauthorized", "replayed", "stale", "disabled"];
+/// The `reason` of `fwc_agent_degraded` (docs/fleet.md): what went wrong with its `commit`.
+pub const DEGRADED_REASONS: &[&str] = &["refused", "apply_failed", "rolled_back", "self_check", "heal_failed"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleLabel {
@@ -120,7 +156,16 @@ pub struct Metrics {
     pub forward_target_up: Family<RuleTargetLabel, Gauge>,
     pub webhook_requests_total: Family<ResultLabel, Counter>,
     pub commit_refused_total: Family<ReasonLabel, Counter>,
-    pub agent_degraded: Gauge,
+    pub agent_degraded: Family<DegradedLabel, Gauge>,
+    /// `fwc_rollout_info{host, commit, stable, phase}`: the rollout state followed.
+    pub rollout_info: Family<RolloutInfoLabel, Gauge>,
+    /// `fwc_rollout_wave{host, wave}`: this host's wave index.
+    pub rollout_wave: Family<HostWaveLabel, Gauge>,
+    /// `fwc_rollout_held{host, reason}`: 1 for why the host is not on the rollout's commit.
+    pub rollout_held: Family<HostReasonLabel, Gauge>,
+    pub self_check_failures_total: Family<HostLabel, Counter>,
+    /// The agent's `--host`, a label of every fleet series.
+    pub host: String,
     pub build_info: Family<BuildLabel, Gauge>,
     /// Unix time of the last apply (or heal) that succeeded.
     pub last_apply_success: Gauge,
@@ -143,6 +188,11 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
+        Metrics::for_host("")
+    }
+
+    /// The metrics of the agent of `host` (its `--host`, a label of the fleet series).
+    pub fn for_host(host: &str) -> Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             apply_total: Family::default(),
@@ -158,7 +208,12 @@ impl Metrics {
             forward_target_up: Family::default(),
             webhook_requests_total: Family::default(),
             commit_refused_total: Family::default(),
-            agent_degraded: Gauge::default(),
+            agent_degraded: Family::default(),
+            rollout_info: Family::default(),
+            rollout_wave: Family::default(),
+            rollout_held: Family::default(),
+            self_check_failures_total: Family::default(),
+            host: host.to_string(),
             build_info: Family::default(),
             last_apply_success: Gauge::default(),
             last_fetch_success: Gauge::default(),
@@ -173,7 +228,7 @@ impl Metrics {
         registry.register("fwc_apply_duration_seconds", "Duration of apply transactions", m.apply_duration_seconds.clone());
         registry.register(
             "fwc_applied_commit_info",
-            "The commit whose rules are live (value 1, one series)",
+            "The commit whose rules are live (value 1, one series), with the agent's --host",
             m.applied_commit_info.clone(),
         );
         registry.register("fwc_drift", "Times the live dataplane differed from the applied artifacts", m.drift_total.clone());
@@ -204,8 +259,25 @@ impl Metrics {
         registry.register("fwc_commit_refused", "Commits refused by reason (signature, compile, rewind, apply)", m.commit_refused_total.clone());
         registry.register(
             "fwc_agent_degraded",
-            "1 while the newest commit could not be applied and the host runs an older one",
+            "1 while degraded: commit = the commit the failure belongs to, reason = refused|apply_failed|rolled_back|self_check|heal_failed; \
+             0 when healthy (commit = the applied commit, reason empty). One series.",
             m.agent_degraded.clone(),
+        );
+        registry.register(
+            "fwc_rollout_info",
+            "The fleet rollout state the agent follows (value 1): its commit, stable commit and phase",
+            m.rollout_info.clone(),
+        );
+        registry.register("fwc_rollout_wave", "This host's wave in the rollout policy (value = 0-based index, wave = its name)", m.rollout_wave.clone());
+        registry.register(
+            "fwc_rollout_held",
+            "1 for the reason the host is not on the rollout's commit (not_promoted, halted, paused, stopped, unverified_state), 0 for the others",
+            m.rollout_held.clone(),
+        );
+        registry.register(
+            "fwc_self_check_failures",
+            "Applies reverted because the self-check after them failed (git fetch or a policy probe)",
+            m.self_check_failures_total.clone(),
         );
         registry.register("fwc_build_info", "The running fwc (value 1, one series)", m.build_info.clone());
         registry.register(
@@ -232,6 +304,9 @@ impl Metrics {
         for r in REFUSAL_REASONS {
             let _ = m.commit_refused_total.get_or_create(&ReasonLabel { reason: r.to_string() });
         }
+        let _ = m.self_check_failures_total.get_or_create(&HostLabel { host: m.host.clone() });
+        m.agent_degraded.get_or_create(&DegradedLabel { host: m.host.clone(), commit: String::new(), reason: String::new() }).set(0);
+        m.set_held(None);
         Metrics { registry, ..m }
     }
 
@@ -282,12 +357,48 @@ impl Metrics {
     pub fn set_applied_commit(&self, commit: Option<&str>) {
         self.applied_commit_info.clear();
         if let Some(c) = commit {
-            self.applied_commit_info.get_or_create(&CommitLabel { commit: c.to_string() }).set(1);
+            self.applied_commit_info.get_or_create(&CommitLabel { host: self.host.clone(), commit: c.to_string() }).set(1);
         }
     }
 
-    pub fn set_degraded(&self, degraded: bool) {
-        self.agent_degraded.set(degraded as i64);
+    /// Make `fwc_agent_degraded` one series: `failure` = (the commit the failure belongs to,
+    /// one of [`DEGRADED_REASONS`]) with value 1, or None: healthy, value 0 with `commit` = the
+    /// applied commit. The commit label lets the controller tell an old failure from one of
+    /// the commit it rolls out.
+    pub fn set_degraded(&self, failure: Option<(&str, &str)>, applied: Option<&str>) {
+        debug_assert!(failure.is_none_or(|(_, r)| DEGRADED_REASONS.contains(&r)), "undocumented degraded reason {failure:?}");
+        self.agent_degraded.clear();
+        let (commit, reason, v) = match failure {
+            Some((c, r)) => (c, r, 1),
+            None => (applied.unwrap_or(""), "", 0),
+        };
+        self.agent_degraded.get_or_create(&DegradedLabel { host: self.host.clone(), commit: commit.to_string(), reason: reason.to_string() }).set(v);
+    }
+
+    /// `fwc_rollout_info` and `fwc_rollout_wave` of the rollout state followed (None: no rollout).
+    pub fn set_rollout(&self, state: Option<(&str, Option<&str>, &str)>, wave: Option<(usize, &str)>) {
+        self.rollout_info.clear();
+        if let Some((commit, stable, phase)) = state {
+            let l = RolloutInfoLabel { host: self.host.clone(), commit: commit.to_string(), stable: stable.unwrap_or("").to_string(), phase: phase.to_string() };
+            self.rollout_info.get_or_create(&l).set(1);
+        }
+        self.rollout_wave.clear();
+        if let Some((i, name)) = wave {
+            self.rollout_wave.get_or_create(&HostWaveLabel { host: self.host.clone(), wave: name.to_string() }).set(i as i64);
+        }
+    }
+
+    /// `fwc_rollout_held`: 1 for `reason`, 0 for every other (all 0: on the rollout's commit or
+    /// no rollout).
+    pub fn set_held(&self, reason: Option<crate::rollout::follow::HoldReason>) {
+        for r in crate::rollout::follow::HOLD_REASONS {
+            self.rollout_held.get_or_create(&HostReasonLabel { host: self.host.clone(), reason: r.as_str().to_string() }).set((Some(r) == reason) as i64);
+        }
+    }
+
+    /// Count an apply reverted by its self-check.
+    pub fn self_check_failed(&self) {
+        self.self_check_failures_total.get_or_create(&HostLabel { host: self.host.clone() }).inc();
     }
 
     /// Feed absolute per-rule counters read from the dataplane. A value smaller than the last
@@ -708,12 +819,12 @@ async fn respond(st: &ServerState, req: hyper::Request<hyper::body::Incoming>) -
         .iter()
         .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
         .collect();
-    let (status, ctype, text) = route(st, parts.method.as_str(), parts.uri.path(), &headers, &body);
+    let (status, ctype, text) = route(st, parts.method.as_str(), parts.uri.path(), parts.uri.query(), &headers, &body);
     reply(status, ctype, text)
 }
 
 /// The routes, without I/O: (status, content type, body).
-fn route(st: &ServerState, method: &str, path: &str, headers: &[(String, String)], body: &[u8]) -> (u16, &'static str, String) {
+fn route(st: &ServerState, method: &str, path: &str, query: Option<&str>, headers: &[(String, String)], body: &[u8]) -> (u16, &'static str, String) {
     match (method, path) {
         ("GET", "/metrics") => {
             let accept = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("accept")).map(|(_, v)| v.as_str());
@@ -729,7 +840,12 @@ fn route(st: &ServerState, method: &str, path: &str, headers: &[(String, String)
         }
         ("GET", "/readyz") => {
             let status = st.health.status.lock().unwrap().clone();
-            if st.health.ready.load(Ordering::Relaxed) {
+            // `?strict=1`: degraded is not ready (a DaemonSet's rolling upgrade gates on it).
+            let strict = query.is_some_and(|q| q.split('&').any(|kv| matches!(kv, "strict" | "strict=1" | "strict=true")));
+            let degraded = st.health.degraded.load(Ordering::Relaxed);
+            if strict && degraded {
+                (503, TEXT, format!("not ready (strict): degraded: {status}\n"))
+            } else if st.health.ready.load(Ordering::Relaxed) {
                 let d = if st.health.degraded.load(Ordering::Relaxed) { "degraded: " } else { "" };
                 (200, TEXT, format!("ready {d}{status}\n"))
             } else {
@@ -809,7 +925,7 @@ mod tests {
 
     #[test]
     fn names_are_the_documented_ones() {
-        let m = Metrics::new();
+        let m = Metrics::for_host("edge-1");
         Metrics::inc(&m.apply_total, "ok");
         m.apply_duration_seconds.observe(0.3);
         m.set_applied_commit(Some("abc"));
@@ -828,12 +944,15 @@ mod tests {
         m.set_target_up("api", "10.0.0.5:80", false);
         Metrics::inc(&m.webhook_requests_total, "unauthorized");
         m.refused("signature");
-        m.set_degraded(true);
+        m.set_degraded(Some(("bad", "apply_failed")), Some("def"));
+        m.set_rollout(Some(("bad", Some("def"), "halted")), Some((1, "early")));
+        m.set_held(Some(crate::rollout::follow::HoldReason::Halted));
+        m.self_check_failed();
         let t = m.encode();
         for want in [
             "fwc_apply_total{result=\"ok\"} 1",
             "fwc_apply_duration_seconds_count 1",
-            "fwc_applied_commit_info{commit=\"def\"} 1",
+            "fwc_applied_commit_info{host=\"edge-1\",commit=\"def\"} 1",
             "fwc_drift_total 1",
             "fwc_git_fetch_total{result=\"error\"} 1",
             "fwc_rule_packets_total{rule=\"ssh\",kind=\"filter\",backend=\"nftables\"} 9",
@@ -844,7 +963,12 @@ mod tests {
             "fwc_forward_target_up{rule=\"api\",target=\"10.0.0.5:80\"} 0",
             "fwc_webhook_requests_total{result=\"unauthorized\"} 1",
             "fwc_commit_refused_total{reason=\"signature\"} 1",
-            "fwc_agent_degraded 1",
+            "fwc_agent_degraded{host=\"edge-1\",commit=\"bad\",reason=\"apply_failed\"} 1",
+            "fwc_rollout_info{host=\"edge-1\",commit=\"bad\",stable=\"def\",phase=\"halted\"} 1",
+            "fwc_rollout_wave{host=\"edge-1\",wave=\"early\"} 1",
+            "fwc_rollout_held{host=\"edge-1\",reason=\"halted\"} 1",
+            "fwc_rollout_held{host=\"edge-1\",reason=\"not_promoted\"} 0",
+            "fwc_self_check_failures_total{host=\"edge-1\"} 1",
         ] {
             assert!(t.contains(want), "missing {want} in\n{t}");
         }
@@ -866,6 +990,27 @@ mod tests {
         }
         assert!(t.contains(&format!("fwc_build_info{{version=\"{}\"}} 1\n", env!("CARGO_PKG_VERSION"))), "{t}");
         assert!(t.contains("fwc_last_apply_success_timestamp_seconds 0\n"), "{t}");
+        assert!(t.contains("fwc_self_check_failures_total{host=\"\"} 0\n"), "{t}");
+        assert!(t.contains("fwc_agent_degraded{host=\"\",commit=\"\",reason=\"\"} 0\n"), "{t}");
+        for r in crate::rollout::follow::HOLD_REASONS {
+            assert!(t.contains(&format!("fwc_rollout_held{{host=\"\",reason=\"{}\"}} 0\n", r.as_str())), "{r:?} in\n{t}");
+        }
+    }
+
+    /// Issue 23: `fwc_agent_degraded` names the commit its failure belongs to (and the host),
+    /// so a controller rolling out a fix is not halted by the canary's old failure; it stays
+    /// one series, and healthy names the applied commit with value 0.
+    #[test]
+    fn degraded_names_the_failing_commit_and_the_host() {
+        let m = Metrics::for_host("canary-1");
+        m.set_degraded(Some(("c0ffee", "apply_failed")), Some("a11ed"));
+        let t = m.encode();
+        assert!(t.contains("fwc_agent_degraded{host=\"canary-1\",commit=\"c0ffee\",reason=\"apply_failed\"} 1\n"), "{t}");
+        m.set_degraded(None, Some("f1x"));
+        let t = m.encode();
+        assert!(t.contains("fwc_agent_degraded{host=\"canary-1\",commit=\"f1x\",reason=\"\"} 0\n"), "{t}");
+        assert_eq!(t.matches("fwc_agent_degraded{").count(), 1, "{t}");
+        assert!(!t.contains("c0ffee"), "the old failure is gone once healthy:\n{t}");
     }
 
     /// Every backend labels a rule by its name, its kind apart: one label format.
@@ -965,6 +1110,13 @@ mod tests {
         assert_eq!(http_request(a, "GET", "/readyz", &[], b"").unwrap().0, 503);
         health.ready.store(true, Ordering::SeqCst);
         assert_eq!(http_request(a, "GET", "/readyz", &[], b"").unwrap().0, 200);
+        assert_eq!(http_request(a, "GET", "/readyz?strict=1", &[], b"").unwrap().0, 200);
+        // Strict readiness: degraded is not ready (plain /readyz still is: it serves a known state).
+        health.degraded.store(true, Ordering::SeqCst);
+        assert_eq!(http_request(a, "GET", "/readyz", &[], b"").unwrap().0, 200);
+        let (code, text) = http_request(a, "GET", "/readyz?strict=1", &[], b"").unwrap();
+        assert_eq!((code, text.starts_with("not ready (strict): degraded")), (503, true), "{text}");
+        health.degraded.store(false, Ordering::SeqCst);
         let body = b"{}";
         let sig = github_signature(b"k", body);
         assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Hub-Signature-256", &sig)], body).unwrap().0, 202);

@@ -106,12 +106,12 @@ fn agent_applies_signed_commits_refuses_the_rest_heals_drift_and_serves_metrics(
     assert!(tcp_ok(&t.client, 80) && !tcp_ok(&t.client, 81), "the rolled-back apply must leave c1 live");
     let m = agent.scrape();
     for want in [
-        format!("fwc_applied_commit_info{{commit=\"{c1}\"}} 1"),
+        format!("fwc_applied_commit_info{{host=\"localhost\",commit=\"{c1}\"}} 1"),
         "fwc_commit_refused_total{reason=\"signature\"} 2".to_string(),
         "fwc_commit_refused_total{reason=\"compile\"} 1".to_string(),
         "fwc_commit_refused_total{reason=\"apply\"} 1".to_string(),
         "fwc_apply_total{result=\"rolled_back\"} 1".to_string(),
-        "fwc_agent_degraded 1".to_string(),
+        format!("fwc_agent_degraded{{host=\"localhost\",commit=\"{c5}\",reason=\"rolled_back\"}} 1"),
     ] {
         assert!(m.contains(&want), "missing {want} in\n{m}");
     }
@@ -169,13 +169,13 @@ fn agent_applies_signed_commits_refuses_the_rest_heals_drift_and_serves_metrics(
     wait_until(Duration::from_secs(5), || agent.scrape().contains("fwc_apply_total{result=\"ok\"} 4"));
     let m = agent.scrape();
     for want in [
-        format!("fwc_applied_commit_info{{commit=\"{c7}\"}} 1"),
+        format!("fwc_applied_commit_info{{host=\"localhost\",commit=\"{c7}\"}} 1"),
         "fwc_apply_total{result=\"ok\"} 4".to_string(), // c1, c6, c7, heal
         "fwc_drift_total 1".to_string(),
         "fwc_webhook_requests_total{result=\"unauthorized\"} 2".to_string(),
         "fwc_webhook_requests_total{result=\"accepted\"} 1".to_string(),
         "fwc_webhook_requests_total{result=\"replayed\"} 1".to_string(),
-        "fwc_agent_degraded 0".to_string(),
+        format!("fwc_agent_degraded{{host=\"localhost\",commit=\"{c7}\",reason=\"\"}} 0"),
         "fwc_apply_duration_seconds_count 5".to_string(),
     ] {
         assert!(m.contains(&want), "missing {want} in\n{m}");
@@ -192,7 +192,7 @@ fn agent_applies_signed_commits_refuses_the_rest_heals_drift_and_serves_metrics(
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(audit(&state).len(), before, "restart must not write entries: {:#?}", audit(&state));
     assert_eq!(std::fs::read_to_string(state.join("state.json")).unwrap(), gen_before, "restart must not apply");
-    assert!(agent2.scrape().contains(&format!("fwc_applied_commit_info{{commit=\"{c7}\"}} 1")));
+    assert!(agent2.scrape().contains(&format!("fwc_applied_commit_info{{host=\"localhost\",commit=\"{c7}\"}} 1")));
     drop(agent2);
     verify_ok(&state);
 }

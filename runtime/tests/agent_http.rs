@@ -40,7 +40,7 @@ fn five_hundred_idle_connections_do_not_starve_probes_metrics_or_the_webhook() {
     assert_eq!(http_request(agent.metrics, "GET", "/readyz", &[], b"").unwrap().0, 200);
     let (code, m) = http_request(agent.metrics, "GET", "/metrics", &[], b"").unwrap();
     assert_eq!(code, 200);
-    assert!(m.contains(&format!("fwc_applied_commit_info{{commit=\"{c1}\"}} 1")), "{m}");
+    assert!(m.contains(&format!("fwc_applied_commit_info{{host=\"localhost\",commit=\"{c1}\"}} 1")), "{m}");
     let body = br#"{"after":"x1"}"#;
     let sig = github_signature(b"hunter2", body);
     assert_eq!(http_request(agent.metrics, "POST", "/hooks/git", &[("X-Hub-Signature-256", &sig)], body).unwrap().0, 202);

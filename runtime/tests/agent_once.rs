@@ -107,8 +107,8 @@ fn force_push_is_refused_until_allowed_and_degraded_survives_a_restart() {
     let (_, text) = http_request(agent.metrics, "GET", "/readyz", &[], b"").unwrap();
     assert!(text.contains("degraded"), "degraded must survive the restart: {text}\n{}", agent.log_text());
     let m = agent.scrape();
-    assert!(m.contains("fwc_agent_degraded 1"), "{m}");
-    assert!(m.contains(&format!("fwc_applied_commit_info{{commit=\"{c2}\"}} 1")), "{m}");
+    assert!(m.contains(&format!("fwc_agent_degraded{{host=\"localhost\",commit=\"{c1}\",reason=\"refused\"}} 1")), "{m}");
+    assert!(m.contains(&format!("fwc_applied_commit_info{{host=\"localhost\",commit=\"{c2}\"}} 1")), "{m}");
     assert_eq!(audit(&state).len(), before, "a restart must not audit the refusal again");
     drop(agent);
 

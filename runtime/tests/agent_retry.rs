@@ -38,7 +38,7 @@ fn failed_apply_is_retried_and_a_failing_heal_backs_off_with_one_entry_per_state
         audit(&state),
         agent.log_text()
     );
-    assert!(wait_until(Duration::from_secs(5), || agent.scrape().contains("fwc_agent_degraded 0")), "{}", agent.scrape());
+    assert!(wait_until(Duration::from_secs(5), || agent.scrape().contains("reason=\"\"} 0")), "{}", agent.scrape());
 
     // Heal fails while the hook file exists: one entry, then silence (backoff), then the
     // recovery is audited.

@@ -289,6 +289,6 @@ fn agent_fetches_over_ssh_and_applies() {
     let live = ns.exec(&["nft", "list", "table", "inet", "fwc"]);
     assert!(live.contains("dport 81") && !live.contains("dport 80"), "{live}");
     // The audit entry is written before the metric moves: wait for it.
-    let want = format!("fwc_applied_commit_info{{commit=\"{c2}\"}} 1");
+    let want = format!("fwc_applied_commit_info{{host=\"localhost\",commit=\"{c2}\"}} 1");
     assert!(wait_until(Duration::from_secs(5), || agent.scrape().contains(&want)), "{}", agent.scrape());
 }

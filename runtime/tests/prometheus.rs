@@ -34,7 +34,7 @@ fn server() -> (metrics::Server, Arc<Metrics>) {
     ]);
     m.set_forward_connections("app", 3);
     m.observe_qos_counters(&[("tenant-b/up".into(), "dropped".into(), 4)]);
-    m.set_degraded(false);
+    m.set_degraded(None, Some("0123456789abcdef0123456789abcdef01234567"));
     let st = ServerState {
         metrics: m.clone(),
         health: Arc::new(Health::new(Duration::from_secs(60))),

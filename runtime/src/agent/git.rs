@@ -2,9 +2,12 @@
 //! (`<state-dir>/mirror.git`), fetched with a deadline, and commits read straight from its
 //! object database (no work tree is ever checked out).
 //!
-//! Only one ref is fetched: `+refs/heads/<branch>:refs/remotes/origin/<branch>`. The `+`
-//! accepts non-fast-forward updates: a force-push simply becomes the new desired state, and
-//! [`FetchOutcome::forced`] tells the agent to say so in the audit log.
+//! One fetch brings two refs: `+refs/heads/<branch>:refs/remotes/origin/<branch>` and the
+//! fleet rollout state, `+refs/heads/fwc-rollout:refs/remotes/origin/fwc-rollout` (absent in a
+//! repository without rollouts; then only the branch moves). The `+` accepts non-fast-forward
+//! updates: a force-push simply becomes the new desired state, and [`FetchOutcome::forced`]
+//! tells the agent to say so in the audit log. Reading both from the same fetch means the agent
+//! never pairs a tip with a state from another moment.
 //!
 //! ssh remotes: the server's host key must be listed in a known_hosts file
 //! (`FWC_GIT_KNOWN_HOSTS`, default `~/.ssh/known_hosts` of the user running the agent); it is
@@ -20,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use fwc_compiler::diag::{Diagnostic, Diagnostics};
 use fwc_compiler::source::SourceTree;
+use fwc_compiler::artifacts::rollout::{RolloutState, DEFAULT_ROLLOUT_BRANCH as ROLLOUT_BRANCH, ROLLOUT_STATE_FILE, ROLLOUT_STATE_VERSION};
 use git2::{Oid, Repository};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 
@@ -34,11 +38,15 @@ pub struct FetchOutcome {
     pub new: Oid,
     /// The new tip does not contain the old one: history was rewritten (force-push).
     pub forced: bool,
+    /// The rollout ref's commit before and after the fetch (None: absent).
+    pub rollout_old: Option<Oid>,
+    pub rollout_new: Option<Oid>,
 }
 
 impl FetchOutcome {
+    /// The branch tip or the rollout state moved.
     pub fn changed(&self) -> bool {
-        self.old != Some(self.new)
+        self.old != Some(self.new) || self.rollout_old != self.rollout_new
     }
 }
 
@@ -118,9 +126,31 @@ impl Mirror {
         self.repo.refname_to_id(&self.tracking_ref()).ok()
     }
 
+    /// The commit of the rollout ref as last fetched (None: the remote has none).
+    pub fn rollout_tip(&self) -> Option<Oid> {
+        self.repo.refname_to_id(&format!("refs/remotes/origin/{ROLLOUT_BRANCH}")).ok()
+    }
+
+    /// `rollout.json` of rollout-state commit `id`, parsed.
+    pub fn rollout_state(&self, id: Oid) -> std::result::Result<RolloutState, String> {
+        let commit = self.repo.find_commit(id).map_err(|e| format!("rollout commit {id}: {}", e.message()))?;
+        let tree = commit.tree().map_err(|e| e.message().to_string())?;
+        let entry = tree.get_name(ROLLOUT_STATE_FILE).ok_or_else(|| format!("the rollout commit {id} has no {ROLLOUT_STATE_FILE}"))?;
+        let blob = self.repo.find_blob(entry.id()).map_err(|e| format!("{ROLLOUT_STATE_FILE}: {}", e.message()))?;
+        if blob.size() > 1 << 20 {
+            return Err(format!("{ROLLOUT_STATE_FILE} of {id} is larger than 1 MiB"));
+        }
+        let state: RolloutState = serde_json::from_slice(blob.content()).map_err(|e| format!("{ROLLOUT_STATE_FILE} of {id}: {e}"))?;
+        if state.version != ROLLOUT_STATE_VERSION {
+            return Err(format!("{ROLLOUT_STATE_FILE} of {id} has version {}, this fwc reads {ROLLOUT_STATE_VERSION}", state.version));
+        }
+        Ok(state)
+    }
+
     /// Fetch the branch; fails after `timeout` (whole fetch) or when the branch is missing.
     pub fn fetch(&self, timeout: Duration) -> Result<FetchOutcome> {
         let old = self.tip();
+        let rollout_old = self.rollout_tip();
         let deadline = Instant::now() + timeout;
         // ssh: the host key must be in known_hosts (libgit2 alone only consults
         // ~/.ssh/known_hosts and says "invalid or unknown remote ssh hostkey"). libgit2
@@ -154,9 +184,9 @@ impl Mirror {
         fo.download_tags(git2::AutotagOption::None);
         fo.prune(git2::FetchPrune::Off);
         let mut remote = self.repo.remote_anonymous(&self.url).into_diagnostic()?;
-        let spec = refspec(&self.branch);
+        let (spec, rollout) = (refspec(&self.branch), refspec(ROLLOUT_BRANCH));
         remote
-            .fetch(&[spec.as_str()], Some(&mut fo), Some("fwc agent fetch"))
+            .fetch(&[spec.as_str(), rollout.as_str()], Some(&mut fo), Some("fwc agent fetch"))
             .map_err(|e| {
                 if let Some(why) = refusal.borrow_mut().take() {
                     miette!("fetch from {} refused: {why}", self.url)
@@ -177,7 +207,7 @@ impl Mirror {
             Some(o) if o != new => !self.repo.graph_descendant_of(new, o).unwrap_or(false),
             _ => false,
         };
-        Ok(FetchOutcome { old, new, forced })
+        Ok(FetchOutcome { old, new, forced, rollout_old, rollout_new: self.rollout_tip() })
     }
 
     pub fn commit_info(&self, id: Oid) -> Result<CommitInfo> {
@@ -437,7 +467,7 @@ mod tests {
         let state = d.path().join("state");
         let m = Mirror::open(&state, &url, "main", Duration::from_secs(10)).unwrap();
         let f = m.fetch(Duration::from_secs(10)).unwrap();
-        assert_eq!((f.old, f.new.to_string(), f.forced), (None, c1.clone(), false));
+        assert_eq!((f.old, f.new.to_string(), f.forced, f.rollout_new), (None, c1.clone(), false, None));
         let t = m.source_tree(f.new).unwrap();
         assert_eq!(t.files.keys().cloned().collect::<Vec<_>>(), vec!["fwc.kdl", "rules/b.kdl.j2", "rules/sub/a.kdl"]);
         assert_eq!(t.files["fwc.kdl"], "fwc 1\n");
@@ -461,6 +491,32 @@ mod tests {
         let f3 = m.fetch(Duration::from_secs(10)).unwrap();
         assert!(f3.changed() && f3.forced, "{f3:?}");
         assert_eq!(m.source_tree(f3.new).unwrap().files["fwc.kdl"], "fwc 1\n// rewritten\n");
+
+        // The rollout state rides on the same fetch: a new state commit alone is a change.
+        let st = d.path().join("st");
+        std::fs::create_dir_all(&st).unwrap();
+        git(&st, &["init", "-q"]);
+        let state_json = format!(
+            r#"{{"version":1,"branch":"main","commit":"{}","stable":null,"waves":["canary","all"],"promoted":0,"phase":"progressing","rollback":false,"reason":"r","since":"2026-11-26T12:00:00Z","promoted_at":null}}"#,
+            f3.new
+        );
+        std::fs::write(st.join("rollout.json"), &state_json).unwrap();
+        git(&st, &["add", "."]);
+        git(&st, &["commit", "-qm", "state"]);
+        git(&st, &["push", "-q", remote.to_str().unwrap(), "HEAD:refs/heads/fwc-rollout"]);
+        let f4 = m.fetch(Duration::from_secs(10)).unwrap();
+        assert!(f4.changed() && f4.old == Some(f3.new) && f4.new == f3.new, "{f4:?}");
+        let r = m.rollout_tip().unwrap();
+        assert_eq!(f4.rollout_new, Some(r));
+        let s = m.rollout_state(r).unwrap();
+        assert_eq!((s.commit, s.promoted), (f3.new.to_string(), Some(0)));
+        assert!(!m.fetch(Duration::from_secs(10)).unwrap().changed());
+        std::fs::write(st.join("rollout.json"), "{not json").unwrap();
+        git(&st, &["commit", "-qam", "broken"]);
+        git(&st, &["push", "-q", remote.to_str().unwrap(), "HEAD:refs/heads/fwc-rollout"]);
+        m.fetch(Duration::from_secs(10)).unwrap();
+        let e = m.rollout_state(m.rollout_tip().unwrap()).unwrap_err();
+        assert!(e.contains("rollout.json of"), "{e}");
 
         // reopen keeps the tip; a dead remote fails fast with a message
         drop(m);

@@ -3,12 +3,18 @@
 //! One loop, on one thread, owns every change to the host:
 //!
 //! ```text
-//! wake (interval | webhook | start) -> fetch (deadline, backoff on failure)
-//!   -> new tip?  verify signature -> compile for this host -> apply transaction -> audit
+//! wake (interval | webhook | start) -> fetch (deadline, backoff on failure; the branch and
+//!   the fleet rollout ref in one fetch)
+//!   -> which commit? the tip, or what the rollout state names (rollout::follow::decide), or hold
+//!   -> new commit?  verify signature -> compile for this host -> apply transaction
+//!      -> self-check (git fetch, policy probes; revert on failure) -> audit
 //!   -> otherwise drift check of the applied artifacts -> heal (re-apply) | alert (report)
 //!   -> counters -> metrics
 //! ```
 //!
+//! - Fleet rollouts (docs/fleet.md "What the agent does"): with a `rollout` policy at the tip
+//!   the agent applies only the commit the rollout state names for its wave, goes back to
+//!   `stable` on a halt with rollback (an allowed rewind), and reports why it holds back.
 //! - A commit that is refused (signature, compile error) or whose apply fails (every backend
 //!   rolled back to the last good state) is remembered in `agent.json`: the agent reports
 //!   itself degraded (also after a restart). A refusal is final for that commit; a failed
@@ -37,6 +43,7 @@
 
 pub mod git;
 pub mod replay;
+pub mod selfcheck;
 pub mod verify;
 
 use std::net::SocketAddr;
@@ -109,6 +116,28 @@ pub struct Journal {
     pub pending: Option<Pending>,
     /// The newest commit the agent finished with, and how.
     pub handled: Option<Handled>,
+    /// The fleet rollout the agent follows, and why it holds back (`fwc status` shows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<FollowStatus>,
+}
+
+/// The agent's view of the fleet rollout, as of its last reconcile (in `agent.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FollowStatus {
+    /// The rollout's phase (`progressing`, `halted`, ...) or `none` (no state on the rollout
+    /// ref yet), `unverified` (a state the agent does not trust).
+    pub phase: String,
+    pub commit: Option<String>,
+    pub stable: Option<String>,
+    /// This host's wave: index and name.
+    pub wave: Option<(usize, String)>,
+    /// The commit the agent goes to (None: it keeps what it has).
+    pub target: Option<String>,
+    /// Why the host is not on the rollout's commit (`not_promoted`, `halted`, `paused`,
+    /// `stopped`, `unverified_state`).
+    pub held: Option<String>,
+    /// The state's reason, or why it is not trusted.
+    pub detail: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,9 +150,14 @@ pub struct Pending {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Handled {
     pub commit: String,
-    /// `applied`, `refused` or `failed`.
+    /// `applied`, `refused`, `failed` or `self_check` (applied, then reverted by its
+    /// self-check; final like a refusal).
     pub outcome: String,
     pub reason: Option<String>,
+    /// The `reason` of `fwc_agent_degraded` for a commit not applied (`refused`,
+    /// `apply_failed`, `rolled_back`, `self_check`), kept across adopts and restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 impl Journal {
@@ -139,6 +173,11 @@ impl Journal {
     fn save(&self, dir: &Path) -> Result<()> {
         crate::state::write_atomic(&dir.join(JOURNAL_FILE), fwc_compiler::artifacts::to_pretty(self).as_bytes())
     }
+}
+
+/// The agent's journal in `state_dir`, if it has one (for `fwc status`).
+pub fn read_journal(state_dir: &Path) -> Option<Journal> {
+    state_dir.join(JOURNAL_FILE).exists().then(|| Journal::load(state_dir).ok()).flatten()
 }
 
 /// Default of how long SIGTERM waits for an action in progress (an apply, a fetch) before the
@@ -272,10 +311,37 @@ pub struct Agent {
     heal_retry: Option<(Backoff, Instant)>,
     /// Set by SIGTERM / SIGINT: a compile in progress is abandoned.
     pub stop: Arc<AtomicBool>,
+    /// The commit the last reconcile aimed at (the tip, or what the rollout state names).
+    target: Option<String>,
+    /// Parsed rollout inputs, by the commit they were read from.
+    follow_cache: FollowCache,
+}
+
+/// What the fleet-rollout inputs cost to compute, computed once per commit.
+#[derive(Default)]
+struct FollowCache {
+    /// tip -> does it declare a `rollout` policy (None: its policy does not parse)?
+    tip_policy: Option<(git2::Oid, Option<bool>)>,
+    /// rollout ref commit -> the state, or why it is not trusted.
+    state: Option<(git2::Oid, std::result::Result<fwc_compiler::artifacts::rollout::RolloutState, String>)>,
+    /// rollout commit -> this host's wave (index, name) and the policy's probes.
+    wave: Option<(String, Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>)>,
 }
 
 fn short(c: &str) -> &str {
     &c[..c.len().min(12)]
+}
+
+/// The `fwc_agent_degraded` reason of a commit the journal remembers as not applied.
+fn degraded_reason(h: &Handled) -> &str {
+    if let Some(d) = h.degraded.as_deref().filter(|d| crate::metrics::DEGRADED_REASONS.contains(d)) {
+        return d;
+    }
+    match h.outcome.as_str() {
+        "refused" => "refused",
+        "self_check" => "self_check",
+        _ => "apply_failed",
+    }
 }
 
 impl Agent {
@@ -310,7 +376,7 @@ impl Agent {
         // Degraded survives a restart: the journal remembers the refused or failed tip until a
         // later commit applies.
         if let Some(h) = journal.handled.as_ref().filter(|h| h.outcome != "applied") {
-            metrics.set_degraded(true);
+            metrics.set_degraded(Some((&h.commit, degraded_reason(h))), None);
             health.degraded.store(true, Ordering::Relaxed);
             health.set_status(format!("{} {} ({}) before the restart", h.outcome, short(&h.commit), h.reason.as_deref().unwrap_or("-")));
         }
@@ -332,6 +398,8 @@ impl Agent {
             apply_retry: None,
             heal_retry: None,
             stop: Arc::new(AtomicBool::new(false)),
+            target: None,
+            follow_cache: FollowCache::default(),
         })
     }
 
@@ -370,7 +438,13 @@ impl Agent {
                     _ => "failed",
                 };
                 if matches!(e.action, Action::Apply | Action::Refuse) {
-                    self.journal.handled = Some(Handled { commit: c, outcome: outcome.into(), reason: e.detail.clone() });
+                    let degraded = match (outcome, e.result) {
+                        ("applied", _) => None,
+                        ("refused", _) => Some("refused"),
+                        (_, Outcome::RolledBack) => Some("rolled_back"),
+                        _ => Some("apply_failed"),
+                    };
+                    self.journal.handled = Some(Handled { commit: c, outcome: outcome.into(), reason: e.detail.clone(), degraded: degraded.map(str::to_string) });
                 }
             }
             self.journal.pending = None;
@@ -423,13 +497,25 @@ impl Agent {
             self.health.set_status("waiting for the first successful fetch");
             return Ok(());
         };
-        let tip_s = tip.to_string();
         let current = lock.dir.current()?;
+        // The fleet rollout decides which commit this host goes to (or that it holds).
+        let applied = current.as_ref().and_then(|g| g.meta.commit.clone());
+        let (target, by_state) = match self.follow(tip, applied.as_deref()) {
+            Some(t) => t,
+            None => {
+                self.target = None;
+                self.check_drift(&lock)?;
+                return Ok(());
+            }
+        };
+        self.target = Some(target.to_string());
+        let tip = target;
+        let tip_s = tip.to_string();
         let handled_same = self.journal.handled.as_ref().is_some_and(|h| h.commit == tip_s);
         let mut just_applied = false;
         let current_is_tip = current.as_ref().and_then(|g| g.meta.commit.as_deref()) == Some(tip_s.as_str());
         if force || !handled_same || !current_is_tip {
-            just_applied = self.consider(&lock, tip, force)?;
+            just_applied = self.consider(&lock, tip, force, by_state)?;
         }
         if !just_applied {
             self.check_drift(&lock)?;
@@ -437,17 +523,148 @@ impl Agent {
         Ok(())
     }
 
+    /// The fleet rollout: gather the inputs (the tip's policy, the state read from the same
+    /// fetch and verified like a rule commit, this host's wave), let the pure
+    /// [`follow::decide`](crate::rollout::follow::decide) choose, and report it (metrics,
+    /// status, an audit entry when the hold changes). Returns the commit to go to and, when
+    /// it is the state's stable commit, why a rewind to it is allowed; None: keep what is
+    /// applied.
+    fn follow(&mut self, tip: git2::Oid, applied: Option<&str>) -> Option<(git2::Oid, Option<String>)> {
+        use crate::rollout::follow::{decide, FollowDecision, FollowInput, StateView};
+        let state = self.mirror.rollout_tip().map(|r| {
+            if self.follow_cache.state.as_ref().map(|(o, _)| *o) != Some(r) {
+                let read = verify::verify_commit(&self.mirror.repo, r, &self.cfg.signatures)
+                    .map_err(|e| format!("the rollout state commit {}: {e}", short(&r.to_string())))
+                    .and_then(|_| self.mirror.rollout_state(r));
+                if let Err(e) = &read {
+                    tracing::warn!("not following the rollout state: {e}");
+                }
+                self.follow_cache.state = Some((r, read));
+            }
+            self.follow_cache.state.as_ref().map(|(_, s)| s.clone()).expect("just cached")
+        });
+        if self.follow_cache.tip_policy.map(|(o, _)| o) != Some(tip) {
+            let has = self.mirror.source_tree(tip).ok().and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok()).map(|p| p.policy.is_some());
+            self.follow_cache.tip_policy = Some((tip, has));
+        }
+        // A tip whose policy does not parse counts as a rollout repository when a state exists
+        // (a broken commit must not skip the waves).
+        let tip_has_policy = self.follow_cache.tip_policy.and_then(|(_, h)| h).unwrap_or(state.is_some());
+        let wave = match &state {
+            Some(Ok(s)) => {
+                if self.follow_cache.wave.as_ref().map(|w| w.0.as_str()) != Some(s.commit.as_str()) {
+                    let (w, probes) = self.placement(&s.commit);
+                    self.follow_cache.wave = Some((s.commit.clone(), w, probes));
+                }
+                self.follow_cache.wave.as_ref().and_then(|w| w.1.clone())
+            }
+            _ => None,
+        };
+        let view = match &state {
+            None => StateView::Absent,
+            Some(Err(_)) => StateView::Unverified,
+            Some(Ok(s)) => StateView::Verified(s),
+        };
+        let tip_s = tip.to_string();
+        let d = decide(&FollowInput { branch: &self.cfg.branch, tip: &tip_s, tip_has_policy, state: view, wave: wave.as_ref().map(|w| w.0), applied });
+        // report
+        let held = d.held();
+        self.metrics.set_held(held);
+        let st = match (&d, &state) {
+            (FollowDecision::Tip, _) => None,
+            (_, None) => Some(FollowStatus { phase: "none".into(), commit: None, stable: None, wave: None, target: None, held: held.map(|h| h.as_str().into()), detail: "no rollout state yet: the first rollout has not started".into() }),
+            (_, Some(Err(e))) => Some(FollowStatus { phase: "unverified".into(), commit: None, stable: None, wave: None, target: None, held: held.map(|h| h.as_str().into()), detail: e.clone() }),
+            (_, Some(Ok(s))) => Some(FollowStatus {
+                phase: s.phase.as_str().into(),
+                commit: Some(s.commit.clone()),
+                stable: s.stable.clone(),
+                wave: wave.clone(),
+                target: match &d { FollowDecision::Apply { commit, .. } => Some(commit.clone()), _ => None },
+                held: held.map(|h| h.as_str().into()),
+                detail: s.reason.clone(),
+            }),
+        };
+        match (&state, &st) {
+            (Some(Ok(s)), Some(_)) => self.metrics.set_rollout(Some((&s.commit, s.stable.as_deref(), s.phase.as_str())), wave.as_ref().map(|(i, n)| (*i, n.as_str()))),
+            _ => self.metrics.set_rollout(None, None),
+        }
+        if st != self.journal.rollout {
+            if let Some(f) = st.as_ref().filter(|f| f.held.is_some()) {
+                let text = format!(
+                    "rollout {} of {}: held back ({}) on {}{}: {}",
+                    f.phase,
+                    f.commit.as_deref().map(short).unwrap_or("-"),
+                    f.held.as_deref().unwrap_or("-"),
+                    f.target.as_deref().or(applied).map(short).unwrap_or("nothing"),
+                    f.wave.as_ref().map(|(i, n)| format!(" (wave {i} \"{n}\")")).unwrap_or_default(),
+                    f.detail
+                );
+                tracing::info!("{text}");
+                let rec = Record {
+                    host: self.cfg.host.clone(),
+                    action: Some(Action::Hold),
+                    result: Some(Outcome::Reported),
+                    commit: f.commit.clone(),
+                    previous_commit: applied.map(str::to_string),
+                    detail: Some(text),
+                    ..Default::default()
+                };
+                if let Err(e) = self.append(rec) {
+                    tracing::error!("{e}");
+                }
+            }
+            self.journal.rollout = st.clone();
+            if let Err(e) = self.journal.save(&self.cfg.state_dir) {
+                tracing::error!("{e}");
+            }
+        }
+        let oid = |c: &str| match git2::Oid::from_str(c).ok().filter(|o| self.mirror.repo.find_commit(*o).is_ok()) {
+            Some(o) => Some(o),
+            None => {
+                tracing::warn!("the rollout state names {c}, which the fetched branch does not contain; keeping what is applied");
+                None
+            }
+        };
+        match d {
+            FollowDecision::Tip => Some((tip, None)),
+            FollowDecision::Apply { commit, rewind_to_stable, .. } => {
+                let why = rewind_to_stable.then(|| st.as_ref().map(|f| format!("{}: {}", f.phase, f.detail)).unwrap_or_default());
+                oid(&commit).map(|o| (o, why))
+            }
+            FollowDecision::Hold { reason } => {
+                let now = applied.map(short).unwrap_or("nothing");
+                if !self.health.degraded.load(Ordering::Relaxed) {
+                    self.health.set_status(format!("running {now}; rollout holds it ({})", reason.as_str()));
+                }
+                None
+            }
+        }
+    }
+
+    /// This host's wave (index, name) in the rollout policy of `commit`, and the policy's
+    /// probes; (None, []) without a policy there.
+    fn placement(&self, commit: &str) -> (Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>) {
+        let plan = git2::Oid::from_str(commit)
+            .ok()
+            .and_then(|o| self.mirror.source_tree(o).ok())
+            .and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok());
+        let Some((policy, hosts)) = plan.and_then(|p| Some((p.policy?, p.hosts))) else { return (None, vec![]) };
+        let labels = hosts.iter().find(|h| h.name == self.cfg.host).map(|h| h.labels.clone()).unwrap_or_default();
+        let w = fwc_compiler::rollout::wave_of(&policy, &self.cfg.host, &labels);
+        (policy.waves.get(w).map(|x| (w, x.name.clone())), policy.probes.clone())
+    }
+
     fn is_refused(&self, commit: &str) -> bool {
         self.journal.handled.as_ref().is_some_and(|h| h.commit == commit && h.outcome != "applied")
     }
 
     /// Take commit `tip` into account. Returns true when an apply ran.
-    fn consider(&mut self, lock: &StateLock, tip: git2::Oid, force: bool) -> Result<bool> {
+    fn consider(&mut self, lock: &StateLock, tip: git2::Oid, force: bool, by_state: Option<String>) -> Result<bool> {
         let tip_s = tip.to_string();
         let allow_file = self.allow_file_names(&tip_s);
         // A tip refused as a rewind is reconsidered once the rewind is allowed.
         let refused_rewind = self.journal.handled.as_ref().is_some_and(|h| h.commit == tip_s && h.reason.as_deref() == Some("rewind"));
-        let rewind_allowed_now = allow_file || (self.cfg.allow_rewind && refused_rewind);
+        let rewind_allowed_now = allow_file || (self.cfg.allow_rewind && refused_rewind) || (by_state.is_some() && refused_rewind);
         if !force && !rewind_allowed_now && self.is_refused(&tip_s) && !self.retry_due(&tip_s) {
             return Ok(false);
         }
@@ -477,7 +694,7 @@ impl Agent {
         // 1b. no rollback by force-push: the tip must descend from the applied commit
         let mut rewind_note = None;
         if let Some(why) = &rewind {
-            if !(self.cfg.allow_rewind || allow_file) {
+            if !(self.cfg.allow_rewind || allow_file || by_state.is_some()) {
                 let detail = format!(
                     "{why}; a force-push or history rewrite would roll the host back. To apply it anyway write its \
                      id to {} (one-shot) or run the agent with --allow-rewind",
@@ -486,7 +703,11 @@ impl Agent {
                 self.refuse(Record { signer, ..base }, "rewind", detail)?;
                 return Ok(false);
             }
-            let by = if allow_file { format!("the one-shot {ALLOW_REWIND_FILE} file") } else { "--allow-rewind".to_string() };
+            let by = match &by_state {
+                Some(st) => format!("the fleet rollout state ({st}): back to its stable commit"),
+                None if allow_file => format!("the one-shot {ALLOW_REWIND_FILE} file"),
+                None => "--allow-rewind".to_string(),
+            };
             rewind_note = Some(format!("rewind allowed by {by}: {why}"));
         }
         // 2. compile
@@ -614,12 +835,12 @@ impl Agent {
         let keep = self.journal.handled.as_ref().filter(|h| h.outcome != "applied" && h.commit != commit).cloned();
         match keep {
             Some(h) => {
-                self.set_degraded(true, format!("{} {} ({}); running {}", h.outcome, short(&h.commit), h.reason.as_deref().unwrap_or("-"), short(commit)));
+                self.set_degraded(Some((&h.commit, degraded_reason(&h))), format!("{} {} ({}); running {}", h.outcome, short(&h.commit), h.reason.as_deref().unwrap_or("-"), short(commit)));
             }
             None => {
-                self.journal.handled = Some(Handled { commit: commit.into(), outcome: "applied".into(), reason: None });
+                self.journal.handled = Some(Handled { commit: commit.into(), outcome: "applied".into(), reason: None, degraded: None });
                 let _ = self.journal.save(&self.cfg.state_dir);
-                self.set_degraded(false, format!("running {}", short(commit)));
+                self.set_degraded(None, format!("running {}", short(commit)));
             }
         }
     }
@@ -632,10 +853,10 @@ impl Agent {
         if reconcile_failed {
             return exit_code::RECONCILE;
         }
-        let tip = self.mirror.tip().map(|t| t.to_string());
+        let tip = self.target.clone();
         match self.journal.handled.as_ref().filter(|h| Some(&h.commit) == tip.as_ref()) {
             Some(h) if h.outcome == "refused" => exit_code::REFUSED,
-            Some(h) if h.outcome == "failed" => exit_code::APPLY_FAILED,
+            Some(h) if h.outcome == "failed" || h.outcome == "self_check" => exit_code::APPLY_FAILED,
             _ => exit_code::OK,
         }
     }
@@ -653,16 +874,19 @@ impl Agent {
             ..rec
         })?;
         self.journal.pending = None;
-        self.journal.handled = Some(Handled { commit: commit.clone(), outcome: "refused".into(), reason: Some(reason.into()) });
+        self.journal.handled = Some(Handled { commit: commit.clone(), outcome: "refused".into(), reason: Some(reason.into()), degraded: Some("refused".into()) });
         self.journal.save(&self.cfg.state_dir)?;
         self.metrics.refused(reason);
-        self.set_degraded(true, format!("refused {} ({reason})", short(&commit)));
+        self.set_degraded(Some((&commit, "refused")), format!("refused {} ({reason})", short(&commit)));
         Ok(())
     }
 
-    fn set_degraded(&self, d: bool, status: String) {
-        self.metrics.set_degraded(d);
-        self.health.degraded.store(d, Ordering::Relaxed);
+    /// Degraded with (the commit the failure belongs to, its `fwc_agent_degraded` reason), or
+    /// healthy (None).
+    fn set_degraded(&self, failure: Option<(&str, &str)>, status: String) {
+        let applied = self.state.current().ok().flatten().and_then(|g| g.meta.commit);
+        self.metrics.set_degraded(failure, applied.as_deref());
+        self.health.degraded.store(failure.is_some(), Ordering::Relaxed);
         self.health.set_status(status);
     }
 
@@ -696,8 +920,33 @@ impl Agent {
         };
         let done = engine::record::transact(&mut self.backends, lock, artifacts, &opts, action);
         self.fail_commit.store(false, Ordering::SeqCst);
-        let done = done?;
-        let r = done.result;
+        let mut done = done?;
+        // The self-check ("magic rollback"): an apply after which the agent cannot reach its
+        // git remote (or a probe of the rollout policy fails) is reverted at once.
+        let mut self_check: Option<String> = None;
+        if action == Action::Apply && done.result.is_ok() {
+            let probes = commit.as_deref().map(|c| self.placement(c).1).unwrap_or_default();
+            if let Err(why) = selfcheck::run(&self.mirror, &probes, self.cfg.fetch_timeout.min(selfcheck::SELF_CHECK_TIMEOUT)) {
+                tracing::error!("self-check failed after applying {}: {why}; reverting", commit.as_deref().map(short).unwrap_or("-"));
+                self.metrics.self_check_failed();
+                let back = engine::confirm::rollback_target(&lock.dir, "self-check failed").and_then(|(prev, source)| {
+                    let o = ApplyOptions { source, netns: self.cfg.netns.clone(), no_sysctl: true, nft_full_replace: None };
+                    let r = engine::record::transact(&mut self.backends, lock, &prev, &o, Action::Rollback).map_err(|e| engine::transaction::chain(&e))?;
+                    r.result.map_err(|f| f.to_string())
+                });
+                let (detail, outcome) = match &back {
+                    Ok(rep) => (format!("self-check failed after the apply: {why}; reverted ({})", rep.generation), Outcome::RolledBack),
+                    Err(e) => (format!("self-check failed after the apply: {why}; REVERT FAILED: {e}"), Outcome::Failed),
+                };
+                done.record.result = Some(outcome);
+                self_check = Some(detail);
+            }
+        }
+        let self_check_failed = self_check.is_some();
+        let r: std::result::Result<apply::ApplyReport, String> = match self_check {
+            Some(d) => Err(d),
+            None => done.result.map_err(|f| f.to_string()),
+        };
         let elapsed = t0.elapsed();
         let outcome = done.record.result.unwrap_or(Outcome::Failed);
         let (detail, ok) = match &r {
@@ -713,8 +962,14 @@ impl Agent {
             if action == Action::Apply {
                 self.journal.handled = Some(Handled {
                     commit: c.clone(),
-                    outcome: if ok { "applied" } else { "failed" }.into(),
+                    outcome: if ok { "applied" } else if self_check_failed { "self_check" } else { "failed" }.into(),
                     reason: r.as_ref().err().map(|f| f.to_string()),
+                    degraded: match (ok, self_check_failed, outcome) {
+                        (true, _, _) => None,
+                        (_, true, _) => Some("self_check".into()),
+                        (_, _, Outcome::RolledBack) => Some("rolled_back".into()),
+                        _ => Some("apply_failed".into()),
+                    },
                 });
             }
         }
@@ -732,7 +987,7 @@ impl Agent {
                 self.last_drift = None;
                 self.metrics.apply_succeeded();
                 self.metrics.set_applied_commit(rep.commit.as_deref());
-                self.set_degraded(false, format!("running {}", rep.commit.as_deref().map(short).unwrap_or("-")));
+                self.set_degraded(None, format!("running {}", rep.commit.as_deref().map(short).unwrap_or("-")));
                 self.health.ready.store(true, Ordering::Relaxed);
                 Ok(true)
             }
@@ -740,6 +995,8 @@ impl Agent {
                 // Apply and heal failures may be transient (a busy kernel, a port in use, the
                 // forwarder restarting): retried with exponential backoff.
                 let retry_in = match action {
+                    // Final, like a refusal: re-applying would cut the host off again.
+                    Action::Apply if self_check_failed => None,
                     Action::Apply => {
                         let c = commit.clone().unwrap_or_default();
                         let mut b = match self.apply_retry.take() {
@@ -765,7 +1022,16 @@ impl Agent {
                 }
                 let now = lock.dir.current()?.and_then(|g| g.meta.commit);
                 self.metrics.set_applied_commit(now.as_deref());
-                self.set_degraded(true, format!("{} of {} failed; running {}", action.as_str(), commit.as_deref().map(short).unwrap_or("-"), now.as_deref().map(short).unwrap_or("nothing")));
+                let reason = match (action, outcome) {
+                    _ if self_check_failed => "self_check",
+                    (Action::Heal, _) => "heal_failed",
+                    (_, Outcome::RolledBack) => "rolled_back",
+                    _ => "apply_failed",
+                };
+                self.set_degraded(
+                    Some((commit.as_deref().unwrap_or(""), reason)),
+                    format!("{} of {} failed; running {}", action.as_str(), commit.as_deref().map(short).unwrap_or("-"), now.as_deref().map(short).unwrap_or("nothing")),
+                );
                 // Ready = serving a known state, even if it is the previous one.
                 self.health.ready.store(now.is_some(), Ordering::Relaxed);
                 Ok(false)
@@ -812,7 +1078,7 @@ impl Agent {
             if self.heal_retry.take().is_some() {
                 tracing::info!("the drift that failed to heal is gone");
                 if self.journal.handled.as_ref().is_none_or(|h| h.outcome == "applied") {
-                    self.set_degraded(false, format!("running {}", cur.meta.commit.as_deref().map(short).unwrap_or("-")));
+                    self.set_degraded(None, format!("running {}", cur.meta.commit.as_deref().map(short).unwrap_or("-")));
                 }
             }
             return Ok(());
@@ -866,7 +1132,8 @@ pub mod exit_code {
     /// The tip commit was refused: signature, compile error (including an unknown `--host`),
     /// or a rewind (force-push) that was not allowed.
     pub const REFUSED: u8 = 4;
-    /// The tip's apply failed and was rolled back (or failed to roll back).
+    /// The tip's apply failed and was rolled back (or failed to roll back), or its self-check
+    /// failed and the agent reverted it.
     pub const APPLY_FAILED: u8 = 5;
     /// The reconcile itself failed (state dir, audit log, git object store).
     pub const RECONCILE: u8 = 6;
@@ -875,7 +1142,7 @@ pub mod exit_code {
 /// Run the agent until SIGTERM / SIGINT (returns 0), or one iteration with `once` (returns
 /// its [`exit_code`]).
 pub fn run(cfg: AgentConfig) -> Result<u8> {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::for_host(&cfg.host));
     let health = Arc::new(Health::new((cfg.interval * 3).max(Duration::from_secs(60)) + cfg.fetch_timeout));
     let (tx, rx) = mpsc::channel::<Wake>();
     let _server = match cfg.metrics_addr {
@@ -938,7 +1205,8 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
         if Instant::now() >= next_check || force {
             if let Err(e) = agent.reconcile(force) {
                 tracing::error!("reconcile failed: {e:?}");
-                agent.set_degraded(true, format!("reconcile error: {e}"));
+                let c = agent.target.clone().unwrap_or_default();
+                agent.set_degraded(Some((&c, "apply_failed")), format!("reconcile error: {e}"));
                 reconcile_failed = true;
             }
             force = false;
@@ -1080,7 +1348,8 @@ mod tests {
         assert_eq!(Journal::load(d.path()).unwrap(), Journal::default());
         let j = Journal {
             pending: Some(Pending { seq: 3, commit: Some("abc".into()), action: Action::Apply }),
-            handled: Some(Handled { commit: "abc".into(), outcome: "applied".into(), reason: None }),
+            handled: Some(Handled { commit: "abc".into(), outcome: "applied".into(), reason: None, degraded: None }),
+            rollout: None,
         };
         j.save(d.path()).unwrap();
         assert_eq!(Journal::load(d.path()).unwrap(), j);

@@ -500,6 +500,18 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
             println!("  {} {} {}", t.rule, t.target, if t.up { paint.c("32", "up") } else { paint.c("1;31", "down (taken out)") });
         }
     }
+    if let Some(a) = &st.agent {
+        if let Some(h) = a.handled.as_ref().filter(|h| h.outcome != "applied") {
+            println!("Agent:      {} {} ({})", paint.c("1;31", &h.outcome), short(&Some(h.commit.clone())), h.reason.as_deref().unwrap_or("-"));
+        }
+        if let Some(r) = &a.rollout {
+            let wave = r.wave.as_ref().map(|(i, n)| format!(", wave {i} \"{n}\"")).unwrap_or_default();
+            println!("Rollout:    {} of {} (stable {}){wave}", r.phase, short(&r.commit), short(&r.stable));
+            if let Some(h) = &r.held {
+                println!("  held back: {} — {}", paint.c("33", h), r.detail);
+            }
+        }
+    }
     if let Some(p) = &st.pending_confirm {
         let left = p.deadline_unix as i64 - state::now_unix() as i64;
         println!(

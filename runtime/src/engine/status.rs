@@ -34,6 +34,18 @@ pub struct Status {
     pub counters: Vec<crate::backend::RuleCounter>,
     /// Targets of health-checked forwards (kernel and userspace), as the forwarder probes them.
     pub target_health: Vec<TargetHealth>,
+    /// What `fwc agent` last recorded in this state dir (`agent.json`): the newest commit it
+    /// handled and how, and the fleet rollout it follows (why it holds back). None without an
+    /// agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentView>,
+}
+
+/// The agent's own view, from its journal.
+#[derive(Debug, Serialize)]
+pub struct AgentView {
+    pub handled: Option<crate::agent::Handled>,
+    pub rollout: Option<crate::agent::FollowStatus>,
 }
 
 /// One health-checked target of a forward.
@@ -65,6 +77,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
         pending_confirm: state.pending_confirm()?,
         counters: vec![],
         target_health: vec![],
+        agent: crate::agent::read_journal(&state.path).map(|j| AgentView { handled: j.handled, rollout: j.rollout }),
     };
     let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     match &cur {

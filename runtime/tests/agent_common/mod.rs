@@ -37,12 +37,21 @@ pub struct AgentProc {
 
 impl AgentProc {
     pub fn start(state: &Path, url: &str, netns: &str, extra: &[&str], env: &[(&str, &str)]) -> AgentProc {
-        let port = free_port();
+        AgentProc::start_as("localhost", state, url, netns, extra, env)
+    }
+
+    /// [`AgentProc::start`] with `--host host`.
+    pub fn start_as(host: &str, state: &Path, url: &str, netns: &str, extra: &[&str], env: &[(&str, &str)]) -> AgentProc {
+        AgentProc::start_on(free_port(), host, state, url, netns, extra, env)
+    }
+
+    /// [`AgentProc::start_as`] with its metrics on 127.0.0.1:`port` (a restart keeps its scrape target).
+    pub fn start_on(port: u16, host: &str, state: &Path, url: &str, netns: &str, extra: &[&str], env: &[(&str, &str)]) -> AgentProc {
         let metrics: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let log = state.with_extension(format!("log{}", port));
         let err = std::fs::File::create(&log).unwrap();
         let mut c = Command::new(env!("CARGO_BIN_EXE_fwc"));
-        c.args(["agent", "--repo", url, "--host", "localhost", "--interval", "1s"])
+        c.args(["agent", "--repo", url, "--host", host, "--interval", "1s"])
             .args(if extra.contains(&"--fetch-timeout") { &[][..] } else { &["--fetch-timeout", "5s"][..] })
             .args(["--state-dir", state.to_str().unwrap(), "--metrics", &metrics.to_string(), "--netns", netns])
             .args(extra)
