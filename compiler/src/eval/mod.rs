@@ -271,6 +271,7 @@ impl Evaluator {
 
     fn step(&self, hook: &str, direction: &'static str, p: &mut nft::Packet, steps: &mut Vec<HookStep>, skip_nat: bool) -> Result<nft::HookResult, EvalError> {
         let mut hits = Vec::new();
+        let skip_nat = skip_nat || p.ct_state == "invalid";
         let chains: Vec<String> = self
             .table
             .base_chains(hook)

@@ -201,13 +201,31 @@ impl Packet {
             oifname: flow.oif.clone(),
             meta_mark: 0,
             ct_mark: 0,
-            ct_state: "new",
+            ct_state: first_packet_state(flow),
             ct_direction: "original",
             ct_dnat: false,
             orig: (flow.saddr, flow.daddr, flow.sport, flow.dport),
             local,
             round_robin: Vec::new(),
         }
+    }
+}
+
+/// The conntrack state of a flow's first packet: `new`, except for ICMP types that cannot open
+/// a connection (replies, errors, neighbour discovery): conntrack calls those `invalid`
+/// (`valid_new` in nf_conntrack_proto_icmp.c / nf_conntrack_proto_icmpv6.c).
+fn first_packet_state(flow: &Flow) -> &'static str {
+    let opens = match flow.proto {
+        // echo, timestamp, info and address-mask requests
+        L4::Icmp => matches!(flow.dport, 8 | 13 | 15 | 17),
+        // echo request, node information query
+        L4::Icmpv6 => matches!(flow.dport, 128 | 139),
+        L4::Tcp | L4::Udp => true,
+    };
+    if opens {
+        "new"
+    } else {
+        "invalid"
     }
 }
 
@@ -266,6 +284,8 @@ enum Flowctl {
 /// With `skip_nat`, `nat` chains are left out (packets after a connection's first).
 pub fn run_hook(t: &Table, hook: &str, p: &mut Packet, hits: &mut Vec<Hit>, skip_nat: bool) -> Result<HookResult, EvalError> {
     let mut last = HookResult { verdict: Verdict::Accept, decided_by: None, policy_of: None };
+    // A packet without a connection (`invalid`) passes no nat chain (nf_nat_inet_fn).
+    let skip_nat = skip_nat || p.ct_state == "invalid";
     for base in t.base_chains(hook) {
         if skip_nat && base.hook.as_ref().is_some_and(|h| h.kind == "nat") {
             continue;
