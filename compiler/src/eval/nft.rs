@@ -437,15 +437,8 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                 hit.effects.push(Effect::SetMark { which, value });
             }
             "dnat" => {
-                let fam_v6 = match body.get("family").and_then(Value::as_str) {
-                    Some("ip") => false,
-                    Some("ip6") => true,
-                    _ => p.daddr.is_ipv6(),
-                };
-                if fam_v6 != p.daddr.is_ipv6() {
-                    // The kernel's inet NAT expression ignores a packet of the other family
-                    // (nft_nat_inet_eval): the statement does nothing and the rule goes on.
-                    hit.notes.push(format!("dnat {} to … does not apply to this packet's family", if fam_v6 { "ip6" } else { "ip" }));
+                if let Some(note) = other_family(kind, body, p) {
+                    hit.notes.push(note);
                     continue;
                 }
                 let addr_v = body.get("addr").ok_or_else(|| unsupported("dnat without addr".into()))?;
@@ -486,14 +479,8 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                 return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept))));
             }
             "snat" => {
-                let v6 = match body.get("family").and_then(Value::as_str) {
-                    Some("ip") => false,
-                    Some("ip6") => true,
-                    _ => p.saddr.is_ipv6(),
-                };
-                if v6 != p.saddr.is_ipv6() {
-                    // As for dnat: the inet NAT expression ignores the other family.
-                    hit.notes.push(format!("snat {} to … does not apply to this packet's family", if v6 { "ip6" } else { "ip" }));
+                if let Some(note) = other_family(kind, body, p) {
+                    hit.notes.push(note);
                     continue;
                 }
                 let addr = match body.get("addr") {
@@ -533,6 +520,18 @@ fn round_robin_chains(cx: &Cx, data: &Value, p: &mut Packet) -> Result<(), EvalE
         }
     }
     Ok(())
+}
+
+/// A `dnat`/`snat` statement for the other address family than the packet's: the kernel's
+/// inet NAT expression ignores the packet (nft_nat_inet_eval), the statement does nothing and
+/// the rule goes on. The note saying so, or `None` when the statement applies.
+fn other_family(kind: &str, body: &Value, p: &Packet) -> Option<String> {
+    let v6 = match body.get("family").and_then(Value::as_str) {
+        Some("ip") => false,
+        Some("ip6") => true,
+        _ => return None,
+    };
+    (v6 != p.daddr.is_ipv6()).then(|| format!("{kind} {} to … does not apply to this packet's family", if v6 { "ip6" } else { "ip" }))
 }
 
 /// How a `reject` answers this packet, when it is not the plain default (TCP reset for TCP,
