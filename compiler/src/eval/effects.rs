@@ -142,7 +142,17 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             return; // a packet from an address to itself is no flow a rule is written for
         }
         let src_addr = if origin == Origin::Output { None } else { Some(src.0) };
-        let spec = FlowSpec { proto: Some(proto), from: (src_addr, None), to: (dst, port.filter(|_| proto.has_ports()).or(proto.has_ports().then_some(9))), origin: Some(origin), iif, oif };
+        // An ICMP service's "port" is its ICMP type.
+        let icmp_type = port.filter(|_| !proto.has_ports()).and_then(|t| u8::try_from(t).ok());
+        let spec = FlowSpec {
+            proto: Some(proto),
+            from: (src_addr, None),
+            to: (dst, port.filter(|_| proto.has_ports()).or(proto.has_ports().then_some(9))),
+            origin: Some(origin),
+            iif,
+            oif,
+            icmp_type,
+        };
         if let Ok(flow) = spec.build() {
             out.push(Probe { flow, from: if origin == Origin::Output { "this host".into() } else { src.1 } });
         }
@@ -172,9 +182,10 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
                 Some(AddrMatch::Set(n)) => rs.sets.iter().find(|s| s.name.value == *n).map(|s| s.elements.iter().map(|e| Some(first_addr(&e.value))).collect()).unwrap_or_default(),
                 None => vec![None],
             };
-            let ports: Vec<Option<u16>> = match r.ports.as_ref() {
-                Some(p) => p.value.iter().flat_map(|r| if r.lo == r.hi { vec![Some(r.lo)] } else { vec![Some(r.lo), Some(r.hi)] }).collect(),
-                None => vec![None],
+            let ports: Vec<Option<u16>> = match (r.ports.as_ref(), r.icmp_types.as_ref()) {
+                (Some(p), _) => p.value.iter().flat_map(|r| if r.lo == r.hi { vec![Some(r.lo)] } else { vec![Some(r.lo), Some(r.hi)] }).collect(),
+                (None, Some(t)) => t.value.iter().map(|&t| Some(u16::from(t))).collect(),
+                (None, None) => vec![None],
             };
             for proto in l4s(r.proto.as_ref().map(|p| p.value)) {
                 for dst in &dsts {
@@ -209,6 +220,30 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             for src in sources(rs, f.from.as_ref().map(|m| &m.value), elems) {
                 for port in ports.iter().collect::<BTreeSet<_>>() {
                     add(proto, src.clone(), f.listen.addr, Some(*port), Origin::Input, None, None);
+                }
+            }
+        }
+    }
+    // A changed masquerade/snat: routed flows from its sources out of its interface.
+    for sn in &rs.snats {
+        if !changed.contains(&crate::emit::nft::rule_comment(sn.kind.rule_kind(), &sn.name.value)) {
+            continue;
+        }
+        let dsts: Vec<Option<IpAddr>> = match sn.dst.as_ref().map(|m| &m.value) {
+            Some(AddrMatch::Literal(v)) => v.iter().map(|e| Some(first_addr(e))).collect(),
+            Some(AddrMatch::Set(n)) => rs.sets.iter().find(|s| s.name.value == *n).map(|s| s.elements.iter().map(|e| Some(first_addr(&e.value))).collect()).unwrap_or_default(),
+            None => vec![None],
+        };
+        let ports: Vec<Option<u16>> = match sn.ports.as_ref() {
+            Some(p) => p.value.iter().flat_map(|r| [Some(r.lo), Some(r.hi)]).collect::<BTreeSet<_>>().into_iter().collect(),
+            None => vec![None],
+        };
+        for proto in l4s(sn.proto.as_ref().map(|p| p.value)) {
+            for src in sources(rs, sn.from.as_ref().map(|m| &m.value), elems) {
+                for dst in &dsts {
+                    for port in &ports {
+                        add(proto, src.clone(), *dst, *port, Origin::Forward, None, sn.oif.as_ref().map(|o| o.value.clone()));
+                    }
                 }
             }
         }
@@ -250,6 +285,12 @@ fn fate(x: &Explanation) -> String {
     }
     for q in &x.qos {
         parts.push(format!("class {} ({:?})", q.rule, q.direction).to_lowercase());
+    }
+    if let Some(sn) = &x.snat {
+        parts.push(match sn.to {
+            Some(a) => format!("SNAT {a}"),
+            None => "masquerade".into(),
+        });
     }
     parts.join(", ")
 }

@@ -73,8 +73,7 @@ fn container_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                         expr.push(eq(ct_orig_addr(fam, "daddr"), e.clone()));
                     }
                 }
-                expr.extend(rule_verdict(r, proto == &Some(ForwardProto::Tcp)));
-                out.rule(chains::CONTAINERS_RULES, expr, Some(comment.clone()));
+                out_rules(out, chains::CONTAINERS_RULES, expr, rule_tails(r, proto == &Some(ForwardProto::Tcp), fam), &comment);
             }
         }
     }
