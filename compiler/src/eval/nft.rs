@@ -32,6 +32,20 @@ pub struct Hook {
     pub kind: String,
     pub prio: i64,
     pub policy: Verdict,
+    /// The table's family when it sees only one address family (`ip`, `ip6`); `None` for
+    /// `inet` (fwc's own table) — foreign listings only ([`super::foreign`]).
+    pub family: Option<String>,
+}
+
+impl Hook {
+    /// Does a base chain of this hook see packets of this address family?
+    pub fn sees(&self, v6: bool) -> bool {
+        match self.family.as_deref() {
+            Some("ip") => !v6,
+            Some("ip6") => v6,
+            _ => true,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -109,6 +123,7 @@ impl Table {
                         kind: o.get("type").and_then(Value::as_str).unwrap_or("filter").to_string(),
                         prio: o.get("prio").and_then(Value::as_i64).unwrap_or(0),
                         policy: if o.get("policy").and_then(Value::as_str) == Some("drop") { Verdict::Drop } else { Verdict::Accept },
+                        family: o.get("family").and_then(Value::as_str).filter(|f| matches!(*f, "ip" | "ip6")).map(str::to_string),
                     });
                     t.chains.insert(name.clone(), ChainDef { name, hook, rules: Vec::new() });
                 }
@@ -265,6 +280,9 @@ pub fn run_hook(t: &Table, hook: &str, p: &mut Packet, hits: &mut Vec<Hit>, skip
     let mut last = HookResult { verdict: Verdict::Accept, decided_by: None, policy_of: None };
     for base in t.base_chains(hook) {
         if skip_nat && base.hook.as_ref().is_some_and(|h| h.kind == "nat") {
+            continue;
+        }
+        if !base.hook.as_ref().is_none_or(|h| h.sees(p.daddr.is_ipv6())) {
             continue;
         }
         let policy = base.hook.as_ref().map_or(Verdict::Accept, |h| h.policy);
@@ -751,6 +769,9 @@ impl Cx<'_> {
                     ("ip6", "saddr") if p.saddr.is_ipv6() => Val::Addr(p.saddr),
                     ("ip6", "daddr") if p.daddr.is_ipv6() => Val::Addr(p.daddr),
                     ("ip" | "ip6", "saddr" | "daddr") => Val::Absent,
+                    ("ip", "protocol") if p.daddr.is_ipv4() => Val::Int(p.proto.number()),
+                    ("ip6", "nexthdr") if p.daddr.is_ipv6() => Val::Int(p.proto.number()),
+                    ("ip", "protocol") | ("ip6", "nexthdr") => Val::Absent,
                     ("tcp" | "udp" | "th", "dport" | "sport") => {
                         let ok = match proto {
                             "th" => p.proto.has_ports(),

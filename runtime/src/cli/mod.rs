@@ -13,6 +13,7 @@ mod forward;
 pub mod apply;
 pub mod explain;
 pub mod test;
+pub mod import;
 mod man;
 pub mod output;
 
@@ -145,6 +146,8 @@ pub enum Command {
     Rollback(apply::RollbackArgs),
     /// Run the policy tests in tests/*.kdl against the compiled rules (exit 3 if one fails).
     Test(test::TestArgs),
+    /// Adopt an existing firewall (nftables, iptables, ufw, firewalld) as a rule repository, with policy tests proving it.
+    Import(import::ImportArgs),
     /// Show what the compiled rules do to one flow: path, matching rules, deciding rule (file:line:col), DNAT, QoS, forwarder.
     Explain(explain::ExplainArgs),
     /// (internal) the reverter process of `fwc apply --confirm`.
@@ -207,6 +210,7 @@ pub fn main() -> ExitCode {
         Command::ConfirmWatch(a) => apply::confirm_watch(a),
         Command::Test(a) => test::run(a, &g),
         Command::Explain(a) => explain::run(a, &g),
+        Command::Import(a) => import::run(a, &g),
         Command::Man(a) => man::run(a),
     };
     match result {
