@@ -58,6 +58,7 @@ pub struct Import {
     pub files: Vec<(String, String)>,
     /// The flows of the proof, with what the original does to them.
     pub flows: Vec<Flow>,
+    /// The original without the parts others own (what the proof evaluates).
     pub listing: Value,
     /// Why no proof was written (--partial and the evaluator could not run the original).
     pub proof_missing: Option<String>,
@@ -78,6 +79,7 @@ pub fn import(listing: Value, origins: &translate::Origins, source: &str, partia
     let flows = proof::sample(&imported, RANDOM_FLOWS, SEED);
     progress(&format!("evaluating the original on {} flows", flows.len()));
     let mut proof_missing = None;
+    let listing = translate::strip_owned(&listing);
     match foreign::table_from_listing(&listing).map(Evaluator::from_table) {
         Ok(ev) => {
             let mut results = Vec::with_capacity(flows.len());

@@ -321,6 +321,11 @@ impl Tx<'_> {
             let r = &c.rules[i];
             let expr = r.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
             let comment = r.get("comment").and_then(Value::as_str).map(str::to_string);
+            if mentions_container_iface(&expr) {
+                self.out.containers = true;
+                self.notes.insert(format!("rules about container bridges (e.g. {origin}) are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working"));
+                continue;
+            }
             let (cond, st) = match self.parse(&c.family, &c.table, &expr) {
                 Ok(x) => x,
                 Err((what, hint)) => {
@@ -424,6 +429,7 @@ impl Tx<'_> {
                 }
                 Some("return") => {
                     if i + 1 == n && cond == *pre {
+                        self.out.merged.push((origin, format!("the `return` that ends chain {}", c.name)));
                         continue;
                     }
                     self.out.refused.push(Refusal { origin, what: "a conditional `return`".into(), hint: "rewrite the chain without it".into() });
@@ -695,6 +701,10 @@ impl Tx<'_> {
                 let mut flat = Vec::new();
                 self.flatten(&c, 0, &mut flat);
                 for (origin, fam, table, expr) in flat {
+                    if mentions_container_iface(&expr) || is_hairpin(&expr) {
+                        self.notes.insert(format!("NAT rules about container bridges and published ports (e.g. {origin}) are Docker's/libvirt's own: left out"));
+                        continue;
+                    }
                     let (cond, st) = match self.parse(&fam, &table, &expr) {
                         Ok(x) => x,
                         Err((what, hint)) => {
@@ -933,4 +943,50 @@ fn service(ports: &str, proto: Option<&str>) -> String {
         }
     }
     format!("{}-{}", proto.unwrap_or("port"), list.join("-"))
+}
+
+/// Does a rule match a container bridge (`docker0`, `br-…`, `virbr…`), in any sense?
+fn mentions_container_iface(expr: &[Value]) -> bool {
+    expr.iter().filter_map(|e| e.get("match")).any(|m| {
+        let key = m.pointer("/left/meta/key").and_then(Value::as_str).unwrap_or_default();
+        matches!(key, "iifname" | "oifname" | "iif" | "oif") && strings(m.get("right").unwrap_or(&Value::Null)).iter().any(|i| container_iface(i))
+    })
+}
+
+/// Docker's hairpin masquerade of a published port: source and destination the same container.
+fn is_hairpin(expr: &[Value]) -> bool {
+    let addr = |field: &str| {
+        expr.iter().filter_map(|e| e.get("match")).find(|m| m.pointer("/left/payload/field").and_then(Value::as_str) == Some(field)).and_then(|m| m.get("right").cloned())
+    };
+    expr.iter().any(|e| e.get("masquerade").is_some()) && addr("saddr").is_some() && addr("saddr") == addr("daddr")
+}
+
+/// The listing without what others own (Docker's, libvirt's, Kubernetes' tables and chains,
+/// the rules that jump to them or match their bridges): the policy fwc takes over, which the
+/// proof evaluates. Those parts keep running beside fwc, untouched.
+pub fn strip_owned(listing: &Value) -> Value {
+    let objs = listing.get("nftables").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for o in objs {
+        let Some((kind, b)) = o.as_object().and_then(|m| m.iter().next()).map(|(k, b)| (k.clone(), b.clone())) else { continue };
+        let fam = s(&b, "family");
+        let table = if kind == "table" { s(&b, "name") } else { s(&b, "table") };
+        let chain = match kind.as_str() {
+            "chain" => s(&b, "name"),
+            "rule" => s(&b, "chain"),
+            _ => String::new(),
+        };
+        if owner(&fam, &table, &chain).is_some() {
+            continue;
+        }
+        if kind == "rule" {
+            let expr = b.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
+            let jumps_away = expr.iter().filter_map(|e| e.get("jump").or_else(|| e.get("goto"))).filter_map(|j| j.get("target").and_then(Value::as_str)).any(|t| owner(&fam, &table, t).is_some());
+            if jumps_away || mentions_container_iface(&expr) || is_hairpin(&expr) {
+                continue;
+            }
+        }
+        out.push(o);
+    }
+    serde_json::json!({ "nftables": out })
 }
