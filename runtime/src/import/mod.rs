@@ -79,13 +79,22 @@ pub fn import(listing: Value, origins: &translate::Origins, source: &str, partia
     let flows = proof::sample(&imported, RANDOM_FLOWS, SEED);
     progress(&format!("evaluating the original on {} flows", flows.len()));
     let mut proof_missing = None;
+    let names = identities(&listing, origins);
     let listing = translate::strip_owned(&listing);
     match foreign::table_from_listing(&listing).map(Evaluator::from_table) {
         Ok(ev) => {
             let mut results = Vec::with_capacity(flows.len());
             for f in &flows {
                 match ev.explain(f) {
-                    Ok(x) => results.push((f.clone(), proof::outcome(&x))),
+                    Ok(x) => {
+                        let mut o = proof::outcome(&x);
+                        if let Some(id) = &x.decided_by.identity {
+                            if let Some(origin) = names.get(id) {
+                                o.by = format!("{origin} ({})", o.by);
+                            }
+                        }
+                        results.push((f.clone(), o))
+                    }
                     Err(e) if partial => {
                         proof_missing = Some(e.to_string());
                         break;
@@ -183,4 +192,21 @@ pub fn describe(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
+}
+
+/// The evaluator's identity of each foreign rule (`FAMILY TABLE CHAIN handle N`) -> its origin.
+fn identities(listing: &Value, origins: &translate::Origins) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut index: std::collections::BTreeMap<(String, String, String), usize> = Default::default();
+    for o in listing.get("nftables").and_then(Value::as_array).into_iter().flatten() {
+        let Some(r) = o.get("rule") else { continue };
+        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        let key = (s("family"), s("table"), s("chain"));
+        let i = index.entry(key.clone()).or_insert(0);
+        if let (Some(h), Some(origin)) = (r.get("handle").and_then(Value::as_u64), origins.get(&(key.0.clone(), key.1.clone(), key.2.clone(), *i))) {
+            out.insert(format!("{} {} {} handle {h}", key.0, key.1, key.2), origin.clone());
+        }
+        *i += 1;
+    }
+    out
 }

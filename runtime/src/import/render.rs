@@ -188,6 +188,9 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
     }
     files.push(("fwc.kdl".into(), root));
     for (i, c) in imp.chains.iter().enumerate() {
+        if c.rules.is_empty() && c.policy == "accept" {
+            continue;
+        }
         let mut t = format!("// The {} chain, imported.\n", c.kind);
         let mut head = c.kind.to_string();
         if c.policy != "accept" {
