@@ -772,6 +772,12 @@ impl Cx<'_> {
                     ("ip", "protocol") if p.daddr.is_ipv4() => Val::Int(p.proto.number()),
                     ("ip6", "nexthdr") if p.daddr.is_ipv6() => Val::Int(p.proto.number()),
                     ("ip", "protocol") | ("ip6", "nexthdr") => Val::Absent,
+                    // Foreign rulesets (ufw's before6.rules): a flow comes from elsewhere, so
+                    // it arrives with a routed hop limit / TTL (64 here), never 255 or 1 —
+                    // the on-link values neighbour discovery and MLD rules match.
+                    ("ip6", "hoplimit") if p.daddr.is_ipv6() => Val::Int(64),
+                    ("ip", "ttl") if p.daddr.is_ipv4() => Val::Int(64),
+                    ("ip6", "hoplimit") | ("ip", "ttl") => Val::Absent,
                     ("tcp" | "udp" | "th", "dport" | "sport") => {
                         let ok = match proto {
                             "th" => p.proto.has_ports(),
@@ -835,6 +841,8 @@ impl Cx<'_> {
                 }
                 Val::Concat(vs)
             }
+            // A flow carries no IPv6 extension headers (ufw drops type-0 routing headers).
+            "exthdr" => Val::Absent,
             "numgen" => {
                 if body.get("mode").and_then(Value::as_str) != Some("inc") {
                     return Err(self.unsupported(format!("numgen {body}")));

@@ -16,6 +16,7 @@ fwc import --from nft /etc/nftables.conf --out fw          # file loaded by nft 
 fwc import --from nft --live --out fw                      # this host's ruleset\n  \
 fwc import --from nft --live --netns blue --out fw         # a network namespace's ruleset\n  \
 fwc import --from iptables /etc/iptables/rules.v4 --out fw # iptables-save output (or the directory)\n  \
+fwc import --from ufw /etc/ufw --out fw                    # loaded by ufw's own ufw-init in a scratch namespace\n  \
 fwc import --from nft /etc/nftables.conf --out fw --verify # and prove: N flows, 0 differ\n\n\
 Writes DIR/fwc.kdl, DIR/rules/*.kdl, large sets under DIR/lists/, and DIR/tests/imported.kdl: what the ORIGINAL\n\
 does to a sample of flows (every rule's boundary addresses and ports, both families, each interface, random\n\
@@ -75,11 +76,11 @@ pub fn run(a: ImportArgs, g: &Global) -> Result<ExitCode> {
         }
         Err(miette::miette!(help = e.hint(), "{e}"))
     };
-    let (listing, origins, label) = match import::read(kind, a.path.as_deref(), a.live, a.netns.as_deref()) {
+    let (listing, origins, label, notes) = match import::read(kind, a.path.as_deref(), a.live, a.netns.as_deref()) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
-    let imp = match import::import(listing, &origins, &label, a.partial, &mut progress) {
+    let imp = match import::import_with_notes(listing, &origins, &label, notes, a.partial, &mut progress) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };

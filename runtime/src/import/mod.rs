@@ -70,8 +70,14 @@ pub const SEED: u64 = 0x5eed_f00d;
 
 /// The pure part: listing -> rules, files and proof. `partial`: refusals become warnings.
 pub fn import(listing: Value, origins: &translate::Origins, source: &str, partial: bool, progress: &mut dyn FnMut(&str)) -> Result<Import, ImportError> {
+    import_with_notes(listing, origins, source, Vec::new(), partial, progress)
+}
+
+/// [`import`], with notes from reading the source (they come first in the summary).
+pub fn import_with_notes(listing: Value, origins: &translate::Origins, source: &str, notes: Vec<String>, partial: bool, progress: &mut dyn FnMut(&str)) -> Result<Import, ImportError> {
     progress("translating");
-    let imported = translate::translate(&listing, origins);
+    let mut imported = translate::translate(&listing, origins);
+    imported.notes.splice(0..0, notes);
     if !imported.refused.is_empty() && !partial {
         return Err(ImportError::Refused(imported.refused.clone()));
     }
@@ -136,7 +142,8 @@ pub fn verify(listing: &Value, imported: &fwc_compiler::artifacts::Artifacts, fl
 }
 
 /// Read the original (I/O): the listing, the origins of its rules and a label for the header.
-pub fn read(kind: Kind, path: Option<&Path>, live: bool, netns: Option<&str>) -> Result<(Value, translate::Origins, String), ImportError> {
+/// Also notes on what reading had to change (ufw's `limit`).
+pub fn read(kind: Kind, path: Option<&Path>, live: bool, netns: Option<&str>) -> Result<(Value, translate::Origins, String, Vec<String>), ImportError> {
     let need_path = || ImportError::Source { what: "no PATH given".into(), hint: "give the file or directory to import, or --live".into() };
     match (kind, live) {
         (Kind::Nft | Kind::Iptables, true) => {
@@ -144,21 +151,26 @@ pub fn read(kind: Kind, path: Option<&Path>, live: bool, netns: Option<&str>) ->
                 Some(ns) => format!("the live ruleset of network namespace {ns}"),
                 None => "the live ruleset of this host".into(),
             };
-            Ok((source::live(netns)?, Default::default(), label))
+            Ok((source::live(netns)?, Default::default(), label, Vec::new()))
         }
         (Kind::Nft, false) => {
             let p = path.ok_or_else(need_path)?;
             let (l, o) = source::nft_file(p)?;
-            Ok((l, o, p.display().to_string()))
+            Ok((l, o, p.display().to_string(), Vec::new()))
         }
         (Kind::Iptables, false) => {
             let p = path.ok_or_else(need_path)?;
             let files = iptables_files(p)?;
             let (l, o) = source::iptables_files(&files)?;
-            Ok((l, o, p.display().to_string()))
+            Ok((l, o, p.display().to_string(), Vec::new()))
+        }
+        (Kind::Ufw, false) => {
+            let p = path.ok_or_else(need_path)?;
+            let (l, o, notes) = source::ufw_dir(p)?;
+            Ok((l, o, p.display().to_string(), notes))
         }
         (Kind::Ufw | Kind::Firewalld, _) => Err(ImportError::Source {
-            what: format!("importing from {} is not implemented yet", if kind == Kind::Ufw { "ufw" } else { "firewalld" }),
+            what: format!("importing from {} is not implemented yet", if kind == Kind::Ufw { "ufw --live" } else { "firewalld" }),
             hint: "import the ruleset it loaded instead: `fwc import --from nft --live` (ufw and firewalld both program nftables/iptables-nft), then review the result".into(),
         }),
     }

@@ -57,13 +57,7 @@ pub fn iptables_files(files: &[(std::path::PathBuf, bool)]) -> Result<(Value, Or
     }
     script.push_str("nft list ruleset");
     let text = run(Command::new("unshare").args(["-n", "sh", "-c", &script, "sh"]).args(&args), "iptables-nft-restore (in a scratch network namespace)")?;
-    let dir = tempfile::tempdir().map_err(|e| ImportError::Source { what: format!("cannot create a temporary directory: {e}"), hint: String::new() })?;
-    let nftfile = dir.path().join("translated.nft");
-    std::fs::write(&nftfile, &text).map_err(|e| ImportError::Source { what: format!("cannot write {}: {e}", nftfile.display()), hint: String::new() })?;
-    let out = run(
-        Command::new("unshare").args(["-n", "sh", "-c", "nft -f \"$1\" && nft -j list ruleset", "sh"]).arg(&nftfile),
-        "nft -f of iptables-nft's translation (a match nftables cannot express stays an `xt` match and is refused)",
-    )?;
+    let out = reload(&text)?;
     let listing = first_json(&out)?;
     let mut origins = BTreeMap::new();
     for (p, v6) in files {
@@ -71,6 +65,137 @@ pub fn iptables_files(files: &[(std::path::PathBuf, bool)]) -> Result<(Value, Or
         origins.extend(iptables_origins(&content, &file_label(p), if *v6 { "ip6" } else { "ip" }));
     }
     Ok((listing, origins))
+}
+
+/// Load `nft list ruleset` text again into a scratch namespace and list it as JSON: what
+/// iptables-nft and libxtables translated becomes native expressions (an `xt` match nft
+/// cannot print as nftables is refused by `nft -f`, naming it).
+fn reload(text: &str) -> Result<String, ImportError> {
+    let dir = tempfile::tempdir().map_err(|e| ImportError::Source { what: format!("cannot create a temporary directory: {e}"), hint: String::new() })?;
+    let nftfile = dir.path().join("translated.nft");
+    // A match iptables-nft could not translate (`xt match icmp6` for a numeric ICMPv6 type,
+    // `xt match recent`, …) cannot be loaded again: keep its place as a rule that only counts,
+    // with the original in its comment, so the translation refuses it by name and the rules
+    // after it keep their positions (and origins).
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.contains(" xt match ") || l.contains(" xt target ") || l.trim_start().starts_with("xt ") {
+                let indent: String = l.chars().take_while(|c| c.is_whitespace()).collect();
+                let mut what: String = l.trim().replace('"', "'").replace("counter packets 0 bytes 0 ", "");
+                what.truncate(100);
+                format!("{indent}counter comment \"{XT_MARK}{what}\"\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&nftfile, text).map_err(|e| ImportError::Source { what: format!("cannot write {}: {e}", nftfile.display()), hint: String::new() })?;
+    run(
+        Command::new("unshare").args(["-n", "sh", "-c", "nft -f \"$1\" && nft -j list ruleset", "sh"]).arg(&nftfile),
+        "nft -f of iptables-nft's translation (a match nftables cannot express stays an `xt` match and is refused)",
+    )
+}
+
+/// The comment of a rule iptables-nft could not translate to nftables (see [`reload`]).
+pub const XT_MARK: &str = "fwc-import-xt: ";
+
+/// ufw's configuration (`/etc/ufw`, with `/etc/default/ufw` beside it when present), loaded
+/// by ufw's own `ufw-init` into a scratch namespace, so its framework chains, before/after
+/// rules and default policies are exactly what ufw builds. `limit` rules count connections per
+/// source with `-m recent`, which nftables cannot express: they are rewritten to a rate on
+/// the rule (noted). Returns the listing, the origins and notes.
+pub fn ufw_dir(dir: &Path) -> Result<(Value, Origins, Vec<String>), ImportError> {
+    let err = |what: String, hint: &str| ImportError::Source { what, hint: hint.into() };
+    let init = std::env::var_os("FWC_UFW_INIT")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain(["/usr/lib/ufw/ufw-init", "/lib/ufw/ufw-init"].map(std::path::PathBuf::from))
+        .find(|p| p.exists())
+        .ok_or_else(|| err("ufw's ufw-init is not installed".into(), "install the Debian package ufw (fwc runs ufw's own loader in a scratch network namespace)"))?;
+    let functions = init.with_file_name("ufw-init-functions");
+    let tmp = tempfile::tempdir().map_err(|e| err(format!("cannot create a temporary directory: {e}"), ""))?;
+    let root = tmp.path();
+    let mkdir = |p: &Path| std::fs::create_dir_all(p).map_err(|e| err(format!("cannot create {}: {e}", p.display()), ""));
+    mkdir(&root.join("etc/ufw"))?;
+    mkdir(&root.join("etc/default"))?;
+    mkdir(&root.join("lib/ufw"))?;
+    let copy = |from: &Path, to: &Path, text: Option<String>| -> Result<(), ImportError> {
+        let t = match text {
+            Some(t) => t,
+            None => std::fs::read_to_string(from).map_err(|e| err(format!("cannot read {}: {e}", from.display()), "give ufw's directory, /etc/ufw"))?,
+        };
+        std::fs::write(to, t).map_err(|e| err(format!("cannot write {}: {e}", to.display()), ""))
+    };
+    copy(&functions, &root.join("lib/ufw/ufw-init-functions"), None)?;
+    let conf = std::fs::read_to_string(dir.join("ufw.conf")).unwrap_or_default();
+    let loglevel = conf.lines().find_map(|l| l.trim().strip_prefix("LOGLEVEL=")).unwrap_or("low").to_string();
+    copy(Path::new(""), &root.join("etc/ufw/ufw.conf"), Some(format!("ENABLED=yes\nLOGLEVEL={loglevel}\n")))?;
+    let defaults = [dir.join("../default/ufw"), dir.join("default")].into_iter().find(|p| p.is_file());
+    let mut default_text = match &defaults {
+        Some(p) => std::fs::read_to_string(p).map_err(|e| err(format!("cannot read {}: {e}", p.display()), ""))?,
+        None => "IPV6=yes\nDEFAULT_INPUT_POLICY=\"DROP\"\nDEFAULT_OUTPUT_POLICY=\"ACCEPT\"\nDEFAULT_FORWARD_POLICY=\"DROP\"\n".into(),
+    };
+    // Nothing outside the namespace: no sysctls, no modules, no builtin flush.
+    default_text.push_str("\nIPT_SYSCTL=\nIPT_MODULES=\"\"\nMANAGE_BUILTINS=no\n");
+    copy(Path::new(""), &root.join("etc/default/ufw"), Some(default_text))?;
+    let mut origins = BTreeMap::new();
+    let mut notes = Vec::new();
+    let mut any = false;
+    for (name, family) in [("before.rules", "ip"), ("after.rules", "ip"), ("user.rules", "ip"), ("before6.rules", "ip6"), ("after6.rules", "ip6"), ("user6.rules", "ip6")] {
+        let from = dir.join(name);
+        let Ok(text) = std::fs::read_to_string(&from) else { continue };
+        any = true;
+        let text = if name.starts_with("user") { ufw_limits(&text, name, &mut notes) } else { text };
+        origins.extend(iptables_origins(&text, name, family));
+        copy(&from, &root.join("etc/ufw").join(name), Some(text))?;
+    }
+    if !any {
+        return Err(err(format!("{} holds no ufw rules (before.rules, user.rules, …)", dir.display()), "give ufw's directory, /etc/ufw"));
+    }
+    for hook in ["before.init", "after.init"] {
+        if dir.join(hook).exists() {
+            notes.push(format!("{hook}: ufw's hook script is not run by the import (it may add rules of its own: import them by hand)"));
+        }
+    }
+    let text = run(
+        Command::new("unshare").args(["-n", "sh", "-c", "\"$1\" --rootdir \"$2\" --datadir \"$2\" start >&2 && nft list ruleset", "sh"]).arg(&init).arg(root),
+        "ufw-init start (in a scratch network namespace)",
+    )?;
+    let listing = first_json(&reload(&text)?)?;
+    Ok((listing, origins, notes))
+}
+
+/// ufw's `limit`: `-m recent --set` and `--update --seconds S --hitcount H -j ufw-user-limit`
+/// before `-j ufw-user-limit-accept` become `-m limit --limit H/S --limit-burst H` on the accept
+/// (line numbers kept: the removed lines become comments).
+fn ufw_limits(text: &str, file: &str, notes: &mut Vec<String>) -> String {
+    let mut out = Vec::new();
+    let mut pending: Option<(u64, u64)> = None;
+    for (n, line) in text.lines().enumerate() {
+        if line.contains("-m recent") && line.contains("--set") {
+            out.push("# fwc import: ufw limit, see below".to_string());
+            continue;
+        }
+        if line.contains("-m recent") && line.contains("--update") {
+            let num = |flag: &str| line.split_whitespace().skip_while(|w| *w != flag).nth(1).and_then(|v| v.parse::<u64>().ok());
+            pending = num("--seconds").zip(num("--hitcount"));
+            out.push("# fwc import: ufw limit, see below".to_string());
+            continue;
+        }
+        if let (Some((secs, hits)), true) = (pending, line.contains("-user-limit-accept")) {
+            let rate = if (hits * 60) % secs.max(1) == 0 { format!("{}/minute", hits * 60 / secs.max(1)) } else { format!("{}/hour", hits * 3600 / secs.max(1)) };
+            notes.push(format!(
+                "{file}:{}: ufw `limit` ({hits} new connections in {secs} s per source address, then reject) imported as rate=\"{rate} burst {hits}\" for all clients together (over it: the chain's policy)",
+                n + 1
+            ));
+            out.push(line.replacen(" -j ", &format!(" -m limit --limit {rate} --limit-burst {hits} -j "), 1));
+            pending = None;
+            continue;
+        }
+        out.push(line.to_string());
+    }
+    out.join("\n") + "\n"
 }
 
 /// The live ruleset of this host or of network namespace `netns`.

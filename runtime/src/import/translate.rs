@@ -310,6 +310,11 @@ struct Stmts {
     /// `ct status dnat`, `fib daddr type local`: conditions only NAT rules may carry.
     ct_dnat: bool,
     fib_local: bool,
+    /// `fib daddr type broadcast/multicast/…`, `ip6 hoplimit`, an extension header: matches of
+    /// on-link or unusual packets fwc has no form for.
+    fib_other: bool,
+    hoplimit: bool,
+    exthdr: bool,
 }
 
 impl Tx<'_> {
@@ -321,6 +326,14 @@ impl Tx<'_> {
             let r = &c.rules[i];
             let expr = r.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
             let comment = r.get("comment").and_then(Value::as_str).map(str::to_string);
+            if let Some(what) = comment.as_deref().and_then(|c| c.strip_prefix(super::source::XT_MARK)) {
+                self.out.refused.push(Refusal {
+                    origin,
+                    what: format!("an iptables match nftables cannot express ({what})"),
+                    hint: "rewrite the rule without it (iptables-translate shows what nftables can say), or leave it out with --partial".into(),
+                });
+                continue;
+            }
             if mentions_container_iface(&expr) {
                 self.out.containers = true;
                 self.notes.insert(format!("rules about container bridges (e.g. {origin}) are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working"));
@@ -345,6 +358,33 @@ impl Tx<'_> {
                     continue;
                 }
             };
+            if st.exthdr && st.verdict.as_deref() == Some("drop") {
+                self.out.merged.push((origin, "a drop of packets with an IPv6 routing/extension header (type-0 routing headers are deprecated, RFC 5095; the kernel ignores them): fwc has no such match".into()));
+                continue;
+            }
+            if st.hoplimit {
+                let nd = ["nd-router-solicit", "nd-router-advert", "nd-neighbor-solicit", "nd-neighbor-advert"];
+                let only_nd = cond.icmp_type.as_deref().is_some_and(|t| t.split(',').all(|x| nd.contains(&x)));
+                if only_nd && st.verdict.as_deref() == Some("accept") && matches!(hook, "input" | "output") {
+                    self.out.merged.push((origin, "neighbour discovery with hop limit 255: fwc accepts neighbour discovery itself".into()));
+                } else {
+                    self.out.refused.push(Refusal {
+                        origin,
+                        what: "a match on the hop limit / TTL (on-link ICMPv6 such as MLD, inverse ND, SEND)".into(),
+                        hint: "fwc has no hop-limit match; these packets stay under the chain's policy (or add an nftables table of your own for them)".into(),
+                    });
+                }
+                continue;
+            }
+            if st.fib_other {
+                let target = st.target.clone().unwrap_or_default();
+                if target.contains("skip-to-policy") {
+                    self.out.merged.push((origin, format!("broadcast/multicast packets sent to the policy ({target}), where they end anyway")));
+                } else {
+                    self.out.refused.push(Refusal { origin, what: "a match on the destination's address type (broadcast, multicast)".into(), hint: "fwc has no such match; match the addresses instead".into() });
+                }
+                continue;
+            }
             if st.ct_dnat || st.fib_local {
                 if st.verdict.as_deref() == Some("accept") && st.ct_dnat && cond == *pre {
                     self.out.merged.push((origin, "`ct status dnat accept`: fwc accepts the connections of its forwards itself".into()));
@@ -398,6 +438,35 @@ impl Tx<'_> {
                         self.out.refused.push(Refusal { origin, what: format!("jump to unknown chain {target}"), hint: "fix the original".into() });
                         continue;
                     };
+                    if hook == "input" && sub.rules.first().is_some_and(|r| {
+                        let e = r.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
+                        e.iter().any(|x| x.pointer("/match/left/fib").is_some() && x.pointer("/match/right") == Some(&Value::from("local"))) && e.iter().any(|x| x.get("return").is_some())
+                    }) {
+                        self.out.merged.push((origin, format!("chain {target} drops only packets not addressed to this host (it returns for local ones first); fwc's input rules see packets addressed to it")));
+                        continue;
+                    }
+                    let log_only = sub.rules.iter().all(|r| {
+                        r.get("expr").and_then(Value::as_array).into_iter().flatten().all(|x| {
+                            x.get("match").is_some() || x.get("log").is_some() || x.get("limit").is_some() || x.get("counter").is_some() || x.get("return").is_some()
+                        })
+                    });
+                    if log_only && !sub.rules.is_empty() {
+                        self.out.merged.push((origin, format!("chain {target} only logs: its logging is left out (fwc logs with log=, log-prefix= on a rule)")));
+                        continue;
+                    }
+                    if st.limit.is_some() {
+                        let mut inner = Vec::new();
+                        self.walk(&sub, &cond, hook, depth + 1, &mut inner);
+                        for mut r in inner {
+                            if r.verb == Verb::Allow && r.rate.is_none() {
+                                r.rate = st.limit.clone();
+                                out.push(r);
+                            } else {
+                                self.out.refused.push(Refusal { origin: r.origin.clone(), what: "a rate limit on a jump to rules other than accepts".into(), hint: "fwc limits the rate of allow rules only".into() });
+                            }
+                        }
+                        continue;
+                    }
                     if depth > 8 {
                         self.out.refused.push(Refusal { origin, what: "jumps nest deeper than 8 chains".into(), hint: "flatten the chains".into() });
                         continue;
@@ -574,6 +643,8 @@ impl Tx<'_> {
                         ("ct", "state") => set_once(&mut c.state, strings(&right).join(","))?,
                         ("ct", "status") if strings(&right) == ["dnat"] => st.ct_dnat = true,
                         ("fib", _) if lb.get("result").and_then(Value::as_str) == Some("type") && strings(&right) == ["local"] => st.fib_local = true,
+                        ("fib", _) if lb.get("result").and_then(Value::as_str) == Some("type") => st.fib_other = true,
+                        ("exthdr", _) => st.exthdr = true,
                         ("payload", _) => {
                             let proto = s(&lb, "protocol");
                             let field = s(&lb, "field");
@@ -583,6 +654,7 @@ impl Tx<'_> {
                                     c.family.get_or_insert(if proto == "ip" { Family::V4 } else { Family::V6 });
                                     if field == "saddr" { set_once(&mut c.from, a)? } else { set_once(&mut c.to, a)? }
                                 }
+                                ("ip6", "hoplimit") | ("ip", "ttl") => st.hoplimit = true,
                                 ("ip", "protocol") | ("ip6", "nexthdr") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("protocol {right}"), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
                                 ("tcp" | "udp" | "th", "dport" | "sport") => {
                                     if proto != "th" {
