@@ -14,10 +14,15 @@ pub enum RuleKind {
     Filter,
     Forward,
     Shape,
+    /// `masquerade "…"`: source NAT to the out interface's address.
+    Masquerade,
+    /// `snat "…"`: source NAT to a fixed address.
+    Snat,
 }
 
 impl RuleKind {
-    pub const ALL: [RuleKind; 5] = [RuleKind::Set, RuleKind::Chain, RuleKind::Filter, RuleKind::Forward, RuleKind::Shape];
+    pub const ALL: [RuleKind; 7] =
+        [RuleKind::Set, RuleKind::Chain, RuleKind::Filter, RuleKind::Forward, RuleKind::Shape, RuleKind::Masquerade, RuleKind::Snat];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -26,6 +31,8 @@ impl RuleKind {
             RuleKind::Filter => "filter",
             RuleKind::Forward => "forward",
             RuleKind::Shape => "shape",
+            RuleKind::Masquerade => "masquerade",
+            RuleKind::Snat => "snat",
         }
     }
 

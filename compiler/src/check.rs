@@ -29,6 +29,7 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Result<Diagnostics, Diagnostics> 
     c.chains();
     c.forwards();
     c.shapes();
+    c.snats();
     c.selectors();
     if c.out.has_errors() {
         Err(c.out)
@@ -425,6 +426,79 @@ impl Checker<'_> {
         }
     }
 
+    /// `masquerade` / `snat`: set references, ports with a protocol, one address family.
+    fn snats(&mut self) {
+        self.unique("source NAT rule", self.rs.snats.iter().map(|s| (s.kind.as_str(), &s.name)));
+        for s in &self.rs.snats {
+            let rule = format!("{} \"{}\"", s.kind.as_str(), s.name.value);
+            self.addr(&rule, &s.from);
+            self.addr(&rule, &s.dst);
+            self.ports_need_proto(&rule, s.proto.as_ref(), s.ports.as_ref(), "port");
+            self.family_mix(&rule, &s.from, &s.dst);
+            let Some(to) = &s.to_addr else { continue };
+            let fam = if to.value.is_ipv4() { Family::V4 } else { Family::V6 };
+            let proto_fam = match s.proto.as_ref().map(|p| p.value) {
+                Some(Proto::Icmp) => Some(Family::V4),
+                Some(Proto::Icmpv6) => Some(Family::V6),
+                _ => None,
+            };
+            let clash = [("from", self.match_family(&s.from)), ("dst", self.match_family(&s.dst)), ("proto", proto_fam)]
+                .into_iter()
+                .find(|(_, f)| matches!(f, Some(f) if *f != fam && *f != Family::Both));
+            if let Some((key, Some(other))) = clash {
+                self.err(
+                    "family-mismatch",
+                    &rule,
+                    format!("to={} is {} but {key}= is {}: this snat can never translate", to.value, fam.name(), other.name()),
+                    to.span,
+                    "other family",
+                    "snat translates within one address family: write one snat per family, each with a to= of its family",
+                );
+            }
+        }
+        self.snat_without_routing();
+    }
+
+    /// A `masquerade`/`snat` of other machines' traffic (`from=`) on a host whose forward
+    /// chain lets nothing through (closed policy, no allow, no kernel forward): nothing is
+    /// ever routed to it.
+    fn snat_without_routing(&mut self) {
+        let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::select::implicit_host()] } else { self.rs.hosts.clone() };
+        let mut warned = std::collections::BTreeSet::new();
+        for h in &hosts {
+            let plan = crate::select::plan_host(self.rs, h);
+            let Some(fwd) = plan.chains.iter().find(|c| c.kind == ChainKind::Forward) else { continue };
+            let routes = !fwd.policy.is_closed() || fwd.rules.iter().any(|r| r.action == Action::Allow) || !plan.kernel_forwards.is_empty();
+            if routes {
+                continue;
+            }
+            for s in plan.snats.iter().filter(|s| s.from.is_some()) {
+                if !warned.insert((s.kind, s.name.value.clone())) {
+                    continue;
+                }
+                let rule = format!("{} \"{}\"", s.kind.as_str(), s.name.value);
+                self.warn(
+                    "snat-nothing-routed",
+                    &rule,
+                    format!(
+                        "{} \"{}\" translates routed traffic, but host \"{}\" forwards nothing: its forward chain is policy={} with no allow rule",
+                        s.kind.as_str(),
+                        s.name.value,
+                        h.name.value,
+                        fwd.policy.as_str()
+                    ),
+                    s.name.span,
+                    "nothing reaches it",
+                    format!(
+                        "allow the traffic in the forward chain, e.g. forward policy={} {{ allow \"{}\" from=… out=… }} (and enable net.ipv4.ip_forward), or remove this rule",
+                        fwd.policy.as_str(),
+                        s.name.value
+                    ),
+                );
+            }
+        }
+    }
+
     /// A selector that matches no declared host is probably a typo: warn.
     fn selectors(&mut self) {
         let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::select::implicit_host()] } else { self.rs.hosts.clone() };
@@ -442,6 +516,11 @@ impl Checker<'_> {
         for sh in &self.rs.shapes {
             if let Some(s) = &sh.on {
                 sels.push((format!("shape \"{}\"", sh.name.value), s));
+            }
+        }
+        for sn in &self.rs.snats {
+            if let Some(s) = &sn.on {
+                sels.push((format!("{} \"{}\"", sn.kind.as_str(), sn.name.value), s));
             }
         }
         for (rule, s) in sels {

@@ -9,7 +9,8 @@
 //!
 //! "Covers" is decided exactly on the match properties (protocol, ports, addresses as
 //! intervals, interfaces, host selector); a rule with `rate=` never covers another (it stops
-//! matching over the rate), and a dynamic set only covers itself.
+//! matching over the rate), nor does a rule with `icmp-type=`/`state=` or a `log` rule (which
+//! ends nothing); a dynamic set only covers itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -189,6 +190,12 @@ impl Hull {
     }
 }
 
+/// A rule that stops matching over a rate, narrows by ICMP type or connection state, or
+/// decides nothing (`log`): counted as covering no other rule (conservative: no false alarm).
+fn never_covers(r: &FilterRule) -> bool {
+    r.rate.is_some() || r.icmp_types.is_some() || r.state.is_some() || !r.action.is_terminal()
+}
+
 fn same_or_any<T: PartialEq>(a: Option<&T>, b: Option<&T>) -> bool {
     match (a, b) {
         (None, _) => true,
@@ -261,7 +268,7 @@ impl<'a> Linter<'a> {
 
     /// Does rule `a` match every packet rule `b` matches?
     fn covers(&mut self, a: &'a FilterRule, b: &'a FilterRule) -> bool {
-        a.rate.is_none()
+        !never_covers(a)
             && selector_key(&a.on).is_none_or(|k| Some(k) == selector_key(&b.on))
             && proto_covers(a.proto.as_ref().map(|p| p.value), b.proto.as_ref().map(|p| p.value))
             && ports_cover(a.ports.as_ref().map(|p| p.value.as_slice()), b.ports.as_ref().map(|p| p.value.as_slice()))
@@ -323,10 +330,11 @@ impl<'a> Linter<'a> {
 
     fn ssh_lockout(&mut self) {
         let (rules, policy) = self.chain(ChainKind::Input);
-        let Some(policy) = policy.filter(|p| p.value == Policy::Drop) else { return };
+        let Some(policy) = policy.filter(|p| p.value.is_closed()) else { return };
         let ssh = [PortRange::single(SSH_PORT)];
         let allows_ssh = rules.iter().any(|r| {
             r.action == Action::Allow
+                && r.state.as_ref().is_none_or(|s| s.value.contains(&CtState::New))
                 && proto_covers(r.proto.as_ref().map(|p| p.value), Some(Proto::Tcp))
                 && ports_cover(r.ports.as_ref().map(|p| p.value.as_slice()), Some(&ssh))
                 && r.iif.is_none()
@@ -337,7 +345,7 @@ impl<'a> Linter<'a> {
             self.warn(
                 "no-ssh-allow",
                 "input chain",
-                "input policy=drop and no rule allows SSH (tcp port 22): applying this over SSH locks you out".into(),
+                format!("input policy={} and no rule allows SSH (tcp port 22): applying this over SSH locks you out", policy.value.as_str()),
                 policy.span,
                 "drops everything not allowed",
                 "add allow \"ssh\" proto=tcp port=22 from=\"@admins\" (fwc apply also refuses a ruleset that drops its own SSH session unless --allow-lockout)".into(),
@@ -403,7 +411,7 @@ impl<'a> Linter<'a> {
             },
         };
         Hull {
-            rate: r.rate.is_some(),
+            rate: never_covers(r),
             proto: r.proto.as_ref().map(|p| p.value),
             ports: ports(&r.ports),
             sports: ports(&r.sports),
@@ -425,8 +433,8 @@ impl<'a> Linter<'a> {
                 ForwardProto::Udp => Proto::Udp,
                 ForwardProto::Both => Proto::Both,
             };
-            for r in rules {
-                let plain = r.rate.is_none() && r.on.is_none() && r.iif.is_none() && r.oif.is_none() && r.sports.is_none() && r.ports.is_none() && r.to.is_none();
+            for r in rules.into_iter().filter(|r| r.action.is_terminal()) {
+                let plain = r.rate.is_none() && r.state.is_none() && r.icmp_types.is_none() && r.on.is_none() && r.iif.is_none() && r.oif.is_none() && r.sports.is_none() && r.ports.is_none() && r.to.is_none();
                 if r.action == Action::Allow {
                     if self.addr_meets(r.from.as_ref(), Some(from)) {
                         break; // an allow may let some of them through first
@@ -475,6 +483,10 @@ impl<'a> Linter<'a> {
         for s in &rs.shapes {
             note(&s.from);
             note(&s.to);
+        }
+        for s in &rs.snats {
+            note(&s.from);
+            note(&s.dst);
         }
         for s in &rs.sets {
             if !used.contains(&s.name.value) {

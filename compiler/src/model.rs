@@ -46,6 +46,9 @@ pub struct Ruleset {
     pub chains: Vec<Chain>,
     pub forwards: Vec<ForwardRule>,
     pub shapes: Vec<ShapeRule>,
+    /// `masquerade "…"` and `snat "…"`, in file order (the first that matches a packet wins).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub snats: Vec<SnatRule>,
 }
 
 impl Ruleset {
@@ -58,6 +61,7 @@ impl Ruleset {
         self.chains.iter_mut().for_each(|c| c.rules.shrink_to_fit());
         self.forwards.shrink_to_fit();
         self.shapes.shrink_to_fit();
+        self.snats.shrink_to_fit();
     }
 }
 
@@ -156,6 +160,81 @@ pub const DEFAULT_CONTAINER_BRIDGES: &[&str] = &["docker0", "br-*", "podman*", "
 pub enum Policy {
     Accept,
     Drop,
+    /// The kernel policy is `drop`; a final rule rejects (after fwc's accepts for forwards).
+    Reject,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Accept => "accept",
+            Policy::Drop => "drop",
+            Policy::Reject => "reject",
+        }
+    }
+    /// Drop or reject: what is not allowed does not pass.
+    pub fn is_closed(self) -> bool {
+        self != Policy::Accept
+    }
+}
+
+/// `reject-with=`: how a `reject` answers. ICMP codes are sent as ICMP or ICMPv6, whichever
+/// the packet's family is (nft's `icmpx`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RejectWith {
+    TcpReset,
+    PortUnreachable,
+    HostUnreachable,
+    NetUnreachable,
+    AdminProhibited,
+    /// ICMP protocol unreachable; IPv6 has no such code and gets port-unreachable.
+    ProtUnreachable,
+}
+
+impl RejectWith {
+    pub const ALL: [RejectWith; 6] = [
+        RejectWith::TcpReset,
+        RejectWith::PortUnreachable,
+        RejectWith::HostUnreachable,
+        RejectWith::NetUnreachable,
+        RejectWith::AdminProhibited,
+        RejectWith::ProtUnreachable,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectWith::TcpReset => "tcp-reset",
+            RejectWith::PortUnreachable => "port-unreachable",
+            RejectWith::HostUnreachable => "host-unreachable",
+            RejectWith::NetUnreachable => "net-unreachable",
+            RejectWith::AdminProhibited => "admin-prohibited",
+            RejectWith::ProtUnreachable => "prot-unreachable",
+        }
+    }
+}
+
+/// A conntrack state a rule can match with `state=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CtState {
+    New,
+    Established,
+    Related,
+    Invalid,
+    Untracked,
+}
+
+impl CtState {
+    pub const ALL: [CtState; 5] = [CtState::New, CtState::Established, CtState::Related, CtState::Invalid, CtState::Untracked];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CtState::New => "new",
+            CtState::Established => "established",
+            CtState::Related => "related",
+            CtState::Invalid => "invalid",
+            CtState::Untracked => "untracked",
+        }
+    }
 }
 
 /// `input policy=drop { … }` (also `forward`, `output`). Several blocks of one kind are
@@ -168,6 +247,9 @@ pub struct Chain {
     /// Only on a `containers` block; skipped when absent (digests of the other chains).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bridges: Option<Spanned<Vec<String>>>,
+    /// `reject-with=` on a `policy=reject` block: how the policy rejects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reject_with: Option<Spanned<RejectWith>>,
     pub rules: Vec<FilterRule>,
     #[serde(skip)]
     pub span: Span,
@@ -179,6 +261,8 @@ pub enum Action {
     Allow,
     Deny,
     Reject,
+    /// `log "…"`: logs the packet and matching goes on (not a verdict).
+    Log,
 }
 
 impl Action {
@@ -187,7 +271,12 @@ impl Action {
             Action::Allow => "allow",
             Action::Deny => "deny",
             Action::Reject => "reject",
+            Action::Log => "log",
         }
+    }
+    /// Does a matching rule end the chain (allow, deny, reject), or does matching go on (log)?
+    pub fn is_terminal(self) -> bool {
+        self != Action::Log
     }
 }
 
@@ -327,8 +416,70 @@ pub struct FilterRule {
     pub to: Option<Spanned<AddrMatch>>,
     pub iif: Option<Spanned<String>>,
     pub oif: Option<Spanned<String>>,
+    /// `log=#true`, or implied by `log-prefix`/`log-rate`, or a `log` rule.
     pub log: bool,
     pub rate: Option<Spanned<EventRate>>,
+    /// `icmp-type=`: ICMP (proto=icmp) or ICMPv6 (proto=icmpv6) type numbers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icmp_types: Option<Spanned<Vec<u8>>>,
+    /// `reject-with=` (reject rules only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reject_with: Option<Spanned<RejectWith>>,
+    /// `log-prefix=`: the kernel log line's prefix (default `fwc <name>: `).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_prefix: Option<Spanned<String>>,
+    /// `log-rate=`: at most this many log lines (the verdict applies to every packet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_rate: Option<Spanned<EventRate>>,
+    /// `state=`: conntrack states the packet's connection must be in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<Spanned<Vec<CtState>>>,
+    pub on: Option<Spanned<Selector>>,
+    pub comment: Option<String>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+/// Which source NAT a [`SnatRule`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SnatKind {
+    /// The new source is the address of the interface the packet leaves by.
+    Masquerade,
+    /// The new source is a fixed address (`to=`).
+    Snat,
+}
+
+impl SnatKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnatKind::Masquerade => "masquerade",
+            SnatKind::Snat => "snat",
+        }
+    }
+    pub fn rule_kind(self) -> RuleKind {
+        match self {
+            SnatKind::Masquerade => RuleKind::Masquerade,
+            SnatKind::Snat => RuleKind::Snat,
+        }
+    }
+}
+
+/// `masquerade "lan-out" from="192.168.1.0/24" out=eth0` and
+/// `snat "office-out" from="10.8.0.0/16" out=eth0 to="198.18.0.1"`: source NAT of connections
+/// leaving the host (routed or its own), in the nat postrouting chain.
+#[derive(Debug, Clone, Serialize)]
+pub struct SnatRule {
+    pub name: Spanned<String>,
+    pub kind: SnatKind,
+    pub from: Option<Spanned<AddrMatch>>,
+    /// Destination filter (`to=` of masquerade, `dst=` of snat).
+    pub dst: Option<Spanned<AddrMatch>>,
+    /// snat: the new source address (`to=`).
+    pub to_addr: Option<Spanned<IpAddr>>,
+    pub oif: Option<Spanned<String>>,
+    pub proto: Option<Spanned<Proto>>,
+    pub ports: Option<Spanned<Vec<PortRange>>>,
     pub on: Option<Spanned<Selector>>,
     pub comment: Option<String>,
     #[serde(skip)]

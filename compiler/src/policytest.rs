@@ -72,7 +72,7 @@ pub struct PolicyTest {
 }
 
 const OUTCOMES: &[&str] = &["accept", "drop", "reject", "forward", "shaped"];
-const PROPS: &[&str] = &["proto", "from", "to", "chain", "in", "out", "host", "rule", "reaches", "via", "class"];
+const PROPS: &[&str] = &["proto", "icmp-type", "from", "to", "chain", "in", "out", "host", "rule", "reaches", "via", "class"];
 
 /// Parse every test file of `tree` (files are added to `map`). All errors are returned together.
 pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, Diagnostics> {
@@ -256,6 +256,15 @@ impl FileParser<'_> {
                 Some(o) => spec.origin = Some(o),
                 None => {
                     bad(self, "chain", span, format!("unknown chain \"{v}\""), "input (to this host), forward (routed through it) or output (sent by it)".into());
+                    ok = false;
+                }
+            }
+        }
+        if let Some((v, span)) = take("icmp-type") {
+            match eval::flow::parse_icmp_type(spec.proto.unwrap_or(L4::Tcp), &v) {
+                Ok(t) => spec.icmp_type = Some(t),
+                Err(e) => {
+                    bad(self, "icmp-type", span, e.message, "write proto=icmp icmp-type=\"echo-reply\" (or proto=icmpv6 …; nft's names or a number)".into());
                     ok = false;
                 }
             }

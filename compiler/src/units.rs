@@ -1,13 +1,14 @@
 //! Parsing of the value mini-languages inside rule properties: bandwidths (`10mbit`,
 //! `1MiB/s`), sizes (`64KiB`), durations (`30s`), event rates (`50/second`), ports and port
-//! lists (`80,443,8000-8100`), addresses (`10.0.0.0/8`, `10.0.0.1-10.0.0.9`). Errors carry a
+//! lists (`80,443,8000-8100`), addresses (`10.0.0.0/8`, `10.0.0.1-10.0.0.9`), ICMP types as nft
+//! spells them (`echo-request`), conntrack states, reject kinds, log prefixes. Errors carry a
 //! message and a hint; the caller attaches the span.
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::model::{AddrElem, Bandwidth, EventRate, PortRange, TimeUnit};
+use crate::model::{AddrElem, Bandwidth, CtState, EventRate, PortRange, RejectWith, TimeUnit};
 
 /// A value that did not parse: what is wrong, and how to write it instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +229,172 @@ pub fn parse_addr(s: &str) -> Result<AddrElem, UnitError> {
         Ok(a) => Ok(AddrElem::Net(IpNet::from(a))),
         Err(_) => err(format!("\"{s}\" is not an IP address"), ADDR_HELP),
     }
+}
+
+/// ICMP type names as nft spells them (`nft describe icmp type`).
+pub const ICMP_TYPES: &[(&str, u8)] = &[
+    ("echo-reply", 0),
+    ("destination-unreachable", 3),
+    ("source-quench", 4),
+    ("redirect", 5),
+    ("echo-request", 8),
+    ("router-advertisement", 9),
+    ("router-solicitation", 10),
+    ("time-exceeded", 11),
+    ("parameter-problem", 12),
+    ("timestamp-request", 13),
+    ("timestamp-reply", 14),
+    ("info-request", 15),
+    ("info-reply", 16),
+    ("address-mask-request", 17),
+    ("address-mask-reply", 18),
+];
+
+/// ICMPv6 type names as nft spells them (`nft describe icmpv6 type`); the first name of a
+/// number is the one nft lists.
+pub const ICMPV6_TYPES: &[(&str, u8)] = &[
+    ("destination-unreachable", 1),
+    ("packet-too-big", 2),
+    ("time-exceeded", 3),
+    ("parameter-problem", 4),
+    ("echo-request", 128),
+    ("echo-reply", 129),
+    ("mld-listener-query", 130),
+    ("mld-listener-report", 131),
+    ("mld-listener-done", 132),
+    ("mld-listener-reduction", 132),
+    ("nd-router-solicit", 133),
+    ("nd-router-advert", 134),
+    ("nd-neighbor-solicit", 135),
+    ("nd-neighbor-advert", 136),
+    ("nd-redirect", 137),
+    ("router-renumbering", 138),
+    ("ind-neighbor-solicit", 141),
+    ("ind-neighbor-advert", 142),
+    ("mld2-listener-report", 143),
+];
+
+fn icmp_table(v6: bool) -> &'static [(&'static str, u8)] {
+    if v6 {
+        ICMPV6_TYPES
+    } else {
+        ICMP_TYPES
+    }
+}
+
+/// The name nft gives ICMP (`v6`: ICMPv6) type `code`, if it has one.
+pub fn icmp_type_name(v6: bool, code: u8) -> Option<&'static str> {
+    icmp_table(v6).iter().find(|(_, c)| *c == code).map(|(n, _)| *n)
+}
+
+/// The number of the ICMP (`v6`: ICMPv6) type called `name` by nft.
+pub fn icmp_type_code(v6: bool, name: &str) -> Option<u8> {
+    icmp_table(v6).iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
+}
+
+/// `"echo-request,echo-reply"` or numbers (`"8"`, `"0-255"` is not a type): ICMP types of
+/// the family `v6` says, as numbers, sorted, without duplicates.
+pub fn parse_icmp_types(s: &str, v6: bool) -> Result<Vec<u8>, UnitError> {
+    let (proto, other) = if v6 { ("icmpv6", "icmp") } else { ("icmp", "icmpv6") };
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        if let Ok(n) = part.parse::<u8>() {
+            out.push(n);
+            continue;
+        }
+        if let Some(c) = icmp_type_code(v6, part) {
+            out.push(c);
+            continue;
+        }
+        if part.is_empty() {
+            return err("an empty ICMP type", format!("write icmp-type=\"echo-request\" or a comma list: \"echo-request,echo-reply\" (proto={proto})"));
+        }
+        if icmp_type_code(!v6, part).is_some() {
+            return err(
+                format!("\"{part}\" is an {other} type, and this rule is proto={proto}"),
+                format!("use proto={other} for {other} types (or split the rule in two, one per family)"),
+            );
+        }
+        let names = icmp_table(v6).iter().map(|(n, _)| *n);
+        let help = match crate::suggest::did_you_mean(part, names) {
+            Some(m) => format!("did you mean \"{m}\"? {proto} types are nft's names ({}) or numbers 0-255", list_names(v6)),
+            None => format!("{proto} types are nft's names ({}) or numbers 0-255", list_names(v6)),
+        };
+        return err(format!("\"{part}\" is not an {proto} type"), help);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+fn list_names(v6: bool) -> String {
+    let mut names: Vec<&str> = icmp_table(v6).iter().map(|(n, _)| *n).collect();
+    names.dedup();
+    names.join(", ")
+}
+
+/// `state="new"` or `"established,related"`: conntrack states, sorted, without duplicates.
+pub fn parse_ct_states(s: &str) -> Result<Vec<CtState>, UnitError> {
+    let all = || CtState::ALL.iter().map(|c| c.as_str());
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        match CtState::ALL.iter().find(|c| c.as_str() == part) {
+            Some(c) => out.push(*c),
+            None => {
+                let names = all().collect::<Vec<_>>().join(", ");
+                let help = match crate::suggest::did_you_mean(part, all()) {
+                    Some(m) => format!("did you mean \"{m}\"? states are {names} (comma separated)"),
+                    None => format!("states are {names} (comma separated), e.g. state=\"new\""),
+                };
+                return err(format!("\"{part}\" is not a connection state"), help);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// `reject-with="admin-prohibited"` and the other [`RejectWith`] kinds.
+pub fn parse_reject_with(s: &str) -> Result<RejectWith, UnitError> {
+    if let Some(r) = RejectWith::ALL.iter().find(|r| r.as_str() == s) {
+        return Ok(*r);
+    }
+    let names = || RejectWith::ALL.iter().map(|r| r.as_str());
+    // iptables' and firewalld's spellings.
+    let alias = match s {
+        "tcp-rst" | "tcp reset" => Some("tcp-reset"),
+        "icmp-port-unreachable" | "icmp6-port-unreachable" | "icmpx-port-unreachable" => Some("port-unreachable"),
+        "icmp-host-unreachable" | "icmp6-addr-unreachable" | "addr-unreachable" => Some("host-unreachable"),
+        "icmp-net-unreachable" | "icmp6-no-route" | "no-route" => Some("net-unreachable"),
+        "icmp-admin-prohibited" | "icmp6-adm-prohibited" | "adm-prohibited" => Some("admin-prohibited"),
+        "icmp-proto-unreachable" | "proto-unreachable" => Some("prot-unreachable"),
+        _ => None,
+    };
+    let all = names().collect::<Vec<_>>().join(", ");
+    let help = match alias.or_else(|| crate::suggest::did_you_mean(s, names())) {
+        Some(m) => format!("did you mean \"{m}\"? reject-with is one of: {all}"),
+        None => format!("reject-with is one of: {all}"),
+    };
+    err(format!("\"{s}\" is not a way to reject"), help)
+}
+
+/// Longest `log-prefix` nft accepts (bytes).
+pub const MAX_LOG_PREFIX: usize = 127;
+
+/// `log-prefix="SSH "`: printable text, at most [`MAX_LOG_PREFIX`] bytes.
+pub fn parse_log_prefix(s: &str) -> Result<String, UnitError> {
+    let help = format!("write printable text of at most {MAX_LOG_PREFIX} bytes, e.g. log-prefix=\"SSH: \"");
+    if s.is_empty() {
+        return err("an empty log prefix", help);
+    }
+    if s.len() > MAX_LOG_PREFIX {
+        return err(format!("the prefix is {} bytes, nft takes at most {MAX_LOG_PREFIX}", s.len()), help);
+    }
+    if s.chars().any(|c| c.is_control() || c == '"' || c == '\\') {
+        return err("the prefix holds a control character, a quote or a backslash", help);
+    }
+    Ok(s.to_string())
 }
 
 #[cfg(test)]

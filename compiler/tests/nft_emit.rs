@@ -58,6 +58,11 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
         oif: None,
         log: false,
         rate: None,
+        icmp_types: None,
+        reject_with: None,
+        log_prefix: None,
+        log_rate: None,
+        state: None,
         on: None,
         comment: None,
         span: Span::default(),
@@ -65,7 +70,7 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
 }
 
 fn chain(kind: ChainKind, policy: Policy, rules: Vec<FilterRule>) -> Chain {
-    Chain { kind, policy: Some(sp(policy)), bridges: None, rules, span: Span::default() }
+    Chain { kind, policy: Some(sp(policy)), bridges: None, reject_with: None, rules, span: Span::default() }
 }
 
 /// `listen` like ":8080", "203.0.113.1:80", "[2001:db8::1]:80-90"; `to` like
@@ -259,6 +264,7 @@ fn kitchen_sink() -> Ruleset {
         ],
         forwards: vec![web_fwd, game, shifted, lb, office_only, on_addr, v6, tenant, api],
         shapes: vec![guests, bulk],
+        snats: vec![],
     }
 }
 

@@ -127,6 +127,7 @@ fn flows(r: &mut Rng, n: usize) -> Vec<Flow> {
                 origin: Some(if forward { Origin::Forward } else { Origin::Input }),
                 iif: if r.chance(60) { Some(r.pick(IFS).to_string()) } else { None },
                 oif,
+                icmp_type: None,
             };
             spec.build().unwrap()
         })

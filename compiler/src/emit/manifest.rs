@@ -37,11 +37,20 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &N
             RuleKind::Chain => {
                 let c = plan.chains.iter().find(|c| c.kind.as_str() == name).expect("placed chains exist");
                 let order: Vec<&str> = c.rules.iter().map(|r| r.name.value.as_str()).collect();
-                (chain_summary(c.policy, &order), digest(&(c.policy, &order)), c.policy_span.and_then(&mut at))
+                // reject-with joins the digest only when given (digests of other chains stay).
+                let d = match c.reject_with {
+                    None => digest(&(c.policy, &order)),
+                    Some(w) => digest(&(c.policy, &order, w)),
+                };
+                (chain_summary(c.policy, c.reject_with, &order), d, c.policy_span.and_then(&mut at))
             }
             RuleKind::Filter => (filter_summary(filters[name]), digest(filters[name]), at(filters[name].span)),
             RuleKind::Forward => (forward_summary(forwards[name]), digest(forwards[name]), at(forwards[name].span)),
             RuleKind::Shape => (shape_summary(shapes[name]), digest(shapes[name]), at(shapes[name].span)),
+            RuleKind::Masquerade | RuleKind::Snat => {
+                let s = plan.snats.iter().find(|s| s.kind.rule_kind() == p.kind && s.name.value == name).expect("placed snats exist");
+                (snat_summary(s), digest(s), at(s.span))
+            }
         };
         rules.push(ManifestRule {
             kind: p.kind,
@@ -124,10 +133,10 @@ fn ports(p: &[PortRange]) -> String {
     p.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
 }
 
-fn chain_summary(policy: Policy, order: &[&str]) -> String {
-    let policy = match policy {
-        Policy::Accept => "accept",
-        Policy::Drop => "drop",
+fn chain_summary(policy: Policy, reject_with: Option<RejectWith>, order: &[&str]) -> String {
+    let policy = match reject_with {
+        Some(w) => format!("{} with {}", policy.as_str(), w.as_str()),
+        None => policy.as_str().to_string(),
     };
     let shown: Vec<&str> = order.iter().take(8).copied().collect();
     let more = order.len().saturating_sub(8);
@@ -187,11 +196,52 @@ fn filter_summary(r: &FilterRule) -> String {
     if let Some(o) = &r.oif {
         out.push_str(&format!(" out {}", o.value));
     }
+    if let Some(t) = &r.icmp_types {
+        let v6 = r.proto.as_ref().is_some_and(|p| p.value == Proto::Icmpv6);
+        let names: Vec<String> = t.value.iter().map(|&c| crate::units::icmp_type_name(v6, c).map_or(c.to_string(), str::to_string)).collect();
+        out.push_str(&format!(" icmp-type {}", names.join(",")));
+    }
+    if let Some(st) = &r.state {
+        out.push_str(&format!(" state {}", st.value.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(",")));
+    }
     if let Some(rate) = &r.rate {
         out.push_str(&format!(" rate {}", rate.value));
     }
-    if r.log {
+    if let Some(w) = &r.reject_with {
+        out.push_str(&format!(" with {}", w.value.as_str()));
+    }
+    if r.log && r.action != Action::Log {
         out.push_str(" log");
+    }
+    if let Some(p) = &r.log_prefix {
+        out.push_str(&format!(" log-prefix {:?}", p.value));
+    }
+    if let Some(lr) = &r.log_rate {
+        out.push_str(&format!(" log-rate {}", lr.value));
+    }
+    comment(&mut out, &r.comment);
+    out
+}
+
+fn snat_summary(r: &SnatRule) -> String {
+    let mut out = r.kind.as_str().to_string();
+    if let Some(p) = &r.proto {
+        out.push_str(&format!(" {}", p.value.as_str()));
+    }
+    if let Some(p) = &r.ports {
+        out.push_str(&format!(" port {}", ports(&p.value)));
+    }
+    if let Some(m) = &r.from {
+        out.push_str(&format!(" from {}", addr(&m.value)));
+    }
+    if let Some(m) = &r.dst {
+        out.push_str(&format!(" to {}", addr(&m.value)));
+    }
+    if let Some(o) = &r.oif {
+        out.push_str(&format!(" out {}", o.value));
+    }
+    if let Some(a) = &r.to_addr {
+        out.push_str(&format!(" -> source {}", a.value));
     }
     comment(&mut out, &r.comment);
     out

@@ -142,7 +142,17 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             return; // a packet from an address to itself is no flow a rule is written for
         }
         let src_addr = if origin == Origin::Output { None } else { Some(src.0) };
-        let spec = FlowSpec { proto: Some(proto), from: (src_addr, None), to: (dst, port.filter(|_| proto.has_ports()).or(proto.has_ports().then_some(9))), origin: Some(origin), iif, oif };
+        // An ICMP service's "port" is its ICMP type.
+        let icmp_type = port.filter(|_| !proto.has_ports()).and_then(|t| u8::try_from(t).ok());
+        let spec = FlowSpec {
+            proto: Some(proto),
+            from: (src_addr, None),
+            to: (dst, port.filter(|_| proto.has_ports()).or(proto.has_ports().then_some(9))),
+            origin: Some(origin),
+            iif,
+            oif,
+            icmp_type,
+        };
         if let Ok(flow) = spec.build() {
             out.push(Probe { flow, from: if origin == Origin::Output { "this host".into() } else { src.1 } });
         }
@@ -172,9 +182,10 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
                 Some(AddrMatch::Set(n)) => rs.sets.iter().find(|s| s.name.value == *n).map(|s| s.elements.iter().map(|e| Some(first_addr(&e.value))).collect()).unwrap_or_default(),
                 None => vec![None],
             };
-            let ports: Vec<Option<u16>> = match r.ports.as_ref() {
-                Some(p) => p.value.iter().flat_map(|r| if r.lo == r.hi { vec![Some(r.lo)] } else { vec![Some(r.lo), Some(r.hi)] }).collect(),
-                None => vec![None],
+            let ports: Vec<Option<u16>> = match (r.ports.as_ref(), r.icmp_types.as_ref()) {
+                (Some(p), _) => p.value.iter().flat_map(|r| if r.lo == r.hi { vec![Some(r.lo)] } else { vec![Some(r.lo), Some(r.hi)] }).collect(),
+                (None, Some(t)) => t.value.iter().map(|&t| Some(u16::from(t))).collect(),
+                (None, None) => vec![None],
             };
             for proto in l4s(r.proto.as_ref().map(|p| p.value)) {
                 for dst in &dsts {

@@ -114,7 +114,7 @@ fn flow_err<T>(message: impl Into<String>) -> Result<T, FlowError> {
     Err(FlowError {
         message: message.into(),
         help: "write a flow as `PROTO [SRC[:PORT]] -> [DST]:PORT`, e.g. `tcp 203.0.113.5:40000 -> 198.18.1.1:8080`, \
-`udp -> :53`, `tcp [2001:db8::5]:40000 -> [2001:db8::10]:8443`, `icmp 192.0.2.1 -> 198.18.1.1`"
+`udp -> :53`, `tcp [2001:db8::5]:40000 -> [2001:db8::10]:8443`, `icmp 192.0.2.1 -> 198.18.1.1 type echo-reply`"
             .into(),
     })
 }
@@ -167,6 +167,33 @@ pub struct FlowSpec {
     pub origin: Option<Origin>,
     pub iif: Option<String>,
     pub oif: Option<String>,
+    /// ICMP / ICMPv6 type (default: echo-request).
+    pub icmp_type: Option<u8>,
+}
+
+/// `echo-reply`, `nd-neighbor-solicit` (nft's names, in the family of `proto`) or a number.
+pub fn parse_icmp_type(proto: L4, s: &str) -> Result<u8, FlowError> {
+    let v6 = match proto {
+        L4::Icmp => false,
+        L4::Icmpv6 => true,
+        _ => return flow_err(format!("an ICMP type on a {} flow (use icmp or icmpv6)", proto.as_str())),
+    };
+    if let Ok(n) = s.parse::<u8>() {
+        return Ok(n);
+    }
+    crate::units::parse_icmp_types(s, v6).ok().and_then(|v| (v.len() == 1).then(|| v[0])).map_or_else(
+        || flow_err(format!("\"{s}\" is not one {} type (nft's names, e.g. echo-request, or a number)", proto.as_str())),
+        Ok,
+    )
+}
+
+/// The type of an ICMP flow that names none.
+fn default_icmp_type(proto: L4) -> u16 {
+    if proto == L4::Icmp {
+        8
+    } else {
+        128
+    }
 }
 
 impl FlowSpec {
@@ -195,12 +222,14 @@ impl FlowSpec {
         if origin == Origin::Forward && self.to.0.is_none() {
             return flow_err("a routed (forward) flow needs a destination address that is not this host's");
         }
+        if self.icmp_type.is_some() && proto.has_ports() {
+            return flow_err(format!("a {} flow has no ICMP type", proto.as_str()));
+        }
         let dport = match (proto.has_ports(), self.to.1) {
             (true, Some(p)) => p,
             (true, None) => return flow_err(format!("a {} flow needs a destination port", proto.as_str())),
             (false, Some(_)) => return flow_err(format!("{} has no ports", proto.as_str())),
-            (false, None) if proto == L4::Icmp => 8,
-            (false, None) => 128,
+            (false, None) => self.icmp_type.map_or(default_icmp_type(proto), u16::from),
         };
         let sport = if proto.has_ports() { self.from.1.unwrap_or(DEFAULT_SPORT) } else { 0 };
         if origin == Origin::Output && self.iif.is_some() {
@@ -231,6 +260,10 @@ impl Flow {
         spec.to = parse_endpoint(dst)?;
         while let Some(w) = words.next() {
             match w {
+                "type" => {
+                    let Some(t) = words.next() else { return flow_err("`type` needs an ICMP type") };
+                    spec.icmp_type = Some(parse_icmp_type(proto, t)?);
+                }
                 "in" | "out" => {
                     let Some(name) = words.next() else { return flow_err(format!("`{w}` needs an interface name")) };
                     if w == "in" {
@@ -241,7 +274,7 @@ impl Flow {
                 }
                 other => match Origin::parse(other) {
                     Some(o) => spec.origin = Some(o),
-                    None => return flow_err(format!("unexpected \"{other}\" (in IF, out IF, input, forward, output)")),
+                    None => return flow_err(format!("unexpected \"{other}\" (type ICMP-TYPE, in IF, out IF, input, forward, output)")),
                 },
             }
         }
@@ -268,6 +301,13 @@ impl fmt::Display for Flow {
         endpoint(f, self.saddr, ports.then_some(self.sport))?;
         f.write_str(" -> ")?;
         endpoint(f, self.daddr, ports.then_some(self.dport))?;
+        if !ports && self.dport != default_icmp_type(self.proto) {
+            let v6 = self.proto == L4::Icmpv6;
+            match u8::try_from(self.dport).ok().and_then(|t| crate::units::icmp_type_name(v6, t)) {
+                Some(n) => write!(f, " type {n}")?,
+                None => write!(f, " type {}", self.dport)?,
+            }
+        }
         if let Some(i) = &self.iif {
             write!(f, " in {i}")?;
         }
@@ -293,13 +333,18 @@ mod tests {
         assert_eq!(f.sport, 1234);
         let f = Flow::parse("icmpv6 -> 2001:db8::1").unwrap();
         assert_eq!(f.dport, 128);
+        let f = Flow::parse("icmpv6 -> 2001:db8::1 type nd-neighbor-solicit").unwrap();
+        assert_eq!(f.dport, 135);
+        assert_eq!(f.to_string(), "icmpv6 2001:db8:ffff::1 -> 2001:db8::1 type nd-neighbor-solicit (input)");
+        let f = Flow::parse("icmp -> 198.18.1.1 type 200").unwrap();
+        assert_eq!(f.to_string(), "icmp 198.18.200.1 -> 198.18.1.1 type 200 (input)");
         let f = Flow::parse("tcp -> 192.0.2.7:25 out eth0 output").unwrap();
         assert_eq!((f.origin, f.saddr), (Origin::Output, IpAddr::V4(DEFAULT_LOCAL_V4)));
     }
 
     #[test]
     fn refuses_what_does_not_fit() {
-        for bad in ["", "sctp -> :1", "tcp -> 1.2.3.4", "tcp 1.2.3.4 -> [2001:db8::1]:80", "icmp -> 1.2.3.4:5", "tcp -> :0", "icmp -> 2001:db8::1", "tcp -> :22 sideways", "tcp -> :22 forward"] {
+        for bad in ["", "sctp -> :1", "tcp -> 1.2.3.4", "tcp 1.2.3.4 -> [2001:db8::1]:80", "icmp -> 1.2.3.4:5", "tcp -> :0", "icmp -> 2001:db8::1", "tcp -> :22 sideways", "tcp -> :22 forward", "tcp -> :22 type 8", "icmp -> 198.18.1.1 type nd-neighbor-solicit", "icmp -> 198.18.1.1 type"] {
             assert!(Flow::parse(bad).is_err(), "{bad} parsed");
         }
         assert!(Flow::parse("tcp 1.2.3.4 ->").unwrap_err().help.contains("PROTO"));

@@ -58,6 +58,15 @@ pub struct Decision {
     pub what: String,
 }
 
+/// A `masquerade` / `snat` rule's translation of a flow's source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceNat {
+    /// `fwc:masquerade:<name>` / `fwc:snat:<name>`.
+    pub rule: String,
+    /// The new source address; `None` for masquerade (the out interface's address).
+    pub to: Option<IpAddr>,
+}
+
 /// The userspace forwarder's part in a flow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UserspaceHit {
@@ -99,6 +108,9 @@ pub struct Explanation {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dnat_name: Option<String>,
     pub masquerade: bool,
+    /// The user's source NAT (`masquerade` / `snat` rule) that translated the flow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snat: Option<SourceNat>,
     pub userspace: Option<UserspaceHit>,
     /// Classes charged (original direction first, then replies).
     pub qos: Vec<QosHit>,
@@ -119,6 +131,18 @@ impl Explanation {
         }
         out
     }
+}
+
+/// The user's source NAT a postrouting rule did, if it is a `masquerade` / `snat` rule.
+fn source_nat(h: &Hit) -> Option<SourceNat> {
+    let id = h.identity.as_deref()?;
+    let (kind, _) = crate::artifacts::parse_rule_comment(id)?;
+    let to = h.effects.iter().find_map(|e| match e {
+        Effect::Snat { addr } => Some(Some(*addr)),
+        Effect::Masquerade => Some(None),
+        _ => None,
+    })?;
+    matches!(kind, crate::artifacts::RuleKind::Masquerade | crate::artifacts::RuleKind::Snat).then(|| SourceNat { rule: id.to_string(), to })
 }
 
 impl Evaluator {
@@ -190,10 +214,12 @@ impl Evaluator {
         // Forwarded and locally sent packets pass postrouting (to `lo` too).
         let leaves = !finished && matches!(path, Origin::Forward | Origin::Output);
         let mut masquerade = false;
+        let mut snat = None;
         let mut qos = Vec::new();
         if leaves {
             let r = self.step("postrouting", "original", &mut p, &mut steps, false)?;
             masquerade = steps.last().is_some_and(|s| s.hits.iter().any(|h| h.effects.contains(&Effect::Masquerade)));
+            snat = steps.last().and_then(|s| s.hits.iter().find_map(|h| source_nat(h)));
             if r.verdict != Verdict::Accept {
                 finished = true;
                 decided = Some((r, "postrouting".into()));
@@ -229,6 +255,7 @@ impl Evaluator {
             dnat_name: dns.map(|d| format!("{}:{}", d.name, d.port.unwrap_or(flow.dport))),
             dnat_round_robin: p.round_robin.iter().map(|(a, port)| (*a, port.unwrap_or(flow.dport))).collect(),
             masquerade,
+            snat,
             userspace,
             qos,
             steps,
@@ -265,6 +292,17 @@ impl Evaluator {
 
     fn decision(&self, r: &nft::HookResult, hook: &str) -> Decision {
         match (&r.decided_by, &r.policy_of) {
+            // `policy=reject` (and the containers policy): fwc's rule standing for the chain's
+            // policy, `fwc:chain:<chain>`, decides as the policy.
+            (Some(hit), _) if hit.identity.as_deref().and_then(crate::artifacts::parse_rule_comment).is_some_and(|(k, _)| k == crate::artifacts::RuleKind::Chain) => {
+                let chain = hit.identity.as_deref().and_then(crate::artifacts::parse_rule_comment).map_or(hit.chain.as_str(), |(_, n)| n);
+                Decision {
+                    identity: hit.identity.clone(),
+                    chain: hit.chain.clone(),
+                    index: None,
+                    what: format!("policy {} of chain {chain}", r.verdict.as_str()),
+                }
+            }
             (Some(hit), _) => Decision {
                 identity: hit.identity.clone(),
                 chain: hit.chain.clone(),

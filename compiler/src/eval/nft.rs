@@ -1,6 +1,7 @@
 //! An interpreter of `nftables.json` as fwc emits it: chains, jumps/gotos/returns, verdict
-//! maps, named and anonymous sets (prefixes, ranges, concatenations), DNAT maps, `ct` state,
-//! status and marks, `fib daddr type`, mark mangling. It reads the JSON, not the emitter's
+//! maps, named and anonymous sets (prefixes, ranges, concatenations), DNAT maps, SNAT and
+//! masquerade, `ct` state, status and marks, ICMP types, `fib daddr type`, mark mangling,
+//! log (matching goes on) and every kind of reject. It reads the JSON, not the emitter's
 //! code: an expression it does not know is an [`EvalError::Unsupported`], never a guess.
 
 use std::collections::BTreeMap;
@@ -235,6 +236,8 @@ pub enum Effect {
     Return,
     Dnat { addr: IpAddr, port: Option<u16> },
     Masquerade,
+    /// Source NAT to a fixed address.
+    Snat { addr: IpAddr },
     SetMark { which: &'static str, value: u32 },
     /// The rule matched but only counted or logged.
     Continue,
@@ -349,7 +352,7 @@ fn run_chain(t: &Table, base: &ChainDef, policy: Verdict, p: &mut Packet, hits: 
 /// Evaluate one rule: `None` if a match failed (or a map lookup missed), else what it does.
 fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut Packet, hit: &mut Hit) -> Result<Option<Flowctl>, EvalError> {
     let unsupported = |what: String| EvalError::Unsupported { chain: chain.name.clone(), rule: index, what };
-    let cx = Cx { t, chain: &chain.name, index };
+    let cx = Cx { t, chain: &chain.name, index, icmp_v6: std::cell::Cell::new(None) };
     for stmt in &rule.expr {
         let (kind, body) = stmt.as_object().and_then(|m| m.iter().next()).ok_or_else(|| unsupported(format!("statement {stmt}")))?;
         match kind.as_str() {
@@ -383,7 +386,12 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
             }
             "accept" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept)))),
             "drop" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Drop)))),
-            "reject" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Reject)))),
+            "reject" => {
+                if let Some(how) = reject_answer(body, p) {
+                    hit.notes.push(how);
+                }
+                return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Reject))));
+            }
             "return" => return Ok(Some(done(hit, Flowctl::Return))),
             "jump" | "goto" => {
                 let target = body.get("target").and_then(Value::as_str).ok_or_else(|| unsupported(format!("{kind} {body}")))?.to_string();
@@ -475,6 +483,28 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                 hit.effects.push(Effect::Masquerade);
                 return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept))));
             }
+            "snat" => {
+                let v6 = match body.get("family").and_then(Value::as_str) {
+                    Some("ip") => false,
+                    Some("ip6") => true,
+                    _ => p.saddr.is_ipv6(),
+                };
+                if v6 != p.saddr.is_ipv6() {
+                    // As for dnat: the inet NAT expression ignores the other family.
+                    hit.notes.push(format!("snat {} to … does not apply to this packet's family", if v6 { "ip6" } else { "ip" }));
+                    continue;
+                }
+                let addr = match body.get("addr") {
+                    Some(Value::String(a)) => a.parse::<IpAddr>().map_err(|_| unsupported(format!("snat address {a}")))?,
+                    other => return Err(unsupported(format!("snat to {}", other.unwrap_or(&Value::Null)))),
+                };
+                if body.get("port").is_some() || body.get("flags").is_some() {
+                    return Err(unsupported(format!("snat {body}")));
+                }
+                p.saddr = addr;
+                hit.effects.push(Effect::Snat { addr });
+                return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept))));
+            }
             other => return Err(unsupported(format!("statement `{other}`"))),
         }
     }
@@ -503,6 +533,31 @@ fn round_robin_chains(cx: &Cx, data: &Value, p: &mut Packet) -> Result<(), EvalE
     Ok(())
 }
 
+/// How a `reject` answers this packet, when it is not the plain default (TCP reset for TCP,
+/// ICMP(v6) port unreachable): `answers with ICMP admin-prohibited`.
+fn reject_answer(body: &Value, p: &Packet) -> Option<String> {
+    let kind = body.get("type").and_then(Value::as_str)?;
+    let code = body.get("expr").and_then(Value::as_str).unwrap_or("port-unreachable");
+    let family = if p.daddr.is_ipv6() { "ICMPv6" } else { "ICMP" };
+    match kind {
+        "tcp reset" => None,
+        "icmpx" if code == "port-unreachable" => None,
+        // icmpx codes in each family's words (nft_reject_icmpx_code).
+        "icmpx" => Some(format!(
+            "answers with {family} {}",
+            match (code, p.daddr.is_ipv6()) {
+                ("no-route", false) => "net-unreachable",
+                ("no-route", true) => "no-route",
+                ("host-unreachable", true) => "addr-unreachable",
+                (c, _) => c,
+            }
+        )),
+        "icmp" => Some(format!("answers with ICMP {code}")),
+        "icmpv6" => Some(format!("answers with ICMPv6 {code}")),
+        _ => None,
+    }
+}
+
 fn done(hit: &mut Hit, ctl: Flowctl) -> Flowctl {
     hit.effects.push(match &ctl {
         Flowctl::Next => Effect::Continue,
@@ -512,7 +567,7 @@ fn done(hit: &mut Hit, ctl: Flowctl) -> Flowctl {
         Flowctl::Return => Effect::Return,
     });
     // NAT statements are terminal in nft but record their own effect; drop the generic accept.
-    if matches!(hit.effects.first(), Some(Effect::Dnat { .. } | Effect::Masquerade)) && hit.effects.len() == 2 {
+    if matches!(hit.effects.first(), Some(Effect::Dnat { .. } | Effect::Masquerade | Effect::Snat { .. })) && hit.effects.len() == 2 {
         hit.effects.pop();
     }
     ctl
@@ -579,25 +634,18 @@ struct Cx<'a> {
     t: &'a Table,
     chain: &'a str,
     index: usize,
+    /// Set while a match compares an ICMP (false) / ICMPv6 (true) type: names on the right
+    /// are read in that family's table (`echo-request` is 8 in ICMP, 128 in ICMPv6).
+    icmp_v6: std::cell::Cell<Option<bool>>,
 }
 
 fn proto_number(s: &str) -> Option<u64> {
     L4::parse(s).map(L4::number)
 }
 
-fn icmp_type(s: &str) -> Option<u64> {
-    Some(match s {
-        "echo-reply" => 0,
-        "destination-unreachable" => 3,
-        "echo-request" => 8,
-        "time-exceeded" => 11,
-        "nd-router-solicit" => 133,
-        "nd-router-advert" => 134,
-        "nd-neighbor-solicit" => 135,
-        "nd-neighbor-advert" => 136,
-        "packet-too-big" => 2,
-        _ => return None,
-    })
+/// An ICMP or ICMPv6 type name as nft spells it, in the family being compared.
+fn icmp_type(s: &str, v6: Option<bool>) -> Option<u64> {
+    crate::units::icmp_type_code(v6?, s).map(u64::from)
 }
 
 impl Cx<'_> {
@@ -606,7 +654,13 @@ impl Cx<'_> {
     }
 
     fn eval_match(&self, m: &Value, p: &Packet) -> Result<bool, EvalError> {
-        let left = self.eval_expr(m.get("left").unwrap_or(&Value::Null), p)?;
+        let left_expr = m.get("left").unwrap_or(&Value::Null);
+        let left = self.eval_expr(left_expr, p)?;
+        self.icmp_v6.set(match (left_expr.pointer("/payload/protocol").and_then(Value::as_str), left_expr.pointer("/payload/field").and_then(Value::as_str)) {
+            (Some("icmp"), Some("type")) => Some(false),
+            (Some("icmpv6"), Some("type")) => Some(true),
+            _ => None,
+        });
         let op = m.get("op").and_then(Value::as_str).unwrap_or("==");
         let right = m.get("right").unwrap_or(&Value::Null);
         if left == Val::Absent {
@@ -734,7 +788,7 @@ impl Cx<'_> {
     fn literal(&self, e: &Value, like: &Val) -> Result<Val, EvalError> {
         Ok(match (e, like) {
             (Value::Number(n), _) => Val::Int(n.as_u64().ok_or_else(|| self.unsupported(format!("number {n}")))?),
-            (Value::String(s), Val::Int(_)) => match proto_number(s).or_else(|| icmp_type(s)).or(match s.as_str() {
+            (Value::String(s), Val::Int(_)) => match proto_number(s).or_else(|| icmp_type(s, self.icmp_v6.get())).or(match s.as_str() {
                 "ipv4" => Some(2),
                 "ipv6" => Some(10),
                 _ => None,

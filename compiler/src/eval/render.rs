@@ -27,6 +27,7 @@ fn effect(e: &Effect) -> String {
             (a, None) => format!("dnat to {a} (port kept)"),
         },
         Effect::Masquerade => "masquerade".into(),
+        Effect::Snat { addr } => format!("snat to {addr}"),
         Effect::SetMark { which, value } => format!("{which} set {value:#010x}"),
         Effect::Continue => "continue".into(),
     }
@@ -75,6 +76,13 @@ pub fn text(x: &Explanation, host: &str, locs: &BTreeMap<String, Location>) -> S
                 let _ = writeln!(out, "dnat:    none");
             }
         },
+    }
+    if let Some(sn) = &x.snat {
+        let to = match sn.to {
+            Some(a) => format!("source {a}"),
+            None => "source: the out interface's address (masquerade)".into(),
+        };
+        let _ = writeln!(out, "snat:    {to} by {}{}", sn.rule, at(locs, Some(&sn.rule)));
     }
     if x.qos.is_empty() {
         let _ = writeln!(out, "qos:     no class");

@@ -28,6 +28,8 @@ pub struct ChainPlan<'a> {
     pub policy_span: Option<Span>,
     /// Only `containers`: the bridge interfaces (given, or [`DEFAULT_CONTAINER_BRIDGES`]).
     pub bridges: Vec<String>,
+    /// `policy=reject`: how the final rule rejects (`reject-with=` of the chain block).
+    pub reject_with: Option<RejectWith>,
     pub rules: Vec<&'a FilterRule>,
 }
 
@@ -47,6 +49,8 @@ pub struct HostPlan<'a> {
     pub userspace_forwards: Vec<&'a ForwardRule>,
     /// Shape rules for this host (sorted by name).
     pub shapes: Vec<&'a ShapeRule>,
+    /// `masquerade` / `snat` rules for this host, in file order (first match wins).
+    pub snats: Vec<&'a SnatRule>,
     /// QoS classes (kernel forwards with a cap, and shapes), sorted by id.
     pub qos_classes: Vec<QosClass>,
     /// Per rule: backend and reason (sorted by kind, name).
@@ -245,12 +249,16 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     for kind in kinds.into_iter().filter(|k| *k != ChainKind::Containers || has_containers) {
         let mut policy = Policy::Accept;
         let mut policy_span = None;
+        let mut reject_with = None;
         let mut bridges: Vec<String> = DEFAULT_CONTAINER_BRIDGES.iter().map(|b| b.to_string()).collect();
         let mut rules = Vec::new();
         for c in rs.chains.iter().filter(|c| c.kind == kind) {
             if let Some(p) = &c.policy {
                 policy = p.value;
                 policy_span = Some(p.span);
+            }
+            if let Some(r) = &c.reject_with {
+                reject_with = Some(r.value);
             }
             if let Some(b) = &c.bridges {
                 bridges = b.value.clone();
@@ -280,7 +288,7 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
                 reason: "filter rule: nftables".into(),
             });
         }
-        chains.push(ChainPlan { kind, policy, policy_span, bridges, rules });
+        chains.push(ChainPlan { kind, policy, policy_span, bridges, reject_with, rules });
     }
 
     let mut kernel_forwards = Vec::new();
@@ -319,6 +327,14 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
             reason: "nftables marks the traffic; an eBPF token bucket enforces the rate".into(),
         });
     }
+    let snats: Vec<&SnatRule> = rs.snats.iter().filter(|s| applies(&s.on)).collect();
+    for s in &snats {
+        let reason = match s.kind {
+            SnatKind::Masquerade => "nftables source NAT (nat postrouting, after fwc's own forward masquerade, first match wins): the new source is the out interface's address",
+            SnatKind::Snat => "nftables source NAT (nat postrouting, after fwc's own forward masquerade, first match wins): the new source is the to= address",
+        };
+        placements.push(Placement { kind: s.kind.rule_kind(), name: s.name.value.clone(), chain: None, backends: vec![BackendKind::Nftables], reason: reason.into() });
+    }
     placements.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
     placements.shrink_to_fit();
 
@@ -335,7 +351,7 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
         .enumerate()
         .map(|(i, c)| ((c.kind, rule_names[&(c.kind, c.rule.as_str())], c.direction), i))
         .collect();
-    HostPlan { host, sets, chains, kernel_forwards, userspace_forwards, shapes, qos_classes, placements, set_index, class_index }
+    HostPlan { host, sets, chains, kernel_forwards, userspace_forwards, shapes, snats, qos_classes, placements, set_index, class_index }
 }
 
 /// The implicit host used when the repository declares none.

@@ -73,8 +73,11 @@ fn container_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                         expr.push(eq(ct_orig_addr(fam, "daddr"), e.clone()));
                     }
                 }
-                expr.extend(rule_verdict(r, proto == &Some(ForwardProto::Tcp)));
-                out.rule(chains::CONTAINERS_RULES, expr, Some(comment.clone()));
+                for tail in rule_tails(r, proto == &Some(ForwardProto::Tcp), fam) {
+                    let mut e = expr.clone();
+                    e.extend(tail);
+                    out.rule(chains::CONTAINERS_RULES, e, Some(comment.clone()));
+                }
             }
         }
     }

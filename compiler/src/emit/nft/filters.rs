@@ -1,5 +1,6 @@
-//! The filter chains: user rules, and the accepts that let userspace forwards' listeners and
-//! the forwarder's own connections through a drop policy.
+//! The filter chains: user rules (with their ICMP types, states, logging and ways to reject),
+//! the accepts that let userspace forwards' listeners and the forwarder's own connections
+//! through a drop policy, and the final reject of a `policy=reject` chain.
 
 use super::*;
 
@@ -24,6 +25,9 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
             expr.push(eq(meta(MetaKey::Oifname), s(o.value.clone())));
         }
         expr.extend(l4.iter().cloned());
+        if let Some(t) = &r.icmp_types {
+            expr.push(icmp_type_match(proto == Some(Proto::Icmpv6), &t.value));
+        }
         if let Some(fam) = fam {
             if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
                 expr.push(eq(payload(fam.proto(), "saddr"), e.clone()));
@@ -32,32 +36,117 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                 expr.push(eq(payload(fam.proto(), "daddr"), e.clone()));
             }
         }
-        if r.rate.is_some() {
-            expr.push(ct_state(&["new"]));
+        match &r.state {
+            Some(st) => expr.push(ct_state(&st.value.iter().map(|c| c.as_str()).collect::<Vec<_>>())),
+            None if r.rate.is_some() => expr.push(ct_state(&["new"])),
+            None => {}
         }
-        expr.extend(rule_verdict(r, proto == Some(Proto::Tcp)));
-        out.rule(r.chain.as_str(), expr, Some(comment.clone()));
+        for tail in rule_tails(r, proto == Some(Proto::Tcp), fam) {
+            let mut e = expr.clone();
+            e.extend(tail);
+            out.rule(r.chain.as_str(), e, Some(comment.clone()));
+        }
     }
 }
 
-/// The end of a filter rule (also of a `containers` rule): its `rate` limit, log, counter and
-/// verdict (`reject` answers with a TCP reset when `tcp`, else ICMP unreachable).
-pub(super) fn rule_verdict(r: &FilterRule, tcp: bool) -> Vec<S> {
-    let mut expr = Vec::new();
+/// `icmp type { echo-request, 200 }` / `icmpv6 type …`: nft's names where a type has one.
+pub(super) fn icmp_type_match(v6: bool, types: &[u8]) -> S {
+    let items = types.iter().map(|&t| match crate::units::icmp_type_name(v6, t) {
+        Some(name) => s(name),
+        None => n(u32::from(t)),
+    });
+    let right = one_or_set(items.collect()).expect("icmp-type lists at least one type");
+    eq(payload(if v6 { "icmpv6" } else { "icmp" }, "type"), right)
+}
+
+/// The ends of the nft rules of a filter rule (also of a `containers` rule), each appended to
+/// the rule's matches: its `rate` limit, log, counter and verdict. Usually one; a log with
+/// `log-rate` is a rule of its own before the verdict's (a limit stops the whole rule, and the
+/// verdict must apply to every packet); `reject-with="prot-unreachable"` rejects each family
+/// with its own ICMP type. A `log` rule logs and has no verdict.
+pub(super) fn rule_tails(r: &FilterRule, tcp: bool, fam: Option<Fam>) -> Vec<Vec<S>> {
+    let prefix = match &r.log_prefix {
+        Some(p) => p.value.clone(),
+        None => truncate(format!("fwc {}: ", r.name.value), MAX_LOG_PREFIX),
+    };
+    let log = || Statement::Log(Some(Log { prefix: Some(prefix.clone().into()), ..Log::new(None) }));
+    let log_limit = r.log_rate.as_ref().map(|lr| limit(&lr.value, false, DEFAULT_BURST));
+    if r.action == Action::Log {
+        return vec![[counter()].into_iter().chain(log_limit).chain([log()]).collect()];
+    }
+    let mut tails = Vec::new();
+    let mut head = Vec::new();
     if let Some(rate) = &r.rate {
-        expr.push(limit(&rate.value, false, DEFAULT_BURST));
+        head.push(limit(&rate.value, false, DEFAULT_BURST));
     }
     if r.log {
-        let prefix = truncate(format!("fwc {}: ", r.name.value), MAX_LOG_PREFIX);
-        expr.push(Statement::Log(Some(Log { prefix: Some(prefix.into()), ..Log::new(None) })));
+        match log_limit {
+            Some(l) => tails.push(vec![l, log()]),
+            None => head.push(log()),
+        }
     }
-    expr.push(counter());
-    expr.push(match r.action {
-        Action::Allow => accept(),
-        Action::Deny => drop_(),
-        Action::Reject => reject(tcp),
-    });
-    expr
+    head.push(counter());
+    let verdicts: Vec<(Option<Fam>, S)> = match r.action {
+        Action::Allow => vec![(None, accept())],
+        Action::Deny => vec![(None, drop_())],
+        Action::Reject => reject_as(r.reject_with.as_ref().map(|w| w.value), tcp),
+        Action::Log => unreachable!("handled above"),
+    };
+    for (only, verdict) in verdicts {
+        let mut t = Vec::new();
+        match (only, fam) {
+            (Some(o), Some(f)) if o != f => continue,
+            (Some(o), None) => t.push(eq(meta(MetaKey::Nfproto), s(o.nfproto()))),
+            _ => {}
+        }
+        t.extend(head.iter().cloned());
+        t.push(verdict);
+        tails.push(t);
+    }
+    tails
+}
+
+/// How a reject answers: `(family it is for, or None for both; statement)`. Without
+/// `reject-with`: a TCP reset for a tcp rule, else ICMP(v6) port unreachable. ICMP codes go out
+/// as `icmpx` (the kernel sends the packet family's ICMP), but protocol-unreachable, which only
+/// ICMP has: ICMPv6 packets get port-unreachable.
+pub(super) fn reject_as(with: Option<RejectWith>, tcp: bool) -> Vec<(Option<Fam>, S)> {
+    let icmpx = |code| vec![(None, Statement::Reject(Some(Reject::new(Some(RejectType::ICMPX), Some(code)))))];
+    match with {
+        None => vec![(None, reject(tcp))],
+        Some(RejectWith::TcpReset) => vec![(None, reject(true))],
+        Some(RejectWith::PortUnreachable) => icmpx(RejectCode::PortUnreach),
+        Some(RejectWith::HostUnreachable) => icmpx(RejectCode::HostUnreach),
+        Some(RejectWith::NetUnreachable) => icmpx(RejectCode::NoRoute),
+        Some(RejectWith::AdminProhibited) => icmpx(RejectCode::AdminProhibited),
+        Some(RejectWith::ProtUnreachable) => vec![
+            (Some(Fam::V4), Statement::Reject(Some(Reject::new(Some(RejectType::ICMP), Some(RejectCode::ProtUnreach))))),
+            (Some(Fam::V6), Statement::Reject(Some(Reject::new(Some(RejectType::ICMPv6), Some(RejectCode::PortUnreach))))),
+        ],
+    }
+}
+
+/// The end of a `policy=reject` chain (its kernel policy is drop): reject what no rule
+/// decided, after fwc's accepts for forwards. Default: TCP reset for TCP, else ICMP(v6)
+/// port unreachable; `reject-with=` on the chain block: that, for every packet (`tcp-reset`:
+/// the default). Comment `fwc:chain:<chain>`.
+fn policy_reject(out: &mut Out, c: &ChainPlan) {
+    let comment = Some(rule_comment(RuleKind::Chain, c.kind.as_str()));
+    let name = c.kind.as_str();
+    match c.reject_with {
+        None | Some(RejectWith::TcpReset) => {
+            out.rule(name, vec![eq(meta(MetaKey::L4proto), s("tcp")), counter(), reject(true)], comment.clone());
+            out.rule(name, vec![counter(), reject(false)], comment);
+        }
+        Some(w) => {
+            for (only, verdict) in reject_as(Some(w), false) {
+                let mut e: Vec<S> = only.map(|f| eq(meta(MetaKey::Nfproto), s(f.nfproto()))).into_iter().collect();
+                e.push(counter());
+                e.push(verdict);
+                out.rule(name, e, comment.clone());
+            }
+        }
+    }
 }
 
 /// `input` accepts for a userspace forward's listeners, so a drop policy does not block them.
@@ -138,7 +227,8 @@ pub(super) fn declare_filter_chains(out: &mut Out, plan: &HostPlan) {
         };
         let policy = match c.policy {
             Policy::Accept => NfChainPolicy::Accept,
-            Policy::Drop => NfChainPolicy::Drop,
+            // A final rule rejects ([`policy_reject`]).
+            Policy::Drop | Policy::Reject => NfChainPolicy::Drop,
         };
         out.chain(c.kind.as_str(), Some((NfChainType::Filter, hook, 0, policy)));
     }
@@ -152,6 +242,9 @@ pub(super) fn filter_chain_rules(out: &mut Out, plan: &HostPlan, c: &ChainPlan, 
         filter_rule(out, plan, r);
     }
     chain_tail(out, plan, c.kind, nat);
+    if c.policy == Policy::Reject {
+        policy_reject(out, c);
+    }
 }
 
 /// Neighbour discovery has no conntrack entry (it would hit `invalid`); without it a drop
@@ -231,7 +324,7 @@ fn chain_tail(out: &mut Out, plan: &HostPlan, kind: ChainKind, nat: bool) {
         // (docs/containers.md).
         ChainKind::Forward => {
             out.rule(name, vec![ct_status_dnat(), accept()], None);
-            if plan.chains.iter().any(|c| c.kind == ChainKind::Forward && c.policy == Policy::Drop) {
+            if plan.chains.iter().any(|c| c.kind == ChainKind::Forward && c.policy.is_closed()) {
                 container_egress_accepts(out, plan);
             }
         }

@@ -35,7 +35,8 @@
 //!   chain fwd_dnat                    (regular) the DNAT rules, see below
 //!   chain prerouting   nat/prerouting/-100   fib daddr type local jump fwd_dnat
 //!   chain nat_output   nat/output/-100       fib daddr type local jump fwd_dnat   (local clients)
-//!   chain postrouting  nat/postrouting/100   masquerade fwc's DNAT flows (see below)
+//!   chain postrouting  nat/postrouting/100   masquerade fwc's DNAT flows (see below); then
+//!                                     the user's masquerade/snat rules (also without forwards)
 //!   -- only with QoS classes:
 //!   set qos_p<id>                     inet_service (interval): a shape's ports
 //!   chain qos_classify                (regular, capped forwards) new flow -> `ct mark` class bits
@@ -75,7 +76,7 @@
 //! (hash maps refuse duplicate keys, interval maps overlaps, and an exact port would shadow a
 //! range across the maps; `check` reports the conflict).
 //!
-//! Masquerade: only fwc's own DNAT flows. Postrouting matches `ct status dnat` together with the
+//! Masquerade of forwards: only fwc's own DNAT flows. Postrouting matches `ct status dnat` together with the
 //! connection's *original* destination port (`ct original proto-dst`) in `fwd_ports_tcp` /
 //! `fwd_ports_udp`, the listen ports of every kernel forward. (nft cannot put `ct original
 //! proto-dst` into a concatenation, hence one set per protocol.) Docker's DNAT flows are left
@@ -112,6 +113,20 @@
 //! it with `SO_MARK` on its upstream sockets; the only way to let connections to DNS-named
 //! targets out, emitted when a userspace forward has one); and, with kernel forwards, the DNATed
 //! flows of local clients (`ct status dnat accept`, after the guards).
+//!
+//! # Source NAT (`masquerade`, `snat`)
+//!
+//! The user's source NAT rules follow fwc's masquerade of forwards in `postrouting` (declared
+//! on its own when there are no kernel forwards), in file order, one rule per address family:
+//! `oifname … ip saddr … counter masquerade` / `… snat ip to <to>`; comment
+//! `fwc:masquerade:<name>` / `fwc:snat:<name>` (see `snat`).
+//!
+//! # `policy=reject`
+//!
+//! The chain's kernel policy is `drop`; after fwc's trailing accepts of forwards, rules with
+//! the comment `fwc:chain:<chain>` reject the rest (`meta l4proto tcp reject with tcp reset`,
+//! then `reject` — ICMP(v6) port unreachable — or the chain block's `reject-with=`), so a
+//! forward still passes a rejecting chain (see `filters`).
 //!
 //! # Counters and comments
 //!
@@ -160,6 +175,7 @@ mod forwards;
 mod names;
 mod out;
 mod qos_marks;
+mod snat;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -193,6 +209,7 @@ pub use forwards::{health_dispatch, health_probe_targets, kernel_dns};
 pub use names::*;
 use out::*;
 use qos_marks::*;
+use snat::*;
 
 /// The nftables ruleset of one host: `{"nftables": [ {"add": …}, … ]}`. Objects (table, sets,
 /// maps, chains) come first, then the rules, each in the order below.
@@ -213,6 +230,8 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
         declare_nat_chains(&mut out);
         health_chains(&mut out, plan);
         dns_chains(&mut out, plan);
+    } else if !plan.snats.is_empty() {
+        declare_snat_chain(&mut out);
     }
     for c in &plan.chains {
         match c.kind {
@@ -226,6 +245,7 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
     if let Some(nat) = &nat {
         nat.rules(&mut out, plan);
     }
+    snat_rules(&mut out, plan);
     qos(&mut out, plan);
     out.finish()
 }

@@ -37,8 +37,7 @@ pub mod maps {
 
 pub use fwc_artifacts::identity::{parse_rule_comment, rule_comment, COMMENT_PREFIX, MAX_COMMENT};
 pub use fwc_artifacts::FORWARDER_SOCKET_MARK;
-/// nft refuses log prefixes longer than this (bytes).
-pub(super) const MAX_LOG_PREFIX: usize = 127;
+pub(super) use crate::units::MAX_LOG_PREFIX;
 /// nft's default limit burst.
 pub(super) const DEFAULT_BURST: u32 = 5;
 
