@@ -165,9 +165,15 @@ fn side(tcp: &[u16], udp: &[u16]) -> Topology {
 /// Import `original` (loaded into the first side by `load`), check the result, apply it to
 /// the second side, and compare every probe on both.
 fn same_outcomes(from: &str, original: &Path, load: impl Fn(&Netns), probes: &[Probe], tcp: &[u16], udp: &[u16]) {
+    same_outcomes_with(from, original, load, probes, tcp, udp, &[])
+}
+
+fn same_outcomes_with(from: &str, original: &Path, load: impl Fn(&Netns), probes: &[Probe], tcp: &[u16], udp: &[u16], extra: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("imported");
-    let o = fwc(&["import", "--from", from, original.to_str().unwrap(), "--out", repo.to_str().unwrap(), "--verify"]);
+    let mut args = vec!["import", "--from", from, original.to_str().unwrap(), "--out", repo.to_str().unwrap(), "--verify"];
+    args.extend(extra);
+    let o = fwc(&args);
     assert!(o.status.success(), "fwc import --verify failed:\n{}", text(&o));
     assert!(text(&o).contains(" 0 differ"), "{}", text(&o));
     for args in [vec!["check"], vec!["fmt", "--check"], vec!["test"]] {
@@ -256,4 +262,62 @@ fn iptables_save_of_a_docker_host_with_docker_user_rules() {
         ns.exec(&["sh", "-c", &format!("iptables-nft-restore < {}", rules.display())]);
     };
     same_outcomes("iptables", &rules, load, &probes, &[22, 80, 443, 25, 5000, 5432], &[53, 161]);
+}
+
+/// ufw's loader and its before/after rules from the installed package (`FWC_UFW_INIT` names
+/// another ufw-init, e.g. from an unpacked .deb: its package tree is used for the templates).
+fn ufw_package() -> Option<(PathBuf, PathBuf)> {
+    let init = std::env::var_os("FWC_UFW_INIT").map(PathBuf::from).or_else(|| ["/usr/lib/ufw/ufw-init", "/lib/ufw/ufw-init"].into_iter().map(PathBuf::from).find(|p| p.exists()))?;
+    let root = init.parent()?.parent()?.parent()?;
+    let share = [root.join("usr/share/ufw/iptables"), PathBuf::from("/usr/share/ufw/iptables")].into_iter().find(|p| p.join("before.rules").exists())?;
+    Some((init, share))
+}
+
+#[test]
+fn ufw_with_limit_rules_and_ipv6() {
+    let name = "ufw_with_limit_rules_and_ipv6";
+    if !privileged(name) {
+        return;
+    }
+    let Some((init, share)) = ufw_package() else {
+        assert!(std::env::var_os("FWC_REQUIRE_PRIVILEGED").is_none(), "{name}: ufw is required in CI (scripts/setup.sh installs the Debian package ufw)");
+        eprintln!("SKIP {name}: ufw not installed (Debian package ufw)");
+        return;
+    };
+    // A ufw root: /etc/ufw (the package's before/after rules, this host's user rules, made
+    // with `ufw limit 22/tcp`, `ufw allow 80,443/tcp`, `ufw allow from … to any port 5432`,
+    // `ufw reject 113/tcp`, `ufw allow 53/udp`), /etc/default/ufw, ufw's init functions.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let etc = root.join("etc/ufw");
+    for d in [&etc, &root.join("etc/default"), &root.join("lib/ufw")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    for f in ["before.rules", "after.rules", "before6.rules", "after6.rules"] {
+        std::fs::copy(share.join(f), etc.join(f)).unwrap();
+    }
+    for f in ["user.rules", "user6.rules", "ufw.conf"] {
+        std::fs::copy(fixture("ufw").join(f), etc.join(f)).unwrap();
+    }
+    std::fs::copy(fixture("ufw/default"), root.join("etc/default/ufw")).unwrap();
+    std::fs::copy(init.with_file_name("ufw-init-functions"), root.join("lib/ufw/ufw-init-functions")).unwrap();
+    let probes = [
+        p(false, "198.18.1.1", 22, None), // `limit`: the first connection is within it
+        p(false, "198.18.1.1", 80, None),
+        p(false, "198.18.1.1", 5432, None),
+        p(false, "198.18.1.1", 5432, Some("198.18.1.20")), // outside 198.18.1.0/28
+        p(false, "198.18.1.1", 113, None),
+        p(false, "198.18.1.1", 5000, None),
+        p(true, "198.18.1.1", 53, None),
+        p(true, "198.18.1.1", 137, None),
+        p(false, "2001:db8:1::1", 22, None),
+        p(false, "2001:db8:1::1", 5432, None),
+        p(false, "2001:db8:1::1", 113, None),
+        p(false, "2001:db8:1::1", 5000, None),
+        p(false, "198.18.2.2", 80, None), // routed: ufw's forward policy drops it
+    ];
+    let load = |ns: &Netns| {
+        ns.exec(&[init.to_str().unwrap(), "--rootdir", root.to_str().unwrap(), "--datadir", root.to_str().unwrap(), "start"]);
+    };
+    same_outcomes_with("ufw", &etc, load, &probes, &[22, 80, 443, 113, 5000, 5432], &[53, 137], &["--partial"]);
 }

@@ -260,12 +260,12 @@ impl Tx<'_> {
         let (p4, p6) = (pol(&c4), pol(&c6));
         if same {
             let c = c4.clone().unwrap();
-            self.walk(&c, &Cond::default(), hook, 0, &mut rules);
+            self.walk(&c, &Cond::default(), hook, 0, None, &mut rules);
         } else {
             for (c, fam) in [(&c4, Family::V4), (&c6, Family::V6)] {
                 if let Some(c) = c {
                     let start = Cond { family: Some(fam), ..Cond::default() };
-                    self.walk(c, &start, hook, 0, &mut rules);
+                    self.walk(c, &start, hook, 0, None, &mut rules);
                 }
             }
         }
@@ -319,7 +319,9 @@ struct Stmts {
 
 impl Tx<'_> {
     /// Translate the rules of `c` (and of the user chains it jumps to, inlined) under `pre`.
-    fn walk(&mut self, c: &ChainInfo, pre: &Cond, hook: &'static str, depth: usize, out: &mut Vec<Rule>) {
+    /// `via`: the origin of the jump that led here (a rule that adds no match of its own, such
+    /// as ufw's `ufw-user-limit-accept` or `ufw-skip-to-policy-input`, is named by the jump).
+    fn walk(&mut self, c: &ChainInfo, pre: &Cond, hook: &'static str, depth: usize, via: Option<&str>, out: &mut Vec<Rule>) {
         let n = c.rules.len();
         for i in 0..n {
             let origin = self.origin(c, i);
@@ -345,6 +347,10 @@ impl Tx<'_> {
                     self.out.refused.push(Refusal { origin, what, hint });
                     continue;
                 }
+            };
+            let origin = match via {
+                Some(v) if cond == Cond::default() => v.to_string(),
+                _ => origin,
             };
             if [&cond.iif, &cond.oif].into_iter().flatten().any(|i| container_iface(i)) {
                 self.out.containers = true;
@@ -456,7 +462,7 @@ impl Tx<'_> {
                     }
                     if st.limit.is_some() {
                         let mut inner = Vec::new();
-                        self.walk(&sub, &cond, hook, depth + 1, &mut inner);
+                        self.walk(&sub, &cond, hook, depth + 1, Some(&origin), &mut inner);
                         for mut r in inner {
                             if r.verb == Verb::Allow && r.rate.is_none() {
                                 r.rate = st.limit.clone();
@@ -491,7 +497,7 @@ impl Tx<'_> {
                     if sub.handles.is_empty() {
                         continue;
                     }
-                    self.walk(&sub, &cond, hook, depth + 1, out);
+                    self.walk(&sub, &cond, hook, depth + 1, Some(&origin), out);
                     if st.verdict.as_deref() == Some("goto") {
                         return;
                     }
