@@ -321,3 +321,31 @@ fn ufw_with_limit_rules_and_ipv6() {
     };
     same_outcomes_with("ufw", &etc, load, &probes, &[22, 80, 443, 113, 5000, 5432], &[53, 137], &["--partial"]);
 }
+
+#[test]
+fn what_fwc_cannot_say_is_refused_by_line_unless_partial() {
+    if !privileged("what_fwc_cannot_say_is_refused_by_line_unless_partial") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("nftables.conf");
+    std::fs::write(
+        &conf,
+        "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t\ttcp dport 22 accept\n\t\tmeta mark 0x1 accept\n\t}\n}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "nft", conf.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("nftables.conf:5: the match on meta mark"), "{}", text(&o));
+    assert!(!out.join("fwc.kdl").exists(), "nothing is written on a refusal");
+    let o = fwc(&["import", "--from", "nft", conf.to_str().unwrap(), "--out", out.to_str().unwrap(), "--partial", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["imported"].as_u64(), v["refused"][0]["origin"].as_str()), (Some(1), Some("nftables.conf:5")), "{v}");
+    assert!(v["flows"].as_u64().unwrap() > 10);
+    // Never over an existing repository.
+    let o = fwc(&["import", "--from", "nft", conf.to_str().unwrap(), "--out", out.to_str().unwrap(), "--partial"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("never overwrites"), "{}", text(&o));
+}
