@@ -349,3 +349,19 @@ fn what_fwc_cannot_say_is_refused_by_line_unless_partial() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("never overwrites"), "{}", text(&o));
 }
+
+#[test]
+fn live_import_of_a_namespace_names_chains_and_handles() {
+    if !privileged("live_import_of_a_namespace_names_chains_and_handles") {
+        return;
+    }
+    let ns = Netns::new("li");
+    ns.exec(&["nft", "-f", fixture("nftables.conf").to_str().unwrap()]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "nft", "--live", "--netns", &ns.name, "--out", out.to_str().unwrap(), "--verify"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains(" 0 differ"), "{}", text(&o));
+    let input = std::fs::read_to_string(out.join("rules/10-input.kdl")).unwrap();
+    assert!(input.contains(r#"allow "from-admins-ssh" proto=tcp port=22 from="@admins" comment="inet filter input handle "#), "{input}");
+}
