@@ -147,6 +147,20 @@ pub fn sample(imp: &Imported, random: usize, seed: u64) -> Vec<Flow> {
             ports.extend(&dports);
             ifaces.extend(iifs.iter().chain(&oifs).cloned());
             let origin = origin_of(c.kind);
+            // ICMP rules: each of their types, and the next one, on the first source.
+            if let (Some(types), Some(pr)) = (&cond.icmp_type, cond.proto.as_deref()) {
+                let v6 = pr == "icmpv6";
+                let proto = if v6 { L4::Icmpv6 } else { L4::Icmp };
+                let src = srcs.iter().copied().find(|a| a.is_ipv6() == v6).unwrap_or(if v6 { IpAddr::V6(REMOTE6) } else { IpAddr::V4(REMOTE4) });
+                let d = pick_dst(origin, src, &dsts);
+                for t in fwc_compiler::units::parse_icmp_types(types, v6).unwrap_or_default() {
+                    for t in [t, t.wrapping_add(1)] {
+                        let mut f = flow(proto, src, 0, d, 0, origin, &iifs[0], &oifs[0]);
+                        f.dport = u16::from(t);
+                        push(f, &mut flows);
+                    }
+                }
+            }
             for proto in &protos {
                 for &s in &srcs {
                     let d = pick_dst(origin, s, &dsts);
@@ -286,6 +300,10 @@ pub fn tests_file(source: &str, results: &[(Flow, Outcome)]) -> String {
             p.push(format!("from={}", q(&endpoint(f.saddr, ports.then_some(f.sport)))));
         }
         p.push(format!("to={}", q(&endpoint(f.daddr, ports.then_some(f.dport)))));
+        let default_type = if f.proto == L4::Icmp { 8 } else { 128 };
+        if !ports && f.dport != default_type {
+            p.push(format!("icmp-type={}", q(&f.dport.to_string())));
+        }
         if let Some(i) = &f.iif {
             p.push(format!("in={}", q(i)));
         }
