@@ -342,7 +342,15 @@ fn what_fwc_cannot_say_is_refused_by_line_unless_partial() {
     let o = fwc(&["import", "--from", "nft", conf.to_str().unwrap(), "--out", out.to_str().unwrap(), "--partial", "--json"]);
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((v["imported"].as_u64(), v["refused"][0]["origin"].as_str()), (Some(1), Some("nftables.conf:5")), "{v}");
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/output/import.schema.json")).unwrap()).unwrap();
+    let url = schema["$id"].as_str().unwrap().to_string();
+    let (mut schemas, mut compiler) = (boon::Schemas::new(), boon::Compiler::new());
+    compiler.add_resource(&url, schema).unwrap();
+    let index = compiler.compile(&url, &mut schemas).unwrap();
+    if let Err(e) = schemas.validate(&v, index) {
+        panic!("fwc import --json does not match schemas/output/import.schema.json:\n{e:#}\n{v:#}");
+    }
+    assert_eq!((v["format_version"].as_u64(), v["imported"].as_u64(), v["refused"][0]["origin"].as_str()), (Some(1), Some(1), Some("nftables.conf:5")), "{v}");
     assert!(v["flows"].as_u64().unwrap() > 10);
     // Never over an existing repository.
     let o = fwc(&["import", "--from", "nft", conf.to_str().unwrap(), "--out", out.to_str().unwrap(), "--partial"]);

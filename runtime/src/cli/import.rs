@@ -119,7 +119,7 @@ pub fn run(a: ImportArgs, g: &Global) -> Result<ExitCode> {
     }
     let i = &imp.imported;
     if a.json {
-        let v = serde_json::json!({
+        let v = super::output::versioned(&serde_json::json!({
             "out": a.out.display().to_string(),
             "source": label,
             "files": imp.files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
@@ -130,8 +130,8 @@ pub fn run(a: ImportArgs, g: &Global) -> Result<ExitCode> {
             "flows": imp.flows.len(),
             "proof_missing": imp.proof_missing,
             "differences": differences,
-        });
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        }));
+        super::output::print(&v);
     } else {
         for (o, why) in &i.merged {
             println!("merged:   {o}: {why}");
