@@ -236,6 +236,30 @@ fn nftables_conf_server_with_sets_and_a_port_forward() {
         ns.exec(&["nft", "-f", conf.to_str().unwrap()]);
     };
     same_outcomes("nft", &conf, load, &probes, &[22, 80, 443, 113, 3306, 8000, 5000], &[53, 161]);
+    docs_show_the_real_import(&conf);
+}
+
+/// docs/import.md shows the files this import writes: each ```kdl block headed `// <file>` is
+/// that file (fwc.kdl below its three header comment lines), so the page cannot drift.
+fn docs_show_the_real_import(conf: &Path) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "nft", conf.to_str().unwrap(), "--out", out.to_str().unwrap(), "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/import.md")).unwrap();
+    let mut shown = 0;
+    for block in page.split("```kdl\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        let Some((head, body)) = block.split_once('\n') else { continue };
+        let Some(file) = head.strip_prefix("// ").filter(|f| f.ends_with(".kdl")) else { continue };
+        let mut real = std::fs::read_to_string(out.join(file)).unwrap_or_else(|e| panic!("docs/import.md shows {file}, which the import does not write: {e}"));
+        if file == "fwc.kdl" {
+            real = real.splitn(4, '\n').nth(3).unwrap().to_string();
+        }
+        assert_eq!(body, real, "docs/import.md's {file} differs from what the import writes");
+        shown += 1;
+    }
+    assert!(shown >= 2, "docs/import.md shows no imported file");
 }
 
 #[test]
