@@ -142,3 +142,44 @@ fn nft_file_lines_map_to_rules() {
     assert_eq!(ipt.get(&("ip".into(), "filter".into(), "INPUT".into(), 0)).map(String::as_str), Some("rules.v4:3"));
     assert_eq!(ipt.get(&("ip".into(), "nat".into(), "INPUT".into(), 0)).map(String::as_str), Some("rules.v4:6"));
 }
+
+#[test]
+fn verify_names_both_deciding_rules_of_a_difference() {
+    // The original DNATs :8080 but its forward chain (policy drop) never accepts the DNATed
+    // connections, so they die; fwc's forward is accepted after the user's rules. --verify
+    // must catch exactly that.
+    let l = listing(vec![
+        json!({"table": {"family": "inet", "name": "filter", "handle": 1}}),
+        base("inet", "filter", "forward", "forward", "drop"),
+        json!({"table": {"family": "ip", "name": "nat", "handle": 2}}),
+        json!({"chain": {"family": "ip", "table": "nat", "name": "pre", "handle": 1, "type": "nat", "hook": "prerouting", "prio": -100, "policy": "accept"}}),
+        rule("ip", "nat", "pre", 4, json!([tcp_dport(json!(8080)), {"dnat": {"addr": "198.18.2.2", "port": 80}}])),
+    ]);
+    let out = import::import(l, &Default::default(), "t", false, &mut |_| {}).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    import::write(dir.path(), &out.files).unwrap();
+    let tree = fwc_compiler::source::SourceTree::from_dir(dir.path()).unwrap();
+    let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap();
+    let diffs = import::verify(&out.listing, &art, &out.flows).unwrap();
+    assert!(!diffs.is_empty());
+    let d = diffs.iter().find(|d| d.flow.contains(":8080")).expect("the forwarded flow differs");
+    assert!(d.original.starts_with("drop") && d.original.contains("policy drop of chain inet filter forward"), "{d:?}");
+    assert!(d.imported.starts_with("accept") && d.imported.contains("dnat to 198.18.2.2:80"), "{d:?}");
+    // And the generated tests hold the import to the original: they fail on the same flow.
+    let report = fwc_compiler::policytest::run(&tree).unwrap_or_else(|_| panic!("tests run"));
+    assert!(report.failed() >= 1);
+}
+
+#[test]
+fn ufw_limit_becomes_a_rate_on_the_accept_with_a_note() {
+    let text = "-A ufw-user-input -p tcp --dport 22 -m conntrack --ctstate NEW -m recent --set\n\
+-A ufw-user-input -p tcp --dport 22 -m conntrack --ctstate NEW -m recent --update --seconds 30 --hitcount 6 -j ufw-user-limit\n\
+-A ufw-user-input -p tcp --dport 22 -j ufw-user-limit-accept\n";
+    let mut notes = Vec::new();
+    let out = import::source::ufw_limits(text, "user.rules", &mut notes);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "line numbers are kept: {out}");
+    assert!(lines[0].starts_with('#') && lines[1].starts_with('#'));
+    assert_eq!(lines[2], "-A ufw-user-input -p tcp --dport 22 -m limit --limit 12/minute --limit-burst 6 -j ufw-user-limit-accept");
+    assert!(notes[0].starts_with("user.rules:3: ufw `limit` (6 new connections in 30 s per source address"), "{notes:?}");
+}

@@ -169,7 +169,7 @@ pub fn ufw_dir(dir: &Path) -> Result<(Value, Origins, Vec<String>), ImportError>
 /// ufw's `limit`: `-m recent --set` and `--update --seconds S --hitcount H -j ufw-user-limit`
 /// before `-j ufw-user-limit-accept` become `-m limit --limit H/S --limit-burst H` on the accept
 /// (line numbers kept: the removed lines become comments).
-fn ufw_limits(text: &str, file: &str, notes: &mut Vec<String>) -> String {
+pub fn ufw_limits(text: &str, file: &str, notes: &mut Vec<String>) -> String {
     let mut out = Vec::new();
     let mut pending: Option<(u64, u64)> = None;
     for (n, line) in text.lines().enumerate() {
