@@ -334,7 +334,8 @@ pub fn compare(original: &Evaluator, imported: &Evaluator, flows: &[Flow]) -> Re
     for f in flows {
         let a = outcome(&original.explain(f)?);
         let b = outcome(&imported.explain(f)?);
-        if a.verdict != b.verdict || a.dnat != b.dnat {
+        // Where a dropped packet was DNATed to does not matter; where an accepted one goes does.
+        if a.verdict != b.verdict || (a.verdict == Verdict::Accept && a.dnat != b.dnat) {
             let show = |o: &Outcome| {
                 let dnat = o.dnat.map(|(a, p)| format!(" (dnat to {})", endpoint(a, Some(p)))).unwrap_or_default();
                 format!("{}{dnat}, decided by {}", o.verdict.as_str(), o.by)
