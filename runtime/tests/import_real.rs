@@ -32,7 +32,8 @@ enum Seen {
     Dropped,
 }
 
-/// One probe: protocol, destination, port, optional source address to bind.
+/// One probe: protocol, destination, port, optional source address to bind. Port 0 with
+/// `udp: false` is an ICMP / ICMPv6 echo request (a ping socket).
 #[derive(Debug, Clone)]
 struct Probe {
     udp: bool,
@@ -79,9 +80,15 @@ fn sockaddr(a: IpAddr, port: u16) -> (libc::sockaddr_storage, libc::socklen_t) {
 fn probe(pr: &Probe) -> Seen {
     let dst: IpAddr = pr.dst.parse().unwrap();
     let fam = if dst.is_ipv6() { libc::AF_INET6 } else { libc::AF_INET };
-    let ty = if pr.udp { libc::SOCK_DGRAM } else { libc::SOCK_STREAM };
+    let ping = !pr.udp && pr.port == 0;
+    let ty = if pr.udp || ping { libc::SOCK_DGRAM } else { libc::SOCK_STREAM };
+    let proto = match (ping, dst.is_ipv6()) {
+        (true, false) => libc::IPPROTO_ICMP,
+        (true, true) => libc::IPPROTO_ICMPV6,
+        _ => 0,
+    };
     unsafe {
-        let fd = libc::socket(fam, ty | libc::SOCK_CLOEXEC, 0);
+        let fd = libc::socket(fam, ty | libc::SOCK_CLOEXEC, proto);
         assert!(fd >= 0);
         let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
         let raw = fd.as_raw_fd();
@@ -102,10 +109,12 @@ fn probe(pr: &Probe) -> Seen {
         if rc != 0 {
             return classify(*libc::__errno_location());
         }
-        if !pr.udp {
+        if !pr.udp && !ping {
             return Seen::Accepted;
         }
-        libc::send(raw, b"ping".as_ptr() as *const libc::c_void, 4, 0);
+        // An echo request (type 8 / 128, code 0; the kernel fills in the id and checksum).
+        let msg: &[u8] = if ping { if dst.is_ipv6() { &[128, 0, 0, 0, 0, 0, 0, 1] } else { &[8, 0, 0, 0, 0, 0, 0, 1] } } else { b"ping" };
+        libc::send(raw, msg.as_ptr() as *const libc::c_void, msg.len(), 0);
         let mut buf = [0u8; 64];
         let n = libc::recv(raw, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0);
         if n > 0 { Seen::Accepted } else { classify(*libc::__errno_location()) }
@@ -152,6 +161,8 @@ fn serve(ns: &Netns, tcp: &[u16], udp: &[u16]) {
 /// with two more client addresses (198.18.1.9, 198.18.1.20), and servers on the probed ports of host and backend.
 fn side(tcp: &[u16], udp: &[u16]) -> Topology {
     let t = Topology::new();
+    // Ping sockets (ICMP echo probes) for root in the client namespace.
+    t.client.exec(&["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"]);
     t.backend.exec(&["ip", "route", "add", "default", "via", "198.18.2.1"]);
     t.backend.exec(&["ip", "-6", "route", "add", "default", "via", "2001:db8:2::1"]);
     for extra in ["198.18.1.9/24", "198.18.1.20/24"] {
@@ -231,6 +242,8 @@ fn nftables_conf_server_with_sets_and_a_port_forward() {
         p(true, "198.18.1.1", 53, None),
         p(true, "2001:db8:1::1", 53, None),
         p(true, "198.18.1.1", 161, None),
+        p(false, "198.18.1.1", 0, None),    // ping: icmp-type echo-request
+        p(false, "2001:db8:1::1", 0, None), // ping6: icmpv6 echo-request
     ];
     let load = |ns: &Netns| {
         ns.exec(&["nft", "-f", conf.to_str().unwrap()]);
@@ -281,6 +294,8 @@ fn iptables_save_of_a_docker_host_with_docker_user_rules() {
         p(false, "198.18.2.2", 5432, None), // DOCKER-USER drops it (and FORWARD's policy)
         p(false, "2001:db8:2::2", 5432, None),
         p(false, "2001:db8:2::2", 80, None),
+        p(false, "198.18.1.1", 0, None), // ping: --icmp-type 8
+        p(false, "198.18.2.2", 0, None), // routed ping: FORWARD policy drop
     ];
     let load = |ns: &Netns| {
         ns.exec(&["sh", "-c", &format!("iptables-nft-restore < {}", rules.display())]);
@@ -339,6 +354,8 @@ fn ufw_with_limit_rules_and_ipv6() {
         p(false, "2001:db8:1::1", 113, None),
         p(false, "2001:db8:1::1", 5000, None),
         p(false, "198.18.2.2", 80, None), // routed: ufw's forward policy drops it
+        p(false, "198.18.1.1", 0, None),  // ping (ufw's before.rules accept echo-request)
+        p(false, "2001:db8:1::1", 0, None),
     ];
     let load = |ns: &Netns| {
         ns.exec(&[init.to_str().unwrap(), "--rootdir", root.to_str().unwrap(), "--datadir", root.to_str().unwrap(), "start"]);
