@@ -71,11 +71,13 @@ struct Tx<'a> {
     out: Imported,
     names: BTreeSet<String>,
     notes: BTreeSet<String>,
+    /// Notes that name many places: one line each, listing them.
+    grouped: BTreeMap<String, Vec<String>>,
 }
 
 /// Translate a listing. Never fails: every problem is a refusal in the result.
 pub fn translate(listing: &Value, origins: &Origins) -> Imported {
-    let mut tx = Tx { chains: BTreeMap::new(), sets: BTreeMap::new(), origins, out: Imported::default(), names: BTreeSet::new(), notes: BTreeSet::new() };
+    let mut tx = Tx { chains: BTreeMap::new(), sets: BTreeMap::new(), origins, out: Imported::default(), names: BTreeSet::new(), notes: BTreeSet::new(), grouped: BTreeMap::new() };
     tx.read(listing);
     tx.sets_out();
     for hook in ["input", "forward", "output"] {
@@ -83,6 +85,11 @@ pub fn translate(listing: &Value, origins: &Origins) -> Imported {
     }
     tx.nat();
     tx.out.notes.extend(std::mem::take(&mut tx.notes));
+    for (what, places) in std::mem::take(&mut tx.grouped) {
+        let more = places.len().saturating_sub(20);
+        let shown = places.into_iter().take(20).collect::<Vec<_>>().join(", ");
+        tx.out.notes.push(if more > 0 { format!("{what}: {shown} and {more} more") } else { format!("{what}: {shown}") });
+    }
     tx.out
 }
 
@@ -106,6 +113,13 @@ fn sanitize(raw: &str) -> String {
 }
 
 impl Tx<'_> {
+    fn note_at(&mut self, what: &str, place: &str) {
+        let v = self.grouped.entry(what.to_string()).or_default();
+        if !v.iter().any(|p| p == place) {
+            v.push(place.to_string());
+        }
+    }
+
     fn unique(&mut self, base: &str) -> String {
         let base = sanitize(base);
         let mut name = base.clone();
@@ -338,7 +352,7 @@ impl Tx<'_> {
             }
             if mentions_container_iface(&expr) {
                 self.out.containers = true;
-                self.notes.insert(format!("rules about container bridges (e.g. {origin}) are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working"));
+                self.note_at("rules about container bridges are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working", &origin);
                 continue;
             }
             let (cond, st) = match self.parse(&c.family, &c.table, &expr) {
@@ -354,7 +368,7 @@ impl Tx<'_> {
             };
             if [&cond.iif, &cond.oif].into_iter().flatten().any(|i| container_iface(i)) {
                 self.out.containers = true;
-                self.notes.insert(format!("rules about container bridges (e.g. {origin}) are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working"));
+                self.note_at("rules about container bridges are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working", &origin);
                 continue;
             }
             let cond = match merge(pre, &cond) {
@@ -433,7 +447,7 @@ impl Tx<'_> {
                 Some("jump" | "goto") => {
                     let target = st.target.clone().unwrap_or_default();
                     if let Some(who) = owner(&c.family, &c.table, &target) {
-                        self.notes.insert(format!("{origin}: jump to {target}, {who}'s own chain, left out — fwc coexists with it"));
+                        self.note_at(&format!("jumps to {who}'s own chains left out — fwc coexists with them"), &format!("{origin} -> {target}"));
                         if who == "Docker" {
                             self.out.containers = true;
                         }
@@ -780,7 +794,7 @@ impl Tx<'_> {
                 self.flatten(&c, 0, &mut flat);
                 for (origin, fam, table, expr) in flat {
                     if mentions_container_iface(&expr) || is_hairpin(&expr) {
-                        self.notes.insert(format!("NAT rules about container bridges and published ports (e.g. {origin}) are Docker's/libvirt's own: left out"));
+                        self.note_at("NAT rules about container bridges and published ports are Docker's/libvirt's own: left out", &origin);
                         continue;
                     }
                     let (cond, st) = match self.parse(&fam, &table, &expr) {
@@ -815,7 +829,7 @@ impl Tx<'_> {
             let target = expr.iter().find_map(|e| e.get("jump").or_else(|| e.get("goto"))).and_then(|j| j.get("target")).and_then(Value::as_str);
             if let Some(t) = target {
                 if let Some(who) = owner(&c.family, &c.table, t) {
-                    self.notes.insert(format!("{origin}: jump to {t}, {who}'s own chain, left out — fwc coexists with it"));
+                    self.note_at(&format!("jumps to {who}'s own chains left out — fwc coexists with them"), &format!("{origin} -> {t}"));
                     continue;
                 }
                 let only_jump = expr.iter().all(|e| e.get("jump").is_some() || e.get("goto").is_some() || e.get("counter").is_some());
