@@ -24,7 +24,9 @@ flows), evaluated by fwc's evaluator. Docker's, libvirt's and Kubernetes' chains
 A construct fwc cannot express is an error naming its origin (with --partial: a warning).\n\
 See docs/import.md. Exit codes: 0 imported (and verified), 1 error or refused constructs, 3 --verify found differences.")]
 pub struct ImportArgs {
-    /// What the original is: nft (an nft -f file or the live ruleset), iptables (iptables-save output), ufw, firewalld.
+    /// What the original is: nft (an nft -f file, or the live ruleset), iptables (iptables-save
+    /// output or /etc/iptables), ufw (/etc/ufw, loaded by ufw's own ufw-init), firewalld (not yet:
+    /// import what it loaded with `--from nft --live`).
     #[arg(long, value_parser = ["nft", "iptables", "ufw", "firewalld"])]
     pub from: String,
     /// The file (or directory) to import. Not with --live.
