@@ -211,13 +211,13 @@ pub fn sample(imp: &Imported, random: usize, seed: u64) -> Vec<Flow> {
     ifaces.dedup();
     ifaces.retain(|i| i.as_deref() != Some("lo"));
     for _ in 0..random {
-        let origin = origin_of(*rng.pick(&kinds));
-        let v6 = rng.next() % 2 == 0;
+        let origin = origin_of(rng.pick::<&str>(&kinds));
+        let v6 = rng.next().is_multiple_of(2);
         let proto = *rng.pick(&[L4::Tcp, L4::Tcp, L4::Udp, if v6 { L4::Icmpv6 } else { L4::Icmp }]);
         let fam: Vec<IpAddr> = addrs.iter().copied().filter(|a| a.is_ipv6() == v6).collect();
-        let s = if fam.is_empty() || rng.next() % 4 == 0 { random_addr(&mut rng, v6) } else { *rng.pick(&fam) };
-        let d = if rng.next() % 3 == 0 && !fam.is_empty() { fix_dst(origin, *rng.pick(&fam)) } else { pick_dst(origin, s, &[]) };
-        let dp = if rng.next() % 4 == 0 { (rng.next() % 65535) as u16 + 1 } else { *rng.pick(&ports) };
+        let s = if fam.is_empty() || rng.next().is_multiple_of(4) { random_addr(&mut rng, v6) } else { *rng.pick(&fam) };
+        let d = if rng.next().is_multiple_of(3) && !fam.is_empty() { fix_dst(origin, *rng.pick(&fam)) } else { pick_dst(origin, s, &[]) };
+        let dp = if rng.next().is_multiple_of(4) { (rng.next() % 65535) as u16 + 1 } else { *rng.pick(&ports) };
         let iif = rng.pick(&ifaces).clone();
         let oif = rng.pick(&ifaces).clone();
         push(flow(proto, s, 1024 + (rng.next() % 60000) as u16, d, dp, origin, &iif, &oif), &mut flows);
