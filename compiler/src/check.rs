@@ -572,3 +572,30 @@ fn family_of(is_v4: impl Iterator<Item = bool>) -> Option<Family> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    fn warnings(kdl: &str) -> Vec<String> {
+        let tree = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
+        crate::compile(&tree, None, None).unwrap_or_else(|d| panic!("{}", d.render(false))).1 .0.iter().map(|d| format!("{} {}", d.code, d.message)).collect()
+    }
+
+    /// Source NAT of other machines' traffic on a host that routes nothing warns; an allow in
+    /// forward, a kernel forward or an open forward chain each make it quiet.
+    #[test]
+    fn snat_on_a_host_that_routes_nothing_warns() {
+        let nat = "masquerade \"lan\" from=\"192.168.1.0/24\" out=eth0\nsnat \"own\" out=eth0 to=\"198.18.0.1\"\n";
+        let w = warnings(&format!("fwc 1\nforward policy=reject {{\n}}\n{nat}"));
+        let hits: Vec<&String> = w.iter().filter(|w| w.contains("snat-nothing-routed")).collect();
+        assert_eq!(hits.len(), 1, "{w:?}");
+        assert!(hits[0].contains("masquerade \"lan\" translates routed traffic, but host \"localhost\" forwards nothing"), "{w:?}");
+        for quiet in [
+            format!("fwc 1\nforward policy=drop {{\n    allow \"lan\" in=eth1\n}}\n{nat}"),
+            format!("fwc 1\nforward policy=drop {{\n}}\nforward \"web\" listen=\":8080\" to=\"10.0.0.5:80\"\n{nat}"),
+            format!("fwc 1\n{nat}"),
+        ] {
+            let w = warnings(&quiet);
+            assert!(!w.iter().any(|w| w.contains("snat-nothing-routed")), "{quiet}\n{w:?}");
+        }
+    }
+}

@@ -197,3 +197,31 @@ fn every_golden_case_has_passing_expectations() {
     assert_eq!(cases, 30, "golden cases");
     assert!(total >= 250, "only {total} expectations across the golden cases");
 }
+
+/// `fwc explain` of the forms imported rulesets use (golden 29 and 30): an ICMP type of each
+/// family, a rejecting policy, a reject kind, a log rule that lets matching go on, an echo reply
+/// that conntrack calls invalid, and source NAT (masquerade, snat).
+#[test]
+fn explain_snapshots_of_the_imported_forms() {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(root().join("golden/explain/snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| {
+        for (case, name, flow) in [
+            ("29-icmp-reject-log", "imported-ping6", "icmpv6 -> 2001:db8::1"),
+            ("29-icmp-reject-log", "imported-echo-reply-invalid", "icmp -> 198.18.1.1 type echo-reply"),
+            ("29-icmp-reject-log", "imported-telnet-admin-prohibited", "tcp 192.0.2.1:40000 -> 198.18.1.1:23"),
+            ("29-icmp-reject-log", "imported-ssh-logged", "tcp 192.0.2.1:40000 -> 198.18.1.1:22"),
+            ("29-icmp-reject-log", "imported-policy-reject", "udp 192.0.2.1:40000 -> 198.18.1.1:5353"),
+            ("29-icmp-reject-log", "imported-forward-policy-reject", "tcp 192.0.2.80:40000 -> 10.1.0.5:22 in eth0 out eth1 forward"),
+            ("30-source-nat", "imported-masquerade", "tcp 192.168.1.5:40000 -> 192.0.2.80:443 in eth1 out eth0 forward"),
+            ("30-source-nat", "imported-snat", "tcp 10.8.0.5:40000 -> 192.0.2.80:443 in eth1 out eth0 forward"),
+        ] {
+            let tree = SourceTree::from_dir(&root().join("golden").join(case)).unwrap();
+            let view = fwc_compiler::load_host(&tree, None).unwrap();
+            let art = fwc_compiler::emit_view(&view, None);
+            let x = Evaluator::new(&art).unwrap().explain(&Flow::parse(flow).unwrap()).unwrap();
+            insta::assert_snapshot!(name, eval::render::text(&x, "localhost", &eval::rule_locations(&view)));
+        }
+    });
+}

@@ -7,7 +7,7 @@
 //! held equal (`fwc test --kernel`, runtime/tests/kernel_eval.rs). Both namespaces (and with
 //! them every link, route and ruleset) are deleted on drop, also when a step fails.
 //!
-//! Scope: first packets of TCP, UDP and ICMP (echo request) flows arriving from outside
+//! Scope: first packets of TCP, UDP and ICMP (echo request and reply) flows arriving from outside
 //! (`input` and `forward` origins); a flow sent by the host itself (`output`) is not sent (`None`).
 //!
 //! Tools: the scratch namespaces, veths, addresses and routes are made with iproute2 (`ip netns
@@ -42,6 +42,11 @@ pub struct KernelOutcome {
     /// The QoS class bits of the packet mark as the first packet left (`qos_apply`, original
     /// direction); `None` when it carries no class or never left (delivered here, dropped).
     pub qos_mark: Option<u32>,
+    /// The comment of the user's `masquerade` / `snat` rule that translated the source.
+    pub snat_rule: Option<String>,
+    /// The source address the connection was translated to (its conntrack entry's reply
+    /// tuple), when source NAT changed it.
+    pub nat_source: Option<IpAddr>,
     /// The raw trace lines of this packet, for reports.
     pub trace: Vec<String>,
 }
@@ -99,8 +104,10 @@ fn run(step: &str, argv: &[&str], stdin: Option<&str>) -> Result<String, KernelE
 /// Name of the host-side interface a flow arrives on (`fwck0` when the flow names none).
 const DEFAULT_IF: &str = "fwck0";
 
+/// Flows sent as packets: not the host's own, and of ICMP only echo requests and replies
+/// (their identifier carries the flow's source port, which names the packet in the trace).
 fn sends(f: &Flow) -> bool {
-    f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8) | (L4::Icmpv6, 128)))
+    f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8 | 0) | (L4::Icmpv6, 128 | 129)))
 }
 
 /// Evaluate `flows` in the kernel. Flows must have distinct source ports (they identify the
@@ -132,6 +139,11 @@ pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcom
         run("veth", &["ip", "-n", &h, "link", "add", name, "address", &mac_s, "type", "veth", "peer", "name", &peer_name, "netns", &p], None)?;
         run("veth", &["ip", "-n", &h, "link", "set", name, "up"], None)?;
         run("veth", &["ip", "-n", &p, "link", "set", &peer_name, "up"], None)?;
+        // An address of its own on each interface (from ranges no flow uses), so a masquerade
+        // out of it has a source to take (without one the kernel drops the packet).
+        let (v4, v6) = (format!("100.64.0.{}/32", i + 1), format!("2001:db8:ffee::{:x}/128", i + 1));
+        run("interface address", &["ip", "-n", &h, "addr", "add", &v4, "dev", name], None)?;
+        run("interface address", &["ip", "-n", &h, "addr", "add", &v6, "dev", name, "nodad"], None)?;
         ifaces.insert(name.clone(), (peer_name, mac));
     }
     // Written to /proc/sys from a thread inside the namespace: no sysctl(8), no `ip netns exec`.
@@ -213,14 +225,37 @@ pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcom
         .join()
         .map_err(|_| step_err("send", "sender thread panicked"))??;
     std::thread::sleep(Duration::from_millis(400));
+    // The connections the packets made (before the namespace goes): who was translated to what.
+    let conntrack = run("read conntrack", &["ip", "netns", "exec", &h, "cat", "/proc/net/nf_conntrack"], None).unwrap_or_default();
+    let nat_sources = nat_sources(&conntrack);
     if let Some(mut m) = s.monitor.take() {
         let _ = m.kill();
         let _ = m.wait();
     }
     let text = std::fs::read_to_string(out_path.path()).map_err(|e| step_err("read trace", e))?;
     let table = fwc_compiler::eval::nft::Table::from_json(&a.nftables).map_err(|e| step_err("read nftables.json", e))?;
-    let by_sport = parse_trace(&text, &table);
+    let mut by_sport = parse_trace(&text, &table);
+    for (sport, k) in by_sport.iter_mut() {
+        k.nat_source = nat_sources.get(sport).copied();
+    }
     Ok(flows.iter().map(|f| if sends(f) { by_sport.get(&f.sport).cloned() } else { None }).collect())
+}
+
+/// From `/proc/net/nf_conntrack`: source port (ICMP: identifier) of each connection whose
+/// source was translated -> the new source (the reply tuple's destination).
+fn nat_sources(text: &str) -> BTreeMap<u16, IpAddr> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let field = |key: &str, nth: usize| line.split_whitespace().filter_map(|w| w.strip_prefix(key)).nth(nth);
+        let port = field("sport=", 0).or_else(|| field("id=", 0)).and_then(|p| p.parse::<u16>().ok());
+        let (Some(port), Some(src), Some(new)) = (port, field("src=", 0), field("dst=", 1)) else { continue };
+        if let (Ok(src), Ok(new)) = (src.parse::<IpAddr>(), new.parse::<IpAddr>()) {
+            if src != new {
+                out.insert(port, new);
+            }
+        }
+    }
+    out
 }
 
 fn send_frames(netns: &str, frames: &[(String, Vec<u8>)]) -> Result<(), KernelError> {
@@ -273,7 +308,7 @@ fn csum(data: &[u8], mut sum: u32) -> u16 {
 fn frame(f: &Flow, dst_mac: [u8; 6]) -> Vec<u8> {
     let mut l4 = Vec::new();
     if matches!(f.proto, L4::Icmp | L4::Icmpv6) {
-        // Echo request: type, code, checksum, identifier (the flow's source port), sequence.
+        // Echo request or reply: type, code, checksum, identifier (the flow's source port), sequence.
         l4.extend([f.dport as u8, 0, 0, 0]);
         l4.extend(f.sport.to_be_bytes());
         l4.extend(1u16.to_be_bytes());
@@ -393,6 +428,7 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
         let mut decided = false;
         let mut seen_dst = None;
         let mut qos_mark = None;
+        let mut snat_rule = None;
         for l in lines.iter().filter(|l| l.contains(" inet fwc ")) {
             let after = &l[l.find(" inet fwc ").expect("filtered") + " inet fwc ".len()..];
             let Some((chain, what)) = after.split_once(' ') else { continue };
@@ -403,8 +439,8 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
                 let port = word_after(what, "tcp dport ")
                     .or_else(|| word_after(what, "udp dport "))
                     .and_then(|w| w.parse().ok())
-                    .or_else(|| what.contains("icmp type echo-request").then_some(8))
-                    .or_else(|| what.contains("icmpv6 type echo-request").then_some(128));
+                    .or_else(|| word_after(what, "icmp type ").and_then(|t| icmp_type_number(false, t)))
+                    .or_else(|| word_after(what, "icmpv6 type ").and_then(|t| icmp_type_number(true, t)));
                 if let (Some(a), Some(p)) = (addr, port) {
                     seen_dst = Some((a, p));
                 }
@@ -414,11 +450,20 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
                 qos_mark = Some(m & QOS_MARK_MASK).filter(|&b| b != 0);
             }
             let comment = word_after(what, "comment ").map(|c| c.trim_matches('"').to_string());
+            let nat_postrouting = hook.as_ref().is_some_and(|(h, k)| k == "nat" && h == "postrouting");
+            let user_snat = comment.as_deref().and_then(fwc_compiler::artifacts::parse_rule_comment).is_some_and(|(k, _)| {
+                matches!(k, fwc_compiler::artifacts::RuleKind::Masquerade | fwc_compiler::artifacts::RuleKind::Snat)
+            });
+            if nat_postrouting && user_snat && what.ends_with("(verdict accept)") && snat_rule.is_none() {
+                snat_rule = comment.clone();
+            }
+            // fwc's rules standing for a chain's policy (`policy=reject`): `fwc:chain:<chain>`.
+            let policy_rule = comment.as_deref().and_then(fwc_compiler::artifacts::parse_rule_comment).is_some_and(|(k, _)| k == fwc_compiler::artifacts::RuleKind::Chain);
             let is_drop = what.ends_with("(verdict drop)") || what.trim_end() == "policy drop";
             if is_drop && !decided {
                 verdict = if what.contains("reject") { Verdict::Reject } else { Verdict::Drop };
-                policy = what.starts_with("policy");
-                identity = if policy { None } else { comment.clone() };
+                policy = what.starts_with("policy") || policy_rule;
+                identity = if what.starts_with("policy") { None } else { comment.clone() };
                 decided = true;
             }
             if !decided && filter_hook {
@@ -431,15 +476,21 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
                 }
             }
         }
-        out.insert(sport, KernelOutcome { verdict, identity, policy, seen_dst, qos_mark, trace: lines.iter().map(|l| l.to_string()).collect() });
+        out.insert(sport, KernelOutcome { verdict, identity, policy, seen_dst, qos_mark, snat_rule, nat_source: None, trace: lines.iter().map(|l| l.to_string()).collect() });
     }
     out
 }
 
+/// An ICMP type as `nft monitor trace` prints it (a name, or a number) -> its number.
+fn icmp_type_number(v6: bool, word: &str) -> Option<u16> {
+    word.parse::<u8>().ok().or_else(|| fwc_compiler::units::icmp_type_code(v6, word)).map(u16::from)
+}
+
 /// The part of a pure explanation the kernel can be checked against: verdict, deciding rule
 /// identity, whether a policy decided, destination seen by the input/forward filter chain, QoS
-/// class bits of the first packet's mark as it left.
-pub type Comparable = (Verdict, Option<String>, bool, Option<(IpAddr, u16)>, Option<u32>);
+/// class bits of the first packet's mark as it left, the user's source NAT rule that
+/// translated it.
+pub type Comparable = (Verdict, Option<String>, bool, Option<(IpAddr, u16)>, Option<u32>, Option<String>);
 
 /// [`Comparable`] of the pure evaluator's explanation of `f`.
 pub fn pure_comparable(f: &Flow, x: &fwc_compiler::eval::Explanation) -> Comparable {
@@ -456,7 +507,8 @@ pub fn pure_comparable(f: &Flow, x: &fwc_compiler::eval::Explanation) -> Compara
         })
         .last();
     let qos_mark = mark.map(|m| m & QOS_MARK_MASK).filter(|&b| b != 0);
-    (x.verdict, x.decided_by.identity.clone(), x.decided_by.index.is_none(), reached_filter.then(|| x.dnat.unwrap_or((f.daddr, f.dport))), qos_mark)
+    let snat = x.snat.as_ref().map(|s| s.rule.clone());
+    (x.verdict, x.decided_by.identity.clone(), x.decided_by.index.is_none(), reached_filter.then(|| x.dnat.unwrap_or((f.daddr, f.dport))), qos_mark, snat)
 }
 
 /// Do the pure explanation and the kernel outcome agree? A round-robin DNAT agrees with any of
@@ -479,7 +531,7 @@ pub fn agree(f: &Flow, x: &fwc_compiler::eval::Explanation, k: &KernelOutcome) -
 
 /// [`Comparable`] of the kernel's outcome.
 pub fn kernel_comparable(k: &KernelOutcome) -> Comparable {
-    (k.verdict, k.identity.clone(), k.policy, k.seen_dst, k.qos_mark)
+    (k.verdict, k.identity.clone(), k.policy, k.seen_dst, k.qos_mark, k.snat_rule.clone())
 }
 
 /// Each flow's destination after prerouting as the pure evaluator sees it (the DNAT target, or

@@ -173,29 +173,43 @@ fn set_summary(s: &AddrSet) -> String {
     out
 }
 
+/// The match properties rules share, in summary words: ` tcp port 22 from @office …`.
+struct Matches<'r> {
+    proto: &'r Option<Spanned<Proto>>,
+    ports: &'r Option<Spanned<Vec<PortRange>>>,
+    sports: &'r Option<Spanned<Vec<PortRange>>>,
+    from: &'r Option<Spanned<AddrMatch>>,
+    to: &'r Option<Spanned<AddrMatch>>,
+    iif: &'r Option<Spanned<String>>,
+    oif: &'r Option<Spanned<String>>,
+}
+
+impl Matches<'_> {
+    fn push(&self, out: &mut String) {
+        if let Some(p) = self.proto {
+            out.push_str(&format!(" {}", p.value.as_str()));
+        }
+        for (word, p) in [("port", self.ports), ("sport", self.sports)] {
+            if let Some(p) = p {
+                out.push_str(&format!(" {word} {}", ports(&p.value)));
+            }
+        }
+        for (word, m) in [("from", self.from), ("to", self.to)] {
+            if let Some(m) = m {
+                out.push_str(&format!(" {word} {}", addr(&m.value)));
+            }
+        }
+        for (word, i) in [("in", self.iif), ("out", self.oif)] {
+            if let Some(i) = i {
+                out.push_str(&format!(" {word} {}", i.value));
+            }
+        }
+    }
+}
+
 fn filter_summary(r: &FilterRule) -> String {
     let mut out = format!("{} {}", r.chain.as_str(), r.action.as_str());
-    if let Some(p) = &r.proto {
-        out.push_str(&format!(" {}", p.value.as_str()));
-    }
-    if let Some(p) = &r.ports {
-        out.push_str(&format!(" port {}", ports(&p.value)));
-    }
-    if let Some(p) = &r.sports {
-        out.push_str(&format!(" sport {}", ports(&p.value)));
-    }
-    if let Some(m) = &r.from {
-        out.push_str(&format!(" from {}", addr(&m.value)));
-    }
-    if let Some(m) = &r.to {
-        out.push_str(&format!(" to {}", addr(&m.value)));
-    }
-    if let Some(i) = &r.iif {
-        out.push_str(&format!(" in {}", i.value));
-    }
-    if let Some(o) = &r.oif {
-        out.push_str(&format!(" out {}", o.value));
-    }
+    Matches { proto: &r.proto, ports: &r.ports, sports: &r.sports, from: &r.from, to: &r.to, iif: &r.iif, oif: &r.oif }.push(&mut out);
     if let Some(t) = &r.icmp_types {
         let v6 = r.proto.as_ref().is_some_and(|p| p.value == Proto::Icmpv6);
         let names: Vec<String> = t.value.iter().map(|&c| crate::units::icmp_type_name(v6, c).map_or(c.to_string(), str::to_string)).collect();
@@ -225,21 +239,7 @@ fn filter_summary(r: &FilterRule) -> String {
 
 fn snat_summary(r: &SnatRule) -> String {
     let mut out = r.kind.as_str().to_string();
-    if let Some(p) = &r.proto {
-        out.push_str(&format!(" {}", p.value.as_str()));
-    }
-    if let Some(p) = &r.ports {
-        out.push_str(&format!(" port {}", ports(&p.value)));
-    }
-    if let Some(m) = &r.from {
-        out.push_str(&format!(" from {}", addr(&m.value)));
-    }
-    if let Some(m) = &r.dst {
-        out.push_str(&format!(" to {}", addr(&m.value)));
-    }
-    if let Some(o) = &r.oif {
-        out.push_str(&format!(" out {}", o.value));
-    }
+    Matches { proto: &r.proto, ports: &r.ports, sports: &None, from: &r.from, to: &r.dst, iif: &None, oif: &r.oif }.push(&mut out);
     if let Some(a) = &r.to_addr {
         out.push_str(&format!(" -> source {}", a.value));
     }

@@ -224,6 +224,30 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             }
         }
     }
+    // A changed masquerade/snat: routed flows from its sources out of its interface.
+    for sn in &rs.snats {
+        if !changed.contains(&crate::emit::nft::rule_comment(sn.kind.rule_kind(), &sn.name.value)) {
+            continue;
+        }
+        let dsts: Vec<Option<IpAddr>> = match sn.dst.as_ref().map(|m| &m.value) {
+            Some(AddrMatch::Literal(v)) => v.iter().map(|e| Some(first_addr(e))).collect(),
+            Some(AddrMatch::Set(n)) => rs.sets.iter().find(|s| s.name.value == *n).map(|s| s.elements.iter().map(|e| Some(first_addr(&e.value))).collect()).unwrap_or_default(),
+            None => vec![None],
+        };
+        let ports: Vec<Option<u16>> = match sn.ports.as_ref() {
+            Some(p) => p.value.iter().flat_map(|r| [Some(r.lo), Some(r.hi)]).collect::<BTreeSet<_>>().into_iter().collect(),
+            None => vec![None],
+        };
+        for proto in l4s(sn.proto.as_ref().map(|p| p.value)) {
+            for src in sources(rs, sn.from.as_ref().map(|m| &m.value), elems) {
+                for dst in &dsts {
+                    for port in &ports {
+                        add(proto, src.clone(), *dst, *port, Origin::Forward, None, sn.oif.as_ref().map(|o| o.value.clone()));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Identities whose compiled definition differs between the two manifests (or exist on one side).
@@ -261,6 +285,12 @@ fn fate(x: &Explanation) -> String {
     }
     for q in &x.qos {
         parts.push(format!("class {} ({:?})", q.rule, q.direction).to_lowercase());
+    }
+    if let Some(sn) = &x.snat {
+        parts.push(match sn.to {
+            Some(a) => format!("SNAT {a}"),
+            None => "masquerade".into(),
+        });
     }
     parts.join(", ")
 }

@@ -278,6 +278,7 @@ impl Evaluator {
 
     fn step(&self, hook: &str, direction: &'static str, p: &mut nft::Packet, steps: &mut Vec<HookStep>, skip_nat: bool) -> Result<nft::HookResult, EvalError> {
         let mut hits = Vec::new();
+        let skip_nat = skip_nat || p.ct_state == "invalid";
         let chains: Vec<String> = self
             .table
             .base_chains(hook)
@@ -386,9 +387,16 @@ pub fn rule_locations(view: &HostView) -> BTreeMap<String, Location> {
         out.insert(rule_comment(kind, name), positions.locate(span));
     };
     for c in &view.ruleset.chains {
+        // A chain's own rules (`policy=reject`) stand for its policy: where it was given.
+        if let Some(p) = &c.policy {
+            put(RuleKind::Chain, c.kind.as_str(), p.span);
+        }
         for r in &c.rules {
             put(RuleKind::Filter, &r.name.value, r.span);
         }
+    }
+    for s in &view.ruleset.snats {
+        put(s.kind.rule_kind(), &s.name.value, s.span);
     }
     for f in &view.ruleset.forwards {
         put(RuleKind::Forward, &f.name.value, f.span);

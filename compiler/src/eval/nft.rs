@@ -216,13 +216,31 @@ impl Packet {
             oifname: flow.oif.clone(),
             meta_mark: 0,
             ct_mark: 0,
-            ct_state: "new",
+            ct_state: first_packet_state(flow),
             ct_direction: "original",
             ct_dnat: false,
             orig: (flow.saddr, flow.daddr, flow.sport, flow.dport),
             local,
             round_robin: Vec::new(),
         }
+    }
+}
+
+/// The conntrack state of a flow's first packet: `new`, except for ICMP types that cannot open
+/// a connection (replies, errors, neighbour discovery): conntrack calls those `invalid`
+/// (`valid_new` in nf_conntrack_proto_icmp.c / nf_conntrack_proto_icmpv6.c).
+fn first_packet_state(flow: &Flow) -> &'static str {
+    let opens = match flow.proto {
+        // echo, timestamp, info and address-mask requests
+        L4::Icmp => matches!(flow.dport, 8 | 13 | 15 | 17),
+        // echo request, node information query
+        L4::Icmpv6 => matches!(flow.dport, 128 | 139),
+        L4::Tcp | L4::Udp => true,
+    };
+    if opens {
+        "new"
+    } else {
+        "invalid"
     }
 }
 
@@ -281,6 +299,8 @@ enum Flowctl {
 /// With `skip_nat`, `nat` chains are left out (packets after a connection's first).
 pub fn run_hook(t: &Table, hook: &str, p: &mut Packet, hits: &mut Vec<Hit>, skip_nat: bool) -> Result<HookResult, EvalError> {
     let mut last = HookResult { verdict: Verdict::Accept, decided_by: None, policy_of: None };
+    // A packet without a connection (`invalid`) passes no nat chain (nf_nat_inet_fn).
+    let skip_nat = skip_nat || p.ct_state == "invalid";
     for base in t.base_chains(hook) {
         if skip_nat && base.hook.as_ref().is_some_and(|h| h.kind == "nat") {
             continue;
@@ -435,15 +455,8 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                 hit.effects.push(Effect::SetMark { which, value });
             }
             "dnat" => {
-                let fam_v6 = match body.get("family").and_then(Value::as_str) {
-                    Some("ip") => false,
-                    Some("ip6") => true,
-                    _ => p.daddr.is_ipv6(),
-                };
-                if fam_v6 != p.daddr.is_ipv6() {
-                    // The kernel's inet NAT expression ignores a packet of the other family
-                    // (nft_nat_inet_eval): the statement does nothing and the rule goes on.
-                    hit.notes.push(format!("dnat {} to … does not apply to this packet's family", if fam_v6 { "ip6" } else { "ip" }));
+                if let Some(note) = other_family(kind, body, p) {
+                    hit.notes.push(note);
                     continue;
                 }
                 let addr_v = body.get("addr").ok_or_else(|| unsupported("dnat without addr".into()))?;
@@ -484,14 +497,8 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                 return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept))));
             }
             "snat" => {
-                let v6 = match body.get("family").and_then(Value::as_str) {
-                    Some("ip") => false,
-                    Some("ip6") => true,
-                    _ => p.saddr.is_ipv6(),
-                };
-                if v6 != p.saddr.is_ipv6() {
-                    // As for dnat: the inet NAT expression ignores the other family.
-                    hit.notes.push(format!("snat {} to … does not apply to this packet's family", if v6 { "ip6" } else { "ip" }));
+                if let Some(note) = other_family(kind, body, p) {
+                    hit.notes.push(note);
                     continue;
                 }
                 let addr = match body.get("addr") {
@@ -531,6 +538,18 @@ fn round_robin_chains(cx: &Cx, data: &Value, p: &mut Packet) -> Result<(), EvalE
         }
     }
     Ok(())
+}
+
+/// A `dnat`/`snat` statement for the other address family than the packet's: the kernel's
+/// inet NAT expression ignores the packet (nft_nat_inet_eval), the statement does nothing and
+/// the rule goes on. The note saying so, or `None` when the statement applies.
+fn other_family(kind: &str, body: &Value, p: &Packet) -> Option<String> {
+    let v6 = match body.get("family").and_then(Value::as_str) {
+        Some("ip") => false,
+        Some("ip6") => true,
+        _ => return None,
+    };
+    (v6 != p.daddr.is_ipv6()).then(|| format!("{kind} {} to … does not apply to this packet's family", if v6 { "ip6" } else { "ip" }))
 }
 
 /// How a `reject` answers this packet, when it is not the plain default (TCP reset for TCP,

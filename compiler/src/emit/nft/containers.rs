@@ -73,11 +73,7 @@ fn container_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                         expr.push(eq(ct_orig_addr(fam, "daddr"), e.clone()));
                     }
                 }
-                for tail in rule_tails(r, proto == &Some(ForwardProto::Tcp), fam) {
-                    let mut e = expr.clone();
-                    e.extend(tail);
-                    out.rule(chains::CONTAINERS_RULES, e, Some(comment.clone()));
-                }
+                out_rules(out, chains::CONTAINERS_RULES, expr, rule_tails(r, proto == &Some(ForwardProto::Tcp), fam), &comment);
             }
         }
     }

@@ -41,11 +41,18 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
             None if r.rate.is_some() => expr.push(ct_state(&["new"])),
             None => {}
         }
-        for tail in rule_tails(r, proto == Some(Proto::Tcp), fam) {
-            let mut e = expr.clone();
-            e.extend(tail);
-            out.rule(r.chain.as_str(), e, Some(comment.clone()));
-        }
+        out_rules(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment);
+    }
+}
+
+/// One nft rule per tail: the rule's matches `expr` then the tail (the last one takes `expr`
+/// itself: one tail, the usual case, copies nothing).
+pub(super) fn out_rules(out: &mut Out, chain: &str, mut expr: Vec<S>, tails: Vec<Vec<S>>, comment: &str) {
+    let n = tails.len();
+    for (i, tail) in tails.into_iter().enumerate() {
+        let mut e = if i + 1 == n { std::mem::take(&mut expr) } else { expr.clone() };
+        e.extend(tail);
+        out.rule(chain, e, Some(comment.to_string()));
     }
 }
 
