@@ -100,8 +100,12 @@ fn elems_of<'a>(imp: &'a Imported, a: &'a Addrs) -> Vec<&'a str> {
 pub fn sample(imp: &Imported, random: usize, seed: u64) -> Vec<Flow> {
     let mut flows: Vec<Flow> = Vec::new();
     let mut seen = BTreeSet::new();
+    // ICMP that is conntrack-`invalid` on its own (an unsolicited reply or error) is dropped by
+    // fwc's input chain before any rule, which fwc cannot change: the import refuses rules
+    // accepting it, and the sample leaves such first packets to this host out.
+    let expressible = |f: &Flow| f.proto.has_ports() || f.origin != Origin::Input || super::translate::icmp_opens(f.proto == L4::Icmpv6, f.dport as u8);
     let mut push = |f: Flow, flows: &mut Vec<Flow>| {
-        if f.saddr.is_ipv4() == f.daddr.is_ipv4() && seen.insert(f.to_string()) {
+        if f.saddr.is_ipv4() == f.daddr.is_ipv4() && expressible(&f) && seen.insert(f.to_string()) {
             flows.push(f);
         }
     };

@@ -556,6 +556,19 @@ impl Tx<'_> {
                         self.out.refused.push(Refusal { origin, what: format!("a rate limit on a {v} rule"), hint: "fwc limits the rate of allow rules only".into() });
                         continue;
                     }
+                    let mut cond = cond;
+                    if hook == "input" && verb == Verb::Allow {
+                        if let Some(dropped) = untrackable_icmp(&mut cond) {
+                            self.out.refused.push(Refusal {
+                                origin: origin.clone(),
+                                what: format!("an accept of ICMP {dropped} before the original drops invalid packets: conntrack calls these `invalid` unless they answer a connection, and fwc's input chain drops invalid packets before any rule"),
+                                hint: "nothing to do for replies and errors of this host's own connections (fwc accepts them as established/related); unsolicited ones are now dropped".into(),
+                            });
+                            if cond.icmp_type.is_none() {
+                                continue;
+                            }
+                        }
+                    }
                     let name = self.name_for(&verb, &cond);
                     out.push(Rule {
                         name,
@@ -1081,4 +1094,29 @@ pub fn strip_owned(listing: &Value) -> Value {
         out.push(o);
     }
     serde_json::json!({ "nftables": out })
+}
+
+/// The first packet's conntrack state of an ICMP type: `new` for requests, `untracked` for
+/// MLD and neighbour discovery, `invalid` for replies and errors (as the evaluator models it).
+pub fn icmp_opens(v6: bool, t: u8) -> bool {
+    if v6 { matches!(t, 128 | 139 | 130..=136 | 143) } else { matches!(t, 8 | 13 | 15 | 17) }
+}
+
+/// Remove from an input allow the ICMP types that are `invalid` on their own (fwc drops those
+/// first); returns their names when there were any (the rule keeps the others, or none).
+fn untrackable_icmp(cond: &mut Cond) -> Option<String> {
+    let types = cond.icmp_type.clone()?;
+    let v6 = cond.proto.as_deref() == Some("icmpv6");
+    let (mut keep, mut gone) = (Vec::new(), Vec::new());
+    for name in types.split(',') {
+        match fwc_compiler::units::parse_icmp_types(name, v6).ok().and_then(|v| v.first().copied()) {
+            Some(t) if !icmp_opens(v6, t) => gone.push(name.to_string()),
+            _ => keep.push(name.to_string()),
+        }
+    }
+    if gone.is_empty() {
+        return None;
+    }
+    cond.icmp_type = (!keep.is_empty()).then(|| keep.join(","));
+    Some(gone.join(", "))
 }
