@@ -8,6 +8,7 @@ pub mod audit;
 pub mod backend;
 pub mod cli;
 pub mod detached;
+pub mod import;
 pub mod kernel_eval;
 pub mod metrics;
 pub mod repo;

@@ -8,6 +8,7 @@
 
 pub mod effects;
 pub mod flow;
+pub mod foreign;
 pub mod nft;
 pub mod render;
 
@@ -147,6 +148,12 @@ fn source_nat(h: &Hit) -> Option<SourceNat> {
 impl Evaluator {
     pub fn new(a: &Artifacts) -> Result<Evaluator, EvalError> {
         Ok(Evaluator { table: nft::Table::from_json(&a.nftables)?, qos: a.qos.clone(), forward: a.forward.clone() })
+    }
+
+    /// An evaluator of a bare nftables table (a foreign ruleset read by
+    /// [`foreign::table_from_listing`]): no QoS classes, no userspace listeners.
+    pub fn from_table(table: nft::Table) -> Evaluator {
+        Evaluator { table, qos: QosArtifact::default(), forward: ForwardArtifact::default() }
     }
 
     /// Evaluate the first packet of `flow`.

@@ -33,6 +33,20 @@ pub struct Hook {
     pub kind: String,
     pub prio: i64,
     pub policy: Verdict,
+    /// The table's family when it sees only one address family (`ip`, `ip6`); `None` for
+    /// `inet` (fwc's own table) — foreign listings only ([`super::foreign`]).
+    pub family: Option<String>,
+}
+
+impl Hook {
+    /// Does a base chain of this hook see packets of this address family?
+    pub fn sees(&self, v6: bool) -> bool {
+        match self.family.as_deref() {
+            Some("ip") => !v6,
+            Some("ip6") => v6,
+            _ => true,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -110,6 +124,7 @@ impl Table {
                         kind: o.get("type").and_then(Value::as_str).unwrap_or("filter").to_string(),
                         prio: o.get("prio").and_then(Value::as_i64).unwrap_or(0),
                         policy: if o.get("policy").and_then(Value::as_str) == Some("drop") { Verdict::Drop } else { Verdict::Accept },
+                        family: o.get("family").and_then(Value::as_str).filter(|f| matches!(*f, "ip" | "ip6")).map(str::to_string),
                     });
                     t.chains.insert(name.clone(), ChainDef { name, hook, rules: Vec::new() });
                 }
@@ -212,7 +227,8 @@ impl Packet {
 }
 
 /// The conntrack state of a flow's first packet: `new`, except for ICMP types that cannot open
-/// a connection (replies, errors, neighbour discovery): conntrack calls those `invalid`
+/// a connection (replies, errors): conntrack calls those `invalid`; MLD and neighbour
+/// discovery are `untracked`
 /// (`valid_new` in nf_conntrack_proto_icmp.c / nf_conntrack_proto_icmpv6.c).
 fn first_packet_state(flow: &Flow) -> &'static str {
     let opens = match flow.proto {
@@ -222,6 +238,13 @@ fn first_packet_state(flow: &Flow) -> &'static str {
         L4::Icmpv6 => matches!(flow.dport, 128 | 139),
         L4::Tcp | L4::Udp => true,
     };
+    // MLD (130-132, 143) and neighbour discovery (133-136) are not tracked at all
+    // (`noct_valid_new` in nf_conntrack_proto_icmpv6.c): `ct state untracked`, not invalid —
+    // so a `ct state invalid drop` before the ND accepts does not break IPv6 (the import
+    // tests' IPv6 probes through such a ruleset show it in a real kernel).
+    if flow.proto == L4::Icmpv6 && matches!(flow.dport, 130..=136 | 143) {
+        return "untracked";
+    }
     if opens {
         "new"
     } else {
@@ -288,6 +311,9 @@ pub fn run_hook(t: &Table, hook: &str, p: &mut Packet, hits: &mut Vec<Hit>, skip
     let skip_nat = skip_nat || p.ct_state == "invalid";
     for base in t.base_chains(hook) {
         if skip_nat && base.hook.as_ref().is_some_and(|h| h.kind == "nat") {
+            continue;
+        }
+        if !base.hook.as_ref().is_none_or(|h| h.sees(p.daddr.is_ipv6())) {
             continue;
         }
         let policy = base.hook.as_ref().map_or(Verdict::Accept, |h| h.policy);
@@ -824,6 +850,15 @@ impl Cx<'_> {
                     ("ip6", "saddr") if p.saddr.is_ipv6() => Val::Addr(p.saddr),
                     ("ip6", "daddr") if p.daddr.is_ipv6() => Val::Addr(p.daddr),
                     ("ip" | "ip6", "saddr" | "daddr") => Val::Absent,
+                    ("ip", "protocol") if p.daddr.is_ipv4() => Val::Int(p.proto.number()),
+                    ("ip6", "nexthdr") if p.daddr.is_ipv6() => Val::Int(p.proto.number()),
+                    ("ip", "protocol") | ("ip6", "nexthdr") => Val::Absent,
+                    // Foreign rulesets (ufw's before6.rules): a flow comes from elsewhere, so
+                    // it arrives with a routed hop limit / TTL (64 here), never 255 or 1 —
+                    // the on-link values neighbour discovery and MLD rules match.
+                    ("ip6", "hoplimit") if p.daddr.is_ipv6() => Val::Int(64),
+                    ("ip", "ttl") if p.daddr.is_ipv4() => Val::Int(64),
+                    ("ip6", "hoplimit") | ("ip", "ttl") => Val::Absent,
                     ("tcp" | "udp" | "th", "dport" | "sport") => {
                         let ok = match proto {
                             "th" => p.proto.has_ports(),
@@ -887,6 +922,8 @@ impl Cx<'_> {
                 }
                 Val::Concat(vs)
             }
+            // A flow carries no IPv6 extension headers (ufw drops type-0 routing headers).
+            "exthdr" => Val::Absent,
             "numgen" => {
                 if body.get("mode").and_then(Value::as_str) != Some("inc") {
                     return Err(self.unsupported(format!("numgen {body}")));

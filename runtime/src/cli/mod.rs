@@ -13,6 +13,7 @@ mod forward;
 pub mod apply;
 pub mod explain;
 pub mod test;
+pub mod import;
 mod man;
 pub mod output;
 pub mod rollout;
@@ -146,6 +147,8 @@ pub enum Command {
     Rollback(apply::RollbackArgs),
     /// Run the policy tests in tests/*.kdl against the compiled rules (exit 3 if one fails).
     Test(test::TestArgs),
+    /// Adopt an existing firewall (nftables, iptables, ufw) as a rule repository, with policy tests proving it.
+    Import(import::ImportArgs),
     /// Show what the compiled rules do to one flow: path, matching rules, deciding rule (file:line:col), DNAT, QoS, forwarder.
     Explain(explain::ExplainArgs),
     /// Roll commits out to the fleet in health-gated waves (docs/fleet.md).
@@ -212,6 +215,7 @@ pub fn main() -> ExitCode {
         Command::ConfirmWatch(a) => apply::confirm_watch(a),
         Command::Test(a) => test::run(a, &g),
         Command::Explain(a) => explain::run(a, &g),
+        Command::Import(a) => import::run(a, &g),
         Command::Man(a) => man::run(a),
         Command::Rollout(a) => rollout::rollout(a, &g),
         Command::Fleet(a) => rollout::fleet(a, &g),

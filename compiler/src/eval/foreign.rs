@@ -1,0 +1,166 @@
+//! Foreign rulesets for the evaluator: what `nft -j list ruleset` prints on any host (several
+//! tables of the families `ip`, `ip6` and `inet`, chains of any name, handles, no comments of
+//! fwc's), read into one [`Table`] the evaluator runs as it runs fwc's own. `fwc import` uses
+//! it to state what the ORIGINAL firewall does to a flow. Anything else stays an error.
+
+use serde_json::{Map, Value};
+
+use super::nft::{EvalError, Table};
+
+/// The name a chain or set of a foreign table gets in the merged table: `ip filter INPUT`.
+pub fn qualified(family: &str, table: &str, name: &str) -> String {
+    format!("{family} {table} {name}")
+}
+
+/// Read a listing (`{"nftables": [{"metainfo"}, {"table"}, {"chain"}, {"set"}, {"map"},
+/// {"rule"}, …]}`). Chains and sets are renamed `FAMILY TABLE NAME` (jumps, gotos, verdict
+/// maps and `@set` references rewritten with them) so tables cannot collide; base chains keep
+/// their family, so an `ip` table sees only IPv4 packets. A rule without a comment gets
+/// `FAMILY TABLE CHAIN handle N` as its identity, which is how a decision names it.
+/// Tables of the `arp` family are skipped (they never see IP packets); `bridge` and `netdev`
+/// tables are refused (the evaluator has no such hooks).
+pub fn table_from_listing(v: &Value) -> Result<Table, EvalError> {
+    let objs = v.get("nftables").and_then(Value::as_array).ok_or_else(|| EvalError::Malformed("no `nftables` array".into()))?;
+    // Sets per table first, so `@name` references can be rewritten whatever the order.
+    let mut sets: std::collections::BTreeSet<(String, String, String)> = Default::default();
+    for o in objs {
+        for kind in ["set", "map"] {
+            if let Some(s) = o.get(kind) {
+                sets.insert((s_of(s, "family"), s_of(s, "table"), s_of(s, "name")));
+            }
+        }
+    }
+    let mut cmds = Vec::new();
+    for o in objs {
+        let Some((kind, body)) = o.as_object().and_then(|m| m.iter().next()) else { continue };
+        if kind == "metainfo" {
+            continue;
+        }
+        let family = s_of(body, "family");
+        if family == "arp" {
+            continue;
+        }
+        if matches!(family.as_str(), "bridge" | "netdev") {
+            return Err(EvalError::Unsupported {
+                chain: s_of(body, "name"),
+                rule: 0,
+                what: format!("a table of family {family} (table {})", s_of(body, if kind == "table" { "name" } else { "table" })),
+            });
+        }
+        let mut body = body.as_object().cloned().unwrap_or_default();
+        match kind.as_str() {
+            "table" => {}
+            "chain" | "set" | "map" => {
+                let table = s_of_map(&body, "table");
+                let name = s_of_map(&body, "name");
+                body.insert("name".into(), Value::String(qualified(&family, &table, &name)));
+                if kind == "chain" && body.contains_key("hook") {
+                    body.insert("family".into(), Value::String(family.clone()));
+                }
+            }
+            "element" => {
+                let table = s_of_map(&body, "table");
+                let name = s_of_map(&body, "name");
+                body.insert("name".into(), Value::String(qualified(&family, &table, &name)));
+            }
+            "rule" => {
+                let table = s_of_map(&body, "table");
+                let chain = s_of_map(&body, "chain");
+                body.insert("chain".into(), Value::String(qualified(&family, &table, &chain)));
+                if let Some(expr) = body.get_mut("expr") {
+                    rewrite(expr, &family, &table, &sets);
+                }
+                if !body.contains_key("comment") {
+                    let handle = body.get("handle").and_then(Value::as_u64).map_or(String::new(), |h| format!(" handle {h}"));
+                    body.insert("comment".into(), Value::String(format!("{family} {table} {chain}{handle}")));
+                }
+            }
+            other => return Err(EvalError::Malformed(format!("unknown object `{other}` in the listing"))),
+        }
+        let mut cmd = Map::new();
+        cmd.insert(kind.clone(), Value::Object(body));
+        cmds.push(serde_json::json!({ "add": Value::Object(cmd) }));
+    }
+    Table::from_json(&serde_json::json!({ "nftables": cmds }))
+}
+
+fn s_of(v: &Value, key: &str) -> String {
+    v.get(key).and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+fn s_of_map(m: &Map<String, Value>, key: &str) -> String {
+    m.get(key).and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+/// Qualify jump/goto targets and `@set` references inside a rule's expressions.
+fn rewrite(v: &mut Value, family: &str, table: &str, sets: &std::collections::BTreeSet<(String, String, String)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, inner) in m.iter_mut() {
+                if (k == "jump" || k == "goto") && inner.get("target").is_some() {
+                    if let Some(Value::String(t)) = inner.get_mut("target") {
+                        *t = qualified(family, table, t);
+                    }
+                    continue;
+                }
+                rewrite(inner, family, table, sets);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| rewrite(x, family, table, sets)),
+        Value::String(s) => {
+            if let Some(name) = s.strip_prefix('@') {
+                if sets.contains(&(family.to_string(), table.to_string(), name.to_string())) {
+                    *s = format!("@{}", qualified(family, table, name));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::{Evaluator, Flow, Verdict};
+
+    fn listing() -> Value {
+        serde_json::json!({"nftables": [
+            {"metainfo": {"version": "1.0.6"}},
+            {"table": {"family": "ip", "name": "filter", "handle": 1}},
+            {"chain": {"family": "ip", "table": "filter", "name": "INPUT", "handle": 1, "type": "filter", "hook": "input", "prio": 0, "policy": "drop"}},
+            {"chain": {"family": "ip", "table": "filter", "name": "USER", "handle": 2}},
+            {"set": {"family": "ip", "table": "filter", "name": "office", "type": "ipv4_addr", "flags": ["interval"], "elem": [{"prefix": {"addr": "203.0.113.0", "len": 24}}]}},
+            {"rule": {"family": "ip", "table": "filter", "chain": "INPUT", "handle": 5, "expr": [{"jump": {"target": "USER"}}]}},
+            {"rule": {"family": "ip", "table": "filter", "chain": "USER", "handle": 6, "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "@office"}},
+                {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 22}},
+                {"accept": null}]}},
+            {"rule": {"family": "ip", "table": "filter", "chain": "USER", "handle": 7, "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 23}},
+                {"reject": {"type": "tcp reset"}}]}},
+            {"table": {"family": "ip6", "name": "filter", "handle": 2}},
+            {"chain": {"family": "ip6", "table": "filter", "name": "INPUT", "handle": 1, "type": "filter", "hook": "input", "prio": 0, "policy": "accept"}},
+        ]})
+    }
+
+    #[test]
+    fn a_foreign_listing_is_evaluated_per_family_with_qualified_names() {
+        let t = table_from_listing(&listing()).unwrap();
+        let ev = Evaluator::from_table(t);
+        let x = |f: &str| ev.explain(&Flow::parse(f).unwrap()).unwrap();
+        let e = x("tcp 203.0.113.5 -> 198.18.1.1:22");
+        assert_eq!(e.verdict, Verdict::Accept);
+        assert_eq!(e.decided_by.identity.as_deref(), Some("ip filter USER handle 6"));
+        let e = x("tcp 192.0.2.5 -> 198.18.1.1:22");
+        assert_eq!((e.verdict, e.decided_by.what.as_str()), (Verdict::Drop, "policy drop of chain ip filter INPUT"));
+        assert_eq!(x("tcp 192.0.2.5 -> 198.18.1.1:23").verdict, Verdict::Reject);
+        // The ip table never sees IPv6: only the ip6 table's accept policy decides.
+        assert_eq!(x("tcp [2001:db8::5]:1000 -> [2001:db8::1]:22").verdict, Verdict::Accept);
+    }
+
+    #[test]
+    fn bridge_tables_are_refused() {
+        let v = serde_json::json!({"nftables": [{"table": {"family": "bridge", "name": "f", "handle": 1}}]});
+        assert!(matches!(table_from_listing(&v), Err(EvalError::Unsupported { .. })));
+    }
+}

@@ -1,0 +1,224 @@
+//! `fwc import`: adopt an existing firewall (nftables, iptables, ufw, firewalld) as a rule
+//! repository, with proof. `source` reads the original (the only I/O besides writing the
+//! result), `translate` turns its nftables JSON into fwc rules, `render` writes them as KDL,
+//! `proof` samples flows and evaluates the original (and the import) with fwc's evaluator.
+
+pub mod model;
+pub mod proof;
+pub mod render;
+pub mod source;
+pub mod translate;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use fwc_compiler::eval::{foreign, Evaluator, Flow};
+pub use model::{Imported, Refusal};
+pub use proof::Difference;
+
+/// What the original is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Nft,
+    Iptables,
+    Ufw,
+    Firewalld,
+}
+
+/// Why an import stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("{what}")]
+    Source { what: String, hint: String },
+    #[error("{} construct(s) of the original have no fwc form", .0.len())]
+    Refused(Vec<Refusal>),
+    #[error("the evaluator cannot run the original ruleset: {0}")]
+    Eval(fwc_compiler::eval::EvalError),
+    #[error("cannot write {path}: {error}")]
+    Write { path: String, error: std::io::Error },
+}
+
+impl ImportError {
+    pub fn hint(&self) -> String {
+        match self {
+            ImportError::Source { hint, .. } => hint.clone(),
+            ImportError::Refused(_) => "change the original, or import with --partial (each is then a warning, left out of the import; add it by hand)".into(),
+            ImportError::Eval(_) => "the original uses something fwc's evaluator does not model; import with --partial to write the rules without tests/imported.kdl".into(),
+            ImportError::Write { .. } => "choose another --out directory".into(),
+        }
+    }
+}
+
+/// A finished import, before it is written.
+#[derive(Debug, Clone)]
+pub struct Import {
+    pub imported: Imported,
+    /// (path relative to the output directory, content)
+    pub files: Vec<(String, String)>,
+    /// The flows of the proof, with what the original does to them.
+    pub flows: Vec<Flow>,
+    /// The original without the parts others own (what the proof evaluates).
+    pub listing: Value,
+    /// Why no proof was written (--partial and the evaluator could not run the original).
+    pub proof_missing: Option<String>,
+}
+
+/// Seeded random flows added to the systematic sample.
+pub const RANDOM_FLOWS: usize = 200;
+pub const SEED: u64 = 0x5eed_f00d;
+
+/// The pure part: listing -> rules, files and proof. `partial`: refusals become warnings.
+pub fn import(listing: Value, origins: &translate::Origins, source: &str, partial: bool, progress: &mut dyn FnMut(&str)) -> Result<Import, ImportError> {
+    import_with_notes(listing, origins, source, Vec::new(), partial, progress)
+}
+
+/// [`import`], with notes from reading the source (they come first in the summary).
+pub fn import_with_notes(listing: Value, origins: &translate::Origins, source: &str, notes: Vec<String>, partial: bool, progress: &mut dyn FnMut(&str)) -> Result<Import, ImportError> {
+    progress("translating");
+    let mut imported = translate::translate(&listing, origins);
+    imported.notes.splice(0..0, notes);
+    if !imported.refused.is_empty() && !partial {
+        return Err(ImportError::Refused(imported.refused.clone()));
+    }
+    let mut files = render::files(&imported, source);
+    let flows = proof::sample(&imported, RANDOM_FLOWS, SEED);
+    progress(&format!("evaluating the original on {} flows", flows.len()));
+    let mut proof_missing = None;
+    let names = identities(&listing, origins);
+    let listing = translate::strip_owned(&listing);
+    match foreign::table_from_listing(&listing).map(Evaluator::from_table) {
+        Ok(ev) => {
+            let mut results = Vec::with_capacity(flows.len());
+            for f in &flows {
+                match ev.explain(f) {
+                    Ok(x) => {
+                        let mut o = proof::outcome(&x);
+                        if let Some(id) = &x.decided_by.identity {
+                            if let Some(origin) = names.get(id) {
+                                o.by = format!("{origin} ({})", o.by);
+                            }
+                        }
+                        results.push((f.clone(), o))
+                    }
+                    Err(e) if partial => {
+                        proof_missing = Some(e.to_string());
+                        break;
+                    }
+                    Err(e) => return Err(ImportError::Eval(e)),
+                }
+            }
+            if proof_missing.is_none() {
+                files.push(("tests/imported.kdl".into(), proof::tests_file(source, &results)));
+            }
+        }
+        Err(e) if partial => proof_missing = Some(e.to_string()),
+        Err(e) => return Err(ImportError::Eval(e)),
+    }
+    Ok(Import { imported, files, flows, listing, proof_missing })
+}
+
+/// Write the files under `out` (refusing to overwrite a rule repository).
+pub fn write(out: &Path, files: &[(String, String)]) -> Result<(), ImportError> {
+    let werr = |path: &Path, error: std::io::Error| ImportError::Write { path: path.display().to_string(), error };
+    if out.join("fwc.kdl").exists() {
+        return Err(werr(&out.join("fwc.kdl"), std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a rule repository is already there; fwc import never overwrites one")));
+    }
+    for (rel, text) in files {
+        let p = out.join(rel);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| werr(dir, e))?;
+        }
+        std::fs::write(&p, text).map_err(|e| werr(&p, e))?;
+    }
+    Ok(())
+}
+
+/// `--verify`: the original and the imported rules (compiled from `out`) on every flow.
+pub fn verify(listing: &Value, imported: &fwc_compiler::artifacts::Artifacts, flows: &[Flow]) -> Result<Vec<Difference>, ImportError> {
+    let original = Evaluator::from_table(foreign::table_from_listing(listing).map_err(ImportError::Eval)?);
+    let mine = Evaluator::new(imported).map_err(ImportError::Eval)?;
+    proof::compare(&original, &mine, flows).map_err(ImportError::Eval)
+}
+
+/// Read the original (I/O): the listing, the origins of its rules and a label for the header.
+/// Also notes on what reading had to change (ufw's `limit`).
+pub fn read(kind: Kind, path: Option<&Path>, live: bool, netns: Option<&str>) -> Result<(Value, translate::Origins, String, Vec<String>), ImportError> {
+    let need_path = || ImportError::Source { what: "no PATH given".into(), hint: "give the file or directory to import, or --live".into() };
+    match (kind, live) {
+        (Kind::Nft | Kind::Iptables, true) => {
+            let label = match netns {
+                Some(ns) => format!("the live ruleset of network namespace {ns}"),
+                None => "the live ruleset of this host".into(),
+            };
+            Ok((source::live(netns)?, Default::default(), label, Vec::new()))
+        }
+        (Kind::Nft, false) => {
+            let p = path.ok_or_else(need_path)?;
+            let (l, o) = source::nft_file(p)?;
+            Ok((l, o, p.display().to_string(), Vec::new()))
+        }
+        (Kind::Iptables, false) => {
+            let p = path.ok_or_else(need_path)?;
+            let files = iptables_files(p)?;
+            let (l, o) = source::iptables_files(&files)?;
+            Ok((l, o, p.display().to_string(), Vec::new()))
+        }
+        (Kind::Ufw, false) => {
+            let p = path.ok_or_else(need_path)?;
+            let (l, o, notes) = source::ufw_dir(p)?;
+            Ok((l, o, p.display().to_string(), notes))
+        }
+        (Kind::Ufw | Kind::Firewalld, _) => Err(ImportError::Source {
+            what: format!("importing from {} is not implemented yet", if kind == Kind::Ufw { "ufw --live" } else { "firewalld" }),
+            hint: "import the ruleset it loaded instead: `fwc import --from nft --live` (ufw and firewalld both program nftables/iptables-nft), then review the result".into(),
+        }),
+    }
+}
+
+/// An iptables PATH: a save file (IPv6 when named `*6*`/`*.v6` or saved by ip6tables-save), or
+/// a directory with `rules.v4` and/or `rules.v6` (netfilter-persistent's /etc/iptables).
+fn iptables_files(p: &Path) -> Result<Vec<(PathBuf, bool)>, ImportError> {
+    if p.is_dir() {
+        let v: Vec<(PathBuf, bool)> = [("rules.v4", false), ("rules.v6", true)].into_iter().map(|(n, v6)| (p.join(n), v6)).filter(|(f, _)| f.exists()).collect();
+        if v.is_empty() {
+            return Err(ImportError::Source { what: format!("{} holds neither rules.v4 nor rules.v6", p.display()), hint: "give the iptables-save file itself".into() });
+        }
+        return Ok(v);
+    }
+    let text = std::fs::read_to_string(p).map_err(|e| ImportError::Source { what: format!("cannot read {}: {e}", p.display()), hint: "give the output of iptables-save".into() })?;
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let v6 = text.lines().take(3).any(|l| l.contains("ip6tables-save")) || name.ends_with(".v6") || name.contains("ip6");
+    Ok(vec![(p.to_path_buf(), v6)])
+}
+
+/// An nftables expression in nft-like words, for messages.
+pub fn describe(v: &Value) -> String {
+    match v {
+        Value::Object(o) => match o.iter().next() {
+            Some((k, b)) if b.get("key").is_some() => format!("{k} {}", b["key"].as_str().unwrap_or_default()),
+            Some((k, b)) if k == "payload" => format!("{} {}", b.get("protocol").and_then(Value::as_str).unwrap_or_default(), b.get("field").and_then(Value::as_str).unwrap_or_default()),
+            Some((k, _)) => k.clone(),
+            None => "{}".into(),
+        },
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The evaluator's identity of each foreign rule (`FAMILY TABLE CHAIN handle N`) -> its origin.
+fn identities(listing: &Value, origins: &translate::Origins) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut index: std::collections::BTreeMap<(String, String, String), usize> = Default::default();
+    for o in listing.get("nftables").and_then(Value::as_array).into_iter().flatten() {
+        let Some(r) = o.get("rule") else { continue };
+        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        let key = (s("family"), s("table"), s("chain"));
+        let i = index.entry(key.clone()).or_insert(0);
+        if let (Some(h), Some(origin)) = (r.get("handle").and_then(Value::as_u64), origins.get(&(key.0.clone(), key.1.clone(), key.2.clone(), *i))) {
+            out.insert(format!("{} {} {} handle {h}", key.0, key.1, key.2), origin.clone());
+        }
+        *i += 1;
+    }
+    out
+}

@@ -1,0 +1,143 @@
+//! What an import produces before it is written: fwc rules as data (a condition per rule,
+//! its verb, its origin), sets, forwards and source NAT, and the import's account (imported,
+//! merged, refused, notes). Pure values; `translate` fills them, `render` writes them as KDL.
+
+use std::net::IpAddr;
+
+/// Where a construct of the original came from: `nftables.conf:12` or `ip filter INPUT handle 7`.
+pub type Origin = String;
+
+/// The address family a rule is limited to (a rule of an `ip` table sees only IPv4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+/// An address match: literal networks/ranges, or a named set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Addrs {
+    /// Elements as fwc writes them (`192.0.2.0/24`, `10.0.0.1-10.0.0.9`, `2001:db8::1`).
+    List(Vec<String>),
+    Set(String),
+}
+
+/// Everything a rule matches on (all given parts must hold).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cond {
+    /// `tcp`, `udp`, `both`, `icmp`, `icmpv6`.
+    pub proto: Option<String>,
+    /// Destination ports, fwc syntax (`22`, `80,443`, `8000-8100`).
+    pub port: Option<String>,
+    pub sport: Option<String>,
+    pub from: Option<Addrs>,
+    pub to: Option<Addrs>,
+    pub iif: Option<String>,
+    pub oif: Option<String>,
+    /// ICMP types as nft names them.
+    pub icmp_type: Option<String>,
+    /// ct states, comma separated (`new`, `invalid`).
+    pub state: Option<String>,
+    pub family: Option<Family>,
+}
+
+/// What a filter rule does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verb {
+    Allow,
+    Deny,
+    /// With the reject type (`tcp-reset`, `admin-prohibited`, …) when the original named one.
+    Reject(Option<String>),
+    /// Logs and goes on (the contract's `log` node).
+    Log,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub name: String,
+    pub verb: Verb,
+    pub cond: Cond,
+    /// `rate="…"` (allow rules: new connections per time unit).
+    pub rate: Option<String>,
+    pub log: bool,
+    pub log_prefix: Option<String>,
+    pub log_rate: Option<String>,
+    /// The original's comment, if it had one.
+    pub comment: Option<String>,
+    pub origin: Origin,
+}
+
+/// One of fwc's chain blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    /// `input`, `forward`, `output`.
+    pub kind: &'static str,
+    /// `accept`, `drop` or `reject`.
+    pub policy: &'static str,
+    /// `reject-with=` of a `policy=reject` chain.
+    pub reject_with: Option<String>,
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Set {
+    pub name: String,
+    pub elems: Vec<String>,
+    pub dynamic: bool,
+    pub origin: Origin,
+}
+
+/// A DNAT port forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forward {
+    pub name: String,
+    pub proto: String,
+    pub listen: String,
+    pub to: String,
+    pub from: Option<Addrs>,
+    pub origin: Origin,
+}
+
+/// Source NAT of a network: `masquerade` (to = destination filter) or `snat` (to = new source).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nat {
+    pub name: String,
+    pub kind: &'static str,
+    pub from: Option<Addrs>,
+    pub dst: Option<Addrs>,
+    pub out: Option<String>,
+    pub to_addr: Option<IpAddr>,
+    pub proto: Option<String>,
+    pub port: Option<String>,
+    pub origin: Origin,
+}
+
+/// A construct that could not be expressed: where it is and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Refusal {
+    pub origin: Origin,
+    pub what: String,
+    pub hint: String,
+}
+
+/// The whole import, ready to be rendered.
+#[derive(Debug, Clone, Default)]
+pub struct Imported {
+    pub sets: Vec<Set>,
+    pub chains: Vec<Chain>,
+    pub forwards: Vec<Forward>,
+    pub nats: Vec<Nat>,
+    /// Docker/libvirt/Kubernetes parts left out (they keep managing them), and other remarks.
+    pub notes: Vec<String>,
+    pub refused: Vec<Refusal>,
+    /// Rules of the original that became part of another rule or of fwc's built-ins.
+    pub merged: Vec<(Origin, String)>,
+    /// Emit a `containers` block (Docker/Podman bridges seen), so `forward policy=drop` keeps containers working.
+    pub containers: bool,
+}
+
+impl Imported {
+    pub fn imported(&self) -> usize {
+        self.chains.iter().map(|c| c.rules.len()).sum::<usize>() + self.forwards.len() + self.nats.len()
+    }
+}

@@ -1,0 +1,226 @@
+//! The import as a rule repository: `fwc.kdl` (version, sets, forwards, source NAT, notes),
+//! `rules/<chain>.kdl` per chain block, large sets as files under `lists/`. Pure: returns
+//! (path, text) pairs, formatted as `fwc fmt` would leave them.
+
+use super::model::*;
+
+/// Sets with more elements than this go to `lists/<name>.txt`.
+pub const LIST_FILE_THRESHOLD: usize = 32;
+
+/// A KDL string literal.
+pub fn q(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn addrs(a: &Addrs) -> String {
+    match a {
+        Addrs::Set(s) => q(&format!("@{s}")),
+        Addrs::List(l) => q(&l.join(",")),
+    }
+}
+
+/// `from=` standing in for a family limit when a rule names no address of its own.
+fn family_from(c: &Cond) -> Option<&'static str> {
+    match (c.family, &c.from, &c.to) {
+        (Some(Family::V4), None, None) => Some("0.0.0.0/0"),
+        (Some(Family::V6), None, None) => Some("::/0"),
+        _ => None,
+    }
+}
+
+fn rule_line(r: &Rule) -> String {
+    let verb = match r.verb {
+        Verb::Allow => "allow",
+        Verb::Deny => "deny",
+        Verb::Reject(_) => "reject",
+        Verb::Log => "log",
+    };
+    let c = &r.cond;
+    let mut p = vec![format!("{verb} {}", q(&r.name))];
+    if let Some(x) = &c.proto {
+        p.push(format!("proto={x}"));
+    }
+    if let Some(x) = &c.icmp_type {
+        p.push(format!("icmp-type={}", q(x)));
+    }
+    if let Some(x) = &c.port {
+        p.push(if x.chars().all(|d| d.is_ascii_digit()) { format!("port={x}") } else { format!("port={}", q(x)) });
+    }
+    if let Some(x) = &c.sport {
+        p.push(if x.chars().all(|d| d.is_ascii_digit()) { format!("sport={x}") } else { format!("sport={}", q(x)) });
+    }
+    if let Some(x) = &c.from {
+        p.push(format!("from={}", addrs(x)));
+    } else if let Some(f) = family_from(c) {
+        p.push(format!("from={}", q(f)));
+    }
+    if let Some(x) = &c.to {
+        p.push(format!("to={}", addrs(x)));
+    }
+    if let Some(x) = &c.iif {
+        p.push(format!("in={}", q(x)));
+    }
+    if let Some(x) = &c.oif {
+        p.push(format!("out={}", q(x)));
+    }
+    if let Some(x) = &c.state {
+        p.push(format!("state={}", q(x)));
+    }
+    if let Some(x) = &r.rate {
+        p.push(format!("rate={}", q(x)));
+    }
+    // tcp-reset is already what `reject` does to TCP.
+    if let Verb::Reject(Some(t)) = &r.verb.clone().filter_default(c) {
+        p.push(format!("reject-with={}", q(t)));
+    }
+    if r.log && r.verb != Verb::Log && r.log_prefix.is_none() && r.log_rate.is_none() {
+        p.push("log=#true".into());
+    }
+    if let Some(x) = &r.log_prefix {
+        p.push(format!("log-prefix={}", q(x)));
+    }
+    if let Some(x) = &r.log_rate {
+        p.push(format!("log-rate={}", q(x)));
+    }
+    let comment = match &r.comment {
+        Some(c) => format!("{}: {c}", r.origin),
+        None => r.origin.clone(),
+    };
+    p.push(format!("comment={}", q(&comment)));
+    p.join(" ")
+}
+
+/// Render the whole repository. `source` names what was imported (for the header).
+pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    let mut root = String::new();
+    root.push_str(&format!("// Imported by `fwc import` from {source}.\n"));
+    root.push_str("// Review every rule, run `fwc test` (tests/imported.kdl holds what the original did) and\n");
+    root.push_str("// `fwc plan` before applying; see docs/import.md.\n");
+    for n in &imp.notes {
+        root.push_str(&format!("// note: {}\n", n.replace('\n', " ")));
+    }
+    root.push_str("fwc 1\n");
+    if !imp.sets.is_empty() {
+        root.push('\n');
+    }
+    for s in &imp.sets {
+        root.push_str(&format!("// {}\n", s.origin));
+        if s.dynamic {
+            root.push_str(&format!("set {} dynamic=#true\n", q(&s.name)));
+        } else if s.elems.len() > LIST_FILE_THRESHOLD {
+            let path = format!("lists/{}.txt", s.name);
+            let mut body = format!("# {} elements of {}, imported by fwc import\n", s.elems.len(), s.origin);
+            for e in &s.elems {
+                body.push_str(e);
+                body.push('\n');
+            }
+            files.push((path.clone(), body));
+            root.push_str(&format!("set {} file={}\n", q(&s.name), q(&path)));
+        } else if s.elems.is_empty() {
+            root.push_str(&format!("set {}\n", q(&s.name)));
+        } else {
+            root.push_str(&format!("set {} {{\n", q(&s.name)));
+            for e in &s.elems {
+                root.push_str(&format!("    - {}\n", q(e)));
+            }
+            root.push_str("}\n");
+        }
+    }
+    if imp.containers {
+        root.push_str("\n// Docker/libvirt bridges: their own chains stay theirs; with `forward policy=drop` this keeps\n// containers reaching out (see docs/containers.md).\ncontainers {}\n");
+    }
+    if !imp.forwards.is_empty() {
+        root.push('\n');
+    }
+    for f in &imp.forwards {
+        let mut p = vec![format!("forward {}", q(&f.name))];
+        if f.proto != "tcp" {
+            p.push(format!("proto={}", f.proto));
+        }
+        p.push(format!("listen={}", q(&f.listen)));
+        p.push(format!("to={}", q(&f.to)));
+        if let Some(a) = &f.from {
+            p.push(format!("from={}", addrs(a)));
+        }
+        p.push(format!("comment={}", q(&f.origin)));
+        root.push_str(&p.join(" "));
+        root.push('\n');
+    }
+    if !imp.nats.is_empty() {
+        root.push('\n');
+    }
+    for n in &imp.nats {
+        let mut p = vec![format!("{} {}", n.kind, q(&n.name))];
+        if let Some(a) = &n.from {
+            p.push(format!("from={}", addrs(a)));
+        }
+        if let Some(a) = &n.dst {
+            p.push(format!("{}={}", if n.kind == "snat" { "dst" } else { "to" }, addrs(a)));
+        }
+        if let Some(o) = &n.out {
+            p.push(format!("out={}", q(o)));
+        }
+        if let Some(a) = n.to_addr {
+            p.push(format!("to={}", q(&a.to_string())));
+        }
+        if let Some(x) = &n.proto {
+            p.push(format!("proto={x}"));
+        }
+        if let Some(x) = &n.port {
+            p.push(format!("port={}", q(x)));
+        }
+        p.push(format!("comment={}", q(&n.origin)));
+        root.push_str(&p.join(" "));
+        root.push('\n');
+    }
+    files.push(("fwc.kdl".into(), root));
+    for (i, c) in imp.chains.iter().enumerate() {
+        if c.rules.is_empty() && c.policy == "accept" {
+            continue;
+        }
+        let mut t = format!("// The {} chain, imported.\n", c.kind);
+        let mut head = c.kind.to_string();
+        if c.policy != "accept" {
+            head.push_str(&format!(" policy={}", c.policy));
+        }
+        if let Some(r) = &c.reject_with {
+            head.push_str(&format!(" reject-with={}", q(r)));
+        }
+        if c.rules.is_empty() {
+            t.push_str(&format!("{head} {{}}\n"));
+        } else {
+            t.push_str(&format!("{head} {{\n"));
+            for r in &c.rules {
+                t.push_str("    ");
+                t.push_str(&rule_line(r));
+                t.push('\n');
+            }
+            t.push_str("}\n");
+        }
+        files.push((format!("rules/{}-{}.kdl", (i + 1) * 10, c.kind), t));
+    }
+    files
+}
+
+impl Verb {
+    /// The reject type, without the one `reject` uses anyway for this rule's protocol.
+    fn filter_default(self, c: &Cond) -> Verb {
+        match self {
+            Verb::Reject(Some(t)) if t == "tcp-reset" && c.proto.as_deref() == Some("tcp") => Verb::Reject(None),
+            v => v,
+        }
+    }
+}

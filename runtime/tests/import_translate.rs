@@ -1,0 +1,185 @@
+//! The pure part of `fwc import` as table tests: nftables JSON in, fwc rules out (what is
+//! merged, refused, left out as Docker's), and the rendered repository passes `fwc check`
+//! and the generated policy tests (no root: listings are written by hand, as nft prints them).
+
+use fwc_runtime::import::{self, render, translate};
+use serde_json::{json, Value};
+
+fn rule(family: &str, table: &str, chain: &str, handle: u64, expr: Value) -> Value {
+    json!({"rule": {"family": family, "table": table, "chain": chain, "handle": handle, "expr": expr}})
+}
+
+fn base(family: &str, table: &str, name: &str, hook: &str, policy: &str) -> Value {
+    json!({"chain": {"family": family, "table": table, "name": name, "handle": 1, "type": "filter", "hook": hook, "prio": 0, "policy": policy}})
+}
+
+fn m(left: Value, right: Value) -> Value {
+    json!({"match": {"op": "==", "left": left, "right": right}})
+}
+
+fn tcp_dport(p: Value) -> Value {
+    m(json!({"payload": {"protocol": "tcp", "field": "dport"}}), p)
+}
+
+fn listing(objs: Vec<Value>) -> Value {
+    json!({ "nftables": objs })
+}
+
+/// Render, write to a temp repo, and run check + the generated tests through the library.
+fn check_repo(files: &[(String, String)]) {
+    let dir = tempfile::tempdir().unwrap();
+    import::write(dir.path(), files).unwrap();
+    let tree = fwc_compiler::source::SourceTree::from_dir(dir.path()).unwrap();
+    if let Err(d) = fwc_compiler::check_fleet(&tree) {
+        panic!("{}\n{}", d.render(false), files.iter().map(|(p, t)| format!("== {p}\n{t}")).collect::<String>());
+    }
+    let report = fwc_compiler::policytest::run(&tree).unwrap_or_else(|_| panic!("policy tests do not run"));
+    assert_eq!(report.failed(), 0, "{}", serde_json::to_string_pretty(&report).unwrap());
+}
+
+#[test]
+fn iptables_and_ip6tables_tables_become_one_block_with_family_limits() {
+    let l = listing(vec![
+        json!({"table": {"family": "ip", "name": "filter", "handle": 1}}),
+        base("ip", "filter", "INPUT", "input", "drop"),
+        rule("ip", "filter", "INPUT", 2, json!([tcp_dport(json!(22)), {"accept": null}])),
+        json!({"table": {"family": "ip6", "name": "filter", "handle": 2}}),
+        base("ip6", "filter", "INPUT", "input", "accept"),
+    ]);
+    let imp = translate::translate(&l, &Default::default());
+    assert!(imp.refused.is_empty(), "{:?}", imp.refused);
+    let input = &imp.chains[0];
+    assert_eq!(input.policy, "drop");
+    let text = render::files(&imp, "test").into_iter().find(|(p, _)| p.ends_with("input.kdl")).unwrap().1;
+    assert!(text.contains(r#"allow "ssh" proto=tcp port=22 from="0.0.0.0/0""#), "{text}");
+    assert!(text.contains(r#"allow "ipv6-input-accept" from="::/0""#), "{text}");
+    let out = import::import(l, &Default::default(), "test", false, &mut |_| {}).unwrap();
+    check_repo(&out.files);
+}
+
+#[test]
+fn jumps_are_inlined_logs_merged_and_negations_refused() {
+    let l = listing(vec![
+        json!({"table": {"family": "inet", "name": "filter", "handle": 1}}),
+        base("inet", "filter", "input", "input", "drop"),
+        json!({"chain": {"family": "inet", "table": "filter", "name": "admin", "handle": 2}}),
+        rule("inet", "filter", "input", 3, json!([m(json!({"ct": {"key": "state"}}), json!(["established", "related"])), {"accept": null}])),
+        rule("inet", "filter", "input", 4, json!([m(json!({"payload": {"protocol": "ip", "field": "saddr"}}), json!({"prefix": {"addr": "192.0.2.0", "len": 24}})), {"jump": {"target": "admin"}}])),
+        rule("inet", "filter", "admin", 5, json!([tcp_dport(json!(22)), {"log": {"prefix": "ssh "}}])),
+        rule("inet", "filter", "admin", 6, json!([tcp_dport(json!(22)), {"accept": null}])),
+        rule("inet", "filter", "input", 7, json!([{"match": {"op": "!=", "left": {"meta": {"key": "iifname"}}, "right": "eth0"}}, {"drop": null}])),
+    ]);
+    let imp = translate::translate(&l, &Default::default());
+    let r = &imp.chains[0].rules;
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].name, "from-192.0.2.0-24-ssh");
+    assert!(r[0].log && r[0].log_prefix.as_deref() == Some("ssh "));
+    assert_eq!(imp.merged.len(), 2, "{:?}", imp.merged); // established/related + the log rule
+    assert_eq!(imp.refused.len(), 1);
+    assert!(imp.refused[0].origin.contains("handle 7") && imp.refused[0].what.contains("!="), "{:?}", imp.refused);
+    // Without --partial the refusal stops the import; with it, the rest is written.
+    assert!(matches!(import::import(l.clone(), &Default::default(), "t", false, &mut |_| {}), Err(import::ImportError::Refused(v)) if v.len() == 1));
+    assert!(import::import(l, &Default::default(), "t", true, &mut |_| {}).is_ok());
+}
+
+#[test]
+fn docker_chains_are_left_out_and_docker_user_is_imported() {
+    let l = listing(vec![
+        json!({"table": {"family": "ip", "name": "filter", "handle": 1}}),
+        base("ip", "filter", "FORWARD", "forward", "drop"),
+        json!({"chain": {"family": "ip", "table": "filter", "name": "DOCKER-USER", "handle": 2}}),
+        json!({"chain": {"family": "ip", "table": "filter", "name": "DOCKER", "handle": 3}}),
+        rule("ip", "filter", "FORWARD", 4, json!([{"jump": {"target": "DOCKER-USER"}}])),
+        rule("ip", "filter", "FORWARD", 5, json!([m(json!({"meta": {"key": "oifname"}}), json!("docker0")), {"jump": {"target": "DOCKER"}}])),
+        rule("ip", "filter", "FORWARD", 6, json!([{"match": {"op": "!=", "left": {"meta": {"key": "oifname"}}, "right": "docker0"}}, m(json!({"meta": {"key": "iifname"}}), json!("docker0")), {"accept": null}])),
+        rule("ip", "filter", "DOCKER-USER", 7, json!([tcp_dport(json!(5432)), {"drop": null}])),
+        rule("ip", "filter", "DOCKER-USER", 8, json!([{"return": null}])),
+        rule("ip", "filter", "DOCKER", 9, json!([tcp_dport(json!(80)), {"accept": null}])),
+    ]);
+    let imp = translate::translate(&l, &Default::default());
+    assert!(imp.refused.is_empty(), "{:?}", imp.refused);
+    assert!(imp.containers);
+    let fwd = imp.chains.iter().find(|c| c.kind == "forward").unwrap();
+    assert_eq!(fwd.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["deny-postgres", "ipv6-forward-accept"]);
+    assert!(imp.notes.iter().any(|n| n.contains("Docker")), "{:?}", imp.notes);
+    let out = import::import(l, &Default::default(), "t", false, &mut |_| {}).unwrap();
+    check_repo(&out.files);
+}
+
+#[test]
+fn dnat_becomes_a_forward_and_large_sets_go_to_lists() {
+    let elems: Vec<Value> = (0..40).map(|i| json!(format!("198.51.100.{i}"))).collect();
+    let l = listing(vec![
+        json!({"table": {"family": "inet", "name": "filter", "handle": 1}}),
+        json!({"set": {"family": "inet", "table": "filter", "name": "bad", "type": "ipv4_addr", "handle": 2, "elem": elems}}),
+        base("inet", "filter", "input", "input", "accept"),
+        rule("inet", "filter", "input", 3, json!([m(json!({"payload": {"protocol": "ip", "field": "saddr"}}), json!("@bad")), {"drop": null}])),
+        json!({"table": {"family": "ip", "name": "nat", "handle": 3}}),
+        json!({"chain": {"family": "ip", "table": "nat", "name": "pre", "handle": 1, "type": "nat", "hook": "prerouting", "prio": -100, "policy": "accept"}}),
+        rule("ip", "nat", "pre", 4, json!([tcp_dport(json!(8080)), {"dnat": {"addr": "198.18.2.2", "port": 80}}])),
+    ]);
+    let mut origins = translate::Origins::new();
+    origins.insert(("ip".into(), "nat".into(), "pre".into(), 0), "nftables.conf:9".into());
+    let out = import::import(l, &origins, "t", false, &mut |_| {}).unwrap();
+    let root = &out.files.iter().find(|(p, _)| p == "fwc.kdl").unwrap().1;
+    assert!(root.contains(r#"set "bad" file="lists/bad.txt""#), "{root}");
+    assert!(root.contains(r#"forward "fwd-tcp-8080" listen=":8080" to="198.18.2.2:80" comment="nftables.conf:9""#), "{root}");
+    assert!(out.files.iter().any(|(p, t)| p == "lists/bad.txt" && t.lines().filter(|l| !l.starts_with('#')).count() == 40));
+    check_repo(&out.files);
+}
+
+#[test]
+fn nft_file_lines_map_to_rules() {
+    let text = "table inet filter {\n  set s { type ipv4_addr; elements = { 192.0.2.1 } }\n  chain input {\n    type filter hook input priority 0; policy drop;\n    tcp dport 22 accept # ssh\n\n    tcp dport {\n      80, 443\n    } accept\n  }\n}\n";
+    let l = listing(vec![
+        rule("inet", "filter", "input", 5, json!([])),
+        rule("inet", "filter", "input", 6, json!([])),
+    ]);
+    let o = import::source::nft_origins(text, "nftables.conf", &l);
+    assert_eq!(o.get(&("inet".into(), "filter".into(), "input".into(), 0)).map(String::as_str), Some("nftables.conf:5"));
+    assert_eq!(o.get(&("inet".into(), "filter".into(), "input".into(), 1)).map(String::as_str), Some("nftables.conf:7"));
+    let ipt = import::source::iptables_origins("*filter\n:INPUT DROP [0:0]\n-A INPUT -p tcp --dport 22 -j ACCEPT\nCOMMIT\n*nat\n-A INPUT -j ACCEPT\n", "rules.v4", "ip");
+    assert_eq!(ipt.get(&("ip".into(), "filter".into(), "INPUT".into(), 0)).map(String::as_str), Some("rules.v4:3"));
+    assert_eq!(ipt.get(&("ip".into(), "nat".into(), "INPUT".into(), 0)).map(String::as_str), Some("rules.v4:6"));
+}
+
+#[test]
+fn verify_names_both_deciding_rules_of_a_difference() {
+    // The original DNATs :8080 but its forward chain (policy drop) never accepts the DNATed
+    // connections, so they die; fwc's forward is accepted after the user's rules. --verify
+    // must catch exactly that.
+    let l = listing(vec![
+        json!({"table": {"family": "inet", "name": "filter", "handle": 1}}),
+        base("inet", "filter", "forward", "forward", "drop"),
+        json!({"table": {"family": "ip", "name": "nat", "handle": 2}}),
+        json!({"chain": {"family": "ip", "table": "nat", "name": "pre", "handle": 1, "type": "nat", "hook": "prerouting", "prio": -100, "policy": "accept"}}),
+        rule("ip", "nat", "pre", 4, json!([tcp_dport(json!(8080)), {"dnat": {"addr": "198.18.2.2", "port": 80}}])),
+    ]);
+    let out = import::import(l, &Default::default(), "t", false, &mut |_| {}).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    import::write(dir.path(), &out.files).unwrap();
+    let tree = fwc_compiler::source::SourceTree::from_dir(dir.path()).unwrap();
+    let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap();
+    let diffs = import::verify(&out.listing, &art, &out.flows).unwrap();
+    assert!(!diffs.is_empty());
+    let d = diffs.iter().find(|d| d.flow.contains(":8080")).expect("the forwarded flow differs");
+    assert!(d.original.starts_with("drop") && d.original.contains("policy drop of chain inet filter forward"), "{d:?}");
+    assert!(d.imported.starts_with("accept") && d.imported.contains("dnat to 198.18.2.2:80"), "{d:?}");
+    // And the generated tests hold the import to the original: they fail on the same flow.
+    let report = fwc_compiler::policytest::run(&tree).unwrap_or_else(|_| panic!("tests run"));
+    assert!(report.failed() >= 1);
+}
+
+#[test]
+fn ufw_limit_becomes_a_rate_on_the_accept_with_a_note() {
+    let text = "-A ufw-user-input -p tcp --dport 22 -m conntrack --ctstate NEW -m recent --set\n\
+-A ufw-user-input -p tcp --dport 22 -m conntrack --ctstate NEW -m recent --update --seconds 30 --hitcount 6 -j ufw-user-limit\n\
+-A ufw-user-input -p tcp --dport 22 -j ufw-user-limit-accept\n";
+    let mut notes = Vec::new();
+    let out = import::source::ufw_limits(text, "user.rules", &mut notes);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "line numbers are kept: {out}");
+    assert!(lines[0].starts_with('#') && lines[1].starts_with('#'));
+    assert_eq!(lines[2], "-A ufw-user-input -p tcp --dport 22 -m limit --limit 12/minute --limit-burst 6 -j ufw-user-limit-accept");
+    assert!(notes[0].starts_with("user.rules:3: ufw `limit` (6 new connections in 30 s per source address"), "{notes:?}");
+}
