@@ -92,7 +92,7 @@ fn connects(ns: &Netns, addr: &str, port: u16) -> bool {
 fn serve(ns: &mut Netns, port: u16, cmd: &str) {
     ns.spawn(&["socat", &format!("TCP4-LISTEN:{port},fork,reuseaddr"), &format!("SYSTEM:{cmd}")]);
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
+    while t.elapsed() < Duration::from_secs(60) {
         let o = ns.try_exec(&["ss", "-Hlnt", &format!("sport = :{port}")]);
         if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
             return;
@@ -139,8 +139,10 @@ fn at_max_conns_with_counted_web(t: &mut Topology) -> (Repo, u64) {
         t.client.spawn(&["socat", "-u", "TCP4:198.18.1.1:8090", "STDOUT"]);
     }
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
-        let est = t.host.try_exec(&["conntrack", "-L", "-p", "tcp", "--dport", "8090", "--state", "ESTABLISHED"]);
+    while t0.elapsed() < Duration::from_secs(60) {
+        // Both held connections are up at the target (ss, not conntrack: conntrack-tools is
+        // not installed, and a failing probe made this a fixed 5 s sleep).
+        let est = t.backend.try_exec(&["ss", "-Htn", "state", "established", "( sport = :8090 )"]);
         if String::from_utf8_lossy(&est.stdout).lines().count() >= 2 {
             break;
         }
