@@ -51,7 +51,7 @@ mod stamp;
 
 pub use diff::{ElementCount, NftChange, NftMode};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
@@ -425,7 +425,12 @@ impl NftBackend {
                         // The diff assumes the live elements are the applied ones: when they
                         // are not, the next apply of this backend replaces the table whole.
                         if let Some(set) = elements_drifted(&want, &live) {
-                            self.full_replace = Some(format!("the elements of {set} were changed outside fwc"));
+                            // Naming the elements (issue #27), from the drift description.
+                            let what = obs.drift.iter().find_map(|d| d.strip_prefix(&format!("{set}: ")));
+                            self.full_replace = Some(match what {
+                                Some(w) => format!("the elements of {set} were changed outside fwc ({w})"),
+                                None => format!("the elements of {set} were changed outside fwc"),
+                            });
                         }
                     }
                 }
@@ -1140,8 +1145,11 @@ fn describe_object_change(kind: &str, name: &str, w: &Value, l: &Value) -> Strin
             v.get("elem").and_then(Value::as_array).map(|a| a.iter().map(elem_text).collect()).unwrap_or_default()
         };
         let (ew, el) = (elems(w), elems(l));
-        let added: Vec<_> = el.iter().filter(|e| !ew.contains(e)).cloned().collect();
-        let removed: Vec<_> = ew.iter().filter(|e| !el.contains(e)).cloned().collect();
+        // Hash sets of the texts: linear in the set size (issue #27: `Vec::contains` made
+        // this quadratic, and drift in a 1M-element set was never reported).
+        let (hw, hl): (HashSet<&str>, HashSet<&str>) = (ew.iter().map(String::as_str).collect(), el.iter().map(String::as_str).collect());
+        let added: Vec<_> = el.iter().filter(|e| !hw.contains(e.as_str())).cloned().collect();
+        let removed: Vec<_> = ew.iter().filter(|e| !hl.contains(e.as_str())).cloned().collect();
         if !added.is_empty() || !removed.is_empty() {
             let mut parts = Vec::new();
             if !added.is_empty() {
@@ -1305,6 +1313,19 @@ mod tests {
         let ok = json!({"nftables": [{"table": {"family": "inet", "name": "fwc"}},
             {"chain": {"family": "inet", "table": "fwc", "name": "input"}}]});
         assert_eq!(replace_tx(&ok).unwrap()["nftables"].as_array().unwrap().len(), 4);
+    }
+
+    /// Issue #27: one element deleted behind fwc's back from a 200,000-element set is named
+    /// (the comparison was quadratic: `Vec::contains` per element; bench/sets has the times).
+    #[test]
+    fn drift_in_a_big_set_names_the_element() {
+        let addrs: Vec<Value> = (0..200_000u32).map(|i| json!(std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())).collect();
+        let set = |elems: &[Value]| json!({"family": "inet", "table": "fwc", "name": "bl_v4_32", "type": "ipv4_addr", "elem": elems});
+        let mut live = addrs.clone();
+        let gone = live.remove(123_456);
+        live.push(json!("192.0.2.7"));
+        let d = describe_object_change("set", "bl_v4_32", &set(&addrs), &set(&live));
+        assert_eq!(d, format!("set bl_v4_32: elements added outside fwc: 192.0.2.7; elements removed: {}", gone.as_str().unwrap()));
     }
 
     #[test]
