@@ -70,14 +70,27 @@ pub struct ElementChanges {
     pub removed: Vec<String>,
 }
 
-/// The elements of the nft sets `<name>_v4` and `<name>_v6` in an nftables.json.
-fn set_elements<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
-    let wanted = [crate::emit::nft::set_name(name, false), crate::emit::nft::set_name(name, true)];
+/// The elements of the nft sets of fwc set `name` in an nftables.json, as text: the interval
+/// sets `<name>_v4`/`<name>_v6` (`198.51.100.7`, `203.0.113.0/24`, `a-b`), and the hash sets
+/// of a big set, `<name>_v4_<len>` (each network with its length: `203.0.113.0/24`).
+fn set_elements(nftables: &serde_json::Value, name: &str) -> Vec<String> {
+    let halves = [crate::emit::nft::set_name(name, false), crate::emit::nft::set_name(name, true)];
     let mut out = Vec::new();
     for o in nftables.get("nftables").and_then(|v| v.as_array()).into_iter().flatten() {
-        let set = o.get("add").and_then(|x| x.get("set")).or_else(|| o.get("set"));
-        if let Some(set) = set.filter(|s| s.get("name").and_then(|n| n.as_str()).is_some_and(|n| wanted.iter().any(|w| w == n))) {
-            out.extend(set.get("elem").and_then(|e| e.as_array()).into_iter().flatten());
+        let Some(set) = o.get("add").and_then(|x| x.get("set")).or_else(|| o.get("set")) else { continue };
+        let Some(n) = set.get("name").and_then(|n| n.as_str()) else { continue };
+        let Some((half, rest)) = halves.iter().enumerate().find_map(|(i, h)| n.strip_prefix(h.as_str()).map(|r| (i, r))) else { continue };
+        // "" (interval set) or "_<len>" (hash set of one prefix length)
+        let len = match rest.strip_prefix('_').map(str::parse::<u32>) {
+            None if rest.is_empty() => None,
+            Some(Ok(len)) => Some(len).filter(|&l| l < if half == 0 { 32 } else { 128 }),
+            _ => continue,
+        };
+        for e in set.get("elem").and_then(|e| e.as_array()).into_iter().flatten() {
+            out.push(match len {
+                Some(len) => format!("{}/{len}", element_text(e)),
+                None => element_text(e),
+            });
         }
     }
     out
@@ -103,14 +116,14 @@ fn element_text(e: &serde_json::Value) -> String {
 /// The element changes of set `name` between two artifact sets (None when equal).
 fn element_changes(old: &serde_json::Value, new: &serde_json::Value, name: &str) -> Option<ElementChanges> {
     let (o, n) = (set_elements(old, name), set_elements(new, name));
-    let os: std::collections::HashSet<&serde_json::Value> = o.iter().copied().collect();
-    let ns: std::collections::HashSet<&serde_json::Value> = n.iter().copied().collect();
-    let added: Vec<&serde_json::Value> = n.iter().copied().filter(|e| !os.contains(e)).collect();
-    let removed: Vec<&serde_json::Value> = o.iter().copied().filter(|e| !ns.contains(e)).collect();
+    let os: std::collections::HashSet<&str> = o.iter().map(String::as_str).collect();
+    let ns: std::collections::HashSet<&str> = n.iter().map(String::as_str).collect();
+    let added: Vec<&String> = n.iter().filter(|e| !os.contains(e.as_str())).collect();
+    let removed: Vec<&String> = o.iter().filter(|e| !ns.contains(e.as_str())).collect();
     if added.is_empty() && removed.is_empty() {
         return None;
     }
-    let list = |v: &[&serde_json::Value]| v.iter().take(ELEMENT_LIST_LIMIT).map(|e| element_text(e)).collect();
+    let list = |v: &[&String]| v.iter().take(ELEMENT_LIST_LIMIT).map(|e| e.to_string()).collect();
     Some(ElementChanges { added_count: added.len(), removed_count: removed.len(), added: list(&added), removed: list(&removed) })
 }
 

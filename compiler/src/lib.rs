@@ -20,6 +20,7 @@ pub mod parallel;
 pub mod policytest;
 pub mod select;
 pub mod setfile;
+pub mod setlayout;
 pub mod source;
 pub mod suggest;
 pub mod syntax;
