@@ -70,10 +70,10 @@ pub struct ElementChanges {
     pub removed: Vec<String>,
 }
 
-/// The elements of the nft sets of fwc set `name` in an nftables.json, as text: the interval
-/// sets `<name>_v4`/`<name>_v6` (`198.51.100.7`, `203.0.113.0/24`, `a-b`), and the hash sets
-/// of a big set, `<name>_v4_<len>` (each network with its length: `203.0.113.0/24`).
-fn set_elements(nftables: &serde_json::Value, name: &str) -> Vec<String> {
+/// The nft sets of fwc set `name` in an nftables.json: the interval sets `<name>_v4`/`<name>_v6`
+/// and the hash sets of a big set, `<name>_v4_<len>`: (nft name, prefix length of a hash set
+/// shorter than the address, elements).
+fn set_parts<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<(&'a str, Option<u32>, &'a [serde_json::Value])> {
     let halves = [crate::emit::nft::set_name(name, false), crate::emit::nft::set_name(name, true)];
     let mut out = Vec::new();
     for o in nftables.get("nftables").and_then(|v| v.as_array()).into_iter().flatten() {
@@ -86,14 +86,19 @@ fn set_elements(nftables: &serde_json::Value, name: &str) -> Vec<String> {
             Some(Ok(len)) => Some(len).filter(|&l| l < if half == 0 { 32 } else { 128 }),
             _ => continue,
         };
-        for e in set.get("elem").and_then(|e| e.as_array()).into_iter().flatten() {
-            out.push(match len {
-                Some(len) => format!("{}/{len}", element_text(e)),
-                None => element_text(e),
-            });
-        }
+        let elems = set.get("elem").and_then(|e| e.as_array()).map(Vec::as_slice).unwrap_or_default();
+        out.push((n, len, elems));
     }
     out
+}
+
+/// An element as the plan shows it: `198.51.100.7`, `203.0.113.0/24` (also for an element of
+/// a hash set of one prefix length), `a-b`.
+fn shown(e: &serde_json::Value, len: Option<u32>) -> String {
+    match len {
+        Some(len) => format!("{}/{len}", element_text(e)),
+        None => element_text(e),
+    }
 }
 
 /// `198.51.100.7`, `203.0.113.0/24`, `a-b` for an element of nftables.json.
@@ -113,9 +118,25 @@ fn element_text(e: &serde_json::Value) -> String {
     }
 }
 
-/// The element changes of set `name` between two artifact sets (None when equal).
+/// The element changes of set `name` between two artifact sets (None when equal). The
+/// emitter writes elements sorted, so each nft set's common head and tail are skipped by
+/// value first: a one-element change in a million-element set formats a handful of elements.
 fn element_changes(old: &serde_json::Value, new: &serde_json::Value, name: &str) -> Option<ElementChanges> {
-    let (o, n) = (set_elements(old, name), set_elements(new, name));
+    let (op, np) = (set_parts(old, name), set_parts(new, name));
+    let (mut o, mut n): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for &(oname, olen, oe) in &op {
+        let (ne, nlen) = match np.iter().find(|p| p.0 == oname) {
+            Some(&(_, nlen, ne)) => (ne, nlen),
+            None => (&[][..], olen),
+        };
+        let head = oe.iter().zip(ne).take_while(|(a, b)| a == b).count();
+        let tail = oe[head..].iter().rev().zip(ne[head..].iter().rev()).take_while(|(a, b)| a == b).count();
+        o.extend(oe[head..oe.len() - tail].iter().map(|e| shown(e, olen)));
+        n.extend(ne[head..ne.len() - tail].iter().map(|e| shown(e, nlen)));
+    }
+    for &(_, nlen, ne) in np.iter().filter(|p| !op.iter().any(|q| q.0 == p.0)) {
+        n.extend(ne.iter().map(|e| shown(e, nlen)));
+    }
     let os: std::collections::HashSet<&str> = o.iter().map(String::as_str).collect();
     let ns: std::collections::HashSet<&str> = n.iter().map(String::as_str).collect();
     let added: Vec<&String> = n.iter().filter(|e| !os.contains(e.as_str())).collect();
@@ -298,5 +319,19 @@ mod element_tests {
         let v = |els: &[&str]| serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4", "elem": els}}}]});
         let c = element_changes(&v(&["192.0.2.66", "203.0.113.9"]), &v(&["198.51.100.7", "203.0.113.9"]), "bl").unwrap();
         assert_eq!((c.added, c.removed), (vec!["198.51.100.7".to_string()], vec!["192.0.2.66".to_string()]));
+    }
+
+    /// Issue #27: a big set's hash sets per prefix length; the networks keep their length.
+    #[test]
+    fn hash_set_changes_name_networks_with_their_length() {
+        let v = |s32: &[&str], s24: &[&str]| {
+            serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4_24", "elem": s24}}}, {"add": {"set": {"name": "bl_v4_32", "elem": s32}}},
+                {"add": {"set": {"name": "bl_v6", "elem": []}}}, {"add": {"set": {"name": "blx_v4_24", "elem": ["10.9.9.0"]}}}]})
+        };
+        let c = element_changes(&v(&["10.0.0.1", "10.0.0.2", "10.0.0.3"], &["10.1.0.0"]), &v(&["10.0.0.1", "10.0.0.3"], &["10.1.0.0", "10.2.0.0"]), "bl").unwrap();
+        assert_eq!((c.added, c.removed), (vec!["10.2.0.0/24".to_string()], vec!["10.0.0.2".to_string()]));
+        // An element moving between lengths (a /24 split into /25s) is a change of both.
+        let c = element_changes(&v(&[], &["10.1.0.0"]), &serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4_25", "elem": ["10.1.0.0", "10.1.0.128"]}}}]}), "bl").unwrap();
+        assert_eq!((c.added_count, c.removed), (2, vec!["10.1.0.0/24".to_string()]));
     }
 }
