@@ -87,7 +87,7 @@ for n in ${SIZES[@]}; do
     fwc_apply "$work/art-base" minus-fwd
     fwc_apply "$work/art-elem" plus-elem
     fwc_apply "$work/art-base" minus-elem
-    ip netns exec "$ns" nft list set inet fwc big_v4 > "$work/listed"   # (no grep -q in a pipe: SIGPIPE under pipefail)
+    ip netns exec "$ns" nft list sets inet > "$work/listed"   # (no grep -q in a pipe: SIGPIPE under pipefail)
     grep -q elements "$work/listed" || { echo "the set was not loaded" >&2; exit 1; }
     ip netns del "$ns"
   done

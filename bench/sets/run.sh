@@ -72,7 +72,7 @@ for n in ${SIZES[@]}; do
     ip netns add "$ns"; secs ip netns exec "$ns" nft -j -f "$work/out/nftables.json" >> "$work/bare"; ip netns del "$ns"
     ip netns add "$ns"; rm -rf "$work/state"
     secs "$FWC" apply "$repo" --netns "$ns" --state-dir "$work/state" --auto-approve --no-sysctl >> "$work/fwc"
-    ip netns exec "$ns" nft list set inet fwc big_v4 > "$work/listed"
+    ip netns exec "$ns" nft list sets inet > "$work/listed"
     grep -q elements "$work/listed" || { echo "fwc apply did not load the set" >&2; exit 1; }
     ip netns del "$ns"
   done

@@ -70,17 +70,35 @@ pub struct ElementChanges {
     pub removed: Vec<String>,
 }
 
-/// The elements of the nft sets `<name>_v4` and `<name>_v6` in an nftables.json.
-fn set_elements<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
-    let wanted = [crate::emit::nft::set_name(name, false), crate::emit::nft::set_name(name, true)];
+/// The nft sets of fwc set `name` in an nftables.json: the interval sets `<name>_v4`/`<name>_v6`
+/// and the hash sets of a big set, `<name>_v4_<len>`: (nft name, prefix length of a hash set
+/// shorter than the address, elements).
+fn set_parts<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<(&'a str, Option<u32>, &'a [serde_json::Value])> {
+    let halves = [crate::emit::nft::set_name(name, false), crate::emit::nft::set_name(name, true)];
     let mut out = Vec::new();
     for o in nftables.get("nftables").and_then(|v| v.as_array()).into_iter().flatten() {
-        let set = o.get("add").and_then(|x| x.get("set")).or_else(|| o.get("set"));
-        if let Some(set) = set.filter(|s| s.get("name").and_then(|n| n.as_str()).is_some_and(|n| wanted.iter().any(|w| w == n))) {
-            out.extend(set.get("elem").and_then(|e| e.as_array()).into_iter().flatten());
-        }
+        let Some(set) = o.get("add").and_then(|x| x.get("set")).or_else(|| o.get("set")) else { continue };
+        let Some(n) = set.get("name").and_then(|n| n.as_str()) else { continue };
+        let Some((half, rest)) = halves.iter().enumerate().find_map(|(i, h)| n.strip_prefix(h.as_str()).map(|r| (i, r))) else { continue };
+        // "" (interval set) or "_<len>" (hash set of one prefix length)
+        let len = match rest.strip_prefix('_').map(str::parse::<u32>) {
+            None if rest.is_empty() => None,
+            Some(Ok(len)) => Some(len).filter(|&l| l < if half == 0 { 32 } else { 128 }),
+            _ => continue,
+        };
+        let elems = set.get("elem").and_then(|e| e.as_array()).map(Vec::as_slice).unwrap_or_default();
+        out.push((n, len, elems));
     }
     out
+}
+
+/// An element as the plan shows it: `198.51.100.7`, `203.0.113.0/24` (also for an element of
+/// a hash set of one prefix length), `a-b`.
+fn shown(e: &serde_json::Value, len: Option<u32>) -> String {
+    match len {
+        Some(len) => format!("{}/{len}", element_text(e)),
+        None => element_text(e),
+    }
 }
 
 /// `198.51.100.7`, `203.0.113.0/24`, `a-b` for an element of nftables.json.
@@ -100,17 +118,33 @@ fn element_text(e: &serde_json::Value) -> String {
     }
 }
 
-/// The element changes of set `name` between two artifact sets (None when equal).
+/// The element changes of set `name` between two artifact sets (None when equal). The
+/// emitter writes elements sorted, so each nft set's common head and tail are skipped by
+/// value first: a one-element change in a million-element set formats a handful of elements.
 fn element_changes(old: &serde_json::Value, new: &serde_json::Value, name: &str) -> Option<ElementChanges> {
-    let (o, n) = (set_elements(old, name), set_elements(new, name));
-    let os: std::collections::HashSet<&serde_json::Value> = o.iter().copied().collect();
-    let ns: std::collections::HashSet<&serde_json::Value> = n.iter().copied().collect();
-    let added: Vec<&serde_json::Value> = n.iter().copied().filter(|e| !os.contains(e)).collect();
-    let removed: Vec<&serde_json::Value> = o.iter().copied().filter(|e| !ns.contains(e)).collect();
+    let (op, np) = (set_parts(old, name), set_parts(new, name));
+    let (mut o, mut n): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for &(oname, olen, oe) in &op {
+        let (ne, nlen) = match np.iter().find(|p| p.0 == oname) {
+            Some(&(_, nlen, ne)) => (ne, nlen),
+            None => (&[][..], olen),
+        };
+        let head = oe.iter().zip(ne).take_while(|(a, b)| a == b).count();
+        let tail = oe[head..].iter().rev().zip(ne[head..].iter().rev()).take_while(|(a, b)| a == b).count();
+        o.extend(oe[head..oe.len() - tail].iter().map(|e| shown(e, olen)));
+        n.extend(ne[head..ne.len() - tail].iter().map(|e| shown(e, nlen)));
+    }
+    for &(_, nlen, ne) in np.iter().filter(|p| !op.iter().any(|q| q.0 == p.0)) {
+        n.extend(ne.iter().map(|e| shown(e, nlen)));
+    }
+    let os: std::collections::HashSet<&str> = o.iter().map(String::as_str).collect();
+    let ns: std::collections::HashSet<&str> = n.iter().map(String::as_str).collect();
+    let added: Vec<&String> = n.iter().filter(|e| !os.contains(e.as_str())).collect();
+    let removed: Vec<&String> = o.iter().filter(|e| !ns.contains(e.as_str())).collect();
     if added.is_empty() && removed.is_empty() {
         return None;
     }
-    let list = |v: &[&serde_json::Value]| v.iter().take(ELEMENT_LIST_LIMIT).map(|e| element_text(e)).collect();
+    let list = |v: &[&String]| v.iter().take(ELEMENT_LIST_LIMIT).map(|e| e.to_string()).collect();
     Some(ElementChanges { added_count: added.len(), removed_count: removed.len(), added: list(&added), removed: list(&removed) })
 }
 
@@ -285,5 +319,19 @@ mod element_tests {
         let v = |els: &[&str]| serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4", "elem": els}}}]});
         let c = element_changes(&v(&["192.0.2.66", "203.0.113.9"]), &v(&["198.51.100.7", "203.0.113.9"]), "bl").unwrap();
         assert_eq!((c.added, c.removed), (vec!["198.51.100.7".to_string()], vec!["192.0.2.66".to_string()]));
+    }
+
+    /// Issue #27: a big set's hash sets per prefix length; the networks keep their length.
+    #[test]
+    fn hash_set_changes_name_networks_with_their_length() {
+        let v = |s32: &[&str], s24: &[&str]| {
+            serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4_24", "elem": s24}}}, {"add": {"set": {"name": "bl_v4_32", "elem": s32}}},
+                {"add": {"set": {"name": "bl_v6", "elem": []}}}, {"add": {"set": {"name": "blx_v4_24", "elem": ["10.9.9.0"]}}}]})
+        };
+        let c = element_changes(&v(&["10.0.0.1", "10.0.0.2", "10.0.0.3"], &["10.1.0.0"]), &v(&["10.0.0.1", "10.0.0.3"], &["10.1.0.0", "10.2.0.0"]), "bl").unwrap();
+        assert_eq!((c.added, c.removed), (vec!["10.2.0.0/24".to_string()], vec!["10.0.0.2".to_string()]));
+        // An element moving between lengths (a /24 split into /25s) is a change of both.
+        let c = element_changes(&v(&[], &["10.1.0.0"]), &serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4_25", "elem": ["10.1.0.0", "10.1.0.128"]}}}]}), "bl").unwrap();
+        assert_eq!((c.added_count, c.removed), (2, vec!["10.1.0.0/24".to_string()]));
     }
 }

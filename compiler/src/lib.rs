@@ -21,6 +21,7 @@ pub mod policytest;
 pub mod rollout;
 pub mod select;
 pub mod setfile;
+pub mod setlayout;
 pub mod source;
 pub mod suggest;
 pub mod syntax;

@@ -270,23 +270,31 @@ fn confirm_or_revert() {
     let o = apply(&d2, &["--confirm", "2s"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("fwc confirm"), "{}", text(&o));
-    assert!(live().contains("9001"));
-    // A second apply while waiting is refused.
-    let o = apply(&d3, &[]);
-    assert!(!o.status.success() && text(&o).contains("waiting for `fwc confirm`"), "{}", text(&o));
-    assert!(wait_until(Duration::from_secs(8), || !live().contains("9001")), "not reverted: {}", live());
-    assert!(live().contains("dport 80"));
-    assert!(wait_until(Duration::from_secs(3), || !sd.join("confirm.json").exists()));
-    // (the reverter removes confirm.json, then writes its log line)
+    // (on a loaded machine the 2 s may already be over: then the revert is logged)
     let reverted = || std::fs::read_to_string(sd.join("confirm.log")).unwrap_or_default().contains("not confirmed in time, reverted");
-    assert!(wait_until(Duration::from_secs(3), reverted), "{}", std::fs::read_to_string(sd.join("confirm.log")).unwrap_or_default());
+    assert!(live().contains("9001") || reverted(), "{}", live());
+    // Deadlines, not budgets: each waits for a condition.
+    assert!(wait_until(Duration::from_secs(60), || !live().contains("9001")), "not reverted: {}", live());
+    assert!(live().contains("dport 80"));
+    assert!(wait_until(Duration::from_secs(60), || !sd.join("confirm.json").exists()));
+    // (the reverter removes confirm.json, then writes its log line)
+    assert!(wait_until(Duration::from_secs(60), reverted), "{}", std::fs::read_to_string(sd.join("confirm.log")).unwrap_or_default());
 
-    // Confirmed: stays after the deadline.
-    let o = apply(&d3, &["--confirm", "2s"]);
+    // Confirmed: stays after the reverter is gone. (A confirm window no loaded machine
+    // outlives, so the refusal and the confirm below always happen inside it.)
+    let o = apply(&d3, &["--confirm", "10m"]);
     assert!(o.status.success(), "{}", text(&o));
+    let reverter = pending_reverter(&sd);
+    // A second apply while waiting is refused.
+    let o = apply(&d2, &[]);
+    assert!(!o.status.success() && text(&o).contains("waiting for `fwc confirm`"), "{}", text(&o));
     let o = fwc(&["confirm", "--state-dir", sds], &[]);
     assert!(o.status.success(), "{}", text(&o));
-    std::thread::sleep(Duration::from_millis(3500));
+    assert!(
+        wait_until(Duration::from_secs(60), || !Path::new(&format!("/proc/{reverter}")).exists()
+            || std::fs::read_to_string(format!("/proc/{reverter}/stat")).is_ok_and(|s| s.contains(") Z "))),
+        "the reverter did not exit after the confirm"
+    );
     assert!(live().contains("9002"), "{}", live());
     let o = fwc(&["confirm", "--state-dir", sds], &[]);
     assert!(!o.status.success() && text(&o).contains("nothing to confirm"));
@@ -353,7 +361,7 @@ fn pending_reverter(sd: &Path) -> i32 {
 fn kill9(pid: i32) {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill -9 {pid}");
     // the reverter is not our child: wait until it is gone
-    assert!(wait_until(Duration::from_secs(5), || !Path::new(&format!("/proc/{pid}")).exists()
+    assert!(wait_until(Duration::from_secs(60), || !Path::new(&format!("/proc/{pid}")).exists()
         || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))));
 }
 
@@ -389,10 +397,8 @@ fn killed_reverter_is_reverted_by_the_next_command() {
     kill9(pending_reverter(&sd));
     std::thread::sleep(Duration::from_millis(2600));
     assert!(live().contains("9001"), "nothing reverts before a command runs: {}", live());
-    let t = Instant::now();
     let o = fwc(&["status", "--state-dir", sds, "--netns", &ns.name], &[]);
     assert!(!live().contains("9001") && live().contains("dport 80"), "status did not revert: {}\n{}", text(&o), live());
-    assert!(t.elapsed() < Duration::from_secs(5));
     assert!(text(&o).contains("reverted now"), "{}", text(&o));
     assert_eq!(o.status.code(), Some(0), "after the revert the host is in sync: {}", text(&o));
     assert!(!sd.join("confirm.json").exists());

@@ -418,4 +418,106 @@ forward "web" listen=":8080" to="10.0.0.5:80"
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(scratch_namespaces().is_empty());
+
+/// Issue #27: a big set as hash sets per prefix length with masked lookups. Real packets from
+/// a sample of addresses (every boundary of a sample of the set's networks and ranges, both
+/// families, and random ones) get the same answer from the kernel as from the pure evaluator,
+/// and that answer is what the set as written says (the reference model).
+#[test]
+fn big_set_masked_lookups_agree_with_the_kernel_and_the_set() {
+    if !fwc_testkit::privileged("big_set_masked_lookups_agree_with_the_kernel_and_the_set") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = Rng(0x2701_c0de);
+    // (is v6, lo, hi) as written
+    let mut elems: Vec<(bool, u128, u128)> = Vec::new();
+    let mut text = String::new();
+    let addr = |v6: bool, x: u128| -> IpAddr { if v6 { IpAddr::V6(x.into()) } else { IpAddr::V4((x as u32).into()) } };
+    // Global unicast only (the kernel drops martians before any rule): 1.0.0.0-223.255.255.255
+    // minus 127/8 (and 10/8, 198.18/15, which the harness uses), and 2000::/3.
+    let v4 = |r: &mut Rng| loop {
+        let a = u128::from(r.next() as u32);
+        if (0x0100_0000..0xe000_0000).contains(&a) && a >> 24 != 127 && a >> 24 != 10 && a >> 17 != 0x6309 {
+            return a;
+        }
+    };
+    let v6 = |r: &mut Rng| (0x2000u128 << 112) | ((u128::from(r.next()) << 64 | u128::from(r.next())) >> 3);
+    for v6f in [false, true] {
+        let bits = if v6f { 128u32 } else { 32 };
+        for _ in 0..5000 {
+            let a = if v6f { v6(&mut r) } else { v4(&mut r) };
+            elems.push((v6f, a, a));
+            text.push_str(&format!("{}\n", addr(v6f, a)));
+        }
+        for len in (if v6f { 16 } else { 8 })..bits {
+            let host = if bits - len == 128 { u128::MAX } else { (1u128 << (bits - len)) - 1 };
+            let net = (if v6f { v6(&mut r) } else { v4(&mut r) }) & !host;
+            elems.push((v6f, net, net | host));
+            text.push_str(&format!("{}/{len}\n", addr(v6f, net)));
+        }
+        for _ in 0..10 {
+            let a = if v6f { v6(&mut r) } else { v4(&mut r) };
+            let b = a + u128::from(r.next() % 5000);
+            elems.push((v6f, a, b));
+            text.push_str(&format!("{}-{}\n", addr(v6f, a), addr(v6f, b)));
+        }
+    }
+    let tree = SourceTree::from_files([
+        ("fwc.kdl".to_string(), "fwc 1\nset \"bl\" file=\"lists/bl.netset\"\ninput {\n    deny \"bl\" from=\"@bl\"\n}\n".to_string()),
+        ("lists/bl.netset".to_string(), text),
+    ]);
+    let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap();
+    assert!(art.nftables.text().contains("\"bl_v4_32\"") && art.nftables.text().contains("\"bl_v6_128\""), "not the hash layout");
+    let ok = |v6f: bool, a: u128| if v6f { a >> 125 == 1 } else { (0x0100_0000..0xe000_0000).contains(&a) && a >> 24 != 127 && a >> 24 != 10 && a >> 17 != 0x6309 };
+    let mut probes: Vec<(bool, u128)> = Vec::new();
+    for (i, &(v6f, lo, hi)) in elems.iter().enumerate() {
+        if lo == hi && i % 500 != 0 {
+            continue;
+        }
+        if i % 3 != 0 && lo != hi {
+            continue;
+        }
+        probes.extend([(v6f, lo), (v6f, hi), (v6f, lo.wrapping_sub(1)), (v6f, hi.wrapping_add(1))]);
+    }
+    for _ in 0..20 {
+        probes.push((false, v4(&mut r)));
+        probes.push((true, v6(&mut r)));
+    }
+    probes.retain(|&(v6f, a)| ok(v6f, a));
+    let flows: Vec<Flow> = probes
+        .iter()
+        .enumerate()
+        .map(|(i, &(v6f, a))| {
+            let dst: IpAddr = if v6f { "2001:db8:77::1".parse().unwrap() } else { "198.18.77.1".parse().unwrap() };
+            FlowSpec {
+                proto: Some(L4::Udp),
+                from: (Some(addr(v6f, a)), Some(20000 + i as u16)),
+                to: (Some(dst), Some(53)),
+                origin: Some(Origin::Input),
+                iif: None,
+                oif: None,
+            }
+            .build()
+            .unwrap()
+        })
+        .collect();
+    let ev = Evaluator::new(&art).unwrap();
+    let kernel = kernel_eval::evaluate_all(&art, &flows).unwrap();
+    let (mut sent, mut inside, mut wrong) = (0, 0, Vec::new());
+    for ((f, k), &(v6f, a)) in flows.iter().zip(kernel).zip(&probes) {
+        let want = elems.iter().any(|&(e6, lo, hi)| e6 == v6f && lo <= a && a <= hi);
+        let x = ev.explain(f).unwrap();
+        let pure = x.decided_by.identity.as_deref() == Some("fwc:filter:bl");
+        let Some(k) = k else { continue };
+        sent += 1;
+        inside += usize::from(want);
+        let kern = k.identity.as_deref() == Some("fwc:filter:bl");
+        if pure != want || kern != want || !kernel_eval::agree(f, &x, &k) {
+            wrong.push(format!("{f}: the set says {want}, pure {pure}, kernel {kern}\n    {}", k.trace.join("\n    ")));
+        }
+    }
+    eprintln!("big set: {} probes, {sent} sent through the kernel, {inside} inside the set, {} disagree", probes.len(), wrong.len());
+    assert!(sent > 100 && inside > 30 && sent - inside > 30, "probes not discriminating: {sent} sent, {inside} inside");
+    assert!(wrong.is_empty(), "{} disagree; first:\n{}", wrong.len(), wrong.iter().take(3).cloned().collect::<Vec<_>>().join("\n"));
 }

@@ -78,8 +78,8 @@ fn kernel_forward_fails_over_by_health_checks() {
     // B stops: out within interval × fall (+ one interval for the probe phase, + slack for nft).
     let stop = Instant::now();
     t.backend.exec(&["kill", &b.to_string()]);
-    let limit = Duration::from_millis(INTERVAL_MS * (FALL + 1) + 1500);
-    until_only(&t, "A", limit);
+    // A deadline, not a budget (issue #27): the time it took is printed, never asserted.
+    until_only(&t, "A", Duration::from_secs(60));
     eprintln!("B taken out after {:?} (interval {INTERVAL_MS} ms × fall {FALL})", stop.elapsed());
     assert!(!dispatch_rule(&t).contains("fhc4_web_t1"), "{}", dispatch_rule(&t));
     let stats = fwc(&["forward", "--stats", "--json", "--state-dir", &st]);
@@ -116,7 +116,7 @@ fn kernel_forward_fails_over_by_health_checks() {
     assert!(batch.contains("\"fhc4_web\""), "the apply's nft batch did not reset the dispatch rule:\n{batch}");
     let t0 = Instant::now();
     while dispatch_rule(&t).contains("fhc4_web_t1") {
-        assert!(t0.elapsed() < Duration::from_secs(3), "after an apply B is still in the dispatch:\n{}", dispatch_rule(&t));
+        assert!(t0.elapsed() < Duration::from_secs(60), "after an apply B is still in the dispatch:\n{}", dispatch_rule(&t));
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(answers(&t, 4), ["A", "A", "A", "A"]);
@@ -124,7 +124,7 @@ fn kernel_forward_fails_over_by_health_checks() {
     // B is back: in the rotation again within interval × rise (+ one interval).
     let b2 = t.backend.spawn(&["socat", "TCP-LISTEN:7001,bind=198.18.2.3,reuseaddr,fork", "SYSTEM:echo B"]);
     let back = Instant::now();
-    let limit = Duration::from_millis(INTERVAL_MS * (RISE + 1) + 1500);
+    let limit = Duration::from_secs(60);
     loop {
         let a = answers(&t, 4);
         if a.contains(&"B".to_string()) {
@@ -147,7 +147,7 @@ fn kernel_forward_fails_over_by_health_checks() {
         if all_down {
             break;
         }
-        assert!(down.elapsed() < Duration::from_secs(10), "targets not both down: {v}");
+        assert!(down.elapsed() < Duration::from_secs(60), "targets not both down: {v}");
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(500));

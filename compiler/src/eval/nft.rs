@@ -74,6 +74,21 @@ struct Elem {
 #[derive(Debug, Clone, Default)]
 struct SetDef {
     elems: Vec<Elem>,
+    /// A set whose elements are all plain addresses (a big set's hash set of one prefix
+    /// length) is looked up here, not by a scan of a million elements.
+    exact: Option<std::collections::HashSet<IpAddr>>,
+}
+
+impl SetDef {
+    fn index(&mut self) {
+        let plain = |e: &Elem| -> Option<IpAddr> {
+            if e.data.is_some() || e.comment.is_some() {
+                return None;
+            }
+            e.key.as_str()?.parse().ok()
+        };
+        self.exact = self.elems.iter().map(plain).collect();
+    }
 }
 
 /// `table inet fwc`, read from `nftables.json`.
@@ -133,6 +148,7 @@ impl Table {
                     for e in o.get("elem").and_then(Value::as_array).into_iter().flatten() {
                         def.elems.push(read_elem(e, kind == "map"));
                     }
+                    def.index();
                     t.sets.insert(name, def);
                 }
                 "element" => {
@@ -141,6 +157,7 @@ impl Table {
                     for e in o.get("elem").and_then(Value::as_array).into_iter().flatten() {
                         def.elems.push(read_elem(e, e.is_array()));
                     }
+                    def.index();
                 }
                 "rule" => {
                     let chain = o.get("chain").and_then(Value::as_str).unwrap_or_default();
@@ -738,6 +755,9 @@ impl Cx<'_> {
             Value::String(s) if s.starts_with('@') => {
                 let name = &s[1..];
                 let def = self.t.sets.get(name).ok_or_else(|| EvalError::UnknownSet { chain: self.chain.to_string(), set: name.to_string() })?;
+                if let (Some(exact), Val::Addr(a)) = (&def.exact, key) {
+                    return Ok(exact.contains(a).then_some((None, None)));
+                }
                 for e in &def.elems {
                     if self.elem_matches(&e.key, key)? {
                         return Ok(Some((e.data.clone(), e.comment.clone())));
@@ -906,6 +926,18 @@ impl Cx<'_> {
             }
             "&" | "|" => {
                 let args = body.as_array().filter(|a| a.len() == 2).ok_or_else(|| self.unsupported(format!("{kind} {body}")))?;
+                // `ip saddr & 255.255.255.0`: the network of a masked lookup (a big set's hash
+                // set of one prefix length).
+                if let (Value::Object(_), Value::String(m)) = (&args[0], &args[1]) {
+                    if let Ok(mask) = m.parse::<IpAddr>() {
+                        return Ok(match (self.eval_expr(&args[0], p)?, mask) {
+                            (Val::Absent, _) => Val::Absent,
+                            (Val::Addr(IpAddr::V4(a)), IpAddr::V4(m)) if kind == "&" => Val::Addr(IpAddr::V4((u32::from(a) & u32::from(m)).into())),
+                            (Val::Addr(IpAddr::V6(a)), IpAddr::V6(m)) if kind == "&" => Val::Addr(IpAddr::V6((u128::from(a) & u128::from(m)).into())),
+                            _ => return Err(self.unsupported(format!("{kind} {body}"))),
+                        });
+                    }
+                }
                 let a = self.eval_expr_or_literal(&args[0], p)?;
                 let b = self.eval_expr_or_literal(&args[1], p)?;
                 Val::Int(if kind == "&" { a & b } else { a | b })

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::artifacts::{BackendKind, QosClass, QosDirection};
 use crate::model::*;
+use crate::setlayout::SetLayout;
 
 /// Where a rule goes and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +56,9 @@ pub struct HostPlan<'a> {
     pub qos_classes: Vec<QosClass>,
     /// Per rule: backend and reason (sorted by kind, name).
     pub placements: Vec<Placement>,
+    /// The kernel layout of every static set (interval, or hash sets per prefix length;
+    /// `crate::setlayout`), decided once from its elements.
+    pub layouts: BTreeMap<&'a str, SetLayout>,
     /// Lookup indexes, so emitters stay linear in the number of rules.
     set_index: BTreeMap<&'a str, &'a AddrSet>,
     class_index: BTreeMap<(RuleKind, &'a str, QosDirection), usize>,
@@ -222,6 +226,42 @@ fn mixed_families(f: &ForwardRule) -> bool {
     v4 != 0 && v4 != f.targets.value.len()
 }
 
+/// The layout of every static set (`crate::setlayout`). A set used where one match must stay
+/// one nft rule keeps the interval layout: a filter rule with `rate` (its limit is per rule),
+/// a forward's `from=` (guards count per rule, round robin numbers per rule) and shapes.
+fn set_layouts<'a>(
+    sets: &[&'a AddrSet],
+    chains: &[ChainPlan<'a>],
+    kernel_forwards: &[&'a ForwardRule],
+    userspace_forwards: &[&'a ForwardRule],
+    shapes: &[&'a ShapeRule],
+) -> BTreeMap<&'a str, SetLayout> {
+    let mut one_rule: BTreeMap<&'a str, &'static str> = BTreeMap::new();
+    let mut pin = |m: Option<&'a Spanned<AddrMatch>>, why: &'static str| {
+        if let Some(AddrMatch::Set(name)) = m.map(|m| &m.value) {
+            one_rule.entry(name.as_str()).or_insert(why);
+        }
+    };
+    for r in chains.iter().flat_map(|c| &c.rules).filter(|r| r.rate.is_some()) {
+        pin(r.from.as_ref(), "a rule with rate= uses it (one limit per rule)");
+        pin(r.to.as_ref(), "a rule with rate= uses it (one limit per rule)");
+    }
+    for f in kernel_forwards.iter().chain(userspace_forwards) {
+        pin(f.from.as_ref(), "a forward's from= uses it (its guards and round robin are per rule)");
+    }
+    for sh in shapes {
+        pin(sh.from.as_ref(), "a shape uses it");
+        pin(sh.to.as_ref(), "a shape uses it");
+    }
+    sets.iter()
+        .filter(|s| s.dynamic.is_none())
+        .map(|s| {
+            let name = s.name.value.as_str();
+            (name, SetLayout::of(s.elements.iter().map(|e| &e.value), one_rule.get(name).copied()))
+        })
+        .collect()
+}
+
 /// Filter the ruleset for `host`, decide backends, and assign QoS classes.
 pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     let applies = |on: &Option<Spanned<Selector>>| on.as_ref().is_none_or(|s| s.value.matches(host));
@@ -232,7 +272,8 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     for s in &sets {
         let reason = match s.dynamic {
             Some(_) => "named nftables set (interval + timeout, one per address family); its elements belong to other programs: applies keep them, drift ignores them",
-            None => "named nftables set (interval, one per address family)",
+            // Filled in below with the set's layout, once every rule using it is known.
+            None => "",
         };
         placements.push(Placement {
             kind: RuleKind::Set,
@@ -335,6 +376,10 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
         };
         placements.push(Placement { kind: s.kind.rule_kind(), name: s.name.value.clone(), chain: None, backends: vec![BackendKind::Nftables], reason: reason.into() });
     }
+    let layouts = set_layouts(&sets, &chains, &kernel_forwards, &userspace_forwards, &shapes);
+    for p in placements.iter_mut().filter(|p| p.kind == RuleKind::Set && p.reason.is_empty()) {
+        p.reason = layouts[p.name.as_str()].describe();
+    }
     placements.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
     placements.shrink_to_fit();
 
@@ -351,7 +396,7 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
         .enumerate()
         .map(|(i, c)| ((c.kind, rule_names[&(c.kind, c.rule.as_str())], c.direction), i))
         .collect();
-    HostPlan { host, sets, chains, kernel_forwards, userspace_forwards, shapes, snats, qos_classes, placements, set_index, class_index }
+    HostPlan { host, sets, chains, kernel_forwards, userspace_forwards, shapes, snats, qos_classes, placements, layouts, set_index, class_index }
 }
 
 /// The implicit host used when the repository declares none.

@@ -51,7 +51,7 @@ mod stamp;
 
 pub use diff::{ElementCount, NftChange, NftMode};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
@@ -402,7 +402,15 @@ impl NftBackend {
     /// Compare `live` with the kernel's rendering of `expected`; `terse`: `live` was listed
     /// without set elements, so they are left out of the comparison.
     fn compare(&mut self, expected: &Value, live: Option<Value>, terse: bool) -> Result<Observation> {
-        let want = if terse { self.canonical(&structure(expected))? } else { self.canonical(expected)? };
+        // A big set's hash sets (issue #27) are left out of the scratch-namespace rendering
+        // (a million elements loaded and listed back on every plan after a change): the
+        // kernel lists their elements as emitted, so they are compared as text.
+        let (want, hashed) = if terse {
+            (self.canonical(&structure(expected))?, Vec::new())
+        } else {
+            let (doc, hashed) = split_hash_elements(expected);
+            (self.canonical(&doc)?, hashed)
+        };
         let want_empty = is_empty_doc(expected)?;
         let mut obs = Observation::default();
         match live {
@@ -412,7 +420,15 @@ impl NftBackend {
                 if want_empty {
                     obs.drift.push(format!("table inet {NFT_TABLE} exists but fwc has nothing applied"));
                 } else {
-                    let (want, mut live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
+                    let (mut want, mut live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
+                    for (name, mut elems) in hashed {
+                        if let Some(Value::Object(b)) = want.objects.get_mut(&("set".to_string(), name)) {
+                            if !elems.is_empty() {
+                                elems.sort_by_cached_key(|e| e.to_string());
+                                b.insert("elem".into(), Value::Array(elems));
+                            }
+                        }
+                    }
                     accept_health_rewrites(&want, &mut live);
                     accept_dns_installs(&want, &mut live);
                     // The text listing (rules in nft syntax for the report) is a second full
@@ -425,7 +441,12 @@ impl NftBackend {
                         // The diff assumes the live elements are the applied ones: when they
                         // are not, the next apply of this backend replaces the table whole.
                         if let Some(set) = elements_drifted(&want, &live) {
-                            self.full_replace = Some(format!("the elements of {set} were changed outside fwc"));
+                            // Naming the elements (issue #27), from the drift description.
+                            let what = obs.drift.iter().find_map(|d| d.strip_prefix(&format!("{set}: ")));
+                            self.full_replace = Some(match what {
+                                Some(w) => format!("the elements of {set} were changed outside fwc ({w})"),
+                                None => format!("the elements of {set} were changed outside fwc"),
+                            });
                         }
                     }
                 }
@@ -743,6 +764,30 @@ impl Backend for NftBackend {
         }
         self.drift(&expected.nftables)
     }
+}
+
+/// `doc` without the elements of its plain hash address sets (no flags, every element an
+/// address: a big set's sets per prefix length), and those elements by set name.
+fn split_hash_elements(doc: &Value) -> (Value, Vec<(String, Vec<Value>)>) {
+    let mut out = doc.clone();
+    let mut taken = Vec::new();
+    for cmd in out.get_mut("nftables").and_then(Value::as_array_mut).into_iter().flatten() {
+        let set = match cmd {
+            Value::Object(m) if m.contains_key("add") => m.get_mut("add").and_then(|a| a.get_mut("set")),
+            Value::Object(m) => m.get_mut("set"),
+            _ => None,
+        };
+        let Some(Value::Object(b)) = set else { continue };
+        let plain = b.get("flags").is_none()
+            && matches!(b.get("type").and_then(Value::as_str), Some("ipv4_addr" | "ipv6_addr"))
+            && b.get("elem").and_then(Value::as_array).is_some_and(|e| e.iter().all(Value::is_string));
+        if let (true, Some(name)) = (plain, b.get("name").and_then(Value::as_str).map(str::to_string)) {
+            if let Some(Value::Array(e)) = b.remove("elem") {
+                taken.push((name, e));
+            }
+        }
+    }
+    (out, taken)
 }
 
 /// `doc` without the elements of its sets and maps: what the diff and verify compare with
@@ -1140,8 +1185,11 @@ fn describe_object_change(kind: &str, name: &str, w: &Value, l: &Value) -> Strin
             v.get("elem").and_then(Value::as_array).map(|a| a.iter().map(elem_text).collect()).unwrap_or_default()
         };
         let (ew, el) = (elems(w), elems(l));
-        let added: Vec<_> = el.iter().filter(|e| !ew.contains(e)).cloned().collect();
-        let removed: Vec<_> = ew.iter().filter(|e| !el.contains(e)).cloned().collect();
+        // Hash sets of the texts: linear in the set size (issue #27: `Vec::contains` made
+        // this quadratic, and drift in a 1M-element set was never reported).
+        let (hw, hl): (HashSet<&str>, HashSet<&str>) = (ew.iter().map(String::as_str).collect(), el.iter().map(String::as_str).collect());
+        let added: Vec<_> = el.iter().filter(|e| !hw.contains(e.as_str())).cloned().collect();
+        let removed: Vec<_> = ew.iter().filter(|e| !hl.contains(e.as_str())).cloned().collect();
         if !added.is_empty() || !removed.is_empty() {
             let mut parts = Vec::new();
             if !added.is_empty() {
@@ -1305,6 +1353,19 @@ mod tests {
         let ok = json!({"nftables": [{"table": {"family": "inet", "name": "fwc"}},
             {"chain": {"family": "inet", "table": "fwc", "name": "input"}}]});
         assert_eq!(replace_tx(&ok).unwrap()["nftables"].as_array().unwrap().len(), 4);
+    }
+
+    /// Issue #27: one element deleted behind fwc's back from a 200,000-element set is named
+    /// (the comparison was quadratic: `Vec::contains` per element; bench/sets has the times).
+    #[test]
+    fn drift_in_a_big_set_names_the_element() {
+        let addrs: Vec<Value> = (0..200_000u32).map(|i| json!(std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())).collect();
+        let set = |elems: &[Value]| json!({"family": "inet", "table": "fwc", "name": "bl_v4_32", "type": "ipv4_addr", "elem": elems});
+        let mut live = addrs.clone();
+        let gone = live.remove(123_456);
+        live.push(json!("192.0.2.7"));
+        let d = describe_object_change("set", "bl_v4_32", &set(&addrs), &set(&live));
+        assert_eq!(d, format!("set bl_v4_32: elements added outside fwc: 192.0.2.7; elements removed: {}", gone.as_str().unwrap()));
     }
 
     #[test]

@@ -52,7 +52,11 @@ fn container_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
         Some(p) => merged_ports(&p.value).into_iter().map(Some).collect(),
         None => vec![None],
     };
+    let none = (vec![None], vec![None]);
     for fam in families(&parts, None) {
+        // One nft rule per combination of alternatives, as in `filter_rule`.
+        let (fa, ta) = fam.map(|fam| (alts(from.as_ref(), fam), alts(to.as_ref(), fam))).unwrap_or_else(|| none.clone());
+        for (fal, tal) in fa.iter().flat_map(|f| ta.iter().map(move |t| (f, t))) {
         for proto in &protos {
             for port in &ports {
                 let mut expr = Vec::new();
@@ -66,15 +70,16 @@ fn container_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                     }
                 }
                 if let Some(fam) = fam {
-                    if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
-                        expr.push(eq(payload(fam.proto(), "saddr"), e.clone()));
+                    if let Some(a) = fal {
+                        expr.push(a.on(payload(fam.proto(), "saddr")));
                     }
-                    if let Some(Some(e)) = to.as_ref().map(|p| &p[fam.idx()]) {
-                        expr.push(eq(ct_orig_addr(fam, "daddr"), e.clone()));
+                    if let Some(a) = tal {
+                        expr.push(a.on(ct_orig_addr(fam, "daddr")));
                     }
                 }
                 out_rules(out, chains::CONTAINERS_RULES, expr, rule_tails(r, proto == &Some(ForwardProto::Tcp), fam), &comment);
             }
+        }
         }
     }
 }

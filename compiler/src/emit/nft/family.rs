@@ -62,51 +62,9 @@ impl Fam {
     }
 }
 
-pub(super) fn ip_u128(ip: &IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => u128::from(u32::from(*a)),
-        IpAddr::V6(a) => u128::from(*a),
-    }
-}
-
-/// An address element as an inclusive interval of its family.
-pub(super) fn interval(e: &AddrElem) -> (Fam, u128, u128) {
-    match e {
-        AddrElem::Net(n) => {
-            let fam = Fam::of(&n.addr());
-            (fam, ip_u128(&n.network()), ip_u128(&n.broadcast()))
-        }
-        AddrElem::Range(a, b) => {
-            let (x, y) = (ip_u128(a), ip_u128(b));
-            (Fam::of(a), x.min(y), x.max(y))
-        }
-    }
-}
-
 /// Sorted, merged (overlapping or adjacent joined) intervals, per family.
 pub(super) fn merged<'a>(elems: impl IntoIterator<Item = &'a AddrElem>) -> [Vec<(u128, u128)>; 2] {
-    let mut out: [Vec<(u128, u128)>; 2] = [Vec::new(), Vec::new()];
-    for e in elems {
-        let (fam, lo, hi) = interval(e);
-        out[fam.idx()].push((lo, hi));
-    }
-    for list in &mut out {
-        // In place: a million-element set file must not need a second copy.
-        list.sort_unstable();
-        let mut w = 0;
-        for r in 0..list.len() {
-            let (lo, hi) = list[r];
-            if w > 0 && lo <= list[w - 1].1.saturating_add(1) {
-                list[w - 1].1 = list[w - 1].1.max(hi);
-            } else {
-                list[w] = (lo, hi);
-                w += 1;
-            }
-        }
-        list.truncate(w);
-        list.shrink_to_fit();
-    }
-    out
+    crate::setlayout::merged(elems)
 }
 
 /// One interval as an nft value: an address, a prefix or a range.
@@ -129,22 +87,79 @@ pub(super) fn set_elems(elems: &[AddrElem]) -> [Vec<E>; 2] {
     ]
 }
 
-/// Right-hand side of an address match, per family (None = no address of that family).
-pub(super) type AddrParts = [Option<E>; 2];
+/// One way an address can match: `<left> == right`, or `<left> & mask == right` (a lookup in
+/// the hash set of one prefix length). The alternatives of one match never overlap (the set's
+/// prefixes are disjoint), so a packet matches at most one of them.
+#[derive(Debug, Clone)]
+pub(super) struct AddrAlt {
+    pub mask: Option<String>,
+    pub right: E,
+}
+
+impl AddrAlt {
+    fn exact(right: E) -> AddrAlt {
+        AddrAlt { mask: None, right }
+    }
+    /// The match statement on `left` (a payload or `ct original` address).
+    pub(super) fn on(&self, left: E) -> S {
+        match &self.mask {
+            Some(m) => eq(and(left, s(m.clone())), self.right.clone()),
+            None => eq(left, self.right.clone()),
+        }
+    }
+}
+
+/// The alternatives of an address match, per family (empty = no address of that family). A
+/// rule is emitted once per combination of alternatives of its matches.
+pub(super) type AddrParts = [Vec<AddrAlt>; 2];
 
 pub(super) fn addr_parts(plan: &HostPlan, m: &AddrMatch) -> AddrParts {
     match m {
         AddrMatch::Set(name) => {
-            // A dynamic set may hold either family at run time: match both halves.
             let set = plan.set(name);
-            let dynamic = set.is_some_and(|s| s.dynamic.is_some());
-            let has = |fam: Fam| dynamic || set.is_some_and(|s| s.elements.iter().any(|e| e.value.is_ipv4() == (fam == Fam::V4)));
-            [Fam::V4, Fam::V6].map(|fam| has(fam).then(|| s(format!("@{}", set_name(name, fam == Fam::V6)))))
+            match plan.layouts.get(name.as_str()) {
+                // A dynamic set may hold either family at run time: match both halves.
+                None if set.is_some_and(|s| s.dynamic.is_some()) => {
+                    [Fam::V4, Fam::V6].map(|fam| vec![AddrAlt::exact(s(format!("@{}", set_name(name, fam == Fam::V6))))])
+                }
+                None => [Vec::new(), Vec::new()],
+                Some(layout) => [Fam::V4, Fam::V6].map(|fam| {
+                    let f = &layout.fams[fam.idx()];
+                    let v6 = fam == Fam::V6;
+                    match &f.kind {
+                        _ if f.merged.is_empty() => Vec::new(),
+                        LayoutKind::Interval => vec![AddrAlt::exact(s(format!("@{}", set_name(name, v6))))],
+                        LayoutKind::Hash { targets, .. } => targets
+                            .iter()
+                            .map(|&(len, _)| AddrAlt {
+                                mask: (len < fam.bits()).then(|| f.mask(len).to_string()),
+                                right: s(format!("@{}", hash_set_name(name, v6, len))),
+                            })
+                            .collect(),
+                    }
+                }),
+            }
         }
         AddrMatch::Literal(elems) => {
             let [v4, v6] = set_elems(elems);
-            [one_or_set(v4), one_or_set(v6)]
+            [one_or_set(v4), one_or_set(v6)].map(|e| e.map(AddrAlt::exact).into_iter().collect())
         }
+    }
+}
+
+/// The one alternative of an address match in `fam`, for rules that must stay one nft rule
+/// (forwards, shapes: `crate::select` keeps the sets they use as interval sets).
+pub(super) fn one_alt(p: &AddrParts, fam: Fam) -> Option<&AddrAlt> {
+    let v = &p[fam.idx()];
+    assert!(v.len() <= 1, "a set used by a forward or shape has one lookup per family");
+    v.first()
+}
+
+/// The alternatives of an optional address match in `fam`: `[None]` without the match.
+pub(super) fn alts(p: Option<&AddrParts>, fam: Fam) -> Vec<Option<&AddrAlt>> {
+    match p {
+        None => vec![None],
+        Some(p) => p[fam.idx()].iter().map(Some).collect(),
     }
 }
 
@@ -190,7 +205,7 @@ pub(super) fn families(parts: &[&AddrParts], only: Option<Fam>) -> Vec<Option<Fa
     }
     FAMS.into_iter()
         .filter(|f| only.is_none_or(|o| o == *f))
-        .filter(|f| parts.iter().all(|p| p[f.idx()].is_some()))
+        .filter(|f| parts.iter().all(|p| !p[f.idx()].is_empty()))
         .map(Some)
         .collect()
 }

@@ -17,31 +17,42 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
     };
     let l4 = l4_match(proto, r.ports.as_ref().map(|p| p.value.as_slice()), r.sports.as_ref().map(|p| p.value.as_slice()));
     for fam in families(&parts, only) {
-        let mut expr = Vec::new();
-        if let Some(i) = &r.iif {
-            expr.push(eq(meta(MetaKey::Iifname), s(i.value.clone())));
-        }
-        if let Some(o) = &r.oif {
-            expr.push(eq(meta(MetaKey::Oifname), s(o.value.clone())));
-        }
-        expr.extend(l4.iter().cloned());
-        if let Some(t) = &r.icmp_types {
-            expr.push(icmp_type_match(proto == Some(Proto::Icmpv6), &t.value));
-        }
-        if let Some(fam) = fam {
-            if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
-                expr.push(eq(payload(fam.proto(), "saddr"), e.clone()));
+        // One nft rule per combination of the matches' alternatives (a big set is one hash set
+        // per prefix length: `ip saddr & 255.255.255.0 @bl_v4_24`, then `ip saddr @bl_v4_32`).
+        // They never overlap, so a packet takes at most one of them.
+        let (fa, ta) = match fam {
+            Some(fam) => (alts(from.as_ref(), fam), alts(to.as_ref(), fam)),
+            None => (vec![None], vec![None]),
+        };
+        for f in &fa {
+            for t in &ta {
+                let mut expr = Vec::new();
+                if let Some(i) = &r.iif {
+                    expr.push(eq(meta(MetaKey::Iifname), s(i.value.clone())));
+                }
+                if let Some(o) = &r.oif {
+                    expr.push(eq(meta(MetaKey::Oifname), s(o.value.clone())));
+                }
+                expr.extend(l4.iter().cloned());
+                if let Some(t) = &r.icmp_types {
+                    expr.push(icmp_type_match(proto == Some(Proto::Icmpv6), &t.value));
+                }
+                if let Some(fam) = fam {
+                    if let Some(a) = f {
+                        expr.push(a.on(payload(fam.proto(), "saddr")));
+                    }
+                    if let Some(a) = t {
+                        expr.push(a.on(payload(fam.proto(), "daddr")));
+                    }
+                }
+                match &r.state {
+                    Some(st) => expr.push(ct_state(&st.value.iter().map(|c| c.as_str()).collect::<Vec<_>>())),
+                    None if r.rate.is_some() => expr.push(ct_state(&["new"])),
+                    None => {}
+                }
+                out_rules(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment);
             }
-            if let Some(Some(e)) = to.as_ref().map(|p| &p[fam.idx()]) {
-                expr.push(eq(payload(fam.proto(), "daddr"), e.clone()));
-            }
         }
-        match &r.state {
-            Some(st) => expr.push(ct_state(&st.value.iter().map(|c| c.as_str()).collect::<Vec<_>>())),
-            None if r.rate.is_some() => expr.push(ct_state(&["new"])),
-            None => {}
-        }
-        out_rules(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment);
     }
 }
 
@@ -175,8 +186,9 @@ pub(super) fn userspace_accept(out: &mut Out, plan: &HostPlan, f: &ForwardRule) 
                 None if parts.is_empty() => expr.push(eq(meta(MetaKey::Nfproto), s(fam.nfproto()))),
                 None => {}
             }
-            if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
-                expr.push(eq(payload(fam.proto(), "saddr"), e.clone()));
+            // (a set in a forward's from= is always one interval set: `set_layouts`)
+            if let Some(a) = from.as_ref().and_then(|p| one_alt(p, fam)) {
+                expr.push(a.on(payload(fam.proto(), "saddr")));
             }
         }
         expr.push(counter());

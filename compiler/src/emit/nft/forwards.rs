@@ -174,8 +174,8 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
             base.push(eq(payload(fam.proto(), "daddr"), s(a.to_string())));
         }
         if let Some(parts) = &from {
-            match &parts[fam.idx()] {
-                Some(e) => base.push(eq(payload(fam.proto(), "saddr"), e.clone())),
+            match one_alt(parts, fam) {
+                Some(a) => base.push(a.on(payload(fam.proto(), "saddr"))),
                 None => continue,
             }
         }
@@ -255,8 +255,8 @@ pub(super) fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(Fo
                 if let Some(a) = listen_addr(f) {
                     v.push(eq(ct_orig_addr(fam, "daddr"), s(a.to_string())));
                 }
-                if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
-                    v.push(eq(payload(fam.proto(), "saddr"), e.clone()));
+                if let Some(a) = from.as_ref().and_then(|p| one_alt(p, fam)) {
+                    v.push(a.on(payload(fam.proto(), "saddr")));
                 }
             }
             (proto, v)

@@ -10,6 +10,9 @@
 //! ```text
 //! table inet fwc
 //!   set <name>_v4 / <name>_v6           every AddrSet, type ipv{4,6}_addr, flags interval (maybe empty)
+//!   set <name>_v4_<len> / <name>_v6_<len>  instead, for a big static set: plain hash sets, one
+//!                                     per prefix length, matched `ip saddr & <mask> @<name>_v4_<len>`
+//!                                     (`crate::setlayout`; one rule per length, see below)
 //!   map fwd4_addr, fwd6_addr             inet_proto . inet_service : ipv{4,6}_addr   (hash, counter)
 //!   map fwd4_port, fwd6_port             inet_proto . inet_service : inet_service    (hash)
 //!   map fwd4r_addr, fwd6r_addr           inet_proto . inet_service : ipv{4,6}_addr   (interval, counter)
@@ -199,6 +202,7 @@ use serde_json::{json, Value};
 use crate::artifacts::{NftDoc, QosDirection, NFT_TABLE, QOS_MARK_MASK, QOS_MARK_SHIFT};
 use crate::model::*;
 use crate::select::{ChainPlan, HostPlan};
+use crate::setlayout::LayoutKind;
 
 use containers::*;
 use expr::*;
@@ -250,17 +254,27 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
     out.finish()
 }
 
-/// Both halves (v4, v6) of every set, always.
+/// Both halves (v4, v6) of every set, always: each an interval set, or (a big static set) hash
+/// sets, one per prefix length (`crate::setlayout`).
 fn named_sets(out: &mut Out, plan: &HostPlan) {
     for set in &plan.sets {
+        let name = &set.name.value;
         if let Some(d) = set.dynamic {
-            out.dynamic_set(set_name(&set.name.value, false), Fam::V4, d);
-            out.dynamic_set(set_name(&set.name.value, true), Fam::V6, d);
+            out.dynamic_set(set_name(name, false), Fam::V4, d);
+            out.dynamic_set(set_name(name, true), Fam::V6, d);
             continue;
         }
-        let [v4, v6] = merged(set.elements.iter().map(|e| &e.value));
-        out.named_addr_set(set_name(&set.name.value, false), Fam::V4, &v4);
-        drop(v4);
-        out.named_addr_set(set_name(&set.name.value, true), Fam::V6, &v6);
+        let layout = &plan.layouts[name.as_str()];
+        for (fam, f) in FAMS.into_iter().zip(&layout.fams) {
+            let v6 = fam == Fam::V6;
+            match &f.kind {
+                LayoutKind::Interval => out.named_addr_set(set_name(name, v6), fam, &f.merged),
+                LayoutKind::Hash { targets, .. } => {
+                    for &(len, _) in targets {
+                        out.hash_addr_set(hash_set_name(name, v6, len), fam, f, len);
+                    }
+                }
+            }
+        }
     }
 }

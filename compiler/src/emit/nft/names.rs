@@ -46,6 +46,12 @@ pub fn set_name(name: &str, v6: bool) -> String {
     format!("{name}_{}", if v6 { "v6" } else { "v4" })
 }
 
+/// Name of the hash set of prefix length `len` of the `fam` half of fwc set `name` (the
+/// hash-set layout of a big set, `crate::setlayout`): `bl_v4_24`.
+pub fn hash_set_name(name: &str, v6: bool, len: u32) -> String {
+    format!("{}_{len}", set_name(name, v6))
+}
+
 pub(super) fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut cut = max;

@@ -2,7 +2,7 @@
 //! order, each written as text when it is added (`writer`); named sets' elements are
 //! streamed, NAT maps built as JSON directly.
 
-use super::writer::{Add, AddrSetBody, Document, Members};
+use super::writer::{Add, AddrSetBody, Document, HashSetBody, Members};
 use super::*;
 
 #[derive(Default)]
@@ -47,6 +47,11 @@ impl Out {
     /// A named address set (interval) with the merged intervals `elems`, written directly.
     pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: &[(u128, u128)]) {
         self.objects.push(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
+    }
+
+    /// The hash set of prefix length `len` of a big static set: network addresses, no flags.
+    pub(super) fn hash_addr_set(&mut self, name: String, fam: Fam, layout: &crate::setlayout::FamLayout, len: u32) {
+        self.objects.push(&Add("set", HashSetBody { table: NFT_TABLE, name, fam, layout, len }));
     }
 
     /// A `dynamic=#true` set: `flags interval, timeout` (other programs add addresses, CIDRs

@@ -80,11 +80,11 @@ pub(super) fn shape_rules(out: &mut Out, plan: &HostPlan, sh: &ShapeRule) {
     for fam in families(&parts, only) {
         let mut expr = head.clone();
         if let Some(fam) = fam {
-            if let Some(Some(e)) = from.as_ref().map(|p| &p[fam.idx()]) {
-                expr.push(eq(ct_orig_addr(fam, "saddr"), e.clone()));
+            if let Some(a) = from.as_ref().and_then(|p| one_alt(p, fam)) {
+                expr.push(a.on(ct_orig_addr(fam, "saddr")));
             }
-            if let Some(Some(e)) = to.as_ref().map(|p| &p[fam.idx()]) {
-                expr.push(eq(ct_orig_addr(fam, "daddr"), e.clone()));
+            if let Some(a) = to.as_ref().and_then(|p| one_alt(p, fam)) {
+                expr.push(a.on(ct_orig_addr(fam, "daddr")));
             }
         }
         expr.push(Statement::Goto(JumpTarget { target: class_chain(class.id).into() }));
@@ -180,8 +180,8 @@ fn classify_forward(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
             (None, Some(_)) => unreachable!("a listen address always picks a family"),
         }
         if let (Some(fam), Some(parts)) = (fam, &from) {
-            if let Some(e) = &parts[fam.idx()] {
-                expr.push(eq(payload(fam.proto(), "saddr"), e.clone()));
+            if let Some(a) = one_alt(parts, fam) {
+                expr.push(a.on(payload(fam.proto(), "saddr")));
             }
         }
         expr.extend(classify_tail(base));

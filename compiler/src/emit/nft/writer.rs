@@ -157,20 +157,52 @@ pub(super) struct AddrSetBody<'a> {
     pub elems: &'a [(u128, u128)],
 }
 
+/// `family`, `table`, `name` and `type` of a named address set.
+fn addr_set_head<M: SerializeMap>(m: &mut M, table: &str, name: &str, fam: Fam) -> Result<(), M::Error> {
+    m.serialize_entry("family", "inet")?;
+    m.serialize_entry("table", table)?;
+    m.serialize_entry("name", name)?;
+    m.serialize_entry("type", match fam {
+        Fam::V4 => "ipv4_addr",
+        Fam::V6 => "ipv6_addr",
+    })
+}
+
 impl Serialize for AddrSetBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("family", "inet")?;
-        m.serialize_entry("table", self.table)?;
-        m.serialize_entry("name", &self.name)?;
-        m.serialize_entry("type", match self.fam {
-            Fam::V4 => "ipv4_addr",
-            Fam::V6 => "ipv6_addr",
-        })?;
+        addr_set_head(&mut m, self.table, &self.name, self.fam)?;
         m.serialize_entry("flags", &["interval"])?;
         if !self.elems.is_empty() {
             m.serialize_entry("elem", &Intervals(self.fam, self.elems))?;
         }
+        m.end()
+    }
+}
+
+/// The body of one hash set of a big static set (`crate::setlayout`): the network addresses of
+/// its prefix length, streamed.
+pub(super) struct HashSetBody<'a> {
+    pub table: &'a str,
+    pub name: String,
+    pub fam: Fam,
+    pub layout: &'a crate::setlayout::FamLayout,
+    pub len: u32,
+}
+
+impl Serialize for HashSetBody<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Elements<'a>(&'a crate::setlayout::FamLayout, u32);
+        impl Serialize for Elements<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut seq = s.serialize_seq(None)?;
+                self.0.try_for_each_element(self.1, |a| seq.serialize_element(&a))?;
+                seq.end()
+            }
+        }
+        let mut m = s.serialize_map(None)?;
+        addr_set_head(&mut m, self.table, &self.name, self.fam)?;
+        m.serialize_entry("elem", &Elements(self.layout, self.len))?;
         m.end()
     }
 }

@@ -1,0 +1,416 @@
+//! How a static address set is laid out in the kernel (issue #27), chosen from its data: small
+//! sets stay one interval set per family; big ones become plain hash sets, one per prefix
+//! length (after controlled prefix expansion), matched with masked lookups. Pure.
+//!
+//! Why: nft reads back the elements of every interval set in the namespace before any `add
+//! element`/`delete element` (anyone's), and the kernel's interval-set dump is quadratic: with a
+//! 1M-element interval set loaded, every fail2ban ban on the host took ~75 s. A hash set is
+//! never read back, and a one-element change costs the same at 10 or 10M elements.
+//! `docs/rules.md` ("How sets are loaded") and `docs/performance.md` ("Sets") have the numbers.
+
+use crate::model::AddrElem;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Up to this many prefixes (per family) a static set stays an interval set: one lookup per
+/// packet, and reading it back costs nft nothing worth measuring.
+pub const INTERVAL_MAX: u64 = 4096;
+/// More masked lookups than this per packet after expansion: an interval set after all.
+pub const MAX_LOOKUPS: usize = 16;
+
+/// The layout of both halves of a set: `[IPv4, IPv6]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetLayout {
+    pub fams: [FamLayout; 2],
+    /// Why the set must stay one lookup (an interval set) whatever its size, if it must.
+    pub one_lookup: Option<&'static str>,
+}
+
+/// One family's half of a set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamLayout {
+    /// 32 or 128.
+    pub bits: u32,
+    /// Sorted, merged (overlapping or adjacent joined) inclusive intervals.
+    pub merged: Vec<(u128, u128)>,
+    /// Prefixes per length once the intervals are split into networks (index = length).
+    pub counts: Vec<u64>,
+    pub kind: LayoutKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayoutKind {
+    /// One interval set `<name>_v4` (also when empty).
+    Interval,
+    /// Hash sets `<name>_v4_<len>`, one per target length (ascending, with its element
+    /// count); `to[len]` is the target length the prefixes of `len` are expanded to.
+    Hash { targets: Vec<(u32, u64)>, to: Vec<u32> },
+}
+
+impl SetLayout {
+    /// The layout of a set with these elements; `one_lookup`: why it must stay an interval
+    /// set whatever its size (a rule using it must stay one nft rule).
+    pub fn of<'a>(elems: impl IntoIterator<Item = &'a AddrElem>, one_lookup: Option<&'static str>) -> SetLayout {
+        let [v4, v6] = merged(elems);
+        let big = one_lookup.is_none();
+        SetLayout { fams: [FamLayout::of(32, v4, big), FamLayout::of(128, v6, big)], one_lookup }
+    }
+
+    /// The set's reason in the plan: what each family became, why, and the lookups per packet.
+    pub fn describe(&self) -> String {
+        let small = self.fams.iter().all(|f| f.kind == LayoutKind::Interval && f.prefixes() <= INTERVAL_MAX);
+        let counts: Vec<String> =
+            self.fams.iter().zip(["IPv4", "IPv6"]).filter(|(f, _)| !f.merged.is_empty()).map(|(f, n)| format!("{n} {}", prefixes(f.prefixes()))).collect();
+        if counts.is_empty() {
+            return "named nftables set (interval, one per address family): empty".into();
+        }
+        if small {
+            return format!(
+                "named nftables set (interval, one per address family): {}, 1 lookup per packet (hash sets only above {INTERVAL_MAX} prefixes)",
+                counts.join(", ")
+            );
+        }
+        let mut parts = Vec::new();
+        for (f, name) in self.fams.iter().zip(["IPv4", "IPv6"]) {
+            if f.merged.is_empty() {
+                continue;
+            }
+            let total = f.prefixes();
+            parts.push(match &f.kind {
+                LayoutKind::Interval if total <= INTERVAL_MAX => format!("{name}: interval set, {}, 1 lookup per packet", prefixes(total)),
+                LayoutKind::Interval => match self.one_lookup {
+                    Some(why) => format!("{name}: interval set, {}, 1 lookup per packet (kept one set: {why})", prefixes(total)),
+                    None => format!(
+                        "{name}: interval set, {}, 1 lookup per packet (hash sets would need more than {MAX_LOOKUPS} masked lookups)",
+                        prefixes(total)
+                    ),
+                },
+                LayoutKind::Hash { targets, .. } => {
+                    let sets: Vec<String> = targets.iter().map(|(l, n)| format!("/{l} ({})", thousands(*n))).collect();
+                    let expanded: u64 = targets.iter().map(|t| t.1).sum::<u64>() - total;
+                    format!(
+                        "{name}: hash sets {}, {} masked lookup{} per packet ({}{})",
+                        sets.join(" "),
+                        targets.len(),
+                        if targets.len() == 1 { "" } else { "s" },
+                        prefixes(total),
+                        if expanded > 0 { format!("; {} elements added by prefix expansion", thousands(expanded)) } else { String::new() }
+                    )
+                }
+            });
+        }
+        let hashed = self.fams.iter().any(|f| matches!(f.kind, LayoutKind::Hash { .. }));
+        format!(
+            "named nftables sets: {}{}",
+            parts.join("; "),
+            if hashed {
+                format!(" — above {INTERVAL_MAX} prefixes an interval set would be read back by every `nft add element` on the host")
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
+impl FamLayout {
+    fn of(bits: u32, merged: Vec<(u128, u128)>, may_split: bool) -> FamLayout {
+        let mut counts = vec![0u64; bits as usize + 1];
+        for &(lo, hi) in &merged {
+            split(bits, lo, hi, |_, len| counts[len as usize] += 1);
+        }
+        let total: u64 = counts.iter().sum();
+        let kind = if total <= INTERVAL_MAX || !may_split { LayoutKind::Interval } else { expand(bits, &counts, total) };
+        FamLayout { bits, merged, counts, kind }
+    }
+
+    /// Prefixes once the intervals are split into networks.
+    pub fn prefixes(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Lookups per packet (0 for an empty half: it is not matched at all).
+    pub fn lookups(&self) -> usize {
+        match &self.kind {
+            _ if self.merged.is_empty() => 0,
+            LayoutKind::Interval => 1,
+            LayoutKind::Hash { targets, .. } => targets.len(),
+        }
+    }
+
+    /// The mask of prefix length `len` as an address (`255.255.255.0` for /24).
+    pub fn mask(&self, len: u32) -> IpAddr {
+        addr(self.bits, mask(self.bits, len))
+    }
+
+    /// The network addresses of the hash set of target length `target`, ascending.
+    pub fn try_for_each_element<E>(&self, target: u32, mut f: impl FnMut(IpAddr) -> Result<(), E>) -> Result<(), E> {
+        let LayoutKind::Hash { to, .. } = &self.kind else { return Ok(()) };
+        let mut out = Ok(());
+        for &(lo, hi) in &self.merged {
+            split(self.bits, lo, hi, |net, len| {
+                if out.is_err() || to[len as usize] != target {
+                    return;
+                }
+                let step_bits = self.bits - target;
+                for i in 0..1u128 << (target - len) {
+                    let a = net | (i << step_bits);
+                    if let Err(e) = f(addr(self.bits, a)) {
+                        out = Err(e);
+                        return;
+                    }
+                }
+            });
+            if out.is_err() {
+                break;
+            }
+        }
+        out
+    }
+}
+
+/// Controlled prefix expansion: which lengths get their own hash set. Every present length is
+/// expanded to the next chosen length at or above it; the cost of a choice is its elements
+/// plus `weight` per lookup, where one lookup per packet is worth `max(INTERVAL_MAX, total/16)`
+/// elements (at most ~6 % more memory per lookup saved). Dynamic programming over the present
+/// lengths (at most 129).
+fn expand(bits: u32, counts: &[u64], total: u64) -> LayoutKind {
+    let present: Vec<u32> = (0..=bits).filter(|&l| counts[l as usize] > 0).collect();
+    let weight = (INTERVAL_MAX.max(total / 16)) as f64;
+    let n = present.len();
+    // best[i]: cheapest cover of present[..i] whose last target is present[i - 1].
+    let mut best = vec![(0f64, 0usize); n + 1];
+    for i in 1..=n {
+        let target = present[i - 1];
+        let mut extra = 0f64;
+        best[i] = (f64::INFINITY, 0);
+        for j in (0..i).rev() {
+            let l = present[j];
+            extra += counts[l as usize] as f64 * 2f64.powi((target - l) as i32);
+            let cost = best[j].0 + weight + extra;
+            if cost < best[i].0 {
+                best[i] = (cost, j);
+            }
+        }
+    }
+    let mut cuts = Vec::new();
+    let mut i = n;
+    while i > 0 {
+        cuts.push(i);
+        i = best[i].1;
+    }
+    cuts.reverse();
+    if cuts.len() > MAX_LOOKUPS {
+        return LayoutKind::Interval;
+    }
+    let mut to = vec![0u32; bits as usize + 1];
+    let mut targets = Vec::new();
+    let mut from = 0;
+    for &i in &cuts {
+        let target = present[i - 1];
+        let mut elems = 0u64;
+        for &l in &present[from..i] {
+            to[l as usize] = target;
+            elems += counts[l as usize] << (target - l);
+        }
+        targets.push((target, elems));
+        from = i;
+    }
+    LayoutKind::Hash { targets, to }
+}
+
+/// The mask of a prefix of `len` bits in a `bits`-bit address.
+pub fn mask(bits: u32, len: u32) -> u128 {
+    let ones = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+    ones >> (128 - bits)
+}
+
+fn ones(k: u32) -> u128 {
+    if k >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << k) - 1
+    }
+}
+
+/// Split `lo..=hi` into the fewest networks, ascending: `f(network, prefix length)`.
+pub fn split(bits: u32, lo: u128, hi: u128, mut f: impl FnMut(u128, u32)) {
+    let mut lo = lo;
+    loop {
+        let mut k = if lo == 0 { bits } else { lo.trailing_zeros().min(bits) };
+        let span = hi - lo;
+        while ones(k) > span {
+            k -= 1;
+        }
+        f(lo, bits - k);
+        if lo + ones(k) >= hi {
+            return;
+        }
+        lo += ones(k) + 1;
+    }
+}
+
+pub fn addr(bits: u32, v: u128) -> IpAddr {
+    if bits == 32 {
+        IpAddr::V4(Ipv4Addr::from(v as u32))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(v))
+    }
+}
+
+fn ip_u128(ip: &IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u128::from(u32::from(*a)),
+        IpAddr::V6(a) => u128::from(*a),
+    }
+}
+
+/// An address element as an inclusive interval: (is IPv6, lo, hi).
+pub fn interval(e: &AddrElem) -> (usize, u128, u128) {
+    match e {
+        AddrElem::Net(n) => (usize::from(n.addr().is_ipv6()), ip_u128(&n.network()), ip_u128(&n.broadcast())),
+        AddrElem::Range(a, b) => {
+            let (x, y) = (ip_u128(a), ip_u128(b));
+            (usize::from(a.is_ipv6()), x.min(y), x.max(y))
+        }
+    }
+}
+
+/// Sorted, merged (overlapping or adjacent joined) intervals, `[IPv4, IPv6]`.
+pub fn merged<'a>(elems: impl IntoIterator<Item = &'a AddrElem>) -> [Vec<(u128, u128)>; 2] {
+    let mut out: [Vec<(u128, u128)>; 2] = [Vec::new(), Vec::new()];
+    for e in elems {
+        let (fam, lo, hi) = interval(e);
+        out[fam].push((lo, hi));
+    }
+    for list in &mut out {
+        // In place: a million-element set file must not need a second copy.
+        list.sort_unstable();
+        let mut w = 0;
+        for r in 0..list.len() {
+            let (lo, hi) = list[r];
+            if w > 0 && lo <= list[w - 1].1.saturating_add(1) {
+                list[w - 1].1 = list[w - 1].1.max(hi);
+            } else {
+                list[w] = (lo, hi);
+                w += 1;
+            }
+        }
+        list.truncate(w);
+        list.shrink_to_fit();
+    }
+    out
+}
+
+fn prefixes(n: u64) -> String {
+    format!("{} prefix{}", thousands(n), if n == 1 { "" } else { "es" })
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nets(bits: u32, lo: u128, hi: u128) -> Vec<(u128, u32)> {
+        let mut v = Vec::new();
+        split(bits, lo, hi, |a, l| v.push((a, l)));
+        v
+    }
+
+    #[test]
+    fn split_covers_exactly_with_the_fewest_networks() {
+        assert_eq!(nets(32, 0, u32::MAX as u128), vec![(0, 0)]);
+        assert_eq!(nets(128, 0, u128::MAX), vec![(0, 0)]);
+        assert_eq!(nets(32, 5, 5), vec![(5, 32)]);
+        // 10.0.0.1-10.0.0.6: .1/32 .2/31 .4/31 .6/32
+        let b = 0x0a00_0000;
+        assert_eq!(nets(32, b + 1, b + 6), vec![(b + 1, 32), (b + 2, 31), (b + 4, 31), (b + 6, 32)]);
+        assert_eq!(nets(32, u32::MAX as u128, u32::MAX as u128), vec![(u32::MAX as u128, 32)]);
+        assert_eq!(nets(128, u128::MAX - 1, u128::MAX), vec![(u128::MAX - 1, 127)]);
+        // Every split is contiguous and exact, for many random intervals.
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let (a, c) = ((x >> 32) as u128, (x & 0xffff_ffff) as u128);
+            let (lo, hi) = (a.min(c), a.max(c));
+            let mut next = lo;
+            for (net, len) in nets(32, lo, hi) {
+                assert_eq!(net, next);
+                assert_eq!(net & !mask(32, len) & 0xffff_ffff, 0, "aligned");
+                next = net + (1u128 << (32 - len));
+            }
+            assert_eq!(next, hi + 1);
+        }
+    }
+
+    #[test]
+    fn masks() {
+        assert_eq!(mask(32, 24), 0xffff_ff00);
+        assert_eq!(mask(32, 0), 0);
+        assert_eq!(mask(32, 32), 0xffff_ffff);
+        assert_eq!(mask(128, 64), u128::MAX << 64);
+        assert_eq!(mask(128, 128), u128::MAX);
+    }
+
+    fn layout_of(counts: &[(u32, u64)], bits: u32) -> LayoutKind {
+        let mut c = vec![0u64; bits as usize + 1];
+        for &(l, n) in counts {
+            c[l as usize] = n;
+        }
+        let total = c.iter().sum();
+        expand(bits, &c, total)
+    }
+
+    #[test]
+    fn expansion_only_where_it_is_cheaper() {
+        // The issue's blocklist: 894k /32 and 99k /24 stay two lookups (a /24 is 256 /32s).
+        let LayoutKind::Hash { targets, .. } = layout_of(&[(32, 894_000), (24, 99_000)], 32) else { panic!() };
+        assert_eq!(targets, vec![(24, 99_000), (32, 894_000)]);
+        // A handful of /31s and /30s next to 100k /32s: expanded into the /32 set.
+        let LayoutKind::Hash { targets, to } = layout_of(&[(32, 100_000), (31, 50), (30, 20)], 32) else { panic!() };
+        assert_eq!(targets, vec![(32, 100_000 + 100 + 80)]);
+        assert_eq!((to[30], to[31], to[32]), (32, 32, 32));
+        // Many lengths, spread out: more than MAX_LOOKUPS after expansion: interval.
+        let spread: Vec<(u32, u64)> = (16..=128).step_by(4).map(|l| (l, 100_000)).collect();
+        assert_eq!(layout_of(&spread, 128), LayoutKind::Interval);
+    }
+
+    #[test]
+    fn small_sets_stay_interval_sets() {
+        let elems: Vec<AddrElem> = ["10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32"].iter().map(|s| AddrElem::Net(s.parse().unwrap())).collect();
+        let l = SetLayout::of(&elems, None);
+        assert_eq!(l.fams[0].kind, LayoutKind::Interval);
+        assert_eq!(l.fams[0].lookups(), 1);
+        assert_eq!(l.describe(), "named nftables set (interval, one per address family): IPv4 2 prefixes, IPv6 1 prefix, 1 lookup per packet (hash sets only above 4096 prefixes)");
+    }
+
+    #[test]
+    fn big_sets_become_hash_sets_per_length() {
+        let mut elems: Vec<AddrElem> = (0..5000u32).map(|i| AddrElem::Net(ipnet::IpNet::from(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + 2 * i))))).collect();
+        // (every other /24: adjacent ones would merge into shorter prefixes)
+        elems.extend((0..100u32).map(|i| AddrElem::Net(format!("172.16.{}.0/24", 2 * i).parse().unwrap())));
+        let l = SetLayout::of(&elems, None);
+        assert_eq!(l.fams[0].kind, LayoutKind::Hash { targets: vec![(24, 100), (32, 5000)], to: { let mut t = vec![0; 33]; t[24] = 24; t[32] = 32; t } });
+        let mut got = Vec::new();
+        l.fams[0].try_for_each_element::<()>(24, |a| Ok(got.push(a))).unwrap();
+        assert_eq!(got.len(), 100);
+        assert_eq!(got[1], "172.16.2.0".parse::<IpAddr>().unwrap());
+        assert_eq!(l.fams[0].mask(24), "255.255.255.0".parse::<IpAddr>().unwrap());
+        assert!(l.describe().contains("hash sets /24 (100) /32 (5,000), 2 masked lookups per packet"), "{}", l.describe());
+        assert_eq!(l.fams[1].lookups(), 0);
+        let pinned = SetLayout::of(&elems, Some("a shape uses it"));
+        assert_eq!(pinned.fams[0].kind, LayoutKind::Interval);
+        assert!(pinned.describe().contains("kept one set: a shape uses it"), "{}", pinned.describe());
+    }
+}
