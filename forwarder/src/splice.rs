@@ -25,6 +25,8 @@ pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
 /// `fs.pipe-max-size` (1 MiB by default) only a process with CAP_SYS_RESOURCE may grow a
 /// pipe; a refused grow leaves the pipe working at its size ([`PipePool::grow`]).
 pub const DEFAULT_PIPE_MAX: usize = 1024 * 1024;
+/// Grown pipes the pool keeps at their size (more are shrunk when they come back).
+pub const KEEP_GROWN: usize = 8;
 /// Buffer of the copy fallback, allocated only while a direction moves data.
 const COPY_BUF: usize = 64 * 1024;
 
@@ -137,12 +139,21 @@ impl PipePool {
         }
     }
 
-    /// Return an empty pipe.
-    fn put(&self, p: Pipe) {
+    /// Return an empty pipe. Grown pipes count against the user's pipe quota
+    /// (`fs.pipe-user-pages-soft`, 64 MiB by default, which a process without
+    /// CAP_SYS_RESOURCE cannot pass): past [`KEEP_GROWN`] of them in the pool, a returned one
+    /// is shrunk back to the start size (allowed for an empty pipe).
+    fn put(&self, mut p: Pipe) {
         let mut f = self.free.lock().unwrap();
-        if f.len() < self.max_free {
-            f.push(p);
+        if f.len() >= self.max_free {
+            return;
         }
+        if p.size > self.size && f.iter().filter(|q| q.size > self.size).count() >= KEEP_GROWN {
+            if let Ok(n) = rustix::pipe::fcntl_setpipe_size(&p.w, self.size) {
+                p.size = n;
+            }
+        }
+        f.push(p);
     }
 
     pub fn free_len(&self) -> usize {
@@ -341,7 +352,7 @@ async fn copy_loop(src: &TcpStream, dst: &TcpStream, f: &Flow<'_>) -> io::Result
 
 #[cfg(test)]
 mod tests {
-    use super::Growth;
+    use super::{Growth, PipePool, KEEP_GROWN};
 
     const K: usize = 1024;
 
@@ -365,5 +376,25 @@ mod tests {
             let got: Vec<Option<usize>> = steps.iter().map(|&(r, s, m)| g.after_read(r, s, m)).collect();
             assert_eq!(&got[..], *want, "{steps:?}");
         }
+    }
+
+    #[test]
+    fn the_pool_keeps_a_few_grown_pipes_and_shrinks_the_rest() {
+        let pool = PipePool::new(64 * K, 1024 * K, 256);
+        let mut pipes: Vec<_> = (0..KEEP_GROWN + 4).map(|_| pool.get().unwrap()).collect();
+        for p in &mut pipes {
+            assert_eq!(p.size(), 64 * K);
+            pool.grow(p, 256 * K);
+            assert_eq!(p.size(), 256 * K);
+        }
+        for p in pipes {
+            pool.put(p);
+        }
+        let mut sizes = pool.free_sizes();
+        sizes.sort();
+        let mut want = vec![64 * K; 4];
+        want.extend(vec![256 * K; KEEP_GROWN]);
+        assert_eq!(sizes, want);
+        assert_eq!(pool.refused.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 }
