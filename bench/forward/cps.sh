@@ -90,7 +90,7 @@ for name in "${PEERS[@]}"; do
       printf '[global]\nlog_level = "error"\n\n[stats]\nenabled = false\n\n[[rule]]\nname = "cps"\nprotocol = "tcp"\nlisten_port = %s\ntarget = "127.0.0.1:%s"\n' "$port" "$SERVER" >"$RAW/portunus.toml"
       cmd="$PORTUNUS --no-stats --config $RAW/portunus.toml";;
     haproxy)
-      printf 'global\n  maxconn 20000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  timeout server 1h\nfrontend f\n  bind 127.0.0.1:%s\n  default_backend b\nbackend b\n  server s 127.0.0.1:%s\n' "$port" "$SERVER" >"$RAW/haproxy.cfg"
+      printf 'global\n  maxconn 8000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  timeout server 1h\nfrontend f\n  bind 127.0.0.1:%s\n  default_backend b\nbackend b\n  server s 127.0.0.1:%s\n' "$port" "$SERVER" >"$RAW/haproxy.cfg"
       cmd="haproxy -db -f $RAW/haproxy.cfg";;
     *) echo "unknown peer $name (realm, portunus, haproxy)" >&2; exit 2;;
   esac
