@@ -72,6 +72,12 @@ for v in variants:
         "sys_cpu_s_per_gb_all": [round(x / b, 3) for x, b in zip(scpu, gbytes) if b],
         "load1_all": loads,
     })
+    # --counters: per GB medians of splice calls, TCP segments, veth packets.
+    for key in ("splice_calls", "tcp_out_segs", "tcp_in_segs", "veth_tx_packets"):
+        xs = [(cpu.get((v, r), {}).get(key), b) for r, b in zip(range(1, repeats + 1), gbytes)]
+        xs = [x / b for x, b in xs if x is not None and b]
+        if xs:
+            rows[-1][key + "_per_gb"] = round(statistics.median(xs))
 ref = next((r.get("gbit_per_s_median") for r in rows if r["variant"] == KERNEL), None)
 for r in rows:
     if ref and r.get("gbit_per_s_median"):
@@ -137,6 +143,15 @@ for r in rows:
         f"{r['proc_kthread_cpu_s_per_gb']:.3f}" if r.get("proc_kthread_cpu_s_per_gb") is not None else "",
         r["sys_cpu_s_median"], r["sys_cpu_s_per_gb"], ", ".join(f"{x:.2f}" for x in r["gbit_per_s_all"]),
         ", ".join(f"{x:g}" for x in r["load1_all"])))
+if any("tcp_out_segs_per_gb" in r for r in rows):
+    md.append("")
+    md.append("Per GB forwarded (medians of the per-run ratios): splice(2) calls of the forwarding process, TCP segments sent/received in the forwarder's namespace (nstat), packets sent on the forwarder's veths.")
+    md.append("")
+    md.append("| variant | splice calls per GB | TcpOutSegs per GB | TcpInSegs per GB | veth tx packets per GB |")
+    md.append("|---|---:|---:|---:|---:|")
+    for r in rows:
+        if r.get("runs"):
+            md.append("| {} | {} | {} | {} | {} |".format(r["variant"], *(r.get(k + "_per_gb", "") for k in ("splice_calls", "tcp_out_segs", "tcp_in_segs", "veth_tx_packets"))))
 if caps:
     md.append("")
     md.append("| cap | target bytes/s | measured bytes/s | measured/target |")

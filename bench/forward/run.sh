@@ -3,7 +3,8 @@
 # namespaces (deleted on exit). Needs root, iperf3, nft, ip, python3.
 #
 #   bench/forward/run.sh [--topology loopback|veth] [--repeats 5] [--time 5] [--out DIR]
-#                        [--fwc PATH] [--no-caps] [--peer NAME='CMD'] ...
+#                        [--fwc PATH] [--no-caps] [--no-copy] [--counters] [--peer NAME='CMD'] ...
+#                        [--fwc-var NAME='[FWC=PATH] [ENV=VALUE ...]'] ...
 #
 # Topologies:
 #   loopback (default)  client, forwarder and server in one namespace, over 127.0.0.1
@@ -20,7 +21,16 @@
 #                 (server port), {laddr} (address to listen on) and {taddr} (server address),
 #                 e.g.  --peer socat='socat TCP-LISTEN:{listen},fork,reuseaddr TCP:{taddr}:{target}'
 #                 Built in: --peer socat, --peer haproxy (if installed), --peer realm (realm's
-#                 relay library, built from bench/forward/peers/realm on first use).
+#                 relay library, built from bench/forward/peers/realm on first use),
+#                 --peer portunus (Portunus's `portunus-standalone`, AGPL, never part of fwc:
+#                 the binary $PORTUNUS, see bench/forward/peers/portunus.md to build it).
+#   --fwc-var     one more `fwc forward` (splice) variant with environment variables, and the
+#                 binary FWC=PATH if given, e.g. --fwc-var p1m='FWC_FORWARD_PIPE_SIZE=1048576
+#                 FWC_FORWARD_PIPE_MAX=1048576' or --fwc-var before='FWC=/tmp/fwc-before'.
+# --no-copy leaves out fwc-copy. --counters records, per run, the splice(2) calls of the
+# forwarding process (`perf stat -e syscalls:sys_enter_splice`), TCP segments sent and received
+# in the forwarder's namespace (`nstat` TcpOutSegs/TcpInSegs) and, on veth, the packets the
+# forwarder namespace sent on its two veths (tx_packets); reported per GB.
 # CPU seconds of the forwarding process (utime+stime, children included) per run, of the
 # kernel's worker threads (kworker, ksoftirqd: work a peer defers to them) and of the whole
 # machine (/proc/stat busy time) are recorded, with the 1-minute load average before each run
@@ -39,6 +49,9 @@ OUT="$HERE/out"
 FWC=""
 CAPS=1
 PEERS=()
+FWCVARS=()
+COPY=1
+COUNTERS=0
 TOPO=loopback
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -49,7 +62,10 @@ while [[ $# -gt 0 ]]; do
     --fwc) FWC=$2; shift 2;;
     --no-caps) CAPS=0; shift;;
     --peer) PEERS+=("$2"); shift 2;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0;;
+    --fwc-var) FWCVARS+=("$2"); shift 2;;
+    --no-copy) COPY=0; shift;;
+    --counters) COUNTERS=1; shift;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0;;
     *) echo "unknown argument $1" >&2; exit 2;;
   esac
 done
@@ -143,8 +159,24 @@ PORT[$NFTV]=6000; PID[$NFTV]=""
 
 fwc_config 6001 null >"$RAW/fwc-splice.json"
 NAME=fwc-splice; PID[fwc-splice]=$(start_bg FWC_FORWARD_SPLICE=1 "$FWC" forward --config "$RAW/fwc-splice.json"); PIDS+=(${PID[fwc-splice]}); PORT[fwc-splice]=6001
-fwc_config 6002 null >"$RAW/fwc-copy.json"
-NAME=fwc-copy; PID[fwc-copy]=$(start_bg FWC_FORWARD_SPLICE=0 "$FWC" forward --config "$RAW/fwc-copy.json"); PIDS+=(${PID[fwc-copy]}); PORT[fwc-copy]=6002
+if [[ $COPY == 1 ]]; then
+  fwc_config 6002 null >"$RAW/fwc-copy.json"
+  NAME=fwc-copy; PID[fwc-copy]=$(start_bg FWC_FORWARD_SPLICE=0 "$FWC" forward --config "$RAW/fwc-copy.json"); PIDS+=(${PID[fwc-copy]}); PORT[fwc-copy]=6002
+else
+  VARIANTS=(direct $NFTV fwc-splice)
+fi
+vport=6050
+for spec in "${FWCVARS[@]}"; do
+  name=${spec%%=*}; envs=${spec#*=}
+  vport=$((vport + 1))
+  bin=$FWC; vars=()
+  for kv in $envs; do
+    if [[ $kv == FWC=* ]]; then bin=${kv#FWC=}; else vars+=("$kv"); fi
+  done
+  fwc_config $vport null >"$RAW/$name.json"
+  NAME=$name; PID[$name]=$(start_bg FWC_FORWARD_SPLICE=1 "${vars[@]}" "$bin" forward --config "$RAW/$name.json"); PIDS+=(${PID[$name]}); PORT[$name]=$vport
+  VARIANTS+=("$name")
+done
 
 port=6100
 for spec in "${PEERS[@]}"; do
@@ -174,6 +206,13 @@ backend b
 HAP
         sed -i "s/{listen}/$port/; s/{target}/$SERVER/" "$RAW/haproxy.cfg"
         cmd="haproxy -db -f $RAW/haproxy.cfg";;
+      portunus)
+        # Portunus's standalone forwarder: a bench peer only (AGPL), never built into fwc.
+        PORTUNUS=${PORTUNUS:-}
+        [[ -x "$PORTUNUS" ]] || { echo "--peer portunus needs PORTUNUS=/path/to/portunus-standalone (bench/forward/peers/portunus.md)" >&2; exit 2; }
+        printf '[global]\nlog_level = "error"\n\n[stats]\nenabled = false\n\n[[rule]]\nname = "bench"\nprotocol = "tcp"\nlisten_port = %s\ntarget = "%s:%s"\n' \
+          "$port" "$SADDR" "$SERVER" >"$RAW/portunus.toml"
+        cmd="$PORTUNUS --no-stats --config $RAW/portunus.toml";;
       *) echo "unknown built-in peer $name (use NAME='CMD')" >&2; exit 2;;
     esac
   fi
@@ -220,14 +259,37 @@ print(round(sum(v - a.get(k, 0) for k, v in b.items()) / os.sysconf("SC_CLK_TCK"
 PY
 }
 
+# Packets the forwarder namespace sent on its veths (both directions of the relay), or 0.
+veth_tx() {
+  if [[ $TOPO == veth ]]; then
+    echo $(( $(nsx cat /sys/class/net/fwcb-fc$$/statistics/tx_packets) + $(nsx cat /sys/class/net/fwcb-fs$$/statistics/tx_packets) ))
+  else echo 0; fi
+}
+
 for r in $(seq 1 "$REPEATS"); do
   for v in "${VARIANTS[@]}"; do
     load=$(cut -d' ' -f1 /proc/loadavg)
     c0=$(proc_cpu "${PID[$v]}"); kthread_snap "$RAW/k0.json"; s0=$(sys_busy)
+    extra=""
+    if [[ $COUNTERS == 1 ]]; then
+      nsx nstat -n >/dev/null 2>&1 || true   # reset nstat's history: the next call shows deltas
+      tx0=$(veth_tx)
+      perfpid=""
+      if [[ -n "${PID[$v]}" ]]; then
+        perf stat -x, -e syscalls:sys_enter_splice -p "${PID[$v]}" -o "$RAW/$v.$r.perf" & perfpid=$!
+      fi
+    fi
     ip netns exec "$CNS" iperf3 -c "${ADDR[$v]:-$LADDR}" -p "${PORT[$v]}" -t "$TIME" -J >"$RAW/$v.$r.json" || echo "iperf3 failed for $v" >&2
     sleep 0.3
     s1=$(sys_busy); c1=$(proc_cpu "${PID[$v]}"); kthread_snap "$RAW/k1.json"
-    echo "{\"variant\":\"$v\",\"repeat\":$r,\"load1\":$load,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"kthread_cpu_s\":$(kthread_delta "$RAW/k0.json" "$RAW/k1.json"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")}" >>"$RAW/cpu.jsonl"
+    if [[ $COUNTERS == 1 ]]; then
+      tx1=$(veth_tx)
+      if [[ -n "$perfpid" ]]; then kill -INT "$perfpid" 2>/dev/null || true; wait "$perfpid" 2>/dev/null || true; fi
+      splices=$(awk -F, '/sys_enter_splice/{print $1}' "$RAW/$v.$r.perf" 2>/dev/null | head -1 || true)
+      segs=$(nsx nstat TcpOutSegs TcpInSegs 2>/dev/null | awk '/TcpOutSegs/{o=$2} /TcpInSegs/{i=$2} END{print (o+0)","(i+0)}' || true)
+      extra=",\"splice_calls\":${splices:-null},\"tcp_out_segs\":${segs%,*},\"tcp_in_segs\":${segs#*,},\"veth_tx_packets\":$((tx1 - tx0))"
+    fi
+    echo "{\"variant\":\"$v\",\"repeat\":$r,\"load1\":$load,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"kthread_cpu_s\":$(kthread_delta "$RAW/k0.json" "$RAW/k1.json"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")$extra}" >>"$RAW/cpu.jsonl"
     echo "run $r $v done" >&2
   done
 done

@@ -6,6 +6,7 @@
 #
 #   bench/forward/udp.sh [--repeats 5] [--time 5] [--sizes "64 1400"] [--rates "0 40000"]
 #                        [--out DIR] [--fwc PATH] [--fwc-old PATH | --old-ref REF]
+#                        [--fwc-var NAME='[FWC=PATH] [ENV=VALUE ...]'] [--peer portunus]
 #   bench/forward/udp.sh --report DIR    # only rebuild the summary from DIR/udp-raw
 #
 # Variants, run alternately (direct fwc-old fwc-new direct …) for every datagram size and
@@ -14,6 +15,12 @@
 #   fwc-old   `fwc forward --config`, the binary --fwc-old, or built from git REF
 #             (--old-ref; a temporary `git worktree`, removed on exit); left out if neither
 #   fwc-new   `fwc forward --config`, the binary --fwc, or built from this tree
+#   --fwc-var one more `fwc forward` with environment variables (and FWC=PATH, another
+#             binary); named fwc-old it is the reference of the new/old columns, e.g.
+#             --fwc-var fwc-old='FWC_FORWARD_UDP_OFFLOAD=0' (batching without GRO/GSO)
+#   portunus  --peer portunus: Portunus's `portunus-standalone` (AGPL, a bench peer only),
+#             the binary $PORTUNUS (bench/forward/peers/portunus.md); a tcp rule (iperf3's
+#             control connection) and a udp rule on one port
 # Directions: up   = iperf3 -u      (client -> listener -> session socket -> server)
 #             down = iperf3 -u -R   (server -> session socket -> listener -> client)
 # Rates: datagrams/s offered by the sender; 0 = as fast as it can (iperf3 -b 0), else
@@ -41,6 +48,8 @@ FWC=""
 FWC_OLD=""
 OLD_REF=""
 REPORT_ONLY=0
+FWCVARS=()
+PEERS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --repeats) REPEATS=$2; shift 2;;
@@ -52,7 +61,9 @@ while [[ $# -gt 0 ]]; do
     --fwc-old) FWC_OLD=$2; shift 2;;
     --old-ref) OLD_REF=$2; shift 2;;
     --report) REPORT_ONLY=1; OUT=$2; shift 2;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0;;
+    --fwc-var) FWCVARS+=("$2"); shift 2;;
+    --peer) PEERS+=("$2"); shift 2;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2;;
   esac
 done
@@ -72,7 +83,8 @@ for r in runs:
                  mbps=rx["bytes"] * 8 / rx["seconds"] / 1e6, loss=rx["lost_percent"])
         if r["variant"] != "direct":
             fwd = r["fwd_bytes"] / r["size"]
-            r.update(fwd_pps=fwd / tx["seconds"], cpu_us=r["proc_cpu_s"] / fwd * 1e6 if fwd else None)
+            r.update(fwd_pps=fwd / tx["seconds"] if fwd else None, cpu_us=r["proc_cpu_s"] / fwd * 1e6 if fwd else None,
+                     cpu_us_rx=r["proc_cpu_s"] / got * 1e6 if got else None)
     except Exception as ex:  # a failed run: reported, left out of the medians
         r.update(pps=None, error=str(ex))
 def med(rs, k):
@@ -82,21 +94,22 @@ rows = []
 for rate, size in sorted({(r["rate"], r["size"]) for r in runs}):
     for d in ("up", "down"):
         base = {}
-        for v in variants:
+        for v in sorted(variants, key=lambda v: v != "fwc-old"):
             rs = sorted((r for r in runs if (r["rate"], r["size"], r["dir"], r["variant"]) == (rate, size, d, v) and r.get("pps") is not None),
                         key=lambda r: r["repeat"])
             row = {"rate": rate, "size": size, "dir": d, "variant": v, "runs": len(rs)}
-            for k in ("pps", "sent_pps", "fwd_pps", "mbps", "loss", "proc_cpu_s", "cpu_us"):
+            for k in ("pps", "sent_pps", "fwd_pps", "mbps", "loss", "proc_cpu_s", "cpu_us", "cpu_us_rx"):
                 row[k] = med(rs, k)
             row["all_pps"] = [round(r["pps"]) for r in rs]
             row["all_cpu_us"] = [round(r["cpu_us"], 2) for r in rs if r.get("cpu_us") is not None]
             row["udp_dropped"] = sum(r.get("udp_dropped", 0) for r in rs)
             if v == "fwc-old":
                 base = row
-            if v == "fwc-new" and base:
+            if v != "fwc-old" and v != "direct" and base:
                 row["pps_vs_old"] = row["pps"] / base["pps"] if row["pps"] and base["pps"] else None
                 row["fwd_vs_old"] = row["fwd_pps"] / base["fwd_pps"] if row["fwd_pps"] and base["fwd_pps"] else None
                 row["cpu_vs_old"] = row["cpu_us"] / base["cpu_us"] if row["cpu_us"] and base["cpu_us"] else None
+                row["cpu_rx_vs_old"] = row["cpu_us_rx"] / base["cpu_us_rx"] if row["cpu_us_rx"] and base["cpu_us_rx"] else None
             rows.append(row)
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 iperf = subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
@@ -106,12 +119,12 @@ json.dump({"meta": meta, "rows": rows, "runs": runs}, open(os.path.join(out, "ud
 f = lambda x, n=0: "" if x is None else f"{x:,.{n}f}"
 lines = [f"{meta['cpus']} CPUs ({cpu}), Linux {meta['kernel']}, {iperf}; {repeats} x {secs} s per cell; "
          f"load average {load0} before, {load1} after. Medians; datagrams/s at the receiver unless noted.", "",
-         "| offered/s | size | dir | variant | received/s | new/old | fwc forwarded/s | new/old | sent/s | Mbit/s | loss % | fwc CPU s | fwc CPU µs / datagram | new/old | all runs: received/s | all runs: CPU µs / datagram |",
-         "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+         "| offered/s | size | dir | variant | received/s | vs fwc-old | fwc forwarded/s | vs fwc-old | sent/s | Mbit/s | loss % | forwarder CPU s | CPU µs / forwarded datagram | vs fwc-old | CPU µs / received datagram | vs fwc-old | all runs: received/s | all runs: CPU µs / datagram |",
+         "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
 for r in rows:
     lines.append(f"| {'max' if r['rate'] == 0 else f(r['rate'])} | {r['size']} | {r['dir']} | {r['variant']} | {f(r['pps'])} | {f(r.get('pps_vs_old'), 2)} | {f(r['fwd_pps'])} | {f(r.get('fwd_vs_old'), 2)} | "
                  f"{f(r['sent_pps'])} | {f(r['mbps'], 1)} | {f(r['loss'], 1)} | {f(r['proc_cpu_s'], 2)} | {f(r['cpu_us'], 2)} | "
-                 f"{f(r.get('cpu_vs_old'), 2)} | {', '.join(f(x) for x in r['all_pps'])} | {', '.join(f(x, 2) for x in r['all_cpu_us'])} |")
+                 f"{f(r.get('cpu_vs_old'), 2)} | {f(r['cpu_us_rx'], 2)} | {f(r.get('cpu_rx_vs_old'), 2)} | {', '.join(f(x) for x in r['all_pps'])} | {', '.join(f(x, 2) for x in r['all_cpu_us'])} |")
 open(os.path.join(out, "udp-results.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
@@ -175,14 +188,14 @@ PY
 declare -A PORT PID
 VARIANTS=(direct)
 PORT[direct]=$SERVER; PID[direct]=""
-start_fwc() { # name port binary
+start_fwc() { # name port binary [ENV=VALUE ...]
   fwc_config "$2" >"$RAW/$1.json"
-  # ip netns exec execs the binary: $! is the forwarder itself. --state-dir: its counters.
-  ip netns exec "$NS" "$3" forward --config "$RAW/$1.json" --state-dir "$RAW/$1.state" >"$RAW/$1.log" 2>&1 &
+  # ip netns exec and env exec the binary: $! is the forwarder itself. --state-dir: its counters.
+  ip netns exec "$NS" env X=1 "${@:4}" "$3" forward --config "$RAW/$1.json" --state-dir "$RAW/$1.state" >"$RAW/$1.log" 2>&1 &
   PID[$1]=$!; PIDS+=($!); PORT[$1]=$2; VARIANTS+=("$1")
 }
-fwc_bytes() { # name port -> "bytes_up bytes_down udp_dropped" of its UDP rule (0 0 0 for direct)
-  [[ -n "${PID[$1]}" ]] || { echo "0 0 0"; return; }
+fwc_bytes() { # name port -> "bytes_up bytes_down udp_dropped" of its UDP rule (0 0 0 for direct and peers)
+  [[ -n "${PID[$1]}" && -S "$RAW/$1.state/forwarder.sock" ]] || { echo "0 0 0"; return; }
   python3 - "$RAW/$1.state/forwarder.sock" "bench-udp-$2" <<'PY'
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX)
@@ -197,6 +210,24 @@ PY
 }
 [[ -n "$FWC_OLD" ]] && start_fwc fwc-old 6001 "$FWC_OLD"
 start_fwc fwc-new 6002 "$FWC"
+vport=6010
+for spec in "${FWCVARS[@]}"; do
+  name=${spec%%=*}; bin=$FWC; vars=()
+  for kv in ${spec#*=}; do if [[ $kv == FWC=* ]]; then bin=${kv#FWC=}; else vars+=("$kv"); fi; done
+  vport=$((vport + 1)); start_fwc "$name" $vport "$bin" "${vars[@]}"
+done
+for name in "${PEERS[@]}"; do
+  vport=$((vport + 1))
+  case "$name" in
+    portunus)
+      [[ -x "${PORTUNUS:-}" ]] || { echo "--peer portunus needs PORTUNUS=/path/to/portunus-standalone (bench/forward/peers/portunus.md)" >&2; exit 2; }
+      printf '[global]\nlog_level = "error"\n\n[stats]\nenabled = false\n\n[[rule]]\nname = "ctl"\nprotocol = "tcp"\nlisten_port = %s\ntarget = "127.0.0.1:%s"\n\n[[rule]]\nname = "data"\nprotocol = "udp"\nlisten_port = %s\ntarget = "127.0.0.1:%s"\n' \
+        $vport $SERVER $vport $SERVER >"$RAW/portunus.toml"
+      ip netns exec "$NS" "$PORTUNUS" --no-stats --config "$RAW/portunus.toml" >"$RAW/portunus.log" 2>&1 &
+      PID[portunus]=$!; PIDS+=($!); PORT[portunus]=$vport; VARIANTS+=(portunus);;
+    *) echo "unknown peer $name (portunus)" >&2; exit 2;;
+  esac
+done
 sleep 1
 for v in "${VARIANTS[@]}"; do
   [[ -z "${PID[$v]}" ]] || kill -0 "${PID[$v]}" || { echo "$v did not start:" >&2; cat "$RAW/$v.log" >&2; exit 1; }

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use crate::bucket::Bucket;
 use crate::limits::Limits;
 use crate::resolve::Resolver;
-use crate::splice::{PipePool, DEFAULT_PIPE_SIZE};
+use crate::splice::{PipePool, DEFAULT_PIPE_MAX, DEFAULT_PIPE_SIZE};
 use crate::stats::{RuleStats, RuleStatsSnapshot};
 
 /// Default time a client has to send its ClientHello on an SNI-routed socket.
@@ -35,8 +35,14 @@ pub struct Options {
     pub splice: bool,
     /// Pipe capacity requested with F_SETPIPE_SZ (env `FWC_FORWARD_PIPE_SIZE` overrides the default).
     pub pipe_size: usize,
+    /// Capacity a pipe grows to while a flow fills it (env `FWC_FORWARD_PIPE_MAX`; at least
+    /// `pipe_size`; equal to it: pipes never grow).
+    pub pipe_max: usize,
     /// Empty pipes kept for reuse.
     pub pipe_pool: usize,
+    /// UDP offload: `UDP_GRO` on receive, `UDP_SEGMENT` (GSO) on send, where the kernel has
+    /// them. Default on; `FWC_FORWARD_UDP_OFFLOAD=0` turns it off (one datagram per message).
+    pub udp_offload: bool,
     /// How long connections of a removed listener may run before they are cut.
     pub drain_timeout: Duration,
     /// listen(2) backlog.
@@ -55,7 +61,12 @@ impl Default for Options {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DEFAULT_PIPE_SIZE),
+            pipe_max: std::env::var("FWC_FORWARD_PIPE_MAX")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_PIPE_MAX),
             pipe_pool: 256,
+            udp_offload: !matches!(std::env::var("FWC_FORWARD_UDP_OFFLOAD").as_deref(), Ok("0") | Ok("off") | Ok("false")),
             drain_timeout: Duration::from_secs(30),
             backlog: 4096,
             sni_timeout: std::env::var("FWC_FORWARD_SNI_TIMEOUT_MS")
@@ -463,7 +474,7 @@ fn bind(key: &ListenerKey) -> io::Result<Bound> {
 impl Forwarder {
     pub fn new(opts: Options) -> Forwarder {
         let ctx = Arc::new(Ctx {
-            pool: PipePool::new(opts.pipe_size, opts.pipe_pool),
+            pool: PipePool::new(opts.pipe_size, opts.pipe_max, opts.pipe_pool),
             resolver: Resolver::new(),
             opts,
         });
@@ -479,6 +490,16 @@ impl Forwarder {
     /// Pipes created so far by the splice pool (test aid).
     pub fn pipes_created(&self) -> u64 {
         self.inner.ctx.pool.created.load(Relaxed)
+    }
+
+    /// Pipe sizes the kernel refused so far (start sizes and grows; test aid).
+    pub fn pipes_refused(&self) -> u64 {
+        self.inner.ctx.pool.refused.load(Relaxed)
+    }
+
+    /// Capacities of the pipes waiting in the pool (test aid).
+    pub fn pooled_pipe_sizes(&self) -> Vec<usize> {
+        self.inner.ctx.pool.free_sizes()
     }
 
     /// Validate `next` and bind its new listeners without accepting on them. Replaces an

@@ -6,6 +6,10 @@
 //! `recvmmsg`, and consecutive datagrams of one client go to its upstream socket with one
 //! `sendmmsg`; a session drains its upstream socket the same way and sends the batch back to
 //! the client with one `sendmmsg` from the listening socket.
+//!
+//! Offload (module `mmsg`): the listener and every session socket ask for `UDP_GRO` and send
+//! runs of equal-sized datagrams as one `UDP_SEGMENT` message, where the kernel supports them
+//! and `Options::udp_offload` is on; datagram boundaries, caps and counters stay per datagram.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,7 +27,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::bucket::Bucket;
-use crate::mmsg::{RecvBatch, BATCH};
+use crate::mmsg::{self, Dgram, RecvBatch};
 use crate::server::{Current, ListenerHandle};
 use crate::stats::RuleStats;
 
@@ -40,6 +44,8 @@ thread_local! {
 struct Session {
     id: u64,
     upstream: Arc<UdpSocket>,
+    /// The upstream socket may send with UDP_SEGMENT.
+    gso: bool,
     last: Arc<AtomicU64>,
     task: JoinHandle<()>,
     stats: Arc<RuleStats>,
@@ -82,6 +88,12 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
     let mut sessions: HashMap<SocketAddr, Session> = HashMap::new();
     let mut next_id = 0u64;
     let mut batch = RecvBatch::new();
+    let offload = h.ctx.opts.udp_offload;
+    // Where the kernel lacks an offload, the option fails and that side stays per datagram.
+    let gso = offload && mmsg::gso_supported(sock.as_fd());
+    if offload && !mmsg::enable_gro(sock.as_fd()) {
+        tracing::debug!("udp listener: no UDP_GRO in this kernel");
+    }
     loop {
         if *stop.borrow() {
             break;
@@ -124,7 +136,7 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
                                 }
                             }
                             next_id += 1;
-                            match open(&sock, peer, next_id, &h, &cur, expired_tx.clone()).await {
+                            match open(&sock, gso, peer, next_id, &h, &cur, expired_tx.clone()).await {
                                 Ok(s) => {
                                     sessions.insert(peer, s);
                                 }
@@ -166,29 +178,31 @@ async fn recv_batch(sock: &UdpSocket, batch: &mut RecvBatch) -> io::Result<usize
     }
 }
 
-/// Indices of the datagrams of `range` the bucket lets through, and how many it refused.
-fn under_cap(batch: &RecvBatch, range: Range<usize>, bucket: &Bucket) -> ([usize; BATCH], usize, usize) {
-    let mut picks = [0usize; BATCH];
-    let (mut n, mut refused) = (0, 0);
+/// The datagrams of the slots `range` (GRO batches cut at their boundaries) the bucket lets
+/// through, and how many it refused.
+fn under_cap(batch: &RecvBatch, range: Range<usize>, bucket: &Bucket) -> (Vec<Dgram>, usize) {
+    let mut picks = Vec::with_capacity(range.len());
+    let mut refused = 0;
     for i in range {
-        if bucket.try_consume(batch.size(i)) {
-            picks[n] = i;
-            n += 1;
-        } else {
-            refused += 1;
+        for d in batch.datagrams(i) {
+            if bucket.try_consume(d.len()) {
+                picks.push(d);
+            } else {
+                refused += 1;
+            }
         }
     }
-    (picks, n, refused)
+    (picks, refused)
 }
 
-/// Client -> target: the datagrams `range` of `batch` (all from this session's client). Caps
+/// Client -> target: the slots `range` of `batch` (all from this session's client). Caps
 /// per datagram (refused ones are dropped and counted), then the rest with one `sendmmsg` on
 /// the connected upstream socket. `sendmmsg` never waits: a full socket buffer drops the
 /// datagrams it could not take, and they are counted.
 fn forward_up(s: &Session, batch: &RecvBatch, range: Range<usize>, cur: &Current) {
     s.last.store(crate::now_ms(), Relaxed);
-    let (picks, n, refused) = under_cap(batch, range, &cur.rule.up);
-    let sent = batch.send(s.upstream.as_fd(), None, &picks[..n]);
+    let (picks, refused) = under_cap(batch, range, &cur.rule.up);
+    let sent = batch.send(s.upstream.as_fd(), None, &picks, s.gso);
     count(&cur.rule.stats, &cur.rule.stats.bytes_up, sent.bytes, refused + sent.dropped);
 }
 
@@ -201,8 +215,10 @@ fn count(stats: &RuleStats, bytes: &AtomicU64, n: u64, dropped: usize) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn open(
     listener: &Arc<UdpSocket>,
+    listener_gso: bool,
     peer: SocketAddr,
     id: u64,
     h: &ListenerHandle,
@@ -238,6 +254,11 @@ async fn open(
     };
     let upstream = UdpSocket::bind(local).await?;
     crate::mark_upstream(std::os::fd::AsFd::as_fd(&upstream));
+    let offload = h.ctx.opts.udp_offload;
+    let gso = offload && mmsg::gso_supported(upstream.as_fd());
+    if offload {
+        mmsg::enable_gro(upstream.as_fd());
+    }
     let upstream = Arc::new(upstream);
     upstream.connect(target).await?;
     let last = Arc::new(AtomicU64::new(crate::now_ms()));
@@ -251,6 +272,7 @@ async fn open(
     stats.udp_sessions_active.fetch_add(1, Relaxed);
     let task = tokio::spawn(session_task(
         listener.clone(),
+        listener_gso,
         upstream.clone(),
         peer,
         id,
@@ -259,12 +281,13 @@ async fn open(
         cur.clone(),
         expired,
     ));
-    Ok(Session { id, upstream, last, task, stats })
+    Ok(Session { id, upstream, gso, last, task, stats })
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn session_task(
     listener: Arc<UdpSocket>,
+    listener_gso: bool,
     upstream: Arc<UdpSocket>,
     peer: SocketAddr,
     id: u64,
@@ -294,8 +317,8 @@ async fn session_task(
                         return;
                     };
                     last.store(crate::now_ms(), Relaxed);
-                    let (picks, k, refused) = under_cap(batch, 0..n, &cur.rule.down);
-                    let sent = batch.send(listener.as_fd(), Some(peer), &picks[..k]);
+                    let (picks, refused) = under_cap(batch, 0..n, &cur.rule.down);
+                    let sent = batch.send(listener.as_fd(), Some(peer), &picks, listener_gso);
                     count(stats, &stats.bytes_down, sent.bytes, refused + sent.dropped);
                 });
             },

@@ -297,3 +297,124 @@ async fn many_clients_in_one_burst_get_a_session_each() {
     assert_eq!((st.udp_sessions_total, st.udp_sessions_active), (CLIENTS as u64, CLIENTS as u64));
     assert_eq!((st.bytes_up, st.bytes_down, st.udp_dropped), (4 * CLIENTS as u64, 8 * CLIENTS as u64, 0));
 }
+
+/// Send `payload` to `to` as one message with a `UDP_SEGMENT` cmsg of `seg` (GSO): the
+/// kernel cuts it into datagrams of `seg` bytes, the last one the rest. `seg` 0: a plain
+/// datagram (no cmsg).
+fn send_gso(sock: &UdpSocket, to: SocketAddr, seg: u16, payload: &[u8]) {
+    use std::os::fd::AsRawFd;
+    let SocketAddr::V4(to) = to else { panic!("IPv4 only") };
+    // SAFETY (whole block): plain C structs, zeroed then filled; every pointer handed to
+    // sendmsg (address, iovec, control buffer) lives until it returns.
+    unsafe {
+        let mut sin: libc::sockaddr_in = std::mem::zeroed();
+        sin.sin_family = libc::AF_INET as _;
+        sin.sin_port = to.port().to_be();
+        sin.sin_addr.s_addr = u32::from(*to.ip()).to_be();
+        let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
+        let mut ctl = [0u64; 4];
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_name = (&mut sin as *mut libc::sockaddr_in).cast();
+        m.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as _;
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        if seg > 0 {
+            m.msg_control = ctl.as_mut_ptr().cast();
+            m.msg_controllen = libc::CMSG_SPACE(2) as _;
+            let c = libc::CMSG_FIRSTHDR(&m);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = 103; // UDP_SEGMENT
+            (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+        }
+        let n = libc::sendmsg(sock.as_raw_fd(), &m, 0);
+        assert_eq!(n, payload.len() as isize, "sendmsg with UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// The datagrams of the test below: (GSO segment size or 0 for a plain send, sizes).
+fn gso_plan() -> Vec<(u16, Vec<usize>)> {
+    vec![
+        (1000, vec![1000, 1000, 1000, 1000, 1000, 300]), // a GSO batch ending in a short segment
+        (0, vec![77]),                                   // a peer's plain datagram in between
+        (1400, vec![1400; 10]),                          // an exact batch
+        (0, vec![1400]),
+        (0, vec![1]),
+        (512, vec![512, 512, 511]),
+    ]
+}
+
+fn gso_payload(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 13 + j * 5 + 1) as u8).collect()
+}
+
+/// Send the plan from `sock` to `to`; the datagrams are numbered in order.
+fn send_plan(sock: &UdpSocket, to: SocketAddr) -> Vec<Vec<u8>> {
+    let mut all = Vec::new();
+    for (seg, sizes) in gso_plan() {
+        let base = all.len();
+        let dgrams: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(k, &n)| gso_payload(base + k, n)).collect();
+        if seg == 0 {
+            for d in &dgrams {
+                send_gso(sock, to, 0, d); // no cmsg: a plain datagram
+            }
+        } else {
+            send_gso(sock, to, seg, &dgrams.concat());
+        }
+        all.extend(dgrams);
+    }
+    all
+}
+
+/// Receive `n` datagrams on a plain socket (no GRO: one datagram per receive).
+async fn recv_n(sock: &UdpSocket, n: usize) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 65536];
+    let mut got = Vec::new();
+    while got.len() < n {
+        let Some(k) = recv(sock, &mut buf).await else { panic!("{} of {n} datagrams arrived", got.len()) };
+        got.push(buf[..k].to_vec());
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gso_batches_and_plain_datagrams_keep_their_boundaries_both_ways() {
+    // The client sends GSO batches of mixed sizes (a short last segment) and plain datagrams;
+    // the forwarder's GRO listener may get a batch in one piece and must cut it at the
+    // gso_size boundaries. The backend sends the same plan back (to the session socket, which
+    // has GRO too). With offload on and forced off, every datagram arrives whole, in order.
+    for offload in [true, false] {
+        let be = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let be_addr = be.local_addr().unwrap();
+        let n = gso_plan().iter().map(|(_, s)| s.len()).sum::<usize>();
+        let backend = tokio::spawn(async move {
+            let mut buf = vec![0u8; 65536];
+            let mut got = Vec::new();
+            let mut from = None;
+            while got.len() < n {
+                let (k, f) = be.recv_from(&mut buf).await.unwrap();
+                from = Some(f);
+                got.push(buf[..k].to_vec());
+            }
+            let sent = send_plan(&be, from.unwrap());
+            (got, sent)
+        });
+        let o = fwc_forwarder::Options { udp_offload: offload, ..opts() };
+        let (f, addr) = start(o, vec![udp("gso", &[be_addr])]).await;
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let sent_up = send_plan(&c, addr);
+        let (got_up, sent_down) = tokio::time::timeout(Duration::from_secs(10), backend).await.expect("backend got all").unwrap();
+        for (i, (g, s)) in got_up.iter().zip(&sent_up).enumerate() {
+            assert_eq!(g, s, "offload={offload}: datagram {i} up ({} bytes, sent {})", g.len(), s.len());
+        }
+        let got_down = recv_n(&c, n).await;
+        for (i, (g, s)) in got_down.iter().zip(&sent_down).enumerate() {
+            assert_eq!(g, s, "offload={offload}: datagram {i} down ({} bytes, sent {})", g.len(), s.len());
+        }
+        let bytes: u64 = sent_up.iter().map(|d| d.len() as u64).sum();
+        assert!(eventually(Duration::from_secs(2), || f.stats("gso").unwrap().bytes_down == bytes).await);
+        let st = f.stats("gso").unwrap();
+        assert_eq!((st.bytes_up, st.udp_dropped), (bytes, 0), "offload={offload}: {st:?}");
+        f.shutdown().await;
+    }
+}
