@@ -393,6 +393,7 @@ fn source_nat_and_policy_reject_apply_as_diffs() {
     r.apply(&kdl("reject", ""));
     assert!(ns.try_exec(&["nft", "list", "chain", "inet", "fwc", "postrouting"]).stdout.is_empty(), "the nat chain went with its last rule");
     no_drift("source NAT removed");
+}
 
 /// Issue #27: a big static set is loaded as hash sets per prefix length, so another program's
 /// `nft add element` (fail2ban into its own table, CrowdSec into fwc's dynamic set) no longer

@@ -418,6 +418,7 @@ forward "web" listen=":8080" to="10.0.0.5:80"
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(scratch_namespaces().is_empty());
+}
 
 /// Issue #27: a big set as hash sets per prefix length with masked lookups. Real packets from
 /// a sample of addresses (every boundary of a sample of the set's networks and ranges, both
@@ -497,6 +498,7 @@ fn big_set_masked_lookups_agree_with_the_kernel_and_the_set() {
                 origin: Some(Origin::Input),
                 iif: None,
                 oif: None,
+                icmp_type: None,
             }
             .build()
             .unwrap()

@@ -246,6 +246,10 @@ fn set_layouts<'a>(
         pin(r.from.as_ref(), "a rule with rate= uses it (one limit per rule)");
         pin(r.to.as_ref(), "a rule with rate= uses it (one limit per rule)");
     }
+    for r in chains.iter().flat_map(|c| &c.rules).filter(|r| r.log_rate.is_some()) {
+        pin(r.from.as_ref(), "a rule with log-rate= uses it (one log limit per rule)");
+        pin(r.to.as_ref(), "a rule with log-rate= uses it (one log limit per rule)");
+    }
     for f in kernel_forwards.iter().chain(userspace_forwards) {
         pin(f.from.as_ref(), "a forward's from= uses it (its guards and round robin are per rule)");
     }

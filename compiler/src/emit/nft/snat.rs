@@ -33,29 +33,39 @@ fn snat_rule(out: &mut Out, plan: &HostPlan, r: &SnatRule) {
     let fams = if parts.is_empty() { vec![r.to_addr.as_ref().map(|a| Fam::of(&a.value))] } else { families(&parts, only) };
     let l4 = l4_match(proto, r.ports.as_ref().map(|p| p.value.as_slice()), None);
     for fam in fams {
-        let mut expr = Vec::new();
-        if let (true, Some(f)) = (parts.is_empty(), fam) {
-            expr.push(eq(meta(MetaKey::Nfproto), s(f.nfproto())));
-        }
-        if let Some(o) = &r.oif {
-            expr.push(eq(meta(MetaKey::Oifname), s(o.value.clone())));
-        }
-        expr.extend(l4.iter().cloned());
-        if let Some(f) = fam {
-            if let Some(Some(e)) = from.as_ref().map(|p| &p[f.idx()]) {
-                expr.push(eq(payload(f.proto(), "saddr"), e.clone()));
+        // One nft rule per combination of the address matches' alternatives (a big set is one
+        // hash set per prefix length); they never overlap.
+        let (fa, da) = match fam {
+            Some(f) => (alts(from.as_ref(), f), alts(dst.as_ref(), f)),
+            None => (vec![None], vec![None]),
+        };
+        for fv in &fa {
+            for dv in &da {
+                let mut expr = Vec::new();
+                if let (true, Some(f)) = (parts.is_empty(), fam) {
+                    expr.push(eq(meta(MetaKey::Nfproto), s(f.nfproto())));
+                }
+                if let Some(o) = &r.oif {
+                    expr.push(eq(meta(MetaKey::Oifname), s(o.value.clone())));
+                }
+                expr.extend(l4.iter().cloned());
+                if let Some(f) = fam {
+                    if let Some(a) = fv {
+                        expr.push(a.on(payload(f.proto(), "saddr")));
+                    }
+                    if let Some(a) = dv {
+                        expr.push(a.on(payload(f.proto(), "daddr")));
+                    }
+                }
+                expr.push(counter());
+                expr.push(match (&r.to_addr, fam) {
+                    (Some(a), Some(f)) => {
+                        Statement::SNAT(Some(NAT { addr: Some(s(a.value.to_string())), family: Some(f.nat()), port: None, flags: None }))
+                    }
+                    _ => Statement::Masquerade(None),
+                });
+                out.rule(chains::POSTROUTING, expr, Some(comment.clone()));
             }
-            if let Some(Some(e)) = dst.as_ref().map(|p| &p[f.idx()]) {
-                expr.push(eq(payload(f.proto(), "daddr"), e.clone()));
-            }
         }
-        expr.push(counter());
-        expr.push(match (&r.to_addr, fam) {
-            (Some(a), Some(f)) => {
-                Statement::SNAT(Some(NAT { addr: Some(s(a.value.to_string())), family: Some(f.nat()), port: None, flags: None }))
-            }
-            _ => Statement::Masquerade(None),
-        });
-        out.rule(chains::POSTROUTING, expr, Some(comment.clone()));
     }
 }
