@@ -30,7 +30,6 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Result<Diagnostics, Diagnostics> 
     c.forwards();
     c.shapes();
     c.selectors();
-    c.out.extend(crate::rollout::check(map, rs));
     if c.out.has_errors() {
         Err(c.out)
     } else {

@@ -52,6 +52,9 @@ pub fn load_host(tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diag
 pub struct ParsedRepo {
     map: SourceMap,
     plain: Ruleset,
+    /// The `rollout` policy's diagnostics: checked once per repository (it concerns the whole
+    /// fleet), reported with every host's.
+    rollout: Diagnostics,
 }
 
 impl ParsedRepo {
@@ -59,7 +62,8 @@ impl ParsedRepo {
     pub fn parse(tree: &SourceTree) -> Result<ParsedRepo, Diagnostics> {
         let mut map = SourceMap::default();
         let plain = syntax::parse_plain(tree, &mut map)?;
-        Ok(ParsedRepo { map, plain })
+        let rollout = rollout::check(&map, &plain);
+        Ok(ParsedRepo { map, plain, rollout })
     }
 
     /// The hosts the repository declares (`localhost` when it declares none).
@@ -77,12 +81,19 @@ impl ParsedRepo {
     /// without a copy of the model and sources (a one-host compile held both).
     pub fn into_host(self, tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diagnostics> {
         let host = pick_host(&self.plain, host)?;
-        let ParsedRepo { mut map, plain } = self;
+        let ParsedRepo { mut map, plain, rollout } = self;
         let mut ruleset = syntax::add_templates(tree, &mut map, plain, &host)?;
         limits::check_ruleset(&map, &ruleset)?;
         setfile::load_all(tree, &mut map, &mut ruleset)?;
         ruleset.shrink_to_fit();
-        let mut warnings = check::check(&map, &ruleset)?;
+        let mut warnings = match check::check(&map, &ruleset) {
+            Ok(w) if !rollout.has_errors() => w,
+            Ok(mut all) | Err(mut all) => {
+                all.extend(rollout);
+                return Err(all);
+            }
+        };
+        warnings.extend(rollout);
         warnings.0.extend(lint::lint(&map, &ruleset).0);
         Ok(HostView { host, ruleset, map, warnings })
     }

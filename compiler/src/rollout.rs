@@ -41,9 +41,8 @@ impl FleetPlan {
 /// together, as `compile` does; the rule checks of each host are `check`'s job, not this.
 pub fn fleet_plan(tree: &SourceTree) -> Result<FleetPlan, Diagnostics> {
     let repo = crate::ParsedRepo::parse(tree)?;
-    let diags = check(&repo.map, &repo.plain);
-    if diags.has_errors() {
-        return Err(diags);
+    if repo.rollout.has_errors() {
+        return Err(repo.rollout);
     }
     Ok(plan_of(&repo.plain))
 }
@@ -118,8 +117,106 @@ fn select_of(w: &WaveDecl) -> WaveSelect {
     }
 }
 
-/// The checks of the policy as a whole (the values were checked when read): one block, at
-/// least one wave, unique names, how each wave selects, the last wave taking the rest,
+/// Where one host stands in the policy: what `fwc plan` adds for a one-host plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostWave {
+    pub host: String,
+    /// 0-based, as `fwc_rollout_wave` reports it.
+    pub index: usize,
+    pub wave: String,
+    pub waves: usize,
+    /// Whether a `host` block declares it (an undeclared host has no labels).
+    pub declared: bool,
+}
+
+impl FleetPlan {
+    /// The wave of `host` (declared or not); `None` without a policy.
+    pub fn host_wave(&self, host: &str) -> Option<HostWave> {
+        let policy = self.policy.as_ref()?;
+        let declared = self.hosts.iter().find(|h| h.name == host);
+        let none = BTreeMap::new();
+        let index = wave_of(policy, host, declared.map_or(&none, |h| &h.labels));
+        Some(HostWave { host: host.into(), index, wave: policy.waves[index].name.clone(), waves: policy.waves.len(), declared: declared.is_some() })
+    }
+}
+
+/// How a wave picks its hosts, in words.
+pub fn describe_select(select: &WaveSelect) -> String {
+    match select {
+        WaveSelect::On(s) => format!("on=\"{s}\""),
+        WaveSelect::Percent(p) => format!("{p}% of the hosts left, by a stable hash of the name"),
+        WaveSelect::Rest => "every host left".into(),
+    }
+}
+
+/// The line `fwc plan` prints under a one-host plan.
+pub fn render_host_wave(w: &HostWave, policy: &RolloutPolicy) -> String {
+    let undeclared = if w.declared { "" } else { " (not declared in a host block: no labels)" };
+    format!(
+        "Rollout: host {}{undeclared} is in wave \"{}\", {} of {} ({}). `fwc plan --waves` lists the fleet.\n",
+        w.host,
+        w.wave,
+        w.index + 1,
+        w.waves,
+        describe_select(&policy.waves[w.index].select)
+    )
+}
+
+/// `fwc plan --waves`: the policy and every declared host by wave, for people.
+pub fn render_waves(plan: &FleetPlan) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let Some(policy) = &plan.policy else {
+        s.push_str("No rollout policy: every agent applies the branch tip as soon as it sees it.\n");
+        return s;
+    };
+    let _ = writeln!(s, "Rollout policy: {} wave(s), {} declared host(s).", policy.waves.len(), plan.hosts.len());
+    for (i, w) in policy.waves.iter().enumerate() {
+        let hosts: Vec<&str> = plan.hosts_of(i).map(|h| h.name.as_str()).collect();
+        let _ = write!(s, "\nwave {} \"{}\": {}; {} host(s)", i + 1, w.name, describe_select(&w.select), hosts.len());
+        if w.soak_secs > 0 {
+            let _ = write!(s, "; soak {}", format_secs(w.soak_secs));
+        }
+        match w.max_unavailable {
+            MaxUnavailable::Hosts(0) => {}
+            MaxUnavailable::Hosts(n) => {
+                let _ = write!(s, "; max-unavailable {n}");
+            }
+            MaxUnavailable::Percent(p) => {
+                let _ = write!(s, "; max-unavailable {p}%");
+            }
+        }
+        s.push('\n');
+        for g in &w.gates {
+            let (op, what) = match g.op {
+                GateOp::AtMost => ("<=", "max"),
+                GateOp::AtLeast => (">=", "min"),
+            };
+            let empty = if g.allow_empty { ", an empty result passes" } else { "" };
+            let _ = writeln!(s, "  gate \"{}\" ({what}): every sample of {} {op} {}{empty}", g.name, g.query, g.threshold);
+        }
+        for h in hosts {
+            let _ = writeln!(s, "  {h}");
+        }
+    }
+    if plan.hosts.is_empty() {
+        s.push_str("\nNo host block declares the fleet: each agent finds its wave from its --host name (`fwc plan --waves --host NAME`).\n");
+    }
+    if !policy.probes.is_empty() {
+        s.push_str("\nSelf-check probes after every apply (besides fetching the git remote):\n");
+        for p in &policy.probes {
+            let _ = match p {
+                fwc_artifacts::rollout::Probe::Tcp { name, address } => writeln!(s, "  probe \"{name}\": TCP connect to {address}"),
+                fwc_artifacts::rollout::Probe::Http { name, url } => writeln!(s, "  probe \"{name}\": HTTP GET {url}, 2xx"),
+            };
+        }
+    }
+    s
+}
+
+/// The checks of the policy as a whole (the values were checked when read), once per
+/// repository (`ParsedRepo::parse`; every host's compile reports them): one block, at least
+/// one wave, unique names, how each wave selects, the last wave taking the rest,
 /// gates with a query; warnings for selectors and waves that get no declared host.
 pub fn check(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
     let mut out = Diagnostics::default();
@@ -198,6 +295,17 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
         }
     }
     if !out.has_errors() {
+        let w = &decl.waves[last];
+        let rule = format!("wave \"{}\"", w.name.value);
+        let soak = w.soak_secs.as_ref().filter(|s| s.value > 0).map(|s| (s.span, "soak="));
+        for (span, what) in soak.into_iter().chain(w.gates.iter().map(|g| (g.name.span, "a gate"))) {
+            out.push(
+                Diagnostic::warning("rollout-last-wave-gate", format!("{what} on the last wave is never checked"))
+                    .at(map, span, "never checked")
+                    .rule(&rule)
+                    .help("a wave's soak and gates hold back the promotion of the next wave; the rollout completes as soon as its last wave has applied the commit. Move it to the wave before"),
+            );
+        }
         host_warnings(&mut out, map, rs, decl);
     }
     out
@@ -226,7 +334,6 @@ fn host_warnings(out: &mut Diagnostics, map: &SourceMap, rs: &Ruleset, decl: &Ro
                 let help = match &on.value.0 {
                     Selector::Name(n) => match crate::suggest::did_you_mean(n, names.iter().copied()) {
                         Some(m) => format!("did you mean on=\"{m}\"? hosts: {}", names.join(", ")),
-                        None if names.is_empty() => "no host block declares labels; declare the fleet's hosts with `host \"name\" { labels … }`".into(),
                         None => format!("hosts: {}", names.join(", ")),
                     },
                     Selector::Labels(_) if names.is_empty() => {
@@ -285,6 +392,22 @@ fn unique<'a>(out: &mut Diagnostics, map: &SourceMap, kind: &str, names: impl It
             seen.insert(&n.value, n.span);
         }
     }
+}
+
+/// `600` -> `10m`, `5400` -> `1h30m` (for people; `soak=` takes one unit: "90m").
+pub fn format_secs(secs: u64) -> String {
+    if secs == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let mut rest = secs;
+    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if rest >= size {
+            out.push_str(&format!("{}{unit}", rest / size));
+            rest %= size;
+        }
+    }
+    out
 }
 
 fn where_is(map: &SourceMap, span: Span) -> String {

@@ -518,10 +518,15 @@ impl Parser<'_, '_> {
     }
 
     fn convert<T>(&mut self, rule: &str, key: &str, text: &str, span: Span, f: impl Fn(&str) -> Result<T, UnitError>) -> Option<Spanned<T>> {
+        self.convert_as(&format!("bad-{key}"), rule, key, text, span, f)
+    }
+
+    /// [`Parser::convert`] reporting under `code`.
+    fn convert_as<T>(&mut self, code: &str, rule: &str, key: &str, text: &str, span: Span, f: impl Fn(&str) -> Result<T, UnitError>) -> Option<Spanned<T>> {
         match f(text) {
             Ok(v) => Some(Spanned::new(v, span)),
             Err(e) => {
-                self.error(&format!("bad-{key}"), format!("bad {key}: {}", e.message), span, "this value").rule(rule).help(e.help);
+                self.error(code, format!("bad {key}: {}", e.message), span, "this value").rule(rule).help(e.help);
                 None
             }
         }
@@ -901,7 +906,12 @@ impl Parser<'_, '_> {
     /// [`crate::rollout::check`].
     fn rollout(&mut self, node: &KdlNode) -> RolloutDecl {
         let rule = "rollout";
-        self.props(node, rule, &[], 0);
+        if let Some(e) = node.entries().first() {
+            let span = self.span(e.span());
+            self.error("unexpected-argument", "`rollout` takes no name or properties", span, "not expected here")
+                .rule(rule)
+                .help("the policy is its block: rollout { wave \"canary\" on=\"role=canary\"; wave \"all\" }");
+        }
         let mut decl = RolloutDecl { waves: Vec::new(), probes: Vec::new(), span: self.span(node.name().span()) };
         for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
             match child.name().value() {
@@ -1013,37 +1023,29 @@ impl Parser<'_, '_> {
         let tcp = self.text(&mut p, "tcp").and_then(|(t, s)| self.rollout_value(&rule, "tcp", &t, s, |t| parse_probe_tcp(&n, t)));
         let http = self.text(&mut p, "http").and_then(|(t, s)| self.rollout_value(&rule, "http", &t, s, |t| parse_probe_http(&n, t)));
         let has = |k: &str| node.entries().iter().any(|e| e.name().is_some_and(|id| id.value() == k));
-        let probe = match (tcp, http) {
-            (Some(t), None) if !has("http") => Some(t),
-            (None, Some(h)) if !has("tcp") => Some(h),
-            _ if has("tcp") && has("http") => {
+        let probe = match (has("tcp"), has("http")) {
+            (true, true) => {
                 let span = self.span(node.span());
                 self.error("rollout-probe-kind", "a probe is tcp= or http=, not both", span, "this probe")
                     .rule(&rule)
                     .help("write two probes: probe \"api\" tcp=\"198.18.0.1:443\" and probe \"health\" http=\"http://127.0.0.1:8080/healthz\"");
                 None
             }
-            _ if !has("tcp") && !has("http") => {
+            (false, false) => {
                 let span = self.span(node.name().span());
                 self.error("rollout-probe-kind", "this probe checks nothing", span, "tcp= or http= missing")
                     .rule(&rule)
                     .help("write tcp=\"198.18.0.1:443\" (a TCP connect) or http=\"http://127.0.0.1:8080/healthz\" (a GET that must answer 2xx)");
                 None
             }
-            _ => None,
+            _ => tcp.or(http),
         };
         Some(ProbeDecl { name, probe, span: self.span(node.span()) })
     }
 
     /// [`Parser::convert`] with a `rollout-bad-<key>` code.
     fn rollout_value<T>(&mut self, rule: &str, key: &str, text: &str, span: Span, f: impl Fn(&str) -> Result<T, UnitError>) -> Option<Spanned<T>> {
-        match f(text) {
-            Ok(v) => Some(Spanned::new(v, span)),
-            Err(e) => {
-                self.error(&format!("rollout-bad-{key}"), format!("bad {key}: {}", e.message), span, "this value").rule(rule).help(e.help);
-                None
-            }
-        }
+        self.convert_as(&format!("rollout-bad-{key}"), rule, key, text, span, f)
     }
 }
 
@@ -1137,7 +1139,7 @@ pub fn parse_selector(s: &str) -> Result<Selector, UnitError> {
 
 /// `percent=50` (or `"50%"`): a whole percentage from 1 to 100.
 fn parse_percent(s: &str) -> Result<u8, UnitError> {
-    let help = "write percent=10 (a whole number from 1 to 100: that share of the hosts no earlier wave took)";
+    let help = "write percent=10 (a whole number from 1 to 100; percentages are cumulative: percent=10 then percent=50 reach 10% then 50% of the hosts left)";
     match s.trim().trim_end_matches('%').trim().parse::<u32>() {
         Ok(n @ 1..=100) => Ok(n as u8),
         Ok(n) => Err(UnitError { message: format!("{n} is not from 1 to 100"), help: help.into() }),

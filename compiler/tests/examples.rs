@@ -63,6 +63,19 @@ fn every_nftables_json_passes_nft_check() {
 /// The ```kdl blocks of a docs page, each a complete `fwc.kdl` (`fwc 1` added when the block
 /// leaves it out): they must compile without errors, and their warnings are returned.
 fn doc_examples(page: &str) -> Vec<(String, Vec<String>)> {
+    kdl_blocks(page)
+        .into_iter()
+        .map(|src| {
+            let tree = SourceTree::from_files([("fwc.kdl".to_string(), src.clone())]);
+            let (_, warnings) =
+                fwc_compiler::compile(&tree, None, None).unwrap_or_else(|d| panic!("docs/{page} example does not compile:\n{src}\n{}", d.render(false)));
+            (src, warnings.0.iter().map(|w| w.code.clone()).collect())
+        })
+        .collect()
+}
+
+/// The ```kdl blocks of a docs page, `fwc 1` added when a block leaves it out.
+fn kdl_blocks(page: &str) -> Vec<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs").join(page);
     let text = std::fs::read_to_string(&path).unwrap();
     let mut out = Vec::new();
@@ -71,11 +84,7 @@ fn doc_examples(page: &str) -> Vec<(String, Vec<String>)> {
         match (&mut block, line.trim_end()) {
             (None, "```kdl") => block = Some(String::new()),
             (Some(b), "```") => {
-                let src = if b.starts_with("fwc 1") { b.clone() } else { format!("fwc 1\n{b}") };
-                let tree = SourceTree::from_files([("fwc.kdl".to_string(), src.clone())]);
-                let (_, warnings) =
-                    fwc_compiler::compile(&tree, None, None).unwrap_or_else(|d| panic!("docs/{page} example does not compile:\n{src}\n{}", d.render(false)));
-                out.push((src, warnings.0.iter().map(|w| w.code.clone()).collect()));
+                out.push(if b.starts_with("fwc 1") { b.clone() } else { format!("fwc 1\n{b}") });
                 block = None;
             }
             (Some(b), l) => {
@@ -86,6 +95,28 @@ fn doc_examples(page: &str) -> Vec<(String, Vec<String>)> {
         }
     }
     out
+}
+
+/// docs/fleet.md's policies (fleets of several hosts): every host checks without a warning,
+/// and the page's `fwc plan --waves` output is what the first example gives.
+#[test]
+fn docs_fleet_examples_compile() {
+    let blocks = kdl_blocks("fleet.md");
+    assert!(blocks.len() >= 2, "{blocks:?}");
+    for src in &blocks {
+        let tree = SourceTree::from_files([("fwc.kdl".to_string(), src.clone())]);
+        let warnings = fwc_compiler::check_all(&tree).unwrap_or_else(|d| panic!("docs/fleet.md example does not compile:\n{src}\n{}", d.render(false)));
+        assert!(warnings.is_empty(), "docs/fleet.md example warns:\n{src}\n{}", warnings.render(false));
+        let plan = fwc_compiler::rollout::fleet_plan(&tree).unwrap();
+        assert!(plan.policy.is_some() && plan.hosts.iter().all(|h| h.wave.is_some()), "{plan:?}");
+    }
+    let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/fleet.md")).unwrap();
+    let tree = SourceTree::from_files([("fwc.kdl".to_string(), blocks[0].clone())]);
+    let shown = fwc_compiler::rollout::render_waves(&fwc_compiler::rollout::fleet_plan(&tree).unwrap());
+    assert!(page.contains(&format!("$ fwc plan --waves\n{shown}```")), "docs/fleet.md should show:\n{shown}");
+    let one = fwc_compiler::rollout::fleet_plan(&tree).unwrap();
+    let line = fwc_compiler::rollout::render_host_wave(&one.host_wave("web-2").unwrap(), one.policy.as_ref().unwrap());
+    assert!(page.contains(&line), "docs/fleet.md should show:\n{line}");
 }
 
 #[test]

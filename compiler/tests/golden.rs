@@ -70,6 +70,7 @@ golden_cases! {
     case_26_containers => "26-containers",
     case_27_forward_health_kernel => "27-forward-health-kernel",
     case_28_forward_dns_kernel => "28-forward-dns-kernel",
+    case_29_rollout => "29-rollout",
 }
 
 #[test]
@@ -87,7 +88,12 @@ fn check_case(case: &Path) {
     settings.set_snapshot_path(case.join("snapshots"));
     settings.set_prepend_module_to_snapshot(false);
     settings.set_omit_expression(true);
+    // With a rollout policy: each host's plan says its wave, and the fleet by wave is a snapshot.
+    let fleet = fwc_compiler::rollout::fleet_plan(&tree).unwrap_or_else(|d| panic!("{name}: {d}"));
     settings.bind(|| {
+        if fleet.policy.is_some() {
+            insta::assert_snapshot!("fleet__waves", fwc_compiler::rollout::render_waves(&fleet));
+        }
         for host in hosts(&tree) {
             let (art, warnings) = fwc_compiler::compile(&tree, Some(&host), Some("golden"))
                 .unwrap_or_else(|d| panic!("golden case {name}, host {host}:\n{}", d.render(false)));
@@ -100,6 +106,10 @@ fn check_case(case: &Path) {
                 let (old, _) = fwc_compiler::compile(old_tree, Some(&host), Some("before")).expect("before/ compiles");
                 text.push_str("\n--- from before/ ---\n");
                 text.push_str(&fwc_compiler::diff::render(&fwc_compiler::diff::plan(Some(&old), &art), false));
+            }
+            if let (Some(w), Some(policy)) = (fleet.host_wave(&host), &fleet.policy) {
+                text.push_str("\n--- rollout ---\n");
+                text.push_str(&fwc_compiler::rollout::render_host_wave(&w, policy));
             }
             if !warnings.is_empty() {
                 text.push_str("\n--- warnings ---\n");

@@ -194,6 +194,6 @@ fn every_golden_case_has_passing_expectations() {
         cases += 1;
         total += report.results.len();
     }
-    assert_eq!(cases, 28, "golden cases");
+    assert_eq!(cases, 29, "golden cases");
     assert!(total >= 250, "only {total} expectations across the golden cases");
 }

@@ -498,3 +498,66 @@ fn compile_all_hosts_writes_each_host_as_host_by_host() {
     assert!(text(&o.stderr).contains("nope"), "{}", shown(&o));
     assert!(!dest.exists(), "nothing written when a host fails");
 }
+
+/// The minimal rollout policy, exactly as written, over a small fleet.
+const FLEET_WITH_ROLLOUT: &str = "fwc 1\nhost \"canary-1\" {\n    labels role=canary\n}\nhost \"web-1\" {\n    labels role=web\n}\nhost \"web-2\" {\n    labels role=web\n}\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22\n}\nrollout {\n    wave \"canary\" on=\"role=canary\"\n    wave \"early\" percent=50\n    wave \"all\"\n}\n";
+
+/// `fwc plan --waves`: the fleet by wave from the rule files alone (no host, no git), as text
+/// and as JSON; with --host, one host's wave (declared or not).
+#[test]
+fn plan_waves_lists_the_fleet_by_wave() {
+    let dir = repo(&[("fwc.kdl", FLEET_WITH_ROLLOUT)]);
+    let d = s(dir.path());
+    let o = fwc(&["plan", d, "--waves"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let out = text(&o.stdout);
+    // web-2's stable bucket is 3591 (< 5000: early), web-1's 9545 (the rest).
+    for want in ["Rollout policy: 3 wave(s), 3 declared host(s).", "wave 1 \"canary\": on=\"role=canary\"; 1 host(s)\n  canary-1\n", "wave 2 \"early\": 50% of the hosts left, by a stable hash of the name; 1 host(s)\n  web-2\n", "wave 3 \"all\": every host left; 1 host(s)\n  web-1\n"] {
+        assert!(out.contains(want), "want {want:?}:\n{}", shown(&o));
+    }
+    let o = fwc(&["plan", d, "--waves", "--json"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", shown(&o)));
+    let waves: Vec<(&str, u64)> = v["hosts"].as_array().unwrap().iter().map(|h| (h["name"].as_str().unwrap(), h["wave"].as_u64().unwrap())).collect();
+    assert_eq!(waves, [("canary-1", 0), ("web-1", 2), ("web-2", 1)], "{v:#}");
+    assert_eq!(v["policy"]["waves"][1]["select"], serde_json::json!({"percent": 50}), "{v:#}");
+    let o = fwc(&["plan", d, "--waves", "--host", "web-2"]);
+    assert_eq!(text(&o.stdout), "Rollout: host web-2 is in wave \"early\", 2 of 3 (50% of the hosts left, by a stable hash of the name). `fwc plan --waves` lists the fleet.\n", "{}", shown(&o));
+    // Without a policy: said so, exit 0.
+    let plain = repo(&[("fwc.kdl", "fwc 1\n")]);
+    let o = fwc(&["plan", s(plain.path()), "--waves"]);
+    assert_eq!((code(&o), text(&o.stdout).starts_with("No rollout policy")), (0, true), "{}", shown(&o));
+}
+
+/// A one-host plan says the host's wave (text and JSON) when the repository has a policy, and
+/// nothing when it has none (the plan is byte-identical to one without the feature).
+#[test]
+fn plan_from_shows_the_hosts_wave() {
+    let dir = two_commits();
+    let d = dir.path();
+    let o = fwc(&["plan", s(d), "--from", "HEAD~1", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.get("rollout").is_none(), "no policy, no rollout key: {v:#}");
+    assert!(!text(&fwc(&["plan", s(d), "--from", "HEAD~1"]).stdout).contains("Rollout"));
+
+    std::fs::write(d.join("fwc.kdl"), FLEET_WITH_ROLLOUT).unwrap();
+    let o = fwc(&["plan", s(d), "--from", "HEAD", "--host", "canary-1"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    assert!(text(&o.stdout).ends_with("\nRollout: host canary-1 is in wave \"canary\", 1 of 3 (on=\"role=canary\"). `fwc plan --waves` lists the fleet.\n"), "{}", shown(&o));
+    let o = fwc(&["plan", s(d), "--from", "HEAD", "--host", "web-1", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", shown(&o)));
+    assert_eq!(v["rollout"], serde_json::json!({"host": "web-1", "index": 2, "wave": "all", "waves": 3, "declared": true}), "{v:#}");
+}
+
+/// `fwc check` refuses a policy whose last wave selects hosts: file:line:column, the code, a
+/// hint, exit 1.
+#[test]
+fn check_refuses_a_last_wave_that_selects() {
+    let dir = repo(&[("fwc.kdl", &FLEET_WITH_ROLLOUT.replace("wave \"all\"", "wave \"all\" on=\"role=web\""))]);
+    let o = fwc(&["check", s(dir.path())]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    let err = text(&o.stderr);
+    for want in ["fwc::rollout-last-wave", "fwc.kdl:17:16", "hosts it misses would never get a commit"] {
+        assert!(err.contains(want), "want {want:?}:\n{}", shown(&o));
+    }
+}

@@ -99,6 +99,14 @@ fn host_documents_match_their_schemas() {
     std::fs::write(d.join("fwc.kdl"), V2).unwrap();
     let doc = valid(&run(with(&["plan", "--json"], &[]), &[]), "plan");
     assert_eq!((doc["mode"].as_str(), doc["has_changes"].as_bool()), (Some("live"), Some(true)), "{doc:#}");
+    assert!(doc.get("rollout").is_none(), "no rollout policy, no rollout key: {doc:#}");
+    // With a rollout policy, the live plan says the host's wave (JSON and text).
+    std::fs::write(d.join("fwc.kdl"), format!("{V2}rollout {{\n    wave \"all\"\n}}\n")).unwrap();
+    let doc = valid(&run(with(&["plan", "--json"], &[]), &[]), "plan");
+    assert_eq!(doc["rollout"], serde_json::json!({"host": "localhost", "index": 0, "wave": "all", "waves": 1, "declared": false}), "{doc:#}");
+    let o = run(with(&["plan"], &[]), &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.ends_with("Rollout: host localhost (not declared in a host block: no labels) is in wave \"all\", 1 of 1 (every host left). `fwc plan --waves` lists the fleet.\n"), "{out}");
     std::fs::write(d.join("fwc.kdl"), "fwc 1\ninput {\n    allow \"ssh\" proto=tcp port=22 from=\"@nowhere\"\n}\n").unwrap();
     let o = run(with(&["plan", "--json"], &[]), &[]);
     assert_eq!(o.status.code(), Some(1));
@@ -133,4 +141,25 @@ fn host_documents_match_their_schemas() {
     assert_eq!(results, ["ok", "aborted", "rolled_back", "ok", "ok"], "{doc:#}");
     let doc = valid(&run(vec!["audit".into(), "verify".into(), "--json".into(), "--state-dir".into(), sd.into()], &[]), "audit-verify");
     assert_eq!(doc["entries"], 5);
+}
+
+/// `fwc plan --waves --json` and a one-host plan of a repository with a rollout policy.
+#[test]
+fn rollout_documents_match_their_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fleet = "fwc 1\nhost \"canary-1\" {\n    labels role=canary\n}\nhost \"web-1\"\nrollout {\n    wave \"canary\" on=\"role=canary\" soak=\"10m\" {\n        gate \"errors\" query=\"sum(up)\" max=0.01\n    }\n    wave \"all\" max-unavailable=\"10%\"\n    probe \"api\" tcp=\"198.18.0.1:443\"\n}\n";
+    std::fs::write(d.join("fwc.kdl"), fleet).unwrap();
+    let doc = valid(&fwc(d, &["plan", "--waves", "--json"], &[]), "plan-waves");
+    assert_eq!(doc["hosts"][1]["wave"], 1, "{doc:#}");
+    let doc = valid(&fwc(d, &["plan", "--waves", "--host", "web-1", "--json"], &[]), "plan-waves");
+    assert_eq!(doc["host"]["wave"], "all", "{doc:#}");
+    git(d, &["init", "-q", "-b", "main"]);
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "one"]);
+    let doc = valid(&fwc(d, &["plan", "--from", "HEAD", "--host", "canary-1", "--json"], &[]), "plan");
+    assert_eq!(doc["rollout"]["wave"], "canary", "{doc:#}");
+    std::fs::write(d.join("fwc.kdl"), "fwc 1\n").unwrap();
+    let doc = valid(&fwc(d, &["plan", "--waves", "--json"], &[]), "plan-waves");
+    assert!(doc["policy"].is_null(), "{doc:#}");
 }

@@ -4,8 +4,8 @@
 //! answers queries over what it scraped, including the series alerts depend on at 0.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,39 +72,16 @@ fn promtool_check_metrics_is_clean() {
     assert!(o.status.success() && report.trim().is_empty(), "promtool check metrics:\n{report}\non:\n{text}");
 }
 
-/// A Prometheus server on a free loopback port, killed on drop.
+/// A Prometheus server scraping the agent every second (testkit's; killed on drop).
 struct Prometheus {
-    child: Child,
+    _server: fwc_testkit::Prometheus,
     url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Prometheus {
     fn scraping(target: SocketAddr) -> Prometheus {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &cfg,
-            format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: fwc\n    static_configs:\n      - targets: ['{target}']\n"),
-        )
-        .unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Prometheus { child, url: format!("127.0.0.1:{port}"), _dir: dir }
+        let server = fwc_testkit::Prometheus::start("fwc", &[target], "1s");
+        Prometheus { url: server.addr.to_string(), _server: server }
     }
 
     /// Instant query; the `data.result` array of the answer.

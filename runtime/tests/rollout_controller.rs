@@ -7,48 +7,21 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
+mod agent_common;
+use agent_common::{free_port, git, Repo};
+
 const FWC: &str = env!("CARGO_BIN_EXE_fwc");
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=Alice", "-c", "user.email=alice@example.com", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
+/// Wait (generously) until `f` gives a value.
 fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(90), "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// The rule repository: a bare remote and a work tree.
-struct Repo {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    bare: PathBuf,
-    work: PathBuf,
+    fwc_testkit::poll_until(what, Duration::from_secs(90), Duration::from_millis(200), || f().ok_or("not yet")).0
 }
 
 /// A policy: canary = c1 (soak 2 s, gates), early = e1 e2 (one may be missing), all = a1 a2.
@@ -80,35 +53,15 @@ impl Policy {
     }
 }
 
-impl Repo {
-    fn new() -> Repo {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().to_path_buf();
-        let bare = root.join("rules.git");
-        let work = root.join("work");
-        std::fs::create_dir_all(&work).unwrap();
-        git(&root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
-        git(&work, &["init", "-q"]);
-        Repo { _tmp: tmp, root, bare, work }
-    }
+/// Commit `text` as fwc.kdl and push it to main; the commit id.
+fn push(repo: &Repo, text: &str, msg: &str) -> String {
+    repo.commit(text, msg, None, false)
+}
 
-    fn url(&self) -> String {
-        format!("file://{}", self.bare.display())
-    }
-
-    fn commit(&self, text: &str, msg: &str) -> String {
-        std::fs::write(self.work.join("fwc.kdl"), text).unwrap();
-        git(&self.work, &["add", "fwc.kdl"]);
-        git(&self.work, &["commit", "-q", "--allow-empty", "-m", msg]);
-        git(&self.work, &["push", "-q", self.bare.to_str().unwrap(), "HEAD:main"]);
-        git(&self.work, &["rev-parse", "HEAD"])
-    }
-
-    /// `git log` of the rollout branch in the remote: first lines, newest first.
-    fn rollout_log(&self) -> Vec<String> {
-        let out = Command::new("git").args(["log", "--format=%s", "fwc-rollout"]).current_dir(&self.bare).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
-    }
+/// `git log` of the rollout branch in the remote: first lines, newest first.
+fn rollout_log(repo: &Repo) -> Vec<String> {
+    let out = Command::new("git").args(["log", "--format=%s", "fwc-rollout"]).current_dir(&repo.bare).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
 }
 
 /// What one simulated host exports.
@@ -184,46 +137,26 @@ impl Fleet {
     }
 }
 
-/// A Prometheus server scraping `target` every 500 ms; killed on drop.
+/// Prometheus scraping the simulated fleet every 500 ms (testkit's; killed on drop).
 struct Prometheus {
-    child: Child,
+    server: fwc_testkit::Prometheus,
     url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Prometheus {
     fn start(target: SocketAddr) -> Prometheus {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("prometheus.yml");
-        std::fs::write(&cfg, format!("global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\nscrape_configs:\n  - job_name: fleet\n    static_configs:\n      - targets: ['{target}']\n")).unwrap();
-        let port = free_port();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let p = Prometheus { child, url: format!("http://127.0.0.1:{port}"), _dir: dir };
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let server = fwc_testkit::Prometheus::start("fleet", &[target], "500ms");
+        let addr = server.addr;
         wait_until("prometheus to scrape the fleet", || {
             let (code, body) = fwc_runtime::metrics::http_request(addr, "GET", "/api/v1/query?query=up%3D%3D1", &[], b"").ok()?;
             (code == 200 && body.contains("\"fleet\"")).then_some(())
         });
-        p
+        Prometheus { url: server.url(), server }
     }
 
     /// Wait until Prometheus sees `host` on `commit` (the controller reads what it sees).
     fn wait_applied(&self, host: &str, commit: &str) {
-        let addr: SocketAddr = self.url.trim_start_matches("http://").parse().unwrap();
+        let addr = self.server.addr;
         let q = format!("fwc_applied_commit_info{{host=\"{host}\",commit=\"{commit}\"}}");
         let path = format!("/api/v1/query?query={}", q.bytes().map(|b| format!("%{b:02X}")).collect::<String>());
         wait_until(&format!("prometheus to see {host} on {commit}"), || {
@@ -243,11 +176,24 @@ fn fwc(args: &[&str]) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// `doc` conforms to schemas/output/<name>.schema.json (what machines reading `--json` rely on).
+fn conforms(doc: Value, name: &str) -> Value {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../schemas/output/{name}.schema.json"));
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let id = schema["$id"].as_str().unwrap().to_string();
+    let mut compiler = boon::Compiler::new();
+    compiler.add_resource(&id, schema).unwrap();
+    let mut compiled = boon::Schemas::new();
+    let at = compiler.compile(&id, &mut compiled).unwrap_or_else(|e| panic!("{}: {e:#}", file.display()));
+    compiled.validate(&doc, at).unwrap_or_else(|e| panic!("{name}: {e:#}\n{doc:#}"));
+    doc
+}
+
 /// `fwc rollout advance --json` once; the outcome document.
 fn advance(url: &str, prom: &Prometheus) -> Value {
     let (code, out, err) = fwc(&["rollout", "advance", "--repo", url, "--prometheus", &prom.url, "--missing-after", "3s", "--json"]);
     assert_eq!(code, 0, "advance failed:\n{out}{err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    conforms(serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")), "rollout-step")
 }
 
 /// Advance until the state satisfies `want` (Prometheus may need a scrape or two to see a change).
@@ -261,10 +207,22 @@ fn advance_until(url: &str, prom: &Prometheus, what: &str, want: impl Fn(&Value)
 fn status(url: &str) -> Value {
     let (code, out, err) = fwc(&["rollout", "status", "--repo", url, "--json"]);
     assert_eq!(code, 0, "{err}");
-    serde_json::from_str(&out).unwrap()
+    conforms(serde_json::from_str(&out).unwrap(), "rollout-status")
 }
 
 const HOSTS: [&str; 5] = ["c1", "e1", "e2", "a1", "a2"];
+
+/// A repository whose first commit (v1, with the policy) is rolled out to every host and
+/// complete: (repo, its URL, v1, the simulated fleet, Prometheus scraping it).
+fn rolled_out_v1() -> (Repo, String, String, Fleet, Prometheus) {
+    let repo = Repo::new();
+    let url = repo.url();
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, &c1);
+    let prom = Prometheus::start(fleet.serve());
+    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    (repo, url, c1, fleet, prom)
+}
 
 #[test]
 fn happy_path_canary_soaks_then_every_wave_then_complete() {
@@ -273,7 +231,7 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     }
     let repo = Repo::new();
     let url = repo.url();
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
     let fleet = Fleet::new(&HOSTS, &c1);
     let prom = Prometheus::start(fleet.serve());
     // The first advance starts a rollout of the tip; the hosts already run it: it completes.
@@ -283,26 +241,30 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
     assert_eq!(status(&url)["state"]["stable"], c1.as_str());
 
-    let c2 = repo.commit(&Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 2 }.kdl("v2"), "v2");
+    let c2 = push(&repo, &Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 2 }.kdl("v2"), "v2");
     let o = advance(&url, &prom);
     assert_eq!(o["message"].as_str().unwrap().contains("start"), true, "{o}");
     assert_eq!(o["state"]["stable"], c1.as_str());
     // Nobody applied v2 yet: nothing to do, and again (idempotent: no second commit).
-    let n_before = repo.rollout_log().len();
+    let n_before = rollout_log(&repo).len();
     for _ in 0..2 {
         let o = advance(&url, &prom);
         assert_eq!(o["result"], "nothing", "{o}");
         assert!(o["message"].as_str().unwrap().contains("c1"), "{o}");
     }
-    assert_eq!(repo.rollout_log().len(), n_before);
+    assert_eq!(rollout_log(&repo).len(), n_before);
 
     fleet.set("c1", &c2);
     prom.wait_applied("c1", &c2);
     let o = advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
     let st = &o["state"];
-    let canary_at = humantime::parse_rfc3339(status(&url)["history"][1]["time"].as_str().unwrap()).unwrap();
+    // The soak started when the canary was seen applied (a transition of its own) and early was
+    // promoted at least 2 s later.
+    let history = status(&url)["history"].clone();
+    let soak = history.as_array().unwrap().iter().find(|h| h["message"].as_str().unwrap().contains("wave canary applied, soak")).unwrap_or_else(|| panic!("{history:#}"));
+    let soak_at = humantime::parse_rfc3339(soak["time"].as_str().unwrap()).unwrap();
     let early_at = humantime::parse_rfc3339(st["promoted_at"].as_str().unwrap()).unwrap();
-    assert!(early_at.duration_since(canary_at).unwrap() >= Duration::from_secs(2), "early promoted before the canary soaked 2 s: {st}");
+    assert!(early_at.duration_since(soak_at).unwrap() >= Duration::from_secs(2), "early promoted before the canary soaked 2 s: {st}\n{history:#}");
     // The later wave waits for its hosts.
     for h in ["e1", "e2"] {
         fleet.set(h, &c2);
@@ -317,7 +279,7 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     // `fwc fleet hosts`: every host on the rollout's commit, in its wave, healthy.
     let (code, out, err) = fwc(&["fleet", "hosts", "--repo", &url, "--prometheus", &prom.url, "--json"]);
     assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let v = conforms(serde_json::from_str(&out).unwrap(), "fleet-hosts");
     let rows = v["hosts"].as_array().unwrap();
     assert_eq!(rows.len(), 5, "{v}");
     for r in rows {
@@ -328,8 +290,11 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     assert!(text.contains("HOST") && text.lines().any(|l| l.starts_with("c1") && l.contains("canary") && l.contains("ok")), "{text}");
 
     // The audit trail: one commit per transition, newest first.
-    let log = repo.rollout_log();
-    assert!(log[0].contains("complete") && log[1].contains("promote wave all") && log[2].contains("promote wave early") && log[3].contains("start"), "{log:#?}");
+    let log = rollout_log(&repo);
+    assert!(
+        log[0].contains("complete") && log[1].contains("promote wave all") && log[2].contains("promote wave early") && log[3].contains("wave canary applied, soak") && log[4].contains("start"),
+        "{log:#?}"
+    );
 }
 
 #[test]
@@ -337,14 +302,9 @@ fn a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_fail
     if !have_tools("a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_failure") {
         return;
     }
-    let repo = Repo::new();
-    let url = repo.url();
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
-    let fleet = Fleet::new(&HOSTS, &c1);
-    let prom = Prometheus::start(fleet.serve());
-    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    let (repo, url, c1, fleet, prom) = rolled_out_v1();
 
-    let bad = repo.commit(&Policy::plain().kdl("bad"), "bad");
+    let bad = push(&repo, &Policy::plain().kdl("bad"), "bad");
     advance_until(&url, &prom, "bad started", |s| s["commit"] == bad.as_str());
     // The canary's apply fails; it stays on v1 and says the failure belongs to `bad`.
     fleet.fail("c1", &c1, &bad, "apply_failed");
@@ -357,11 +317,17 @@ fn a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_fail
         let o = advance(&url, &prom);
         assert_eq!((o["result"].as_str(), o["state"]["promoted"].as_u64()), (Some("nothing"), Some(0)), "{o}");
     }
-    assert!(!repo.rollout_log().iter().any(|l| l.contains(&bad[..12]) && l.contains("promote wave early")), "{:#?}", repo.rollout_log());
+    assert!(!rollout_log(&repo).iter().any(|l| l.contains(&bad[..12]) && l.contains("promote wave early")), "{:#?}", rollout_log(&repo));
+    // `fwc fleet hosts` shows who failed, for which commit, and that it runs the stable commit.
+    let (code, text, err) = fwc(&["fleet", "hosts", "--repo", &url, "--prometheus", &prom.url]);
+    assert_eq!(code, 0, "{err}");
+    let c1_line = text.lines().find(|l| l.starts_with("c1 ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(c1_line.contains("canary") && c1_line.contains("stable") && c1_line.contains("degraded") && c1_line.contains(&format!("apply_failed ({})", &bad[..12])), "{text}");
+    assert!(text.starts_with(&format!("rollout of {}: halted", &bad[..12])), "{text}");
 
     // A fix: a new rollout starts; the canary still reports its failure of `bad`, which must
     // not halt the fix.
-    let fix = repo.commit(&Policy::plain().kdl("fix"), "fix");
+    let fix = push(&repo, &Policy::plain().kdl("fix"), "fix");
     let o = advance(&url, &prom);
     assert_eq!((o["result"].as_str(), o["state"]["commit"].as_str(), o["state"]["phase"].as_str()), (Some("transition"), Some(fix.as_str()), Some("progressing")), "{o}");
     assert_eq!(o["state"]["stable"], c1.as_str());
@@ -377,14 +343,9 @@ fn a_failing_gate_halts_once_the_canary_applied() {
     if !have_tools("a_failing_gate_halts_once_the_canary_applied") {
         return;
     }
-    let repo = Repo::new();
-    let url = repo.url();
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
-    let fleet = Fleet::new(&HOSTS, &c1);
-    let prom = Prometheus::start(fleet.serve());
-    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    let (repo, url, _, fleet, prom) = rolled_out_v1();
     *fleet.error_ratio.lock().unwrap() = 0.5;
-    let c2 = repo.commit(&Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 0 }.kdl("v2"), "v2");
+    let c2 = push(&repo, &Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 0 }.kdl("v2"), "v2");
     advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
     fleet.set("c1", &c2);
     prom.wait_applied("c1", &c2);
@@ -393,6 +354,34 @@ fn a_failing_gate_halts_once_the_canary_applied() {
     assert!(reason.contains("gate \"errors\"") && reason.contains("0.5"), "{reason}");
     assert_eq!(o["state"]["rollback"], true);
     assert_eq!(o["state"]["promoted"], 0);
+
+    // 3 a.m.: the operator reads the state, calls it a false alarm and resumes — signed, as
+    // agents requiring signatures need; git itself verifies the state commit. The gate still
+    // fails, so the next advance halts again.
+    let (_, text, _) = fwc(&["rollout", "status", "--repo", &url]);
+    assert!(text.contains("phase:     halted (rollback to stable)") && text.contains("gate \"errors\"") && text.contains("history (fwc-rollout, newest first)"), "{text}");
+    fwc_testkit::sh(&format!("ssh-keygen -q -t ed25519 -N '' -C ctl -f {}/ctl", repo.root.display()));
+    let key = repo.root.join("ctl");
+    let allowed = repo.root.join("allowed");
+    std::fs::write(&allowed, format!("ops@example.com namespaces=\"git\" {}", std::fs::read_to_string(key.with_extension("pub")).unwrap())).unwrap();
+    let (code, out, err) = fwc(&["rollout", "resume", "--repo", &url, "--reason", "flaky gate", "--sign-key", key.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("resume") && out.contains("flaky gate"), "{out}");
+    let verified = Command::new("git")
+        .args(["-c", &format!("gpg.ssh.allowedSignersFile={}", allowed.display()), "verify-commit", "fwc-rollout"])
+        .current_dir(&repo.bare)
+        .output()
+        .unwrap();
+    assert!(verified.status.success(), "git verify-commit: {}", String::from_utf8_lossy(&verified.stderr));
+    assert_eq!(status(&url)["state"]["phase"], "progressing");
+    let o = advance_until(&url, &prom, "halted again", |s| s["phase"] == "halted");
+    assert!(o["state"]["reason"].as_str().unwrap().contains("errors"), "{o}");
+    // A missing signing key: what, why, what to do; exit 1, nothing changed.
+    let before = rollout_log(&repo).len();
+    let (code, _, err) = fwc(&["rollout", "stop", "--repo", &url, "--sign-key", "/nonexistent/key"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("does not exist") && err.contains("--sign-key"), "{err}");
+    assert_eq!(rollout_log(&repo).len(), before);
 }
 
 #[test]
@@ -400,13 +389,8 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     if !have_tools("missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave") {
         return;
     }
-    let repo = Repo::new();
-    let url = repo.url();
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
-    let fleet = Fleet::new(&HOSTS, &c1);
-    let prom = Prometheus::start(fleet.serve());
-    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
-    let c2 = repo.commit(&Policy::plain().kdl("v2"), "v2");
+    let (repo, url, _, fleet, prom) = rolled_out_v1();
+    let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
     advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
     fleet.set("c1", &c2);
     advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
@@ -429,7 +413,7 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     assert!(err.contains("cannot pause"), "{err}");
 
     // A new tip starts a new rollout; now two early hosts are missing (one allowed): halt.
-    let c3 = repo.commit(&Policy::plain().kdl("v3"), "v3");
+    let c3 = push(&repo, &Policy::plain().kdl("v3"), "v3");
     advance_until(&url, &prom, "v3 started", |s| s["commit"] == c3.as_str());
     fleet.set("c1", &c3);
     advance_until(&url, &prom, "v3 early promoted", |s| s["promoted"] == 1);
@@ -442,13 +426,13 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     for h in HOSTS {
         fleet.offline(h);
     }
-    let commits = repo.rollout_log().len();
+    let commits = rollout_log(&repo).len();
     let err = wait_until("advance to refuse an empty Prometheus", || {
         let (code, _, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "1s"]);
         (code == 1).then_some(err)
     });
     assert!(err.contains("reports no fwc agent"), "{err}");
-    assert_eq!(repo.rollout_log().len(), commits);
+    assert_eq!(rollout_log(&repo).len(), commits);
 }
 
 #[test]
@@ -480,11 +464,15 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
     wait_until("git daemon", || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
     let url = format!("git://127.0.0.1:{port}/rules.git");
 
-    let c1 = repo.commit(&Policy::plain().kdl("v1"), "v1");
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
     let fleet = Fleet::new(&HOSTS, &c1);
     let prom = Prometheus::start(fleet.serve());
 
-    // Two controllers at once, repeatedly, while nothing changes: exactly one start commit.
+    // Two controllers at once, repeatedly: each transition either is pushed or loses the race
+    // and is decided again on the winner's state; exactly one start, no transition lost or
+    // doubled (the history holds exactly the state commits reported as pushed; two controllers
+    // deciding the same transition in the same second make the same commit, pushed once).
+    let mut pushed = std::collections::BTreeSet::new();
     for round in 0..3 {
         let spawn = || {
             Command::new(FWC)
@@ -499,17 +487,21 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
         assert!(a.status.success() && b.status.success(), "{}{}", String::from_utf8_lossy(&a.stderr), String::from_utf8_lossy(&b.stderr));
         let results: Vec<Value> = [&a, &b].iter().map(|o| serde_json::from_slice(&o.stdout).unwrap()).collect();
         let transitions = results.iter().filter(|r| r["result"] == "transition").count();
+        eprintln!("round {round}: {:?}", results.iter().map(|r| (r["result"].as_str().unwrap_or("").to_string(), r["lost_races"].as_u64())).collect::<Vec<_>>());
         if round == 0 {
             assert!(transitions >= 1, "{results:#?}");
         }
-        // Every transition made is one commit, and the states decided agree with the history.
-        let log = repo.rollout_log();
+        pushed.extend(results.iter().filter_map(|r| r["pushed"].as_str().map(String::from)));
+        let log = rollout_log(&repo);
         assert!(log.iter().filter(|l| l.contains("start")).count() == 1, "two controllers both started: {log:#?}");
+        let ids = git(&repo.bare, &["log", "--format=%H", "fwc-rollout"]);
+        let ids: std::collections::BTreeSet<String> = ids.lines().map(String::from).collect();
+        assert_eq!(ids, pushed, "{log:#?}\n{results:#?}");
     }
     advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
 
     // A watching controller killed mid-wave: the next advance goes on from the ref.
-    let c2 = repo.commit(&Policy::plain().kdl("v2"), "v2");
+    let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
     let mut watch = Kill(
         Command::new(FWC)
             .args(["rollout", "advance", "--watch", "--interval", "200ms", "--repo", &url, "--prometheus", &prom.url])
@@ -527,6 +519,6 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
     }
     let o = advance_until(&url, &prom, "resumed: all promoted", |s| s["promoted"] == 2);
     assert_eq!(o["state"]["commit"], c2.as_str());
-    let log = repo.rollout_log();
+    let log = rollout_log(&repo);
     assert_eq!(log.iter().filter(|l| l.contains(&c2[..12]) && l.contains("promote wave early")).count(), 1, "{log:#?}");
 }

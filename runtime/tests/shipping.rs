@@ -220,6 +220,8 @@ fn the_deb_installs_binary_unit_man_pages_and_completions() {
         "./usr/share/fish/vendor_completions.d/fwc.fish".into(),
         "./usr/share/doc/fwc/copyright".into(),
         "./usr/share/doc/fwc/changelog.Debian.gz".into(),
+        "./usr/share/doc/fwc/fleet.md".into(),
+        "./usr/share/fwc/prometheus/fwc-alerts.yml".into(),
     ];
     let mut pages = Vec::new();
     visible_commands(&<fwc_runtime::cli::Cli as clap::CommandFactory>::command(), "fwc", &mut pages);

@@ -283,3 +283,51 @@ pub fn rerun_without_path(name: &str, arg: &str) {
     assert!(out.status.success(), "{name}, re-run with an empty PATH, failed:\n{text}");
     assert!(text.contains("1 passed"), "{name}, re-run with an empty PATH, ran no test:\n{text}");
 }
+
+/// A Prometheus server (Debian's `prometheus`) on a free loopback port scraping `targets` as job
+/// `job` every `interval` (e.g. `"1s"`; also the scrape timeout), its data in a fresh temporary
+/// directory. Killed and removed on drop, also when the test panics.
+pub struct Prometheus {
+    child: Child,
+    /// `127.0.0.1:PORT` of its HTTP API.
+    pub addr: std::net::SocketAddr,
+    dir: std::path::PathBuf,
+}
+
+impl Prometheus {
+    pub fn start(job: &str, targets: &[std::net::SocketAddr], interval: &str) -> Prometheus {
+        let dir = std::env::temp_dir().join(unique_name("prom"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let list = targets.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(", ");
+        let cfg = dir.join("prometheus.yml");
+        std::fs::write(
+            &cfg,
+            format!("global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\nscrape_configs:\n  - job_name: {job}\n    static_configs:\n      - targets: [{list}]\n"),
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start prometheus: {e}"));
+        Prometheus { child, addr, dir }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

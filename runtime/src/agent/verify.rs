@@ -76,7 +76,7 @@ pub fn verify_commit(repo: &Repository, id: Oid, policy: &SignaturePolicy) -> Re
     }
 }
 
-fn run_with_stdin(cmd: &mut Command, stdin: &[u8]) -> std::io::Result<std::process::Output> {
+pub(crate) fn run_with_stdin(cmd: &mut Command, stdin: &[u8]) -> std::io::Result<std::process::Output> {
     use std::io::Write;
     let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
     let mut input = child.stdin.take().expect("piped");

@@ -218,6 +218,7 @@ pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
         state::write_atomic(out, fwc_compiler::artifacts::to_pretty(&plan).as_bytes())?;
     }
     let effects = super::explain::live_flow_effects(&state, &req.dir, req.host.as_deref())?;
+    let rollout = fwc_compiler::source::SourceTree::from_dir(&req.dir).ok().and_then(|t| super::compile::host_rollout(&t, &plan.host));
     if req.json {
         let mut v = super::output::versioned(&serde_json::json!({"mode": "live", "has_changes": plan.has_changes()}));
         let m = v.as_object_mut().expect("an object");
@@ -226,11 +227,17 @@ pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
         }
         m.remove("artifacts");
         m.insert("flow_effects".into(), serde_json::to_value(&effects).into_diagnostic()?);
+        if let Some((w, _)) = &rollout {
+            m.insert("rollout".into(), serde_json::to_value(w).into_diagnostic()?);
+        }
         super::output::print(&v);
     } else {
         print!("{}", render_plan(&plan, g.color_stdout()));
         if let Some(e) = &effects {
             print!("{}", fwc_compiler::eval::effects::render_text(e));
+        }
+        if let Some((w, p)) = &rollout {
+            print!("\n{}", fwc_compiler::rollout::render_host_wave(w, p));
         }
         if let Some(out) = &req.out {
             println!("Saved the plan to {}; apply exactly it with `fwc apply {}`.", out.display(), out.display());

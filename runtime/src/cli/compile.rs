@@ -55,7 +55,7 @@ pub struct CompileArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n\nExit codes: 0 ok (changes or not), 1 error; with --detailed-exitcode 0 no changes, 1 error, 2 changes.")]
+#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n  fwc plan --waves                       # the fleet by rollout wave (docs/fleet.md)\n\nExit codes: 0 ok (changes or not), 1 error; with --detailed-exitcode 0 no changes, 1 error, 2 changes.")]
 pub struct PlanArgs {
     /// Rule repository (directory with fwc.kdl, inside a git checkout for --from).
     #[arg(default_value = ".")]
@@ -83,6 +83,10 @@ pub struct PlanArgs {
     /// Save the live plan (with a hash of the live state) for `fwc apply plan.json`.
     #[arg(long, conflicts_with = "from")]
     pub out: Option<PathBuf>,
+    /// Show the rollout policy and every declared host by wave (with --host: that host's wave,
+    /// declared or not). Reads only the rule files: no live host, no git (docs/fleet.md).
+    #[arg(long, conflicts_with_all = ["from", "out", "detailed_exitcode"])]
+    pub waves: bool,
     #[command(flatten)]
     pub target: super::apply::HostArgs,
 }
@@ -249,6 +253,9 @@ pub fn write_artifacts(out: &Path, artifacts: &Artifacts) -> Result<()> {
 }
 
 pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
+    if a.waves {
+        return waves(&a, g);
+    }
     let Some(from) = &a.from else {
         let req = super::apply::LivePlanRequest {
             dir: a.dir,
@@ -295,6 +302,7 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
         }
     };
     let plan = fwc_compiler::diff::plan(old.as_ref(), &new);
+    let rollout = host_rollout(&new_tree, &new.manifest.host);
     // Which flows the change opens, closes or redirects (docs/testing-policies.md).
     let effects = match fwc_compiler::eval::effects::between_trees(old_tree.as_ref().filter(|_| old.is_some()), &new_tree, host) {
         Some(Ok(e)) => Some(e),
@@ -308,17 +316,64 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
             m.extend(p);
         }
         m.insert("flow_effects".into(), serde_json::to_value(&effects).into_diagnostic()?);
+        if let Some((w, _)) = &rollout {
+            m.insert("rollout".into(), serde_json::to_value(w).into_diagnostic()?);
+        }
         super::output::print(&v);
     } else if a.format == "markdown" {
         let e = effects.unwrap_or_default();
         print!("{}", fwc_compiler::eval::effects::render_markdown(&fwc_compiler::diff::render(&plan, false), &e));
+        if let Some((w, p)) = &rollout {
+            print!("\n{}", fwc_compiler::rollout::render_host_wave(w, p));
+        }
     } else {
         print!("{}", fwc_compiler::diff::render(&plan, g.color_stdout()));
         if let Some(e) = &effects {
             print!("{}", fwc_compiler::eval::effects::render_text(e));
         }
+        if let Some((w, p)) = &rollout {
+            print!("\n{}", fwc_compiler::rollout::render_host_wave(w, p));
+        }
     }
     Ok(if a.detailed_exitcode && plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
+}
+
+/// The wave of `host` when the repository has a rollout policy (shown under a one-host plan).
+/// Files that never say `rollout` are not parsed again.
+pub(crate) fn host_rollout(tree: &SourceTree, host: &str) -> Option<(fwc_compiler::rollout::HostWave, fwc_compiler::artifacts::rollout::RolloutPolicy)> {
+    if !tree.files.values().any(|t| t.contains("rollout")) {
+        return None;
+    }
+    let fleet = fwc_compiler::rollout::fleet_plan(tree).ok()?;
+    Some((fleet.host_wave(host)?, fleet.policy?))
+}
+
+/// `fwc plan --waves [--host NAME]`: the fleet by wave, from the rule files alone.
+fn waves(a: &PlanArgs, g: &Global) -> Result<ExitCode> {
+    let fleet = match read_tree(&a.dir).and_then(|t| fwc_compiler::rollout::fleet_plan(&t)) {
+        Ok(f) => f,
+        Err(diags) => {
+            report(&diags, a.json, g);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let one = a.host.as_deref().map(|h| fleet.host_wave(h));
+    if a.json {
+        let mut v = super::output::versioned(&serde_json::json!({"mode": "waves"}));
+        let m = v.as_object_mut().expect("an object");
+        m.insert("policy".into(), serde_json::to_value(&fleet.policy).into_diagnostic()?);
+        m.insert("hosts".into(), serde_json::to_value(&fleet.hosts).into_diagnostic()?);
+        if let Some(w) = &one {
+            m.insert("host".into(), serde_json::to_value(w).into_diagnostic()?);
+        }
+        super::output::print(&v);
+    } else {
+        match (&one, &fleet.policy) {
+            (Some(Some(w)), Some(p)) => print!("{}", fwc_compiler::rollout::render_host_wave(w, p)),
+            _ => print!("{}", fwc_compiler::rollout::render_waves(&fleet)),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What `fwc fmt` did (or would do) to one file.

@@ -199,7 +199,7 @@ pub struct HostsArgs {
 fn options(r: &RemoteArgs) -> Result<Options> {
     let signer = match (&r.sign_key, &r.gpg_sign_key) {
         (Some(k), _) => Some(ssh_signer(k)?),
-        (None, Some(id)) => Some(Signer::Gpg(id.clone())),
+        (None, Some(id)) => Some(Signer::Gpg { key: id.clone(), home: None }),
         (None, None) => None,
     };
     Ok(Options { repo: r.repo.clone(), branch: r.branch.clone(), rollout_branch: r.rollout_branch.clone(), signer, attempts: r.attempts })
@@ -231,8 +231,10 @@ fn advance(a: AdvanceArgs, g: &Global) -> Result<ExitCode> {
         return once(&a.remote, Some(&p), Step::Advance, a.json, g);
     }
     let opts = options(&a.remote)?;
+    // One local copy for the whole watch: each step fetches only what is new.
+    let remote = advance::open(&opts)?;
     loop {
-        match advance::step(&opts, Some(&p), &Step::Advance, SystemTime::now) {
+        match advance::step_with(&remote, &opts, Some(&p), &Step::Advance, SystemTime::now) {
             Ok(out) => render(&out, &opts, a.json),
             // A watching controller outlives a Prometheus or git outage: say so and retry.
             Err(e) => eprintln!("{:?}", miette::Report::new(e)),
@@ -280,7 +282,7 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
             println!("  phase:     {}{} since {}", s.phase.as_str(), if s.rollback { " (rollback to stable)" } else { "" }, s.since);
             println!("  promoted:  {}{}", advance::promoted_name(s), s.promoted_at.as_deref().map(|t| format!(" at {t}")).unwrap_or_default());
             println!("  waves:     {}", s.waves.join(" -> "));
-            println!("  stable:    {}", s.stable.as_deref().unwrap_or("none yet"));
+            println!("  stable:    {}", s.stable.as_deref().unwrap_or("none yet (where stable is called for, hosts keep what they have)"));
             println!("  reason:    {}", s.reason);
             if st.tip != s.commit {
                 println!("  tip of {}: {} (not this rollout's commit)", st.branch, short(&st.tip));

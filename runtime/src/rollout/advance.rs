@@ -67,7 +67,16 @@ fn policy_error(commit: Oid, d: &fwc_compiler::diag::Diagnostics) -> RolloutErro
 /// Run `command` once against the remote: decide and push (retrying lost races).
 /// `prometheus` is required for [`Command::Advance`] (host reports and gates).
 pub fn step(opts: &Options, prometheus: Option<&Prometheus>, command: &Command, now: impl Fn() -> SystemTime) -> Result<Outcome, RolloutError> {
-    let remote = Remote::open(&opts.repo, &opts.branch, &opts.rollout_branch)?;
+    step_with(&open(opts)?, opts, prometheus, command, now)
+}
+
+/// The remote of `opts` (a throw-away local copy; keep it across steps to fetch only what is new).
+pub fn open(opts: &Options) -> Result<Remote, RolloutError> {
+    Remote::open(&opts.repo, &opts.branch, &opts.rollout_branch)
+}
+
+/// [`step`] with a remote kept by the caller (`advance --watch`).
+pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus>, command: &Command, now: impl Fn() -> SystemTime) -> Result<Outcome, RolloutError> {
     let mut lost = 0;
     loop {
         let snap = remote.fetch()?;
@@ -85,9 +94,10 @@ pub fn step(opts: &Options, prometheus: Option<&Prometheus>, command: &Command, 
         let subj = subject(snap.state.as_ref(), &tip, &command);
         let subj_oid = Oid::from_str(&subj).map_err(|_| RolloutError::new(format!("the rollout state names {subj:?}, which is not a commit id"), "fix or restart the rollout (fwc rollout start)"))?;
         let fleet = load_fleet(&remote, subj_oid, &reports)?;
-        if let (Command::Advance, Some(p), Some(f)) = (&command, prometheus, &fleet) {
-            // A monitoring outage must not read as "every host is gone" (and halt + roll back).
-            if !f.members.is_empty() && !reports.values().any(|r| r.current) {
+        if let (Command::Advance, Some(p), Some(_)) = (&command, prometheus, &fleet) {
+            // A monitoring outage must not read as "every host is gone" (and halt + roll back),
+            // nor a fleet that reports nothing as "every wave applied".
+            if !reports.values().any(|r| r.current) {
                 return Err(RolloutError::new(
                     format!("Prometheus {} reports no fwc agent (no fwc_applied_commit_info or fwc_agent_degraded series with a host label); nothing was decided", p.url),
                     "check that Prometheus scrapes the agents' /metrics and that every agent runs with --host; `fwc fleet hosts` shows what Prometheus sees",

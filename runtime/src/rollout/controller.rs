@@ -145,10 +145,12 @@ fn starts_new(s: &RolloutState, tip: &str) -> bool {
     s.commit != tip && matches!(s.phase, RolloutPhase::Complete | RolloutPhase::Stopped | RolloutPhase::Halted)
 }
 
-/// Which waves' gates [`decide`] wants results for (all waves up to the promoted one).
+/// Which waves' gates [`decide`] wants results for: every promoted wave but the last (the
+/// rollout completes when the last wave has applied; its gates are never checked).
 pub fn gates_wanted(state: Option<&RolloutState>, fleet: &Fleet) -> Vec<usize> {
+    let last = fleet.policy.waves.len().saturating_sub(1);
     match state.and_then(|s| s.promoted) {
-        Some(k) => (0..=k.min(fleet.policy.waves.len().saturating_sub(1))).collect(),
+        Some(k) => (0..=k.min(last)).filter(|w| *w < last).collect(),
         None => vec![],
     }
 }
@@ -194,7 +196,7 @@ pub fn decide(inp: &ControllerInput) -> Decision {
             },
         },
         (Command::Halt { rollback, reason }, Some(s)) => match s.phase {
-            RolloutPhase::Progressing | RolloutPhase::Paused => transition(s, RolloutPhase::Halted, *rollback, reason, "halt", &now),
+            RolloutPhase::Progressing | RolloutPhase::Paused => transition(s, RolloutPhase::Halted, *rollback, reason, if *rollback { "halt --rollback" } else { "halt" }, &now),
             RolloutPhase::Halted if *rollback && !s.rollback => transition(s, RolloutPhase::Halted, true, reason, "halt --rollback", &now),
             RolloutPhase::Halted => Decision::Nothing { why: "the rollout is already halted".into() },
             p => Decision::Refused { why: format!("cannot halt: the rollout of {} is {} (nothing is being rolled out)", short(&s.commit), p.as_str()) },
@@ -228,7 +230,8 @@ fn start(inp: &ControllerInput, st: Option<&RolloutState>, commit: &str, now: &s
     }
     if let Some(s) = st {
         if s.commit == commit && matches!(s.phase, RolloutPhase::Progressing | RolloutPhase::Paused | RolloutPhase::Complete) {
-            return Decision::Nothing { why: format!("{} is already being rolled out ({})", short(commit), s.phase.as_str()) };
+            let what = if s.phase == RolloutPhase::Complete { "rolled out" } else { "being rolled out" };
+            return Decision::Nothing { why: format!("{} is already {what} ({})", short(commit), s.phase.as_str()) };
         }
     }
     let stable = st.and_then(|s| if s.phase == RolloutPhase::Complete { Some(s.commit.clone()) } else { s.stable.clone() });
@@ -278,6 +281,9 @@ fn list(names: &[&str]) -> String {
     s
 }
 
+/// The reason of the transition that starts a wave's soak says this.
+const SOAKING: &str = "; soaking ";
+
 /// Progressing or paused, same commit: halt on failures; (progressing only) promote or complete.
 fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
     let Some(fleet) = inp.fleet else {
@@ -322,7 +328,7 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
         }
         pending.extend(waiting);
     }
-    for g in inp.gates.iter().filter(|g| g.wave <= k && fully_applied.contains(&g.wave)) {
+    for g in inp.gates.iter().filter(|g| g.wave <= k && g.wave < last && fully_applied.contains(&g.wave)) {
         if let Some(why) = &g.failure {
             return halt(s, format!("wave {}: {why}", fleet.policy.waves[g.wave].name), now);
         }
@@ -343,13 +349,23 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
         n.since = now.to_string();
         return Decision::Transition { summary: format!("rollout {}: complete", short(&s.commit)), state: n };
     }
-    let promoted_at = s.promoted_at.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok()).unwrap_or(SystemTime::UNIX_EPOCH);
-    let soaked = inp.now.duration_since(promoted_at).unwrap_or(Duration::ZERO);
-    let soak = Duration::from_secs(wave.soak_secs);
-    if soaked < soak {
-        return Decision::Nothing {
-            why: format!("wave {} is applied and soaking: {}s of {}s", wave.name, soaked.as_secs(), wave.soak_secs),
-        };
+    if wave.soak_secs > 0 {
+        // The soak counts from the moment the wave is seen fully applied and healthy: that moment
+        // is a transition of its own (`since`), the first one after the promotion (a later
+        // resume restarts the clock).
+        // (`since` has whole seconds: a soak that started in the second of the promotion is
+        // known by its reason.)
+        if s.since == s.promoted_at.clone().unwrap_or_default() && !s.reason.contains(SOAKING) {
+            let mut n = s.clone();
+            n.reason = format!("wave {} applied and healthy on every host{SOAKING}{}s before {} is promoted", wave.name, wave.soak_secs, fleet.policy.waves[k + 1].name);
+            n.since = now.to_string();
+            return Decision::Transition { summary: format!("rollout {}: wave {} applied, soak", short(&s.commit), wave.name), state: n };
+        }
+        let start = humantime::parse_rfc3339_weak(&s.since).unwrap_or(SystemTime::UNIX_EPOCH);
+        let soaked = inp.now.duration_since(start).unwrap_or(Duration::ZERO);
+        if soaked < Duration::from_secs(wave.soak_secs) {
+            return Decision::Nothing { why: format!("wave {} is applied and soaking: {}s of {}s", wave.name, soaked.as_secs(), wave.soak_secs) };
+        }
     }
     let next = &fleet.policy.waves[k + 1];
     let mut n = s.clone();
@@ -400,6 +416,19 @@ mod tests {
             since: rfc3339(at(promoted_at)),
             promoted_at: Some(rfc3339(at(promoted_at))),
         }
+    }
+
+    /// `s` with its wave seen fully applied at `t` (after the promotion: the soak started).
+    fn soaking(mut s: RolloutState, t: u64) -> RolloutState {
+        s.since = rfc3339(at(t));
+        assert_ne!(Some(&s.since), s.promoted_at.as_ref(), "the soak starts after the promotion");
+        s
+    }
+
+    fn soak_started_at_promotion() -> RolloutState {
+        let mut s = state(C2, 0, Progressing, 0);
+        s.reason = format!("wave canary applied and healthy on every host{SOAKING}60s before early is promoted");
+        s
     }
 
     fn on(commit: &str) -> HostReport {
@@ -468,19 +497,28 @@ mod tests {
             case("progressing, new tip: the current rollout continues", Some(state(C2, 0, Progressing, 0)), "3333333333333333333333333333333333333333", reports(C1, &[]), Command::Advance, 10)
                 .nothing("waiting for 1 host(s)"),
             case("canary not applied yet: wait for hosts", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Advance, 100).nothing("waiting for 1 host(s) to apply 222222222222: c1"),
-            case("canary applied, soak not over: wait", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 30).nothing("soaking: 30s of 60s"),
-            case("canary applied and soaked: promote early", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60).want(Progressing, 1, false, "early promoted"),
+            case("canary seen applied: the soak starts (a transition)", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 30).want(Progressing, 0, false, "soaking 60s"),
+            case("the soak started in the second of the promotion: soaking, not started twice", Some(soak_started_at_promotion()), C2, c2_canary(), Command::Advance, 0).nothing("soaking: 0s of 60s"),
+            case("canary soaking, not over: wait", Some(soaking(state(C2, 0, Progressing, 0), 30)), C2, c2_canary(), Command::Advance, 80).nothing("soaking: 50s of 60s"),
+            case("canary applied and soaked: promote early", Some(soaking(state(C2, 0, Progressing, 0), 30)), C2, c2_canary(), Command::Advance, 90).want(Progressing, 1, false, "early promoted"),
+            case("soaking, a host falls behind: wait for it", Some(soaking(state(C2, 0, Progressing, 0), 30)), C2, fl(), Command::Advance, 90).nothing("waiting for 1 host(s)"),
             case("a later wave's hosts may lag before their promotion", Some(state(C2, 1, Progressing, 60)), C2, c2_canary(), Command::Advance, 70).nothing("waiting for 2 host(s)"),
             case("degraded canary for this commit: halt with rollback", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "apply_failed")))]), Command::Advance, 5)
                 .want(Halted, 0, true, "c1 (apply_failed)"),
-            case("degraded for an older commit: no halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C2, C1, "rolled_back")))]), Command::Advance, 60)
+            case("degraded for an older commit: no halt", Some(soaking(state(C2, 0, Progressing, 0), 1)), C2, reports(C1, &[("c1", Some(degraded(C2, C1, "rolled_back")))]), Command::Advance, 61)
                 .want(Progressing, 1, false, "early promoted"),
             case("degraded while paused: still halts", Some(state(C2, 0, Paused, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "self_check")))]), Command::Advance, 5)
                 .want(Halted, 0, true, "self_check"),
             case("a failing gate of an applied wave: halt", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60)
                 .gate(0, Some("gate \"errors\" fails: 3"))
                 .want(Halted, 0, true, "errors"),
-            case("a holding gate: promote", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60).gate(0, None).want(Progressing, 1, false, "early promoted"),
+            case("a holding gate: promote", Some(soaking(state(C2, 0, Progressing, 0), 1)), C2, c2_canary(), Command::Advance, 61).gate(0, None).want(Progressing, 1, false, "early promoted"),
+            case("the last wave's gates are never checked: complete", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 70)
+                .gate(2, Some("fails"))
+                .want(Complete, 2, false, "is stable"),
+            case("an earlier wave's gate regressing during a later wave: halt", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 70)
+                .gate(0, Some("gate \"errors\" fails: 9"))
+                .want(Halted, 2, true, "wave canary: gate"),
             case("a failing gate of a wave still applying: wait", Some(state(C2, 0, Progressing, 0)), C2, fl(), Command::Advance, 60).gate(0, Some("fails")).nothing("waiting"),
             case("one early host missing, one allowed: promote", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", Some(on(C2))), ("e2", None)]), Command::Advance, 70)
                 .want(Progressing, 2, false, "all promoted"),
@@ -489,7 +527,7 @@ mod tests {
             case("the canary missing, none allowed: halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", None)]), Command::Advance, 5).want(Halted, 0, true, "not reporting, 0 allowed"),
             case("two early hosts missing, one allowed: halt", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", None), ("e2", None)]), Command::Advance, 70)
                 .want(Halted, 1, true, "2 host(s) not reporting, 1 allowed"),
-            case("missing hosts of unpromoted waves do not count", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(on(C2))), ("a1", None), ("a2", None)]), Command::Advance, 60)
+            case("missing hosts of unpromoted waves do not count", Some(soaking(state(C2, 0, Progressing, 0), 1)), C2, reports(C1, &[("c1", Some(on(C2))), ("a1", None), ("a2", None)]), Command::Advance, 61)
                 .want(Progressing, 1, false, "early promoted"),
             case("the last wave applied: complete, stable", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 70).want(Complete, 2, false, "is stable"),
             case("complete, same tip: nothing", Some(state(C2, 2, Complete, 60)), C2, reports(C2, &[]), Command::Advance, 70).nothing("rolled out to every wave"),
@@ -502,7 +540,7 @@ mod tests {
             case("resume a halted rollout", Some(state(C2, 0, Halted, 0)), C2, fl(), Command::Resume { reason: "false alarm".into() }, 5).want(Progressing, 0, false, "false alarm"),
             case("resume a complete rollout: refused", Some(state(C2, 2, Complete, 0)), C2, fl(), Command::Resume { reason: String::new() }, 5).nothing("cannot resume"),
             case("halt without rollback", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Halt { rollback: false, reason: "look".into() }, 5).want(Halted, 1, false, "halt by the operator: look"),
-            case("halt --rollback", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Halt { rollback: true, reason: String::new() }, 5).want(Halted, 1, true, "halt by the operator"),
+            case("halt --rollback", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Halt { rollback: true, reason: String::new() }, 5).want(Halted, 1, true, "halt --rollback by the operator"),
             case("halt --rollback after a plain halt", Some(state(C2, 1, Halted, 0)), C2, c2_early(), Command::Halt { rollback: true, reason: String::new() }, 5).want(Halted, 1, true, "halt --rollback"),
             case("halt a complete rollout: refused", Some(state(C2, 2, Complete, 0)), C2, fl(), Command::Halt { rollback: true, reason: String::new() }, 5).nothing("cannot halt"),
             case("stop during a wave", Some(state(C2, 1, Progressing, 0)), C2, c2_early(), Command::Stop { reason: "enough".into() }, 5).want(Stopped, 1, false, "stop by the operator: enough"),
@@ -589,6 +627,13 @@ mod tests {
         assert_eq!(subject(Some(&state(C1, 0, Halted, 0)), C2, &Command::Stop { reason: String::new() }), C1);
         assert_eq!(subject(None, C2, &Command::Advance), C2);
         assert_eq!(subject(Some(&p), C2, &Command::Start { commit: C1.into() }), C1);
+    }
+
+    #[test]
+    fn gates_wanted_skip_the_last_wave() {
+        assert_eq!(gates_wanted(Some(&state(C2, 0, Progressing, 0)), &fleet()), [0]);
+        assert_eq!(gates_wanted(Some(&state(C2, 2, Progressing, 0)), &fleet()), [0, 1]);
+        assert!(gates_wanted(None, &fleet()).is_empty());
     }
 
     #[test]

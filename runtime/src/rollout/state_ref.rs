@@ -6,7 +6,7 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use fwc_artifacts::rollout::{RolloutState, ROLLOUT_STATE_FILE};
 use fwc_compiler::diag::Diagnostics;
@@ -21,8 +21,9 @@ pub enum Signer {
     /// `ssh-keygen -Y sign -n git -f KEY` (a private key, or a public key whose private half the
     /// ssh-agent holds), as `git commit -S` with `gpg.format=ssh`.
     Ssh(PathBuf),
-    /// `gpg --detach-sign --armor -u KEYID` (GNUPGHOME from the environment).
-    Gpg(String),
+    /// `gpg --detach-sign --armor -u KEY` with the keyring in `home` (None: GNUPGHOME or
+    /// ~/.gnupg, as gpg itself finds it).
+    Gpg { key: String, home: Option<PathBuf> },
 }
 
 /// What one fetch found.
@@ -255,27 +256,24 @@ fn identity() -> git2::Signature<'static> {
 
 /// Sign a commit buffer as git does (`gpgsig` header content).
 pub fn sign(signer: &Signer, payload: &[u8]) -> Result<String, RolloutError> {
-    use std::io::Write;
     let (mut cmd, what) = match signer {
         Signer::Ssh(key) => {
             let mut c = Command::new("ssh-keygen");
             c.args(["-Y", "sign", "-n", "git", "-f"]).arg(key);
             (c, format!("ssh key {}", key.display()))
         }
-        Signer::Gpg(id) => {
+        Signer::Gpg { key, home } => {
             let mut c = Command::new("gpg");
-            c.args(["--batch", "--no-tty", "--detach-sign", "--armor", "-u", id]);
-            (c, format!("gpg key {id}"))
+            if let Some(h) = home {
+                c.env("GNUPGHOME", h);
+            }
+            c.args(["--batch", "--no-tty", "--detach-sign", "--armor", "-u", key]);
+            (c, format!("gpg key {key}"))
         }
     };
-    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| {
+    let out = crate::agent::verify::run_with_stdin(&mut cmd, payload).map_err(|e| {
         RolloutError::new(format!("cannot sign the state commit with the {what}: {e}"), "install openssh-client (ssh keys) or gnupg (gpg keys)")
     })?;
-    let mut stdin = child.stdin.take().expect("piped");
-    let data = payload.to_vec();
-    let w = std::thread::spawn(move || stdin.write_all(&data));
-    let out = child.wait_with_output().map_err(|e| RolloutError::new(format!("signing failed: {e}"), "check the signing key"))?;
-    let _ = w.join();
     let sig = String::from_utf8_lossy(&out.stdout).to_string();
     if !out.status.success() || sig.trim().is_empty() {
         return Err(RolloutError::new(
@@ -300,9 +298,7 @@ mod tests {
     use fwc_artifacts::rollout::{RolloutPhase, ROLLOUT_STATE_VERSION};
 
     fn sh(dir: &Path, line: &str) -> String {
-        let out = Command::new("sh").arg("-c").arg(line).current_dir(dir).output().unwrap();
-        assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        fwc_testkit::sh(&format!("cd '{}' && {line}", dir.display())).trim().to_string()
     }
 
     fn state(commit: &str, reason: &str) -> RolloutState {
@@ -368,6 +364,29 @@ mod tests {
         assert_eq!(crate::agent::verify::verify_commit(&a.repo, ib2, &pol), Err(crate::agent::verify::Refusal::Unsigned));
         // git itself reads the state commit and the file.
         assert_eq!(sh(p, "git -C r.git show fwc-rollout:rollout.json").contains("\"reason\": \"signed\""), true);
+        // GnuPG: signed with a key of one keyring, verified against a keyring holding only its
+        // public half, as an agent with --gpg-home does.
+        if fwc_testkit::which("gpg") && fwc_testkit::which("gpgconf") {
+            let (signer, trusted) = (p.join("gpg-signer"), p.join("gpg-trusted"));
+            struct Agents(Vec<PathBuf>);
+            impl Drop for Agents {
+                fn drop(&mut self) {
+                    for h in &self.0 {
+                        let _ = Command::new("gpgconf").arg("--homedir").arg(h).args(["--kill", "all"]).output();
+                    }
+                }
+            }
+            let _agents = Agents(vec![signer.clone(), trusted.clone()]);
+            sh(p, "mkdir -m 700 gpg-signer gpg-trusted && GNUPGHOME=gpg-signer gpg --batch --quiet --passphrase '' --quick-gen-key 'rollout <r@example.com>' ed25519 sign never");
+            sh(p, "GNUPGHOME=gpg-signer gpg --batch --export r@example.com | GNUPGHOME=gpg-trusted gpg --batch --quiet --import");
+            let gpg = Signer::Gpg { key: "r@example.com".into(), home: Some(signer.clone()) };
+            let id = a.write(Some(signed), &state(&tip, "gpg"), "gpg\n", Some(&gpg)).unwrap();
+            let pol = crate::agent::verify::SignaturePolicy { allowed_signers: None, gpg_home: Some(trusted.clone()) };
+            let who = crate::agent::verify::verify_commit(&a.repo, id, &pol).unwrap().unwrap();
+            assert!(who.contains("r@example.com"), "{who}");
+        } else {
+            eprintln!("SKIP (gpg part): gpg or gpgconf missing");
+        }
         // A missing key is a clear error.
         let e = ssh_signer(&p.join("nope")).unwrap_err();
         assert!(e.what.contains("does not exist"), "{e}");
