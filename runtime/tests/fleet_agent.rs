@@ -59,6 +59,10 @@ fn push_state(repo: &Repo, state: &RolloutState) -> String {
     c
 }
 
+fn state_of(commit: &str, stable: Option<&str>, promoted: Option<usize>, phase: RolloutPhase, rollback: bool) -> RolloutState {
+    state(commit, stable, promoted, phase, rollback)
+}
+
 fn state(commit: &str, stable: Option<&str>, promoted: Option<usize>, phase: RolloutPhase, rollback: bool) -> RolloutState {
     RolloutState {
         version: ROLLOUT_STATE_VERSION,
@@ -184,12 +188,12 @@ fn an_unsigned_rollout_state_is_not_followed_when_signatures_are_required() {
 // ---------------------------------------------------------------------------------------------
 // self-check
 
-fn once_in(ns: &Netns, state: &Path, url: &str) -> Output {
+fn once_as_in(ns: &Netns, host: &str, state: &Path, url: &str) -> Output {
     // The agent runs inside the namespace (no --netns): its own fetch goes through the rules
     // it applies, as on a real host.
     Command::new("ip")
         .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_fwc"), "agent", "--once", "--no-forwarder", "--metrics", "off"])
-        .args(["--host", "localhost", "--fetch-timeout", "3s", "--repo", url, "--state-dir", state.to_str().unwrap()])
+        .args(["--host", host, "--fetch-timeout", "3s", "--repo", url, "--state-dir", state.to_str().unwrap()])
         .env("FWC_LOG", "info")
         .stdin(Stdio::null())
         .output()
@@ -223,8 +227,10 @@ fn self_check_reverts_a_commit_that_cuts_the_agent_off_from_git() {
     let ls = |ns: &Netns| ns.try_exec(&["timeout", "10", "git", "ls-remote", &url]).status.success();
     assert!(wait_until(Duration::from_secs(10), || ls(&t.host)), "git daemon not reachable from the host namespace");
 
-    let c1 = repo.commit("fwc 1\noutput {\n    deny \"no-smtp\" proto=tcp port=25\n}\n", "v1", None, false);
+    // v1 has no rollout policy: applied as today.
+    let c1 = repo.commit("fwc 1\nhost \"canary-1\" {\n    labels role=canary\n}\noutput {\n    deny \"no-smtp\" proto=tcp port=25\n}\n", "v1", None, false);
     let state = repo.root.join("state");
+    let once_in = |ns: &Netns, state: &Path, url: &str| once_as_in(ns, "canary-1", state, url);
     let o = once_in(&t.host, &state, &url);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(applied(&state), Some(c1.clone()));
@@ -233,7 +239,9 @@ fn self_check_reverts_a_commit_that_cuts_the_agent_off_from_git() {
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/fleet.md")).unwrap();
     let after = &doc[doc.find("commit that cuts a host off from git, e.g.").expect("the example in docs/fleet.md")..];
     let block = after.split("```kdl\n").nth(1).and_then(|b| b.split("```").next()).unwrap();
-    let c2 = repo.commit(&format!("fwc 1\n{block}"), "cuts git off", None, false);
+    let c2 = repo.commit(block, "cuts git off", None, false);
+    // Its rollout starts: the canary wave (this host) is promoted.
+    push_state(&repo, &state_of(&c2, Some(&c1), Some(0), RolloutPhase::Progressing, false));
     let o = once_in(&t.host, &state, &url);
     let log = String::from_utf8_lossy(&o.stderr).to_string();
     assert_eq!(o.status.code(), Some(5), "the self-check failure exits like a failed apply:\n{log}");
