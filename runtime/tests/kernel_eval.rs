@@ -88,7 +88,8 @@ fn ruleset(r: &mut Rng) -> String {
             }
             match r.below(3) {
                 0 => props.push("from=\"@a\"".into()),
-                1 => props.push(format!("from=\"{}\"", if r.chance(70) { r.pick(V4_NETS) } else { r.pick(V6_NETS) })),
+                // (an ICMP rule's addresses of its own family: the other is a compile error)
+                1 => props.push(format!("from=\"{}\"", if proto == "icmp" || (proto != "icmpv6" && r.chance(70)) { r.pick(V4_NETS) } else { r.pick(V6_NETS) })),
                 _ => {}
             }
             if r.chance(30) {
