@@ -21,7 +21,7 @@
 #   UDP flood                   iperf3 -u, 64-byte datagrams for 5 s from a client namespace
 #                               through `deny from=@big` (input hook): packets/s received, and
 #                               iperf3's CPU of the receiving host, per layout, interleaved;
-#                               also with the blocklist rule(s) repeated 50 times, so the
+#                               also with the blocklist rule(s) repeated 1000 times, so the
 #                               lookups dominate the per-packet cost
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -154,7 +154,7 @@ print("%.0f %.1f" % ((s["packets"] - s["lost_packets"]) / s["seconds"], r["cpu_u
 PY
   ip netns del "$cl"; ip netns del "$ns"
 }
-for AMPLIFY in 1 50; do
+for AMPLIFY in 1 1000; do
   for i in $(seq "$REPEATS"); do
     flood "$work/art-base/nftables.json" "hash-$AMPLIFY"
     [ $have_old = 1 ] && flood "$work/art-old/nftables.json" "interval-$AMPLIFY"
@@ -173,7 +173,7 @@ echo "| fwc apply -1 element: wall / engine | $(median < "$work/minus.wall") / $
 echo "| fwc plan, one element deleted behind fwc's back (named) | $(median < "$work/drift") | |"
 echo "| other program: nft add element into its own interval set | $(median < "$work/other-hash") | $([ -s "$work/other-interval" ] && median < "$work/other-interval") |"
 echo "| CIDR ban into fwc's dynamic set | $(median < "$work/dynamic") | |"
-for a in 1 50; do
+for a in 1 1000; do
   echo "| UDP flood, blocklist rule x$a: packets/s received | $(cut -d' ' -f1 "$work/flood-hash-$a" | median) | $([ -s "$work/flood-interval-$a" ] && cut -d' ' -f1 "$work/flood-interval-$a" | median) |"
   echo "| UDP flood, blocklist rule x$a: receiving host CPU % (iperf3) | $(cut -d' ' -f2 "$work/flood-hash-$a" | median) | $([ -s "$work/flood-interval-$a" ] && cut -d' ' -f2 "$work/flood-interval-$a" | median) |"
 done
