@@ -63,7 +63,7 @@ while [[ $# -gt 0 ]]; do
     --report) REPORT_ONLY=1; OUT=$2; shift 2;;
     --fwc-var) FWCVARS+=("$2"); shift 2;;
     --peer) PEERS+=("$2"); shift 2;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2;;
   esac
 done

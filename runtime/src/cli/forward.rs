@@ -18,7 +18,10 @@ use super::Global;
 fwc forward --state-dir /var/lib/fwc          # the forwarder `fwc apply` hands forward.json to\n  \
 fwc forward --config forward.json             # standalone; SIGHUP reloads the file\n  \
 fwc forward --stats --state-dir /var/lib/fwc  # counters of the running forwarder (--json for machines)\n\n\
-Environment: FWC_FORWARD_SPLICE=0 moves TCP with a buffered copy instead of splice(2).")]
+Environment: FWC_FORWARD_SPLICE=0 moves TCP with a buffered copy instead of splice(2);\n  \
+FWC_FORWARD_PIPE_SIZE / FWC_FORWARD_PIPE_MAX (bytes) set the size a splice pipe starts at\n  \
+(64 KiB) and grows to while a flow fills it (1 MiB; past fs.pipe-max-size needs\n  \
+CAP_SYS_RESOURCE); FWC_FORWARD_UDP_OFFLOAD=0 turns off UDP_GRO/UDP_SEGMENT.")]
 pub struct ForwardArgs {
     /// Run the listeners of this forward.json (`fwc compile --out DIR` writes one). SIGHUP
     /// reloads it without dropping connections of unchanged rules.
