@@ -70,9 +70,9 @@ golden_cases! {
     case_26_containers => "26-containers",
     case_27_forward_health_kernel => "27-forward-health-kernel",
     case_28_forward_dns_kernel => "28-forward-dns-kernel",
-    case_31_rollout => "31-rollout",
     case_29_icmp_reject_log => "29-icmp-reject-log",
     case_30_source_nat => "30-source-nat",
+    case_31_rollout => "31-rollout",
 }
 
 #[test]
