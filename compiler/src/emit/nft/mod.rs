@@ -131,6 +131,17 @@
 //! then `reject` — ICMP(v6) port unreachable — or the chain block's `reject-with=`), so a
 //! forward still passes a rejecting chain (see `filters`).
 //!
+//! # Big sets
+//!
+//! A static set above `setlayout::INTERVAL_MAX` networks per family is a plain hash set per
+//! prefix length (`crate::setlayout` decides, with controlled prefix expansion). A rule matching
+//! it is emitted once per length (and per combination, when both `from` and `to` are such
+//! sets): `ip saddr & 255.255.255.0 @bl_v4_24 … drop`, `ip saddr @bl_v4_32 … drop`, all with the
+//! rule's comment. The networks are disjoint, so a packet takes at most one of the copies and
+//! the copies' counters add up to the rule's. Rules that must stay one nft rule (a `rate` or
+//! `log-rate` limit, a forward's guards and round robin, shapes) never see such a set: `select` keeps the
+//! sets they use as interval sets (`family::one_alt` asserts it).
+//!
 //! # Counters and comments
 //!
 //! Every rule that stands for an fwc rule carries `counter` and the comment
