@@ -36,7 +36,7 @@ pub struct ImportArgs {
     #[arg(long)]
     pub live: bool,
     /// With --live: the network namespace whose ruleset to read.
-    #[arg(long, requires = "live")]
+    #[arg(long, requires = "live", value_hint = clap::ValueHint::Other)]
     pub netns: Option<String>,
     /// Where to write the rule repository (must not hold one yet).
     #[arg(long)]

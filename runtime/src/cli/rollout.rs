@@ -81,13 +81,13 @@ pub enum RolloutCommand {
 pub struct RemoteArgs {
     /// Git URL of the rule repository (https://, ssh://, git://, file://); the controller needs
     /// push access to the rollout branch only.
-    #[arg(long, env = "FWC_REPO")]
+    #[arg(long, env = "FWC_REPO", value_hint = clap::ValueHint::Url)]
     pub repo: String,
     /// The rule branch the agents follow.
-    #[arg(long, default_value = "main")]
+    #[arg(long, default_value = "main", value_hint = clap::ValueHint::Other)]
     pub branch: String,
     /// The branch holding rollout.json.
-    #[arg(long, default_value = fwc_artifacts::rollout::DEFAULT_ROLLOUT_BRANCH)]
+    #[arg(long, default_value = fwc_artifacts::rollout::DEFAULT_ROLLOUT_BRANCH, value_hint = clap::ValueHint::Other)]
     pub rollout_branch: String,
     /// Sign state commits with this ssh key (as `git commit -S` with gpg.format=ssh); needed when
     /// the agents run with --allowed-signers. A private key, or a public key held by the ssh-agent.
@@ -115,7 +115,7 @@ pub struct StartArgs {
 #[derive(Debug, clap::Args)]
 pub struct AdvanceArgs {
     /// Prometheus server scraping the agents (plain http), e.g. http://prometheus:9090.
-    #[arg(long, env = "FWC_PROMETHEUS")]
+    #[arg(long, env = "FWC_PROMETHEUS", value_hint = clap::ValueHint::Url)]
     pub prometheus: String,
     /// A declared host absent from Prometheus this long counts as missing (against the wave's
     /// max-unavailable); a shorter absence (a failed scrape) only delays promotion.
@@ -185,7 +185,7 @@ Exit codes: 0 ok; 1 error.")]
 
 #[derive(Debug, clap::Args)]
 pub struct HostsArgs {
-    #[arg(long, env = "FWC_PROMETHEUS")]
+    #[arg(long, env = "FWC_PROMETHEUS", value_hint = clap::ValueHint::Url)]
     pub prometheus: String,
     /// A host absent from the latest scrape but seen this recently is shown as `stale`.
     #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
