@@ -40,6 +40,26 @@ pub struct RolloutPolicy {
     /// self-check); a failure reverts the apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<Probe>,
+    /// `window allow=… / deny=…`: when the controller may promote a wave (starting a rollout
+    /// included). Empty = any time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<Window>,
+}
+
+/// A promotion window: on `days`, from `start_min` to `end_min` (minutes after local midnight,
+/// `end_min` up to 1440 = 24:00, exclusive), local time being UTC + `offset_min`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Window {
+    /// `allow=` (true) or `deny=` (false).
+    pub allow: bool,
+    /// Days of the week, 0 = Monday … 6 = Sunday, ascending.
+    pub days: Vec<u8>,
+    pub start_min: u16,
+    pub end_min: u16,
+    /// `tz=`: minutes east of UTC (0 = UTC).
+    #[serde(default)]
+    pub offset_min: i16,
 }
 
 /// One wave of a rollout.

@@ -644,6 +644,8 @@ pub use fwc_artifacts::RuleKind;
 pub struct RolloutDecl {
     pub waves: Vec<WaveDecl>,
     pub probes: Vec<ProbeDecl>,
+    /// `window allow=… / deny=…` nodes that parsed (span: the node).
+    pub windows: Vec<Spanned<fwc_artifacts::rollout::Window>>,
     /// The `rollout` node's name.
     #[serde(skip)]
     pub span: Span,

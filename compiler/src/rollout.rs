@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxUnavailable, RolloutPolicy, Wave, WaveSelect};
+use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxUnavailable, RolloutPolicy, Wave, WaveSelect, Window};
 use serde::Serialize;
 
 use crate::diag::{Diagnostic, Diagnostics};
@@ -106,7 +106,122 @@ pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
                 .collect(),
         })
         .collect();
-    RolloutPolicy { waves, probes: decl.probes.iter().filter_map(|p| p.probe.as_ref().map(|p| p.value.clone())).collect() }
+    RolloutPolicy {
+        waves,
+        probes: decl.probes.iter().filter_map(|p| p.probe.as_ref().map(|p| p.value.clone())).collect(),
+        windows: decl.windows.iter().map(|w| w.value.clone()).collect(),
+    }
+}
+
+const DAY_NAMES: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+const WINDOW_HELP: &str = "write \"DAYS HH:MM-HH:MM\": a day (Sat), a range (Mon-Fri) or a comma list (Sat,Sun), then the hours, e.g. \"Mon-Fri 09:00-17:00\" or \"Fri 15:00-24:00\"";
+
+/// A window's `allow=`/`deny=` text, `"Mon-Fri 09:00-17:00"`: (days 0 = Monday, ascending;
+/// start and end in minutes after midnight, `24:00` = 1440 allowed as the end).
+pub(crate) fn parse_window_spec(s: &str) -> Result<(Vec<u8>, u16, u16), crate::units::UnitError> {
+    let bad = |m: String, help: &str| crate::units::UnitError { message: m, help: help.into() };
+    let mut parts = s.split_whitespace();
+    let (Some(days), Some(hours), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad(format!("\"{s}\" is not \"DAYS HH:MM-HH:MM\""), WINDOW_HELP));
+    };
+    let day = |d: &str| {
+        DAY_NAMES.iter().position(|n| n.eq_ignore_ascii_case(d)).map(|i| i as u8).ok_or_else(|| {
+            let help = match crate::suggest::did_you_mean(d, DAY_NAMES.iter().copied()) {
+                Some(m) => format!("did you mean {m}? days are Mon, Tue, Wed, Thu, Fri, Sat, Sun"),
+                None => "days are written Mon, Tue, Wed, Thu, Fri, Sat, Sun (a range: Mon-Fri; a list: Sat,Sun)".into(),
+            };
+            bad(format!("\"{d}\" is not a day"), &help)
+        })
+    };
+    let mut set = [false; 7];
+    for item in days.split(',') {
+        match item.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (day(a)?, day(b)?);
+                let mut d = a;
+                loop {
+                    set[d as usize] = true;
+                    if d == b {
+                        break;
+                    }
+                    d = (d + 1) % 7;
+                }
+            }
+            None => set[day(item)? as usize] = true,
+        }
+    }
+    let hours_help = "write the hours as HH:MM-HH:MM on a 24-hour clock, e.g. 09:00-17:00 (24:00 ends at midnight)";
+    let Some((a, b)) = hours.split_once('-') else {
+        return Err(bad(format!("\"{hours}\" is not HH:MM-HH:MM"), hours_help));
+    };
+    let clock = |t: &str, end: bool| -> Result<u16, crate::units::UnitError> {
+        let parsed = t.split_once(':').and_then(|(h, m)| {
+            let ok = |x: &str| x.len() == 2 && x.bytes().all(|c| c.is_ascii_digit());
+            (ok(h) && ok(m)).then(|| (h.parse::<u16>().unwrap_or(99), m.parse::<u16>().unwrap_or(99)))
+        });
+        match parsed {
+            Some((24, 0)) if end => Ok(1440),
+            Some((h, m)) if h < 24 && m < 60 => Ok(h * 60 + m),
+            _ => Err(bad(format!("\"{t}\" is not a time of day (HH:MM, 00:00 to {})", if end { "24:00" } else { "23:59" }), hours_help)),
+        }
+    };
+    let (start, end) = (clock(a, false)?, clock(b, true)?);
+    if start >= end {
+        return Err(bad(
+            format!("the window {hours} ends before it starts"),
+            "a window lies within one day; for one that crosses midnight write two: window allow=\"Fri 22:00-24:00\" and window allow=\"Sat 00:00-02:00\"",
+        ));
+    }
+    Ok(((0..7u8).filter(|d| set[*d as usize]).collect(), start, end))
+}
+
+/// A window's `tz=`: `"UTC"` or a fixed offset `"+01:00"` / `"-05:30"`, as minutes east of UTC.
+pub(crate) fn parse_window_tz(s: &str) -> Result<i16, crate::units::UnitError> {
+    let help = "write tz=\"UTC\" (the default) or a fixed offset from UTC such as tz=\"+01:00\" or tz=\"-05:30\"; named zones such as \"Europe/Berlin\" are not supported yet (a fixed offset does not follow daylight saving time)";
+    let bad = |m: String| crate::units::UnitError { message: m, help: help.into() };
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("UTC") || t == "Z" {
+        return Ok(0);
+    }
+    let rest = t.strip_prefix("UTC").unwrap_or(t);
+    let sign = match rest.as_bytes().first() {
+        Some(b'+') => 1,
+        Some(b'-') => -1,
+        _ if t.contains('/') || t.bytes().any(|c| c.is_ascii_alphabetic()) => return Err(bad(format!("\"{s}\" is a named time zone; only UTC and fixed offsets are supported yet"))),
+        _ => return Err(bad(format!("\"{s}\" is not UTC or an offset like +01:00"))),
+    };
+    let digits = &rest[1..];
+    let (h, m) = digits.split_once(':').unwrap_or((digits, "00"));
+    let two = |x: &str| (x.len() == 2 && x.bytes().all(|c| c.is_ascii_digit())).then(|| x.parse::<i16>().ok()).flatten();
+    match (two(h), two(m)) {
+        (Some(h), Some(m)) if m < 60 && h * 60 + m <= 14 * 60 => Ok(sign * (h * 60 + m)),
+        _ => Err(bad(format!("\"{s}\" is not an offset from -14:00 to +14:00 (like +01:00)"))),
+    }
+}
+
+/// A window for people: `allow Mon-Fri 09:00-17:00 UTC+01:00`.
+pub fn describe_window(w: &Window) -> String {
+    let mut days: Vec<String> = vec![];
+    let mut i = 0;
+    while i < w.days.len() {
+        let mut j = i;
+        while j + 1 < w.days.len() && w.days[j + 1] == w.days[j] + 1 {
+            j += 1;
+        }
+        let (a, b) = (DAY_NAMES[w.days[i] as usize % 7], DAY_NAMES[w.days[j] as usize % 7]);
+        days.push(match j - i {
+            0 => a.to_string(),
+            1 => format!("{a},{b}"),
+            _ => format!("{a}-{b}"),
+        });
+        i = j + 1;
+    }
+    let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
+    let tz = match w.offset_min {
+        0 => "UTC".to_string(),
+        o => format!("UTC{}{:02}:{:02}", if o < 0 { '-' } else { '+' }, o.unsigned_abs() / 60, o.unsigned_abs() % 60),
+    };
+    format!("{} {} {}-{} {tz}", if w.allow { "allow" } else { "deny" }, days.join(","), hm(w.start_min), hm(w.end_min))
 }
 
 fn select_of(w: &WaveDecl) -> WaveSelect {
@@ -201,6 +316,12 @@ pub fn render_waves(plan: &FleetPlan) -> String {
     }
     if plan.hosts.is_empty() {
         s.push_str("\nNo host block declares the fleet: each agent finds its wave from its --host name (`fwc plan --waves --host NAME`).\n");
+    }
+    if !policy.windows.is_empty() {
+        s.push_str("\nPromotion windows (a wave is promoted only inside an allow window, if any, and outside every deny window):\n");
+        for w in &policy.windows {
+            let _ = writeln!(s, "  {}", describe_window(w));
+        }
     }
     if !policy.probes.is_empty() {
         s.push_str("\nSelf-check probes after every apply (besides fetching the git remote):\n");
@@ -490,6 +611,46 @@ host "web-4" { labels role=web; }
     }
 
     #[test]
+    fn windows_compile() {
+        let text = format!(
+            "{FLEET}rollout {{\n    window allow=\"Mon-Fri 09:00-17:00\" tz=\"UTC\"\n    window deny=\"Fri 15:00-24:00\"\n    window allow=\"sat,Sun 10:30-12:00\" tz=\"-05:30\"\n    window allow=\"Sat-Mon 01:00-02:00\" tz=\"+01:00\"\n    wave \"canary\" on=\"role=canary\"\n    wave \"all\"\n}}\n"
+        );
+        let p = fleet_plan(&tree(&text)).unwrap().policy.unwrap();
+        assert_eq!(p.windows, vec![
+            Window { allow: true, days: vec![0, 1, 2, 3, 4], start_min: 540, end_min: 1020, offset_min: 0 },
+            Window { allow: false, days: vec![4], start_min: 900, end_min: 1440, offset_min: 0 },
+            Window { allow: true, days: vec![5, 6], start_min: 630, end_min: 720, offset_min: -330 },
+            Window { allow: true, days: vec![0, 5, 6], start_min: 60, end_min: 120, offset_min: 60 },
+        ]);
+        let described: Vec<String> = p.windows.iter().map(describe_window).collect();
+        assert_eq!(described, [
+            "allow Mon-Fri 09:00-17:00 UTC",
+            "deny Fri 15:00-24:00 UTC",
+            "allow Sat,Sun 10:30-12:00 UTC-05:30",
+            "allow Mon,Sat,Sun 01:00-02:00 UTC+01:00"
+        ]);
+        assert!(render_waves(&fleet_plan(&tree(&text)).unwrap()).contains("Promotion windows"));
+        // Without windows the policy serialises exactly as before (the field is additive).
+        let none = fleet_plan(&tree(&format!("{FLEET}rollout {{\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
+        assert!(!serde_json::to_string(&none).unwrap().contains("windows"));
+    }
+
+    #[test]
+    fn window_values() {
+        assert!(parse_window_spec("Mon 00:00-24:00").is_ok());
+        for bad in ["Mon", "Mon 9:00-17:00", "Mon 09:00-17:00 x", "Mun 09:00-17:00", "Mon 17:00-09:00", "Mon 09:00-09:00", "Mon 24:00-24:00", "Mon 09:00-24:01", "Mon 09:60-10:00"] {
+            assert!(parse_window_spec(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_window_tz("UTC").unwrap(), 0);
+        assert_eq!(parse_window_tz("+01:00").unwrap(), 60);
+        assert_eq!(parse_window_tz("-05:30").unwrap(), -330);
+        assert!(parse_window_tz("+0530").is_err());
+        assert!(parse_window_tz("+15:00").is_err());
+        let e = parse_window_tz("Europe/Berlin").unwrap_err();
+        assert!(e.message.contains("named time zone") && e.help.contains("not supported yet"), "{e:?}");
+    }
+
+    #[test]
     fn wave_of_an_undeclared_host() {
         let policy = fleet_plan(&tree(&format!("{FLEET}rollout {{\n wave \"c\" on=\"role=canary\"\n wave \"p\" percent=100\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
         let none = BTreeMap::new();
@@ -507,6 +668,7 @@ host "web-4" { labels role=web; }
                 .map(|(i, select)| Wave { name: format!("w{i}"), select, soak_secs: 0, max_unavailable: MaxUnavailable::default(), gates: vec![] })
                 .collect(),
             probes: vec![],
+            windows: vec![],
         };
         let none = BTreeMap::new();
         let mut counts = [0usize; 3];

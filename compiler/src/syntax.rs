@@ -40,7 +40,8 @@ const REPEATABLE_PROPS: &[&str] = &["file"];
 const SET_PROPS: &[&str] = &["file", "dynamic", "timeout", "size"];
 /// Largest `size=` of a dynamic set (elements per address family).
 pub const MAX_DYNAMIC_SET_SIZE: i128 = 16_777_216;
-const ROLLOUT_CHILDREN: &[&str] = &["wave", "probe"];
+const ROLLOUT_CHILDREN: &[&str] = &["wave", "probe", "window"];
+const WINDOW_PROPS: &[&str] = &["allow", "deny", "tz"];
 const WAVE_PROPS: &[&str] = &["on", "percent", "soak", "max-unavailable"];
 const GATE_PROPS: &[&str] = &["query", "max", "min", "allow-empty"];
 const PROBE_PROPS: &[&str] = &["tcp", "http"];
@@ -1047,7 +1048,7 @@ impl Parser<'_, '_> {
                 .rule(rule)
                 .help("the policy is its block: rollout { wave \"canary\" on=\"role=canary\"; wave \"all\" }");
         }
-        let mut decl = RolloutDecl { waves: Vec::new(), probes: Vec::new(), span: self.span(node.name().span()) };
+        let mut decl = RolloutDecl { waves: Vec::new(), probes: Vec::new(), windows: Vec::new(), span: self.span(node.name().span()) };
         for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
             match child.name().value() {
                 "wave" => {
@@ -1060,12 +1061,17 @@ impl Parser<'_, '_> {
                         decl.probes.push(p);
                     }
                 }
+                "window" => {
+                    if let Some(w) = self.window(child) {
+                        decl.windows.push(w);
+                    }
+                }
                 other => {
                     let span = self.span(child.name().span());
                     let help = match did_you_mean(other, ROLLOUT_CHILDREN.iter().copied()) {
                         _ if other == "gate" => "a gate belongs to a wave: wave \"canary\" on=\"role=canary\" { gate \"errors\" query=\"…\" max=0.01 }".into(),
                         Some(s) => format!("did you mean `{s}`?"),
-                        None => "a rollout block holds `wave \"name\" …` nodes (in promotion order) and `probe \"name\" …` nodes".into(),
+                        None => "a rollout block holds `wave \"name\" …` nodes (in promotion order), `probe \"name\" …` and `window allow=\"…\"` / `window deny=\"…\"` nodes".into(),
                     };
                     self.error("unknown-node", format!("unknown node `{other}` in the rollout block"), span, "here").rule(rule).help(help);
                 }
@@ -1176,6 +1182,46 @@ impl Parser<'_, '_> {
             _ => tcp.or(http),
         };
         Some(ProbeDecl { name, probe, span: self.span(node.span()) })
+    }
+
+    /// `window allow="Mon-Fri 09:00-17:00" tz="+01:00"` (or `deny=`): a promotion window; the
+    /// spec and the zone are parsed by [`crate::rollout::parse_window_spec`] / [`crate::rollout::parse_window_tz`].
+    fn window(&mut self, node: &KdlNode) -> Option<Spanned<fwc_artifacts::rollout::Window>> {
+        let rule = "window";
+        let mut p = self.props(node, rule, WINDOW_PROPS, 0);
+        self.no_children(node, rule);
+        let allow = self.text(&mut p, "allow");
+        let deny = self.text(&mut p, "deny");
+        let tz = self.text(&mut p, "tz");
+        let span = self.span(node.span());
+        let given = |k: &str| node.entries().iter().any(|e| e.name().is_some_and(|id| id.value() == k));
+        let (is_allow, (text, at)) = match (allow, deny) {
+            (Some(a), None) => (true, a),
+            (None, Some(d)) => (false, d),
+            (Some(_), Some(_)) => {
+                self.error("rollout-window", "a window is allow= or deny=, not both", span, "this window")
+                    .rule(rule)
+                    .help("write two windows: window allow=\"Mon-Fri 09:00-17:00\" and window deny=\"Fri 15:00-24:00\"");
+                return None;
+            }
+            (None, None) => {
+                if !given("allow") && !given("deny") {
+                    let at = self.span(node.name().span());
+                    self.error("rollout-window", "this window has neither allow= nor deny=", at, "allow= or deny= missing")
+                        .rule(rule)
+                        .help("write window allow=\"Mon-Fri 09:00-17:00\" (promote only then) or window deny=\"Fri 15:00-24:00\" (never promote then)");
+                }
+                return None;
+            }
+        };
+        let key = if is_allow { "allow" } else { "deny" };
+        let spec = self.convert_as("rollout-window", rule, key, &text, at, crate::rollout::parse_window_spec)?;
+        let offset = match tz {
+            Some((t, s)) => self.convert_as("rollout-window", rule, "tz", &t, s, crate::rollout::parse_window_tz)?.value,
+            None => 0,
+        };
+        let (days, start_min, end_min) = spec.value;
+        Some(Spanned::new(fwc_artifacts::rollout::Window { allow: is_allow, days, start_min, end_min, offset_min: offset }, span))
     }
 
     /// [`Parser::convert`] with a `rollout-bad-<key>` code.
