@@ -234,6 +234,11 @@ fn start(inp: &ControllerInput, st: Option<&RolloutState>, commit: &str, now: &s
             return Decision::Nothing { why: format!("{} is already {what} ({})", short(commit), s.phase.as_str()) };
         }
     }
+    // Starting a rollout promotes wave 0: the windows hold back an automatic start (an operator's
+    // `start` is never blocked).
+    if !by_operator && !super::window::open_at(&fleet.policy.windows, inp.now) {
+        return Decision::Nothing { why: format!("{} for the rollout of {}", super::window::closed_reason(&fleet.policy.windows, inp.now), short(commit)) };
+    }
     let stable = st.and_then(|s| if s.phase == RolloutPhase::Complete { Some(s.commit.clone()) } else { s.stable.clone() });
     let reason = match (by_operator, st) {
         (true, _) => format!("started by the operator: {} promoted", fleet.policy.waves[0].name),
@@ -368,6 +373,9 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
         }
     }
     let next = &fleet.policy.waves[k + 1];
+    if !super::window::open_at(&fleet.policy.windows, inp.now) {
+        return Decision::Nothing { why: format!("{} to promote {}", super::window::closed_reason(&fleet.policy.windows, inp.now), next.name) };
+    }
     let mut n = s.clone();
     n.promoted = Some(k + 1);
     n.promoted_at = Some(now.to_string());
@@ -379,7 +387,7 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fwc_artifacts::rollout::{Wave, WaveSelect};
+    use fwc_artifacts::rollout::{Wave, WaveSelect, Window};
 
     const C1: &str = "1111111111111111111111111111111111111111";
     const C2: &str = "2222222222222222222222222222222222222222";
@@ -395,11 +403,15 @@ mod tests {
 
     /// canary (c1), early (e1, e2; one may be missing), all (a1, a2, a3).
     fn fleet() -> Fleet {
+        fleet_with(vec![])
+    }
+
+    fn fleet_with(windows: Vec<Window>) -> Fleet {
         let mut members = vec![];
         for (w, names) in [(0, &["c1"][..]), (1, &["e1", "e2"]), (2, &["a1", "a2", "a3"])] {
             members.extend(names.iter().map(|n| Member { name: n.to_string(), wave: w, declared: true }));
         }
-        Fleet { policy: RolloutPolicy { waves: vec![wave("canary", 60, 0), wave("early", 0, 1), wave("all", 0, 0)], probes: vec![] }, members }
+        Fleet { policy: RolloutPolicy { waves: vec![wave("canary", 60, 0), wave("early", 0, 1), wave("all", 0, 0)], probes: vec![], windows }, members }
     }
 
     fn state(commit: &str, promoted: usize, phase: RolloutPhase, promoted_at: u64) -> RolloutState {
@@ -554,14 +566,61 @@ mod tests {
 
     #[test]
     fn every_transition() {
-        let f = fleet();
+        run(&fleet(), cases());
+    }
+
+    fn win(allow: bool, days: &[u8], start: u16, end: u16, offset_min: i16) -> Window {
+        Window { allow, days: days.to_vec(), start_min: start, end_min: end, offset_min }
+    }
+
+    /// T0 is Friday 2027-01-15 08:00 UTC.
+    #[test]
+    fn promotion_windows() {
+        // window allow="Mon-Fri 09:00-17:00" tz="UTC"; window deny="Fri 15:00-24:00"
+        let office = fleet_with(vec![win(true, &[0, 1, 2, 3, 4], 9 * 60, 17 * 60, 0), win(false, &[4], 15 * 60, 1440, 0)]);
+        let c2_canary = || reports(C1, &[("c1", Some(on(C2)))]);
+        let soaked = || Some(soaking(state(C2, 0, Progressing, 0), 30));
+        const H: u64 = 3600;
+        run(&office, vec![
+            case("inside the allow window: promote", soaked(), C2, c2_canary(), Command::Advance, H).want(Progressing, 1, false, "early promoted"),
+            case("outside the allow window: wait, and say when it opens", soaked(), C2, c2_canary(), Command::Advance, 100)
+                .nothing("waiting: outside the promotion windows (next opens 2027-01-15T09:00:00Z) to promote early"),
+            case("inside the deny window: wait until Monday", soaked(), C2, c2_canary(), Command::Advance, 7 * H)
+                .nothing("outside the promotion windows (next opens 2027-01-18T09:00:00Z)"),
+            case("a new tip outside the windows: the start (wave 0) waits", Some(state(C1, 2, Complete, 0)), C2, reports(C1, &[]), Command::Advance, 100)
+                .nothing("outside the promotion windows"),
+            case("a new tip inside the windows: start", Some(state(C1, 2, Complete, 0)), C2, reports(C1, &[]), Command::Advance, H).want(Progressing, 0, false, "was complete"),
+            case("the operator's start is never blocked", Some(state(C1, 2, Complete, 0)), C2, reports(C1, &[]), Command::Start { commit: C2.into() }, 100)
+                .want(Progressing, 0, false, "started by the operator"),
+            case("a degraded canary halts outside the windows", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "apply_failed")))]), Command::Advance, 100)
+                .want(Halted, 0, true, "c1 (apply_failed)"),
+            case("a degraded canary halts inside the deny window", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "apply_failed")))]), Command::Advance, 8 * H)
+                .want(Halted, 0, true, "c1 (apply_failed)"),
+            case("pause outside the windows", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Pause { reason: String::new() }, 100).want(Paused, 0, false, "pause"),
+            case("halt --rollback outside the windows", Some(state(C2, 1, Progressing, 0)), C2, c2_canary(), Command::Halt { rollback: true, reason: String::new() }, 100)
+                .want(Halted, 1, true, "halt --rollback"),
+            case("stop outside the windows", Some(state(C2, 1, Progressing, 0)), C2, c2_canary(), Command::Stop { reason: String::new() }, 100).want(Stopped, 1, false, "stop"),
+            case("the soak starts outside the windows (not a promotion)", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 30).want(Progressing, 0, false, "soaking 60s"),
+            case("the last wave applied outside the windows: complete (not a promotion)", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 100)
+                .want(Complete, 2, false, "is stable"),
+        ]);
+        // window allow="Thu 23:00-24:00" tz="-09:00": Friday 08:00-09:00 UTC (another day in UTC).
+        let west = fleet_with(vec![win(true, &[3], 23 * 60, 1440, -9 * 60)]);
+        run(&west, vec![
+            case("a window across a fixed offset: open at Thu 23:30 local = Fri 08:30 UTC", soaked(), C2, c2_canary(), Command::Advance, H / 2).want(Progressing, 1, false, "early promoted"),
+            case("a window across a fixed offset: closed at Fri 00:00 local = 09:00 UTC", soaked(), C2, c2_canary(), Command::Advance, H)
+                .nothing("next opens 2027-01-22T08:00:00Z"),
+        ]);
+    }
+
+    fn run(f: &Fleet, cases: Vec<Case>) {
         let mut failures = vec![];
-        for c in cases() {
+        for c in cases {
             let inp = ControllerInput {
                 state: c.state.as_ref(),
                 branch: "main",
                 tip: c.tip,
-                fleet: Some(&f),
+                fleet: Some(f),
                 reports: &c.reports,
                 gates: &c.gates,
                 command: c.command.clone(),

@@ -1,6 +1,6 @@
 //! Fleet rollouts (issue 23): a commit reaches the fleet in health-gated waves. The controller's
 //! pure decision ([`controller`]), the rollout state on a git ref ([`state_ref`]), host reports
-//! and gates from Prometheus ([`prometheus`]) and the I/O step that ties them ([`advance`]);
+//! and gates from Prometheus ([`prometheus`]), promotion windows ([`window`]) and the I/O step that ties them ([`advance`]);
 //! the agent's pure decision of which commit to run ([`follow`]).
 
 pub mod advance;
@@ -8,6 +8,7 @@ pub mod controller;
 pub mod follow;
 pub mod prometheus;
 pub mod state_ref;
+pub mod window;
 
 /// Why a rollout command failed: what happened and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
