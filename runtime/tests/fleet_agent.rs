@@ -264,40 +264,15 @@ fn self_check_reverts_a_commit_that_cuts_the_agent_off_from_git() {
 // ---------------------------------------------------------------------------------------------
 // real agents, a real Prometheus scraping them, `fwc rollout` deciding
 
-/// A Prometheus server scraping `targets` every 500 ms; killed on drop.
+/// A Prometheus server scraping `targets` every 500 ms (testkit's launcher; killed on drop),
+/// with the queries these scenarios wait on.
 struct Prometheus {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    server: fwc_testkit::Prometheus,
 }
 
 impl Prometheus {
     fn start(targets: &[std::net::SocketAddr]) -> Prometheus {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("prometheus.yml");
-        let list: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
-        std::fs::write(
-            &cfg,
-            format!("global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\nscrape_configs:\n  - job_name: fwc\n    static_configs:\n      - targets: [{}]\n", list.join(", ")),
-        )
-        .unwrap();
-        let port = free_port();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let p = Prometheus { child, addr: format!("127.0.0.1:{port}").parse().unwrap(), _dir: dir };
+        let p = Prometheus { server: fwc_testkit::Prometheus::start("fwc", targets, "500ms") };
         let n = targets.len();
         assert!(
             wait_until(Duration::from_secs(60), || p.query("count(fwc_build_info)").is_some_and(|r| r.first().and_then(|s| s["value"][1].as_str()) == Some(&n.to_string()))),
@@ -307,12 +282,12 @@ impl Prometheus {
     }
 
     fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     fn query(&self, q: &str) -> Option<Vec<serde_json::Value>> {
         let path = format!("/api/v1/query?query={}", q.bytes().map(|b| format!("%{b:02X}")).collect::<String>());
-        let (code, body) = fwc_runtime::metrics::http_request(self.addr, "GET", &path, &[], b"").ok()?;
+        let (code, body) = fwc_runtime::metrics::http_request(self.server.addr, "GET", &path, &[], b"").ok()?;
         if code != 200 {
             return None;
         }
