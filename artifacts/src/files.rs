@@ -42,6 +42,14 @@ impl Artifacts {
 
     /// Read an artifact directory written by [`Artifacts::files`] (`fwc compile --out`, the state dir).
     pub fn read_dir(dir: &Path) -> Result<Artifacts, ArtifactReadError> {
+        let path = dir.join(NFTABLES_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| ArtifactReadError { path: path.display().to_string(), reason: e.to_string() })?;
+        Artifacts::read_dir_with(dir, text)
+    }
+
+    /// [`Artifacts::read_dir`] with the text of `nftables.json` given (a state dir stores a big
+    /// one in pieces and puts it together).
+    pub fn read_dir_with(dir: &Path, nftables_text: String) -> Result<Artifacts, ArtifactReadError> {
         fn read<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<T, ArtifactReadError> {
             let path = dir.join(name);
             let text = std::fs::read_to_string(&path)
@@ -49,12 +57,20 @@ impl Artifacts {
             serde_json::from_str(&text)
                 .map_err(|e| ArtifactReadError { path: path.display().to_string(), reason: e.to_string() })
         }
-        Ok(Artifacts {
-            nftables: NftDoc::from(read::<serde_json::Value>(dir, NFTABLES_FILE)?),
-            qos: read(dir, QOS_FILE)?,
-            forward: read(dir, FORWARD_FILE)?,
-            manifest: read(dir, MANIFEST_FILE)?,
-        })
+        let manifest: Manifest = read(dir, MANIFEST_FILE)?;
+        // The file the compiler wrote (its digest is the manifest's) is kept as text, parsed
+        // only when read as a tree: a million-element set is not parsed to be diffed or
+        // stored again (issue #27). Any other file is parsed here, so it is valid JSON.
+        let nftables = if manifest.artifact_hashes.get(NFTABLES_FILE).is_some_and(|h| *h == sha256_hex(nftables_text.as_bytes())) {
+            NftDoc::from_pretty_text(nftables_text)
+        } else {
+            let path = dir.join(NFTABLES_FILE);
+            NftDoc::from(
+                serde_json::from_str::<serde_json::Value>(&nftables_text)
+                    .map_err(|e| ArtifactReadError { path: path.display().to_string(), reason: e.to_string() })?,
+            )
+        };
+        Ok(Artifacts { nftables, qos: read(dir, QOS_FILE)?, forward: read(dir, FORWARD_FILE)?, manifest })
     }
 }
 

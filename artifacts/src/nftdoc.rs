@@ -29,6 +29,12 @@ impl NftDoc {
         self.text.get_or_init(|| to_pretty(self.value.get().expect("an NftDoc holds text or value")))
     }
 
+    /// The file's text if the document holds it (not serialised from the tree): readers that
+    /// can work on the text (element diffs of big sets, digests) need not parse it.
+    pub fn raw_text(&self) -> Option<&str> {
+        self.text.get().map(String::as_str)
+    }
+
     /// The document as a JSON tree (parsed on first use).
     pub fn value(&self) -> &Value {
         self.value.get_or_init(|| {

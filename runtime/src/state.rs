@@ -11,7 +11,14 @@
 //! D/confirm.json      present while an `fwc apply --confirm` waits for `fwc confirm`
 //! D/confirm.log       what the background reverter did
 //! D/cache/            derived data: the kernel's rendering of recent nftables.json (for drift)
+//! D/blobs/<sha256>    chunks of big element lists, shared by the generations that have them
 //! ```
+//!
+//! A generation whose `nftables.json` is big (a blocklist of a million elements) stores it in
+//! pieces instead ([`parts`]: `nftables.json.parts`, the text outside element lists inline and
+//! each list in content-defined chunks under `D/blobs/`), so the next generation writes only
+//! the chunks that changed. It is put together byte for byte and checked against the same
+//! digest as a whole file.
 //!
 //! Trust: the state dir is 0700 and every file in it 0600 whatever the umask (created with
 //! those modes and chmod-ed explicitly); the lock file lives in that directory, so no other
@@ -34,6 +41,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use fwc_compiler::artifacts::{sha256_hex, Artifacts};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 use serde::{Deserialize, Serialize};
+
+pub mod parts;
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/fwc";
 const STATE_FILE: &str = "state.json";
@@ -211,8 +220,9 @@ impl StateDir {
         )
         .into_diagnostic()
         .wrap_err_with(|| format!("corrupt {}", meta_path.display()))?;
-        verify_digests(&dir, &meta)?;
-        let artifacts = Artifacts::read_dir(&dir).into_diagnostic()?;
+        let nftables = verify_digests(&dir, &meta, &self.path.join(parts::BLOBS_DIR))?;
+        let nftables = String::from_utf8(nftables).map_err(|_| miette!("{}: nftables.json is not UTF-8", dir.display()))?;
+        let artifacts = Artifacts::read_dir_with(&dir, nftables).into_diagnostic()?;
         Ok(Generation { name: name.to_string(), dir, artifacts, meta })
     }
 
@@ -283,6 +293,10 @@ impl StateLock {
         let mut all: Vec<(&str, std::borrow::Cow<str>)> = files;
         all.push((APPLIED_FILE, fwc_compiler::artifacts::to_pretty(&meta).into()));
         for (f, text) in &all {
+            // A big nftables.json goes in pieces, sharing the chunks the last one has.
+            if *f == fwc_compiler::artifacts::NFTABLES_FILE && parts::store(text, &tmp, &self.dir.path.join(parts::BLOBS_DIR), write_synced)?.is_some() {
+                continue;
+            }
             write_synced(&tmp.join(f), text.as_bytes())?;
         }
         fsync_dir(&tmp)?;
@@ -331,6 +345,16 @@ impl StateLock {
             let keep = Some(&n) == ptr.current.as_ref() || Some(&n) == ptr.previous.as_ref();
             if (n.starts_with("gen-") || n.starts_with(".tmp-")) && !keep {
                 let _ = fs::remove_dir_all(e.path());
+            }
+        }
+        // Chunks no kept generation refers to (and temp files of a killed write).
+        let blobs = self.dir.path.join(parts::BLOBS_DIR);
+        let Ok(rd) = fs::read_dir(&blobs) else { return };
+        let used: std::collections::HashSet<String> =
+            [&ptr.current, &ptr.previous].into_iter().flatten().flat_map(|g| parts::blobs_of(&self.dir.path.join(g))).collect();
+        for e in rd.flatten() {
+            if !used.contains(&*e.file_name().to_string_lossy()) {
+                let _ = fs::remove_file(e.path());
             }
         }
     }
@@ -400,8 +424,9 @@ pub fn open_append_private(path: &Path) -> std::io::Result<File> {
     Ok(f)
 }
 
-/// Check every file of generation `dir` against the digests in its `applied.json`.
-fn verify_digests(dir: &Path, meta: &AppliedMeta) -> Result<()> {
+/// Check every file of generation `dir` against the digests in its `applied.json`; the bytes of
+/// its `nftables.json` (stored whole or in pieces, see [`parts`]).
+fn verify_digests(dir: &Path, meta: &AppliedMeta, blobs: &Path) -> Result<Vec<u8>> {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tampered = |what: String| {
         miette!(
@@ -410,6 +435,7 @@ fn verify_digests(dir: &Path, meta: &AppliedMeta) -> Result<()> {
             dir.parent().unwrap_or(dir).display()
         )
     };
+    let mut nftables = Vec::new();
     for file in [
         fwc_compiler::artifacts::NFTABLES_FILE,
         fwc_compiler::artifacts::QOS_FILE,
@@ -420,13 +446,20 @@ fn verify_digests(dir: &Path, meta: &AppliedMeta) -> Result<()> {
             return Err(tampered(format!("{APPLIED_FILE} records no digest for {file}")));
         };
         let path = dir.join(file);
-        let bytes = fs::read(&path).into_diagnostic().wrap_err_with(|| format!("cannot read {}", path.display()))?;
+        let bytes = if file == fwc_compiler::artifacts::NFTABLES_FILE && !path.exists() && dir.join(parts::PARTS_FILE).exists() {
+            parts::assemble(dir, blobs).map_err(|e| tampered(format!("{file}: {e}")))?
+        } else {
+            fs::read(&path).into_diagnostic().wrap_err_with(|| format!("cannot read {}", path.display()))?
+        };
         let got = sha256_hex(&bytes);
         if &got != want {
             return Err(tampered(format!("{file} has sha256 {}…, {APPLIED_FILE} records {}…", &got[..12], &want[..want.len().min(12)])));
         }
+        if file == fwc_compiler::artifacts::NFTABLES_FILE {
+            nftables = bytes;
+        }
     }
-    Ok(())
+    Ok(nftables)
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -47,6 +47,7 @@
 //! `FWC_NFT_BATCH_LOG=FILE` appends every committed batch to FILE (one JSON line each; tests).
 
 mod diff;
+pub mod lazy;
 mod stamp;
 
 pub use diff::{ElementCount, NftChange, NftMode};
@@ -56,7 +57,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
-use fwc_compiler::artifacts::{sha256_hex, Artifacts, BackendKind, NFT_TABLE};
+use fwc_compiler::artifacts::{sha256_hex, Artifacts, BackendKind, NftDoc, NFT_TABLE};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 use serde_json::{json, Value};
 
@@ -104,7 +105,7 @@ pub struct NftBackend {
     /// elements (see the module doc).
     verify_pending: bool,
     /// The nftables.json last applied (see [`Backend::set_base`]); the diff's starting point.
-    base: Option<Value>,
+    base: Option<NftDoc>,
     /// Replace the table whole at the next prepare, for this reason (the caller's, or an
     /// observe that found set elements changed outside fwc).
     full_replace: Option<String>,
@@ -474,6 +475,8 @@ pub struct LiveView {
     pub hash: String,
     /// Differences from the applied nftables.json.
     pub drift: Vec<String>,
+    /// Packet and byte counters of fwc's rules, from the listing.
+    pub counters: Vec<RuleCounter>,
 }
 
 /// sha256 of an artifact set's nftables.json: the manifest's digest (checked when a generation
@@ -505,26 +508,26 @@ impl NftBackend {
                 None if live.is_some() => vec!["table inet fwc exists but fwc has no applied state here (it will be replaced)".into()],
                 None => vec![],
             };
-            return Ok(LiveView { hash: hash_of_listing(live.as_ref()), listing: live, drift });
+            return Ok(LiveView { hash: hash_of_listing(live.as_ref()), counters: live.as_ref().map(counters).unwrap_or_default(), listing: live, drift });
         };
         let dir = self.cache_dir.clone().expect("checked above");
         let d = digest(a);
         if stamp::in_sync(&dir, &t, &d) {
             let terse = self.list_terse()?;
             if terse.is_some() {
-                return Ok(LiveView { hash: in_sync_hash(terse.as_ref(), &d), listing: terse, drift: vec![] });
+                return Ok(LiveView { hash: in_sync_hash(terse.as_ref(), &d), counters: terse.as_ref().map(counters).unwrap_or_default(), listing: terse, drift: vec![] });
             }
         }
         let live = self.list_table()?;
         let drift = self.drift_of(&a.nftables, live.clone())?.drift;
         if !drift.is_empty() || live.is_none() || is_empty_doc(&a.nftables)? {
-            return Ok(LiveView { hash: hash_of_listing(live.as_ref()), listing: live, drift });
+            return Ok(LiveView { hash: hash_of_listing(live.as_ref()), counters: live.as_ref().map(counters).unwrap_or_default(), listing: live, drift });
         }
         let terse = self.list_terse()?;
         if stamp::token(self.netns.as_deref()).ok().as_ref() == Some(&t) {
             stamp::record(&dir, &t, &d);
         }
-        Ok(LiveView { hash: in_sync_hash(terse.as_ref(), &d), listing: live, drift })
+        Ok(LiveView { hash: in_sync_hash(terse.as_ref(), &d), counters: live.as_ref().map(counters).unwrap_or_default(), listing: live, drift })
     }
 
     /// Why the next prepare replaces the table whole, when an observe found set elements
@@ -536,9 +539,14 @@ impl NftBackend {
     /// What applying `next` over the live table changes, and the batch that does it: a diff
     /// from `base` (the nftables.json last applied) when the live table allows one, else a
     /// full replace with the reason. `live`: a terse listing ([`Self::list_terse`]) or a full one.
-    pub fn change(&mut self, base: Option<&Value>, next: &Value, live: Option<&Value>, full_replace: Option<&str>) -> Result<(NftChange, Value)> {
-        let full = |reason: &str| -> Result<(NftChange, Value)> { Ok((NftChange::full(reason), replace_tx(next)?)) };
-        if is_empty_doc(next)? {
+    ///
+    /// When both documents are held as the compiler's text, their element lists are compared
+    /// as text and only the elements around a difference are parsed ([`lazy::reduced_pair`]):
+    /// the batch is the same as from the whole documents, at the cost of the change.
+    pub fn change(&mut self, base: Option<&NftDoc>, next: &NftDoc, live: Option<&Value>, full_replace: Option<&str>) -> Result<(NftChange, Value)> {
+        let full = |reason: &str| -> Result<(NftChange, Value)> { Ok((NftChange::full(reason), replace_tx(next.value())?)) };
+        let next_skel = lazy::skeleton(next);
+        if is_empty_doc(&next_skel)? {
             return Ok((NftChange::full("nothing to apply: the table is deleted"), json!({"nftables": [add_table(), delete_table()]})));
         }
         let Some(live) = live else { return full("first apply (table inet fwc does not exist)") };
@@ -546,11 +554,24 @@ impl NftBackend {
         if let Some(reason) = full_replace {
             return full(reason);
         }
-        if is_empty_doc(base)? {
+        if is_empty_doc(&lazy::skeleton(base))? {
             return full("fwc has not applied anything here before");
         }
-        let canon = self.canonical(&structure(next))?;
-        match diff::diff(base, next, &canon, live) {
+        let canon = self.canonical(&structure(&next_skel))?;
+        // A set the live table lacks is created with every element: its lists stay whole.
+        let live_sets: HashSet<(&str, &str)> = live["nftables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.as_object()?.iter().next())
+            .filter_map(|(k, b)| Some((k.as_str(), b.get("name")?.as_str()?)))
+            .collect();
+        let reduced = lazy::reduced_pair(base, next, |kind, name| !live_sets.contains(&(kind, name)));
+        let result = match &reduced {
+            Some((b, n)) => diff::diff(b, n, &canon, live),
+            None => diff::diff(base.value(), next.value(), &canon, live),
+        };
+        match result {
             Ok(d) => Ok(d),
             Err(reason) => full(&reason),
         }
@@ -572,7 +593,7 @@ impl Backend for NftBackend {
     }
 
     fn set_base(&mut self, previous: Option<&Artifacts>, full_replace: Option<&str>) {
-        self.base = previous.map(|p| p.nftables.value().clone());
+        self.base = previous.map(|p| p.nftables.clone());
         self.base_digest = previous.map(digest);
         if let Some(r) = full_replace {
             self.full_replace = Some(r.to_string());
@@ -628,9 +649,10 @@ impl Backend for NftBackend {
             return Err(e.wrap_err("nftables: prepare (nft -j -c) failed"));
         }
         // The kernel's rendering of the new ruleset without elements, for verify (cached).
-        self.canonical(&structure(&next.nftables)).wrap_err("nftables: prepare failed")?;
+        let skel = lazy::skeleton(&next.nftables);
+        self.canonical(&structure(&skel)).wrap_err("nftables: prepare failed")?;
         tracing::info!(mode = ?change.mode, "nftables: {}", change.describe());
-        let dynamic = dynamic_sets(&next.nftables);
+        let dynamic = dynamic_sets(&skel);
         self.staged = Some(Staged { tx, dynamic, change, unchecked_fallback, digest: digest(next) });
         Ok(())
     }
@@ -732,7 +754,7 @@ impl Backend for NftBackend {
         }
         // The way back as a diff from what was committed: the rules the failed apply did not
         // touch keep their counters and `limit` / `ct count` state through the rollback too.
-        let back = previous.map(|p| &p.nftables).filter(|d| !is_empty_doc(d).unwrap_or(true));
+        let back = previous.map(|p| &p.nftables).filter(|d| !is_empty_doc(&lazy::skeleton(d)).unwrap_or(true));
         if let Some(prev) = back {
             let attempt = (|| -> Result<bool> {
                 let live = self.list_terse()?;
@@ -764,7 +786,8 @@ impl Backend for NftBackend {
     fn observe(&mut self, expected: &Artifacts) -> miette::Result<Observation> {
         if std::mem::take(&mut self.verify_pending) {
             let live = self.list_terse()?;
-            let obs = self.compare(&expected.nftables, live, true)?;
+            // Terse: elements are not compared, so the document's skeleton is enough.
+            let obs = self.compare(&lazy::skeleton(&expected.nftables), live, true)?;
             if let (true, Some((t, d)), Some(dir)) = (obs.in_sync(), self.stamp_pending.take(), &self.cache_dir) {
                 stamp::record(dir, &t, &d);
             }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::load::Loaded;
 use super::transaction::{self, SysctlStatus};
-use crate::backend::nft::{NftBackend, NftChange, NftMode};
+use crate::backend::nft::{lazy, NftBackend, NftChange, NftMode};
 use crate::backend::published;
 use crate::state::{self, StateDir};
 
@@ -71,7 +71,30 @@ impl LivePlan {
 /// The sha256 of each artifact file's text (hashed while serialising: with a large set the
 /// text is tens of MB, and building it twice per plan showed in the profile).
 fn file_hashes(a: &Artifacts) -> BTreeMap<&'static str, String> {
-    BTreeMap::from([(NFTABLES_FILE, sha256_pretty(&a.nftables)), (QOS_FILE, sha256_pretty(&a.qos)), (FORWARD_FILE, sha256_pretty(&a.forward))])
+    // The file's text when it is held (a set file's million elements are hashed, not
+    // serialised again), which is what `to_pretty` of the tree would write.
+    let nft = match a.nftables.raw_text() {
+        Some(t) => sha256_hex(t.as_bytes()),
+        None => sha256_pretty(&a.nftables),
+    };
+    BTreeMap::from([(NFTABLES_FILE, nft), (QOS_FILE, sha256_pretty(&a.qos)), (FORWARD_FILE, sha256_pretty(&a.forward))])
+}
+
+/// The per-rule changes between the applied and the new artifacts. With both `nftables.json`
+/// held as the compiler's text, the plan's element lists come from the documents reduced to
+/// the elements around each difference ([`lazy::reduced_pair`]: the same lists and counts,
+/// since the plan skips each set's common head and tail too), not from a parse of every element.
+fn rule_changes(current: Option<&Artifacts>, next: &Artifacts) -> fwc_compiler::diff::Plan {
+    if let Some((b, n)) = current.and_then(|c| lazy::reduced_pair(&c.nftables, &next.nftables, |_, _| false)) {
+        let reduced = |a: &Artifacts, doc: serde_json::Value| Artifacts {
+            nftables: doc.into(),
+            qos: a.qos.clone(),
+            forward: a.forward.clone(),
+            manifest: a.manifest.clone(),
+        };
+        return fwc_compiler::diff::plan(Some(&reduced(current.unwrap(), b)), &reduced(next, n));
+    }
+    fwc_compiler::diff::plan(current, next)
 }
 
 /// sha256 over the live state: the live nftables table (see [`NftBackend::observe_applied`])
@@ -99,7 +122,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     // The nftables change the apply makes (the same computation as its prepare; set elements
     // changed outside fwc, seen by the drift check above, make it a full replace).
     let full_reason = nft.full_replace_pending().map(str::to_string);
-    let (nftables, _) = nft.change(current.as_ref().map(|g| g.artifacts.nftables.value()), &next.nftables, live.as_ref(), full_reason.as_deref())?;
+    let (nftables, _) = nft.change(current.as_ref().map(|g| &g.artifacts.nftables), &next.nftables, live.as_ref(), full_reason.as_deref())?;
     // The other dataplanes' drift (QoS, forwarder); the apply heals it like nftables drift.
     let empty;
     let applied = match &current {
@@ -112,14 +135,14 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     drift.extend(super::observe::besides_nft(netns, &state.path, applied).drift);
     // Drift lines name the rule's file:line as the applied generation recorded it.
     let drift = crate::backend::sources::locate(drift, &applied.manifest);
-    let rules = fwc_compiler::diff::plan(current.as_ref().map(|g| &g.artifacts), &next);
+    let rules = rule_changes(current.as_ref().map(|g| &g.artifacts), &next);
     let old_h = current.as_ref().map(|g| file_hashes(&g.artifacts)).unwrap_or_default();
     let artifacts_changed =
         file_hashes(&next).into_iter().filter(|(f, h)| old_h.get(f) != Some(h)).map(|(f, _)| f.to_string()).collect();
     let sysctls = transaction::check_sysctls(&next, netns);
     // Read only; a host without nft tables of others (or an nft that cannot list) warns nothing.
     let published_open = match nft.list_ruleset_terse() {
-        Ok(all) => published::open_to_everyone(&published::published_ports(&all), &next.nftables),
+        Ok(all) => published::open_to_everyone(&published::published_ports(&all), &lazy::skeleton(&next.nftables)),
         Err(_) => Vec::new(),
     };
     Ok(LivePlan {

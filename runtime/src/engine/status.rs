@@ -9,7 +9,6 @@ use serde::Serialize;
 
 use super::{observe, transaction};
 use crate::backend::nft::NftBackend;
-use crate::backend::Backend;
 use crate::state::{self, PendingConfirm, StateDir};
 
 /// The status of one state dir and its live host.
@@ -92,16 +91,17 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
                     *st.rules_per_backend.entry(b.as_str().to_string()).or_default() += 1;
                 }
             }
-            st.nft_rules = g
-                .artifacts
-                .nftables
+            // The skeleton: a big set's elements are not parsed to count rules.
+            st.nft_rules = crate::backend::nft::lazy::skeleton(&g.artifacts.nftables)
                 .get("nftables")
                 .and_then(|v| v.as_array())
                 .map(|a| a.iter().filter(|o| o.get("rule").is_some() || o.get("add").and_then(|x| x.get("rule")).is_some()).count())
                 .unwrap_or(0);
-            let obs = nft.observe(&g.artifacts)?;
-            st.drift_details = crate::backend::sources::locate(obs.drift, &g.artifacts.manifest);
-            st.counters = obs.counters;
+            // The same observation as `fwc plan`'s (a terse listing while nothing changed since
+            // the table was last seen in sync), so both report the same drift.
+            let view = nft.observe_applied(Some(&g.artifacts))?;
+            st.drift_details = crate::backend::sources::locate(view.drift, &g.artifacts.manifest);
+            st.counters = view.counters;
             let other = observe::besides_nft(netns, &state.path, &g.artifacts);
             st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
             st.counters.extend(other.counters);

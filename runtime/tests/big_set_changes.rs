@@ -1,0 +1,210 @@
+//! Privileged tests of issue #27, item 2: a change of a big static set costs what it changes.
+//! A one-element change of a 60,000-element set file is one element delta in the nft batch
+//! (applied from an artifact dir, from the repository, and rolled back); generations store
+//! the big `nftables.json` in content-defined chunks that the next generation shares except
+//! where it changed, and a damaged chunk is refused like a damaged file; an element deleted
+//! behind fwc's back is named by `fwc plan` and `fwc status` alike. Real nft, in `fwc-t-*`
+//! namespaces; no timing is asserted.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use fwc_testkit::{privileged, Netns};
+use serde_json::Value;
+
+const N: u32 = 60_000;
+
+struct Host {
+    _tmp: tempfile::TempDir,
+    repo: PathBuf,
+    out: PathBuf,
+    state: PathBuf,
+    batches: PathBuf,
+    ns: String,
+}
+
+impl Host {
+    fn new(ns: &Netns) -> Host {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir_all(repo.join("lists")).unwrap();
+        std::fs::write(
+            repo.join("fwc.kdl"),
+            "fwc 1\nset \"big\" file=\"lists/big.netset\"\ninput {\n    deny \"big\" from=\"@big\"\n}\n",
+        )
+        .unwrap();
+        Host {
+            out: tmp.path().join("art"),
+            state: tmp.path().join("state"),
+            batches: tmp.path().join("batches.jsonl"),
+            ns: ns.name.clone(),
+            repo,
+            _tmp: tmp,
+        }
+    }
+
+    /// The list: N /32s (every other address from 46.0.0.0), without `skip`, plus `extra`.
+    fn list(&self, skip: Option<u32>, extra: &str) {
+        let mut s = String::new();
+        for i in (0..N).filter(|i| Some(*i) != skip) {
+            s.push_str(&format!("{}\n", std::net::Ipv4Addr::from(0x2e00_0000 + 2 * i)));
+        }
+        s.push_str(extra);
+        std::fs::write(self.repo.join("lists/big.netset"), s).unwrap();
+    }
+
+    fn fwc(&self, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fwc"));
+        c.args(args)
+            .env("NO_COLOR", "1")
+            .env("FWC_NFT_BATCH_LOG", &self.batches)
+            .env_remove("FWC_TEST_FAIL")
+            .stdin(std::process::Stdio::null());
+        c.output().unwrap()
+    }
+
+    fn on_host(&self, args: &[&str]) -> Output {
+        let mut a = args.to_vec();
+        a.extend(["--state-dir", self.state.to_str().unwrap(), "--netns", &self.ns]);
+        self.fwc(&a)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.on_host(args);
+        assert!(o.status.success(), "fwc {args:?} failed:\n{}", text(&o));
+        text(&o)
+    }
+
+    /// Compile the repository into an artifact dir and apply that (as the benchmark does).
+    fn apply_compiled(&self) -> String {
+        let _ = std::fs::remove_dir_all(&self.out);
+        let o = self.fwc(&["compile", self.repo.to_str().unwrap(), "--out", self.out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o));
+        self.ok(&["apply", self.out.to_str().unwrap(), "--auto-approve"])
+    }
+
+    fn last_batch(&self) -> Vec<Value> {
+        let log = std::fs::read_to_string(&self.batches).unwrap();
+        let v: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+        v["nftables"].as_array().unwrap().clone()
+    }
+
+    fn current_gen(&self) -> PathBuf {
+        let st: Value = serde_json::from_slice(&std::fs::read(self.state.join("state.json")).unwrap()).unwrap();
+        self.state.join(st["current"].as_str().unwrap())
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// `delete element` / `add set` … of a batch.
+fn ops(batch: &[Value]) -> Vec<String> {
+    batch
+        .iter()
+        .map(|c| {
+            let (op, inner) = c.as_object().unwrap().iter().next().unwrap();
+            format!("{op} {}", inner.as_object().unwrap().keys().next().unwrap())
+        })
+        .collect()
+}
+
+fn blobs(gen: &Path) -> BTreeSet<String> {
+    let parts: Value = serde_json::from_slice(&std::fs::read(gen.join("nftables.json.parts")).expect("stored in pieces")).unwrap();
+    parts["pieces"].as_array().unwrap().iter().filter_map(|p| p["blob"].as_str().map(str::to_string)).collect()
+}
+
+#[test]
+fn one_element_of_a_big_set_is_one_element_delta_and_generations_share_chunks() {
+    if !privileged("one_element_of_a_big_set_is_one_element_delta_and_generations_share_chunks") {
+        return;
+    }
+    let ns = Netns::new("bsc");
+    let h = Host::new(&ns);
+    h.list(None, "");
+    h.apply_compiled();
+    let g1 = h.current_gen();
+    assert!(!g1.join("nftables.json").exists(), "a big nftables.json is stored in pieces");
+    let b1 = blobs(&g1);
+    assert!(b1.len() >= 3, "{b1:?}");
+
+    // One /32 more, applied from an artifact dir: one `add set` carrying that element alone.
+    h.list(None, "198.51.100.7\n");
+    let out = h.apply_compiled();
+    assert!(out.contains("+ 198.51.100.7"), "the plan names the element:\n{out}");
+    let batch = h.last_batch();
+    assert_eq!(ops(&batch), ["add set"], "{batch:?}");
+    assert_eq!(batch[0]["add"]["set"]["elem"], serde_json::json!(["198.51.100.7"]));
+    let g2 = h.current_gen();
+    let b2 = blobs(&g2);
+    assert!(b2.difference(&b1).count() <= 2 && b1.intersection(&b2).count() + 2 >= b1.len(), "the generations share all but the changed chunk:\n{b1:?}\n{b2:?}");
+
+    // One /32 less, from the repository (compiled in-process): one `delete element`.
+    h.list(Some(12_345), "198.51.100.7\n");
+    std::fs::write(h.repo.join("fwc.kdl"), std::fs::read_to_string(h.repo.join("fwc.kdl")).unwrap()).unwrap();
+    let out = h.ok(&["apply", h.repo.to_str().unwrap(), "--auto-approve"]);
+    let gone = std::net::Ipv4Addr::from(0x2e00_0000 + 2 * 12_345).to_string();
+    assert!(out.contains(&format!("- {gone}")), "{out}");
+    let batch = h.last_batch();
+    assert_eq!(ops(&batch), ["delete element"], "{batch:?}");
+    assert_eq!(batch[0]["delete"]["element"]["elem"], serde_json::json!([gone]));
+    let listed = ns.exec(&["nft", "list", "set", "inet", "fwc", "big_v4_32"]);
+    assert!(!listed.contains(&format!("{gone},")) && listed.contains("198.51.100.7"), "{listed}");
+
+    // Rollback to the previous generation (read back from its chunks): the element delta back.
+    h.ok(&["rollback", "--auto-approve"]);
+    let batch = h.last_batch();
+    assert_eq!(ops(&batch), ["add set"], "{batch:?}");
+    assert_eq!(batch[0]["add"]["set"]["elem"], serde_json::json!([gone]));
+    assert!(ns.exec(&["nft", "list", "set", "inet", "fwc", "big_v4_32"]).contains(&gone));
+    let st = h.ok(&["status"]);
+    assert!(st.split_whitespace().collect::<Vec<_>>().join(" ").contains("Drift: no"), "{st}");
+
+    // Only the chunks of the kept generations stay.
+    let kept: BTreeSet<String> = std::fs::read_dir(h.state.join("blobs")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let used: BTreeSet<String> = [h.current_gen()]
+        .iter()
+        .chain(std::fs::read_dir(&h.state).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("gen-")).collect::<Vec<_>>().iter())
+        .flat_map(|g| blobs(g))
+        .collect();
+    assert_eq!(kept, used);
+
+    // A damaged chunk is refused like a damaged file: nothing is loaded from that generation.
+    let victim = h.state.join("blobs").join(blobs(&h.current_gen()).into_iter().next().unwrap());
+    let original = std::fs::read(&victim).unwrap();
+    let mut bad = original.clone();
+    bad[10] ^= 1;
+    std::fs::write(&victim, &bad).unwrap();
+    let o = h.on_host(&["status"]);
+    assert!(!o.status.success() && text(&o).contains("does not match its recorded digests"), "{}", text(&o));
+    std::fs::write(&victim, &original).unwrap();
+    h.ok(&["status"]);
+}
+
+#[test]
+fn an_element_deleted_behind_fwcs_back_is_named_by_plan_and_status() {
+    if !privileged("an_element_deleted_behind_fwcs_back_is_named_by_plan_and_status") {
+        return;
+    }
+    let ns = Netns::new("bsd");
+    let h = Host::new(&ns);
+    h.list(None, "");
+    h.apply_compiled();
+    let victim = std::net::Ipv4Addr::from(0x2e00_0000 + 2 * 40_000).to_string();
+    ns.exec(&["nft", "delete", "element", "inet", "fwc", "big_v4_32", &format!("{{ {victim} }}")]);
+    let plan = h.on_host(&["plan", h.out.to_str().unwrap()]);
+    let plan = text(&plan);
+    assert!(plan.contains(&format!("elements removed: {victim}")), "{plan}");
+    let st = h.on_host(&["status"]);
+    assert!(text(&st).contains(&format!("elements removed: {victim}")), "status and plan agree:\n{}", text(&st));
+    // An element added behind fwc's back too.
+    ns.exec(&["nft", "add", "element", "inet", "fwc", "big_v4_32", "{ 203.0.113.5 }"]);
+    let st = text(&h.on_host(&["status"]));
+    assert!(st.contains("elements added outside fwc: 203.0.113.5") && st.contains(&victim), "{st}");
+    // The apply repairs it (a full replace) and both agree again.
+    h.ok(&["apply", h.out.to_str().unwrap(), "--auto-approve"]);
+    assert!(h.ok(&["status"]).split_whitespace().collect::<Vec<_>>().join(" ").contains("Drift: no"));
+    assert!(!h.ok(&["plan", h.out.to_str().unwrap()]).contains("elements removed"));
+}
