@@ -389,30 +389,31 @@ impl NftBackend {
     }
 
     /// Compare the live table with the expected `nftables.json`.
-    pub fn drift(&mut self, expected: &Value) -> Result<Observation> {
+    pub fn drift(&mut self, expected: &NftDoc) -> Result<Observation> {
         let live = self.list_table()?;
-        self.drift_of(expected, live)
+        self.drift_of(expected, live.as_ref())
     }
 
     /// [`Self::drift`] against a listing already taken (`list_table`), so a caller that also
     /// needs [`hash_of_listing`] lists a large table once.
-    pub fn drift_of(&mut self, expected: &Value, live: Option<Value>) -> Result<Observation> {
+    pub fn drift_of(&mut self, expected: &NftDoc, live: Option<&Value>) -> Result<Observation> {
         self.compare(expected, live, false)
     }
 
     /// Compare `live` with the kernel's rendering of `expected`; `terse`: `live` was listed
     /// without set elements, so they are left out of the comparison.
-    fn compare(&mut self, expected: &Value, live: Option<Value>, terse: bool) -> Result<Observation> {
+    fn compare(&mut self, expected: &NftDoc, live: Option<&Value>, terse: bool) -> Result<Observation> {
         // A big set's hash sets (issue #27) are left out of the scratch-namespace rendering
         // (a million elements loaded and listed back on every plan after a change): the
-        // kernel lists their elements as emitted, so they are compared as text.
+        // kernel lists their elements as emitted, so they are compared as text. Terse: the
+        // skeleton (no element is compared).
         let (want, hashed) = if terse {
-            (self.canonical(&structure(expected))?, Vec::new())
+            (self.canonical(&structure(&lazy::skeleton(expected)))?, Vec::new())
         } else {
             let (doc, hashed) = split_hash_elements(expected);
             (self.canonical(&doc)?, hashed)
         };
-        let want_empty = is_empty_doc(expected)?;
+        let want_empty = is_empty_doc(&lazy::skeleton(expected))?;
         let mut obs = Observation::default();
         match live {
             None if want_empty => {}
@@ -425,7 +426,7 @@ impl NftBackend {
                     for (name, mut elems) in hashed {
                         if let Some(Value::Object(b)) = want.objects.get_mut(&("set".to_string(), name)) {
                             if !elems.is_empty() {
-                                elems.sort_by_cached_key(|e| e.to_string());
+                                elems.sort_unstable_by(element_order);
                                 b.insert("elem".into(), Value::Array(elems));
                             }
                         }
@@ -504,7 +505,7 @@ impl NftBackend {
         let (Some(a), Some(t)) = (applied, token) else {
             let live = self.list_table()?;
             let drift = match applied {
-                Some(a) => self.drift_of(&a.nftables, live.clone())?.drift,
+                Some(a) => self.drift_of(&a.nftables, live.as_ref())?.drift,
                 None if live.is_some() => vec!["table inet fwc exists but fwc has no applied state here (it will be replaced)".into()],
                 None => vec![],
             };
@@ -519,7 +520,7 @@ impl NftBackend {
             }
         }
         let live = self.list_table()?;
-        let drift = self.drift_of(&a.nftables, live.clone())?.drift;
+        let drift = self.drift_of(&a.nftables, live.as_ref())?.drift;
         if !drift.is_empty() || live.is_none() || is_empty_doc(&a.nftables)? {
             return Ok(LiveView { hash: hash_of_listing(live.as_ref()), counters: live.as_ref().map(counters).unwrap_or_default(), listing: live, drift });
         }
@@ -544,10 +545,33 @@ impl NftBackend {
     /// as text and only the elements around a difference are parsed ([`lazy::reduced_pair`]):
     /// the batch is the same as from the whole documents, at the cost of the change.
     pub fn change(&mut self, base: Option<&NftDoc>, next: &NftDoc, live: Option<&Value>, full_replace: Option<&str>) -> Result<(NftChange, Value)> {
-        let full = |reason: &str| -> Result<(NftChange, Value)> { Ok((NftChange::full(reason), replace_tx(next.value())?)) };
+        match self.diff_or_reason(base, next, live, full_replace)? {
+            Ok(d) => Ok(d),
+            Err(reason) => Ok((NftChange::full(reason), replace_tx(next.value())?)),
+        }
+    }
+
+    /// [`Self::change`] without building a full replace's batch (the plan shows the change; a
+    /// million-element table is not copied into a batch that is thrown away).
+    pub fn planned_change(&mut self, base: Option<&NftDoc>, next: &NftDoc, live: Option<&Value>, full_replace: Option<&str>) -> Result<NftChange> {
+        Ok(match self.diff_or_reason(base, next, live, full_replace)? {
+            Ok((c, _)) => c,
+            Err(reason) => NftChange::full(reason),
+        })
+    }
+
+    /// The diff, or why the table is replaced whole (`Err`).
+    fn diff_or_reason(
+        &mut self,
+        base: Option<&NftDoc>,
+        next: &NftDoc,
+        live: Option<&Value>,
+        full_replace: Option<&str>,
+    ) -> Result<std::result::Result<(NftChange, Value), String>> {
+        let full = |reason: &str| Ok(Err(reason.to_string()));
         let next_skel = lazy::skeleton(next);
         if is_empty_doc(&next_skel)? {
-            return Ok((NftChange::full("nothing to apply: the table is deleted"), json!({"nftables": [add_table(), delete_table()]})));
+            return Ok(Ok((NftChange::full("nothing to apply: the table is deleted"), json!({"nftables": [add_table(), delete_table()]}))));
         }
         let Some(live) = live else { return full("first apply (table inet fwc does not exist)") };
         let Some(base) = base else { return full("fwc has not applied anything here before") };
@@ -567,14 +591,10 @@ impl NftBackend {
             .filter_map(|(k, b)| Some((k.as_str(), b.get("name")?.as_str()?)))
             .collect();
         let reduced = lazy::reduced_pair(base, next, |kind, name| !live_sets.contains(&(kind, name)));
-        let result = match &reduced {
+        Ok(match &reduced {
             Some((b, n)) => diff::diff(b, n, &canon, live),
             None => diff::diff(base.value(), next.value(), &canon, live),
-        };
-        match result {
-            Ok(d) => Ok(d),
-            Err(reason) => full(&reason),
-        }
+        })
     }
 
     /// Append a committed batch to `FWC_NFT_BATCH_LOG` (tests inspect what was sent).
@@ -787,7 +807,7 @@ impl Backend for NftBackend {
         if std::mem::take(&mut self.verify_pending) {
             let live = self.list_terse()?;
             // Terse: elements are not compared, so the document's skeleton is enough.
-            let obs = self.compare(&lazy::skeleton(&expected.nftables), live, true)?;
+            let obs = self.compare(&expected.nftables, live.as_ref(), true)?;
             if let (true, Some((t, d)), Some(dir)) = (obs.in_sync(), self.stamp_pending.take(), &self.cache_dir) {
                 stamp::record(dir, &t, &d);
             }
@@ -798,8 +818,32 @@ impl Backend for NftBackend {
 }
 
 /// `doc` without the elements of its plain hash address sets (no flags, every element an
-/// address: a big set's sets per prefix length), and those elements by set name.
-fn split_hash_elements(doc: &Value) -> (Value, Vec<(String, Vec<Value>)>) {
+/// address: a big set's sets per prefix length), and those elements by set name. From the
+/// document's text where it is held: only the element lists go through the JSON parser, not
+/// into a whole tree that is copied.
+fn split_hash_elements(doc: &NftDoc) -> (Value, Vec<(String, Vec<Value>)>) {
+    if let Some(split) = doc.raw_text().and_then(lazy::split) {
+        let mut out = split.skeleton.clone();
+        let mut taken = Vec::new();
+        for r in &split.raw {
+            let Some(elems) = lazy::parse_elements(&split.text[r.range.clone()]) else { return split_hash_elements_of(doc.value()) };
+            let Some(body) = lazy::body_mut(&mut out, r) else { return split_hash_elements_of(doc.value()) };
+            let plain = r.kind == "set"
+                && body.get("flags").is_none()
+                && matches!(body.get("type").and_then(Value::as_str), Some("ipv4_addr" | "ipv6_addr"))
+                && elems.iter().all(Value::is_string);
+            if plain {
+                taken.push((r.name.clone(), elems));
+            } else {
+                body.insert("elem".into(), Value::Array(elems));
+            }
+        }
+        return (out, taken);
+    }
+    split_hash_elements_of(doc.value())
+}
+
+fn split_hash_elements_of(doc: &Value) -> (Value, Vec<(String, Vec<Value>)>) {
     let mut out = doc.clone();
     let mut taken = Vec::new();
     for cmd in out.get_mut("nftables").and_then(Value::as_array_mut).into_iter().flatten() {
@@ -856,7 +900,8 @@ fn elements_drifted(want: &Normalized, live: &Normalized) -> Option<String> {
 /// records, so `fwc apply plan.json` can refuse when the live state changed since.
 pub fn hash_of_listing(live: Option<&Value>) -> String {
     match live {
-        Some(v) => sha256_hex(serde_json::to_string(&normalize(v)).unwrap().as_bytes()),
+        // Streamed into the hash: a listing of a million elements is not built as text.
+        Some(v) => fwc_compiler::artifacts::sha256_compact(&normalize(v)),
         None => sha256_hex(b"absent"),
     }
 }
@@ -1015,7 +1060,7 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
                 if dynamic {
                     b.remove("elem");
                 } else if let Some(Value::Array(elems)) = b.get_mut("elem") {
-                    elems.sort_by_cached_key(|e| e.to_string());
+                    elems.sort_unstable_by(element_order);
                 }
             }
         }
@@ -1031,6 +1076,18 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
         }
     }
     n
+}
+
+/// The order set elements are compared in (any total order does, the same on both sides):
+/// strings (addresses, the elements of big sets) as text without allocating, the rest by
+/// their JSON text.
+fn element_order(a: &Value, b: &Value) -> std::cmp::Ordering {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => x.cmp(y),
+        (Value::String(_), _) => std::cmp::Ordering::Less,
+        (_, Value::String(_)) => std::cmp::Ordering::Greater,
+        _ => a.to_string().cmp(&b.to_string()),
+    }
 }
 
 /// The goto targets of a dispatch rule of a health-checked kernel forward

@@ -122,7 +122,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
     // The nftables change the apply makes (the same computation as its prepare; set elements
     // changed outside fwc, seen by the drift check above, make it a full replace).
     let full_reason = nft.full_replace_pending().map(str::to_string);
-    let (nftables, _) = nft.change(current.as_ref().map(|g| &g.artifacts.nftables), &next.nftables, live.as_ref(), full_reason.as_deref())?;
+    let nftables = nft.planned_change(current.as_ref().map(|g| &g.artifacts.nftables), &next.nftables, live.as_ref(), full_reason.as_deref())?;
     // The other dataplanes' drift (QoS, forwarder); the apply heals it like nftables drift.
     let empty;
     let applied = match &current {

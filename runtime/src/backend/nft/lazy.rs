@@ -37,12 +37,11 @@ pub struct Split<'t> {
     pub raw: Vec<RawElems>,
 }
 
-impl Split<'_> {
-    fn body_mut<'v>(doc: &'v mut Value, r: &RawElems) -> Option<&'v mut serde_json::Map<String, Value>> {
-        let item = doc.get_mut("nftables")?.as_array_mut()?.get_mut(r.item)?;
-        let item = if r.wrapped { item.get_mut("add")? } else { item };
-        item.get_mut(r.kind.as_str())?.as_object_mut()
-    }
+/// The body of the set or map `r` in a skeleton (or a copy of it).
+pub fn body_mut<'v>(doc: &'v mut Value, r: &RawElems) -> Option<&'v mut serde_json::Map<String, Value>> {
+    let item = doc.get_mut("nftables")?.as_array_mut()?.get_mut(r.item)?;
+    let item = if r.wrapped { item.get_mut("add")? } else { item };
+    item.get_mut(r.kind.as_str())?.as_object_mut()
 }
 
 /// Split pretty `text` (serde_json's pretty printer, two-space indent, as the compiler and the
@@ -116,7 +115,7 @@ pub fn skeleton(doc: &NftDoc) -> Cow<'_, Value> {
 }
 
 /// Parse the elements of an array text, or a run of its element lines (`a,\n  b,\n` …).
-fn parse_elements(lines: &str) -> Option<Vec<Value>> {
+pub fn parse_elements(lines: &str) -> Option<Vec<Value>> {
     let t = lines.trim();
     let t = t.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(t).trim();
     let t = t.strip_suffix(',').unwrap_or(t);
@@ -220,14 +219,14 @@ pub fn reduced_pair(base: &NftDoc, next: &NftDoc, whole: impl Fn(&str, &str) -> 
             Some(rb) => (parse_elements(&sb.text[rb.range.clone()])?, parse_elements(&sn.text[rn.range.clone()])?),
             None => (Vec::new(), parse_elements(&sn.text[rn.range.clone()])?),
         };
-        Split::body_mut(&mut n, rn)?.insert("elem".into(), Value::Array(en));
+        body_mut(&mut n, rn)?.insert("elem".into(), Value::Array(en));
         if let Some(rb) = rb {
-            Split::body_mut(&mut b, rb)?.insert("elem".into(), Value::Array(eb));
+            body_mut(&mut b, rb)?.insert("elem".into(), Value::Array(eb));
         }
     }
     for rb in sb.raw.iter().filter(|r| !sn.raw.iter().any(|x| x.kind == r.kind && x.name == r.name)) {
         let all = parse_elements(&sb.text[rb.range.clone()])?;
-        Split::body_mut(&mut b, rb)?.insert("elem".into(), Value::Array(all));
+        body_mut(&mut b, rb)?.insert("elem".into(), Value::Array(all));
     }
     Some((b, n))
 }
