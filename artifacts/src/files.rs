@@ -44,12 +44,12 @@ impl Artifacts {
     pub fn read_dir(dir: &Path) -> Result<Artifacts, ArtifactReadError> {
         let path = dir.join(NFTABLES_FILE);
         let text = std::fs::read_to_string(&path).map_err(|e| ArtifactReadError { path: path.display().to_string(), reason: e.to_string() })?;
-        Artifacts::read_dir_with(dir, text)
+        Artifacts::read_dir_with(dir, text, None)
     }
 
     /// [`Artifacts::read_dir`] with the text of `nftables.json` given (a state dir stores a big
-    /// one in pieces and puts it together).
-    pub fn read_dir_with(dir: &Path, nftables_text: String) -> Result<Artifacts, ArtifactReadError> {
+    /// one in pieces and puts it together), and its sha256 when the caller has computed it.
+    pub fn read_dir_with(dir: &Path, nftables_text: String, sha256: Option<String>) -> Result<Artifacts, ArtifactReadError> {
         fn read<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<T, ArtifactReadError> {
             let path = dir.join(name);
             let text = std::fs::read_to_string(&path)
@@ -61,8 +61,9 @@ impl Artifacts {
         // The file the compiler wrote (its digest is the manifest's) is kept as text, parsed
         // only when read as a tree: a million-element set is not parsed to be diffed or
         // stored again (issue #27). Any other file is parsed here, so it is valid JSON.
-        let nftables = if manifest.artifact_hashes.get(NFTABLES_FILE).is_some_and(|h| *h == sha256_hex(nftables_text.as_bytes())) {
-            NftDoc::from_pretty_text(nftables_text)
+        let digest = sha256.unwrap_or_else(|| sha256_hex(nftables_text.as_bytes()));
+        let nftables = if manifest.artifact_hashes.get(NFTABLES_FILE).is_some_and(|h| *h == digest) {
+            NftDoc::from_pretty_text_with_digest(nftables_text, digest)
         } else {
             let path = dir.join(NFTABLES_FILE);
             NftDoc::from(

@@ -15,13 +15,25 @@ use crate::files::to_pretty;
 pub struct NftDoc {
     text: OnceLock<String>,
     value: OnceLock<Value>,
+    /// sha256 of the text, once computed (or known from a check of the file).
+    digest: OnceLock<String>,
 }
 
 impl NftDoc {
     /// A document from the exact bytes of `nftables.json` (pretty JSON, trailing newline) as the
     /// compiler writes them. The caller guarantees the text is that: it is not parsed here.
     pub fn from_pretty_text(text: String) -> NftDoc {
-        NftDoc { text: OnceLock::from(text), value: OnceLock::new() }
+        NftDoc { text: OnceLock::from(text), value: OnceLock::new(), digest: OnceLock::new() }
+    }
+
+    /// [`NftDoc::from_pretty_text`] of a file whose sha256 the caller has just computed.
+    pub fn from_pretty_text_with_digest(text: String, sha256: String) -> NftDoc {
+        NftDoc { text: OnceLock::from(text), value: OnceLock::new(), digest: OnceLock::from(sha256) }
+    }
+
+    /// sha256 of [`NftDoc::text`] (hex), computed once per document.
+    pub fn sha256(&self) -> &str {
+        self.digest.get_or_init(|| crate::sha256_hex(self.text().as_bytes()))
     }
 
     /// The file's bytes: pretty JSON with a trailing newline (byte for byte [`to_pretty`]).
@@ -44,7 +56,7 @@ impl NftDoc {
 
     /// The tree, owned.
     pub fn into_value(self) -> Value {
-        let NftDoc { text, value } = self;
+        let NftDoc { text, value, .. } = self;
         match value.into_inner() {
             Some(v) => v,
             None => serde_json::from_str(&text.into_inner().expect("an NftDoc holds text or value")).expect("valid JSON"),
@@ -54,7 +66,7 @@ impl NftDoc {
 
 impl From<Value> for NftDoc {
     fn from(v: Value) -> NftDoc {
-        NftDoc { text: OnceLock::new(), value: OnceLock::from(v) }
+        NftDoc { text: OnceLock::new(), value: OnceLock::from(v), digest: OnceLock::new() }
     }
 }
 
@@ -71,6 +83,7 @@ impl std::ops::DerefMut for NftDoc {
     fn deref_mut(&mut self) -> &mut Value {
         self.value();
         self.text = OnceLock::new();
+        self.digest = OnceLock::new();
         self.value.get_mut().expect("parsed above")
     }
 }

@@ -79,6 +79,24 @@ pub struct AppliedMeta {
     pub sysctls: Vec<String>,
 }
 
+/// Generations read by this process, by [`memo_key`] (the two most recent).
+static GENERATIONS: std::sync::Mutex<Vec<(Vec<(PathBuf, u64, i64, i64, u64)>, Generation)>> = std::sync::Mutex::new(Vec::new());
+
+/// Identity of a generation's files as they are now: path, size, mtime (s, ns), inode of every
+/// file of the generation dir and of every chunk it refers to. None: cannot tell (no memo).
+fn memo_key(dir: &Path, blobs: &Path) -> Option<Vec<(PathBuf, u64, i64, i64, u64)>> {
+    let mut paths: Vec<PathBuf> = fs::read_dir(dir).ok()?.map(|e| e.map(|e| e.path())).collect::<std::io::Result<_>>().ok()?;
+    paths.extend(parts::blobs_of(dir).into_iter().map(|b| blobs.join(b)));
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let m = fs::metadata(&p).ok()?;
+            Some((p, m.len(), m.mtime(), m.mtime_nsec(), m.ino()))
+        })
+        .collect()
+}
+
 /// One applied generation, read back from the state dir.
 #[derive(Debug, Clone)]
 pub struct Generation {
@@ -220,10 +238,24 @@ impl StateDir {
         )
         .into_diagnostic()
         .wrap_err_with(|| format!("corrupt {}", meta_path.display()))?;
-        let nftables = verify_digests(&dir, &meta, &self.path.join(parts::BLOBS_DIR))?;
+        let blobs = self.path.join(parts::BLOBS_DIR);
+        // A generation is immutable: read (and verified) once per process while its files
+        // are unchanged (an apply reads the current one for the plan, the transaction and the
+        // audit record; a big one is tens of MB to put together and hash).
+        let key = memo_key(&dir, &blobs);
+        if let Some(g) = key.as_ref().and_then(|k| GENERATIONS.lock().ok()?.iter().find(|(mk, _)| mk == k).map(|(_, g)| g.clone())) {
+            return Ok(g);
+        }
+        let nftables = verify_digests(&dir, &meta, &blobs)?;
         let nftables = String::from_utf8(nftables).map_err(|_| miette!("{}: nftables.json is not UTF-8", dir.display()))?;
-        let artifacts = Artifacts::read_dir_with(&dir, nftables).into_diagnostic()?;
-        Ok(Generation { name: name.to_string(), dir, artifacts, meta })
+        let sha = meta.hashes.get(fwc_compiler::artifacts::NFTABLES_FILE).cloned();
+        let artifacts = Artifacts::read_dir_with(&dir, nftables, sha).into_diagnostic()?;
+        let g = Generation { name: name.to_string(), dir, artifacts, meta };
+        if let (Some(k), Ok(mut memo)) = (key, GENERATIONS.lock()) {
+            memo.insert(0, (k, g.clone()));
+            memo.truncate(2);
+        }
+        Ok(g)
     }
 
     /// The last applied generation, if any.
@@ -274,8 +306,13 @@ impl StateLock {
         let files = artifacts.files();
         let mut hashes = std::collections::BTreeMap::new();
         for (f, text) in &files {
-            hashes.insert(f.to_string(), sha256_hex(text.as_bytes()));
+            // nftables.json: its digest is computed once per document (or known from the check
+            // of the file it was read from).
+            let h = if *f == fwc_compiler::artifacts::NFTABLES_FILE { artifacts.nftables.sha256().to_string() } else { sha256_hex(text.as_bytes()) };
+            hashes.insert(f.to_string(), h);
         }
+        // The chunks of the generation applied until now, for the new one to share.
+        let before = ptr.current.as_ref().and_then(|c| self.dir.generation(c).ok());
         let now = now_unix();
         let meta = AppliedMeta {
             commit: artifacts.manifest.commit.clone(),
@@ -294,7 +331,8 @@ impl StateLock {
         all.push((APPLIED_FILE, fwc_compiler::artifacts::to_pretty(&meta).into()));
         for (f, text) in &all {
             // A big nftables.json goes in pieces, sharing the chunks the last one has.
-            if *f == fwc_compiler::artifacts::NFTABLES_FILE && parts::store(text, &tmp, &self.dir.path.join(parts::BLOBS_DIR), write_synced)?.is_some() {
+            let prev = before.as_ref().and_then(|g| Some((g.artifacts.nftables.raw_text()?, parts::blobs_of(&g.dir))));
+            if *f == fwc_compiler::artifacts::NFTABLES_FILE && parts::store(text, prev, &tmp, &self.dir.path.join(parts::BLOBS_DIR), write_synced)?.is_some() {
                 continue;
             }
             write_synced(&tmp.join(f), text.as_bytes())?;

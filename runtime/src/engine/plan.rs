@@ -71,12 +71,9 @@ impl LivePlan {
 /// The sha256 of each artifact file's text (hashed while serialising: with a large set the
 /// text is tens of MB, and building it twice per plan showed in the profile).
 fn file_hashes(a: &Artifacts) -> BTreeMap<&'static str, String> {
-    // The file's text when it is held (a set file's million elements are hashed, not
-    // serialised again), which is what `to_pretty` of the tree would write.
-    let nft = match a.nftables.raw_text() {
-        Some(t) => sha256_hex(t.as_bytes()),
-        None => sha256_pretty(&a.nftables),
-    };
+    // Hashed once per document, from its text (what `to_pretty` of the tree writes): a set
+    // file's million elements are not serialised again, nor hashed twice.
+    let nft = a.nftables.sha256().to_string();
     BTreeMap::from([(NFTABLES_FILE, nft), (QOS_FILE, sha256_pretty(&a.qos)), (FORWARD_FILE, sha256_pretty(&a.forward))])
 }
 

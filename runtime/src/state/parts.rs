@@ -41,6 +41,12 @@ pub enum Piece {
     Blob { blob: String, len: usize },
 }
 
+/// (length, first and last 32 bytes) of a chunk: where to look for an equal one.
+fn sig(c: &str) -> (usize, &[u8], &[u8]) {
+    let b = c.as_bytes();
+    (b.len(), &b[..b.len().min(32)], &b[b.len().saturating_sub(32)..])
+}
+
 /// The pieces of `text` as (piece, bytes) where a blob's bytes are its chunk; None: store it
 /// whole (small, or not the compiler's pretty form).
 pub fn cut(text: &str) -> Option<Vec<(bool, &str)>> {
@@ -91,9 +97,22 @@ fn line_hash(line: &[u8]) -> u64 {
 
 /// Write the pieces of `text` into generation dir `gen` (its `PARTS_FILE`) and the chunks not
 /// yet in `blobs` (each written to a temp file, fsynced, renamed). `write` writes a file
-/// durably. None: `text` is stored whole.
-pub fn store(text: &str, gen: &Path, blobs: &Path, write: impl Fn(&Path, &[u8]) -> Result<()>) -> Result<Option<()>> {
+/// durably. `prev`: the text of the generation before and its chunk names in order: a chunk
+/// equal to one of its chunks (compared byte for byte) takes that name without being hashed.
+/// None: `text` is stored whole.
+pub fn store(text: &str, prev: Option<(&str, Vec<String>)>, gen: &Path, blobs: &Path, write: impl Fn(&Path, &[u8]) -> Result<()>) -> Result<Option<()>> {
     let Some(pieces) = cut(text) else { return Ok(None) };
+    // The chunks of the generation before, by (length, first and last bytes).
+    type Sig<'a> = (usize, &'a [u8], &'a [u8]);
+    let mut known: std::collections::HashMap<Sig<'_>, Vec<(&str, String)>> = std::collections::HashMap::new();
+    if let Some((ptext, names)) = prev {
+        let chunks: Vec<&str> = cut(ptext).into_iter().flatten().filter(|(b, _)| *b).map(|(_, c)| c).collect();
+        if chunks.len() == names.len() {
+            for (c, n) in chunks.into_iter().zip(names) {
+                known.entry(sig(c)).or_default().push((c, n));
+            }
+        }
+    }
     crate::state::create_private_dir(blobs)?;
     let mut parts = Parts { version: 1, pieces: Vec::with_capacity(pieces.len()) };
     let mut wrote_blob = false;
@@ -102,7 +121,8 @@ pub fn store(text: &str, gen: &Path, blobs: &Path, write: impl Fn(&Path, &[u8]) 
             parts.pieces.push(Piece::Text { text: bytes.to_string() });
             continue;
         }
-        let name = sha256_hex(bytes.as_bytes());
+        let same = known.get(&sig(bytes)).and_then(|v| v.iter().find(|(c, _)| *c == bytes)).map(|(_, n)| n.clone());
+        let name = same.unwrap_or_else(|| sha256_hex(bytes.as_bytes()));
         let path = blobs.join(&name);
         let present = std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64);
         if !present {
