@@ -13,7 +13,11 @@
 #   first apply                 `fwc apply` onto an empty namespace (engine: --json total_ms)
 #   +1 / -1 element             `fwc apply` of the set file with one /32 more, then back
 #   drift                       `fwc plan` after `nft delete element` of one /32 behind fwc's
-#                               back (checked: the plan names it)
+#                               back (checked: the plan names it), then `fwc status` (checked:
+#                               it names it too)
+#   kernel dump                 the kernel's own dump of the /32 set over netlink
+#                               (setelem_dump.py: no nft, no JSON): the floor of any complete
+#                               drift check of that set
 #   other add (hash/interval)   `nft add element` into another table's small interval set
 #                               while fwc's set is loaded; the interval column once (it is
 #                               ~75 s at 1M)
@@ -118,6 +122,11 @@ for i in $(seq "$REPEATS"); do
   "$FWC" plan "$work/art-base" --netns "$ns" --state-dir "$work/state" > "$work/plan.txt" 2>&1 || true
   t1=$(date +%s.%N); echo "$t1 - $t0" | bc >> "$work/drift"
   grep -q "elements removed: $victim" "$work/plan.txt" || { echo "the plan did not name $victim:"; cat "$work/plan.txt"; exit 1; } >&2
+  t0=$(date +%s.%N)
+  "$FWC" status --netns "$ns" --state-dir "$work/state" > "$work/status.txt" 2>&1 || true
+  t1=$(date +%s.%N); echo "$t1 - $t0" | bc >> "$work/drift-status"
+  grep -q "elements removed: $victim" "$work/status.txt" || { echo "fwc status did not name $victim:"; cat "$work/status.txt"; exit 1; } >&2
+  secs ip netns exec "$ns" python3 bench/sets/setelem_dump.py fwc big_v4_32 >> "$work/kernel-dump"
   ip netns del "$ns"
 done
 
@@ -171,6 +180,8 @@ echo "| fwc apply, first: engine | $(median < "$work/first.engine") | |"
 echo "| fwc apply +1 element: wall / engine | $(median < "$work/plus.wall") / $(median < "$work/plus.engine") | |"
 echo "| fwc apply -1 element: wall / engine | $(median < "$work/minus.wall") / $(median < "$work/minus.engine") | |"
 echo "| fwc plan, one element deleted behind fwc's back (named) | $(median < "$work/drift") | |"
+echo "| fwc status, the same (named) | $(median < "$work/drift-status") | |"
+echo "| kernel's netlink dump of the /32 set alone (floor of a complete check) | $(median < "$work/kernel-dump") | |"
 echo "| other program: nft add element into its own interval set | $(median < "$work/other-hash") | $([ -s "$work/other-interval" ] && median < "$work/other-interval") |"
 echo "| CIDR ban into fwc's dynamic set | $(median < "$work/dynamic") | |"
 for a in 1 1000; do

@@ -822,11 +822,11 @@ impl Backend for NftBackend {
 /// document's text where it is held: only the element lists go through the JSON parser, not
 /// into a whole tree that is copied.
 fn split_hash_elements(doc: &NftDoc) -> (Value, Vec<(String, Vec<Value>)>) {
-    if let Some(split) = doc.raw_text().and_then(lazy::split) {
+    if let Some((text, split)) = lazy::split_doc(doc) {
         let mut out = split.skeleton.clone();
         let mut taken = Vec::new();
         for r in &split.raw {
-            let Some(elems) = lazy::parse_elements(&split.text[r.range.clone()]) else { return split_hash_elements_of(doc.value()) };
+            let Some(elems) = lazy::parse_elements(&text[r.range.clone()]) else { return split_hash_elements_of(doc.value()) };
             let Some(body) = lazy::body_mut(&mut out, r) else { return split_hash_elements_of(doc.value()) };
             let plain = r.kind == "set"
                 && body.get("flags").is_none()

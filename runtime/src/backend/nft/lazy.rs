@@ -28,10 +28,9 @@ pub struct RawElems {
     pub indent: usize,
 }
 
-/// A document split into skeleton and element texts.
+/// A document split into skeleton and element texts (ranges of the document's text).
 #[derive(Debug, Clone)]
-pub struct Split<'t> {
-    pub text: &'t str,
+pub struct Split {
     /// The document without the `elem` key of the sets and maps in `raw`.
     pub skeleton: Value,
     pub raw: Vec<RawElems>,
@@ -46,7 +45,7 @@ pub fn body_mut<'v>(doc: &'v mut Value, r: &RawElems) -> Option<&'v mut serde_js
 
 /// Split pretty `text` (serde_json's pretty printer, two-space indent, as the compiler and the
 /// state dir write `nftables.json`). None: not in that form (or no element array at all).
-pub fn split(text: &str) -> Option<Split<'_>> {
+pub fn split(text: &str) -> Option<Split> {
     const KEY: &[u8] = b"\"elem\": [\n";
     let bytes = text.as_bytes();
     let mut ranges: Vec<(Range<usize>, usize)> = Vec::new();
@@ -101,15 +100,34 @@ pub fn split(text: &str) -> Option<Split<'_>> {
     }
     // Every array must have been a set's or map's element list.
     let raw: Option<Vec<RawElems>> = raw.into_iter().collect();
-    Some(Split { text, skeleton, raw: raw? })
+    Some(Split { skeleton, raw: raw? })
+}
+
+/// Splits of recently seen documents, by sha256 of their text: one apply looks at the same
+/// two documents in the plan, prepare, verify and record.
+static SPLITS: std::sync::Mutex<Vec<(String, std::sync::Arc<Split>)>> = std::sync::Mutex::new(Vec::new());
+
+/// The document's text and its [`split`] (computed once per content).
+pub fn split_doc(doc: &NftDoc) -> Option<(&str, std::sync::Arc<Split>)> {
+    let text = doc.raw_text()?;
+    let key = doc.sha256();
+    if let Some(s) = SPLITS.lock().ok()?.iter().find(|(k, _)| k == key).map(|(_, s)| s.clone()) {
+        return Some((text, s));
+    }
+    let s = std::sync::Arc::new(split(text)?);
+    if let Ok(mut memo) = SPLITS.lock() {
+        memo.insert(0, (key.to_string(), s.clone()));
+        memo.truncate(4);
+    }
+    Some((text, s))
 }
 
 /// The document without the element lists of its sets and maps where that is cheap (text
 /// present and in the compiler's form), else the whole document. What structure-only readers
 /// (the diff's declarations, verify, dynamic sets) need.
 pub fn skeleton(doc: &NftDoc) -> Cow<'_, Value> {
-    match doc.raw_text().and_then(split) {
-        Some(s) => Cow::Owned(s.skeleton),
+    match split_doc(doc) {
+        Some((_, s)) => Cow::Owned(s.skeleton.clone()),
         None => Cow::Borrowed(doc.value()),
     }
 }
@@ -210,14 +228,14 @@ pub fn middles(a: &str, b: &str, indent: usize) -> Option<(Vec<Value>, Vec<Value
 /// live table lacks is created with every element). None: either text is missing or not in
 /// the compiler's form.
 pub fn reduced_pair(base: &NftDoc, next: &NftDoc, whole: impl Fn(&str, &str) -> bool) -> Option<(Value, Value)> {
-    let (sb, sn) = (split(base.raw_text()?)?, split(next.raw_text()?)?);
+    let ((tb, sb), (tn, sn)) = (split_doc(base)?, split_doc(next)?);
     let (mut b, mut n) = (sb.skeleton.clone(), sn.skeleton.clone());
     for rn in &sn.raw {
         let rb = sb.raw.iter().find(|r| r.kind == rn.kind && r.name == rn.name);
         let (eb, en) = match rb {
-            Some(rb) if rb.indent == rn.indent && !whole(&rn.kind, &rn.name) => middles(&sb.text[rb.range.clone()], &sn.text[rn.range.clone()], rn.indent)?,
-            Some(rb) => (parse_elements(&sb.text[rb.range.clone()])?, parse_elements(&sn.text[rn.range.clone()])?),
-            None => (Vec::new(), parse_elements(&sn.text[rn.range.clone()])?),
+            Some(rb) if rb.indent == rn.indent && !whole(&rn.kind, &rn.name) => middles(&tb[rb.range.clone()], &tn[rn.range.clone()], rn.indent)?,
+            Some(rb) => (parse_elements(&tb[rb.range.clone()])?, parse_elements(&tn[rn.range.clone()])?),
+            None => (Vec::new(), parse_elements(&tn[rn.range.clone()])?),
         };
         body_mut(&mut n, rn)?.insert("elem".into(), Value::Array(en));
         if let Some(rb) = rb {
@@ -225,7 +243,7 @@ pub fn reduced_pair(base: &NftDoc, next: &NftDoc, whole: impl Fn(&str, &str) -> 
         }
     }
     for rb in sb.raw.iter().filter(|r| !sn.raw.iter().any(|x| x.kind == r.kind && x.name == r.name)) {
-        let all = parse_elements(&sb.text[rb.range.clone()])?;
+        let all = parse_elements(&tb[rb.range.clone()])?;
         body_mut(&mut b, rb)?.insert("elem".into(), Value::Array(all));
     }
     Some((b, n))
