@@ -163,7 +163,8 @@ print("%.0f %.1f" % ((s["packets"] - s["lost_packets"]) / s["seconds"], r["cpu_u
 PY
   ip netns del "$cl"; ip netns del "$ns"
 }
-for AMPLIFY in 1 1000; do
+# FLOOD=0 skips the floods (the apply/drift rows alone).
+for AMPLIFY in $([ "${FLOOD:-1}" = 0 ] || echo 1 1000); do
   for i in $(seq "$REPEATS"); do
     flood "$work/art-base/nftables.json" "hash-$AMPLIFY"
     [ $have_old = 1 ] && flood "$work/art-old/nftables.json" "interval-$AMPLIFY"
@@ -184,7 +185,7 @@ echo "| fwc status, the same (named) | $(median < "$work/drift-status") | |"
 echo "| kernel's netlink dump of the /32 set alone (floor of a complete check) | $(median < "$work/kernel-dump") | |"
 echo "| other program: nft add element into its own interval set | $(median < "$work/other-hash") | $([ -s "$work/other-interval" ] && median < "$work/other-interval") |"
 echo "| CIDR ban into fwc's dynamic set | $(median < "$work/dynamic") | |"
-for a in 1 1000; do
+for a in $([ "${FLOOD:-1}" = 0 ] || echo 1 1000); do
   echo "| UDP flood, blocklist rule x$a: packets/s received | $(cut -d' ' -f1 "$work/flood-hash-$a" | median) | $([ -s "$work/flood-interval-$a" ] && cut -d' ' -f1 "$work/flood-interval-$a" | median) |"
   echo "| UDP flood, blocklist rule x$a: receiving host CPU % (iperf3) | $(cut -d' ' -f2 "$work/flood-hash-$a" | median) | $([ -s "$work/flood-interval-$a" ] && cut -d' ' -f2 "$work/flood-interval-$a" | median) |"
 done

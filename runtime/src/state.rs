@@ -331,7 +331,7 @@ impl StateLock {
         all.push((APPLIED_FILE, fwc_compiler::artifacts::to_pretty(&meta).into()));
         for (f, text) in &all {
             // A big nftables.json goes in pieces, sharing the chunks the last one has.
-            let prev = before.as_ref().and_then(|g| Some((g.artifacts.nftables.raw_text()?, parts::blobs_of(&g.dir))));
+            let prev = before.as_ref().and_then(|g| Some((g.artifacts.nftables.raw_text()?, g.dir.as_path())));
             if *f == fwc_compiler::artifacts::NFTABLES_FILE && parts::store(text, prev, &tmp, &self.dir.path.join(parts::BLOBS_DIR), write_synced)?.is_some() {
                 continue;
             }

@@ -86,8 +86,9 @@ struct Staged {
     change: NftChange,
     /// A diff not checked with `nft -c` (it deletes elements, and nft 1.0.6 then reads every
     /// interval set back, once for the check and once for the commit): the full replace the
-    /// commit falls back to when the kernel rejects the diff.
-    unchecked_fallback: Option<Value>,
+    /// commit falls back to when the kernel rejects the diff: the new document, whose full
+    /// replace batch is built only then (a million elements are not copied for nothing).
+    unchecked_fallback: Option<NftDoc>,
     /// sha256 of the new nftables.json ([`digest`]).
     digest: String,
 }
@@ -645,7 +646,7 @@ impl Backend for NftBackend {
         let mut checked = match change.mode {
             NftMode::FullReplace if !injected => Ok(()),
             NftMode::Diff if deletes_elements && !injected => {
-                unchecked_fallback = Some(replace_tx(&next.nftables)?);
+                unchecked_fallback = Some(next.nftables.clone());
                 Ok(())
             }
             _ => self.run_file(&tx, true),
@@ -715,16 +716,17 @@ impl Backend for NftBackend {
         }
         Self::log_batch(tx);
         let mut result = if tx["nftables"].as_array().is_some_and(Vec::is_empty) { Ok(()) } else { self.run_file(tx, false) };
-        if let (Err(e), Some(full)) = (&result, &staged.unchecked_fallback) {
+        if let (Err(e), Some(doc)) = (&result, &staged.unchecked_fallback) {
             // The unchecked diff does not apply to the live table (nothing changed: the kernel
             // aborted it): replace the table whole, as prepare does for a checked diff.
             tracing::warn!("nftables: the diff does not apply to the live table ({e}); replacing the table whole");
-            let mut full = full.clone();
-            if injected_failure("commit", BackendKind::Nftables) {
-                full["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
-            }
-            Self::log_batch(&full);
-            result = self.run_file(&full, false);
+            result = replace_tx(doc.value()).and_then(|mut full| {
+                if injected_failure("commit", BackendKind::Nftables) {
+                    full["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
+                }
+                Self::log_batch(&full);
+                self.run_file(&full, false)
+            });
             staged.change = NftChange::full("the diff does not apply to the live table");
         }
         let after = before.as_ref().and_then(|_| stamp::token(self.netns.as_deref()).ok());

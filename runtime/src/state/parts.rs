@@ -97,20 +97,28 @@ fn line_hash(line: &[u8]) -> u64 {
 
 /// Write the pieces of `text` into generation dir `gen` (its `PARTS_FILE`) and the chunks not
 /// yet in `blobs` (each written to a temp file, fsynced, renamed). `write` writes a file
-/// durably. `prev`: the text of the generation before and its chunk names in order: a chunk
-/// equal to one of its chunks (compared byte for byte) takes that name without being hashed.
-/// None: `text` is stored whole.
-pub fn store(text: &str, prev: Option<(&str, Vec<String>)>, gen: &Path, blobs: &Path, write: impl Fn(&Path, &[u8]) -> Result<()>) -> Result<Option<()>> {
+/// durably. `prev`: the text of the generation before and its dir: a chunk equal to one of its
+/// chunks (compared byte for byte) takes that name without being hashed. None: `text` is
+/// stored whole.
+pub fn store(text: &str, prev: Option<(&str, &Path)>, gen: &Path, blobs: &Path, write: impl Fn(&Path, &[u8]) -> Result<()>) -> Result<Option<()>> {
     let Some(pieces) = cut(text) else { return Ok(None) };
     // The chunks of the generation before, by (length, first and last bytes).
     type Sig<'a> = (usize, &'a [u8], &'a [u8]);
     let mut known: std::collections::HashMap<Sig<'_>, Vec<(&str, String)>> = std::collections::HashMap::new();
-    if let Some((ptext, names)) = prev {
-        let chunks: Vec<&str> = cut(ptext).into_iter().flatten().filter(|(b, _)| *b).map(|(_, c)| c).collect();
-        if chunks.len() == names.len() {
-            for (c, n) in chunks.into_iter().zip(names) {
-                known.entry(sig(c)).or_default().push((c, n));
+    // Its pieces give each chunk's place in its text (no need to cut it again).
+    let prev_parts = prev.and_then(|(t, dir)| Some((t, serde_json::from_slice::<Parts>(&std::fs::read(dir.join(PARTS_FILE)).ok()?).ok()?)));
+    if let Some((ptext, parts)) = &prev_parts {
+        let mut at = 0;
+        for p in &parts.pieces {
+            let len = match p {
+                Piece::Text { text } => text.len(),
+                Piece::Blob { len, .. } => *len,
+            };
+            let Some(c) = ptext.get(at..at + len) else { break };
+            if let Piece::Blob { blob, .. } = p {
+                known.entry(sig(c)).or_default().push((c, blob.clone()));
             }
+            at += len;
         }
     }
     crate::state::create_private_dir(blobs)?;
