@@ -414,3 +414,49 @@ fn live_import_of_a_namespace_names_chains_and_handles() {
     let input = std::fs::read_to_string(out.join("rules/10-input.kdl")).unwrap();
     assert!(input.contains(r#"allow "from-admins-ssh" proto=tcp port=22 from="@admins" comment="inet filter input handle "#), "{input}");
 }
+
+/// A firewalld public zone (services ssh/http/https from the system's definitions, an own
+/// service, ports, rich rules: source + service accept, log + limit, tcp-reset and plain
+/// reject, an ipset drop, an IPv6 rate-limited accept; an icmp-block, masquerade and a
+/// forward-port) loaded by the real firewalld (private D-Bus, its own mount namespace) in one
+/// namespace, the import applied by fwc in another: the same probes, the same outcomes.
+#[test]
+fn firewalld_public_zone_with_services_rich_rules_and_a_forward_port() {
+    let name = "firewalld_public_zone_with_services_rich_rules_and_a_forward_port";
+    if !privileged(name) || !fwc_testkit::tool(name, "firewalld", "firewalld") || !fwc_testkit::tool(name, "dbus-daemon", "dbus") {
+        return;
+    }
+    let conf = fixture("firewalld");
+    let probes = [
+        p(false, "198.18.1.1", 22, None),
+        p(false, "2001:db8:1::1", 22, None),
+        p(false, "198.18.1.1", 80, None),
+        p(false, "2001:db8:1::1", 443, None),
+        p(false, "198.18.1.1", 7000, None), // myapp (services/myapp.xml)
+        p(true, "198.18.1.1", 7001, None),
+        p(true, "198.18.1.1", 7000, None), // myapp's tcp port over udp: rejected
+        p(false, "198.18.1.1", 8005, None),
+        p(false, "198.18.1.1", 8010, None),
+        p(true, "198.18.1.1", 5353, None),
+        p(false, "198.18.1.1", 3306, Some("198.18.1.9")), // rich rule: source + service mysql
+        p(false, "198.18.1.1", 3306, None),
+        p(false, "198.18.1.1", 2222, Some("198.18.1.20")), // log + limit, accept
+        p(false, "198.18.1.1", 2222, None),
+        p(false, "198.18.1.1", 23, None),  // reject type tcp-reset
+        p(false, "198.18.1.1", 113, None), // reject
+        p(false, "2001:db8:1::1", 9000, None), // IPv6 rich rule with a limit
+        p(false, "198.18.1.1", 9000, None),
+        p(false, "198.18.1.1", 8080, None), // forward-port to the backend
+        p(false, "198.18.2.2", 80, None),   // routed: the zone's forward target rejects it
+        p(false, "198.18.1.1", 0, None),    // ping: icmp-block echo-request
+        p(false, "2001:db8:1::1", 0, None),
+    ];
+    let daemon = std::cell::RefCell::new(None);
+    let load = |ns: &Netns| {
+        let lib = Path::new(fwc_runtime::import::firewalld_source::DEFAULT_LIB);
+        let d = fwc_runtime::import::firewalld_source::Daemon::start(&conf, lib, Some(&ns.name)).unwrap_or_else(|e| panic!("firewalld in {}: {e}", ns.name));
+        *daemon.borrow_mut() = Some(d);
+    };
+    same_outcomes("firewalld", &conf, load, &probes, &[22, 80, 443, 7000, 8005, 8010, 3306, 2222, 23, 113, 9000], &[7000, 7001, 5353]);
+    drop(daemon.take());
+}

@@ -183,3 +183,90 @@ fn ufw_limit_becomes_a_rate_on_the_accept_with_a_note() {
     assert_eq!(lines[2], "-A ufw-user-input -p tcp --dport 22 -m limit --limit 12/minute --limit-burst 6 -j ufw-user-limit-accept");
     assert!(notes[0].starts_with("user.rules:3: ufw `limit` (6 new connections in 30 s per source address"), "{notes:?}");
 }
+
+/// firewalld's XML (tests/import/firewalld over the system definitions in
+/// tests/import/firewalld-lib) as fwc rules: each with the file:line of its element, named
+/// after what it does, in firewalld's order (log, deny, allow, then the zone's target).
+#[test]
+fn firewalld_zones_services_rich_rules_and_ipsets() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/import");
+    let (cfg, notes) = import::firewalld_source::read_config(&dir.join("firewalld"), &dir.join("firewalld-lib")).unwrap();
+    assert!(notes.is_empty(), "{notes:?}");
+    let imp = import::firewalld::translate(&cfg);
+    assert!(imp.refused.is_empty(), "{:?}", imp.refused);
+    let files = render::files(&imp, "firewalld");
+    let file = |name: &str| files.iter().find(|(p, _)| p.ends_with(name)).unwrap_or_else(|| panic!("no {name} in {files:?}")).1.clone();
+    let input = file("10-input.kdl");
+    for line in [
+        r#"log "log-from-198.18.1.20-tcp-2222" proto=tcp port=2222 from="198.18.1.20" log-prefix="SSH2 " log-rate="3/minute" comment="zones/public.xml:19""#,
+        r#"reject "block-echo-request" proto=icmp icmp-type="echo-request" reject-with="admin-prohibited" comment="zones/public.xml:11""#,
+        r#"reject "block-echo-request-v6" proto=icmpv6 icmp-type="echo-request" reject-with="admin-prohibited" comment="zones/public.xml:11""#,
+        r#"reject "reject-tcp-23" proto=tcp port=23 comment="zones/public.xml:27""#,
+        r#"reject "reject-tcp-113" proto=tcp port=113 comment="zones/public.xml:31""#,
+        r#"deny "deny-from-blocklist" from="@blocklist" comment="zones/public.xml:35""#,
+        r#"allow "ssh" proto=tcp port=22 comment="zones/public.xml:5""#,
+        r#"allow "myapp-tcp" proto=tcp port=7000 comment="zones/public.xml:8""#,
+        r#"allow "myapp-udp" proto=udp port=7001 comment="zones/public.xml:8""#,
+        r#"allow "tcp-8000-8009" proto=tcp port="8000-8009" comment="zones/public.xml:9""#,
+        r#"allow "from-198.18.1.9-mysql" proto=tcp port=3306 from="198.18.1.9" comment="zones/public.xml:14""#,
+        r#"allow "from-2001-db8-1-64-tcp-9000" proto=tcp port=9000 from="2001:db8:1::/64" rate="10/second" comment="zones/public.xml:39""#,
+        r#"allow "public-icmp" proto=icmp comment="zones/public.xml:2""#,
+        // The internal zone (target ACCEPT) by its source, then by its interface, before the default zone.
+        r#"allow "internal-from-10.9.0.0-16-accept" from="10.9.0.0/16" comment="zones/internal.xml:2""#,
+        r#"allow "internal-in-fwc-t-mgmt-accept" in="fwc-t-mgmt" comment="zones/internal.xml:2""#,
+    ] {
+        assert!(input.contains(line), "missing\n{line}\nin\n{input}");
+    }
+    assert!(input.starts_with("// The input chain, imported.\ninput policy=reject reject-with=\"admin-prohibited\" {\n"), "{input}");
+    let pos = |s: &str| input.find(s).unwrap_or_else(|| panic!("{s}"));
+    assert!(pos("internal-from-10.9") < pos("internal-in-fwc-t-mgmt") && pos("internal-in-fwc-t-mgmt-accept") < pos("\"ssh\""));
+    assert!(pos("log \"log-from") < pos("block-echo-request") && pos("deny-from-blocklist") < pos("\"ssh\""));
+    let root = file("fwc.kdl");
+    for line in [
+        r#"forward "fwd-tcp-8080" listen=":8080" to="198.18.2.2:80" comment="zones/public.xml:13""#,
+        r#"masquerade "masquerade-public" from="0.0.0.0/0" comment="zones/public.xml:12""#,
+        "set \"blocklist\" {\n    - \"192.0.2.0/24\"\n    - \"198.18.9.9\"\n}",
+    ] {
+        assert!(root.contains(line), "missing\n{line}\nin\n{root}");
+    }
+    assert!(file("20-forward.kdl").contains(r#"reject "rfc3964-forward" to="::/96,"#));
+    check_repo(&files);
+}
+
+/// What fwc cannot say is refused by file:line (icmp-block-inversion, protocols other than
+/// tcp/udp/icmp, audit, a local port redirect, an unknown service); --partial writes the rest.
+#[test]
+fn firewalld_constructs_without_an_fwc_form_are_refused_by_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::create_dir_all(d.join("zones")).unwrap();
+    std::fs::write(d.join("firewalld.conf"), "DefaultZone=edge\nIPv6_rpfilter=no\n").unwrap();
+    std::fs::write(
+        d.join("zones/edge.xml"),
+        r#"<?xml version="1.0" encoding="utf-8"?>
+<zone target="DROP">
+  <icmp-block-inversion/>
+  <protocol value="gre"/>
+  <service name="no-such-service"/>
+  <forward-port port="80" protocol="tcp" to-port="8080"/>
+  <rule family="ipv4"><source address="192.0.2.1"/><audit/><accept/></rule>
+  <rule family="ipv4"><source address="192.0.2.2" invert="true"/><drop/></rule>
+  <port protocol="tcp" port="22"/>
+</zone>
+"#,
+    )
+    .unwrap();
+    let lib = tmp.path().join("nolib");
+    let (cfg, notes) = import::firewalld_source::read_config(d, &lib).unwrap();
+    assert_eq!(notes.len(), 1, "no system definitions: said so {notes:?}");
+    let imp = import::firewalld::translate(&cfg);
+    let at: Vec<&str> = imp.refused.iter().map(|r| r.origin.as_str()).collect();
+    assert_eq!(at, ["zones/edge.xml:3", "zones/edge.xml:4", "zones/edge.xml:5", "zones/edge.xml:6", "zones/edge.xml:7", "zones/edge.xml:8"], "{:?}", imp.refused);
+    assert_eq!(imp.chains[0].policy, "drop");
+    assert_eq!(imp.chains[0].rules.len(), 1);
+    let e = import::finish(imp.clone(), None, &Default::default(), "t", false, &mut |_| {}).unwrap_err();
+    assert!(matches!(e, import::ImportError::Refused(ref r) if r.len() == 6), "{e}");
+    let out = import::finish(imp, None, &Default::default(), "t", true, &mut |_| {}).unwrap();
+    assert!(out.proof_missing.is_some() && !out.files.iter().any(|(p, _)| p.contains("imported.kdl")));
+    check_repo(&out.files);
+}

@@ -97,7 +97,7 @@ fn s(v: &Value, k: &str) -> String {
     v.get(k).and_then(Value::as_str).unwrap_or_default().to_string()
 }
 
-fn sanitize(raw: &str) -> String {
+pub(crate) fn sanitize(raw: &str) -> String {
     let mut out = String::new();
     for c in raw.chars() {
         let c = if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '-' };
