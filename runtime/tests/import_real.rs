@@ -158,14 +158,18 @@ fn serve(ns: &Netns, tcp: &[u16], udp: &[u16]) {
 }
 
 /// A topology whose backend routes back through the host (so routed probes can complete),
-/// with two more client addresses (198.18.1.9, 198.18.1.20), and servers on the probed ports of host and backend.
+/// with three more client addresses (198.18.1.9, 198.18.1.20, 198.18.1.30), and servers on the probed ports of host and backend.
 fn side(tcp: &[u16], udp: &[u16]) -> Topology {
     let t = Topology::new();
     // Ping sockets (ICMP echo probes) for root in the client namespace.
     t.client.exec(&["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"]);
+    // Every rejection answered: the kernel's per-peer ICMP rate limit (6 in a burst) would
+    // silence the host's later ICMP errors to the client, so a side that answers more probes
+    // with ICMP (firewalld rejects TCP with ICMP where fwc may reset) would see "dropped".
+    t.host.exec(&["sysctl", "-qw", "net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0"]);
     t.backend.exec(&["ip", "route", "add", "default", "via", "198.18.2.1"]);
     t.backend.exec(&["ip", "-6", "route", "add", "default", "via", "2001:db8:2::1"]);
-    for extra in ["198.18.1.9/24", "198.18.1.20/24"] {
+    for extra in ["198.18.1.9/24", "198.18.1.20/24", "198.18.1.30/24"] {
         t.client.exec(&["ip", "addr", "add", extra, "dev", &t.client_if.clone()]);
     }
     serve(&t.host, tcp, udp);
@@ -442,6 +446,8 @@ fn firewalld_public_zone_with_services_rich_rules_and_a_forward_port() {
         p(false, "198.18.1.1", 3306, None),
         p(false, "198.18.1.1", 2222, Some("198.18.1.20")), // log + limit, accept
         p(false, "198.18.1.1", 2222, None),
+        p(false, "198.18.1.1", 22, Some("198.18.1.30")), // in ipsets/blocklist.xml: dropped
+        p(true, "198.18.1.1", 5353, Some("198.18.1.30")),
         p(false, "198.18.1.1", 23, None),  // reject type tcp-reset
         p(false, "198.18.1.1", 113, None), // reject
         p(false, "2001:db8:1::1", 9000, None), // IPv6 rich rule with a limit

@@ -202,7 +202,7 @@ fn firewalld_zones_services_rich_rules_and_ipsets() {
         r#"reject "block-echo-request" proto=icmp icmp-type="echo-request" reject-with="admin-prohibited" comment="zones/public.xml:11""#,
         r#"reject "block-echo-request-v6" proto=icmpv6 icmp-type="echo-request" reject-with="admin-prohibited" comment="zones/public.xml:11""#,
         r#"reject "reject-tcp-23" proto=tcp port=23 comment="zones/public.xml:27""#,
-        r#"reject "reject-tcp-113" proto=tcp port=113 comment="zones/public.xml:31""#,
+        r#"reject "reject-tcp-113" proto=tcp port=113 reject-with="port-unreachable" comment="zones/public.xml:31""#,
         r#"deny "deny-from-blocklist" from="@blocklist" comment="zones/public.xml:35""#,
         r#"allow "ssh" proto=tcp port=22 comment="zones/public.xml:5""#,
         r#"allow "myapp-tcp" proto=tcp port=7000 comment="zones/public.xml:8""#,
@@ -225,7 +225,7 @@ fn firewalld_zones_services_rich_rules_and_ipsets() {
     for line in [
         r#"forward "fwd-tcp-8080" listen=":8080" to="198.18.2.2:80" comment="zones/public.xml:13""#,
         r#"masquerade "masquerade-public" from="0.0.0.0/0" comment="zones/public.xml:12""#,
-        "set \"blocklist\" {\n    - \"192.0.2.0/24\"\n    - \"198.18.9.9\"\n}",
+        "set \"blocklist\" {\n    - \"192.0.2.0/24\"\n    - \"198.18.9.9\"\n    - \"198.18.1.30\"\n}",
     ] {
         assert!(root.contains(line), "missing\n{line}\nin\n{root}");
     }

@@ -485,7 +485,8 @@ impl<'a> Tx<'a> {
             Some("reject") => {
                 let t = action.and_then(|a| a.attribute("type"));
                 match t {
-                    None => (Verb::Reject(None), "deny"),
+                    // nft's plain `reject` (firewalld's): ICMP port-unreachable, TCP too.
+                    None => (Verb::Reject(Some("port-unreachable".into())), "deny"),
                     Some(t) => match reject_with(t) {
                         Some(w) => {
                             if t.starts_with("icmp") && t != "icmp-port-unreachable" && !matches!(t, "icmp-host-unreachable" | "icmp-net-unreachable" | "icmp-admin-prohibited" | "icmp-proto-unreachable" | "icmp6-adm-prohibited" | "icmp6-port-unreachable" | "icmp6-no-route" | "icmp6-addr-unreachable") {
