@@ -466,3 +466,50 @@ fn firewalld_public_zone_with_services_rich_rules_and_a_forward_port() {
     same_outcomes("firewalld", &conf, load, &probes, &[22, 80, 443, 7000, 8005, 8010, 3306, 2222, 23, 113, 9000], &[7000, 7001, 5353]);
     drop(daemon.take());
 }
+
+/// Without firewalld there is no proof: the import says so and how to install it (exit 1,
+/// nothing written), unless the operator asks for --skip-proof (no tests/imported.kdl, a
+/// warning); --verify cannot be skipped. Needs no root (firewalld is never started).
+#[test]
+fn firewalld_import_without_firewalld_needs_skip_proof() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["import", "--from", "firewalld", fixture("firewalld").to_str().unwrap().to_string().leak(), "--firewalld-lib", fixture("firewalld-lib").to_str().unwrap().to_string().leak(), "--out", out.to_str().unwrap().to_string().leak()];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_fwc")).args(&args).env("FWC_FIREWALLD", "/nonexistent/firewalld").output().unwrap()
+    };
+    let o = run(&["--verify"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("the proof needs firewalld, which is not installed") && text(&o).contains("policy-rc.d") && text(&o).contains("--skip-proof"), "{}", text(&o));
+    assert!(!out.exists(), "nothing is written without the proof");
+    let o = run(&["--verify", "--skip-proof"]);
+    assert_eq!(o.status.code(), Some(2), "--verify and --skip-proof conflict: {}", text(&o));
+    let o = run(&["--skip-proof"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("warning: no tests/imported.kdl: --skip-proof"), "{}", text(&o));
+    assert!(out.join("rules/10-input.kdl").exists() && !out.join("tests/imported.kdl").exists());
+    let o = fwc(&["check", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// firewalld does not stop on a configuration it cannot load: it runs its stock one instead.
+/// The import must notice (a proof against the stock configuration would prove nothing).
+#[test]
+fn firewalld_refusing_the_configuration_stops_the_import() {
+    let name = "firewalld_refusing_the_configuration_stops_the_import";
+    if !privileged(name) || !fwc_testkit::tool(name, "firewalld", "firewalld") || !fwc_testkit::tool(name, "dbus-daemon", "dbus") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("firewalld");
+    std::fs::create_dir_all(conf.join("zones")).unwrap();
+    std::fs::write(conf.join("firewalld.conf"), "DefaultZone=public\n").unwrap();
+    // A zone's target is default, ACCEPT, DROP or %%REJECT%%: "REJECT" is invalid.
+    std::fs::write(conf.join("zones/public.xml"), "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<zone target=\"REJECT\">\n  <service name=\"ssh\"/>\n</zone>\n").unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "firewalld", conf.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("firewalld refused the configuration"), "{}", text(&o));
+    assert!(!out.exists());
+}

@@ -642,6 +642,9 @@ impl<'a> Tx<'a> {
         }
         let parts = self.parts(&doc, root, label, false);
         let target = root.attribute("target").unwrap_or("default").to_string();
+        if !matches!(target.as_str(), "default" | "ACCEPT" | "DROP" | "%%REJECT%%") {
+            self.refuse(&origin, format!("zone target `{target}`"), "firewalld refuses it too (it falls back to its stock configuration): use default, ACCEPT, DROP or %%REJECT%%");
+        }
         Some(Zone { name: name.into(), target, binds, parts, origin })
     }
 

@@ -19,9 +19,12 @@ fn err(what: String, hint: &str) -> ImportError {
     ImportError::Source { what, hint: hint.into() }
 }
 
-/// The firewalld binary (`FWC_FIREWALLD` names another), if installed.
+/// The firewalld binary, if installed (`FWC_FIREWALLD` names the one to use instead).
 pub fn binary() -> Option<PathBuf> {
-    std::env::var_os("FWC_FIREWALLD").map(PathBuf::from).into_iter().chain(["/usr/sbin/firewalld", "/usr/bin/firewalld", "/sbin/firewalld"].map(PathBuf::from)).find(|p| p.exists())
+    if let Some(p) = std::env::var_os("FWC_FIREWALLD") {
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
+    }
+    ["/usr/sbin/firewalld", "/usr/bin/firewalld", "/sbin/firewalld"].map(PathBuf::from).into_iter().find(|p| p.exists())
 }
 
 /// Read `dir` (the operator's /etc/firewalld) over `lib` (the system's definitions).
@@ -156,7 +159,7 @@ impl Daemon {
             let log = self.log();
             // firewalld does not stop on a configuration it cannot load: it runs its stock one.
             if log.contains("Failed to load user configuration") {
-                let why: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR: ") || l.contains(" WARNING: ")).collect();
+                let why = self.complaints();
                 return Err(err(format!("firewalld refused the configuration (and fell back to its stock one): {}", why.join("; ")), "check it with `firewall-offline-cmd --check-config` (a zone's target is one of default, ACCEPT, DROP, %%REJECT%%)"));
             }
             if let Some(i) = log.find("Applying used policies") {
