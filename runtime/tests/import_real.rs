@@ -488,7 +488,7 @@ fn firewalld_import_without_firewalld_needs_skip_proof() {
     let o = run(&["--skip-proof"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("warning: no tests/imported.kdl: --skip-proof"), "{}", text(&o));
-    assert!(out.join("rules/10-input.kdl").exists() && !out.join("tests/imported.kdl").exists());
+    assert!(out.join("rules/10-input-public.kdl").exists() && !out.join("tests/imported.kdl").exists());
     let o = fwc(&["check", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
 }
@@ -512,4 +512,33 @@ fn firewalld_refusing_the_configuration_stops_the_import() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("firewalld refused the configuration"), "{}", text(&o));
     assert!(!out.exists());
+}
+
+/// Several zones the way firewalld dispatches them (sources, then interfaces, then the
+/// default zone), targets ACCEPT/DROP/%%REJECT%%/default, rich rules with priorities, an
+/// ipset as a zone's source, forwarding inside a zone, a policy from HOST: the proof against
+/// the ruleset the real firewalld builds from it finds no difference.
+#[test]
+fn firewalld_zones_targets_priorities_and_policies_verify() {
+    let name = "firewalld_zones_targets_priorities_and_policies_verify";
+    if !privileged(name) || !fwc_testkit::tool(name, "firewalld", "firewalld") || !fwc_testkit::tool(name, "dbus-daemon", "dbus") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "firewalld", fixture("firewalld-zones").to_str().unwrap(), "--out", out.to_str().unwrap(), "--verify"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains(" 0 differ"), "{}", text(&o));
+    let dmz = std::fs::read_to_string(out.join("rules/30-input-dmz-fwc-t-dmz.kdl")).unwrap();
+    // Priority -10 before the ICMP block, priority 5 after the services, the target last.
+    let at = |s: &str| dmz.find(s).unwrap_or_else(|| panic!("{s} in\n{dmz}"));
+    assert!(at("dmz-deny-from-198.18.7.0-24") < at("dmz-block-echo-request") && at("dmz-http") < at("dmz-from-198.18.8.0-24-udp-9999") && at("dmz-from-198.18.8.0-24-udp-9999") < at("dmz-in-fwc-t-dmz-drop"), "{dmz}");
+    let output = std::fs::read_to_string(out.join("rules/70-output.kdl")).unwrap();
+    assert!(output.contains(r#"reject "reject-to-198.18.66.0-24" to="198.18.66.0/24" reject-with="port-unreachable" comment="policies/out.xml:5""#), "{output}");
+    for args in [vec!["fmt", "--check"], vec!["test"]] {
+        let mut a = args.clone();
+        a.push(out.to_str().unwrap());
+        let o = fwc(&a);
+        assert!(o.status.success(), "fwc {args:?}: {}", text(&o));
+    }
 }

@@ -190,13 +190,19 @@ fn ufw_limit_becomes_a_rate_on_the_accept_with_a_note() {
 #[test]
 fn firewalld_zones_services_rich_rules_and_ipsets() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/import");
-    let (cfg, notes) = import::firewalld_source::read_config(&dir.join("firewalld"), &dir.join("firewalld-lib")).unwrap();
+    let (mut cfg, notes) = import::firewalld_source::read_config(&dir.join("firewalld"), &dir.join("firewalld-lib")).unwrap();
     assert!(notes.is_empty(), "{notes:?}");
+    // The public server of the real test, plus a zone bound to a network and an interface.
+    let internal = std::fs::read_to_string(dir.join("firewalld-internal.xml")).unwrap();
+    cfg.files.insert("zones/internal.xml".into(), ("zones/internal.xml".into(), internal));
     let imp = import::firewalld::translate(&cfg);
+    assert!(imp.notes.iter().any(|n| n.starts_with("zones/public.xml:13: firewalld applies this forward-port only to packets of zone public, not to those of internal")), "{:?}", imp.notes);
     assert!(imp.refused.is_empty(), "{:?}", imp.refused);
     let files = render::files(&imp, "firewalld");
     let file = |name: &str| files.iter().find(|(p, _)| p.ends_with(name)).unwrap_or_else(|| panic!("no {name} in {files:?}")).1.clone();
-    let input = file("10-input.kdl");
+    let input: String = files.iter().filter(|(p, _)| p.contains("-input")).map(|(_, t)| t.as_str()).collect();
+    let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(paths, ["fwc.kdl", "rules/10-input-internal-from-10.9.0.0-16.kdl", "rules/20-input-internal-fwc-t-mgmt.kdl", "rules/30-input-public.kdl", "rules/40-forward.kdl", "rules/50-output.kdl"]);
     for line in [
         r#"log "log-from-198.18.1.20-tcp-2222" proto=tcp port=2222 from="198.18.1.20" log-prefix="SSH2 " log-rate="3/minute" comment="zones/public.xml:19""#,
         r#"reject "block-echo-request" proto=icmp icmp-type="echo-request" reject-with="admin-prohibited" comment="zones/public.xml:11""#,
@@ -217,7 +223,8 @@ fn firewalld_zones_services_rich_rules_and_ipsets() {
     ] {
         assert!(input.contains(line), "missing\n{line}\nin\n{input}");
     }
-    assert!(input.starts_with("// The input chain, imported.\ninput policy=reject reject-with=\"admin-prohibited\" {\n"), "{input}");
+    assert!(file("30-input-public.kdl").starts_with("// The input chain: zone public, the default zone (zones/public.xml:2), imported.\ninput policy=reject reject-with=\"admin-prohibited\" {\n"), "{input}");
+    assert!(file("20-input-internal-fwc-t-mgmt.kdl").starts_with("// The input chain: zone internal, packets in by fwc-t-mgmt (zones/internal.xml:2), imported.\ninput {\n"), "{input}");
     let pos = |s: &str| input.find(s).unwrap_or_else(|| panic!("{s}"));
     assert!(pos("internal-from-10.9") < pos("internal-in-fwc-t-mgmt") && pos("internal-in-fwc-t-mgmt-accept") < pos("\"ssh\""));
     assert!(pos("log \"log-from") < pos("block-echo-request") && pos("deny-from-blocklist") < pos("\"ssh\""));
@@ -229,7 +236,7 @@ fn firewalld_zones_services_rich_rules_and_ipsets() {
     ] {
         assert!(root.contains(line), "missing\n{line}\nin\n{root}");
     }
-    assert!(file("20-forward.kdl").contains(r#"reject "rfc3964-forward" to="::/96,"#));
+    assert!(file("40-forward.kdl").contains(r#"reject "rfc3964-forward" to="::/96,"#));
     check_repo(&files);
 }
 

@@ -419,11 +419,12 @@ impl<'a> Tx<'a> {
                         self.refuse(origin, format!("a rich rule with an inverted {t} (`not`)"), "fwc has no negated addresses: list the addresses the rule is for, or use a set");
                         return;
                     }
+                    let dir = if t == "source" { "from" } else { "to" };
                     let a = if let Some(a) = c.attribute("address") {
-                        words.push(addr(a));
+                        words.push(format!("{dir}-{}", addr(a)));
                         Addrs::List(vec![addr(a)])
                     } else if let Some(s) = c.attribute("ipset") {
-                        words.push(s.to_string());
+                        words.push(format!("{dir}-{s}"));
                         Addrs::Set(s.to_string())
                     } else {
                         self.refuse(origin, format!("a rich rule's {t} by MAC address"), "fwc matches addresses and sets: use the host's address");
@@ -458,7 +459,7 @@ impl<'a> Tx<'a> {
                 cond.family = None;
             }
         }
-        let prefix = if words.is_empty() { String::new() } else { format!("from-{}-", words.join("-")) };
+        let prefix = if words.is_empty() { String::new() } else { format!("{}-", words.join("-")) };
         // Masquerade, forward ports and ICMP blocks are whole rules of their own.
         if let Some(w) = what {
             match w.tag_name().name() {
@@ -724,8 +725,12 @@ fn bound(mut r: Rule, b: &Bind, prefix: &str, tx: &mut Tx) -> Option<Rule> {
                 Some("icmpv6") => Some(Family::V6),
                 _ => None,
             });
-            if let (Some(f), Addrs::List(l)) = (rule_fam, a) {
-                if l.iter().all(|x| family_of_addr(x) != f) {
+            let fams: Vec<Family> = match a {
+                Addrs::List(l) => l.iter().map(|x| family_of_addr(x)).collect(),
+                Addrs::Set(s) => tx.out.sets.iter().find(|x| &x.name == s).map(|x| x.elems.iter().map(|e| family_of_addr(e)).collect()).unwrap_or_default(),
+            };
+            if let Some(f) = rule_fam {
+                if !fams.is_empty() && fams.iter().all(|x| *x != f) {
                     tx.names.remove(&r.name);
                     return None;
                 }
@@ -788,9 +793,10 @@ pub fn translate(cfg: &Config) -> Imported {
     }
     let zone_ifaces: Vec<String> = zones.iter().flat_map(|z| z.binds.iter()).filter_map(|b| if let Bind::Iif(i) = b { Some(i.clone()) } else { None }).collect();
     let applies = |pz: &[String], zone: &str| pz.iter().any(|z| z == "ANY" || z == zone);
-    let mut input = Chain { kind: "input", policy: "accept", reject_with: None, rules: Vec::new() };
-    let mut forward = Chain { kind: "forward", policy: "accept", reject_with: None, rules: Vec::new() };
-    let mut output = Chain { kind: "output", policy: "accept", reject_with: None, rules: Vec::new() };
+    // One input block per zone binding (rules/10-input-internal-eth1.kdl, …), in dispatch order.
+    let mut inputs: Vec<Chain> = Vec::new();
+    let mut forward = Chain { kind: "forward", policy: "accept", reject_with: None, rules: Vec::new(), part: None };
+    let mut output = Chain { kind: "output", policy: "accept", reject_with: None, rules: Vec::new(), part: None };
     if cfg.yes("RFC3964_IPv4", true) {
         for ch in [&mut forward, &mut output] {
             let r = Rule {
@@ -812,6 +818,15 @@ pub fn translate(cfg: &Config) -> Imported {
     for (zi, b) in dispatch.clone() {
         let z = &zones[zi];
         let zname = z.name.clone();
+        let (file, heading) = match &b {
+            Bind::All => (zname.clone(), format!("zone {zname}, the default zone ({})", z.origin)),
+            Bind::Iif(i) => (format!("{zname}-{i}"), format!("zone {zname}, packets in by {i} ({})", z.origin)),
+            Bind::From(a) => (sanitize(&format!("{zname}-from-{}", b.word())), format!("zone {zname}, packets from {} ({})", match a {
+                Addrs::Set(s) => format!("@{s}"),
+                Addrs::List(l) => l.join(","),
+            }, z.origin)),
+        };
+        let mut input = Chain { kind: "input", policy: "accept", reject_with: None, rules: Vec::new(), part: Some((file, heading)) };
         let prefix = if matches!(b, Bind::All) { String::new() } else { zname.clone() };
         let mut rules: Vec<Rule> = Vec::new();
         let pols: Vec<usize> = (0..policies.len()).filter(|&pi| applies(&policies[pi].ingress, &zname) && policies[pi].egress.iter().any(|e| e == "HOST")).collect();
@@ -867,6 +882,17 @@ pub fn translate(cfg: &Config) -> Imported {
             }
             forward.policy = input.policy;
             forward.reject_with = input.reject_with.clone();
+            forward.part = None;
+            let others: Vec<&str> = zones.iter().filter(|o| !o.binds.is_empty()).map(|o| o.name.as_str()).collect();
+            if !others.is_empty() {
+                for f in &z.parts.forwards {
+                    tx.out.notes.push(format!(
+                        "{}: firewalld applies this forward-port only to packets of zone {zname}, not to those of {} (bound to interfaces or sources); fwc's forward takes them too: --verify lists such flows; limit the forward with from= or accept the difference",
+                        f.origin,
+                        others.join(", ")
+                    ));
+                }
+            }
             if !zone_ifaces.is_empty() && !z.parts.masquerade.is_empty() {
                 tx.out.notes.push(format!("{}: masquerade of the default zone applies to every interface here, also those of other zones (firewalld masquerades only what leaves by the default zone's)", z.parts.masquerade[0].2));
             }
@@ -888,6 +914,7 @@ pub fn translate(cfg: &Config) -> Imported {
                 }
             }
         }
+        inputs.push(input);
         // Masquerade by the zone as egress; forward ports by it as ingress.
         for (from, fam, origin) in z.parts.masquerade.clone() {
             let (out, dst) = match &b {
@@ -962,7 +989,12 @@ pub fn translate(cfg: &Config) -> Imported {
     if let Some(l) = cfg.setting("LogDenied").filter(|l| l != "off") {
         tx.out.notes.push(format!("firewalld.conf LogDenied={l}: firewalld logs what its zones refuse; add log=#true to the rules you want logged"));
     }
-    tx.out.chains = vec![input, forward, output];
+    // Only the default zone's block carries the chain's policy (the others leave it unsaid).
+    if inputs.is_empty() {
+        inputs.push(Chain { kind: "input", policy: "accept", reject_with: None, rules: Vec::new(), part: None });
+    }
+    tx.out.chains = inputs;
+    tx.out.chains.extend([forward, output]);
     tx.out
 }
 

@@ -304,7 +304,7 @@ impl Tx<'_> {
                 reject_with = t;
             }
         }
-        self.out.chains.push(Chain { kind: hook, policy, reject_with, rules });
+        self.out.chains.push(Chain { kind: hook, policy, reject_with, rules, part: None });
     }
 }
 
