@@ -419,6 +419,11 @@ fn live_import_of_a_namespace_names_chains_and_handles() {
     assert!(input.contains(r#"allow "from-admins-ssh" proto=tcp port=22 from="@admins" comment="inet filter input handle "#), "{input}");
 }
 
+/// Root, and firewalld and dbus-daemon installed (scripts/setup.sh installs them; CI requires them).
+fn firewalld_gate(name: &str) -> bool {
+    privileged(name) && fwc_testkit::tool(name, "firewalld", "firewalld") && fwc_testkit::tool(name, "dbus-daemon", "dbus")
+}
+
 /// A firewalld public zone (services ssh/http/https from the system's definitions, an own
 /// service, ports, rich rules: source + service accept, log + limit, tcp-reset and plain
 /// reject, an ipset drop, an IPv6 rate-limited accept; an icmp-block, masquerade and a
@@ -427,7 +432,7 @@ fn live_import_of_a_namespace_names_chains_and_handles() {
 #[test]
 fn firewalld_public_zone_with_services_rich_rules_and_a_forward_port() {
     let name = "firewalld_public_zone_with_services_rich_rules_and_a_forward_port";
-    if !privileged(name) || !fwc_testkit::tool(name, "firewalld", "firewalld") || !fwc_testkit::tool(name, "dbus-daemon", "dbus") {
+    if !firewalld_gate(name) {
         return;
     }
     let conf = fixture("firewalld");
@@ -498,7 +503,7 @@ fn firewalld_import_without_firewalld_needs_skip_proof() {
 #[test]
 fn firewalld_refusing_the_configuration_stops_the_import() {
     let name = "firewalld_refusing_the_configuration_stops_the_import";
-    if !privileged(name) || !fwc_testkit::tool(name, "firewalld", "firewalld") || !fwc_testkit::tool(name, "dbus-daemon", "dbus") {
+    if !firewalld_gate(name) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -521,7 +526,7 @@ fn firewalld_refusing_the_configuration_stops_the_import() {
 #[test]
 fn firewalld_zones_targets_priorities_and_policies_verify() {
     let name = "firewalld_zones_targets_priorities_and_policies_verify";
-    if !privileged(name) || !fwc_testkit::tool(name, "firewalld", "firewalld") || !fwc_testkit::tool(name, "dbus-daemon", "dbus") {
+    if !firewalld_gate(name) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use roxmltree::{Document, Node};
 
 use super::model::*;
-use super::translate::sanitize;
+use super::translate::{sanitize, unique_name};
 
 /// A firewalld configuration as texts.
 #[derive(Debug, Clone, Default)]
@@ -208,14 +208,18 @@ struct Service {
 
 impl<'a> Tx<'a> {
     fn unique(&mut self, base: &str) -> String {
-        let base = sanitize(base);
-        let mut name = base.clone();
-        let mut n = 2;
-        while !self.names.insert(name.clone()) {
-            name = format!("{base}-{n}");
-            n += 1;
+        unique_name(&mut self.names, base)
+    }
+
+    /// A file's XML, or a refusal naming it (firewalld refuses it too).
+    fn parse<'t>(&mut self, label: &str, text: &'t str) -> Option<Document<'t>> {
+        match Document::parse(text) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.refuse(label, format!("not valid XML: {e}"), "firewalld refuses it too: fix the file");
+                None
+            }
         }
-        name
     }
 
     fn refuse(&mut self, origin: &str, what: impl Into<String>, hint: impl Into<String>) {
@@ -227,13 +231,7 @@ impl<'a> Tx<'a> {
             self.refuse(origin, format!("service `{name}` is not defined (neither services/{name}.xml nor the system's)"), "define it under services/, or give the system's definitions with --firewalld-lib");
             return None;
         };
-        let doc = match Document::parse(&text) {
-            Ok(d) => d,
-            Err(e) => {
-                self.refuse(&label, format!("not valid XML: {e}"), "firewalld refuses it too: fix the file");
-                return None;
-            }
-        };
+        let doc = self.parse(&label, &text)?;
         let mut s = Service::default();
         for n in elements(doc.root_element()) {
             let at = |k: &str| n.attribute(k).unwrap_or_default().to_string();
@@ -344,22 +342,14 @@ impl<'a> Tx<'a> {
                     let r = self.service_rules(&at("name"), &Cond::default(), &Verb::Allow, &origin);
                     p.allow.extend(r);
                 }
-                "port" => {
-                    let (proto, port) = (at("protocol"), at("port"));
+                tag @ ("port" | "source-port") => {
+                    let (proto, port, src) = (at("protocol"), at("port"), tag == "source-port");
                     if proto != "tcp" && proto != "udp" {
-                        self.refuse(&origin, format!("port {port}/{proto}: fwc matches tcp and udp ports only"), "leave it out, or allow it outside fwc");
+                        self.refuse(&origin, format!("{tag} {port}/{proto}: fwc matches tcp and udp ports only"), "leave it out, or allow it outside fwc");
                         continue;
                     }
-                    let r = self.rule(Verb::Allow, &format!("{proto}-{port}"), Cond { proto: Some(proto), port: Some(port), ..Default::default() }, &origin);
-                    p.allow.push(r);
-                }
-                "source-port" => {
-                    let (proto, port) = (at("protocol"), at("port"));
-                    if proto != "tcp" && proto != "udp" {
-                        self.refuse(&origin, format!("source port {port}/{proto}: fwc matches tcp and udp ports only"), "leave it out");
-                        continue;
-                    }
-                    let r = self.rule(Verb::Allow, &format!("from-{proto}-{port}"), Cond { proto: Some(proto), sport: Some(port), ..Default::default() }, &origin);
+                    let (name, port, sport) = if src { (format!("from-{proto}-{port}"), None, Some(port)) } else { (format!("{proto}-{port}"), Some(port), None) };
+                    let r = self.rule(Verb::Allow, &name, Cond { proto: Some(proto), port, sport, ..Default::default() }, &origin);
                     p.allow.push(r);
                 }
                 "protocol" => match proto_name(&at("value")) {
@@ -611,13 +601,7 @@ impl<'a> Tx<'a> {
     }
 
     fn zone(&mut self, name: &str, label: &str, text: &str) -> Option<Zone> {
-        let doc = match Document::parse(text) {
-            Ok(d) => d,
-            Err(e) => {
-                self.refuse(label, format!("not valid XML: {e}"), "firewalld refuses it too: fix the file");
-                return None;
-            }
-        };
+        let doc = self.parse(label, text)?;
         let root = doc.root_element();
         let mut binds = Vec::new();
         for n in elements(root) {
@@ -650,13 +634,7 @@ impl<'a> Tx<'a> {
     }
 
     fn policy(&mut self, name: &str, label: &str, text: &str) -> Option<Policy> {
-        let doc = match Document::parse(text) {
-            Ok(d) => d,
-            Err(e) => {
-                self.refuse(label, format!("not valid XML: {e}"), "firewalld refuses it too: fix the file");
-                return None;
-            }
-        };
+        let doc = self.parse(label, text)?;
         let root = doc.root_element();
         let list = |tag: &str| elements(root).filter(|n| n.tag_name().name() == tag).filter_map(|n| n.attribute("name").map(str::to_string)).collect::<Vec<_>>();
         let (ingress, egress) = (list("ingress-zone"), list("egress-zone"));
@@ -676,10 +654,7 @@ impl<'a> Tx<'a> {
     }
 
     fn ipset(&mut self, name: &str, label: &str, text: &str) {
-        let doc = match Document::parse(text) {
-            Ok(d) => d,
-            Err(e) => return self.refuse(label, format!("not valid XML: {e}"), "fix the file"),
-        };
+        let Some(doc) = self.parse(label, text) else { return };
         let root = doc.root_element();
         let origin = format!("{label}:{}", line(&doc, root));
         let ty = root.attribute("type").unwrap_or_default();

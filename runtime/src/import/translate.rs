@@ -112,6 +112,18 @@ pub(crate) fn sanitize(raw: &str) -> String {
     if out.is_empty() { "rule".into() } else { out }
 }
 
+/// `base` made a rule name, unique among `names` (`ssh`, `ssh-2`, …).
+pub(crate) fn unique_name(names: &mut BTreeSet<String>, base: &str) -> String {
+    let base = sanitize(base);
+    let mut name = base.clone();
+    let mut n = 2;
+    while !names.insert(name.clone()) {
+        name = format!("{base}-{n}");
+        n += 1;
+    }
+    name
+}
+
 impl Tx<'_> {
     fn note_at(&mut self, what: &str, place: &str) {
         let v = self.grouped.entry(what.to_string()).or_default();
@@ -121,14 +133,7 @@ impl Tx<'_> {
     }
 
     fn unique(&mut self, base: &str) -> String {
-        let base = sanitize(base);
-        let mut name = base.clone();
-        let mut n = 2;
-        while !self.names.insert(name.clone()) {
-            name = format!("{base}-{n}");
-            n += 1;
-        }
-        name
+        unique_name(&mut self.names, base)
     }
 
     fn read(&mut self, listing: &Value) {
