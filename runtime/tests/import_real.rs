@@ -263,12 +263,18 @@ fn docs_show_the_real_import(conf: &Path) {
     let out = tmp.path().join("fw");
     let o = fwc(&["import", "--from", "nft", conf.to_str().unwrap(), "--out", out.to_str().unwrap(), "-q"]);
     assert!(o.status.success(), "{}", text(&o));
+    docs_show(&out, "");
+}
+
+/// The ```kdl blocks of docs/import.md headed `// {source}<file>` (`source`: "" for the nft
+/// example, "firewalld: " for firewalld's) are the files of the import in `out`.
+fn docs_show(out: &Path, source: &str) {
     let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/import.md")).unwrap();
     let mut shown = 0;
     for block in page.split("```kdl\n").skip(1) {
         let block = block.split("```").next().unwrap();
         let Some((head, body)) = block.split_once('\n') else { continue };
-        let Some(file) = head.strip_prefix("// ").filter(|f| f.ends_with(".kdl")) else { continue };
+        let Some(file) = head.strip_prefix("// ").and_then(|f| f.strip_prefix(source)).filter(|f| f.ends_with(".kdl") && !f.contains(": ")) else { continue };
         let mut real = std::fs::read_to_string(out.join(file)).unwrap_or_else(|e| panic!("docs/import.md shows {file}, which the import does not write: {e}"));
         if file == "fwc.kdl" {
             real = real.splitn(4, '\n').nth(3).unwrap().to_string();
@@ -470,6 +476,12 @@ fn firewalld_public_zone_with_services_rich_rules_and_a_forward_port() {
     };
     same_outcomes("firewalld", &conf, load, &probes, &[22, 80, 443, 7000, 8005, 8010, 3306, 2222, 23, 113, 9000], &[7000, 7001, 5353]);
     drop(daemon.take());
+    // docs/import.md shows this import (with the system's definitions, /usr/lib/firewalld).
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "firewalld", conf.to_str().unwrap(), "--out", out.to_str().unwrap(), "--skip-proof", "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    docs_show(&out, "firewalld: ");
 }
 
 /// Without firewalld there is no proof: the import says so and how to install it (exit 1,

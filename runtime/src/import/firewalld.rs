@@ -318,13 +318,15 @@ impl<'a> Tx<'a> {
             _ => None,
         });
         let mut out = Vec::new();
+        let both = v4.is_some() && v6.is_some() && fam.is_none();
         for (proto, nft, f) in [("icmp", v4, Family::V4), ("icmpv6", v6, Family::V6)] {
             let Some(t) = nft else { continue };
             if fam.is_some_and(|x| x != f) {
                 continue;
             }
             let c = Cond { proto: Some(proto.into()), icmp_type: Some(t.into()), family: None, ..base.clone() };
-            let n = if proto == "icmp" { name.to_string() } else { format!("{name}-v6") };
+            // `block-echo-request` and `block-echo-request-v6` when a type exists in both families.
+            let n = if proto == "icmpv6" && both { format!("{name}-v6") } else { name.to_string() };
             out.push(self.rule(verb.clone(), &n, c, origin));
         }
         out
