@@ -85,7 +85,9 @@ const BUS_CONF: &str = r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS 
 /// (the child itself), logging to `log`.
 const SCRIPT: &str = r#"set -e
 D="$1"; FW="$2"; LIB="$3"
-dbus-daemon --config-file="$D/bus.conf" --nofork --nopidfile --nosyslog 2>"$D/dbus.log" &
+# The bus dies with firewalld (setpriv: util-linux), firewalld with fwc (PR_SET_PDEATHSIG below).
+if command -v setpriv >/dev/null 2>&1; then P="setpriv --pdeathsig TERM"; else P=""; fi
+$P dbus-daemon --config-file="$D/bus.conf" --nofork --nopidfile --nosyslog 2>"$D/dbus.log" &
 echo $! > "$D/dbus.pid"
 i=0; while [ ! -S "$D/bus" ]; do i=$((i+1)); [ $i -lt 400 ] || { echo "dbus-daemon did not start" >&2; exit 1; }; sleep 0.05; done
 mount -t tmpfs fwc-t-run /run
@@ -142,6 +144,14 @@ impl Daemon {
             }
         };
         cmd.args(["sh", "-c", SCRIPT, "sh"]).arg(d).arg(&fw).arg(lib);
+        // Never an orphaned firewalld: it gets SIGTERM when the thread that started it ends.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
         let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| err(format!("cannot start firewalld: {e}"), NEED_FIREWALLD))?;
         let mut me = Daemon { child, dir };
         me.wait_loaded()?;
