@@ -542,6 +542,11 @@ fn firewalld_zones_targets_priorities_and_policies_verify() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
+    // Also rich rule forms, service includes with their own destinations, a conntrack helper
+    // (its objects left out of the proof), policies HOST -> ANY, ANY -> HOST, ANY -> ANY.
+    let out = tmp.path().join("rich");
+    let o = fwc(&["import", "--from", "firewalld", fixture("firewalld-rich").to_str().unwrap(), "--out", out.to_str().unwrap(), "--verify"]);
+    assert!(o.status.success() && text(&o).contains(" 0 differ"), "{}", text(&o));
     let out = tmp.path().join("fw");
     let o = fwc(&["import", "--from", "firewalld", fixture("firewalld-zones").to_str().unwrap(), "--out", out.to_str().unwrap(), "--verify"]);
     assert!(o.status.success(), "{}", text(&o));

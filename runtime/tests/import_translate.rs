@@ -277,3 +277,71 @@ fn firewalld_constructs_without_an_fwc_form_are_refused_by_line() {
     assert!(out.proof_missing.is_some() && !out.files.iter().any(|(p, _)| p.contains("imported.kdl")));
     check_repo(&out.files);
 }
+
+/// Rich rule forms, services with includes, helpers and destinations, and policies of each
+/// direction, as a table: (XML of zone `z` or a policy, the rendered rules that must appear).
+#[test]
+fn firewalld_rich_rules_services_and_policies_table() {
+    let zone = |body: &str| format!("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<zone>\n{body}\n</zone>\n");
+    let service = |body: &str| format!("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<service>\n{body}\n</service>\n");
+    let cases: &[(&str, &[(&str, String)], &[&str])] = &[
+        (
+            "reject types and a log without prefix",
+            &[("zones/z.xml", zone("<rule family=\"ipv4\"><source address=\"192.0.2.0/24\"/><reject type=\"icmp-host-prohibited\"/></rule>\n<rule><port port=\"25\" protocol=\"tcp\"/><log/><drop/></rule>"))],
+            &[
+                r#"reject "reject-from-192.0.2.0-24" from="192.0.2.0/24" reject-with="admin-prohibited" comment="zones/z.xml:3""#,
+                r#"log "log-tcp-25" proto=tcp port=25 comment="zones/z.xml:4""#,
+                r#"deny "deny-tcp-25" proto=tcp port=25 comment="zones/z.xml:4""#,
+            ],
+        ),
+        (
+            "a service with an include, a destination and a helper; a service over udp and tcp",
+            &[
+                ("zones/z.xml", zone("<service name=\"ftp2\"/>\n<service name=\"dns2\"/>")),
+                ("services/ftp2.xml", service("<port protocol=\"tcp\" port=\"21\"/><helper name=\"ftp\"/><include service=\"web2\"/><destination ipv4=\"198.18.0.10\"/>")),
+                ("services/web2.xml", service("<port protocol=\"tcp\" port=\"8021\"/>")),
+                ("services/dns2.xml", service("<port protocol=\"tcp\" port=\"53\"/><port protocol=\"udp\" port=\"53\"/>")),
+            ],
+            &[r#"allow "ftp2" proto=tcp port=21 to="198.18.0.10" comment="zones/z.xml:3""#, r#"allow "web2" proto=tcp port=8021 comment="zones/z.xml:3""#, r#"allow "dns2" proto=both port=53 comment="zones/z.xml:4""#],
+        ),
+        (
+            "masquerade and a forward-port of a source, in rich rules",
+            &[("zones/z.xml", zone("<rule family=\"ipv4\"><source address=\"10.1.0.0/16\"/><masquerade/></rule>\n<rule family=\"ipv4\"><source address=\"198.18.3.0/24\"/><forward-port port=\"2222\" protocol=\"tcp\" to-port=\"22\" to-addr=\"10.1.0.5\"/></rule>"))],
+            &[
+                r#"masquerade "masquerade-z" from="10.1.0.0/16" comment="zones/z.xml:3""#,
+                r#"forward "fwd-tcp-2222" listen=":2222" to="10.1.0.5:22" from="198.18.3.0/24" comment="zones/z.xml:4""#,
+            ],
+        ),
+        (
+            "policies: ANY to HOST with a target, HOST to ANY, ANY to ANY",
+            &[
+                ("zones/z.xml", zone("<port protocol=\"tcp\" port=\"22\"/>")),
+                ("policies/in.xml", "<?xml version=\"1.0\"?>\n<policy target=\"DROP\" priority=\"10\">\n<ingress-zone name=\"ANY\"/><egress-zone name=\"HOST\"/>\n<port protocol=\"tcp\" port=\"80\"/>\n</policy>\n".into()),
+                ("policies/out.xml", "<?xml version=\"1.0\"?>\n<policy target=\"CONTINUE\" priority=\"-5\">\n<ingress-zone name=\"HOST\"/><egress-zone name=\"ANY\"/>\n<rule family=\"ipv4\"><destination address=\"198.18.9.0/24\"/><drop/></rule>\n</policy>\n".into()),
+                ("policies/fwd.xml", "<?xml version=\"1.0\"?>\n<policy target=\"ACCEPT\">\n<ingress-zone name=\"ANY\"/><egress-zone name=\"ANY\"/>\n</policy>\n".into()),
+            ],
+            &[
+                "allow \"tcp-22\" proto=tcp port=22 comment=\"zones/z.xml:3\"\n    allow \"tcp-80\" proto=tcp port=80 comment=\"policies/in.xml:4\"\n    deny \"policy-in\" comment=\"policies/in.xml:2\"",
+                r#"deny "deny-to-198.18.9.0-24" to="198.18.9.0/24" comment="policies/out.xml:4""#,
+                r#"allow "policy-fwd" comment="policies/fwd.xml:2""#,
+            ],
+        ),
+    ];
+    for (what, files, want) in cases {
+        let mut cfg = import::firewalld::Config { conf: "DefaultZone=z\nIPv6_rpfilter=no\nRFC3964_IPv4=no\n".into(), ..Default::default() };
+        for (path, text) in *files {
+            cfg.files.insert(path.to_string(), (path.to_string(), text.clone()));
+        }
+        let imp = import::firewalld::translate(&cfg);
+        assert!(imp.refused.is_empty(), "{what}: {:?}", imp.refused);
+        let rendered = render::files(&imp, "t");
+        let all: String = rendered.iter().map(|(_, t)| t.as_str()).collect();
+        for w in *want {
+            assert!(all.contains(w), "{what}: missing\n{w}\nin\n{all}");
+        }
+        if what.starts_with("a service") {
+            assert!(imp.notes.iter().any(|n| n.contains("conntrack helper(s) ftp")), "{what}: {:?}", imp.notes);
+        }
+        check_repo(&rendered);
+    }
+}

@@ -204,6 +204,8 @@ struct Service {
     protocols: Vec<String>,
     to: Vec<String>,
     helpers: Vec<String>,
+    /// Included services: rules of their own (with their own destinations, as firewalld).
+    includes: Vec<String>,
 }
 
 impl<'a> Tx<'a> {
@@ -226,7 +228,7 @@ impl<'a> Tx<'a> {
         self.out.refused.push(Refusal { origin: origin.into(), what: what.into(), hint: hint.into() });
     }
 
-    fn service(&mut self, name: &str, origin: &str, depth: usize) -> Option<Service> {
+    fn service(&mut self, name: &str, origin: &str) -> Option<Service> {
         let Some((label, text)) = self.cfg.files.get(&format!("services/{name}.xml")).cloned() else {
             self.refuse(origin, format!("service `{name}` is not defined (neither services/{name}.xml nor the system's)"), "define it under services/, or give the system's definitions with --firewalld-lib");
             return None;
@@ -246,14 +248,7 @@ impl<'a> Tx<'a> {
                         }
                     }
                 }
-                "include" if depth < 8 => {
-                    if let Some(inc) = self.service(&at("service"), &format!("{label}:{}", line(&doc, n)), depth + 1) {
-                        s.ports.extend(inc.ports);
-                        s.sports.extend(inc.sports);
-                        s.protocols.extend(inc.protocols);
-                        s.helpers.extend(inc.helpers);
-                    }
-                }
+                "include" => s.includes.push(at("service")),
                 "helper" | "module" => s.helpers.push(at("name")),
                 _ => {}
             }
@@ -263,7 +258,17 @@ impl<'a> Tx<'a> {
 
     /// Rules for matching `base` plus each port group of a service, named after it.
     fn service_rules(&mut self, name: &str, base: &Cond, verb: &Verb, origin: &str) -> Vec<Rule> {
-        let Some(s) = self.service(name, origin, 0) else { return Vec::new() };
+        self.service_rules_at(name, base, verb, origin, 0)
+    }
+
+    fn service_rules_at(&mut self, name: &str, base: &Cond, verb: &Verb, origin: &str, depth: usize) -> Vec<Rule> {
+        let Some(s) = self.service(name, origin) else { return Vec::new() };
+        let mut included = Vec::new();
+        for inc in &s.includes {
+            if depth < 8 {
+                included.extend(self.service_rules_at(inc, base, verb, origin, depth + 1));
+            }
+        }
         if !s.helpers.is_empty() {
             self.out.notes.push(format!("{origin}: service `{name}` loads the conntrack helper(s) {}: fwc does not load helpers (related connections need them)", s.helpers.join(", ")));
         }
@@ -299,7 +304,9 @@ impl<'a> Tx<'a> {
                 return Vec::new();
             }
         }
-        out.into_iter().map(|(n, c)| self.rule(verb.clone(), &n, c, origin)).collect()
+        let mut rules: Vec<Rule> = out.into_iter().map(|(n, c)| self.rule(verb.clone(), &n, c, origin)).collect();
+        rules.extend(included);
+        rules
     }
 
     fn rule(&mut self, verb: Verb, base: &str, cond: Cond, origin: &str) -> Rule {
@@ -482,7 +489,7 @@ impl<'a> Tx<'a> {
                     None => (Verb::Reject(Some("port-unreachable".into())), "deny"),
                     Some(t) => match reject_with(t) {
                         Some(w) => {
-                            if t.starts_with("icmp") && t != "icmp-port-unreachable" && !matches!(t, "icmp-host-unreachable" | "icmp-net-unreachable" | "icmp-admin-prohibited" | "icmp-proto-unreachable" | "icmp6-adm-prohibited" | "icmp6-port-unreachable" | "icmp6-no-route" | "icmp6-addr-unreachable") {
+                            if matches!(t, "icmp-host-prohibited" | "icmp-net-prohibited") {
                                 self.out.notes.push(format!("{origin}: reject type {t} imported as reject-with=\"{w}\" (another ICMP code, the same refusal)"));
                             }
                             (Verb::Reject(Some(w.into())), "deny")
@@ -583,9 +590,6 @@ impl<'a> Tx<'a> {
                 r.log = true;
                 r.log_prefix = prefix.clone();
                 r.log_rate = lrate.clone();
-                if r.log_prefix.is_none() && r.log_rate.is_none() {
-                    r.log_prefix = Some(String::new());
-                }
                 logs.push(r);
             }
             push(p, priority, "log", logs);
@@ -643,15 +647,20 @@ impl<'a> Tx<'a> {
         if ingress.is_empty() || egress.is_empty() {
             return None; // inactive, as in firewalld
         }
+        let origin = format!("{label}:{}", line(&doc, root));
+        let Some(target) = root.attribute("target") else {
+            self.refuse(&origin, format!("policy `{name}` without a target"), "firewalld refuses it too: add target=\"CONTINUE\" (or ACCEPT, DROP, REJECT)");
+            return None;
+        };
         let parts = self.parts(&doc, root, label, true);
         Some(Policy {
             name: name.into(),
             priority: root.attribute("priority").and_then(|p| p.parse().ok()).unwrap_or(-1),
-            target: root.attribute("target").unwrap_or("CONTINUE").to_string(),
+            target: target.to_string(),
             ingress,
             egress,
             parts,
-            origin: format!("{label}:{}", line(&doc, root)),
+            origin,
         })
     }
 
@@ -984,4 +993,20 @@ fn policy_target(tx: &mut Tx, p: &Policy) -> Option<Rule> {
         _ => return None,
     };
     Some(tx.rule(verb, &format!("policy-{}", p.name), Cond::default(), &p.origin))
+}
+
+/// firewalld's ruleset for the proof, without its conntrack helper objects and the rules'
+/// `ct helper set` statements (they only let related connections in; the evaluator decides
+/// first packets, and fwc loads no helpers: the translation notes each service that has one).
+pub fn without_helpers(listing: &serde_json::Value) -> serde_json::Value {
+    let mut v = listing.clone();
+    if let Some(objs) = v.get_mut("nftables").and_then(serde_json::Value::as_array_mut) {
+        objs.retain(|o| o.get("ct helper").is_none());
+        for o in objs.iter_mut() {
+            if let Some(expr) = o.pointer_mut("/rule/expr").and_then(serde_json::Value::as_array_mut) {
+                expr.retain(|e| e.get("ct helper").is_none());
+            }
+        }
+    }
+    v
 }

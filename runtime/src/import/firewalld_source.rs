@@ -169,7 +169,9 @@ impl Daemon {
             let log = self.log();
             // firewalld does not stop on a configuration it cannot load: it runs its stock one.
             if log.contains("Failed to load user configuration") {
-                let why = self.complaints();
+                // Its reason (PARSE_ERROR: …) follows the fallback line.
+                std::thread::sleep(Duration::from_millis(500));
+                let why: Vec<String> = self.complaints().into_iter().filter(|c| !c.contains("Falling back to full stock")).collect();
                 return Err(err(format!("firewalld refused the configuration (and fell back to its stock one): {}", why.join("; ")), "check it with `firewall-offline-cmd --check-config` (a zone's target is one of default, ACCEPT, DROP, %%REJECT%%)"));
             }
             if let Some(i) = log.find("Applying used policies") {

@@ -162,7 +162,7 @@ pub fn firewalld(dir: &Path, lib: &Path, live: bool, skip_proof: bool, partial: 
         progress("running firewalld on a copy, in a scratch network namespace");
         let (l, complaints) = firewalld_source::ruleset(dir, lib)?;
         notes.extend(complaints.into_iter().map(|c| format!("firewalld says: {c}")));
-        Some(l)
+        Some(firewalld::without_helpers(&l))
     };
     progress("translating");
     let mut imported = firewalld::translate(&cfg);
