@@ -90,7 +90,8 @@ if command -v setpriv >/dev/null 2>&1; then P="setpriv --pdeathsig TERM"; else P
 $P dbus-daemon --config-file="$D/bus.conf" --nofork --nopidfile --nosyslog 2>"$D/dbus.log" &
 echo $! > "$D/dbus.pid"
 i=0; while [ ! -S "$D/bus" ]; do i=$((i+1)); [ $i -lt 400 ] || { echo "dbus-daemon did not start" >&2; exit 1; }; sleep 0.05; done
-mount -t tmpfs fwc-t-run /run
+# A private /run (this mount namespace only), so nothing firewalld writes there reaches the host.
+mount -t tmpfs fwc-t-run /run 2>/dev/null || true
 export DBUS_SYSTEM_BUS_ADDRESS="unix:path=$D/bus"
 exec "$FW" --nofork --nopid --system-config "$D/etc" --default-config "$LIB" --log-target file --log-file "$D/log" --debug 1
 "#;
