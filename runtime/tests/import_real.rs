@@ -564,3 +564,21 @@ fn firewalld_zones_targets_priorities_and_policies_verify() {
         assert!(o.status.success(), "fwc {args:?}: {}", text(&o));
     }
 }
+
+/// `--live` reads the running firewalld's /etc/firewalld (here: the package's own), and says
+/// that changes made without --permanent are not in it.
+#[test]
+fn firewalld_live_reads_etc_firewalld_and_warns_about_runtime_changes() {
+    let name = "firewalld_live_reads_etc_firewalld_and_warns_about_runtime_changes";
+    if !firewalld_gate(name) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "firewalld", "--live", "--out", out.to_str().unwrap(), "--skip-proof"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("warning: --live imports firewalld's permanent configuration") && text(&o).contains("firewall-cmd --runtime-to-permanent"), "{}", text(&o));
+    let o = fwc(&["import", "--from", "firewalld", "--live", "--netns", "x", "--out", tmp.path().join("other").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("--netns is for --from nft/iptables"), "{}", text(&o));
+}
