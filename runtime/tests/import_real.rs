@@ -555,7 +555,10 @@ fn firewalld_zones_targets_priorities_and_policies_verify() {
     // Priority -10 before the ICMP block, priority 5 after the services, the target last.
     let at = |s: &str| dmz.find(s).unwrap_or_else(|| panic!("{s} in\n{dmz}"));
     assert!(at("dmz-deny-from-198.18.7.0-24") < at("dmz-block-echo-request") && at("dmz-http") < at("dmz-from-198.18.8.0-24-udp-9999") && at("dmz-from-198.18.8.0-24-udp-9999") < at("dmz-in-fwc-t-dmz-drop"), "{dmz}");
-    let output = std::fs::read_to_string(out.join("rules/70-output.kdl")).unwrap();
+    // icmp-block-inversion: the listed types pass, other ICMP meets the zone's reject.
+    let lab = std::fs::read_to_string(out.join("rules/50-input-lab-fwc-t-lab.kdl")).unwrap();
+    assert!(lab.contains(r#"allow "lab-echo-request" proto=icmp icmp-type="echo-request" in="fwc-t-lab""#) && !lab.contains("lab-icmp"), "{lab}");
+    let output = std::fs::read_to_string(out.join("rules/80-output.kdl")).unwrap();
     assert!(output.contains(r#"reject "reject-to-198.18.66.0-24" to="198.18.66.0/24" reject-with="port-unreachable" comment="policies/out.xml:5""#), "{output}");
     for args in [vec!["fmt", "--check"], vec!["test"]] {
         let mut a = args.clone();

@@ -240,7 +240,7 @@ fn firewalld_zones_services_rich_rules_and_ipsets() {
     check_repo(&files);
 }
 
-/// What fwc cannot say is refused by file:line (icmp-block-inversion, protocols other than
+/// What fwc cannot say is refused by file:line (protocols other than
 /// tcp/udp/icmp, audit, a local port redirect, an unknown service); --partial writes the rest.
 #[test]
 fn firewalld_constructs_without_an_fwc_form_are_refused_by_line() {
@@ -268,11 +268,11 @@ fn firewalld_constructs_without_an_fwc_form_are_refused_by_line() {
     assert_eq!(notes.len(), 1, "no system definitions: said so {notes:?}");
     let imp = import::firewalld::translate(&cfg);
     let at: Vec<&str> = imp.refused.iter().map(|r| r.origin.as_str()).collect();
-    assert_eq!(at, ["zones/edge.xml:3", "zones/edge.xml:4", "zones/edge.xml:5", "zones/edge.xml:6", "zones/edge.xml:7", "zones/edge.xml:8"], "{:?}", imp.refused);
+    assert_eq!(at, ["zones/edge.xml:4", "zones/edge.xml:5", "zones/edge.xml:6", "zones/edge.xml:7", "zones/edge.xml:8"], "{:?}", imp.refused);
     assert_eq!(imp.chains[0].policy, "drop");
     assert_eq!(imp.chains[0].rules.len(), 1);
     let e = import::finish(imp.clone(), None, &Default::default(), "t", false, &mut |_| {}).unwrap_err();
-    assert!(matches!(e, import::ImportError::Refused(ref r) if r.len() == 6), "{e}");
+    assert!(matches!(e, import::ImportError::Refused(ref r) if r.len() == 5), "{e}");
     let out = import::finish(imp, None, &Default::default(), "t", true, &mut |_| {}).unwrap();
     assert!(out.proof_missing.is_some() && !out.files.iter().any(|(p, _)| p.contains("imported.kdl")));
     check_repo(&out.files);

@@ -72,6 +72,8 @@ struct Parts {
     forward: bool,
     masquerade: Vec<(Option<Addrs>, Option<Family>, String)>,
     forwards: Vec<Forward>,
+    /// `<icmp-block-inversion/>`: the listed ICMP types pass, the others do not (its origin).
+    inversion: Option<String>,
 }
 
 impl Parts {
@@ -342,6 +344,7 @@ impl<'a> Tx<'a> {
     /// The elements of a zone or policy (`label` names the file).
     fn parts(&mut self, doc: &Document, root: Node, label: &str, is_policy: bool) -> Parts {
         let mut p = Parts::default();
+        let inverted = elements(root).any(|n| n.tag_name().name() == "icmp-block-inversion");
         for n in elements(root) {
             let origin = format!("{label}:{}", line(doc, n));
             let at = |k: &str| n.attribute(k).unwrap_or_default().to_string();
@@ -368,11 +371,16 @@ impl<'a> Tx<'a> {
                     }
                     None => self.refuse(&origin, format!("protocol `{}`: fwc matches tcp, udp, icmp and icmpv6 only", at("value")), "leave it out, or allow it outside fwc"),
                 },
-                "icmp-block" => {
+                "icmp-block" if !inverted => {
                     let r = self.icmp_rules(&at("name"), &Cond::default(), Verb::Reject(Some("admin-prohibited".into())), &format!("block-{}", at("name")), &origin);
                     p.deny.extend(r);
                 }
-                "icmp-block-inversion" => self.refuse(&origin, "icmp-block-inversion (only the listed ICMP types pass)", "drop the inversion and list the ICMP types to block, or write allow rules with icmp-type= by hand"),
+                // Inverted, the listed types are accepted (with the zone's other accepts).
+                "icmp-block" => {
+                    let r = self.icmp_rules(&at("name"), &Cond::default(), Verb::Allow, &at("name"), &origin);
+                    p.allow.extend(r);
+                }
+                "icmp-block-inversion" => p.inversion = Some(origin),
                 "masquerade" => p.masquerade.push((None, Some(Family::V4), origin)),
                 "forward" => p.forward = true,
                 "forward-port" => self.forward_port(n, None, &origin, &mut p),
@@ -832,7 +840,11 @@ pub fn translate(cfg: &Config) -> Imported {
         let target = z.target.as_str();
         let mut tail: Vec<Rule> = Vec::new();
         let zo = z.origin.clone();
-        if target == "default" {
+        if let (Some(o), "ACCEPT") = (&z.parts.inversion, target) {
+            tx.refuse(o, format!("icmp-block-inversion in zone `{zname}` of target ACCEPT"), "list the ICMP types to block instead (no inversion)");
+        }
+        // Target default accepts the ICMP the zone did not block; inverted, it refuses it.
+        if target == "default" && z.parts.inversion.is_none() {
             for pr in ["icmp", "icmpv6"] {
                 let r = tx.rule(Verb::Allow, &format!("{zname}-{pr}"), Cond { proto: Some(pr.into()), ..Default::default() }, &zo);
                 tail.push(r);
