@@ -49,8 +49,11 @@ if ! dpkg-query -W -f='${Status}' firewalld 2>/dev/null | grep -q "install ok in
     chmod +x /usr/sbin/policy-rc.d
     guard=1
   fi
-  apt-get install -y -qq --no-install-recommends firewalld dbus >/dev/null || { [ -n "$guard" ] && rm -f /usr/sbin/policy-rc.d; exit 1; }
-  [ -n "$guard" ] && rm -f /usr/sbin/policy-rc.d
+  apt-get update -qq
+  rc=0
+  apt-get install -y -qq --no-install-recommends firewalld dbus >/dev/null || rc=$?
+  if [ -n "$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi
+  [ "$rc" -eq 0 ] || exit "$rc"
 fi
 if command -v firewalld >/dev/null 2>&1 || [ -x /usr/sbin/firewalld ]; then
   systemctl mask firewalld.service >/dev/null 2>&1 || true
