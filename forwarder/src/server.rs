@@ -128,6 +128,8 @@ pub(crate) struct RuleShared {
     pub rr: AtomicUsize,
     /// Health of the targets (all up unless the rule has a health check).
     pub health: Arc<crate::health::Health>,
+    /// Per-source limits (issue #26).
+    pub per_source: Arc<crate::persource::PerSource>,
 }
 
 impl RuleShared {
@@ -147,12 +149,14 @@ impl RuleShared {
             down: Bucket::new(l.down_bytes_per_sec, l.burst_bytes),
             rr: AtomicUsize::new(0),
             health: Arc::default(),
+            per_source: crate::persource::PerSource::new(l.per_source),
         }
     }
 
     /// Apply a rule's limits and caps in place.
     fn apply(&self, l: &Listener) {
         self.limits.set(l.max_conns, l.conn_rate);
+        self.per_source.set(l.per_source);
         self.up.set(l.up_bytes_per_sec, l.burst_bytes);
         self.down.set(l.down_bytes_per_sec, l.burst_bytes);
     }

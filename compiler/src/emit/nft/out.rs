@@ -44,6 +44,33 @@ impl Out {
         self.rules.push(&cmd(NfListObject::Rule(r)));
     }
 
+    /// A rule whose `set` statement (`update @s { key limit … }`) carries per-element
+    /// statements `elem_stmts` (per-source limits): the crate has no field for them.
+    pub(super) fn rule_with_elem_stmts(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>, elem_stmts: Option<Value>) {
+        let Some(stmts) = elem_stmts else { return self.rule(chain, expr, comment) };
+        let r = Rule {
+            family: NfFamily::INet,
+            table: NFT_TABLE.into(),
+            chain: chain.to_string().into(),
+            expr: expr.into(),
+            handle: None,
+            index: None,
+            comment: comment.map(Cow::Owned),
+        };
+        let mut v = serde_json::to_value(cmd(NfListObject::Rule(r))).expect("rules serialize");
+        for e in v["add"]["rule"]["expr"].as_array_mut().into_iter().flatten() {
+            if let Some(set) = e.get_mut("set").and_then(Value::as_object_mut) {
+                set.insert("stmt".into(), stmts.clone());
+            }
+        }
+        self.rules.push(&v);
+    }
+
+    /// A set declared as raw JSON (`{"family": …, "name": …}`): flags in a fixed order.
+    pub(super) fn raw_set(&mut self, set: Value) {
+        self.objects.push(&Add("set", set));
+    }
+
     /// A named address set (interval) with the merged intervals `elems`, written directly.
     pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: &[(u128, u128)]) {
         self.objects.push(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
