@@ -119,7 +119,7 @@ fn parse_prefix(s: &str, max: u8, key: &str, default: u8) -> Result<u8, UnitErro
     );
     match t.parse::<u8>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(UnitError { message: format!("bad {key} \"{s}\": not a prefix length from 1 to {max}"), help }),
+        _ => Err(UnitError { message: format!("\"{s}\" is not a prefix length from 1 to {max}"), help }),
     }
 }
 
@@ -130,7 +130,7 @@ pub fn parse_size(s: &str) -> Result<u32, UnitError> {
     );
     match s.trim().replace('_', "").parse::<u64>() {
         Ok(n) if (1..=u64::from(MAX_SIZE)).contains(&n) => Ok(n as u32),
-        _ => Err(UnitError { message: format!("bad per-source-size \"{s}\": not a number of sources from 1 to {MAX_SIZE}"), help }),
+        _ => Err(UnitError { message: format!("\"{s}\" is not a number of sources from 1 to {MAX_SIZE}"), help }),
     }
 }
 
