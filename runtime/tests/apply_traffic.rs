@@ -693,6 +693,10 @@ fn per_source_limits_refuse_one_source_and_not_the_other() {
     let body = &set["nftables"][1]["set"];
     assert_eq!(body["size"], 1, "{set}");
     assert_eq!(body["elem"].as_array().map(Vec::len), Some(1), "{set}");
+    // The sources the kernel tracks are not drift.
+    let st = fwc(&["status", "--json", "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["drift"], false, "{st}");
 
     // Kernel forward: new connections per source.
     for _ in 0..2 {
