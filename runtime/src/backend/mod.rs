@@ -5,6 +5,7 @@
 pub mod forward;
 pub mod netns;
 pub mod nft;
+pub mod persource;
 pub mod published;
 pub mod qos;
 pub mod sources;

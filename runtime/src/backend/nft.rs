@@ -460,7 +460,7 @@ impl NftBackend {
                 }
                 obs.counters = counters(&live);
                 if !terse {
-                    obs.per_source = per_source_fill(&live);
+                    obs.per_source = super::persource::fill(&live);
                 }
             }
         }
@@ -872,26 +872,6 @@ pub fn dynamic_sets(doc: &Value) -> Vec<(String, Value)> {
 /// elements (the sources it sees), so they are neither drift nor dropped by an apply.
 fn is_per_source_set(set: &Value) -> bool {
     set["name"].as_str().is_some_and(|n| fwc_compiler::persource::parse_set_name(n).is_some())
-}
-
-/// The fill of every per-source set in a full listing (its elements are counted: the
-/// listing is taken anyway, so this costs no extra kernel round trip).
-fn per_source_fill(listing: &Value) -> Vec<crate::backend::PerSourceFill> {
-    use fwc_compiler::persource::{parse_set_name, Kind};
-    let mut out = Vec::new();
-    for o in listing.get("nftables").and_then(Value::as_array).into_iter().flatten() {
-        let Some(set) = o.get("set") else { continue };
-        let Some((owner, rule, kind, v6)) = set["name"].as_str().and_then(parse_set_name) else { continue };
-        out.push(crate::backend::PerSourceFill {
-            rule: rule.to_string(),
-            kind: if owner == "fwd" { fwc_compiler::model::RuleKind::Forward } else { fwc_compiler::model::RuleKind::Filter },
-            limit: if kind == Kind::Rate { "rate" } else { "conns" },
-            family: if v6 { "ipv6" } else { "ipv4" },
-            entries: set.get("elem").and_then(Value::as_array).map_or(0, |e| e.len() as u64),
-            size: set["size"].as_u64().unwrap_or(0),
-        });
-    }
-    out
 }
 
 /// What must match for a dynamic set's elements to be carried over.
