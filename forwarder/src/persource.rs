@@ -176,10 +176,20 @@ impl PerSource {
         Ok(Some(SourceGuard { table: self.clone(), key }))
     }
 
-    /// Sources tracked now (both families) and the size per family: `(entries, size)`.
-    pub fn fill(&self) -> (usize, u32) {
+    /// Sources tracked now per family `[v4, v6]`, the size per family, and the limits the
+    /// table tracks (`rate`, `conns`): for the status and the `fwc_per_source_*` metrics.
+    pub fn fill(&self) -> ([usize; 2], u32, Vec<String>) {
         let st = self.state.lock().unwrap();
-        (st.entries.len(), st.cfg.map_or(0, |c| c.size))
+        let limits = st.cfg.map_or(Vec::new(), |c| {
+            [(c.conn_rate.is_some(), "rate"), (c.max_conns.is_some(), "conns")].into_iter().filter(|(on, _)| *on).map(|(_, n)| n.to_string()).collect()
+        });
+        (st.per_fam, st.cfg.map_or(0, |c| c.size), limits)
+    }
+
+    /// Put the fill into a rule's status snapshot.
+    pub fn report(&self, s: &mut crate::stats::RuleStatsSnapshot) {
+        let ([v4, v6], size, limits) = self.fill();
+        (s.per_source_entries_v4, s.per_source_entries_v6, s.per_source_size, s.per_source_limits) = (v4 as u64, v6 as u64, u64::from(size), limits);
     }
 }
 
@@ -238,6 +248,6 @@ mod tests {
         assert_eq!(t.admit_at(ip("198.18.0.3"), now + Duration::from_secs(2)).unwrap_err(), SourceRefusal::Full);
         // After a refill the entries are idle and make room.
         assert!(t.admit_at(ip("198.18.0.3"), now + Duration::from_secs(61)).is_ok());
-        assert_eq!(t.fill(), (2, 2));
+        assert_eq!(t.fill(), ([1, 1], 2, vec!["rate".to_string(), "conns".to_string()]));
     }
 }

@@ -770,7 +770,11 @@ impl Forwarder {
             .unwrap()
             .iter()
             .filter(|(n, r)| configured.contains(n.as_str()) || r.stats.conns_active.load(Relaxed) > 0)
-            .map(|(n, r)| r.stats.snapshot(n))
+            .map(|(n, r)| {
+                let mut s = r.stats.snapshot(n);
+                r.per_source.report(&mut s);
+                s
+            })
             .collect();
         rules.sort_by(|a, b| a.rule.cmp(&b.rule));
         let health = {

@@ -6,7 +6,8 @@
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
 //! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`, plus `fwc_webhook_requests_total{result}`,
-//! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}` and the
+//! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}`,
+//! `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` and the
 //! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
 //! rules file, with its kind in a `kind` label (filter, forward, shape). Every label value an
 //! alert may test (results, refusal reasons) exists at 0 from the start, so `increase()` sees

@@ -1,6 +1,7 @@
-//! The fill of the per-source limits' kernel sets (issue #26, `fwc_compiler::persource`):
-//! counted from the full listing the drift check takes anyway, so reading it costs no extra
-//! kernel round trip. Exported as `fwc_per_source_entries` / `fwc_per_source_size`.
+//! The fill of the per-source limits' tracking tables (issue #26, `fwc_compiler::persource`):
+//! the kernel sets, counted from the full listing the drift check takes anyway (no extra
+//! kernel round trip), and the forwarder's tables, from its status. Exported as
+//! `fwc_per_source_entries` / `fwc_per_source_size`.
 
 use fwc_compiler::model::RuleKind;
 use fwc_compiler::persource::{parse_set_name, Kind};
@@ -22,6 +23,21 @@ pub fn fill(listing: &Value) -> Vec<PerSourceFill> {
             entries: set.get("elem").and_then(Value::as_array).map_or(0, |e| e.len() as u64),
             size: set["size"].as_u64().unwrap_or(0),
         });
+    }
+    out
+}
+
+/// The forwarder's per-source tables (one per userspace forward, both limits in one entry):
+/// a series per limit it tracks and family, like the kernel's sets.
+pub fn userspace_fill(rules: &[fwc_forwarder::RuleStatsSnapshot]) -> Vec<PerSourceFill> {
+    let mut out = Vec::new();
+    for r in rules.iter().filter(|r| r.per_source_size > 0) {
+        for limit in &r.per_source_limits {
+            let limit = if limit == "rate" { "rate" } else { "conns" };
+            for (family, entries) in [("ipv4", r.per_source_entries_v4), ("ipv6", r.per_source_entries_v6)] {
+                out.push(PerSourceFill { rule: r.rule.clone(), kind: RuleKind::Forward, limit, family, entries, size: r.per_source_size });
+            }
+        }
     }
     out
 }
