@@ -609,6 +609,7 @@ input policy=drop {
     allow "login" proto=tcp port=2200 rate-per-source="1/hour burst 3"
     allow "held" proto=tcp port=2300 max-conns-per-source=2
     allow "tiny" proto=tcp port=2400 rate-per-source="100/hour" per-source-size=1
+    allow "tinyc" proto=tcp port=2500 max-conns-per-source=5 per-source-size=1
 }
 forward "web" listen=":8080" to="198.18.2.2:80" conn-rate-per-source="1/hour burst 2"
 forward "kheld" listen=":8090" to="198.18.2.2:8090" max-conns-per-source=1
@@ -647,8 +648,10 @@ fn per_source_limits_refuse_one_source_and_not_the_other() {
     for (p, r) in [(2200, "login"), (2400, "tiny")] {
         serve(&mut t.host, None, p, r);
     }
-    t.host.spawn(&["socat", "TCP6-LISTEN:2300,ipv6only=0,fork,reuseaddr", "SYSTEM:echo held; sleep 600"]);
-    wait_listen(&t.host, 2300, "t");
+    for p in [2300, 2500] {
+        t.host.spawn(&["socat", &format!("TCP6-LISTEN:{p},ipv6only=0,fork,reuseaddr"), "SYSTEM:echo held; sleep 600"]);
+        wait_listen(&t.host, p, "t");
+    }
     serve(&mut t.backend, None, 80, "backend80");
     for p in [8090, 8091] {
         t.backend.spawn(&["socat", &format!("TCP4-LISTEN:{p},fork,reuseaddr"), "SYSTEM:echo held; sleep 600"]);
@@ -693,6 +696,19 @@ fn per_source_limits_refuse_one_source_and_not_the_other() {
     let body = &set["nftables"][1]["set"];
     assert_eq!(body["size"], 1, "{set}");
     assert_eq!(body["elem"].as_array().map(Vec::len), Some(1), "{set}");
+    // A full connection-count set drains by itself: once the tracked source's last
+    // connection is gone, the kernel drops its entry and a new source gets in.
+    let held = t.client.spawn(&["socat", "-u", &format!("TCP4:198.18.1.1:2500,bind={noisy}"), "STDOUT"]);
+    wait_established(&t.host, 2500, 1);
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2500, Some(quiet)), Probe::Refused, "conns set full: new source refused");
+    Command::new("kill").arg(held.to_string()).status().unwrap();
+    let t0 = Instant::now();
+    let mut got = tcp(&t.client, "198.18.1.1", 2500, Some(quiet));
+    while got != Probe::Ok("held".into()) && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(200));
+        got = tcp(&t.client, "198.18.1.1", 2500, Some(quiet));
+    }
+    assert_eq!(got, Probe::Ok("held".into()), "the set drained after the tracked source's connection closed");
     // The sources the kernel tracks are not drift.
     let st = fwc(&["status", "--json", "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name]);
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
