@@ -713,6 +713,11 @@ fn per_source_limits_refuse_one_source_and_not_the_other() {
     let st = fwc(&["status", "--json", "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name]);
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(st["drift"], false, "{st}");
+    // …and the fill is visible: the tiny set is full.
+    let tiny = st["per_source"].as_array().unwrap().iter().find(|f| f["rule"] == "tiny" && f["family"] == "ipv4").cloned().unwrap();
+    assert_eq!((tiny["kind"].as_str(), tiny["limit"].as_str(), tiny["entries"].as_u64(), tiny["size"].as_u64()), (Some("filter"), Some("rate"), Some(1), Some(1)), "{tiny}");
+    let human = text(&fwc(&["status", "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name]));
+    assert!(human.contains("filter tiny rate ipv4: 1/1 FULL: new sources refused"), "{human}");
 
     // Kernel forward: new connections per source.
     for _ in 0..2 {
