@@ -742,4 +742,11 @@ fn per_source_limits_refuse_one_source_and_not_the_other() {
     wait_established(&t.backend, 8091, 1);
     assert_ne!(tcp(&t.client, "198.18.1.1", 8091, Some(noisy)), Probe::Ok("held".into()), "userspace: over max-conns-per-source");
     assert_eq!(tcp(&t.client, "198.18.1.1", 8091, Some(quiet)), Probe::Ok("held".into()));
+
+    // An unrelated commit does not reset the limits: the noisy source stays over its rate.
+    write_repo(&repo, &PER_SOURCE.replace("input policy=drop {", "input policy=drop {\n    allow \"extra\" proto=tcp port=2600"));
+    apply_repo(&t, &repo, &state);
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2200, Some(noisy)), Probe::Timeout, "still over its rate after an apply");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8080, Some(noisy)), Probe::Timeout, "kernel forward: still over its rate after an apply");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2200, Some(quiet)), Probe::Ok("login".into()));
 }
