@@ -153,6 +153,13 @@ impl RuleShared {
         }
     }
 
+    /// The rule's counters with its per-source table's fill.
+    fn snapshot(&self, rule: &str) -> RuleStatsSnapshot {
+        let mut s = self.stats.snapshot(rule);
+        self.per_source.report(&mut s);
+        s
+    }
+
     /// Apply a rule's limits and caps in place.
     fn apply(&self, l: &Listener) {
         self.limits.set(l.max_conns, l.conn_rate);
@@ -770,11 +777,7 @@ impl Forwarder {
             .unwrap()
             .iter()
             .filter(|(n, r)| configured.contains(n.as_str()) || r.stats.conns_active.load(Relaxed) > 0)
-            .map(|(n, r)| {
-                let mut s = r.stats.snapshot(n);
-                r.per_source.report(&mut s);
-                s
-            })
+            .map(|(n, r)| r.snapshot(n))
             .collect();
         rules.sort_by(|a, b| a.rule.cmp(&b.rule));
         let health = {
@@ -802,7 +805,7 @@ impl Forwarder {
 
     /// Counters of one rule.
     pub fn stats(&self, rule: &str) -> Option<RuleStatsSnapshot> {
-        self.inner.rules.lock().unwrap().get(rule).map(|r| r.stats.snapshot(rule))
+        self.inner.rules.lock().unwrap().get(rule).map(|r| r.snapshot(rule))
     }
 
     /// Addresses actually bound for a rule (useful with port 0).
