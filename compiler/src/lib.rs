@@ -17,6 +17,7 @@ pub mod limits;
 pub mod lint;
 pub mod model;
 pub mod parallel;
+pub mod persource;
 pub mod policytest;
 pub mod rollout;
 pub mod select;

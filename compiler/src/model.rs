@@ -447,6 +447,10 @@ pub struct FilterRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// per-source limits (issue #26): `rate-per-source=`, `max-conns-per-source=`, … Skipped
+    /// when absent, so digests of other rules do not change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_source: Option<PerSource>,
 }
 
 /// Which source NAT a [`SnatRule`] does.
@@ -594,6 +598,33 @@ pub struct ForwardRule {
     pub backend: Spanned<BackendChoice>,
     pub on: Option<Spanned<Selector>>,
     pub comment: Option<String>,
+    #[serde(skip)]
+    pub span: Span,
+    /// per-source limits (issue #26): `conn-rate-per-source=`, `max-conns-per-source=`, …
+    /// Skipped when absent, so digests of other forwards do not change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_source: Option<PerSource>,
+}
+
+/// Per-source limits of a filter rule or forward (see [`crate::persource`]): each source
+/// (an IPv4 address or IPv6 /64, by default) gets its own new-connection token bucket and
+/// connection count, tracked in kernel sets of at most `size` sources per address family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PerSource {
+    /// New connections per source: `rate-per-source=` (filter rules), `conn-rate-per-source=`
+    /// (forwards). Burst: as written, else the count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Spanned<EventRate>>,
+    /// `max-conns-per-source=`: concurrent connections per source.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_conns: Option<Spanned<u32>>,
+    /// `per-source-prefix4=` (default 32) / `per-source-prefix6=` (default 64): how sources are
+    /// grouped.
+    pub prefix4: u8,
+    pub prefix6: u8,
+    /// `per-source-size=`: most sources tracked per address family and limit.
+    pub size: u32,
+    /// The first per-source property as written (where `check` points).
     #[serde(skip)]
     pub span: Span,
 }

@@ -531,6 +531,10 @@ fn describe(x: &Explanation, forwarded_to: &[String]) -> String {
     for q in &x.qos {
         s.push_str(&format!(", QoS class {} of \"{}\" ({:?})", q.id, q.rule, q.direction).to_lowercase().replace("qos", "QoS"));
     }
+    if !x.limits.is_empty() {
+        // Per-source limits (issue #26): the evaluator cannot know the source's history.
+        s.push_str(", if the source is within its per-source limits");
+    }
     s
 }
 

@@ -22,6 +22,8 @@ const TOP_NODES: &[&str] = &["fwc", "host", "set", "input", "forward", "output",
 const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject", "log"];
 const FILTER_PROPS: &[&str] = &[
     "proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "icmp-type", "reject-with", "log-prefix", "log-rate", "state", "on", "comment",
+    // per-source limits (issue #26, crate::persource)
+    "rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "conn-rate-per-source",
 ];
 /// A `log` rule logs and matching goes on: no verdict options (`log`, `rate`, `reject-with`).
 const LOG_RULE_PROPS: &[&str] = &["proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "log-prefix", "log-rate", "state", "on", "comment"];
@@ -34,6 +36,8 @@ const CONTAINER_RULE_PROPS: &[&str] = &["proto", "port", "from", "to", "in", "lo
 const FORWARD_PROPS: &[&str] = &[
     "proto", "listen", "to", "from", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
     "idle-timeout", "sni", "health-check", "health-interval", "health-timeout", "health-rise", "health-fall", "backend", "on", "comment",
+    // per-source limits (issue #26, crate::persource)
+    "conn-rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "rate-per-source",
 ];
 /// Properties that may be given several times (each occurrence counts; read from the node's entries).
 const REPEATABLE_PROPS: &[&str] = &["file"];
@@ -854,6 +858,7 @@ impl Parser<'_, '_> {
             on: self.selector(&mut p),
             comment: self.comment(&mut p),
             span: self.span(node.span()),
+            per_source: self.per_source(&mut p, Some(action)),
             name,
         };
         Some(r)
@@ -961,11 +966,55 @@ impl Parser<'_, '_> {
             on: self.selector(&mut p),
             comment: self.comment(&mut p),
             span: self.span(node.span()),
+            per_source: self.per_source(&mut p, None),
             listen: listen?,
             targets: targets?,
             name,
         };
         Some(f)
+    }
+
+    /// Per-source limits (issue #26, [`crate::persource`]) of a filter rule (`action`) or a
+    /// forward (`None`): filter rules say `rate-per-source=` (new connections, as `rate=`),
+    /// forwards `conn-rate-per-source=` (as `conn-rate=`).
+    fn per_source(&mut self, p: &mut Props, action: Option<Action>) -> Option<PerSource> {
+        use crate::persource as ps;
+        let rule = p.rule.clone();
+        let (rate_key, wrong_key) = if action.is_some() { ("rate-per-source", "conn-rate-per-source") } else { ("conn-rate-per-source", "rate-per-source") };
+        if let Some((_, span)) = p.values.contains_key(wrong_key).then(|| self.text(p, wrong_key)).flatten() {
+            let what = if action.is_some() { "a filter rule" } else { "a forward" };
+            self.error("per-source-wrong-name", format!("`{wrong_key}` is not a property of {what}"), span, "wrong name")
+                .rule(&rule)
+                .help(format!("write {rate_key}=… ({} counts new connections per source, as {} does)", rate_key, if action.is_some() { "rate=" } else { "conn-rate=" }));
+        }
+        let rate = self.parsed(p, rate_key, units::parse_event_rate);
+        let max_conns = self.number(p, "max-conns-per-source", 1, 10_000_000).map(|s| Spanned::new(s.value as u32, s.span));
+        let prefix4 = self.parsed(p, "per-source-prefix4", ps::parse_prefix4);
+        let prefix6 = self.parsed(p, "per-source-prefix6", ps::parse_prefix6);
+        let size = self.parsed(p, "per-source-size", ps::parse_size);
+        let first = [rate.as_ref().map(|x| x.span), max_conns.as_ref().map(|x| x.span)].into_iter().flatten().min_by_key(|s| s.offset);
+        let Some(span) = first else {
+            if let Some(span) = [prefix4.as_ref().map(|x| x.span), prefix6.as_ref().map(|x| x.span), size.as_ref().map(|x| x.span)].into_iter().flatten().next() {
+                self.error("per-source-options-without-limit", "per-source-prefix/per-source-size without a per-source limit", span, "nothing to group or track")
+                    .rule(&rule)
+                    .help(format!("add {rate_key}=\"5/minute\" or max-conns-per-source=3, or remove the per-source-* settings"));
+            }
+            return None;
+        };
+        if let Some(a) = action.filter(|a| *a != Action::Allow) {
+            self.error("per-source-on-non-allow", format!("per-source limits on a `{}` rule", a.as_str()), span, "only an allow rule admits sources")
+                .rule(&rule)
+                .help("a per-source limit caps what an allow rule lets in: put it on the allow rule (allow \"ssh\" proto=tcp port=22 rate-per-source=\"5/minute\"); a deny or reject already refuses every source");
+            return None;
+        }
+        Some(PerSource {
+            rate,
+            max_conns,
+            prefix4: prefix4.map_or(ps::DEFAULT_PREFIX4, |x| x.value),
+            prefix6: prefix6.map_or(ps::DEFAULT_PREFIX6, |x| x.value),
+            size: size.map_or(ps::DEFAULT_SIZE, |x| x.value),
+            span,
+        })
     }
 
     /// `health-check="tcp"` with optional `health-interval`, `health-timeout`, `health-rise`,

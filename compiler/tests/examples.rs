@@ -151,3 +151,26 @@ fn docs_rules_examples_of_the_imported_forms_compile() {
         assert!(examples.iter().any(|(src, _)| src.contains(form)), "no docs/rules.md example uses {form}");
     }
 }
+
+/// docs/rules.md's per-source examples (issue #26) compile, use every per-source property,
+/// and compile to the sets and fail-closed rules the page describes.
+#[test]
+fn docs_rules_per_source_examples_compile() {
+    const PROPS: &[&str] =
+        &["rate-per-source=", "conn-rate-per-source=", "max-conns-per-source=", "per-source-prefix6=", "per-source-size="];
+    let examples = doc_examples_but("rules.md", |b| !b.contains("per-source"));
+    assert!(examples.len() >= 2, "{examples:?}");
+    for p in PROPS {
+        assert!(examples.iter().any(|(src, _)| src.contains(p)), "no docs/rules.md example uses {p}");
+    }
+    let first = &examples[0].0;
+    assert!(first.contains("allow \"ssh\" proto=tcp port=22 rate-per-source=\"5/minute burst 5\" max-conns-per-source=3"), "the issue's form: {first}");
+    let tree = SourceTree::from_files([("fwc.kdl".to_string(), first.clone())]);
+    let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap();
+    let nft = fwc_compiler::artifacts::to_pretty(&art.nftables);
+    for set in ["_ps_input_ssh_r_v4", "_ps_input_ssh_c_v6", "_ps_fwd_web_r_v4", "_ps_fwd_web_c_v6"] {
+        assert!(nft.contains(&format!("\"{set}\"")), "{set} missing:\n{nft}");
+    }
+    let manifest = serde_json::to_string(&art.manifest).unwrap();
+    assert!(manifest.contains("per-source rate 5/minute burst 5 max-conns 3 (sources by IPv4 /32 IPv6 /64; tracks up to 65536 sources per family, when full new sources are refused)"), "{manifest}");
+}

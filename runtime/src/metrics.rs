@@ -6,7 +6,8 @@
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
 //! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`, plus `fwc_webhook_requests_total{result}`,
-//! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}` and the
+//! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}`,
+//! `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` and the
 //! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
 //! rules file, with its kind in a `kind` label (filter, forward, shape). Every label value an
 //! alert may test (results, refusal reasons) exists at 0 from the start, so `increase()` sees
@@ -178,6 +179,21 @@ pub struct Metrics {
     last_rule_counters: Mutex<HashMap<RuleBackendLabel, (u64, u64)>>,
     last_qos_counters: Mutex<HashMap<ClassActionLabel, u64>>,
     last_sni_counters: Mutex<HashMap<ListenerResultLabel, u64>>,
+    /// `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` (issue #26):
+    /// sources tracked by a per-source limit, and how many fit (then new sources are refused).
+    pub per_source_entries: Family<PerSourceLabel, Gauge>,
+    pub per_source_size: Family<PerSourceLabel, Gauge>,
+}
+
+/// Labels of the per-source gauges (issue #26).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PerSourceLabel {
+    pub rule: String,
+    pub kind: String,
+    /// `rate` or `conns`.
+    pub limit: String,
+    /// `ipv4` or `ipv6`.
+    pub family: String,
 }
 
 impl Default for Metrics {
@@ -221,6 +237,8 @@ impl Metrics {
             last_rule_counters: Mutex::default(),
             last_qos_counters: Mutex::default(),
             last_sni_counters: Mutex::default(),
+            per_source_entries: Family::default(),
+            per_source_size: Family::default(),
             registry: Registry::default(),
         };
         // Counters get their `_total` suffix from the encoder.
@@ -295,6 +313,12 @@ impl Metrics {
             "Unix time of the last comparison of the live dataplane with the applied artifacts",
             m.last_drift_check.clone(),
         );
+        registry.register(
+            "fwc_per_source_entries",
+            "Sources tracked by a per-source limit (limit = rate|conns, per address family); at fwc_per_source_size new sources are refused",
+            m.per_source_entries.clone(),
+        );
+        registry.register("fwc_per_source_size", "Most sources a per-source limit tracks per address family (per-source-size=)", m.per_source_size.clone());
         m.build_info.get_or_create(&BuildLabel { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
         for (family, values) in [(&m.apply_total, APPLY_RESULTS), (&m.git_fetch_total, FETCH_RESULTS), (&m.webhook_requests_total, WEBHOOK_RESULTS)] {
             for v in values {
@@ -437,6 +461,18 @@ impl Metrics {
 
     pub fn set_target_up(&self, rule: &str, target: &str, up: bool) {
         self.forward_target_up.get_or_create(&RuleTargetLabel { rule: rule.to_string(), target: target.to_string() }).set(up as i64);
+    }
+
+    /// The fill of the per-source sets (issue #26); sets gone since the last reading are
+    /// dropped from the families.
+    pub fn observe_per_source(&self, fills: &[crate::backend::PerSourceFill]) {
+        self.per_source_entries.clear();
+        self.per_source_size.clear();
+        for f in fills {
+            let l = PerSourceLabel { rule: f.rule.clone(), kind: f.kind.as_str().to_string(), limit: f.limit.to_string(), family: f.family.to_string() };
+            self.per_source_entries.get_or_create(&l).set(f.entries as i64);
+            self.per_source_size.get_or_create(&l).set(f.size as i64);
+        }
     }
 
     pub fn set_forward_connections(&self, rule: &str, n: i64) {
@@ -948,6 +984,8 @@ mod tests {
         m.set_rollout(Some(("bad", Some("def"), "halted")), Some((1, "early")));
         m.set_held(Some(crate::rollout::follow::HoldReason::Halted));
         m.self_check_failed();
+        let fill = crate::backend::PerSourceFill { rule: "ssh".into(), kind: RuleKind::Filter, limit: "rate", family: "ipv6", entries: 3, size: 65536 };
+        m.observe_per_source(&[fill]);
         let t = m.encode();
         for want in [
             "fwc_apply_total{result=\"ok\"} 1",
@@ -969,6 +1007,8 @@ mod tests {
             "fwc_rollout_held{host=\"edge-1\",reason=\"halted\"} 1",
             "fwc_rollout_held{host=\"edge-1\",reason=\"not_promoted\"} 0",
             "fwc_self_check_failures_total{host=\"edge-1\"} 1",
+            "fwc_per_source_entries{rule=\"ssh\",kind=\"filter\",limit=\"rate\",family=\"ipv6\"} 3",
+            "fwc_per_source_size{rule=\"ssh\",kind=\"filter\",limit=\"rate\",family=\"ipv6\"} 65536",
         ] {
             assert!(t.contains(want), "missing {want} in\n{t}");
         }

@@ -233,6 +233,9 @@ fn filter_summary(r: &FilterRule) -> String {
     if let Some(lr) = &r.log_rate {
         out.push_str(&format!(" log-rate {}", lr.value));
     }
+    if let Some(p) = &r.per_source {
+        out.push_str(&crate::persource::summary(p));
+    }
     comment(&mut out, &r.comment);
     out
 }
@@ -323,6 +326,9 @@ fn forward_summary(f: &ForwardRule) -> String {
             h.rise,
             h.fall
         ));
+    }
+    if let Some(p) = &f.per_source {
+        out.push_str(&crate::persource::summary(p));
     }
     comment(&mut out, &f.comment);
     out

@@ -114,6 +114,10 @@ pub struct Explanation {
     pub userspace: Option<UserspaceHit>,
     /// Classes charged (original direction first, then replies).
     pub qos: Vec<QosHit>,
+    /// Per-source limits (issue #26) on the flow's way, in words: the evaluator assumes the
+    /// source is within them (it cannot know the source's other connections).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
 }
 
 impl Explanation {
@@ -243,6 +247,7 @@ impl Evaluator {
             }
         }
         let userspace = if !finished && delivered_here { self.listener_for(&p) } else { None };
+        let userspace_limits = userspace.as_ref().filter(|u| u.allowed).and_then(|u| self.userspace_per_source(&u.rule));
         let (result, hook) = decided.unwrap_or((nft::HookResult { verdict: Verdict::Accept, decided_by: None, policy_of: None }, path.as_str().into()));
         let dnat_hit = steps.iter().flat_map(|s| &s.hits).find(|h| h.effects.iter().any(|e| matches!(e, Effect::Dnat { .. })));
         Ok(Explanation {
@@ -259,7 +264,28 @@ impl Evaluator {
             userspace,
             qos,
             steps,
+            limits: std::mem::take(&mut p.limits).into_iter().chain(userspace_limits).collect(),
         })
+    }
+
+    /// The per-source limits of userspace forward `rule`, in words (issue #26).
+    fn userspace_per_source(&self, rule: &str) -> Option<String> {
+        let l = self.forward.listeners.iter().find(|l| l.rule == rule)?;
+        let p = l.per_source?;
+        let mut what = Vec::new();
+        if let Some(r) = p.conn_rate {
+            what.push(format!("at most {} new connections per {} s (burst {}) per source, over it closed", r.count, r.period_secs, r.burst));
+        }
+        if let Some(m) = p.max_conns {
+            what.push(format!("at most {m} concurrent connections per source, over it closed"));
+        }
+        Some(format!(
+            "fwc:forward:{rule}: per-source limit (userspace forwarder): {} (IPv4 /{}, IPv6 /{}); a new source is also refused while {} sources are tracked — assumed here: the source is within its limit",
+            what.join(", "),
+            p.prefix4,
+            p.prefix6,
+            p.size
+        ))
     }
 
     /// The kernel forward to a DNS name whose DNAT chain the first hook's rules went to.

@@ -219,6 +219,12 @@ pub struct Packet {
     /// Every target of a round-robin DNAT (`numgen inc`): the first connection gets the first,
     /// later ones the others in turn.
     pub round_robin: Vec<(IpAddr, Option<u16>)>,
+    /// Elements the packet's `add`/`update @set` statements put into dynamic sets (per-source
+    /// limits): a later `ip saddr != @set` sees them.
+    pub dyn_elems: Vec<(String, Val)>,
+    /// Per-source limits the packet passed (issue #26), in words: the evaluator cannot know a
+    /// source's history, so it assumes the source is within them and says so.
+    pub limits: Vec<String>,
 }
 
 impl Packet {
@@ -239,6 +245,8 @@ impl Packet {
             orig: (flow.saddr, flow.daddr, flow.sport, flow.dport),
             local,
             round_robin: Vec::new(),
+            dyn_elems: Vec::new(),
+            limits: Vec::new(),
         }
     }
 }
@@ -267,6 +275,31 @@ fn first_packet_state(flow: &Flow) -> &'static str {
     } else {
         "invalid"
     }
+}
+
+/// Words for a per-source limit statement (`limit rate over` / `ct count over` on a set
+/// element), or `None` for one the evaluator does not know.
+fn per_source_note(st: &Value, key: Option<&Value>, identity: Option<&str>) -> Option<String> {
+    let (kind, b) = st.as_object().and_then(|m| m.iter().next())?;
+    if !b.get("inv").and_then(Value::as_bool).unwrap_or(false) {
+        return None;
+    }
+    let what = match kind.as_str() {
+        "limit" => format!(
+            "at most {}/{} new connections (burst {}) per source, over it dropped",
+            b.get("rate")?.as_u64()?,
+            b.get("per").and_then(Value::as_str).unwrap_or("second"),
+            b.get("burst").and_then(Value::as_u64).unwrap_or(5)
+        ),
+        "ct count" => format!("at most {} concurrent connections per source, over it rejected", b.get("val")?.as_u64()?),
+        _ => return None,
+    };
+    let group = match key.and_then(|k| k.get("&")).and_then(|a| a.get(1)).and_then(Value::as_str) {
+        Some(mask) => format!(" (sources grouped by mask {mask})"),
+        None => String::new(),
+    };
+    let who = identity.map(|i| format!("{i}: ")).unwrap_or_default();
+    Some(format!("{who}per-source limit: {what}{group}; a new source is also refused while the tracking set is full — assumed here: the source is within its limit"))
 }
 
 /// What a rule did, for the trace.
@@ -426,6 +459,30 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                     return Ok(None);
                 }
                 if !over && n < 1 {
+                    return Ok(None);
+                }
+            }
+            "set" => {
+                // `update/add @set { key limit rate over … / ct count over … }`: a per-source
+                // limit (issue #26). The source gets its element; its first connection is
+                // within any limit, so the rule does not match.
+                let name = body.get("set").and_then(Value::as_str).and_then(|s| s.strip_prefix('@')).ok_or_else(|| unsupported(format!("set {body}")))?;
+                let key = cx.eval_expr(body.get("elem").unwrap_or(&Value::Null), p)?;
+                if key == Val::Absent {
+                    return Ok(None);
+                }
+                p.dyn_elems.push((name.to_string(), key));
+                let mut within = false;
+                for st in body.get("stmt").and_then(Value::as_array).into_iter().flatten() {
+                    let Some(note) = per_source_note(st, body.get("elem"), rule.comment.as_deref()) else {
+                        return Err(unsupported(format!("set element statement {st}")));
+                    };
+                    if !p.limits.contains(&note) {
+                        p.limits.push(note);
+                    }
+                    within = true;
+                }
+                if within {
                     return Ok(None);
                 }
             }
@@ -721,7 +778,12 @@ impl Cx<'_> {
     /// Does `right` (a literal, prefix, range, anonymous set, `@named` set, or flag list) hold `v`?
     fn contains(&self, right: &Value, v: &Val, p: &Packet) -> Result<bool, EvalError> {
         match right {
-            Value::String(s) if s.starts_with('@') => Ok(self.lookup(right, v, p)?.is_some()),
+            Value::String(s) if s.starts_with('@') => {
+                if p.dyn_elems.iter().any(|(n, k)| n == &s[1..] && k == v) {
+                    return Ok(true);
+                }
+                Ok(self.lookup(right, v, p)?.is_some())
+            }
             Value::Object(o) if o.contains_key("set") => {
                 let elems = o["set"].as_array().ok_or_else(|| self.unsupported(format!("set {right}")))?;
                 for e in elems {

@@ -1047,6 +1047,9 @@ impl Agent {
             match b.observe(&cur.artifacts) {
                 Ok(obs) => {
                     self.metrics.observe_rule_counters(&obs.counters);
+                    if !obs.per_source.is_empty() || b.kind().as_str() == "nftables" {
+                        self.metrics.observe_per_source(&obs.per_source);
+                    }
                     for (rule, n) in &obs.active_connections {
                         self.metrics.set_forward_connections(rule, *n as i64);
                     }

@@ -459,6 +459,9 @@ impl NftBackend {
                     }
                 }
                 obs.counters = counters(&live);
+                if !terse {
+                    obs.per_source = super::persource::fill(&live);
+                }
             }
         }
         Ok(obs)
@@ -860,9 +863,15 @@ pub fn dynamic_sets(doc: &Value) -> Vec<(String, Value)> {
     let Some(arr) = doc.get("nftables").and_then(Value::as_array) else { return Vec::new() };
     arr.iter()
         .filter_map(|o| o.get("add").and_then(|a| a.get("set")).or_else(|| o.get("set")))
-        .filter(|s| s["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "timeout")))
+        .filter(|s| s["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "timeout")) || is_per_source_set(s))
         .filter_map(|s| Some((s["name"].as_str()?.to_string(), s.clone())))
         .collect()
+}
+
+/// A per-source limit's set (issue #26, `fwc_compiler::persource`): the kernel adds its
+/// elements (the sources it sees), so they are neither drift nor dropped by an apply.
+fn is_per_source_set(set: &Value) -> bool {
+    set["name"].as_str().is_some_and(|n| fwc_compiler::persource::parse_set_name(n).is_some())
 }
 
 /// What must match for a dynamic set's elements to be carried over.
@@ -989,7 +998,8 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
                     .get("flags")
                     .and_then(Value::as_array)
                     .is_some_and(|f| f.iter().any(|x| x == "dynamic" || x == "timeout"));
-                if dynamic {
+                let per_source = b.get("name").and_then(Value::as_str).is_some_and(|n| fwc_compiler::persource::parse_set_name(n).is_some());
+                if dynamic || per_source {
                     b.remove("elem");
                 } else if let Some(Value::Array(elems)) = b.get_mut("elem") {
                     elems.sort_by_cached_key(|e| e.to_string());

@@ -500,6 +500,13 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
             println!("  {} {} {}", t.rule, t.target, if t.up { paint.c("32", "up") } else { paint.c("1;31", "down (taken out)") });
         }
     }
+    if !st.per_source.is_empty() {
+        println!("Per-source: (sources tracked / size per family; at the size new sources are refused)");
+        for f in &st.per_source {
+            let full = if f.entries >= f.size { paint.c("1;31", " FULL: new sources refused") } else { String::new() };
+            println!("  {} {} {} {}: {}/{}{full}", f.kind.as_str(), f.rule, f.limit, f.family, f.entries, f.size);
+        }
+    }
     if let Some(a) = &st.agent {
         if let Some(h) = a.handled.as_ref().filter(|h| h.outcome != "applied") {
             println!("Agent:      {} {} ({})", paint.c("1;31", &h.outcome), short(&Some(h.commit.clone())), h.reason.as_deref().unwrap_or("-"));

@@ -39,6 +39,10 @@ pub struct Status {
     /// agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentView>,
+    /// Per-source limits (issue #26): sources tracked per limit and family, and how many fit
+    /// (at the size, new sources are refused).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_source: Vec<crate::backend::PerSourceFill>,
 }
 
 /// The agent's own view, from its journal.
@@ -78,6 +82,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
         counters: vec![],
         target_health: vec![],
         agent: crate::agent::read_journal(&state.path).map(|j| AgentView { handled: j.handled, rollout: j.rollout }),
+        per_source: vec![],
     };
     let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     match &cur {
@@ -102,10 +107,12 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
             let obs = nft.observe(&g.artifacts)?;
             st.drift_details = crate::backend::sources::locate(obs.drift, &g.artifacts.manifest);
             st.counters = obs.counters;
+            st.per_source = obs.per_source;
             let other = observe::besides_nft(netns, &state.path, &g.artifacts);
             st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
             st.counters.extend(other.counters);
             st.target_health = other.target_health.into_iter().map(|(rule, target, up)| TargetHealth { rule, target, up }).collect();
+            st.per_source.extend(other.per_source);
         }
         None => {
             if nft.list_table()?.is_some() {

@@ -50,6 +50,7 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                     None if r.rate.is_some() => expr.push(ct_state(&["new"])),
                     None => {}
                 }
+                persource::filter_guards(out, r, fam, &expr, &comment);
                 out_rules(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment);
             }
         }

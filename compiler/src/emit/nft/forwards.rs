@@ -227,7 +227,7 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
 
 /// Matches that pick a forward's new connections after DNAT (in `fwd_guard`, reached from the
 /// filter `forward` and `output` chains), per family needed.
-pub(super) fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(ForwardProto, Vec<S>)> {
+pub(super) fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(ForwardProto, Option<Fam>, Vec<S>)> {
     let from = f.from.as_ref().map(|m| addr_parts(plan, &m.value));
     let fams: Vec<Option<Fam>> = match (&from, listen_addr(f)) {
         (None, None) => vec![None],
@@ -259,7 +259,7 @@ pub(super) fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(Fo
                     v.push(a.on(payload(fam.proto(), "saddr")));
                 }
             }
-            (proto, v)
+            (proto, fam, v)
         })
         .collect()
 }
@@ -384,24 +384,30 @@ pub(super) fn declare_nat_chains(out: &mut Out) {
 /// jumped to from both `forward` (remote clients) and `output` (clients on the host itself),
 /// so both paths share one `ct count` list and one token bucket per guard (the state lives in
 /// the rule).
-pub(super) fn forward_guards(plan: &HostPlan) -> Vec<(Vec<S>, String)> {
+pub(super) fn forward_guards(plan: &HostPlan) -> Vec<(Vec<S>, String, Option<Value>)> {
     let mut guards = Vec::new();
     for f in &plan.kernel_forwards {
         let comment = rule_comment(RuleKind::Forward, &f.name.value);
-        for (proto, matches) in forward_guard_matches(plan, f) {
+        for (proto, fam, matches) in forward_guard_matches(plan, f) {
             if let Some(max) = &f.max_conns {
                 let mut e = matches.clone();
                 e.push(Statement::CTCount(CTCount { val: n(max.value), inv: Some(true) }));
                 e.push(counter());
                 e.push(reject(proto == ForwardProto::Tcp));
-                guards.push((e, comment.clone()));
+                guards.push((e, comment.clone(), None));
             }
             if let Some(rate) = &f.conn_rate {
                 let mut e = matches.clone();
                 e.push(limit(&rate.value, true, rate.value.count));
                 e.push(counter());
                 e.push(drop_());
-                guards.push((e, comment.clone()));
+                guards.push((e, comment.clone(), None));
+            }
+            // per-source limits (issue #26), after the forward's own limits
+            if let Some(p) = &f.per_source {
+                for g in super::persource::guards(&matches, fam, "fwd", &f.name.value, p, proto == ForwardProto::Tcp) {
+                    guards.push((g.expr, comment.clone(), g.elem_stmts));
+                }
             }
         }
     }

@@ -188,6 +188,7 @@ mod filters;
 mod forwards;
 mod names;
 mod out;
+mod persource;
 mod qos_marks;
 mod snat;
 #[cfg(test)]
@@ -232,6 +233,7 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
     let mut out = Out::default();
     out.add(NfListObject::Table(Table { family: NfFamily::INet, name: NFT_TABLE.into(), handle: None }));
     named_sets(&mut out, plan);
+    persource::declare_sets(&mut out, plan);
     let mut nat = KernelForwards::of(plan);
     if let Some(nat) = &mut nat {
         nat.declare_maps(&mut out, plan);
@@ -254,8 +256,8 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
             _ => filter_chain_rules(&mut out, plan, c, !guards.is_empty(), nat.is_some()),
         }
     }
-    for (e, comment) in guards {
-        out.rule(chains::FWD_GUARD, e, Some(comment));
+    for (e, comment, elem_stmts) in guards {
+        out.rule_with_elem_stmts(chains::FWD_GUARD, e, Some(comment), elem_stmts);
     }
     if let Some(nat) = &nat {
         nat.rules(&mut out, plan);

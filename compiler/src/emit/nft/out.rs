@@ -15,6 +15,19 @@ fn cmd(obj: NfListObject<'static>) -> NfObject<'static> {
     NfObject::CmdObject(NfCmd::Add(obj))
 }
 
+/// `add rule inet fwc <chain> <expr> comment <comment>`.
+fn rule_cmd(chain: &str, expr: Vec<S>, comment: Option<String>) -> NfObject<'static> {
+    cmd(NfListObject::Rule(Rule {
+        family: NfFamily::INet,
+        table: NFT_TABLE.into(),
+        chain: chain.to_string().into(),
+        expr: expr.into(),
+        handle: None,
+        index: None,
+        comment: comment.map(Cow::Owned),
+    }))
+}
+
 impl Out {
     pub(super) fn add(&mut self, obj: NfListObject<'static>) {
         self.objects.push(&cmd(obj));
@@ -32,16 +45,25 @@ impl Out {
     }
 
     pub(super) fn rule(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>) {
-        let r = Rule {
-            family: NfFamily::INet,
-            table: NFT_TABLE.into(),
-            chain: chain.to_string().into(),
-            expr: expr.into(),
-            handle: None,
-            index: None,
-            comment: comment.map(Cow::Owned),
-        };
-        self.rules.push(&cmd(NfListObject::Rule(r)));
+        self.rules.push(&rule_cmd(chain, expr, comment));
+    }
+
+    /// A rule whose `set` statement (`update @s { key limit … }`) carries per-element
+    /// statements `elem_stmts` (per-source limits): the crate has no field for them.
+    pub(super) fn rule_with_elem_stmts(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>, elem_stmts: Option<Value>) {
+        let Some(stmts) = elem_stmts else { return self.rule(chain, expr, comment) };
+        let mut v = serde_json::to_value(rule_cmd(chain, expr, comment)).expect("rules serialize");
+        for e in v["add"]["rule"]["expr"].as_array_mut().into_iter().flatten() {
+            if let Some(set) = e.get_mut("set").and_then(Value::as_object_mut) {
+                set.insert("stmt".into(), stmts.clone());
+            }
+        }
+        self.rules.push(&v);
+    }
+
+    /// A set declared as raw JSON (`{"family": …, "name": …}`): flags in a fixed order.
+    pub(super) fn raw_set(&mut self, set: Value) {
+        self.objects.push(&Add("set", set));
     }
 
     /// A named address set (interval) with the merged intervals `elems`, written directly.
