@@ -447,6 +447,10 @@ pub struct FilterRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// absent (digests of other rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
 }
 
 /// Which source NAT a [`SnatRule`] does.
@@ -596,6 +600,10 @@ pub struct ForwardRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// absent (digests of other forwards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
 }
 
 /// Active health checks of a forward's targets: a TCP connect every `interval_ms`.
@@ -684,4 +692,37 @@ pub struct ProbeDecl {
     pub probe: Option<Spanned<fwc_artifacts::rollout::Probe>>,
     #[serde(skip)]
     pub span: Span,
+}
+
+// --- Schedules (issue #26: `during=`, `tz=`, `until=`; see crate::schedule) ---
+
+/// When a filter rule or forward holds: inside its `during=` windows (read in `tz`), and until
+/// `until`. [`crate::schedule::resolve`] fills `utc` for the compile's time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Schedule {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub during: Option<Spanned<Vec<crate::timewindow::DayWindow>>>,
+    /// `tz=` (UTC when not given).
+    pub tz: Spanned<crate::timewindow::Zone>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<Spanned<Until>>,
+    /// The windows in UTC for the offset `tz` has at the compile's time (what nft matches);
+    /// empty before [`crate::schedule::resolve`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub utc: Vec<crate::timewindow::UtcPiece>,
+}
+
+/// `until=`: the rule holds before `end` (a date means through that day, in `tz=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Until {
+    /// As written.
+    pub text: String,
+    /// The first instant the rule no longer holds.
+    pub end: jiff::Timestamp,
+}
+
+impl Serialize for Until {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.end.to_string())
+    }
 }

@@ -66,6 +66,7 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
         on: None,
         comment: None,
         span: Span::default(),
+        schedule: None,
     }
 }
 
@@ -116,6 +117,7 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
         on: None,
         comment: None,
         span: Span::default(),
+        schedule: None,
     }
 }
 

@@ -74,6 +74,7 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &N
         rules,
         artifact_hashes,
         setup: setup(plan, qos),
+        valid_until: None,
     }
 }
 
@@ -233,6 +234,9 @@ fn filter_summary(r: &FilterRule) -> String {
     if let Some(lr) = &r.log_rate {
         out.push_str(&format!(" log-rate {}", lr.value));
     }
+    if let Some(s) = &r.schedule {
+        out.push_str(&crate::schedule::summary(s)); // schedules (issue #26)
+    }
     comment(&mut out, &r.comment);
     out
 }
@@ -323,6 +327,9 @@ fn forward_summary(f: &ForwardRule) -> String {
             h.rise,
             h.fall
         ));
+    }
+    if let Some(s) = &f.schedule {
+        out.push_str(&crate::schedule::summary(s)); // schedules (issue #26)
     }
     comment(&mut out, &f.comment);
     out

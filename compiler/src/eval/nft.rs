@@ -219,6 +219,8 @@ pub struct Packet {
     /// Every target of a round-robin DNAT (`numgen inc`): the first connection gets the first,
     /// later ones the others in turn.
     pub round_robin: Vec<(IpAddr, Option<u16>)>,
+    /// When the packet passes (Unix seconds): `meta day` / `meta hour` (issue #26).
+    pub at: Option<i64>,
 }
 
 impl Packet {
@@ -239,6 +241,7 @@ impl Packet {
             orig: (flow.saddr, flow.daddr, flow.sport, flow.dport),
             local,
             round_robin: Vec::new(),
+            at: None,
         }
     }
 }
@@ -859,6 +862,15 @@ impl Cx<'_> {
                 "iif" | "iifname" => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "oif" | "oifname" => Val::Str(p.oifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "mark" => Val::Int(u64::from(p.meta_mark)),
+                // Schedules (issue #26): the kernel's UTC weekday (0 = Sunday) and seconds
+                // since UTC midnight.
+                "day" | "hour" => {
+                    let t = p.at.ok_or_else(|| self.unsupported(format!("meta {key} without a time (give one: --at)")))?;
+                    match key {
+                        "day" => Val::Int((t.div_euclid(86_400) + 4).rem_euclid(7) as u64),
+                        _ => Val::Int(t.rem_euclid(86_400) as u64),
+                    }
+                }
                 other => return Err(self.unsupported(format!("meta {other}"))),
             },
             "payload" => {

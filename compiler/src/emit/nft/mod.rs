@@ -189,6 +189,8 @@ mod forwards;
 mod names;
 mod out;
 mod qos_marks;
+/// Schedules (issue #26): the `meta day . meta hour` match of `during=`.
+mod schedule;
 mod snat;
 #[cfg(test)]
 mod tests;
@@ -224,6 +226,7 @@ pub use forwards::{health_dispatch, health_probe_targets, kernel_dns};
 pub use names::*;
 use out::*;
 use qos_marks::*;
+use schedule::*;
 use snat::*;
 
 /// The nftables ruleset of one host: `{"nftables": [ {"add": …}, … ]}`. Objects (table, sets,

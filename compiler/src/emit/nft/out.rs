@@ -44,6 +44,25 @@ impl Out {
         self.rules.push(&cmd(NfListObject::Rule(r)));
     }
 
+    /// [`Out::rule`] with one raw JSON statement inserted at `pos` of `expr` (a statement the
+    /// `nftables` crate has no type for: the schedule's `meta day . meta hour` match).
+    pub(super) fn rule_with(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>, pos: usize, extra: &Value) {
+        let r = Rule {
+            family: NfFamily::INet,
+            table: NFT_TABLE.into(),
+            chain: chain.to_string().into(),
+            expr: expr.into(),
+            handle: None,
+            index: None,
+            comment: comment.map(Cow::Owned),
+        };
+        let mut v = serde_json::to_value(cmd(NfListObject::Rule(r))).expect("nftables JSON serializes");
+        if let Some(list) = v.pointer_mut("/add/rule/expr").and_then(Value::as_array_mut) {
+            list.insert(pos.min(list.len()), extra.clone());
+        }
+        self.rules.push(&v);
+    }
+
     /// A named address set (interval) with the merged intervals `elems`, written directly.
     pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: &[(u128, u128)]) {
         self.objects.push(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
