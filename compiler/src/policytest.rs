@@ -361,6 +361,9 @@ pub struct TestResult {
     pub decided_by: String,
     pub decided_at: Option<Location>,
     pub explanation: Explanation,
+    /// The expectation's own `at=` time, when it gives one (schedules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 /// Every expectation's result, in file order (then host order).
@@ -533,6 +536,7 @@ pub fn judge(t: &PolicyTest, host: &str, x: Explanation, locs: &BTreeMap<String,
         decided_by,
         decided_at,
         explanation: x,
+        at: t.at.clone(),
     }
 }
 

@@ -87,10 +87,16 @@ pub fn valid_until(rs: &Ruleset, at: Timestamp) -> Option<Timestamp> {
         .min()
 }
 
-/// A time for people: `2027-01-31 23:59:59 UTC` style, in the rule's zone.
-fn human(t: Timestamp, zone: &Zone) -> String {
-    let z = t.to_zoned(zone.time_zone());
-    format!("{} ({})", z.strftime("%Y-%m-%d %H:%M"), zone.name())
+/// When an `until=` ends, for people: `at the end of 2027-01-31 (UTC)` for a date,
+/// `at 2026-10-01 18:00 (Europe/Berlin)` for a time.
+fn human(u: &crate::model::Until, zone: &Zone) -> String {
+    let z = u.end.to_zoned(zone.time_zone());
+    if u.text.trim().len() == 10 {
+        let last = z.date().yesterday().map(|d| d.to_string()).unwrap_or_default();
+        format!("at the end of {last} ({})", zone.name())
+    } else {
+        format!("at {} ({})", z.strftime("%Y-%m-%d %H:%M"), zone.name())
+    }
 }
 
 /// `fwc::rule-expired` (the rule is not applied) and `fwc::rule-expires-soon` (within
@@ -102,18 +108,16 @@ pub fn notes(map: &SourceMap, rs: &Ruleset, at: Timestamp) -> Diagnostics {
     let fwds = rs.forwards.iter().filter_map(|f| Some((format!("forward \"{}\"", f.name.value), f.schedule.as_ref()?)));
     for (rule, s) in named.chain(fwds) {
         let Some(u) = &s.until else { continue };
-        // The last instant the rule holds, for the message ("until 2027-01-31" = through that day).
-        let last = u.end.checked_sub(jiff::SignedDuration::from_secs(1)).unwrap_or(u.end);
         if at >= u.end {
             out.push(
-                Diagnostic::warning("rule-expired", format!("{rule} expired on {}, not applied", human(last, &s.tz.value)))
+                Diagnostic::warning("rule-expired", format!("expired {}, not applied", human(u, &s.tz.value)))
                     .at(map, u.span, "until= is past")
                     .rule(rule)
                     .help("remove the rule from the repository, or move until= later to apply it again"),
             );
         } else if u.end <= soon {
             out.push(
-                Diagnostic::warning("rule-expires-soon", format!("{rule} expires on {}", human(last, &s.tz.value)))
+                Diagnostic::warning("rule-expires-soon", format!("expires {}", human(u, &s.tz.value)))
                     .at(map, u.span, "expires within a week")
                     .rule(rule)
                     .help("past until= the rule is removed at the next apply or agent reconcile; move until= later to keep it"),

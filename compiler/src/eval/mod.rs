@@ -159,7 +159,7 @@ impl Evaluator {
     }
 
     /// Evaluate flows at `t` (the kernel's `meta day` / `meta hour`, UTC, of `during=` rules).
-    /// Without a time, a rule that matches the time of day cannot be evaluated (an error).
+    /// Without it: at the Unix epoch, the time [`crate::emit_view`] compiles for.
     pub fn at(mut self, t: jiff::Timestamp) -> Evaluator {
         self.at = Some(t);
         self

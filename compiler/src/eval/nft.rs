@@ -864,8 +864,9 @@ impl Cx<'_> {
                 "mark" => Val::Int(u64::from(p.meta_mark)),
                 // Schedules (issue #26): the kernel's UTC weekday (0 = Sunday) and seconds
                 // since UTC midnight.
+                // Without a time: the Unix epoch, the time `emit_view` compiles for.
                 "day" | "hour" => {
-                    let t = p.at.ok_or_else(|| self.unsupported(format!("meta {key} without a time (give one: --at)")))?;
+                    let t = p.at.unwrap_or(0);
                     match key {
                         "day" => Val::Int((t.div_euclid(86_400) + 4).rem_euclid(7) as u64),
                         _ => Val::Int(t.rem_euclid(86_400) as u64),

@@ -103,6 +103,10 @@ fn kernel_check(tree: &SourceTree, report: &mut Report) -> Result<()> {
         for (i, k) in idx.into_iter().zip(outcomes) {
             let r = &mut report.results[i];
             match k {
+                // Schedules: the kernel matches the real clock, not an expectation's own time.
+                _ if r.at.is_some() => {
+                    r.decided_by.push_str(" [kernel: not checked (at= a fixed time; the kernel runs on the real clock)]");
+                }
                 None if r.flow.origin == fwc_compiler::eval::Origin::Output => {
                     r.decided_by.push_str(" [kernel: not sent (flows sent by the host: pure evaluator only)]");
                 }
