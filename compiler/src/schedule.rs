@@ -167,6 +167,39 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// The injectable clock of the pure core: the same rules compiled on either side of
+    /// Berlin's clock changes (2026-10-25, 2027-03-28) give windows one hour apart in UTC, and
+    /// the manifest says when to compile again.
+    #[test]
+    fn compiled_window_moves_at_the_clock_changes_and_says_when() {
+        let tree = crate::source::SourceTree::from_files([(
+            "fwc.kdl".to_string(),
+            "fwc 1\ninput policy=drop {\n    allow \"web\" proto=tcp port=443 during=\"Mon-Fri 08:00-18:00\" tz=\"Europe/Berlin\"\n}\n".to_string(),
+        )]);
+        let at = |t: &str| crate::compile_at(&tree, None, None, ts(t)).unwrap().0;
+        let hours = |a: &crate::artifacts::Artifacts| {
+            let text = crate::artifacts::to_pretty(&a.nftables);
+            let i = text.find("\"range\"").expect("a time range");
+            text[i..i + 120].split_whitespace().collect::<String>()
+        };
+        let summer = at("2026-10-24T12:00:00Z");
+        assert!(hours(&summer).starts_with("\"range\":[21600,57599]"), "{}", hours(&summer));
+        assert_eq!(summer.manifest.valid_until.as_deref(), Some("2026-10-25T01:00:00Z"));
+        let winter = at("2026-10-25T01:00:00Z");
+        assert!(hours(&winter).starts_with("\"range\":[25200,61199]"), "{}", hours(&winter));
+        assert_eq!(winter.manifest.valid_until.as_deref(), Some("2027-03-28T01:00:00Z"));
+        let spring = at("2027-03-28T01:00:00Z");
+        assert!(hours(&spring).starts_with("\"range\":[21600,57599]"), "{}", hours(&spring));
+        // The plan shows the rule as changed (its digest covers the UTC form).
+        let plan = crate::diff::render(&crate::diff::plan(Some(&summer), &winter), false);
+        assert!(plan.contains("~ filter \"web\"") || plan.contains("1 to change"), "{plan}");
+        // Without schedules the time changes nothing and the manifest has no valid_until.
+        let plain = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), "fwc 1\ninput policy=drop {\n    allow \"web\" proto=tcp port=443\n}\n".to_string())]);
+        let (a, b) = (crate::compile_at(&plain, None, None, ts("2026-10-24T12:00:00Z")).unwrap().0, crate::compile(&plain, None, None).unwrap().0);
+        assert_eq!(a.files(), b.files());
+        assert!(a.manifest.valid_until.is_none());
+    }
+
     #[test]
     fn until_forms() {
         let berlin = timewindow::parse_zone("Europe/Berlin").unwrap();
