@@ -118,18 +118,7 @@ pub struct FleetCheck {
 /// [`check_all`], also naming the hosts. The plain files are parsed once; hosts are checked
 /// on every core, and their diagnostics merged in host order (deterministic).
 pub fn check_fleet(tree: &SourceTree) -> Result<FleetCheck, Diagnostics> {
-    let repo = ParsedRepo::parse(tree)?;
-    let hosts = repo.host_names();
-    let per_host = parallel::map_ordered(&hosts, |name| match repo.load_host(tree, Some(name)) {
-        Ok(view) => view.warnings,
-        Err(errs) => errs,
-    });
-    let all = merge_unique(per_host);
-    if all.has_errors() {
-        Err(all)
-    } else {
-        Ok(FleetCheck { hosts, warnings: all })
-    }
+    check_fleet_at(tree, jiff::Timestamp::UNIX_EPOCH)
 }
 
 /// One host's compiled artifacts and its warnings.
@@ -144,25 +133,7 @@ pub struct HostArtifacts {
 /// files are parsed once; hosts are compiled on every core. Byte for byte what [`compile`]
 /// gives for each host. Errors of all hosts are returned together (each once).
 pub fn compile_all(tree: &SourceTree, commit: Option<&str>) -> Result<Vec<HostArtifacts>, Diagnostics> {
-    let repo = ParsedRepo::parse(tree)?;
-    let hosts = repo.host_names();
-    let results = parallel::map_ordered(&hosts, |name| {
-        let view = repo.load_host(tree, Some(name))?;
-        Ok(HostArtifacts { host: name.clone(), artifacts: emit_view(&view, commit), warnings: view.warnings })
-    });
-    let mut compiled = Vec::with_capacity(hosts.len());
-    let mut errors = Vec::new();
-    for r in results {
-        match r {
-            Ok(h) => compiled.push(h),
-            Err(e) => errors.push(e),
-        }
-    }
-    if errors.is_empty() {
-        Ok(compiled)
-    } else {
-        Err(merge_unique(errors))
-    }
+    compile_all_at(tree, commit, jiff::Timestamp::UNIX_EPOCH)
 }
 
 /// Diagnostics of several hosts, in order, each distinct one once.
@@ -188,8 +159,7 @@ pub fn host_names(rs: &Ruleset) -> Vec<String> {
 
 /// Compile the artifacts of one host. `commit` is recorded in the manifest.
 pub fn compile(tree: &SourceTree, host: Option<&str>, commit: Option<&str>) -> Result<(Artifacts, Diagnostics), Diagnostics> {
-    let view = load_host(tree, host)?;
-    Ok((emit_view(&view, commit), view.warnings))
+    compile_at(tree, host, commit, jiff::Timestamp::UNIX_EPOCH)
 }
 
 /// Emit the artifacts of an already checked host view, as of the Unix epoch: for policies

@@ -146,28 +146,13 @@ pub(crate) fn parse_window_tz(s: &str) -> Result<(i16, Option<String>), crate::u
 
 /// A window for people: `allow Mon-Fri 09:00-17:00 UTC+01:00`.
 pub fn describe_window(w: &Window) -> String {
-    let mut days: Vec<String> = vec![];
-    let mut i = 0;
-    while i < w.days.len() {
-        let mut j = i;
-        while j + 1 < w.days.len() && w.days[j + 1] == w.days[j] + 1 {
-            j += 1;
-        }
-        let (a, b) = (crate::timewindow::DAY_NAMES[w.days[i] as usize % 7], crate::timewindow::DAY_NAMES[w.days[j] as usize % 7]);
-        days.push(match j - i {
-            0 => a.to_string(),
-            1 => format!("{a},{b}"),
-            _ => format!("{a}-{b}"),
-        });
-        i = j + 1;
-    }
-    let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
+    let window = crate::timewindow::DayWindow { days: w.days.clone(), start_min: w.start_min, end_min: w.end_min % 1440 };
     let tz = match w.offset_min {
         _ if w.tz.is_some() => w.tz.clone().unwrap_or_default(),
         0 => "UTC".to_string(),
         o => format!("UTC{}{:02}:{:02}", if o < 0 { '-' } else { '+' }, o.unsigned_abs() / 60, o.unsigned_abs() % 60),
     };
-    format!("{} {} {}-{} {tz}", if w.allow { "allow" } else { "deny" }, days.join(","), hm(w.start_min), hm(w.end_min))
+    format!("{} {} {tz}", if w.allow { "allow" } else { "deny" }, crate::timewindow::describe(&window))
 }
 
 fn select_of(w: &WaveDecl) -> WaveSelect {

@@ -15,6 +15,20 @@ fn cmd(obj: NfListObject<'static>) -> NfObject<'static> {
     NfObject::CmdObject(NfCmd::Add(obj))
 }
 
+/// `{"add": {"rule": …}}` in fwc's table.
+fn rule_cmd(chain: &str, expr: Vec<S>, comment: Option<String>) -> NfObject<'static> {
+    let r = Rule {
+        family: NfFamily::INet,
+        table: NFT_TABLE.into(),
+        chain: chain.to_string().into(),
+        expr: expr.into(),
+        handle: None,
+        index: None,
+        comment: comment.map(Cow::Owned),
+    };
+    cmd(NfListObject::Rule(r))
+}
+
 impl Out {
     pub(super) fn add(&mut self, obj: NfListObject<'static>) {
         self.objects.push(&cmd(obj));
@@ -32,31 +46,13 @@ impl Out {
     }
 
     pub(super) fn rule(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>) {
-        let r = Rule {
-            family: NfFamily::INet,
-            table: NFT_TABLE.into(),
-            chain: chain.to_string().into(),
-            expr: expr.into(),
-            handle: None,
-            index: None,
-            comment: comment.map(Cow::Owned),
-        };
-        self.rules.push(&cmd(NfListObject::Rule(r)));
+        self.rules.push(&rule_cmd(chain, expr, comment));
     }
 
     /// [`Out::rule`] with one raw JSON statement inserted at `pos` of `expr` (a statement the
     /// `nftables` crate has no type for: the schedule's `meta day . meta hour` match).
     pub(super) fn rule_with(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>, pos: usize, extra: &Value) {
-        let r = Rule {
-            family: NfFamily::INet,
-            table: NFT_TABLE.into(),
-            chain: chain.to_string().into(),
-            expr: expr.into(),
-            handle: None,
-            index: None,
-            comment: comment.map(Cow::Owned),
-        };
-        let mut v = serde_json::to_value(cmd(NfListObject::Rule(r))).expect("nftables JSON serializes");
+        let mut v = serde_json::to_value(rule_cmd(chain, expr, comment)).expect("nftables JSON serializes");
         if let Some(list) = v.pointer_mut("/add/rule/expr").and_then(Value::as_array_mut) {
             list.insert(pos.min(list.len()), extra.clone());
         }
