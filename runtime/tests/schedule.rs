@@ -164,7 +164,8 @@ fn agent_recompiles_when_an_until_passes_and_when_the_clocks_change() {
     once("2026-10-25T01:00:00Z");
     let listed = nft_input(&ns);
     assert!(listed.contains("\"Monday\" . \"07:00\"-\"16:59:59\""), "the window did not move with the clocks:\n{listed}");
-    let applies = audit(&state).iter().filter(|e| e["commit"] == commit.as_str() && e["action"] == "apply").count();
-    assert_eq!(applies, 3, "applied at first, at the expiry and at the clock change");
+    let applies: Vec<serde_json::Value> = audit(&state).into_iter().filter(|e| e["commit"] == commit.as_str() && e["action"] == "apply").collect();
+    assert_eq!(applies.len(), 3, "applied at first, at the expiry and at the clock change");
+    assert!(applies[2]["detail"].as_str().is_some_and(|d| d.contains("valid until 2026-10-25T01:00:00Z")), "{:#}", applies[2]);
     assert_audit_verifies(&state);
 }

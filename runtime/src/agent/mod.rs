@@ -319,6 +319,8 @@ pub struct Agent {
     follow_cache: FollowCache,
     /// Schedules (issue #26): the applied artifacts' `valid_until` (compile again then).
     pub valid_until: Option<jiff::Timestamp>,
+    /// Schedules: why the applied commit is being compiled again (the audit entry's detail).
+    schedule_note: Option<String>,
 }
 
 /// What the fleet-rollout inputs cost to compute, computed once per commit.
@@ -405,6 +407,7 @@ impl Agent {
             target: None,
             follow_cache: FollowCache::default(),
             valid_until: None,
+            schedule_note: None,
         })
     }
 
@@ -523,10 +526,13 @@ impl Agent {
         let schedule_due = current.as_ref().is_some_and(|g| schedule::recompile_due(g.artifacts.manifest.valid_until.as_deref(), self.now()));
         if schedule_due {
             tracing::info!(commit = %short(&tip_s), "the applied rules' schedules changed (daylight saving or an until= passed): compiling again");
+            let until = current.as_ref().and_then(|g| g.artifacts.manifest.valid_until.clone()).unwrap_or_default();
+            self.schedule_note = Some(format!("schedules: the applied rules were valid until {until} (a time zone's clock change or an until=); compiled again for {}", self.now()));
         }
         if force || !handled_same || !current_is_tip || schedule_due {
             just_applied = self.consider(&lock, tip, force, by_state)?;
         }
+        self.schedule_note = None;
         if !just_applied {
             self.check_drift(&lock)?;
         }
@@ -759,7 +765,7 @@ impl Agent {
         // 4. apply
         let detail = match (rewind_note, forced_note.clone()) {
             (Some(r), _) => Some(r),
-            (None, f) => f,
+            (None, f) => f.or(self.schedule_note.take()),
         };
         let base = Record { signer, detail, ..base };
         tracing::info!(commit = %short(&tip_s), "applying");

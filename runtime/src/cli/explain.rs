@@ -84,11 +84,19 @@ pub fn run(a: ExplainArgs, g: &Global) -> Result<ExitCode> {
     };
     let ev = Evaluator::new(&artifacts).map_err(|e| miette!("{e}"))?.at(at);
     let x = ev.explain(&flow).map_err(|e| miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "{e}"))?;
+    // Schedules: the time the rules were evaluated at, when any rule depends on it.
+    let timed = artifacts.manifest.valid_until.is_some();
     if a.json {
-        let v = serde_json::json!({ "host": host, "explanation": x, "locations": locs });
+        let mut v = serde_json::json!({ "host": host, "explanation": x, "locations": locs });
+        if timed {
+            v["at"] = serde_json::Value::String(at.to_string());
+        }
         println!("{}", serde_json::to_string_pretty(&v).expect("explanation serializes"));
     } else {
         print!("{}", eval::render::text(&x, &host, &locs));
+        if timed {
+            println!("at:      {at} (rules with during=/until= decided by this time; --at to change it)");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
