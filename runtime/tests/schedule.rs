@@ -112,6 +112,8 @@ fn during_windows_around_now_admit_and_outside_refuse_and_until_past_removes() {
     let st = fwc(&["status", "--json", "--state-dir", s, "--netns", &t.host.name], &[("TZ", "America/New_York")]);
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap_or_else(|_| panic!("{}", text(&st)));
     assert_eq!(st["drift"], false, "{st:#}");
+    // fwc status says until when the applied windows are right (the next clock change in Berlin).
+    assert!(st["valid_until"].as_str().is_some_and(|v| v.parse::<Timestamp>().is_ok_and(|t| t > now)), "{st:#}");
 }
 
 /// The input chain as nft lists it in UTC (`meta hour` is printed in nft's local time).
