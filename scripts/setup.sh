@@ -6,10 +6,11 @@
 # Debian package test; iptables (iptables-nft) to load Docker's rule layout in the containers test;
 # ufw (its ufw-init loads /etc/ufw for `fwc import --from ufw` and the import tests);
 # podman, runc and debootstrap for the container image test; firewalld (installed so that it
-# never starts on this host: `fwc import --from firewalld` runs it in a scratch namespace).
+# never starts on this host: `fwc import --from firewalld` runs it in a scratch namespace);
+# tzdata (/usr/share/zoneinfo) for schedules' named time zones (tz="Europe/Berlin").
 # Needs root (apt-get). Safe to run again.
 set -euo pipefail
-packages=(nftables iptables ufw iproute2 clang llvm libbpf-dev bpftool iperf3 socat dnsmasq-base pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus lintian podman runc debootstrap)
+packages=(nftables iptables ufw iproute2 clang llvm libbpf-dev bpftool iperf3 socat dnsmasq-base pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus lintian podman runc debootstrap tzdata)
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup.sh: run as root (it installs: ${packages[*]})" >&2
   exit 1

@@ -24,6 +24,11 @@ pub struct Manifest {
     /// written before it existed (read as nothing needed).
     #[serde(default)]
     pub setup: HostSetup,
+    /// Schedules (`during=`, `until=`): the instant (RFC 3339, UTC) from which these artifacts
+    /// are no longer right (a time zone's next daylight-saving change, a rule's expiry); the
+    /// agent compiles the same commit again then. Absent: right for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<String>,
 }
 
 /// What a host needs beside the rulesets, decided by the compiler (which knows every rule's

@@ -31,6 +31,7 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Result<Diagnostics, Diagnostics> 
     c.shapes();
     c.snats();
     c.selectors();
+    c.out.extend(crate::schedule::check(map, rs)); // schedules (issue #26)
     if c.out.has_errors() {
         Err(c.out)
     } else {

@@ -190,10 +190,11 @@ impl Hull {
     }
 }
 
-/// A rule that stops matching over a rate, narrows by ICMP type or connection state, or
-/// decides nothing (`log`): counted as covering no other rule (conservative: no false alarm).
+/// A rule that stops matching over a rate, narrows by ICMP type or connection state, holds
+/// only at times (`during=`, `until=`), or decides nothing (`log`): counted as covering no
+/// other rule (conservative: no false alarm).
 fn never_covers(r: &FilterRule) -> bool {
-    r.rate.is_some() || r.icmp_types.is_some() || r.state.is_some() || !r.action.is_terminal()
+    r.rate.is_some() || r.icmp_types.is_some() || r.state.is_some() || !r.action.is_terminal() || r.schedule.is_some()
 }
 
 fn same_or_any<T: PartialEq>(a: Option<&T>, b: Option<&T>) -> bool {
@@ -307,6 +308,7 @@ impl<'a> Linter<'a> {
             let closed = rules[j + 1..].iter().any(|d| {
                 d.action != Action::Allow
                     && d.rate.is_none()
+                    && d.schedule.is_none()
                     && d.from.is_none()
                     && d.iif.is_none()
                     && selector_key(&d.on).is_none()
@@ -434,7 +436,7 @@ impl<'a> Linter<'a> {
                 ForwardProto::Both => Proto::Both,
             };
             for r in rules.into_iter().filter(|r| r.action.is_terminal()) {
-                let plain = r.rate.is_none() && r.state.is_none() && r.icmp_types.is_none() && r.on.is_none() && r.iif.is_none() && r.oif.is_none() && r.sports.is_none() && r.ports.is_none() && r.to.is_none();
+                let plain = r.rate.is_none() && r.schedule.is_none() && r.state.is_none() && r.icmp_types.is_none() && r.on.is_none() && r.iif.is_none() && r.oif.is_none() && r.sports.is_none() && r.ports.is_none() && r.to.is_none();
                 if r.action == Action::Allow {
                     if self.addr_meets(r.from.as_ref(), Some(from)) {
                         break; // an allow may let some of them through first

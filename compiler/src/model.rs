@@ -451,6 +451,10 @@ pub struct FilterRule {
     /// when absent, so digests of other rules do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
+    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// absent (digests of other rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
 }
 
 /// Which source NAT a [`SnatRule`] does.
@@ -604,6 +608,10 @@ pub struct ForwardRule {
     /// Skipped when absent, so digests of other forwards do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
+    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// absent (digests of other forwards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
 }
 
 /// Per-source limits of a filter rule or forward (see [`crate::persource`]): each source
@@ -715,4 +723,37 @@ pub struct ProbeDecl {
     pub probe: Option<Spanned<fwc_artifacts::rollout::Probe>>,
     #[serde(skip)]
     pub span: Span,
+}
+
+// --- Schedules (issue #26: `during=`, `tz=`, `until=`; see crate::schedule) ---
+
+/// When a filter rule or forward holds: inside its `during=` windows (read in `tz`), and until
+/// `until`. [`crate::schedule::resolve`] fills `utc` for the compile's time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Schedule {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub during: Option<Spanned<Vec<crate::timewindow::DayWindow>>>,
+    /// `tz=` (UTC when not given).
+    pub tz: Spanned<crate::timewindow::Zone>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<Spanned<Until>>,
+    /// The windows in UTC for the offset `tz` has at the compile's time (what nft matches);
+    /// empty before [`crate::schedule::resolve`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub utc: Vec<crate::timewindow::UtcPiece>,
+}
+
+/// `until=`: the rule holds before `end` (a date means through that day, in `tz=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Until {
+    /// As written.
+    pub text: String,
+    /// The first instant the rule no longer holds.
+    pub end: jiff::Timestamp,
+}
+
+impl Serialize for Until {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.end.to_string())
+    }
 }

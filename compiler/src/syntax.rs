@@ -24,20 +24,32 @@ const FILTER_PROPS: &[&str] = &[
     "proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "icmp-type", "reject-with", "log-prefix", "log-rate", "state", "on", "comment",
     // per-source limits (issue #26, crate::persource)
     "rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "conn-rate-per-source",
+    // schedules (issue #26, crate::schedule)
+    "during", "tz", "until",
 ];
 /// A `log` rule logs and matching goes on: no verdict options (`log`, `rate`, `reject-with`).
-const LOG_RULE_PROPS: &[&str] = &["proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "log-prefix", "log-rate", "state", "on", "comment"];
+const LOG_RULE_PROPS: &[&str] = &[
+    "proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "log-prefix", "log-rate", "state", "on", "comment",
+    // schedules (issue #26, crate::schedule)
+    "during", "tz", "until",
+];
 const MASQUERADE_PROPS: &[&str] = &["from", "to", "out", "proto", "port", "on", "comment"];
 /// snat's `to` is the new source address, so its destination filter is `dst`.
 const SNAT_PROPS: &[&str] = &["from", "dst", "to", "out", "proto", "port", "on", "comment"];
 /// A `containers` rule matches a published port as the client addressed it: no `sport`/`out`
 /// (the output interface is the bridge).
-const CONTAINER_RULE_PROPS: &[&str] = &["proto", "port", "from", "to", "in", "log", "rate", "reject-with", "log-prefix", "log-rate", "on", "comment"];
+const CONTAINER_RULE_PROPS: &[&str] = &[
+    "proto", "port", "from", "to", "in", "log", "rate", "reject-with", "log-prefix", "log-rate", "on", "comment",
+    // schedules (issue #26, crate::schedule)
+    "during", "tz", "until",
+];
 const FORWARD_PROPS: &[&str] = &[
     "proto", "listen", "to", "from", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
     "idle-timeout", "sni", "health-check", "health-interval", "health-timeout", "health-rise", "health-fall", "backend", "on", "comment",
     // per-source limits (issue #26, crate::persource)
     "conn-rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "rate-per-source",
+    // schedules (issue #26, crate::schedule)
+    "during", "tz", "until",
 ];
 /// Properties that may be given several times (each occurrence counts; read from the node's entries).
 const REPEATABLE_PROPS: &[&str] = &["file"];
@@ -859,6 +871,7 @@ impl Parser<'_, '_> {
             comment: self.comment(&mut p),
             span: self.span(node.span()),
             per_source: self.per_source(&mut p, Some(action)),
+            schedule: self.schedule(&mut p),
             name,
         };
         Some(r)
@@ -967,6 +980,7 @@ impl Parser<'_, '_> {
             comment: self.comment(&mut p),
             span: self.span(node.span()),
             per_source: self.per_source(&mut p, None),
+            schedule: self.schedule(&mut p),
             listen: listen?,
             targets: targets?,
             name,
@@ -1265,12 +1279,41 @@ impl Parser<'_, '_> {
         };
         let key = if is_allow { "allow" } else { "deny" };
         let spec = self.convert_as("rollout-window", rule, key, &text, at, crate::rollout::parse_window_spec)?;
-        let offset = match tz {
+        let (offset, zone) = match tz {
             Some((t, s)) => self.convert_as("rollout-window", rule, "tz", &t, s, crate::rollout::parse_window_tz)?.value,
-            None => 0,
+            None => (0, None),
         };
         let (days, start_min, end_min) = spec.value;
-        Some(Spanned::new(fwc_artifacts::rollout::Window { allow: is_allow, days, start_min, end_min, offset_min: offset }, span))
+        Some(Spanned::new(fwc_artifacts::rollout::Window { allow: is_allow, days, start_min, end_min, offset_min: offset, tz: zone }, span))
+    }
+
+    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]); `tz=` alone
+    /// is an error (it says how to read the other two).
+    fn schedule(&mut self, p: &mut Props) -> Option<Schedule> {
+        let during = self.parsed(p, "during", crate::timewindow::parse_windows);
+        let tz_text = self.text(p, "tz");
+        let until_text = self.text(p, "until");
+        let rule = p.rule.clone();
+        let tz = match &tz_text {
+            Some((t, span)) => self.convert(&rule, "tz", t, *span, crate::timewindow::parse_zone)?,
+            None => Spanned::new(crate::timewindow::Zone::Utc, Span::default()),
+        };
+        let until = match until_text {
+            Some((t, span)) => {
+                let end = self.convert(&rule, "until", &t, span, |x| crate::schedule::parse_until(x, &tz.value))?;
+                Some(Spanned::new(Until { text: t, end: end.value }, span))
+            }
+            None => None,
+        };
+        if during.is_none() && until.is_none() {
+            if let Some((_, span)) = tz_text {
+                self.error("tz-without-schedule", "tz= without during= or until=", span, "nothing to read in this zone")
+                    .rule(rule)
+                    .help("tz= says how to read during=\"Mon-Fri 08:00-18:00\" and until=\"2027-01-31\"; add one of them, or remove tz=");
+            }
+            return None;
+        }
+        Some(Schedule { during, tz, until, utc: Vec::new() })
     }
 
     /// [`Parser::convert`] with a `rollout-bad-<key>` code.

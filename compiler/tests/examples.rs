@@ -174,3 +174,18 @@ fn docs_rules_per_source_examples_compile() {
     let manifest = serde_json::to_string(&art.manifest).unwrap();
     assert!(manifest.contains("per-source rate 5/minute burst 5 max-conns 3 (sources by IPv4 /32 IPv6 /64; tracks up to 65536 sources per family, when full new sources are refused)"), "{manifest}");
 }
+
+/// Schedules (issue #26): docs/rules.md's examples with `during=` / `until=` compile without a
+/// warning (a scheduled rule shadows nothing), at a time before every `until=`.
+#[test]
+fn docs_rules_schedule_examples_compile() {
+    let blocks = kdl_blocks_but("rules.md", |b| !b.contains("during=") && !b.contains("until="));
+    assert!(!blocks.is_empty(), "no docs/rules.md example with during= or until=");
+    let at: jiff::Timestamp = "2026-12-01T08:00:00Z".parse().unwrap();
+    for src in &blocks {
+        let tree = SourceTree::from_files([("fwc.kdl".to_string(), src.clone())]);
+        let (art, warnings) = fwc_compiler::compile_at(&tree, None, None, at).unwrap_or_else(|d| panic!("docs/rules.md example does not compile:\n{src}\n{}", d.render(false)));
+        assert!(warnings.is_empty(), "docs/rules.md example warns:\n{src}\n{}", warnings.render(false));
+        assert!(art.manifest.valid_until.is_some(), "{src}");
+    }
+}

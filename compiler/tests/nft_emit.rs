@@ -67,6 +67,7 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
         comment: None,
         span: Span::default(),
         per_source: None,
+        schedule: None,
     }
 }
 
@@ -118,6 +119,7 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
         comment: None,
         span: Span::default(),
         per_source: None,
+        schedule: None,
     }
 }
 

@@ -45,6 +45,7 @@ fn artifacts(listeners: Vec<Listener>) -> Artifacts {
             rules: vec![],
             artifact_hashes: BTreeMap::new(),
             setup: Default::default(),
+            valid_until: None,
         },
     }
 }

@@ -74,6 +74,7 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &N
         rules,
         artifact_hashes,
         setup: setup(plan, qos),
+        valid_until: None,
     }
 }
 
@@ -236,6 +237,9 @@ fn filter_summary(r: &FilterRule) -> String {
     if let Some(p) = &r.per_source {
         out.push_str(&crate::persource::summary(p));
     }
+    if let Some(s) = &r.schedule {
+        out.push_str(&crate::schedule::summary(s)); // schedules (issue #26)
+    }
     comment(&mut out, &r.comment);
     out
 }
@@ -329,6 +333,9 @@ fn forward_summary(f: &ForwardRule) -> String {
     }
     if let Some(p) = &f.per_source {
         out.push_str(&crate::persource::summary(p));
+    }
+    if let Some(s) = &f.schedule {
+        out.push_str(&crate::schedule::summary(s)); // schedules (issue #26)
     }
     comment(&mut out, &f.comment);
     out

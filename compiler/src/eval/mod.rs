@@ -30,6 +30,8 @@ pub struct Evaluator {
     table: nft::Table,
     qos: QosArtifact,
     forward: ForwardArtifact,
+    /// The time flows are evaluated at (schedules' `meta day` / `meta hour`; issue #26).
+    at: Option<jiff::Timestamp>,
 }
 
 /// One netfilter hook the flow passed, with the rules that matched on it.
@@ -151,13 +153,20 @@ fn source_nat(h: &Hit) -> Option<SourceNat> {
 
 impl Evaluator {
     pub fn new(a: &Artifacts) -> Result<Evaluator, EvalError> {
-        Ok(Evaluator { table: nft::Table::from_json(&a.nftables)?, qos: a.qos.clone(), forward: a.forward.clone() })
+        Ok(Evaluator { table: nft::Table::from_json(&a.nftables)?, qos: a.qos.clone(), forward: a.forward.clone(), at: None })
     }
 
     /// An evaluator of a bare nftables table (a foreign ruleset read by
     /// [`foreign::table_from_listing`]): no QoS classes, no userspace listeners.
     pub fn from_table(table: nft::Table) -> Evaluator {
-        Evaluator { table, qos: QosArtifact::default(), forward: ForwardArtifact::default() }
+        Evaluator { table, qos: QosArtifact::default(), forward: ForwardArtifact::default(), at: None }
+    }
+
+    /// Evaluate flows at `t` (the kernel's `meta day` / `meta hour`, UTC, of `during=` rules).
+    /// Without it: at the Unix epoch, the time [`crate::emit_view`] compiles for.
+    pub fn at(mut self, t: jiff::Timestamp) -> Evaluator {
+        self.at = Some(t);
+        self
     }
 
     /// Evaluate the first packet of `flow`.
@@ -174,6 +183,7 @@ impl Evaluator {
             }
         };
         let mut p = nft::Packet::new(flow, local);
+        p.at = self.at.map(|t| t.as_second());
         let mut steps = Vec::new();
         let mut path = flow.origin;
         let mut decided: Option<(nft::HookResult, String)> = None;

@@ -225,6 +225,8 @@ pub struct Packet {
     /// Per-source limits the packet passed (issue #26), in words: the evaluator cannot know a
     /// source's history, so it assumes the source is within them and says so.
     pub limits: Vec<String>,
+    /// When the packet passes (Unix seconds): `meta day` / `meta hour` (issue #26).
+    pub at: Option<i64>,
 }
 
 impl Packet {
@@ -247,6 +249,7 @@ impl Packet {
             round_robin: Vec::new(),
             dyn_elems: Vec::new(),
             limits: Vec::new(),
+            at: None,
         }
     }
 }
@@ -921,6 +924,16 @@ impl Cx<'_> {
                 "iif" | "iifname" => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "oif" | "oifname" => Val::Str(p.oifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "mark" => Val::Int(u64::from(p.meta_mark)),
+                // Schedules (issue #26): the kernel's UTC weekday (0 = Sunday) and seconds
+                // since UTC midnight.
+                // Without a time: the Unix epoch, the time `emit_view` compiles for.
+                "day" | "hour" => {
+                    let t = p.at.unwrap_or(0);
+                    match key {
+                        "day" => Val::Int((t.div_euclid(86_400) + 4).rem_euclid(7) as u64),
+                        _ => Val::Int(t.rem_euclid(86_400) as u64),
+                    }
+                }
                 other => return Err(self.unsupported(format!("meta {other}"))),
             },
             "payload" => {

@@ -101,7 +101,7 @@ fn unknown_json_is_an_error_not_a_guess() {
         .into(),
         qos: Default::default(),
         forward: Default::default(),
-        manifest: crate::artifacts::Manifest { version: 1, host: "h".into(), commit: None, rules: vec![], artifact_hashes: Default::default(), setup: Default::default() },
+        manifest: crate::artifacts::Manifest { version: 1, host: "h".into(), commit: None, rules: vec![], artifact_hashes: Default::default(), setup: Default::default(), valid_until: None },
     };
     let ev = Evaluator::new(&a).unwrap();
     let err = ev.explain(&Flow::parse("tcp -> :22").unwrap()).unwrap_err();

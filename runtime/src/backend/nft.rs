@@ -152,6 +152,14 @@ impl NftBackend {
     }
 
     fn command(&self) -> Command {
+        let mut c = self.command_in_netns();
+        // nft prints `meta hour` in its own local time zone; fwc loads seconds since UTC
+        // midnight and compares listings, so every nft it runs reads and prints UTC (schedules).
+        c.env("TZ", "UTC");
+        c
+    }
+
+    fn command_in_netns(&self) -> Command {
         match &self.netns {
             // nft is a process that must run in the namespace: `ip netns exec` is the standard
             // way to start one there, the very command `--netns` is documented as (operators
@@ -358,6 +366,7 @@ impl NftBackend {
         tmp.write_all(&serde_json::to_vec(&replace_tx(nftables)?).into_diagnostic()?).into_diagnostic()?;
         tmp.flush().into_diagnostic()?;
         let child = Command::new("unshare")
+            .env("TZ", "UTC")
             .args(["-n", "sh", "-c", "\"$1\" -j -f \"$2\" && \"$1\" -j list table inet fwc", "sh", &self.nft])
             .arg(tmp.path())
             .stdout(std::process::Stdio::piped())

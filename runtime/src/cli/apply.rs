@@ -485,6 +485,14 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
         if let Some(p) = &st.previous_generation {
             println!("Previous:   {} ({}) — `fwc rollback` returns to it", short(&st.previous_commit), p);
         }
+        // Schedules (issue #26).
+        if let Some(vu) = &st.valid_until {
+            if crate::agent::schedule::recompile_due(Some(vu), jiff::Timestamp::now()) {
+                println!("Schedules:  {} since {vu} (a clock change or an until= passed): the agent compiles again; without it run `fwc apply`", paint.c("33", "out of date"));
+            } else {
+                println!("Schedules:  right until {vu} (a time zone's clock change or an until=); the agent compiles again then");
+            }
+        }
     }
     if st.drift {
         println!("Drift:      {}", paint.c("1;35", "yes"));

@@ -43,6 +43,10 @@ pub struct Status {
     /// (at the size, new sources are refused).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub per_source: Vec<crate::backend::PerSourceFill>,
+    /// Schedules (issue #26): the applied rules are right until then (the manifest's
+    /// `valid_until`: a time zone's clock change, an `until=`); the agent compiles again then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<String>,
 }
 
 /// The agent's own view, from its journal.
@@ -83,6 +87,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
         target_health: vec![],
         agent: crate::agent::read_journal(&state.path).map(|j| AgentView { handled: j.handled, rollout: j.rollout }),
         per_source: vec![],
+        valid_until: cur.as_ref().and_then(|g| g.artifacts.manifest.valid_until.clone()),
     };
     let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     match &cur {

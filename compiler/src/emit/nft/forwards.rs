@@ -77,7 +77,7 @@ pub(super) fn dns_chain(rule: &str, fam: Fam) -> String {
 }
 
 pub(super) fn is_map_forward(f: &ForwardRule) -> bool {
-    ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
+    f.schedule.as_ref().is_none_or(|s| s.during.is_none()) && ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
 }
 
 #[derive(Default)]
@@ -217,10 +217,15 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
                 }
             }
         }
+        let time = time_match(f.schedule.as_ref());
         for r in rules {
             let mut expr = base.clone();
             expr.extend(r);
-            out.rule(chains::FWD_DNAT, expr, Some(comment.clone()));
+            match &time {
+                // schedules (issue #26): DNAT only inside the windows
+                Some(t) => out.rule_with(chains::FWD_DNAT, expr, Some(comment.clone()), base.len(), t),
+                None => out.rule(chains::FWD_DNAT, expr, Some(comment.clone())),
+            }
         }
     }
 }

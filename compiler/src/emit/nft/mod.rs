@@ -190,6 +190,8 @@ mod names;
 mod out;
 mod persource;
 mod qos_marks;
+/// Schedules (issue #26): the `meta day . meta hour` match of `during=`.
+mod schedule;
 mod snat;
 #[cfg(test)]
 mod tests;
@@ -225,6 +227,7 @@ pub use forwards::{health_dispatch, health_probe_targets, kernel_dns};
 pub use names::*;
 use out::*;
 use qos_marks::*;
+use schedule::*;
 use snat::*;
 
 /// The nftables ruleset of one host: `{"nftables": [ {"add": …}, … ]}`. Objects (table, sets,

@@ -15,9 +15,9 @@ fn cmd(obj: NfListObject<'static>) -> NfObject<'static> {
     NfObject::CmdObject(NfCmd::Add(obj))
 }
 
-/// `add rule inet fwc <chain> <expr> comment <comment>`.
+/// `{"add": {"rule": …}}` in fwc's table.
 fn rule_cmd(chain: &str, expr: Vec<S>, comment: Option<String>) -> NfObject<'static> {
-    cmd(NfListObject::Rule(Rule {
+    let r = Rule {
         family: NfFamily::INet,
         table: NFT_TABLE.into(),
         chain: chain.to_string().into(),
@@ -25,7 +25,8 @@ fn rule_cmd(chain: &str, expr: Vec<S>, comment: Option<String>) -> NfObject<'sta
         handle: None,
         index: None,
         comment: comment.map(Cow::Owned),
-    }))
+    };
+    cmd(NfListObject::Rule(r))
 }
 
 impl Out {
@@ -64,6 +65,16 @@ impl Out {
     /// A set declared as raw JSON (`{"family": …, "name": …}`): flags in a fixed order.
     pub(super) fn raw_set(&mut self, set: Value) {
         self.objects.push(&Add("set", set));
+    }
+
+    /// [`Out::rule`] with one raw JSON statement inserted at `pos` of `expr` (a statement the
+    /// `nftables` crate has no type for: the schedule's `meta day . meta hour` match).
+    pub(super) fn rule_with(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>, pos: usize, extra: &Value) {
+        let mut v = serde_json::to_value(rule_cmd(chain, expr, comment)).expect("nftables JSON serializes");
+        if let Some(list) = v.pointer_mut("/add/rule/expr").and_then(Value::as_array_mut) {
+            list.insert(pos.min(list.len()), extra.clone());
+        }
+        self.rules.push(&v);
     }
 
     /// A named address set (interval) with the merged intervals `elems`, written directly.
