@@ -273,6 +273,19 @@ impl Checker<'_> {
                     "give several targets (to=\"10.0.0.5:80,10.0.0.6:80\"), or remove health-check",
                 );
             }
+            // quota (issue #26): counted by a kernel quota object; the userspace forwarder
+            // does not count quotas yet.
+            if let (Some(q), true) = (&f.quota, userspace) {
+                let (_, reason) = place_forward(f, on);
+                self.err(
+                    "quota-needs-kernel",
+                    &rule,
+                    format!("quota= is counted in the kernel, but this forward runs in the userspace forwarder ({reason})"),
+                    q.span,
+                    "quota on a userspace forward",
+                    "use an IP-literal target without proxy-protocol, sni, idle-timeout or backend=\"userspace\" (kernel path), or remove quota=",
+                );
+            }
             if let (Some(b), None, None) = (&f.burst, &f.up, &f.down) {
                 self.err("burst-without-rate", &rule, "burst without a bandwidth cap", b.span, "burst alone", "add bandwidth=\"100mbit\" (or up=/down=), or remove burst");
             }

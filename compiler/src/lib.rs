@@ -18,6 +18,7 @@ pub mod lint;
 pub mod model;
 pub mod parallel;
 pub mod policytest;
+pub mod quota;
 pub mod rollout;
 pub mod select;
 pub mod setfile;

@@ -596,6 +596,10 @@ pub struct ForwardRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// quota (issue #26): `quota="500GB/month" quota-reset-day=1 over-quota="drop"`.
+    /// Skipped when absent (digests of other forwards do not change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
 }
 
 /// Active health checks of a forward's targets: a TCP connect every `interval_ms`.

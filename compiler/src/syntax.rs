@@ -34,6 +34,8 @@ const CONTAINER_RULE_PROPS: &[&str] = &["proto", "port", "from", "to", "in", "lo
 const FORWARD_PROPS: &[&str] = &[
     "proto", "listen", "to", "from", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
     "idle-timeout", "sni", "health-check", "health-interval", "health-timeout", "health-rise", "health-fall", "backend", "on", "comment",
+    // quota (issue #26)
+    "quota", "quota-reset-day", "over-quota",
 ];
 /// Properties that may be given several times (each occurrence counts; read from the node's entries).
 const REPEATABLE_PROPS: &[&str] = &["file"];
@@ -955,6 +957,7 @@ impl Parser<'_, '_> {
             idle_timeout_ms: self.parsed(&mut p, "idle-timeout", units::parse_duration_ms),
             sni: self.parsed(&mut p, "sni", parse_sni),
             health: self.health(&mut p, &rule),
+            quota: self.quota(&mut p, &rule),
             backend: self
                 .choice(&mut p, "backend", &[("auto", BackendChoice::Auto), ("kernel", BackendChoice::Kernel), ("userspace", BackendChoice::Userspace)])
                 .unwrap_or(Spanned::new(BackendChoice::Auto, Span::default())),
@@ -966,6 +969,34 @@ impl Parser<'_, '_> {
             name,
         };
         Some(f)
+    }
+
+    /// quota (issue #26): `quota="500GB/month"` with optional `quota-reset-day=` (default: day
+    /// 1 / Monday) and `over-quota=` (default `drop`); those two without `quota` are errors.
+    fn quota(&mut self, p: &mut Props, rule: &str) -> Option<Spanned<crate::quota::QuotaSpec>> {
+        use crate::quota::*;
+        let given = p.values.contains_key("quota");
+        let quota = self.parsed(p, "quota", parse_quota);
+        let day = self.text(p, "quota-reset-day");
+        let over = self.parsed(p, "over-quota", parse_over_quota);
+        let Some(q) = quota else {
+            if !given {
+                if let Some(span) = day.as_ref().map(|d| d.1).or(over.as_ref().map(|o| o.span)) {
+                    self.error("quota-option-without-quota", "quota-reset-day/over-quota without quota", span, "no quota=")
+                        .rule(rule)
+                        .help("add quota=\"500GB/month\", or remove quota-reset-day and over-quota");
+                }
+            }
+            return None;
+        };
+        let (limit_bytes, period) = q.value;
+        let reset_day = match day {
+            Some((text, span)) => self.convert(rule, "quota-reset-day", &text, span, |s| parse_reset_day(s, period))?.value,
+            None if period == QuotaPeriod::Day => 0,
+            None => 1,
+        };
+        let spec = QuotaSpec { limit_bytes, period, reset_day, over: over.map_or(OverQuota::Drop, |o| o.value) };
+        Some(Spanned::new(spec, q.span))
     }
 
     /// `health-check="tcp"` with optional `health-interval`, `health-timeout`, `health-rise`,

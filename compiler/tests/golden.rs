@@ -73,6 +73,8 @@ golden_cases! {
     case_29_icmp_reject_log => "29-icmp-reject-log",
     case_30_source_nat => "30-source-nat",
     case_31_rollout => "31-rollout",
+    // quota (issue #26)
+    case_60_forward_quota => "60-forward-quota",
 }
 
 #[test]

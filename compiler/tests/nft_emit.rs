@@ -116,6 +116,7 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
         on: None,
         comment: None,
         span: Span::default(),
+        quota: None,
     }
 }
 

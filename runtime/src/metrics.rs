@@ -178,6 +178,19 @@ pub struct Metrics {
     last_rule_counters: Mutex<HashMap<RuleBackendLabel, (u64, u64)>>,
     last_qos_counters: Mutex<HashMap<ClassActionLabel, u64>>,
     last_sni_counters: Mutex<HashMap<ListenerResultLabel, u64>>,
+    /// quota (issue #26): `fwc_quota_used_bytes{rule,kind,period}` and
+    /// `fwc_quota_limit_bytes{rule,kind,period}`.
+    pub quota_used_bytes: Family<QuotaLabel, Gauge>,
+    pub quota_limit_bytes: Family<QuotaLabel, Gauge>,
+}
+
+/// quota (issue #26): the labels of the quota gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaLabel {
+    pub rule: String,
+    pub kind: String,
+    /// day, week or month.
+    pub period: String,
 }
 
 impl Default for Metrics {
@@ -221,8 +234,12 @@ impl Metrics {
             last_rule_counters: Mutex::default(),
             last_qos_counters: Mutex::default(),
             last_sni_counters: Mutex::default(),
+            quota_used_bytes: Family::default(),
+            quota_limit_bytes: Family::default(),
             registry: Registry::default(),
         };
+        registry.register("fwc_quota_used_bytes", "Bytes a quota counted in its current period (both directions)", m.quota_used_bytes.clone());
+        registry.register("fwc_quota_limit_bytes", "Bytes a quota allows per period", m.quota_limit_bytes.clone());
         // Counters get their `_total` suffix from the encoder.
         registry.register("fwc_apply", "Applies by result (ok, aborted, rolled_back, failed)", m.apply_total.clone());
         registry.register("fwc_apply_duration_seconds", "Duration of apply transactions", m.apply_duration_seconds.clone());
@@ -437,6 +454,18 @@ impl Metrics {
 
     pub fn set_target_up(&self, rule: &str, target: &str, up: bool) {
         self.forward_target_up.get_or_create(&RuleTargetLabel { rule: rule.to_string(), target: target.to_string() }).set(up as i64);
+    }
+
+    /// quota (issue #26): the gauges of every quota of the applied rules (quotas no longer
+    /// applied disappear).
+    pub fn observe_quotas(&self, quotas: &[crate::quota::QuotaStatus]) {
+        self.quota_used_bytes.clear();
+        self.quota_limit_bytes.clear();
+        for q in quotas {
+            let l = QuotaLabel { rule: q.rule.clone(), kind: q.kind.as_str().to_string(), period: q.period.as_str().to_string() };
+            self.quota_used_bytes.get_or_create(&l).set(q.used_bytes.min(i64::MAX as u64) as i64);
+            self.quota_limit_bytes.get_or_create(&l).set(q.limit_bytes.min(i64::MAX as u64) as i64);
+        }
     }
 
     pub fn set_forward_connections(&self, rule: &str, n: i64) {

@@ -106,7 +106,10 @@ fn setup(plan: &HostPlan, qos: &QosArtifact) -> HostSetup {
         sysctls.push(SysctlSetting::route_localnet());
     }
     let interfaces: std::collections::BTreeSet<&String> = qos.classes.iter().flat_map(|c| &c.interfaces).collect();
-    HostSetup { sysctls, interfaces: interfaces.into_iter().cloned().collect() }
+    // quota (issue #26): counted by kernel quota objects (`check` keeps quotas off userspace).
+    let mut quotas: Vec<_> = plan.kernel_forwards.iter().filter_map(|f| crate::quota::forward_policy(f, BackendKind::Nftables)).collect();
+    quotas.sort_by(|a, b| a.rule.cmp(&b.rule));
+    HostSetup { sysctls, interfaces: interfaces.into_iter().cloned().collect(), quotas }
 }
 
 /// Serializes the items of an iterator as a JSON array (no Vec of a million copies).
@@ -323,6 +326,9 @@ fn forward_summary(f: &ForwardRule) -> String {
             h.rise,
             h.fall
         ));
+    }
+    if let Some(q) = &f.quota {
+        out.push_str(&format!(" {}", crate::quota::describe(&q.value)));
     }
     comment(&mut out, &f.comment);
     out

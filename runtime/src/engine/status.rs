@@ -39,6 +39,9 @@ pub struct Status {
     /// agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentView>,
+    /// quota (issue #26): used/limit/period per quota of the applied rules. Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<crate::quota::QuotaStatus>,
 }
 
 /// The agent's own view, from its journal.
@@ -78,6 +81,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
         counters: vec![],
         target_health: vec![],
         agent: crate::agent::read_journal(&state.path).map(|j| AgentView { handled: j.handled, rollout: j.rollout }),
+        quotas: vec![],
     };
     let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     match &cur {
@@ -105,6 +109,8 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
             let other = observe::besides_nft(netns, &state.path, &g.artifacts);
             st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
             st.counters.extend(other.counters);
+            // quota (issue #26): read the counts, reset quotas whose period is over, persist.
+            st.quotas = crate::quota::sync(&nft, &state.path, &g.artifacts.manifest.setup.quotas, crate::quota::now(), false)?;
             st.target_health = other.target_health.into_iter().map(|(rule, target, up)| TargetHealth { rule, target, up }).collect();
         }
         None => {

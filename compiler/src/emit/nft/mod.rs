@@ -189,6 +189,7 @@ mod forwards;
 mod names;
 mod out;
 mod qos_marks;
+mod quota;
 mod snat;
 #[cfg(test)]
 mod tests;
@@ -262,6 +263,7 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
     }
     snat_rules(&mut out, plan);
     qos(&mut out, plan);
+    quota::quotas(&mut out, plan);
     out.finish()
 }
 

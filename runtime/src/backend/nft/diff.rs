@@ -125,6 +125,8 @@ struct Objects<'a> {
     sets: BTreeMap<&'a str, (&'a str, &'a Value)>,
     chains: BTreeMap<&'a str, &'a Value>,
     rules: BTreeMap<&'a str, Vec<&'a Value>>,
+    /// quota (issue #26): named quota objects.
+    quotas: BTreeMap<&'a str, &'a Value>,
     /// Kinds fwc never creates (counter, quota, flowtable, …): (kind, name).
     other: Vec<(&'a str, &'a str)>,
 }
@@ -138,7 +140,7 @@ fn objects(doc: &Value, commands: bool) -> Result<Objects<'_>, String> {
             match m.iter().next() {
                 Some((op, inner)) if op == "add" => m = inner.as_object().ok_or("malformed command")?,
                 // A bare object is an `add` too.
-                Some((op, _)) if ["metainfo", "table", "set", "map", "chain", "rule"].contains(&op.as_str()) => {}
+                Some((op, _)) if ["metainfo", "table", "set", "map", "chain", "rule", "quota"].contains(&op.as_str()) => {}
                 Some((op, _)) => return Err(format!("the new ruleset uses `{op}` commands")),
                 None => continue,
             }
@@ -154,6 +156,9 @@ fn objects(doc: &Value, commands: bool) -> Result<Objects<'_>, String> {
                 o.chains.insert(name, body);
             }
             "rule" => o.rules.entry(body.get("chain").and_then(Value::as_str).unwrap_or("")).or_default().push(body),
+            "quota" => {
+                o.quotas.insert(name, body);
+            }
             other => o.other.push((other, name)),
         }
     }
@@ -253,6 +258,19 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
             elements_add.push(json!({"add": {*kind: decl}}));
         }
     }
+    // quota (issue #26): an unchanged quota object is left alone (its count goes on); a
+    // changed limit is an `add` of the existing object, which the kernel applies as an update
+    // that keeps the count; a new one is created (the commit restores its `used`).
+    let limit = |q: &Value| (q.get("bytes").cloned(), q.get("inv").and_then(Value::as_bool).unwrap_or(false));
+    for (name, w) in &want.quotas {
+        match have.quotas.get(name) {
+            Some(l) if limit(l) == limit(w) => {}
+            live => {
+                create.push(json!({"add": {"quota": w}}));
+                change.objects.push(format!("{} quota {name}", if live.is_some() { "~" } else { "+" }));
+            }
+        }
+    }
     // Rules, chain by chain.
     for (chain, wr) in &want.rules {
         let cr = canon.rules.get(chain).map(Vec::as_slice).unwrap_or_default();
@@ -280,6 +298,10 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
     for (name, (kind, _)) in have.sets.iter().filter(|(n, _)| !want.sets.contains_key(*n)) {
         remove.push(json!({"delete": id(kind, name)}));
         change.objects.push(format!("- {kind} {name}"));
+    }
+    for name in have.quotas.keys().filter(|n| !want.quotas.contains_key(*n)) {
+        remove.push(json!({"delete": id("quota", name)}));
+        change.objects.push(format!("- quota {name}"));
     }
     for (kind, name) in &have.other {
         remove.push(json!({"delete": id(kind, name)}));
