@@ -18,8 +18,8 @@
 //! packets leave through `output` and the replies come in through `input`; a forward to this
 //! host is the other way round. (`iifname != "lo"` in `quota_in`: a local client's packet to a
 //! local target passes `output` and then `input` on `lo`, and is counted once.) The quota object
-//! counts bytes at layer 3 (IP header included) of every packet that reaches its rule, also
-//! those it drops once over: `used` can go past the limit. The fallback rate is one token
+//! counts bytes at layer 3 (IP header included) of every packet that reaches its rule (the
+//! kernel lists `used` capped at the limit). The fallback rate is one token
 //! bucket per protocol rule. The rules carry the forward's comment and no counter (the
 //! forward's counters stay counts of new connections).
 
