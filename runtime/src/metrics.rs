@@ -1182,4 +1182,29 @@ mod tests {
         drop(srv);
         assert!(std::net::TcpStream::connect(a).is_err());
     }
+
+    /// quota (issue #26): one used and one limit gauge per quota; a quota no longer applied
+    /// disappears.
+    #[test]
+    fn quota_gauges() {
+        let m = Metrics::for_host("edge-1");
+        let q = |rule: &str, used| crate::quota::QuotaStatus {
+            kind: RuleKind::Forward,
+            rule: rule.into(),
+            limit_bytes: 2_000_000,
+            used_bytes: used,
+            period: fwc_artifacts::quota::QuotaPeriod::Day,
+            period_start: "2026-11-26T00:00:00Z".into(),
+            period_end: "2026-11-27T00:00:00Z".into(),
+            over_quota: "drop".into(),
+            used_up: false,
+            counted: true,
+        };
+        m.observe_quotas(&[q("game", 1_500_000), q("old", 1)]);
+        m.observe_quotas(&[q("game", 1_600_000)]);
+        let t = m.encode();
+        assert!(t.contains("fwc_quota_used_bytes{rule=\"game\",kind=\"forward\",period=\"day\"} 1600000"), "{t}");
+        assert!(t.contains("fwc_quota_limit_bytes{rule=\"game\",kind=\"forward\",period=\"day\"} 2000000"), "{t}");
+        assert!(!t.contains("rule=\"old\""), "{t}");
+    }
 }

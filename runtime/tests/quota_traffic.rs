@@ -149,6 +149,17 @@ fn a_tiny_quota_stops_a_transfer_keeps_its_count_and_resets_the_next_day() {
     assert!(after >= LIMIT && used_up, "the reboot reset the quota to {after}");
     assert_eq!(h.download(), 0, "after a reboot the used-up quota let traffic through");
 
+    // A bigger quota: the count carries over (the object is updated in place, not recreated),
+    // so only the difference comes through.
+    h.apply(&UNRELATED.replace("2MB/day", "3MB/day"), DAY1);
+    let (carried, limit, used_up, _) = h.quota(DAY1);
+    assert!(carried >= LIMIT && limit == 3_000_000 && !used_up, "a changed limit lost the count: {carried} of {limit}");
+    let more = h.download();
+    eprintln!("after raising the quota to 3MB: downloaded {more} bytes");
+    assert!(more > 0 && more <= 1_000_000, "a raised quota should let about 1 MB more through, got {more}");
+    h.apply(UNRELATED, DAY1);
+    assert_eq!(h.download(), 0, "back to 2MB/day: used up again");
+
     // The next day (by the injected clock) the quota starts again.
     let (reset, _, used_up, end) = h.quota(DAY2);
     assert!(reset < LIMIT && !used_up, "the reset did not happen: {reset}");

@@ -82,7 +82,10 @@ pub fn restore_used(tx: &mut Value, live: &BTreeMap<String, u64>, state_dir: Opt
         let Some(name) = q.get("name").and_then(Value::as_str).map(str::to_string) else { continue };
         let Some(p) = policies.iter().find(|p| p.object == name) else { continue };
         let d = decide(p, ledger.quotas.get(&key(p.kind, &p.rule)), live.get(&name).copied(), now);
-        q.insert("used".into(), Value::from(d.used));
+        // The kernel refuses a count above the limit (EINVAL): a lowered limit below the usage
+        // starts used up, which is what the usage says.
+        let limit = q.get("bytes").and_then(Value::as_u64).unwrap_or(p.limit_bytes);
+        q.insert("used".into(), Value::from(d.used.min(limit)));
     }
 }
 
@@ -146,4 +149,71 @@ pub fn sync(nft: &NftBackend, state_dir: &Path, policies: &[QuotaPolicy], now: i
         ledger.save(state_dir)?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use fwc_artifacts::quota::{OverQuota, QuotaPeriod};
+    use fwc_artifacts::{BackendKind, RuleKind};
+    use serde_json::json;
+
+    use super::*;
+
+    fn policy(limit: u64) -> QuotaPolicy {
+        QuotaPolicy {
+            kind: RuleKind::Forward,
+            rule: "dl".into(),
+            object: "quota_dl".into(),
+            limit_bytes: limit,
+            period: QuotaPeriod::Day,
+            reset_day: 0,
+            over: OverQuota::Drop,
+            backend: BackendKind::Nftables,
+        }
+    }
+
+    fn tx(bytes: u64) -> Value {
+        json!({"nftables": [
+            {"add": {"table": {"family": "inet", "name": "fwc"}}},
+            {"add": {"quota": {"family": "inet", "table": "fwc", "name": "quota_dl", "bytes": bytes, "inv": true}}},
+            {"add": {"quota": {"family": "inet", "table": "fwc", "name": "quota_other", "bytes": 5, "inv": true}}},
+        ]})
+    }
+
+    /// The live count goes into a recreated object, capped at its limit (the kernel refuses
+    /// a count above it: a limit lowered below the usage failed the apply with EINVAL).
+    #[test]
+    fn restore_puts_the_live_count_capped_at_the_limit() {
+        let live = BTreeMap::from([("quota_dl".to_string(), 2_500_000u64)]);
+        let mut t = tx(3_000_000);
+        restore_used(&mut t, &live, None, &[policy(3_000_000)], 0);
+        assert_eq!(t["nftables"][1]["add"]["quota"]["used"], 2_500_000);
+        // A quota fwc has no policy for is left alone.
+        assert!(t["nftables"][2]["add"]["quota"].get("used").is_none());
+        let mut t = tx(2_000_000);
+        restore_used(&mut t, &live, None, &[policy(2_000_000)], 0);
+        assert_eq!(t["nftables"][1]["add"]["quota"]["used"], 2_000_000);
+    }
+
+    /// Without a live object (a reboot), the ledger's count of the current period is restored.
+    #[test]
+    fn restore_takes_the_ledger_without_a_live_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::default();
+        ledger.quotas.insert("forward:dl".into(), crate::quota::LedgerEntry { period_start: 86_400, used: 1234, warned: false, exhausted: false });
+        ledger.save(dir.path()).unwrap();
+        let mut t = tx(3_000_000);
+        restore_used(&mut t, &BTreeMap::new(), Some(dir.path()), &[policy(3_000_000)], 86_400 + 5);
+        assert_eq!(t["nftables"][1]["add"]["quota"]["used"], 1234);
+        // The next day: nothing to restore.
+        let mut t = tx(3_000_000);
+        restore_used(&mut t, &BTreeMap::new(), Some(dir.path()), &[policy(3_000_000)], 2 * 86_400 + 5);
+        assert_eq!(t["nftables"][1]["add"]["quota"]["used"], 0);
+    }
+
+    #[test]
+    fn usage_is_read_from_a_listing() {
+        let l = json!({"nftables": [{"metainfo": {}}, {"quota": {"family": "inet", "name": "quota_dl", "table": "fwc", "handle": 3, "bytes": 9, "used": 7, "inv": true}}]});
+        assert_eq!(usage_of_listing(&l), BTreeMap::from([("quota_dl".to_string(), 7)]));
+    }
 }

@@ -567,4 +567,51 @@ mod tests {
         assert_eq!(common_subsequence(&v(&[]), &v(&[1])), vec![]);
         assert_eq!(common_subsequence(&v(&[2, 1]), &v(&[1, 2])).len(), 1);
     }
+
+    /// quota (issue #26): an unchanged quota object is not in the batch (it keeps counting), a
+    /// changed limit is one `add quota` (the kernel updates it in place, keeping the count), a
+    /// new one is added before the rules, a gone one deleted after them.
+    #[test]
+    fn quota_objects_are_kept_updated_added_and_deleted() {
+        let with = |doc: &mut Value, q: Value, live: bool| {
+            let v = if live { json!({"quota": q}) } else { json!({"add": {"quota": q}}) };
+            doc["nftables"].as_array_mut().unwrap().insert(2, v);
+        };
+        let q = |name: &str, bytes: u64, used: Option<u64>| {
+            let mut v = json!({"family": "inet", "table": "fwc", "name": name, "bytes": bytes, "inv": true});
+            if let Some(u) = used {
+                v["used"] = json!(u);
+                v["handle"] = json!(30);
+            }
+            v
+        };
+        let (mut old, _, mut live) = docs("drop", &[(None, 80)], json!([]), &[(None, 80, 5)]);
+        let (mut new, canon, _) = docs("drop", &[(None, 80)], json!([]), &[]);
+        with(&mut old, q("quota_a", 100, None), false);
+        with(&mut old, q("quota_gone", 100, None), false);
+        with(&mut live, q("quota_a", 100, Some(77)), true);
+        with(&mut live, q("quota_gone", 100, Some(5)), true);
+        with(&mut new, q("quota_a", 100, None), false);
+        let (c, batch) = diff(&old, &new, &canon, &live).unwrap();
+        assert_eq!(c.objects, vec!["- quota quota_gone".to_string()], "{batch:#}");
+        assert_eq!(batch["nftables"].as_array().unwrap().len(), 1);
+        assert_eq!(batch["nftables"][0]["delete"]["quota"]["name"], json!("quota_gone"));
+        // Unchanged: nothing at all.
+        let (c, _) = diff(&new, &new, &canon, &{
+            let mut l = live.clone();
+            l["nftables"].as_array_mut().unwrap().retain(|o| o.pointer("/quota/name") != Some(&json!("quota_gone")));
+            l
+        })
+        .unwrap();
+        assert_eq!(c.mode, NftMode::Unchanged);
+        // A new limit and a new quota: `add quota` each, before anything else.
+        let mut bigger = new.clone();
+        bigger["nftables"][2]["add"]["quota"]["bytes"] = json!(200);
+        with(&mut bigger, q("quota_new", 50, None), false);
+        let (c, batch) = diff(&new, &bigger, &canon, &live).unwrap();
+        assert!(c.objects.contains(&"~ quota quota_a".to_string()) && c.objects.contains(&"+ quota quota_new".to_string()), "{:?}", c.objects);
+        let b = batch["nftables"].as_array().unwrap();
+        assert_eq!(b[0]["add"]["quota"]["bytes"], json!(200));
+        assert_eq!(b[1]["add"]["quota"]["name"], json!("quota_new"));
+    }
 }
