@@ -178,8 +178,8 @@ pub struct Metrics {
     last_rule_counters: Mutex<HashMap<RuleBackendLabel, (u64, u64)>>,
     last_qos_counters: Mutex<HashMap<ClassActionLabel, u64>>,
     last_sni_counters: Mutex<HashMap<ListenerResultLabel, u64>>,
-    /// quota (issue #26): `fwc_quota_used_bytes{rule,kind,period}` and
-    /// `fwc_quota_limit_bytes{rule,kind,period}`.
+    /// quota (issue #26): `fwc_quota_used_bytes{host,rule,kind,period}` and
+    /// `fwc_quota_limit_bytes{host,rule,kind,period}`.
     pub quota_used_bytes: Family<QuotaLabel, Gauge>,
     pub quota_limit_bytes: Family<QuotaLabel, Gauge>,
 }
@@ -187,6 +187,8 @@ pub struct Metrics {
 /// quota (issue #26): the labels of the quota gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QuotaLabel {
+    /// The agent's `--host`, as on the fleet series (the alert rules group by it).
+    pub host: String,
     pub rule: String,
     pub kind: String,
     /// day, week or month.
@@ -462,7 +464,7 @@ impl Metrics {
         self.quota_used_bytes.clear();
         self.quota_limit_bytes.clear();
         for q in quotas {
-            let l = QuotaLabel { rule: q.rule.clone(), kind: q.kind.as_str().to_string(), period: q.period.as_str().to_string() };
+            let l = QuotaLabel { host: self.host.clone(), rule: q.rule.clone(), kind: q.kind.as_str().to_string(), period: q.period.as_str().to_string() };
             self.quota_used_bytes.get_or_create(&l).set(q.used_bytes.min(i64::MAX as u64) as i64);
             self.quota_limit_bytes.get_or_create(&l).set(q.limit_bytes.min(i64::MAX as u64) as i64);
         }
@@ -1203,8 +1205,8 @@ mod tests {
         m.observe_quotas(&[q("game", 1_500_000), q("old", 1)]);
         m.observe_quotas(&[q("game", 1_600_000)]);
         let t = m.encode();
-        assert!(t.contains("fwc_quota_used_bytes{rule=\"game\",kind=\"forward\",period=\"day\"} 1600000"), "{t}");
-        assert!(t.contains("fwc_quota_limit_bytes{rule=\"game\",kind=\"forward\",period=\"day\"} 2000000"), "{t}");
+        assert!(t.contains("fwc_quota_used_bytes{host=\"edge-1\",rule=\"game\",kind=\"forward\",period=\"day\"} 1600000"), "{t}");
+        assert!(t.contains("fwc_quota_limit_bytes{host=\"edge-1\",rule=\"game\",kind=\"forward\",period=\"day\"} 2000000"), "{t}");
         assert!(!t.contains("rule=\"old\""), "{t}");
     }
 }
