@@ -450,7 +450,8 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                     })
                     .collect();
                 hit.notes.push(format!(
-                    "counted by quota {name} ({limit} bytes); assumed not used up (the evaluator does not know its usage: `fwc status` shows it); once used up: {}",
+                    "counted by quota {name} ({}); assumed not used up (the evaluator does not know its usage: `fwc status` shows it); once used up: {}",
+                    fwc_artifacts::quota::human_bytes(*limit),
                     then.join(" then ")
                 ));
                 return Ok(Some(Flowctl::Next));
