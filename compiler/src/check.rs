@@ -273,17 +273,16 @@ impl Checker<'_> {
                     "give several targets (to=\"10.0.0.5:80,10.0.0.6:80\"), or remove health-check",
                 );
             }
-            // quota (issue #26): counted by a kernel quota object; the userspace forwarder
-            // does not count quotas yet.
-            if let (Some(q), true) = (&f.quota, userspace) {
-                let (_, reason) = place_forward(f, on);
+            // quota (issue #26): counted in the kernel by the forward's ports; the routes of an
+            // SNI listener share one port, so the kernel cannot tell their bytes apart.
+            if let (Some(q), true) = (&f.quota, f.sni.is_some() || on.is_some()) {
                 self.err(
-                    "quota-needs-kernel",
+                    "quota-on-sni-route",
                     &rule,
-                    format!("quota= is counted in the kernel, but this forward runs in the userspace forwarder ({reason})"),
+                    "quota= on a forward that shares its listen port with SNI routes: the kernel counts a quota by port and cannot tell the routes apart",
                     q.span,
-                    "quota on a userspace forward",
-                    "use an IP-literal target without proxy-protocol, sni, idle-timeout or backend=\"userspace\" (kernel path), or remove quota=",
+                    "quota on an SNI route",
+                    "give the forward a listen port of its own, or remove quota=",
                 );
             }
             if let (Some(b), None, None) = (&f.burst, &f.up, &f.down) {

@@ -106,8 +106,9 @@ fn setup(plan: &HostPlan, qos: &QosArtifact) -> HostSetup {
         sysctls.push(SysctlSetting::route_localnet());
     }
     let interfaces: std::collections::BTreeSet<&String> = qos.classes.iter().flat_map(|c| &c.interfaces).collect();
-    // quota (issue #26): counted by kernel quota objects (`check` keeps quotas off userspace).
-    let mut quotas: Vec<_> = plan.kernel_forwards.iter().filter_map(|f| crate::quota::forward_policy(f, BackendKind::Nftables)).collect();
+    // quota (issue #26): counted by kernel quota objects, for userspace forwards too (by port).
+    let mut quotas: Vec<_> =
+        plan.kernel_forwards.iter().chain(&plan.userspace_forwards).filter_map(|f| crate::quota::forward_policy(f, BackendKind::Nftables)).collect();
     quotas.sort_by(|a, b| a.rule.cmp(&b.rule));
     HostSetup { sysctls, interfaces: interfaces.into_iter().cloned().collect(), quotas }
 }

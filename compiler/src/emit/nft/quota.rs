@@ -13,6 +13,16 @@
 //!         quota name "quota_game" drop | reject | limit rate over R bytes/second drop
 //! ```
 //!
+//! A **userspace** forward's clients talk to the forwarder on this host, so their packets pass
+//! `input` (to the listen port) and `output` (from it): the same quota object is charged there,
+//! by port, with no DNAT involved — the client side of the forwarder's connections, both
+//! directions:
+//!
+//! ```text
+//! chain quota_in   …  meta l4proto tcp tcp dport 8443 [ip daddr LISTEN] [ip saddr FROM] quota name "quota_api" drop
+//! chain quota_out  …  meta l4proto tcp tcp sport 8443 [ip saddr LISTEN] [ip daddr FROM] quota name "quota_api" drop
+//! ```
+//!
 //! The chains run before the filter chains' `ct state established,related accept`, so every
 //! packet is counted: a forward to another host passes `forward` both ways; a local client's
 //! packets leave through `output` and the replies come in through `input`; a forward to this
@@ -39,10 +49,13 @@ const QUOTA_PRIO: i32 = -10;
 /// The quota objects, chains and rules of the host's kernel forwards with a quota.
 pub(super) fn quotas(out: &mut Out, plan: &HostPlan) {
     let forwards: Vec<&ForwardRule> = plan.kernel_forwards.iter().copied().filter(|f| f.quota.is_some()).collect();
-    if forwards.is_empty() {
+    let userspace: Vec<&ForwardRule> = plan.userspace_forwards.iter().copied().filter(|f| f.quota.is_some()).collect();
+    if forwards.is_empty() && userspace.is_empty() {
         return;
     }
-    for f in &forwards {
+    let mut objects: Vec<&ForwardRule> = forwards.iter().chain(&userspace).copied().collect();
+    objects.sort_by(|a, b| a.name.value.cmp(&b.name.value));
+    for f in &objects {
         let q = &f.quota.as_ref().expect("filtered").value;
         out.raw_object(&json!({"add": {"quota": {
             "family": "inet",
@@ -63,31 +76,80 @@ pub(super) fn quotas(out: &mut Out, plan: &HostPlan) {
         e.push(jump(qchains::QUOTA));
         out.rule(name, e, None);
     }
+    for f in &userspace {
+        for (chain, incoming) in [(qchains::QUOTA_IN, true), (qchains::QUOTA_OUT, false)] {
+            for e in socket_matches(plan, f, incoming) {
+                out.rule(chain, with_action(e, f), Some(rule_comment(RuleKind::Forward, &f.name.value)));
+            }
+        }
+    }
     for f in forwards {
-        let q = &f.quota.as_ref().expect("filtered").value;
         let comment = rule_comment(RuleKind::Forward, &f.name.value);
-        let object = crate::quota::object_name(&f.name.value);
-        for mut e in flow_matches(plan, f) {
-            e.push(Statement::Quota(stmt::QuotaOrQuotaRef::QuotaRef(object.clone().into())));
-            match q.over {
-                crate::quota::OverQuota::Drop => e.push(drop_()),
-                crate::quota::OverQuota::Reject => e.push(reject(f.proto == ForwardProto::Tcp)),
-                crate::quota::OverQuota::Rate { bytes_per_sec } => {
-                    let rate = bytes_per_sec.min(u64::from(u32::MAX)) as u32;
-                    e.push(Statement::Limit(Limit {
-                        rate,
-                        rate_unit: Some("bytes".into()),
-                        per: Some("second".into()),
-                        // One second's worth: a TCP window's bursts pass, the average holds.
-                        burst: Some(rate),
-                        burst_unit: Some("bytes".into()),
-                        inv: Some(true),
-                    }));
-                    e.push(drop_());
+        for e in flow_matches(plan, f) {
+            out.rule(qchains::QUOTA, with_action(e, f), Some(comment.clone()));
+        }
+    }
+}
+
+/// `matches` + `quota name "quota_<rule>"` + the over-quota action.
+fn with_action(mut e: Vec<S>, f: &ForwardRule) -> Vec<S> {
+    let q = &f.quota.as_ref().expect("a forward with a quota").value;
+    e.push(Statement::Quota(stmt::QuotaOrQuotaRef::QuotaRef(crate::quota::object_name(&f.name.value).into())));
+    match q.over {
+        crate::quota::OverQuota::Drop => e.push(drop_()),
+        crate::quota::OverQuota::Reject => e.push(reject(f.proto == ForwardProto::Tcp)),
+        crate::quota::OverQuota::Rate { bytes_per_sec } => {
+            let rate = bytes_per_sec.min(u64::from(u32::MAX)) as u32;
+            e.push(Statement::Limit(Limit {
+                rate,
+                rate_unit: Some("bytes".into()),
+                per: Some("second".into()),
+                // One second's worth: a TCP window's bursts pass, the average holds.
+                burst: Some(rate),
+                burst_unit: Some("bytes".into()),
+                inv: Some(true),
+            }));
+            e.push(drop_());
+        }
+    }
+    e
+}
+
+/// The matches of a userspace forward's client-side packets: to the listen port (`input`,
+/// `incoming`) or from it (`output`), per protocol and, with `from=` or a listen address, per
+/// family.
+fn socket_matches(plan: &HostPlan, f: &ForwardRule, incoming: bool) -> Vec<Vec<S>> {
+    let from = f.from.as_ref().map(|m| addr_parts(plan, &m.value));
+    let fams: Vec<Option<Fam>> = match (&from, listen_addr(f)) {
+        (None, None) => vec![None],
+        (None, Some(a)) => vec![Some(Fam::of(&a))],
+        (Some(p), a) => families(&[p], a.map(|a| Fam::of(&a))),
+    };
+    let ports = [f.listen.value.ports];
+    let (local, remote) = if incoming { ("daddr", "saddr") } else { ("saddr", "daddr") };
+    let mut out = Vec::new();
+    for fam in fams {
+        for proto in fproto_list(f.proto) {
+            let mut v = if incoming { l4_match(Some(fproto(*proto)), Some(&ports), None) } else { l4_match(Some(fproto(*proto)), None, Some(&ports)) };
+            if let Some(fam) = fam {
+                if let Some(a) = listen_addr(f) {
+                    v.push(eq(payload(fam.proto(), local), s(a.to_string())));
+                }
+                if let Some(a) = from.as_ref().and_then(|p| one_alt(p, fam)) {
+                    v.push(a.on(payload(fam.proto(), remote)));
                 }
             }
-            out.rule(qchains::QUOTA, e, Some(comment.clone()));
+            out.push(v);
         }
+    }
+    out
+}
+
+fn fproto_list(p: ForwardProto) -> &'static [ForwardProto] {
+    match p {
+        ForwardProto::Both => &[ForwardProto::Tcp, ForwardProto::Udp],
+        ForwardProto::Tcp => &[ForwardProto::Tcp],
+        ForwardProto::Udp => &[ForwardProto::Udp],
     }
 }
 
@@ -101,14 +163,9 @@ fn flow_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<Vec<S>> {
         (None, Some(a)) => vec![Some(Fam::of(&a))],
         (Some(p), a) => families(&[p], a.map(|a| Fam::of(&a))),
     };
-    let protos: &[ForwardProto] = match f.proto {
-        ForwardProto::Both => &[ForwardProto::Tcp, ForwardProto::Udp],
-        ForwardProto::Tcp => &[ForwardProto::Tcp],
-        ForwardProto::Udp => &[ForwardProto::Udp],
-    };
     let mut out = Vec::new();
     for fam in fams {
-        for proto in protos {
+        for proto in fproto_list(f.proto) {
             let mut v = vec![l4proto_is(*proto), eq(ct_orig("proto-dst"), port_expr(f.listen.value.ports))];
             if let Some(fam) = fam {
                 if let Some(a) = listen_addr(f) {
