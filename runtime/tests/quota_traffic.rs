@@ -171,3 +171,33 @@ fn a_tiny_quota_stops_a_transfer_keeps_its_count_and_resets_the_next_day() {
     let ledger: serde_json::Value = serde_json::from_slice(&std::fs::read(h.state.join("quota.json")).unwrap()).unwrap();
     assert_eq!(ledger["quotas"]["forward:dl"]["period_start"], 1_795_737_600i64, "{ledger}");
 }
+
+/// A userspace forward's quota is charged by its clients' packets to and from the listen port
+/// (the forwarder's own connections to the target are not counted twice): it stops a download
+/// past it too, and the next day resets it.
+#[test]
+fn a_userspace_forwards_quota_stops_a_transfer_and_resets() {
+    if !privileged("quota_traffic_userspace") || !tool("quota_traffic_userspace", "socat", "socat") {
+        return;
+    }
+    let mut t = Topology::new();
+    serve(&mut t);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    t.host.spawn_forwarder(env!("CARGO_BIN_EXE_fwc"), &state);
+    let h = Host { t: &t, repo: dir.path().join("repo"), state, log: dir.path().join("batches.jsonl") };
+    std::fs::create_dir_all(&h.repo).unwrap();
+    h.apply(&POLICY.replace("quota=", "backend=\"userspace\" quota="), DAY1);
+
+    let got = h.download();
+    let (used, limit, used_up, _) = h.quota(DAY1);
+    eprintln!("userspace: downloaded {got} bytes; the kernel counted {used} of {limit}");
+    assert!(got > 0 && got <= LIMIT, "the download should start and stop at the quota, got {got} bytes");
+    assert!(used >= LIMIT && used_up, "the kernel counted {used} bytes");
+    assert_eq!(h.download(), 0, "a new connection gets through a used-up quota");
+
+    let (reset, _, used_up, _) = h.quota(DAY2);
+    assert!(reset < LIMIT && !used_up, "the reset did not happen: {reset}");
+    let got = h.download();
+    assert!(got > 0 && got <= LIMIT, "after the reset the download should flow up to the quota again, got {got}");
+}
