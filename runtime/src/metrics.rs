@@ -5,7 +5,8 @@
 //! `fwc_apply_duration_seconds`, `fwc_applied_commit_info{commit}`, `fwc_drift_total`,
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
-//! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`, plus `fwc_webhook_requests_total{result}`,
+//! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`,
+//! `fwc_quota_used_bytes{host,rule,kind,period}`, `fwc_quota_limit_bytes{…}` (quota, issue #26), plus `fwc_webhook_requests_total{result}`,
 //! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}` and the
 //! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
 //! rules file, with its kind in a `kind` label (filter, forward, shape). Every label value an
