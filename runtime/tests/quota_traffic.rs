@@ -61,6 +61,8 @@ impl Host<'_> {
         let o = fwc(&["status", "--json", "--state-dir", self.state.to_str().unwrap(), "--netns", &self.t.host.name], now, &self.log);
         assert!(o.status.success(), "fwc status failed:\n{}", text(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        // A quota's count is not drift.
+        assert_eq!(v["drift"], false, "{}", v["drift_details"]);
         let q = v["quotas"].as_array().and_then(|a| a.iter().find(|q| q["rule"] == "dl")).unwrap_or_else(|| panic!("no quota in {v}"));
         (q["used_bytes"].as_u64().unwrap(), q["limit_bytes"].as_u64().unwrap(), q["used_up"].as_bool().unwrap(), q["period_end"].as_str().unwrap().into())
     }
