@@ -430,6 +430,18 @@ impl Checker<'_> {
             if s.from.is_none() && s.to.is_none() && s.proto.is_none() && s.devs.is_empty() {
                 self.err("shape-matches-everything", &rule, "this shape matches all traffic on every interface", s.name.span, "no match given", "say what to shape: from=, to=, proto=/port= or dev=");
             }
+            // quota (issue #26): a shape's quota is counted in postrouting, where the kernel
+            // cannot reject.
+            if let Some(q) = s.quota.as_ref().filter(|q| q.value.over == crate::quota::OverQuota::Reject) {
+                self.err(
+                    "quota-reject-on-shape",
+                    &rule,
+                    "over-quota=\"reject\" on a shape: shapes are applied in postrouting, where the kernel cannot reject",
+                    q.span,
+                    "reject",
+                    "use over-quota=\"drop\" (the default) or a fallback rate such as over-quota=\"1mbit\"",
+                );
+            }
         }
         let capped = self.rs.forwards.iter().filter(|f| f.up.is_some() || f.down.is_some()).count() + self.rs.shapes.len();
         if capped as u32 >= QOS_MAX_CLASS_ID / 2 - 1 {

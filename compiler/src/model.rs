@@ -636,6 +636,10 @@ pub struct ShapeRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// quota (issue #26): as on forwards; counted in the shape's class chain. Skipped when
+    /// absent (digests of other shapes do not change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
 }
 
 /// The kind of a named thing (defined with the artifacts: it appears in manifests and rule

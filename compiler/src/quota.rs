@@ -104,9 +104,29 @@ pub fn parse_over_quota(s: &str) -> Result<OverQuota, UnitError> {
     }
 }
 
-/// The nft quota object that counts rule `rule`.
+/// The nft quota object that counts forward `rule`.
 pub fn object_name(rule: &str) -> String {
     format!("quota_{rule}")
+}
+
+/// The nft quota object that counts shape `rule` (forwards and shapes may share a name).
+pub fn shape_object_name(rule: &str) -> String {
+    format!("qshape_{rule}")
+}
+
+/// The policy the manifest lists for a shape with a quota.
+pub fn shape_policy(s: &crate::model::ShapeRule) -> Option<QuotaPolicy> {
+    let q = s.quota.as_ref()?;
+    Some(QuotaPolicy {
+        kind: RuleKind::Shape,
+        rule: s.name.value.clone(),
+        object: shape_object_name(&s.name.value),
+        limit_bytes: q.value.limit_bytes,
+        period: q.value.period,
+        reset_day: q.value.reset_day,
+        over: q.value.over,
+        backend: BackendKind::Nftables,
+    })
 }
 
 /// The policy the manifest lists for a forward with a quota.

@@ -47,7 +47,11 @@ const WINDOW_PROPS: &[&str] = &["allow", "deny", "tz"];
 const WAVE_PROPS: &[&str] = &["on", "percent", "soak", "max-unavailable"];
 const GATE_PROPS: &[&str] = &["query", "max", "min", "allow-empty"];
 const PROBE_PROPS: &[&str] = &["tcp", "http"];
-const SHAPE_PROPS: &[&str] = &["from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment"];
+const SHAPE_PROPS: &[&str] = &[
+    "from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment",
+    // quota (issue #26)
+    "quota", "quota-reset-day", "over-quota",
+];
 
 /// Parse every plain `.kdl` file of the tree (templates are added per host by [`add_templates`]).
 pub fn parse_plain(tree: &SourceTree, map: &mut SourceMap) -> Result<Ruleset, Diagnostics> {
@@ -1059,6 +1063,7 @@ impl Parser<'_, '_> {
             direction: self
                 .choice(&mut p, "direction", &[("egress", Direction::Egress), ("ingress", Direction::Ingress)])
                 .map_or(Direction::Egress, |d| d.value),
+            quota: self.quota(&mut p, &rule),
             on: self.selector(&mut p),
             comment: self.comment(&mut p),
             span: self.span(node.span()),

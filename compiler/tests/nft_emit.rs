@@ -134,6 +134,7 @@ fn shape(name: &str, rate: u64) -> ShapeRule {
         on: None,
         comment: None,
         span: Span::default(),
+        quota: None,
     }
 }
 

@@ -109,7 +109,8 @@ fn setup(plan: &HostPlan, qos: &QosArtifact) -> HostSetup {
     // quota (issue #26): counted by kernel quota objects, for userspace forwards too (by port).
     let mut quotas: Vec<_> =
         plan.kernel_forwards.iter().chain(&plan.userspace_forwards).filter_map(|f| crate::quota::forward_policy(f, BackendKind::Nftables)).collect();
-    quotas.sort_by(|a, b| a.rule.cmp(&b.rule));
+    quotas.extend(plan.shapes.iter().filter_map(|s| crate::quota::shape_policy(s)));
+    quotas.sort_by(|a, b| (a.kind, &a.rule).cmp(&(b.kind, &b.rule)));
     HostSetup { sysctls, interfaces: interfaces.into_iter().cloned().collect(), quotas }
 }
 
@@ -357,6 +358,9 @@ fn shape_summary(s: &ShapeRule) -> String {
     }
     if s.direction == Direction::Ingress {
         out.push_str(" direction ingress");
+    }
+    if let Some(q) = &s.quota {
+        out.push_str(&format!(" {}", crate::quota::describe(&q.value)));
     }
     comment(&mut out, &s.comment);
     out

@@ -50,20 +50,19 @@ const QUOTA_PRIO: i32 = -10;
 pub(super) fn quotas(out: &mut Out, plan: &HostPlan) {
     let forwards: Vec<&ForwardRule> = plan.kernel_forwards.iter().copied().filter(|f| f.quota.is_some()).collect();
     let userspace: Vec<&ForwardRule> = plan.userspace_forwards.iter().copied().filter(|f| f.quota.is_some()).collect();
+    // Shapes' quota objects (their rules are in the class chains: `shape_class_rule`).
+    let mut objects: Vec<(String, u64)> = plan
+        .shapes
+        .iter()
+        .filter_map(|sh| sh.quota.as_ref().map(|q| (crate::quota::shape_object_name(&sh.name.value), q.value.limit_bytes)))
+        .collect();
+    objects.extend(forwards.iter().chain(&userspace).map(|f| (crate::quota::object_name(&f.name.value), f.quota.as_ref().expect("filtered").value.limit_bytes)));
+    objects.sort();
+    for (name, bytes) in &objects {
+        out.raw_object(&json!({"add": {"quota": {"family": "inet", "table": NFT_TABLE, "name": name, "bytes": bytes, "inv": true}}}));
+    }
     if forwards.is_empty() && userspace.is_empty() {
         return;
-    }
-    let mut objects: Vec<&ForwardRule> = forwards.iter().chain(&userspace).copied().collect();
-    objects.sort_by(|a, b| a.name.value.cmp(&b.name.value));
-    for f in &objects {
-        let q = &f.quota.as_ref().expect("filtered").value;
-        out.raw_object(&json!({"add": {"quota": {
-            "family": "inet",
-            "table": NFT_TABLE,
-            "name": crate::quota::object_name(&f.name.value),
-            "bytes": q.limit_bytes,
-            "inv": true,
-        }}}));
     }
     out.chain(qchains::QUOTA, None);
     for (name, hook) in [(qchains::QUOTA_IN, NfHook::Input), (qchains::QUOTA_FWD, NfHook::Forward), (qchains::QUOTA_OUT, NfHook::Output)] {
@@ -91,13 +90,31 @@ pub(super) fn quotas(out: &mut Out, plan: &HostPlan) {
     }
 }
 
+/// A shape's quota: the first rule of its class chain `qos_c<id>` (every packet of the shape,
+/// after `qos_apply` classified it), `quota name "qshape_<rule>" drop` or the fallback rate
+/// (`check` refuses reject: postrouting cannot reject).
+pub(super) fn shape_class_rule(out: &mut Out, plan: &HostPlan, c: &crate::artifacts::QosClass) {
+    if c.kind != RuleKind::Shape {
+        return;
+    }
+    let Some(sh) = plan.shapes.iter().find(|s| s.name.value == c.rule) else { return };
+    let Some(q) = &sh.quota else { return };
+    let e = action(Vec::new(), crate::quota::shape_object_name(&sh.name.value), q.value.over, false);
+    out.rule(&class_chain(c.id), e, Some(rule_comment(RuleKind::Shape, &sh.name.value)));
+}
+
 /// `matches` + `quota name "quota_<rule>"` + the over-quota action.
-fn with_action(mut e: Vec<S>, f: &ForwardRule) -> Vec<S> {
+fn with_action(e: Vec<S>, f: &ForwardRule) -> Vec<S> {
     let q = &f.quota.as_ref().expect("a forward with a quota").value;
-    e.push(Statement::Quota(stmt::QuotaOrQuotaRef::QuotaRef(crate::quota::object_name(&f.name.value).into())));
-    match q.over {
+    action(e, crate::quota::object_name(&f.name.value), q.over, f.proto == ForwardProto::Tcp)
+}
+
+/// `e` + `quota name "<object>"` + what happens over the quota (`tcp`: reject with a TCP reset).
+fn action(mut e: Vec<S>, object: String, over: crate::quota::OverQuota, tcp: bool) -> Vec<S> {
+    e.push(Statement::Quota(stmt::QuotaOrQuotaRef::QuotaRef(object.into())));
+    match over {
         crate::quota::OverQuota::Drop => e.push(drop_()),
-        crate::quota::OverQuota::Reject => e.push(reject(f.proto == ForwardProto::Tcp)),
+        crate::quota::OverQuota::Reject => e.push(reject(tcp)),
         crate::quota::OverQuota::Rate { bytes_per_sec } => {
             let rate = bytes_per_sec.min(u64::from(u32::MAX)) as u32;
             e.push(Statement::Limit(Limit {
