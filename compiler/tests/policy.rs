@@ -237,6 +237,7 @@ fn explain_snapshots_of_quotas() {
         for (name, flow) in [
             ("quota-game-drop", "tcp 203.0.113.5:40000 -> 203.0.113.1:27015"),
             ("quota-vpn-rate", "udp 203.0.113.5:40000 -> 203.0.113.1:51820"),
+            ("quota-shape-guests", "tcp 10.2.0.5:40000 -> 192.0.2.80:443 in eth0 out eth1 forward"),
         ] {
             let tree = SourceTree::from_dir(&root().join("golden/60-forward-quota")).unwrap();
             let view = fwc_compiler::load_host(&tree, None).unwrap();
