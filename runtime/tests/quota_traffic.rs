@@ -203,3 +203,43 @@ fn a_userspace_forwards_quota_stops_a_transfer_and_resets() {
     let got = h.download();
     assert!(got > 0 && got <= LIMIT, "after the reset the download should flow up to the quota again, got {got}");
 }
+
+/// Removes the namespace's QoS pin root (pins outlive the namespace otherwise).
+struct PinGuard(String);
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A shape's quota is charged by the packets its QoS class takes (here: the downloads leaving
+/// towards the client), with the real eBPF program attached: it stops a download past it, and
+/// the next day resets it.
+#[test]
+fn a_shapes_quota_stops_a_transfer_and_resets() {
+    if !privileged("quota_traffic_shape") || !tool("quota_traffic_shape", "socat", "socat") {
+        return;
+    }
+    let mut t = Topology::new();
+    let _pins = PinGuard(format!("/sys/fs/bpf/fwc-netns-{}", t.host.name));
+    serve(&mut t);
+    let dir = tempfile::tempdir().unwrap();
+    let h = Host { t: &t, repo: dir.path().join("repo"), state: dir.path().join("state"), log: dir.path().join("batches.jsonl") };
+    std::fs::create_dir_all(&h.repo).unwrap();
+    let policy = format!(
+        "fwc 1\nforward \"web\" listen=\":8080\" to=\"198.18.2.2:80\"\nshape \"dl\" from=\"198.18.1.2\" rate=\"1gbit\" dev={} quota=\"2MB/day\"\n",
+        t.host_if_client
+    );
+    h.apply(&policy, DAY1);
+
+    let got = h.download();
+    let (used, limit, used_up, _) = h.quota(DAY1);
+    eprintln!("shape: downloaded {got} bytes; the kernel counted {used} of {limit}");
+    assert!(got > 0 && got <= LIMIT, "the download should start and stop at the quota, got {got} bytes");
+    assert!(used >= LIMIT && used_up, "the kernel counted {used} bytes");
+    assert_eq!(h.download(), 0, "a new download gets through a used-up quota");
+
+    let (reset, _, used_up, _) = h.quota(DAY2);
+    assert!(reset < LIMIT && !used_up, "the reset did not happen: {reset}");
+    assert!(h.download() > 0, "after the reset the download flows again");
+}
