@@ -61,6 +61,7 @@ impl Host<'_> {
         let o = fwc(&["status", "--json", "--state-dir", self.state.to_str().unwrap(), "--netns", &self.t.host.name], now, &self.log);
         assert!(o.status.success(), "fwc status failed:\n{}", text(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        valid_status(&v);
         // A quota's count is not drift.
         assert_eq!(v["drift"], false, "{}", v["drift_details"]);
         let q = v["quotas"].as_array().and_then(|a| a.iter().find(|q| q["rule"] == "dl")).unwrap_or_else(|| panic!("no quota in {v}"));
@@ -76,6 +77,19 @@ impl Host<'_> {
             "timeout 60 socat -T3 -u TCP4:198.18.1.1:8080,connect-timeout=3 - | wc -c",
         ]);
         String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or(0)
+    }
+}
+
+/// `fwc status --json` with quotas is valid against schemas/output/status.schema.json.
+fn valid_status(doc: &serde_json::Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/output/status.schema.json");
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let url = s["$id"].as_str().unwrap().to_string();
+    let (mut schemas, mut compiler) = (boon::Schemas::new(), boon::Compiler::new());
+    compiler.add_resource(&url, s).unwrap();
+    let index = compiler.compile(&url, &mut schemas).unwrap();
+    if let Err(e) = schemas.validate(doc, index) {
+        panic!("fwc status --json does not match its schema: {e:#}\n{doc:#}");
     }
 }
 
