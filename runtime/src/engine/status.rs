@@ -110,7 +110,12 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
             st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
             st.counters.extend(other.counters);
             // quota (issue #26): read the counts, reset quotas whose period is over, persist.
-            st.quotas = crate::quota::sync(&nft, &state.path, &g.artifacts.manifest.setup.quotas, crate::quota::now(), false)?;
+            // A failure here (nft cannot list the quotas) does not hide the rest of the status.
+            st.quotas = crate::quota::sync(&nft, &state.path, &g.artifacts.manifest.setup.quotas, crate::quota::now())
+                .unwrap_or_else(|e| {
+                    tracing::warn!("quota: {e}");
+                    Vec::new()
+                });
             st.target_health = other.target_health.into_iter().map(|(rule, target, up)| TargetHealth { rule, target, up }).collect();
         }
         None => {

@@ -98,9 +98,8 @@ fn over_text(o: OverQuota) -> String {
 }
 
 /// Read every quota's count, reset those whose period is over, log the 80 % and used-up
-/// messages once per period, and persist the ledger. `dry`: decide and report only (no reset,
-/// no ledger write, no log).
-pub fn sync(nft: &NftBackend, state_dir: &Path, policies: &[QuotaPolicy], now: i64, dry: bool) -> Result<Vec<QuotaStatus>> {
+/// messages once per period, and persist the ledger.
+pub fn sync(nft: &NftBackend, state_dir: &Path, policies: &[QuotaPolicy], now: i64) -> Result<Vec<QuotaStatus>> {
     if policies.is_empty() {
         return Ok(Vec::new());
     }
@@ -111,27 +110,25 @@ pub fn sync(nft: &NftBackend, state_dir: &Path, policies: &[QuotaPolicy], now: i
         let k = key(p.kind, &p.rule);
         let counted = live.get(&p.object).copied();
         let d = decide(p, ledger.quotas.get(&k), counted, now);
-        if !dry {
-            if d.reset {
-                reset(nft, &p.object)?;
-                tracing::info!(rule = %p.rule, "quota of {} {} reset: a new {} started at {}", p.kind.as_str(), p.rule, p.period.as_str(), utc_text(d.period_start));
-            }
-            for w in &d.warnings {
-                match w {
-                    Warning::Eighty => tracing::warn!(
-                        rule = %p.rule,
-                        "quota of {} {}: {} of {} bytes used (80 % or more) in the {} ending {}",
-                        p.kind.as_str(), p.rule, d.used, p.limit_bytes, p.period.as_str(), utc_text(d.period_end)
-                    ),
-                    Warning::UsedUp => tracing::warn!(
-                        rule = %p.rule,
-                        "quota of {} {} is used up ({} of {} bytes): over-quota={} until {}",
-                        p.kind.as_str(), p.rule, d.used, p.limit_bytes, over_text(p.over), utc_text(d.period_end)
-                    ),
-                }
-            }
-            ledger.quotas.insert(k, d.entry);
+        if d.reset {
+            reset(nft, &p.object)?;
+            tracing::info!(rule = %p.rule, "quota of {} {} reset: a new {} started at {}", p.kind.as_str(), p.rule, p.period.as_str(), utc_text(d.period_start));
         }
+        for w in &d.warnings {
+            match w {
+                Warning::Eighty => tracing::warn!(
+                    rule = %p.rule,
+                    "quota of {} {}: {} of {} bytes used (80 % or more) in the {} ending {}",
+                    p.kind.as_str(), p.rule, d.used, p.limit_bytes, p.period.as_str(), utc_text(d.period_end)
+                ),
+                Warning::UsedUp => tracing::warn!(
+                    rule = %p.rule,
+                    "quota of {} {} is used up ({} of {} bytes): over-quota={} until {}",
+                    p.kind.as_str(), p.rule, d.used, p.limit_bytes, over_text(p.over), utc_text(d.period_end)
+                ),
+            }
+        }
+        ledger.quotas.insert(k, d.entry);
         out.push(QuotaStatus {
             kind: p.kind,
             rule: p.rule.clone(),
@@ -145,9 +142,7 @@ pub fn sync(nft: &NftBackend, state_dir: &Path, policies: &[QuotaPolicy], now: i
             counted: counted.is_some(),
         });
     }
-    if !dry {
-        ledger.save(state_dir)?;
-    }
+    ledger.save(state_dir)?;
     Ok(out)
 }
 
