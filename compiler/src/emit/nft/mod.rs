@@ -48,6 +48,12 @@
 //!   chain qos_c<id>                   (regular) meta mark set meta mark & ~MASK | id<<16
 //!   chain qos_apply    filter/postrouting/-150 forwards: ct direction {original,reply}
 //!                                     ct mark & MASK vmap {…}; then shapes, per packet
+//!   -- only with traffic quotas (`quota=`, issue #26; see `quota`):
+//!   quota quota_<forward> / qshape_<shape>   over N bytes (the runtime restores `used`)
+//!   chain quota_in / quota_fwd / quota_out   filter/{input,forward,output}/-10: ct status dnat
+//!                                     jump fwd_quota; userspace forwards by listen port
+//!   chain fwd_quota                   (regular) kernel forwards' flows -> quota name … drop|reject|limit
+//!   (a shape's quota is the first rule of its class chain qos_c<id>)
 //! ```
 //!
 //! # Kernel forwards
