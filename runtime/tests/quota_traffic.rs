@@ -204,18 +204,22 @@ fn a_userspace_forwards_quota_stops_a_transfer_and_resets() {
     let h = Host { t: &t, repo: dir.path().join("repo"), state, log: dir.path().join("batches.jsonl") };
     std::fs::create_dir_all(&h.repo).unwrap();
     h.apply(&POLICY.replace("quota=", "backend=\"userspace\" quota="), DAY1);
+    stops_then_resets(&h, "userspace");
+}
 
+/// A download stops at the quota, a new one gets nothing, and the next day one flows again.
+fn stops_then_resets(h: &Host, what: &str) {
     let got = h.download();
     let (used, limit, used_up, _) = h.quota(DAY1);
-    eprintln!("userspace: downloaded {got} bytes; the kernel counted {used} of {limit}");
-    assert!(got > 0 && got <= LIMIT, "the download should start and stop at the quota, got {got} bytes");
-    assert!(used >= LIMIT && used_up, "the kernel counted {used} bytes");
-    assert_eq!(h.download(), 0, "a new connection gets through a used-up quota");
+    eprintln!("{what}: downloaded {got} bytes; the kernel counted {used} of {limit}");
+    assert!(got > 0 && got <= LIMIT, "{what}: the download should start and stop at the quota, got {got} bytes");
+    assert!(used >= LIMIT && used_up, "{what}: the kernel counted {used} bytes");
+    assert_eq!(h.download(), 0, "{what}: a new download gets through a used-up quota");
 
     let (reset, _, used_up, _) = h.quota(DAY2);
-    assert!(reset < LIMIT && !used_up, "the reset did not happen: {reset}");
+    assert!(reset < LIMIT && !used_up, "{what}: the reset did not happen: {reset}");
     let got = h.download();
-    assert!(got > 0 && got <= LIMIT, "after the reset the download should flow up to the quota again, got {got}");
+    assert!(got > 0 && got <= LIMIT, "{what}: after the reset the download should flow up to the quota again, got {got}");
 }
 
 /// Removes the namespace's QoS pin root (pins outlive the namespace otherwise).
@@ -245,15 +249,5 @@ fn a_shapes_quota_stops_a_transfer_and_resets() {
         t.host_if_client
     );
     h.apply(&policy, DAY1);
-
-    let got = h.download();
-    let (used, limit, used_up, _) = h.quota(DAY1);
-    eprintln!("shape: downloaded {got} bytes; the kernel counted {used} of {limit}");
-    assert!(got > 0 && got <= LIMIT, "the download should start and stop at the quota, got {got} bytes");
-    assert!(used >= LIMIT && used_up, "the kernel counted {used} bytes");
-    assert_eq!(h.download(), 0, "a new download gets through a used-up quota");
-
-    let (reset, _, used_up, _) = h.quota(DAY2);
-    assert!(reset < LIMIT && !used_up, "the reset did not happen: {reset}");
-    assert!(h.download() > 0, "after the reset the download flows again");
+    stops_then_resets(&h, "shape");
 }
