@@ -43,6 +43,11 @@ pub struct HostSetup {
     /// their egress), sorted. QoS classes without interfaces attach to every interface that is
     /// up and are not listed here.
     pub interfaces: Vec<String>,
+    /// Traffic quotas of this host's rules (`quota=`), sorted by rule: the runtime restores
+    /// their usage into the kernel, resets them at the period's anchor and reports them.
+    /// Absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<crate::quota::QuotaPolicy>,
 }
 
 /// One kernel setting a ruleset needs: `sysctl -w <key>=<value>`.

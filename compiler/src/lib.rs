@@ -19,6 +19,7 @@ pub mod model;
 pub mod parallel;
 pub mod persource;
 pub mod policytest;
+pub mod quota;
 pub mod rollout;
 pub mod schedule;
 pub mod select;

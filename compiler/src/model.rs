@@ -612,6 +612,10 @@ pub struct ForwardRule {
     /// absent (digests of other forwards).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+    /// quota (issue #26): `quota="500GB/month" quota-reset-day=1 over-quota="drop"`.
+    /// Skipped when absent (digests of other forwards do not change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
 }
 
 /// Per-source limits of a filter rule or forward (see [`crate::persource`]): each source
@@ -671,6 +675,10 @@ pub struct ShapeRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// quota (issue #26): as on forwards; counted in the shape's class chain. Skipped when
+    /// absent (digests of other shapes do not change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
 }
 
 /// The kind of a named thing (defined with the artifacts: it appears in manifests and rule

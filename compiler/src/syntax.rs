@@ -50,6 +50,8 @@ const FORWARD_PROPS: &[&str] = &[
     "conn-rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "rate-per-source",
     // schedules (issue #26, crate::schedule)
     "during", "tz", "until",
+    // quota (issue #26)
+    "quota", "quota-reset-day", "over-quota",
 ];
 /// Properties that may be given several times (each occurrence counts; read from the node's entries).
 const REPEATABLE_PROPS: &[&str] = &["file"];
@@ -61,7 +63,11 @@ const WINDOW_PROPS: &[&str] = &["allow", "deny", "tz"];
 const WAVE_PROPS: &[&str] = &["on", "percent", "soak", "max-unavailable"];
 const GATE_PROPS: &[&str] = &["query", "max", "min", "allow-empty"];
 const PROBE_PROPS: &[&str] = &["tcp", "http"];
-const SHAPE_PROPS: &[&str] = &["from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment"];
+const SHAPE_PROPS: &[&str] = &[
+    "from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment",
+    // quota (issue #26)
+    "quota", "quota-reset-day", "over-quota",
+];
 
 /// Parse every plain `.kdl` file of the tree (templates are added per host by [`add_templates`]).
 pub fn parse_plain(tree: &SourceTree, map: &mut SourceMap) -> Result<Ruleset, Diagnostics> {
@@ -973,6 +979,7 @@ impl Parser<'_, '_> {
             idle_timeout_ms: self.parsed(&mut p, "idle-timeout", units::parse_duration_ms),
             sni: self.parsed(&mut p, "sni", parse_sni),
             health: self.health(&mut p, &rule),
+            quota: self.quota(&mut p, &rule),
             backend: self
                 .choice(&mut p, "backend", &[("auto", BackendChoice::Auto), ("kernel", BackendChoice::Kernel), ("userspace", BackendChoice::Userspace)])
                 .unwrap_or(Spanned::new(BackendChoice::Auto, Span::default())),
@@ -1029,6 +1036,34 @@ impl Parser<'_, '_> {
             size: size.map_or(ps::DEFAULT_SIZE, |x| x.value),
             span,
         })
+    }
+
+    /// quota (issue #26): `quota="500GB/month"` with optional `quota-reset-day=` (default: day
+    /// 1 / Monday) and `over-quota=` (default `drop`); those two without `quota` are errors.
+    fn quota(&mut self, p: &mut Props, rule: &str) -> Option<Spanned<crate::quota::QuotaSpec>> {
+        use crate::quota::*;
+        let given = p.values.contains_key("quota");
+        let quota = self.parsed(p, "quota", parse_quota);
+        let day = self.text(p, "quota-reset-day");
+        let over = self.parsed(p, "over-quota", parse_over_quota);
+        let Some(q) = quota else {
+            if !given {
+                if let Some(span) = day.as_ref().map(|d| d.1).or(over.as_ref().map(|o| o.span)) {
+                    self.error("quota-option-without-quota", "quota-reset-day/over-quota without quota", span, "no quota=")
+                        .rule(rule)
+                        .help("add quota=\"500GB/month\", or remove quota-reset-day and over-quota");
+                }
+            }
+            return None;
+        };
+        let (limit_bytes, period) = q.value;
+        let reset_day = match day {
+            Some((text, span)) => self.convert(rule, "quota-reset-day", &text, span, |s| parse_reset_day(s, period))?.value,
+            None if period == QuotaPeriod::Day => 0,
+            None => 1,
+        };
+        let spec = QuotaSpec { limit_bytes, period, reset_day, over: over.map_or(OverQuota::Drop, |o| o.value) };
+        Some(Spanned::new(spec, q.span))
     }
 
     /// `health-check="tcp"` with optional `health-interval`, `health-timeout`, `health-rise`,
@@ -1091,6 +1126,7 @@ impl Parser<'_, '_> {
             direction: self
                 .choice(&mut p, "direction", &[("egress", Direction::Egress), ("ingress", Direction::Ingress)])
                 .map_or(Direction::Egress, |d| d.value),
+            quota: self.quota(&mut p, &rule),
             on: self.selector(&mut p),
             comment: self.comment(&mut p),
             span: self.span(node.span()),

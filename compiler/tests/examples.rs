@@ -189,3 +189,16 @@ fn docs_rules_schedule_examples_compile() {
         assert!(art.manifest.valid_until.is_some(), "{src}");
     }
 }
+
+/// quota (issue #26): every docs/rules.md example with a quota compiles, and the issue's
+/// exact form is one of them.
+#[test]
+fn docs_rules_quota_examples_compile() {
+    let examples = doc_examples_but("rules.md", |b| !b.contains("quota="));
+    assert!(!examples.is_empty(), "docs/rules.md has no quota example");
+    let issue = r#"forward "game" listen=":27015" to="198.19.0.2:27015" proto=both quota="500GB/month" quota-reset-day=1 over-quota="drop""#;
+    assert!(examples.iter().any(|(src, _)| src.contains(issue)), "the issue's form is not among the examples");
+    for (src, warnings) in &examples {
+        assert!(warnings.is_empty(), "{src}: {warnings:?}");
+    }
+}

@@ -77,6 +77,8 @@ golden_cases! {
     // schedules (issue #26): compiled at the time in the case's `at` file
     case_50_schedule_summer => "50-schedule-summer",
     case_51_schedule_winter => "51-schedule-winter",
+    // quota (issue #26)
+    case_60_forward_quota => "60-forward-quota",
 }
 
 #[test]

@@ -120,6 +120,7 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
         span: Span::default(),
         per_source: None,
         schedule: None,
+        quota: None,
     }
 }
 
@@ -137,6 +138,7 @@ fn shape(name: &str, rate: u64) -> ShapeRule {
         on: None,
         comment: None,
         span: Span::default(),
+        quota: None,
     }
 }
 

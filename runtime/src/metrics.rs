@@ -5,7 +5,8 @@
 //! `fwc_apply_duration_seconds`, `fwc_applied_commit_info{commit}`, `fwc_drift_total`,
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
-//! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`, plus `fwc_webhook_requests_total{result}`,
+//! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`,
+//! `fwc_quota_used_bytes{host,rule,kind,period}`, `fwc_quota_limit_bytes{…}` (quota, issue #26), plus `fwc_webhook_requests_total{result}`,
 //! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}`,
 //! `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` and the
 //! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
@@ -183,6 +184,10 @@ pub struct Metrics {
     /// sources tracked by a per-source limit, and how many fit (then new sources are refused).
     pub per_source_entries: Family<PerSourceLabel, Gauge>,
     pub per_source_size: Family<PerSourceLabel, Gauge>,
+    /// quota (issue #26): `fwc_quota_used_bytes{host,rule,kind,period}` and
+    /// `fwc_quota_limit_bytes{host,rule,kind,period}`.
+    pub quota_used_bytes: Family<QuotaLabel, Gauge>,
+    pub quota_limit_bytes: Family<QuotaLabel, Gauge>,
 }
 
 /// Labels of the per-source gauges (issue #26).
@@ -194,6 +199,17 @@ pub struct PerSourceLabel {
     pub limit: String,
     /// `ipv4` or `ipv6`.
     pub family: String,
+}
+
+/// quota (issue #26): the labels of the quota gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaLabel {
+    /// The agent's `--host`, as on the fleet series (the alert rules group by it).
+    pub host: String,
+    pub rule: String,
+    pub kind: String,
+    /// day, week or month.
+    pub period: String,
 }
 
 impl Default for Metrics {
@@ -239,8 +255,12 @@ impl Metrics {
             last_sni_counters: Mutex::default(),
             per_source_entries: Family::default(),
             per_source_size: Family::default(),
+            quota_used_bytes: Family::default(),
+            quota_limit_bytes: Family::default(),
             registry: Registry::default(),
         };
+        registry.register("fwc_quota_used_bytes", "Bytes a quota counted in its current period (both directions)", m.quota_used_bytes.clone());
+        registry.register("fwc_quota_limit_bytes", "Bytes a quota allows per period", m.quota_limit_bytes.clone());
         // Counters get their `_total` suffix from the encoder.
         registry.register("fwc_apply", "Applies by result (ok, aborted, rolled_back, failed)", m.apply_total.clone());
         registry.register("fwc_apply_duration_seconds", "Duration of apply transactions", m.apply_duration_seconds.clone());
@@ -472,6 +492,18 @@ impl Metrics {
             let l = PerSourceLabel { rule: f.rule.clone(), kind: f.kind.as_str().to_string(), limit: f.limit.to_string(), family: f.family.to_string() };
             self.per_source_entries.get_or_create(&l).set(f.entries as i64);
             self.per_source_size.get_or_create(&l).set(f.size as i64);
+        }
+    }
+
+    /// quota (issue #26): the gauges of every quota of the applied rules (quotas no longer
+    /// applied disappear).
+    pub fn observe_quotas(&self, quotas: &[crate::quota::QuotaStatus]) {
+        self.quota_used_bytes.clear();
+        self.quota_limit_bytes.clear();
+        for q in quotas {
+            let l = QuotaLabel { host: self.host.clone(), rule: q.rule.clone(), kind: q.kind.as_str().to_string(), period: q.period.as_str().to_string() };
+            self.quota_used_bytes.get_or_create(&l).set(q.used_bytes.min(i64::MAX as u64) as i64);
+            self.quota_limit_bytes.get_or_create(&l).set(q.limit_bytes.min(i64::MAX as u64) as i64);
         }
     }
 
@@ -1192,5 +1224,30 @@ mod tests {
         assert_eq!(http_request(a, "POST", "/hooks/git", &[], &big).map(|r| r.0).unwrap_or(413), 413);
         drop(srv);
         assert!(std::net::TcpStream::connect(a).is_err());
+    }
+
+    /// quota (issue #26): one used and one limit gauge per quota; a quota no longer applied
+    /// disappears.
+    #[test]
+    fn quota_gauges() {
+        let m = Metrics::for_host("edge-1");
+        let q = |rule: &str, used| crate::quota::QuotaStatus {
+            kind: RuleKind::Forward,
+            rule: rule.into(),
+            limit_bytes: 2_000_000,
+            used_bytes: used,
+            period: fwc_artifacts::quota::QuotaPeriod::Day,
+            period_start: "2026-11-26T00:00:00Z".into(),
+            period_end: "2026-11-27T00:00:00Z".into(),
+            over_quota: "drop".into(),
+            used_up: false,
+            counted: true,
+        };
+        m.observe_quotas(&[q("game", 1_500_000), q("old", 1)]);
+        m.observe_quotas(&[q("game", 1_600_000)]);
+        let t = m.encode();
+        assert!(t.contains("fwc_quota_used_bytes{host=\"edge-1\",rule=\"game\",kind=\"forward\",period=\"day\"} 1600000"), "{t}");
+        assert!(t.contains("fwc_quota_limit_bytes{host=\"edge-1\",rule=\"game\",kind=\"forward\",period=\"day\"} 2000000"), "{t}");
+        assert!(!t.contains("rule=\"old\""), "{t}");
     }
 }

@@ -107,7 +107,12 @@ fn setup(plan: &HostPlan, qos: &QosArtifact) -> HostSetup {
         sysctls.push(SysctlSetting::route_localnet());
     }
     let interfaces: std::collections::BTreeSet<&String> = qos.classes.iter().flat_map(|c| &c.interfaces).collect();
-    HostSetup { sysctls, interfaces: interfaces.into_iter().cloned().collect() }
+    // quota (issue #26): counted by kernel quota objects, for userspace forwards too (by port).
+    let mut quotas: Vec<_> =
+        plan.kernel_forwards.iter().chain(&plan.userspace_forwards).filter_map(|f| crate::quota::forward_policy(f, BackendKind::Nftables)).collect();
+    quotas.extend(plan.shapes.iter().filter_map(|s| crate::quota::shape_policy(s)));
+    quotas.sort_by(|a, b| (a.kind, &a.rule).cmp(&(b.kind, &b.rule)));
+    HostSetup { sysctls, interfaces: interfaces.into_iter().cloned().collect(), quotas }
 }
 
 /// Serializes the items of an iterator as a JSON array (no Vec of a million copies).
@@ -337,6 +342,9 @@ fn forward_summary(f: &ForwardRule) -> String {
     if let Some(s) = &f.schedule {
         out.push_str(&crate::schedule::summary(s)); // schedules (issue #26)
     }
+    if let Some(q) = &f.quota {
+        out.push_str(&format!(" {}", crate::quota::describe(&q.value)));
+    }
     comment(&mut out, &f.comment);
     out
 }
@@ -363,6 +371,9 @@ fn shape_summary(s: &ShapeRule) -> String {
     }
     if s.direction == Direction::Ingress {
         out.push_str(" direction ingress");
+    }
+    if let Some(q) = &s.quota {
+        out.push_str(&format!(" {}", crate::quota::describe(&q.value)));
     }
     comment(&mut out, &s.comment);
     out

@@ -96,6 +96,8 @@ impl SetDef {
 pub struct Table {
     pub chains: BTreeMap<String, ChainDef>,
     sets: BTreeMap<String, SetDef>,
+    /// quota (issue #26): named quota objects, name -> limit in bytes.
+    quotas: BTreeMap<String, u64>,
 }
 
 /// The verdict of a rule or chain.
@@ -164,6 +166,10 @@ impl Table {
                     let c = t.chains.get_mut(chain).ok_or_else(|| EvalError::Malformed(format!("rule in unknown chain {chain}")))?;
                     let expr = o.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
                     c.rules.push(RuleDef { comment: o.get("comment").and_then(Value::as_str).map(str::to_string), expr });
+                }
+                // quota (issue #26): a named quota object (`over N bytes`).
+                "quota" => {
+                    t.quotas.insert(name, o.get("bytes").and_then(Value::as_u64).unwrap_or(0));
                 }
                 other => return Err(EvalError::Malformed(format!("unknown object `{other}`"))),
             }
@@ -488,6 +494,27 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                 if within {
                     return Ok(None);
                 }
+            }
+            // quota (issue #26): the evaluator does not know a quota's usage; it assumes the
+            // quota is not used up (the rule does nothing) and says what happens once it is.
+            "quota" => {
+                let name = body.as_str().ok_or_else(|| unsupported(format!("anonymous quota {body}")))?;
+                let limit = t.quotas.get(name).ok_or_else(|| unsupported(format!("quota {name} is not declared")))?;
+                let pos = rule.expr.iter().position(|x| std::ptr::eq(x, stmt)).unwrap_or(0);
+                let then: Vec<String> = rule.expr[pos + 1..]
+                    .iter()
+                    .filter_map(|x| x.as_object().and_then(|m| m.iter().next()))
+                    .map(|(k, b)| match k.as_str() {
+                        "limit" => format!("limit to {} {}/{}", b["rate"], b["rate_unit"].as_str().unwrap_or("packets"), b["per"].as_str().unwrap_or("second")),
+                        other => other.to_string(),
+                    })
+                    .collect();
+                hit.notes.push(format!(
+                    "counted by quota {name} ({}); assumed not used up (the evaluator does not know its usage: `fwc status` shows it); once used up: {}",
+                    fwc_artifacts::quota::human_bytes(*limit),
+                    then.join(" then ")
+                ));
+                return Ok(Some(Flowctl::Next));
             }
             "accept" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept)))),
             "drop" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Drop)))),

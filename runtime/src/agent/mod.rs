@@ -1089,6 +1089,16 @@ impl Agent {
             }
         }
         self.metrics.drift_checked();
+        // quota (issue #26): persist the counts, reset at the period's anchor, warn at 80 %.
+        if !cur.artifacts.manifest.setup.quotas.is_empty() {
+            let nft = crate::backend::nft::NftBackend::new(self.cfg.netns.clone());
+            match crate::quota::sync(&nft, &self.cfg.state_dir, &cur.artifacts.manifest.setup.quotas, crate::quota::now()) {
+                Ok(q) => self.metrics.observe_quotas(&q),
+                Err(e) => tracing::warn!("quota: {e}"),
+            }
+        } else {
+            self.metrics.observe_quotas(&[]);
+        }
         if !self.health.ready.load(Ordering::Relaxed) && drift.is_empty() {
             // Restart: adopt what is live.
             if let Some(c) = &cur.meta.commit {

@@ -99,6 +99,9 @@ pub struct NftBackend {
     /// The nft binary (default `nft`).
     pub nft: String,
     staged: Option<Staged>,
+    /// quota (issue #26): the quotas of the ruleset being applied (from its manifest), whose
+    /// objects get their `used` restored when a batch (re)creates them ([`crate::quota`]).
+    quota_policies: Vec<fwc_artifacts::quota::QuotaPolicy>,
     committed: bool,
     /// Set by commit: the next observe is the apply's verify, which compares without set
     /// elements (see the module doc).
@@ -134,6 +137,7 @@ impl NftBackend {
             netns,
             nft: "nft".into(),
             staged: None,
+            quota_policies: Vec::new(),
             committed: false,
             verify_pending: false,
             base: None,
@@ -151,7 +155,7 @@ impl NftBackend {
         self
     }
 
-    fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut c = self.command_in_netns();
         // nft prints `meta hour` in its own local time zone; fwc loads seconds since UTC
         // midnight and compares listings, so every nft it runs reads and prints UTC (schedules).
@@ -568,6 +572,22 @@ impl NftBackend {
         }
     }
 
+    /// quota (issue #26): restore the usage of every quota object `tx` (re)creates, from the
+    /// live count or the ledger in the state dir (`<state dir>/cache`'s parent); see
+    /// [`crate::quota::restore_used`]. Costs one `nft list quotas` when `tx` adds a quota.
+    fn restore_quotas(&self, tx: &mut Value, policies: &[fwc_artifacts::quota::QuotaPolicy]) {
+        let adds_quota = tx["nftables"].as_array().is_some_and(|b| b.iter().any(|c| c.get("add").and_then(|a| a.get("quota")).is_some()));
+        if policies.is_empty() || !adds_quota {
+            return;
+        }
+        let live = crate::quota::kernel::live_usage(self).unwrap_or_else(|e| {
+            tracing::warn!("quota: cannot read the live counts ({e}); restoring from the ledger");
+            Default::default()
+        });
+        let state_dir = self.cache_dir.as_deref().and_then(std::path::Path::parent);
+        crate::quota::restore_used(tx, &live, state_dir, policies, crate::quota::now());
+    }
+
     /// Append a committed batch to `FWC_NFT_BATCH_LOG` (tests inspect what was sent).
     fn log_batch(tx: &Value) {
         if let Ok(path) = std::env::var("FWC_NFT_BATCH_LOG") {
@@ -592,6 +612,7 @@ impl Backend for NftBackend {
     }
 
     fn prepare(&mut self, next: &Artifacts) -> miette::Result<()> {
+        self.quota_policies = next.manifest.setup.quotas.clone();
         self.committed = false;
         self.verify_pending = false;
         let live = self.list_terse().wrap_err("nftables: prepare failed")?;
@@ -683,6 +704,8 @@ impl Backend for NftBackend {
         if let Some(dir) = &self.cache_dir {
             stamp::forget(dir);
         }
+        let policies = std::mem::take(&mut self.quota_policies);
+        self.restore_quotas(tx, &policies);
         Self::log_batch(tx);
         let mut result = if tx["nftables"].as_array().is_some_and(Vec::is_empty) { Ok(()) } else { self.run_file(tx, false) };
         if let (Err(e), Some(full)) = (&result, &staged.unchecked_fallback) {
@@ -690,6 +713,7 @@ impl Backend for NftBackend {
             // aborted it): replace the table whole, as prepare does for a checked diff.
             tracing::warn!("nftables: the diff does not apply to the live table ({e}); replacing the table whole");
             let mut full = full.clone();
+            self.restore_quotas(&mut full, &policies);
             if injected_failure("commit", BackendKind::Nftables) {
                 full["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
             }
@@ -725,7 +749,8 @@ impl Backend for NftBackend {
                 // this rollback only follows a failed verify or a later backend's failure, and
                 // keeping a copy of every committed element to diff back from would cost every
                 // apply. (`fwc rollback` is an ordinary transaction: a diff.)
-                let tx = replace_tx(&p.nftables)?;
+                let mut tx = replace_tx(&p.nftables)?;
+                self.restore_quotas(&mut tx, &p.manifest.setup.quotas);
                 match self.preserving_tx(&tx, &dynamic_sets(&p.nftables))? {
                     Some(keep) => self.run_file(&keep, false),
                     None => self.run_file(&tx, false),
@@ -748,10 +773,11 @@ impl Backend for NftBackend {
         if let Some(prev) = back {
             let attempt = (|| -> Result<bool> {
                 let live = self.list_terse()?;
-                let (change, tx) = self.change(Some(&committed.nftables), prev, live.as_ref(), None)?;
+                let (change, mut tx) = self.change(Some(&committed.nftables), prev, live.as_ref(), None)?;
                 if change.mode != NftMode::Diff && change.mode != NftMode::Unchanged {
                     return Ok(false);
                 }
+                self.restore_quotas(&mut tx, &previous.map(|p| p.manifest.setup.quotas.clone()).unwrap_or_default());
                 tracing::info!("nftables: rollback: {}", change.describe());
                 Self::log_batch(&tx);
                 if !tx["nftables"].as_array().is_some_and(Vec::is_empty) {
@@ -999,6 +1025,9 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
         };
         strip_volatile(&mut body);
         if let Value::Object(b) = &mut body {
+            if kind == "quota" {
+                b.remove("used"); // quota (issue #26): the count is not drift
+            }
             b.remove("handle");
             b.remove("family");
             b.remove("table");

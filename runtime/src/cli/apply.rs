@@ -502,6 +502,25 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
     } else {
         println!("Drift:      no");
     }
+    if !st.quotas.is_empty() {
+        // quota (issue #26)
+        println!("Quotas:");
+        for q in &st.quotas {
+            let pct = if q.limit_bytes == 0 { 0.0 } else { q.used_bytes as f64 * 100.0 / q.limit_bytes as f64 };
+            let state = if q.used_up { paint.c("1;31", &format!("used up: {}", q.over_quota)) } else { format!("{pct:.1} %") };
+            println!(
+                "  {} {}: {} of {} bytes per {} ({state}); period {} to {}{}",
+                q.kind.as_str(),
+                q.rule,
+                q.used_bytes,
+                q.limit_bytes,
+                q.period.as_str(),
+                q.period_start,
+                q.period_end,
+                if q.counted { "" } else { " (not counted live: the ledger's count)" }
+            );
+        }
+    }
     if !st.target_health.is_empty() {
         println!("Targets:    (health checks)");
         for t in &st.target_health {

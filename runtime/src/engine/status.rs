@@ -47,6 +47,9 @@ pub struct Status {
     /// `valid_until`: a time zone's clock change, an `until=`); the agent compiles again then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub valid_until: Option<String>,
+    /// quota (issue #26): used/limit/period per quota of the applied rules. Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<crate::quota::QuotaStatus>,
 }
 
 /// The agent's own view, from its journal.
@@ -88,6 +91,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
         agent: crate::agent::read_journal(&state.path).map(|j| AgentView { handled: j.handled, rollout: j.rollout }),
         per_source: vec![],
         valid_until: cur.as_ref().and_then(|g| g.artifacts.manifest.valid_until.clone()),
+        quotas: vec![],
     };
     let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     match &cur {
@@ -116,6 +120,13 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
             let other = observe::besides_nft(netns, &state.path, &g.artifacts);
             st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
             st.counters.extend(other.counters);
+            // quota (issue #26): read the counts, reset quotas whose period is over, persist.
+            // A failure here (nft cannot list the quotas) does not hide the rest of the status.
+            st.quotas = crate::quota::sync(&nft, &state.path, &g.artifacts.manifest.setup.quotas, crate::quota::now())
+                .unwrap_or_else(|e| {
+                    tracing::warn!("quota: {e}");
+                    Vec::new()
+                });
             st.target_health = other.target_health.into_iter().map(|(rule, target, up)| TargetHealth { rule, target, up }).collect();
             st.per_source.extend(other.per_source);
         }

@@ -48,6 +48,12 @@
 //!   chain qos_c<id>                   (regular) meta mark set meta mark & ~MASK | id<<16
 //!   chain qos_apply    filter/postrouting/-150 forwards: ct direction {original,reply}
 //!                                     ct mark & MASK vmap {…}; then shapes, per packet
+//!   -- only with traffic quotas (`quota=`, issue #26; see `quota`):
+//!   quota quota_<forward> / qshape_<shape>   over N bytes (the runtime restores `used`)
+//!   chain quota_in / quota_fwd / quota_out   filter/{input,forward,output}/-10: ct status dnat
+//!                                     jump fwd_quota; userspace forwards by listen port
+//!   chain fwd_quota                   (regular) kernel forwards' flows -> quota name … drop|reject|limit
+//!   (a shape's quota is the first rule of its class chain qos_c<id>)
 //! ```
 //!
 //! # Kernel forwards
@@ -192,6 +198,7 @@ mod persource;
 mod qos_marks;
 /// Schedules (issue #26): the `meta day . meta hour` match of `during=`.
 mod schedule;
+mod quota;
 mod snat;
 #[cfg(test)]
 mod tests;
@@ -267,6 +274,7 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
     }
     snat_rules(&mut out, plan);
     qos(&mut out, plan);
+    quota::quotas(&mut out, plan);
     out.finish()
 }
 

@@ -161,6 +161,14 @@ impl Out {
     }
 }
 
+impl Out {
+    /// An object built as raw JSON (`{"add": {"quota": …}}`: the crate's quota object holds
+    /// 32-bit byte counts).
+    pub(super) fn raw_object(&mut self, v: &Value) {
+        self.objects.push(v);
+    }
+}
+
 pub(super) fn ev<T: serde::Serialize>(x: &T) -> Value {
     serde_json::to_value(x).expect("expressions serialize")
 }
