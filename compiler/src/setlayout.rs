@@ -276,28 +276,63 @@ pub fn interval(e: &AddrElem) -> (usize, u128, u128) {
 
 /// Sorted, merged (overlapping or adjacent joined) intervals, `[IPv4, IPv6]`.
 pub fn merged<'a>(elems: impl IntoIterator<Item = &'a AddrElem>) -> [Vec<(u128, u128)>; 2] {
-    let mut out: [Vec<(u128, u128)>; 2] = [Vec::new(), Vec::new()];
+    // IPv4 intervals are sorted as one u64 each (`lo << 32 | hi`: the same order as the
+    // (lo, hi) pairs), a quarter of the bytes to move and one compare each: a million-element
+    // set file sorts in a fraction of the time of the 32-byte pairs.
+    let mut v4: Vec<u64> = Vec::new();
+    let mut v6: Vec<(u128, u128)> = Vec::new();
+    let elems = elems.into_iter();
+    v4.reserve(elems.size_hint().0);
     for e in elems {
-        let (fam, lo, hi) = interval(e);
-        out[fam].push((lo, hi));
+        match interval(e) {
+            (0, lo, hi) => v4.push((lo as u64) << 32 | hi as u64),
+            (_, lo, hi) => v6.push((lo, hi)),
+        }
     }
-    for list in &mut out {
-        // In place: a million-element set file must not need a second copy.
-        list.sort_unstable();
-        let mut w = 0;
-        for r in 0..list.len() {
-            let (lo, hi) = list[r];
-            if w > 0 && lo <= list[w - 1].1.saturating_add(1) {
-                list[w - 1].1 = list[w - 1].1.max(hi);
-            } else {
-                list[w] = (lo, hi);
-                w += 1;
+    v4.sort_unstable();
+    v6.sort_unstable();
+    let mut out4: Vec<(u128, u128)> = Vec::with_capacity(merged_len(v4.iter().map(|&k| ((k >> 32) as u128, (k & 0xffff_ffff) as u128))));
+    push_merged(&mut out4, v4.iter().map(|&k| ((k >> 32) as u128, (k & 0xffff_ffff) as u128)));
+    drop(v4);
+    // In place: a million-element IPv6 set must not need a second copy.
+    let mut w = 0;
+    for r in 0..v6.len() {
+        let (lo, hi) = v6[r];
+        if w > 0 && lo <= v6[w - 1].1.saturating_add(1) {
+            v6[w - 1].1 = v6[w - 1].1.max(hi);
+        } else {
+            v6[w] = (lo, hi);
+            w += 1;
+        }
+    }
+    v6.truncate(w);
+    v6.shrink_to_fit();
+    [out4, v6]
+}
+
+/// How many intervals merging these sorted ones leaves (to size the output exactly).
+fn merged_len(sorted: impl Iterator<Item = (u128, u128)>) -> usize {
+    let mut n = 0;
+    let mut last_hi: Option<u128> = None;
+    for (lo, hi) in sorted {
+        match last_hi {
+            Some(h) if lo <= h.saturating_add(1) => last_hi = Some(h.max(hi)),
+            _ => {
+                n += 1;
+                last_hi = Some(hi);
             }
         }
-        list.truncate(w);
-        list.shrink_to_fit();
     }
-    out
+    n
+}
+
+fn push_merged(out: &mut Vec<(u128, u128)>, sorted: impl Iterator<Item = (u128, u128)>) {
+    for (lo, hi) in sorted {
+        match out.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
 }
 
 fn prefixes(n: u64) -> String {
@@ -352,6 +387,33 @@ mod tests {
             }
             assert_eq!(next, hi + 1);
         }
+    }
+
+    #[test]
+    fn merged_sorts_and_joins_both_families() {
+        let e = |s: &str| crate::units::parse_addr(s).unwrap();
+        let elems = [e("10.0.0.4/30"), e("2001:db8::1"), e("10.0.0.0-10.0.0.3"), e("10.0.0.9"), e("2001:db8::/127"), e("255.255.255.255"), e("10.0.0.2"), e("0.0.0.0/0")];
+        let [v4, v6] = merged(&elems[..7]);
+        let b = 0x0a00_0000u128;
+        assert_eq!(v4, vec![(b, b + 7), (b + 9, b + 9), (0xffff_ffff, 0xffff_ffff)]);
+        let d = 0x2001_0db8u128 << 96;
+        assert_eq!(v6, vec![(d, d + 1)]);
+        assert_eq!(merged(&elems)[0], vec![(0, 0xffff_ffff)]);
+        // The same as sorting the (lo, hi) pairs, for many random IPv4 intervals.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut all = Vec::new();
+        for _ in 0..3000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = 20 + (x % 13) as u8;
+            all.push(AddrElem::Net(ipnet::IpNet::V4(ipnet::Ipv4Net::new(Ipv4Addr::from((x >> 32) as u32 & 0x0fff_ffff), len).unwrap().trunc())));
+        }
+        let mut pairs: Vec<(u128, u128)> = all.iter().map(|e| (interval(e).1, interval(e).2)).collect();
+        pairs.sort_unstable();
+        let mut want: Vec<(u128, u128)> = Vec::new();
+        push_merged(&mut want, pairs.into_iter());
+        assert_eq!(merged(&all)[0], want);
     }
 
     #[test]

@@ -106,19 +106,36 @@ impl Document {
     }
 
     /// The finished text with `rest` appended, as `to_pretty` prints it (trailing newline).
-    /// The rules (`rest`, most of the text) are not copied into a second buffer: the objects
-    /// are moved in front of them inside the rules' buffer.
+    /// The bigger part is not copied into a second buffer: the rules are appended to the
+    /// objects, or (usually, the rules being most of the text) the objects are moved in front
+    /// of the rules inside the rules' buffer; a million-element set is all objects.
     pub(super) fn finish(self, rest: Members) -> String {
         let empty = self.members == 0 && rest.members == 0;
-        let mut text = rest.text;
+        let tail: &[u8] = if empty { b"]\n}\n" } else { b"\n  ]\n}\n" };
+        let mut rules = rest.text;
         if self.members == 0 && rest.members > 0 {
-            text.remove(0); // the rules' leading comma
+            rules.remove(0); // the rules' leading comma
         }
         let head = self.text;
-        // Exact: the text's final size, not a doubled capacity.
-        text.reserve_exact(head.len() + 8);
-        text.splice(0..0, head);
-        text.extend_from_slice(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" });
+        let text = if head.len() >= rules.len() {
+            let mut text = head;
+            text.reserve_exact(rules.len() + tail.len());
+            text.extend_from_slice(&rules);
+            drop(rules);
+            text.extend_from_slice(tail);
+            text
+        } else {
+            let mut text = rules;
+            // Exact: the text's final size, not a doubled capacity.
+            text.reserve_exact(head.len() + tail.len());
+            let n = text.len();
+            text.resize(n + head.len(), 0);
+            text.copy_within(0..n, head.len());
+            text[..head.len()].copy_from_slice(&head);
+            drop(head);
+            text.extend_from_slice(tail);
+            text
+        };
         String::from_utf8(text).expect("serde_json writes UTF-8")
     }
 }
@@ -196,7 +213,7 @@ impl Serialize for HashSetBody<'_> {
         impl Serialize for Elements<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 let mut seq = s.serialize_seq(None)?;
-                self.0.try_for_each_element(self.1, |a| seq.serialize_element(&a))?;
+                self.0.try_for_each_element(self.1, |a| seq.serialize_element(&crate::emit::addrtext::AddrStr(a)))?;
                 seq.end()
             }
         }
@@ -232,7 +249,7 @@ impl Serialize for Interval {
         }
         let Interval(fam, lo, hi) = *self;
         if lo == hi {
-            return s.collect_str(&fam.addr(lo));
+            return crate::emit::addrtext::AddrStr(fam.addr(lo)).serialize(s);
         }
         let mut m = s.serialize_map(Some(1))?;
         match fam.prefix_len(lo, hi) {
