@@ -109,9 +109,11 @@ fn setup(plan: &HostPlan, qos: &QosArtifact) -> HostSetup {
     HostSetup { sysctls, interfaces: interfaces.into_iter().cloned().collect() }
 }
 
-/// Serializes the items of an iterator as a JSON array (no Vec of a million copies).
+/// Serializes the items of an iterator as a JSON array: what [`set_digest`] hashes.
+#[cfg(test)]
 struct SerializeIter<I>(I);
 
+#[cfg(test)]
 impl<I: Iterator<Item = T> + Clone, T: Serialize> Serialize for SerializeIter<I> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.0.clone())
