@@ -45,7 +45,7 @@ impl Out {
     }
 
     /// A named address set (interval) with the merged intervals `elems`, written directly.
-    pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: &[(u128, u128)]) {
+    pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: impl Iterator<Item = (u128, u128)> + Clone) {
         self.objects.push(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
     }
 

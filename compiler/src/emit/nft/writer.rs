@@ -167,11 +167,12 @@ impl<T: Serialize> Serialize for Add<'_, T> {
 
 /// The body of a named address set (`flags interval`), its merged intervals streamed as
 /// elements: a million-element set is never held as JSON values.
-pub(super) struct AddrSetBody<'a> {
+pub(super) struct AddrSetBody<'a, I> {
     pub table: &'a str,
     pub name: String,
     pub fam: Fam,
-    pub elems: &'a [(u128, u128)],
+    /// The merged intervals, ascending.
+    pub elems: I,
 }
 
 /// `family`, `table`, `name` and `type` of a named address set.
@@ -185,13 +186,13 @@ fn addr_set_head<M: SerializeMap>(m: &mut M, table: &str, name: &str, fam: Fam) 
     })
 }
 
-impl Serialize for AddrSetBody<'_> {
+impl<I: Iterator<Item = (u128, u128)> + Clone> Serialize for AddrSetBody<'_, I> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         addr_set_head(&mut m, self.table, &self.name, self.fam)?;
         m.serialize_entry("flags", &["interval"])?;
-        if !self.elems.is_empty() {
-            m.serialize_entry("elem", &Intervals(self.fam, self.elems))?;
+        if self.elems.clone().next().is_some() {
+            m.serialize_entry("elem", &Intervals(self.fam, self.elems.clone()))?;
         }
         m.end()
     }
@@ -224,12 +225,12 @@ impl Serialize for HashSetBody<'_> {
     }
 }
 
-struct Intervals<'a>(Fam, &'a [(u128, u128)]);
+struct Intervals<I>(Fam, I);
 
-impl Serialize for Intervals<'_> {
+impl<I: Iterator<Item = (u128, u128)> + Clone> Serialize for Intervals<I> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.1.len()))?;
-        for &(lo, hi) in self.1 {
+        let mut seq = s.serialize_seq(None)?;
+        for (lo, hi) in self.1.clone() {
             seq.serialize_element(&Interval(self.0, lo, hi))?;
         }
         seq.end()
