@@ -10,6 +10,24 @@ pub struct V4Text {
     len: u8,
 }
 
+/// The decimal digits of every octet value (left-aligned) and how many there are.
+const OCTETS: [([u8; 3], u8); 256] = {
+    let mut t = [([0u8; 3], 0u8); 256];
+    let mut i = 0;
+    while i < 256 {
+        let o = i as u8;
+        t[i] = if o >= 100 {
+            ([b'0' + o / 100, b'0' + o / 10 % 10, b'0' + o % 10], 3)
+        } else if o >= 10 {
+            ([b'0' + o / 10, b'0' + o % 10, 0], 2)
+        } else {
+            ([b'0' + o, 0, 0], 1)
+        };
+        i += 1;
+    }
+    t
+};
+
 impl V4Text {
     pub fn new(a: Ipv4Addr) -> V4Text {
         let mut buf = [0u8; 15];
@@ -19,16 +37,10 @@ impl V4Text {
                 buf[n] = b'.';
                 n += 1;
             }
-            if o >= 100 {
-                buf[n] = b'0' + o / 100;
-                n += 1;
-            }
-            if o >= 10 {
-                buf[n] = b'0' + o / 10 % 10;
-                n += 1;
-            }
-            buf[n] = b'0' + o % 10;
-            n += 1;
+            // Three bytes copied whatever the length: at most 12 + 3 = 15, inside the buffer.
+            let (digits, len) = OCTETS[o as usize];
+            buf[n..n + 3].copy_from_slice(&digits);
+            n += len as usize;
         }
         V4Text { buf, len: n as u8 }
     }
