@@ -65,36 +65,8 @@ struct Linter<'a> {
     intervals: BTreeMap<&'a str, Option<Intervals>>,
 }
 
-fn elem_interval(e: &AddrElem) -> (usize, u128, u128) {
-    let num = |a: std::net::IpAddr| match a {
-        std::net::IpAddr::V4(a) => u128::from(u32::from(a)),
-        std::net::IpAddr::V6(a) => u128::from(a),
-    };
-    let fam = usize::from(!e.is_ipv4());
-    match e {
-        AddrElem::Net(n) => (fam, num(n.network()), num(n.broadcast())),
-        AddrElem::Range(a, b) => (fam, num(*a), num(*b)),
-    }
-}
-
 fn merge<'e>(elems: impl Iterator<Item = &'e AddrElem>) -> Intervals {
-    let mut out: Intervals = [Vec::new(), Vec::new()];
-    for e in elems {
-        let (f, lo, hi) = elem_interval(e);
-        out[f].push((lo, hi));
-    }
-    for v in &mut out {
-        v.sort_unstable();
-        let mut merged: Vec<(u128, u128)> = Vec::with_capacity(v.len());
-        for &(lo, hi) in v.iter() {
-            match merged.last_mut() {
-                Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
-                _ => merged.push((lo, hi)),
-            }
-        }
-        *v = merged;
-    }
-    out
+    crate::setlayout::merged(elems)
 }
 
 /// Is every interval of `b` inside the union `a` (both merged)?

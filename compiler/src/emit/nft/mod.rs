@@ -292,7 +292,7 @@ fn named_sets(out: &mut Out, plan: &HostPlan) {
         for (fam, f) in FAMS.into_iter().zip(&layout.fams) {
             let v6 = fam == Fam::V6;
             match &f.kind {
-                LayoutKind::Interval => out.named_addr_set(set_name(name, v6), fam, &f.merged),
+                LayoutKind::Interval => out.named_addr_set(set_name(name, v6), fam, f.merged.iter()),
                 LayoutKind::Hash { targets, .. } => {
                     for &(len, _) in targets {
                         out.hash_addr_set(hash_set_name(name, v6, len), fam, f, len);

@@ -78,13 +78,13 @@ impl Out {
     }
 
     /// A named address set (interval) with the merged intervals `elems`, written directly.
-    pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: &[(u128, u128)]) {
+    pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: impl Iterator<Item = (u128, u128)> + Clone) {
         self.objects.push(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
     }
 
     /// The hash set of prefix length `len` of a big static set: network addresses, no flags.
     pub(super) fn hash_addr_set(&mut self, name: String, fam: Fam, layout: &crate::setlayout::FamLayout, len: u32) {
-        self.objects.push(&Add("set", HashSetBody { table: NFT_TABLE, name, fam, layout, len }));
+        self.objects.push_hash_set(&HashSetBody { table: NFT_TABLE, name, fam, layout, len });
     }
 
     /// A `dynamic=#true` set: `flags interval, timeout` (other programs add addresses, CIDRs
