@@ -5,10 +5,12 @@
 # prometheus (promtool and the server) for the metrics tests, lintian and cargo-deb for the
 # Debian package test; iptables (iptables-nft) to load Docker's rule layout in the containers test;
 # ufw (its ufw-init loads /etc/ufw for `fwc import --from ufw` and the import tests);
-# podman, runc and debootstrap for the container image test.
+# podman, runc and debootstrap for the container image test; firewalld (installed so that it
+# never starts on this host: `fwc import --from firewalld` runs it in a scratch namespace);
+# tzdata (/usr/share/zoneinfo) for schedules' named time zones (tz="Europe/Berlin").
 # Needs root (apt-get). Safe to run again.
 set -euo pipefail
-packages=(nftables iptables ufw iproute2 clang llvm libbpf-dev bpftool iperf3 socat dnsmasq-base pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus lintian podman runc debootstrap)
+packages=(nftables iptables ufw iproute2 clang llvm libbpf-dev bpftool iperf3 socat dnsmasq-base pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus lintian podman runc debootstrap tzdata)
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup.sh: run as root (it installs: ${packages[*]})" >&2
   exit 1
@@ -33,6 +35,36 @@ if [ ${#missing[@]} -gt 0 ]; then
   # distribution's server on :9090 is not wanted.
   if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
     systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
+fi
+# firewalld: `fwc import --from firewalld` and its tests run the real firewalld on a copy of a
+# configuration in a scratch network namespace with a private D-Bus (dbus-daemon). Installed so
+# it NEVER starts on this host (it would firewall the root namespace): a policy-rc.d refuses
+# every service start during the install, then the unit is masked and checked to be inactive.
+if ! dpkg-query -W -f='${Status}' firewalld 2>/dev/null | grep -q "install ok installed"; then
+  echo "setup.sh: installing firewalld (not started)"
+  export DEBIAN_FRONTEND=noninteractive
+  guard=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    guard=1
+  fi
+  apt-get update -qq
+  rc=0
+  apt-get install -y -qq --no-install-recommends firewalld dbus >/dev/null || rc=$?
+  if [ -n "$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi
+  [ "$rc" -eq 0 ] || exit "$rc"
+fi
+if command -v firewalld >/dev/null 2>&1 || [ -x /usr/sbin/firewalld ]; then
+  systemctl mask firewalld.service >/dev/null 2>&1 || true
+  if systemctl is-active --quiet firewalld.service 2>/dev/null; then
+    systemctl stop firewalld.service >/dev/null 2>&1 || true
+  fi
+  # Never a firewalld table in this host's namespace.
+  if nft list table inet firewalld >/dev/null 2>&1; then
+    echo "setup.sh: removing a firewalld table from this host's namespace" >&2
+    nft delete table inet firewalld || true
   fi
 fi
 if ! command -v cargo >/dev/null 2>&1; then

@@ -124,6 +124,26 @@ pub struct Listener {
     /// new connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
+    /// Per-source limits (`conn-rate-per-source=`, `max-conns-per-source=`; issue #26).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_source: Option<PerSourceLimit>,
+}
+
+/// Per-source admission limits of a listener: each source (an IPv4 address masked to
+/// `prefix4`, an IPv6 address masked to `prefix6`) has its own new-connection bucket and
+/// connection count; at most `size` sources are tracked per address family, and while that
+/// many are tracked a new source is refused (fail closed) — an idle source's entry (no
+/// connection, bucket full again) is dropped to make room first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PerSourceLimit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conn_rate: Option<ConnRateLimit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_conns: Option<u32>,
+    pub prefix4: u8,
+    pub prefix6: u8,
+    pub size: u32,
 }
 
 /// A TCP connect probe of every target each `interval_ms`; a probe fails when the connect

@@ -14,6 +14,7 @@ mod manifest;
 mod marks;
 mod nftdoc;
 mod qos;
+pub mod quota;
 pub mod rollout;
 mod schema;
 

@@ -24,6 +24,11 @@ pub struct Manifest {
     /// written before it existed (read as nothing needed).
     #[serde(default)]
     pub setup: HostSetup,
+    /// Schedules (`during=`, `until=`): the instant (RFC 3339, UTC) from which these artifacts
+    /// are no longer right (a time zone's next daylight-saving change, a rule's expiry); the
+    /// agent compiles the same commit again then. Absent: right for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<String>,
 }
 
 /// What a host needs beside the rulesets, decided by the compiler (which knows every rule's
@@ -38,6 +43,11 @@ pub struct HostSetup {
     /// their egress), sorted. QoS classes without interfaces attach to every interface that is
     /// up and are not listed here.
     pub interfaces: Vec<String>,
+    /// Traffic quotas of this host's rules (`quota=`), sorted by rule: the runtime restores
+    /// their usage into the kernel, resets them at the period's anchor and reports them.
+    /// Absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<crate::quota::QuotaPolicy>,
 }
 
 /// One kernel setting a ruleset needs: `sysctl -w <key>=<value>`.

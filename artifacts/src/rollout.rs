@@ -60,6 +60,10 @@ pub struct Window {
     /// `tz=`: minutes east of UTC (0 = UTC).
     #[serde(default)]
     pub offset_min: i16,
+    /// `tz=` a named zone of the tz database (`Europe/Berlin`): local time follows its
+    /// daylight saving; `offset_min` is then 0 and unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tz: Option<String>,
 }
 
 /// One wave of a rollout.

@@ -130,6 +130,9 @@ for i in $(seq "$REPEATS"); do
   ip netns del "$ns"
 done
 
+# NOTE: iperf3's UDP handshake gets an answer, so its flow is `ct state established` and fwc's
+# chains accept it before the blocklist rules: these rows do not measure the set lookups. The
+# per-packet cost of the layouts is bench/sets/flood.sh (unanswered datagrams, input + forward).
 # UDP flood, interleaved: host namespace with the table loaded by bare nft -j -f, client
 # namespace sending from 198.18.0.2 (in no set: every lookup runs, the packet is accepted).
 flood() { # NFTABLES_JSON LABEL

@@ -31,6 +31,7 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Result<Diagnostics, Diagnostics> 
     c.shapes();
     c.snats();
     c.selectors();
+    c.out.extend(crate::schedule::check(map, rs)); // schedules (issue #26)
     if c.out.has_errors() {
         Err(c.out)
     } else {
@@ -273,6 +274,18 @@ impl Checker<'_> {
                     "give several targets (to=\"10.0.0.5:80,10.0.0.6:80\"), or remove health-check",
                 );
             }
+            // quota (issue #26): counted in the kernel by the forward's ports; the routes of an
+            // SNI listener share one port, so the kernel cannot tell their bytes apart.
+            if let (Some(q), true) = (&f.quota, f.sni.is_some() || on.is_some()) {
+                self.err(
+                    "quota-on-sni-route",
+                    &rule,
+                    "quota= on a forward that shares its listen port with SNI routes: the kernel counts a quota by port and cannot tell the routes apart",
+                    q.span,
+                    "quota on an SNI route",
+                    "give the forward a listen port of its own, or remove quota=",
+                );
+            }
             if let (Some(b), None, None) = (&f.burst, &f.up, &f.down) {
                 self.err("burst-without-rate", &rule, "burst without a bandwidth cap", b.span, "burst alone", "add bandwidth=\"100mbit\" (or up=/down=), or remove burst");
             }
@@ -417,6 +430,18 @@ impl Checker<'_> {
             self.family_mix(&rule, &s.from, &s.to);
             if s.from.is_none() && s.to.is_none() && s.proto.is_none() && s.devs.is_empty() {
                 self.err("shape-matches-everything", &rule, "this shape matches all traffic on every interface", s.name.span, "no match given", "say what to shape: from=, to=, proto=/port= or dev=");
+            }
+            // quota (issue #26): a shape's quota is counted in postrouting, where the kernel
+            // cannot reject.
+            if let Some(q) = s.quota.as_ref().filter(|q| q.value.over == crate::quota::OverQuota::Reject) {
+                self.err(
+                    "quota-reject-on-shape",
+                    &rule,
+                    "over-quota=\"reject\" on a shape: shapes are applied in postrouting, where the kernel cannot reject",
+                    q.span,
+                    "reject",
+                    "use over-quota=\"drop\" (the default) or a fallback rate such as over-quota=\"1mbit\"",
+                );
             }
         }
         let capped = self.rs.forwards.iter().filter(|f| f.up.is_some() || f.down.is_some()).count() + self.rs.shapes.len();

@@ -17,8 +17,11 @@ pub mod limits;
 pub mod lint;
 pub mod model;
 pub mod parallel;
+pub mod persource;
 pub mod policytest;
+pub mod quota;
 pub mod rollout;
+pub mod schedule;
 pub mod select;
 pub mod setfile;
 pub mod setlayout;
@@ -26,6 +29,7 @@ pub mod source;
 pub mod suggest;
 pub mod syntax;
 pub mod syntax_hints;
+pub mod timewindow;
 pub mod units;
 
 use artifacts::Artifacts;
@@ -116,18 +120,7 @@ pub struct FleetCheck {
 /// [`check_all`], also naming the hosts. The plain files are parsed once; hosts are checked
 /// on every core, and their diagnostics merged in host order (deterministic).
 pub fn check_fleet(tree: &SourceTree) -> Result<FleetCheck, Diagnostics> {
-    let repo = ParsedRepo::parse(tree)?;
-    let hosts = repo.host_names();
-    let per_host = parallel::map_ordered(&hosts, |name| match repo.load_host(tree, Some(name)) {
-        Ok(view) => view.warnings,
-        Err(errs) => errs,
-    });
-    let all = merge_unique(per_host);
-    if all.has_errors() {
-        Err(all)
-    } else {
-        Ok(FleetCheck { hosts, warnings: all })
-    }
+    check_fleet_at(tree, jiff::Timestamp::UNIX_EPOCH)
 }
 
 /// One host's compiled artifacts and its warnings.
@@ -142,25 +135,7 @@ pub struct HostArtifacts {
 /// files are parsed once; hosts are compiled on every core. Byte for byte what [`compile`]
 /// gives for each host. Errors of all hosts are returned together (each once).
 pub fn compile_all(tree: &SourceTree, commit: Option<&str>) -> Result<Vec<HostArtifacts>, Diagnostics> {
-    let repo = ParsedRepo::parse(tree)?;
-    let hosts = repo.host_names();
-    let results = parallel::map_ordered(&hosts, |name| {
-        let view = repo.load_host(tree, Some(name))?;
-        Ok(HostArtifacts { host: name.clone(), artifacts: emit_view(&view, commit), warnings: view.warnings })
-    });
-    let mut compiled = Vec::with_capacity(hosts.len());
-    let mut errors = Vec::new();
-    for r in results {
-        match r {
-            Ok(h) => compiled.push(h),
-            Err(e) => errors.push(e),
-        }
-    }
-    if errors.is_empty() {
-        Ok(compiled)
-    } else {
-        Err(merge_unique(errors))
-    }
+    compile_all_at(tree, commit, jiff::Timestamp::UNIX_EPOCH)
 }
 
 /// Diagnostics of several hosts, in order, each distinct one once.
@@ -186,18 +161,88 @@ pub fn host_names(rs: &Ruleset) -> Vec<String> {
 
 /// Compile the artifacts of one host. `commit` is recorded in the manifest.
 pub fn compile(tree: &SourceTree, host: Option<&str>, commit: Option<&str>) -> Result<(Artifacts, Diagnostics), Diagnostics> {
-    let view = load_host(tree, host)?;
-    Ok((emit_view(&view, commit), view.warnings))
+    compile_at(tree, host, commit, jiff::Timestamp::UNIX_EPOCH)
 }
 
-/// Emit the artifacts of an already checked host view.
+/// Emit the artifacts of an already checked host view, as of the Unix epoch: for policies
+/// without schedules (`during=`, `until=`); whoever applies calls [`emit_view_at`] with the time.
 pub fn emit_view(view: &HostView, commit: Option<&str>) -> Artifacts {
-    let plan = select::plan_host(&view.ruleset, &view.host);
+    emit_view_at(view, commit, jiff::Timestamp::UNIX_EPOCH)
+}
+
+/// Emit the artifacts of an already checked host view as they hold at `at`: rules past their
+/// `until=` left out, `during=` windows in UTC for their zone's offset at `at`, and the
+/// manifest's `valid_until` saying when to compile again (schedules only: without any, the
+/// time changes nothing).
+pub fn emit_view_at(view: &HostView, commit: Option<&str>, at: jiff::Timestamp) -> Artifacts {
+    let resolved;
+    let ruleset = if schedule::any(&view.ruleset) {
+        resolved = schedule::resolve(&view.ruleset, at);
+        &resolved
+    } else {
+        &view.ruleset
+    };
+    let plan = select::plan_host(ruleset, &view.host);
     let nftables = emit::nft::emit(&plan);
     let qos = emit::qos::emit(&plan);
     let forward = emit::forward::emit(&plan);
-    let manifest = emit::manifest::emit(&plan, &view.map, commit, &nftables, &qos, &forward);
+    let mut manifest = emit::manifest::emit(&plan, &view.map, commit, &nftables, &qos, &forward);
+    manifest.valid_until = schedule::valid_until(&view.ruleset, at).map(|t| t.to_string());
     Artifacts { nftables, qos, forward, manifest }
+}
+
+/// [`compile`] as of `at` ([`emit_view_at`]); the warnings include the schedule notes
+/// (`fwc::rule-expires-soon`, `fwc::rule-expired`) for `at`.
+pub fn compile_at(tree: &SourceTree, host: Option<&str>, commit: Option<&str>, at: jiff::Timestamp) -> Result<(Artifacts, Diagnostics), Diagnostics> {
+    let view = load_host(tree, host)?;
+    let mut warnings = view.warnings.clone();
+    warnings.extend(schedule::notes(&view.map, &view.ruleset, at));
+    Ok((emit_view_at(&view, commit, at), warnings))
+}
+
+/// [`compile_all`] as of `at` (see [`compile_at`]).
+pub fn compile_all_at(tree: &SourceTree, commit: Option<&str>, at: jiff::Timestamp) -> Result<Vec<HostArtifacts>, Diagnostics> {
+    let repo = ParsedRepo::parse(tree)?;
+    let hosts = repo.host_names();
+    let results = parallel::map_ordered(&hosts, |name| {
+        let view = repo.load_host(tree, Some(name))?;
+        let mut warnings = view.warnings.clone();
+        warnings.extend(schedule::notes(&view.map, &view.ruleset, at));
+        Ok(HostArtifacts { host: name.clone(), artifacts: emit_view_at(&view, commit, at), warnings })
+    });
+    let mut compiled = Vec::with_capacity(hosts.len());
+    let mut errors = Vec::new();
+    for r in results {
+        match r {
+            Ok(h) => compiled.push(h),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(compiled)
+    } else {
+        Err(merge_unique(errors))
+    }
+}
+
+/// [`check_fleet`] with the schedule notes for `at` (`fwc check`).
+pub fn check_fleet_at(tree: &SourceTree, at: jiff::Timestamp) -> Result<FleetCheck, Diagnostics> {
+    let repo = ParsedRepo::parse(tree)?;
+    let hosts = repo.host_names();
+    let per_host = parallel::map_ordered(&hosts, |name| match repo.load_host(tree, Some(name)) {
+        Ok(view) => {
+            let mut w = view.warnings;
+            w.extend(schedule::notes(&view.map, &view.ruleset, at));
+            w
+        }
+        Err(errs) => errs,
+    });
+    let all = merge_unique(per_host);
+    if all.has_errors() {
+        Err(all)
+    } else {
+        Ok(FleetCheck { hosts, warnings: all })
+    }
 }
 
 fn pick_host(rs: &Ruleset, host: Option<&str>) -> Result<Host, Diagnostics> {

@@ -65,36 +65,8 @@ struct Linter<'a> {
     intervals: BTreeMap<&'a str, Option<Intervals>>,
 }
 
-fn elem_interval(e: &AddrElem) -> (usize, u128, u128) {
-    let num = |a: std::net::IpAddr| match a {
-        std::net::IpAddr::V4(a) => u128::from(u32::from(a)),
-        std::net::IpAddr::V6(a) => u128::from(a),
-    };
-    let fam = usize::from(!e.is_ipv4());
-    match e {
-        AddrElem::Net(n) => (fam, num(n.network()), num(n.broadcast())),
-        AddrElem::Range(a, b) => (fam, num(*a), num(*b)),
-    }
-}
-
 fn merge<'e>(elems: impl Iterator<Item = &'e AddrElem>) -> Intervals {
-    let mut out: Intervals = [Vec::new(), Vec::new()];
-    for e in elems {
-        let (f, lo, hi) = elem_interval(e);
-        out[f].push((lo, hi));
-    }
-    for v in &mut out {
-        v.sort_unstable();
-        let mut merged: Vec<(u128, u128)> = Vec::with_capacity(v.len());
-        for &(lo, hi) in v.iter() {
-            match merged.last_mut() {
-                Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
-                _ => merged.push((lo, hi)),
-            }
-        }
-        *v = merged;
-    }
-    out
+    crate::setlayout::merged(elems)
 }
 
 /// Is every interval of `b` inside the union `a` (both merged)?
@@ -190,10 +162,11 @@ impl Hull {
     }
 }
 
-/// A rule that stops matching over a rate, narrows by ICMP type or connection state, or
-/// decides nothing (`log`): counted as covering no other rule (conservative: no false alarm).
+/// A rule that stops matching over a rate, narrows by ICMP type or connection state, holds
+/// only at times (`during=`, `until=`), or decides nothing (`log`): counted as covering no
+/// other rule (conservative: no false alarm).
 fn never_covers(r: &FilterRule) -> bool {
-    r.rate.is_some() || r.icmp_types.is_some() || r.state.is_some() || !r.action.is_terminal()
+    r.rate.is_some() || r.icmp_types.is_some() || r.state.is_some() || !r.action.is_terminal() || r.schedule.is_some()
 }
 
 fn same_or_any<T: PartialEq>(a: Option<&T>, b: Option<&T>) -> bool {
@@ -307,6 +280,7 @@ impl<'a> Linter<'a> {
             let closed = rules[j + 1..].iter().any(|d| {
                 d.action != Action::Allow
                     && d.rate.is_none()
+                    && d.schedule.is_none()
                     && d.from.is_none()
                     && d.iif.is_none()
                     && selector_key(&d.on).is_none()
@@ -434,7 +408,7 @@ impl<'a> Linter<'a> {
                 ForwardProto::Both => Proto::Both,
             };
             for r in rules.into_iter().filter(|r| r.action.is_terminal()) {
-                let plain = r.rate.is_none() && r.state.is_none() && r.icmp_types.is_none() && r.on.is_none() && r.iif.is_none() && r.oif.is_none() && r.sports.is_none() && r.ports.is_none() && r.to.is_none();
+                let plain = r.rate.is_none() && r.schedule.is_none() && r.state.is_none() && r.icmp_types.is_none() && r.on.is_none() && r.iif.is_none() && r.oif.is_none() && r.sports.is_none() && r.ports.is_none() && r.to.is_none();
                 if r.action == Action::Allow {
                     if self.addr_meets(r.from.as_ref(), Some(from)) {
                         break; // an allow may let some of them through first

@@ -447,6 +447,14 @@ pub struct FilterRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// per-source limits (issue #26): `rate-per-source=`, `max-conns-per-source=`, … Skipped
+    /// when absent, so digests of other rules do not change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_source: Option<PerSource>,
+    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// absent (digests of other rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
 }
 
 /// Which source NAT a [`SnatRule`] does.
@@ -596,6 +604,41 @@ pub struct ForwardRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// per-source limits (issue #26): `conn-rate-per-source=`, `max-conns-per-source=`, …
+    /// Skipped when absent, so digests of other forwards do not change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_source: Option<PerSource>,
+    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// absent (digests of other forwards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    /// quota (issue #26): `quota="500GB/month" quota-reset-day=1 over-quota="drop"`.
+    /// Skipped when absent (digests of other forwards do not change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
+}
+
+/// Per-source limits of a filter rule or forward (see [`crate::persource`]): each source
+/// (an IPv4 address or IPv6 /64, by default) gets its own new-connection token bucket and
+/// connection count, tracked in kernel sets of at most `size` sources per address family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PerSource {
+    /// New connections per source: `rate-per-source=` (filter rules), `conn-rate-per-source=`
+    /// (forwards). Burst: as written, else the count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Spanned<EventRate>>,
+    /// `max-conns-per-source=`: concurrent connections per source.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_conns: Option<Spanned<u32>>,
+    /// `per-source-prefix4=` (default 32) / `per-source-prefix6=` (default 64): how sources are
+    /// grouped.
+    pub prefix4: u8,
+    pub prefix6: u8,
+    /// `per-source-size=`: most sources tracked per address family and limit.
+    pub size: u32,
+    /// The first per-source property as written (where `check` points).
+    #[serde(skip)]
+    pub span: Span,
 }
 
 /// Active health checks of a forward's targets: a TCP connect every `interval_ms`.
@@ -632,6 +675,10 @@ pub struct ShapeRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// quota (issue #26): as on forwards; counted in the shape's class chain. Skipped when
+    /// absent (digests of other shapes do not change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
 }
 
 /// The kind of a named thing (defined with the artifacts: it appears in manifests and rule
@@ -684,4 +731,37 @@ pub struct ProbeDecl {
     pub probe: Option<Spanned<fwc_artifacts::rollout::Probe>>,
     #[serde(skip)]
     pub span: Span,
+}
+
+// --- Schedules (issue #26: `during=`, `tz=`, `until=`; see crate::schedule) ---
+
+/// When a filter rule or forward holds: inside its `during=` windows (read in `tz`), and until
+/// `until`. [`crate::schedule::resolve`] fills `utc` for the compile's time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Schedule {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub during: Option<Spanned<Vec<crate::timewindow::DayWindow>>>,
+    /// `tz=` (UTC when not given).
+    pub tz: Spanned<crate::timewindow::Zone>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<Spanned<Until>>,
+    /// The windows in UTC for the offset `tz` has at the compile's time (what nft matches);
+    /// empty before [`crate::schedule::resolve`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub utc: Vec<crate::timewindow::UtcPiece>,
+}
+
+/// `until=`: the rule holds before `end` (a date means through that day, in `tz=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Until {
+    /// As written.
+    pub text: String,
+    /// The first instant the rule no longer holds.
+    pub end: jiff::Timestamp,
+}
+
+impl Serialize for Until {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.end.to_string())
+    }
 }

@@ -69,10 +69,14 @@ pub struct PolicyTest {
     pub rule: Option<String>,
     #[serde(skip)]
     pub span: Span,
+    /// `at="2026-12-01T09:00:00+01:00"`: the time the flow is evaluated at (schedules, issue
+    /// #26); `None`: the run's time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 const OUTCOMES: &[&str] = &["accept", "drop", "reject", "forward", "shaped"];
-const PROPS: &[&str] = &["proto", "icmp-type", "from", "to", "chain", "in", "out", "host", "rule", "reaches", "via", "class"];
+const PROPS: &[&str] = &["proto", "icmp-type", "from", "to", "chain", "in", "out", "host", "rule", "reaches", "via", "class", "at"];
 
 /// Parse every test file of `tree` (files are added to `map`). All errors are returned together.
 pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, Diagnostics> {
@@ -273,6 +277,13 @@ impl FileParser<'_> {
         spec.oif = take("out").map(|v| v.0);
         let host = take("host").map(|v| v.0);
         let rule = take("rule").map(|v| v.0);
+        let at = take("at");
+        if let Some((v, span)) = &at {
+            if let Err(e) = parse_at(v) {
+                bad(self, "at", *span, e, "write an RFC 3339 time with its offset: at=\"2026-12-01T09:00:00+01:00\"".into());
+                ok = false;
+            }
+        }
         let reaches = take("reaches");
         let via = take("via");
         let class = take("class");
@@ -329,7 +340,7 @@ impl FileParser<'_> {
             }
             None => format!("{} {flow}", outcome),
         };
-        Some(PolicyTest { name, location: eval::locate(self.map, nspan), host, flow, expect, rule, span: nspan })
+        Some(PolicyTest { name, location: eval::locate(self.map, nspan), host, flow, expect, rule, span: nspan, at: at.map(|a| a.0) })
     }
 }
 
@@ -350,6 +361,9 @@ pub struct TestResult {
     pub decided_by: String,
     pub decided_at: Option<Location>,
     pub explanation: Explanation,
+    /// The expectation's own `at=` time, when it gives one (schedules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 /// Every expectation's result, in file order (then host order).
@@ -375,26 +389,39 @@ pub enum RunError {
 
 /// Parse the tests of `tree`, compile every host they concern, and evaluate each expectation.
 pub fn run(tree: &SourceTree) -> Result<Report, RunError> {
+    run_at(tree, jiff::Timestamp::UNIX_EPOCH)
+}
+
+/// An RFC 3339 time (`--at`, a test's `at=`): `2026-12-01T09:00:00+01:00`, `…Z`.
+pub fn parse_at(s: &str) -> Result<jiff::Timestamp, String> {
+    s.trim().parse::<jiff::Timestamp>().map_err(|_| format!("\"{s}\" is not an RFC 3339 time with an offset (like 2026-12-01T09:00:00+01:00)"))
+}
+
+/// [`run`] with the artifacts compiled and the flows evaluated at `at` (a test's own `at=`
+/// wins): schedules (`during=`, `until=`) decide by it.
+pub fn run_at(tree: &SourceTree, at: jiff::Timestamp) -> Result<Report, RunError> {
     let mut map = SourceMap::default();
     let tests = parse(tree, &mut map).map_err(RunError::Diagnostics)?;
     let plain = crate::syntax::parse_plain(tree, &mut SourceMap::default()).map_err(RunError::Diagnostics)?;
     let all_hosts = crate::host_names(&plain);
     unknown_hosts(&tests, &all_hosts, &map).map_err(RunError::Diagnostics)?;
-    let mut hosts: BTreeMap<String, (Evaluator, BTreeMap<String, Location>)> = BTreeMap::new();
+    let mut hosts: BTreeMap<(String, jiff::Timestamp), (Evaluator, BTreeMap<String, Location>)> = BTreeMap::new();
     let mut report = Report::default();
     for t in &tests {
         let names: Vec<String> = match &t.host {
             Some(h) => vec![h.clone()],
             None => all_hosts.clone(),
         };
+        let when = t.at.as_deref().and_then(|a| parse_at(a).ok()).unwrap_or(at);
         for h in names {
-            if !hosts.contains_key(&h) {
+            let key = (h.clone(), when);
+            if !hosts.contains_key(&key) {
                 let view = crate::load_host(tree, Some(&h)).map_err(RunError::Diagnostics)?;
-                let artifacts = crate::emit_view(&view, None);
-                let ev = Evaluator::new(&artifacts).map_err(|error| RunError::Eval { host: h.clone(), error })?;
-                hosts.insert(h.clone(), (ev, eval::rule_locations(&view)));
+                let artifacts = crate::emit_view_at(&view, None, when);
+                let ev = Evaluator::new(&artifacts).map_err(|error| RunError::Eval { host: h.clone(), error })?.at(when);
+                hosts.insert(key.clone(), (ev, eval::rule_locations(&view)));
             }
-            let (ev, locs) = &hosts[&h];
+            let (ev, locs) = &hosts[&key];
             let x = ev.explain(&t.flow).map_err(|error| RunError::Eval { host: h.clone(), error })?;
             report.results.push(judge(t, &h, x, locs));
         }
@@ -509,6 +536,7 @@ pub fn judge(t: &PolicyTest, host: &str, x: Explanation, locs: &BTreeMap<String,
         decided_by,
         decided_at,
         explanation: x,
+        at: t.at.clone(),
     }
 }
 
@@ -530,6 +558,10 @@ fn describe(x: &Explanation, forwarded_to: &[String]) -> String {
     }
     for q in &x.qos {
         s.push_str(&format!(", QoS class {} of \"{}\" ({:?})", q.id, q.rule, q.direction).to_lowercase().replace("qos", "QoS"));
+    }
+    if !x.limits.is_empty() {
+        // Per-source limits (issue #26): the evaluator cannot know the source's history.
+        s.push_str(", if the source is within its per-source limits");
     }
     s
 }

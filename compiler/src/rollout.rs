@@ -113,115 +113,46 @@ pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
     }
 }
 
-const DAY_NAMES: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-const WINDOW_HELP: &str = "write \"DAYS HH:MM-HH:MM\": a day (Sat), a range (Mon-Fri) or a comma list (Sat,Sun), then the hours, e.g. \"Mon-Fri 09:00-17:00\" or \"Fri 15:00-24:00\"";
-
 /// A window's `allow=`/`deny=` text, `"Mon-Fri 09:00-17:00"`: (days 0 = Monday, ascending;
-/// start and end in minutes after midnight, `24:00` = 1440 allowed as the end).
+/// start and end in minutes after midnight, `24:00` = 1440 allowed as the end). Read by the
+/// shared [`crate::timewindow`] parser; a promotion window is one window within one day.
 pub(crate) fn parse_window_spec(s: &str) -> Result<(Vec<u8>, u16, u16), crate::units::UnitError> {
     let bad = |m: String, help: &str| crate::units::UnitError { message: m, help: help.into() };
-    let mut parts = s.split_whitespace();
-    let (Some(days), Some(hours), None) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(bad(format!("\"{s}\" is not \"DAYS HH:MM-HH:MM\""), WINDOW_HELP));
+    let windows = crate::timewindow::parse_windows(s)?;
+    let [w] = windows.as_slice() else {
+        return Err(bad(format!("\"{s}\" holds {} windows", windows.len()), "a window node holds one window: write one `window allow=\"…\"` per window"));
     };
-    let day = |d: &str| {
-        DAY_NAMES.iter().position(|n| n.eq_ignore_ascii_case(d)).map(|i| i as u8).ok_or_else(|| {
-            let help = match crate::suggest::did_you_mean(d, DAY_NAMES.iter().copied()) {
-                Some(m) => format!("did you mean {m}? days are Mon, Tue, Wed, Thu, Fri, Sat, Sun"),
-                None => "days are written Mon, Tue, Wed, Thu, Fri, Sat, Sun (a range: Mon-Fri; a list: Sat,Sun)".into(),
-            };
-            bad(format!("\"{d}\" is not a day"), &help)
-        })
-    };
-    let mut set = [false; 7];
-    for item in days.split(',') {
-        match item.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (day(a)?, day(b)?);
-                let mut d = a;
-                loop {
-                    set[d as usize] = true;
-                    if d == b {
-                        break;
-                    }
-                    d = (d + 1) % 7;
-                }
-            }
-            None => set[day(item)? as usize] = true,
-        }
-    }
-    let hours_help = "write the hours as HH:MM-HH:MM on a 24-hour clock, e.g. 09:00-17:00 (24:00 ends at midnight)";
-    let Some((a, b)) = hours.split_once('-') else {
-        return Err(bad(format!("\"{hours}\" is not HH:MM-HH:MM"), hours_help));
-    };
-    let clock = |t: &str, end: bool| -> Result<u16, crate::units::UnitError> {
-        let parsed = t.split_once(':').and_then(|(h, m)| {
-            let ok = |x: &str| x.len() == 2 && x.bytes().all(|c| c.is_ascii_digit());
-            (ok(h) && ok(m)).then(|| (h.parse::<u16>().unwrap_or(99), m.parse::<u16>().unwrap_or(99)))
-        });
-        match parsed {
-            Some((24, 0)) if end => Ok(1440),
-            Some((h, m)) if h < 24 && m < 60 => Ok(h * 60 + m),
-            _ => Err(bad(format!("\"{t}\" is not a time of day (HH:MM, 00:00 to {})", if end { "24:00" } else { "23:59" }), hours_help)),
-        }
-    };
-    let (start, end) = (clock(a, false)?, clock(b, true)?);
-    if start >= end {
+    let end = if w.end_min == 0 { 1440 } else { w.end_min };
+    if end <= w.start_min {
+        let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
         return Err(bad(
-            format!("the window {hours} ends before it starts"),
+            format!("the window {}-{} ends before it starts", hm(w.start_min), hm(w.end_min)),
             "a window lies within one day; for one that crosses midnight write two: window allow=\"Fri 22:00-24:00\" and window allow=\"Sat 00:00-02:00\"",
         ));
     }
-    Ok(((0..7u8).filter(|d| set[*d as usize]).collect(), start, end))
+    Ok((w.days.clone(), w.start_min, end))
 }
 
-/// A window's `tz=`: `"UTC"` or a fixed offset `"+01:00"` / `"-05:30"`, as minutes east of UTC.
-pub(crate) fn parse_window_tz(s: &str) -> Result<i16, crate::units::UnitError> {
-    let help = "write tz=\"UTC\" (the default) or a fixed offset from UTC such as tz=\"+01:00\" or tz=\"-05:30\"; named zones such as \"Europe/Berlin\" are not supported yet (a fixed offset does not follow daylight saving time)";
-    let bad = |m: String| crate::units::UnitError { message: m, help: help.into() };
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("UTC") || t == "Z" {
-        return Ok(0);
-    }
-    let rest = t.strip_prefix("UTC").unwrap_or(t);
-    let sign = match rest.as_bytes().first() {
-        Some(b'+') => 1,
-        Some(b'-') => -1,
-        _ if t.contains('/') || t.bytes().any(|c| c.is_ascii_alphabetic()) => return Err(bad(format!("\"{s}\" is a named time zone; only UTC and fixed offsets are supported yet"))),
-        _ => return Err(bad(format!("\"{s}\" is not UTC or an offset like +01:00"))),
-    };
-    let digits = &rest[1..];
-    let (h, m) = digits.split_once(':').unwrap_or((digits, "00"));
-    let two = |x: &str| (x.len() == 2 && x.bytes().all(|c| c.is_ascii_digit())).then(|| x.parse::<i16>().ok()).flatten();
-    match (two(h), two(m)) {
-        (Some(h), Some(m)) if m < 60 && h * 60 + m <= 14 * 60 => Ok(sign * (h * 60 + m)),
-        _ => Err(bad(format!("\"{s}\" is not an offset from -14:00 to +14:00 (like +01:00)"))),
-    }
+/// A window's `tz=`: `"UTC"`, a fixed offset `"+01:00"` / `"-05:30"` (minutes east of UTC), or
+/// a named zone of the tz database (`"Europe/Berlin"`, daylight saving followed), read by the
+/// shared [`crate::timewindow::parse_zone`]: (offset, zone name).
+pub(crate) fn parse_window_tz(s: &str) -> Result<(i16, Option<String>), crate::units::UnitError> {
+    Ok(match crate::timewindow::parse_zone(s)? {
+        crate::timewindow::Zone::Utc => (0, None),
+        crate::timewindow::Zone::Fixed(m) => (m, None),
+        crate::timewindow::Zone::Named(n, _) => (0, Some(n)),
+    })
 }
 
 /// A window for people: `allow Mon-Fri 09:00-17:00 UTC+01:00`.
 pub fn describe_window(w: &Window) -> String {
-    let mut days: Vec<String> = vec![];
-    let mut i = 0;
-    while i < w.days.len() {
-        let mut j = i;
-        while j + 1 < w.days.len() && w.days[j + 1] == w.days[j] + 1 {
-            j += 1;
-        }
-        let (a, b) = (DAY_NAMES[w.days[i] as usize % 7], DAY_NAMES[w.days[j] as usize % 7]);
-        days.push(match j - i {
-            0 => a.to_string(),
-            1 => format!("{a},{b}"),
-            _ => format!("{a}-{b}"),
-        });
-        i = j + 1;
-    }
-    let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
+    let window = crate::timewindow::DayWindow { days: w.days.clone(), start_min: w.start_min, end_min: w.end_min % 1440 };
     let tz = match w.offset_min {
+        _ if w.tz.is_some() => w.tz.clone().unwrap_or_default(),
         0 => "UTC".to_string(),
         o => format!("UTC{}{:02}:{:02}", if o < 0 { '-' } else { '+' }, o.unsigned_abs() / 60, o.unsigned_abs() % 60),
     };
-    format!("{} {} {}-{} {tz}", if w.allow { "allow" } else { "deny" }, days.join(","), hm(w.start_min), hm(w.end_min))
+    format!("{} {} {tz}", if w.allow { "allow" } else { "deny" }, crate::timewindow::describe(&window))
 }
 
 fn select_of(w: &WaveDecl) -> WaveSelect {
@@ -617,10 +548,10 @@ host "web-4" { labels role=web; }
         );
         let p = fleet_plan(&tree(&text)).unwrap().policy.unwrap();
         assert_eq!(p.windows, vec![
-            Window { allow: true, days: vec![0, 1, 2, 3, 4], start_min: 540, end_min: 1020, offset_min: 0 },
-            Window { allow: false, days: vec![4], start_min: 900, end_min: 1440, offset_min: 0 },
-            Window { allow: true, days: vec![5, 6], start_min: 630, end_min: 720, offset_min: -330 },
-            Window { allow: true, days: vec![0, 5, 6], start_min: 60, end_min: 120, offset_min: 60 },
+            Window { allow: true, days: vec![0, 1, 2, 3, 4], start_min: 540, end_min: 1020, offset_min: 0, tz: None },
+            Window { allow: false, days: vec![4], start_min: 900, end_min: 1440, offset_min: 0, tz: None },
+            Window { allow: true, days: vec![5, 6], start_min: 630, end_min: 720, offset_min: -330, tz: None },
+            Window { allow: true, days: vec![0, 5, 6], start_min: 60, end_min: 120, offset_min: 60, tz: None },
         ]);
         let described: Vec<String> = p.windows.iter().map(describe_window).collect();
         assert_eq!(described, [
@@ -641,13 +572,15 @@ host "web-4" { labels role=web; }
         for bad in ["Mon", "Mon 9:00-17:00", "Mon 09:00-17:00 x", "Mun 09:00-17:00", "Mon 17:00-09:00", "Mon 09:00-09:00", "Mon 24:00-24:00", "Mon 09:00-24:01", "Mon 09:60-10:00"] {
             assert!(parse_window_spec(bad).is_err(), "{bad}");
         }
-        assert_eq!(parse_window_tz("UTC").unwrap(), 0);
-        assert_eq!(parse_window_tz("+01:00").unwrap(), 60);
-        assert_eq!(parse_window_tz("-05:30").unwrap(), -330);
+        assert_eq!(parse_window_tz("UTC").unwrap(), (0, None));
+        assert_eq!(parse_window_tz("+01:00").unwrap(), (60, None));
+        assert_eq!(parse_window_tz("-05:30").unwrap(), (-330, None));
         assert!(parse_window_tz("+0530").is_err());
         assert!(parse_window_tz("+15:00").is_err());
-        let e = parse_window_tz("Europe/Berlin").unwrap_err();
-        assert!(e.message.contains("named time zone") && e.help.contains("not supported yet"), "{e:?}");
+        // Named zones (daylight saving followed), with a suggestion for a misspelled one.
+        assert_eq!(parse_window_tz("Europe/Berlin").unwrap(), (0, Some("Europe/Berlin".to_string())));
+        let e = parse_window_tz("Europe/Berln").unwrap_err();
+        assert!(e.message.contains("unknown time zone") && e.help.contains("did you mean \"Europe/Berlin\""), "{e:?}");
     }
 
     #[test]

@@ -151,3 +151,54 @@ fn docs_rules_examples_of_the_imported_forms_compile() {
         assert!(examples.iter().any(|(src, _)| src.contains(form)), "no docs/rules.md example uses {form}");
     }
 }
+
+/// docs/rules.md's per-source examples (issue #26) compile, use every per-source property,
+/// and compile to the sets and fail-closed rules the page describes.
+#[test]
+fn docs_rules_per_source_examples_compile() {
+    const PROPS: &[&str] =
+        &["rate-per-source=", "conn-rate-per-source=", "max-conns-per-source=", "per-source-prefix6=", "per-source-size="];
+    let examples = doc_examples_but("rules.md", |b| !b.contains("per-source"));
+    assert!(examples.len() >= 2, "{examples:?}");
+    for p in PROPS {
+        assert!(examples.iter().any(|(src, _)| src.contains(p)), "no docs/rules.md example uses {p}");
+    }
+    let first = &examples[0].0;
+    assert!(first.contains("allow \"ssh\" proto=tcp port=22 rate-per-source=\"5/minute burst 5\" max-conns-per-source=3"), "the issue's form: {first}");
+    let tree = SourceTree::from_files([("fwc.kdl".to_string(), first.clone())]);
+    let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap();
+    let nft = fwc_compiler::artifacts::to_pretty(&art.nftables);
+    for set in ["_ps_input_ssh_r_v4", "_ps_input_ssh_c_v6", "_ps_fwd_web_r_v4", "_ps_fwd_web_c_v6"] {
+        assert!(nft.contains(&format!("\"{set}\"")), "{set} missing:\n{nft}");
+    }
+    let manifest = serde_json::to_string(&art.manifest).unwrap();
+    assert!(manifest.contains("per-source rate 5/minute burst 5 max-conns 3 (sources by IPv4 /32 IPv6 /64; tracks up to 65536 sources per family, when full new sources are refused)"), "{manifest}");
+}
+
+/// Schedules (issue #26): docs/rules.md's examples with `during=` / `until=` compile without a
+/// warning (a scheduled rule shadows nothing), at a time before every `until=`.
+#[test]
+fn docs_rules_schedule_examples_compile() {
+    let blocks = kdl_blocks_but("rules.md", |b| !b.contains("during=") && !b.contains("until="));
+    assert!(!blocks.is_empty(), "no docs/rules.md example with during= or until=");
+    let at: jiff::Timestamp = "2026-12-01T08:00:00Z".parse().unwrap();
+    for src in &blocks {
+        let tree = SourceTree::from_files([("fwc.kdl".to_string(), src.clone())]);
+        let (art, warnings) = fwc_compiler::compile_at(&tree, None, None, at).unwrap_or_else(|d| panic!("docs/rules.md example does not compile:\n{src}\n{}", d.render(false)));
+        assert!(warnings.is_empty(), "docs/rules.md example warns:\n{src}\n{}", warnings.render(false));
+        assert!(art.manifest.valid_until.is_some(), "{src}");
+    }
+}
+
+/// quota (issue #26): every docs/rules.md example with a quota compiles, and the issue's
+/// exact form is one of them.
+#[test]
+fn docs_rules_quota_examples_compile() {
+    let examples = doc_examples_but("rules.md", |b| !b.contains("quota="));
+    assert!(!examples.is_empty(), "docs/rules.md has no quota example");
+    let issue = r#"forward "game" listen=":27015" to="198.19.0.2:27015" proto=both quota="500GB/month" quota-reset-day=1 over-quota="drop""#;
+    assert!(examples.iter().any(|(src, _)| src.contains(issue)), "the issue's form is not among the examples");
+    for (src, warnings) in &examples {
+        assert!(warnings.is_empty(), "{src}: {warnings:?}");
+    }
+}

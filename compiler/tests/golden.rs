@@ -73,6 +73,12 @@ golden_cases! {
     case_29_icmp_reject_log => "29-icmp-reject-log",
     case_30_source_nat => "30-source-nat",
     case_31_rollout => "31-rollout",
+    case_40_per_source => "40-per-source",
+    // schedules (issue #26): compiled at the time in the case's `at` file
+    case_50_schedule_summer => "50-schedule-summer",
+    case_51_schedule_winter => "51-schedule-winter",
+    // quota (issue #26)
+    case_60_forward_quota => "60-forward-quota",
 }
 
 #[test]
@@ -81,7 +87,17 @@ fn every_case_has_a_test() {
     assert_eq!(found, LISTED, "add the new golden case to the golden_cases! list");
 }
 
+/// The time a case is compiled at: its `at` file (RFC 3339; schedules), else the Unix epoch
+/// (what `compile` uses).
+fn case_time(case: &Path) -> jiff::Timestamp {
+    match std::fs::read_to_string(case.join("at")) {
+        Ok(t) => t.trim().parse().unwrap_or_else(|e| panic!("{}/at: {e}", case.display())),
+        Err(_) => jiff::Timestamp::UNIX_EPOCH,
+    }
+}
+
 fn check_case(case: &Path) {
+    let at = case_time(case);
     let name = case.file_name().unwrap().to_string_lossy().to_string();
     let tree = SourceTree::from_dir(case).unwrap_or_else(|d| panic!("{name}: {d}"));
     let before = case.join("before");
@@ -97,7 +113,7 @@ fn check_case(case: &Path) {
             insta::assert_snapshot!("fleet__waves", fwc_compiler::rollout::render_waves(&fleet));
         }
         for host in hosts(&tree) {
-            let (art, warnings) = fwc_compiler::compile(&tree, Some(&host), Some("golden"))
+            let (art, warnings) = fwc_compiler::compile_at(&tree, Some(&host), Some("golden"), at)
                 .unwrap_or_else(|d| panic!("golden case {name}, host {host}:\n{}", d.render(false)));
             for (file, text) in art.files() {
                 insta::assert_snapshot!(format!("{host}__{file}"), text);
@@ -105,7 +121,7 @@ fn check_case(case: &Path) {
             let plan = fwc_compiler::diff::plan(None, &art);
             let mut text = fwc_compiler::diff::render(&plan, false);
             if let Some(old_tree) = &old_tree {
-                let (old, _) = fwc_compiler::compile(old_tree, Some(&host), Some("before")).expect("before/ compiles");
+                let (old, _) = fwc_compiler::compile_at(old_tree, Some(&host), Some("before"), at).expect("before/ compiles");
                 text.push_str("\n--- from before/ ---\n");
                 text.push_str(&fwc_compiler::diff::render(&fwc_compiler::diff::plan(Some(&old), &art), false));
             }

@@ -66,6 +66,8 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
         on: None,
         comment: None,
         span: Span::default(),
+        per_source: None,
+        schedule: None,
     }
 }
 
@@ -116,6 +118,9 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
         on: None,
         comment: None,
         span: Span::default(),
+        per_source: None,
+        schedule: None,
+        quota: None,
     }
 }
 
@@ -133,6 +138,7 @@ fn shape(name: &str, rate: u64) -> ShapeRule {
         on: None,
         comment: None,
         span: Span::default(),
+        quota: None,
     }
 }
 

@@ -194,7 +194,7 @@ fn every_golden_case_has_passing_expectations() {
         cases += 1;
         total += report.results.len();
     }
-    assert_eq!(cases, 31, "golden cases");
+    assert_eq!(cases, 35, "golden cases");
     assert!(total >= 250, "only {total} expectations across the golden cases");
 }
 
@@ -218,6 +218,28 @@ fn explain_snapshots_of_the_imported_forms() {
             ("30-source-nat", "imported-snat", "tcp 10.8.0.5:40000 -> 192.0.2.80:443 in eth1 out eth0 forward"),
         ] {
             let tree = SourceTree::from_dir(&root().join("golden").join(case)).unwrap();
+            let view = fwc_compiler::load_host(&tree, None).unwrap();
+            let art = fwc_compiler::emit_view(&view, None);
+            let x = Evaluator::new(&art).unwrap().explain(&Flow::parse(flow).unwrap()).unwrap();
+            insta::assert_snapshot!(name, eval::render::text(&x, "localhost", &eval::rule_locations(&view)));
+        }
+    });
+}
+
+/// quota (issue #26): `fwc explain` names the quota that counts a forward's flow and what
+/// happens once it is used up (drop; a fallback rate), assuming it is not used up.
+#[test]
+fn explain_snapshots_of_quotas() {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(root().join("golden/explain/snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| {
+        for (name, flow) in [
+            ("quota-game-drop", "tcp 203.0.113.5:40000 -> 203.0.113.1:27015"),
+            ("quota-vpn-rate", "udp 203.0.113.5:40000 -> 203.0.113.1:51820"),
+            ("quota-shape-guests", "tcp 10.2.0.5:40000 -> 192.0.2.80:443 in eth0 out eth1 forward"),
+        ] {
+            let tree = SourceTree::from_dir(&root().join("golden/60-forward-quota")).unwrap();
             let view = fwc_compiler::load_host(&tree, None).unwrap();
             let art = fwc_compiler::emit_view(&view, None);
             let x = Evaluator::new(&art).unwrap().explain(&Flow::parse(flow).unwrap()).unwrap();

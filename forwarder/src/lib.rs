@@ -13,6 +13,7 @@ pub mod health;
 pub mod kernel;
 pub mod kernel_dns;
 pub mod limits;
+pub mod persource;
 mod mmsg;
 pub mod proxy;
 pub mod resolve;

@@ -128,6 +128,8 @@ pub(crate) struct RuleShared {
     pub rr: AtomicUsize,
     /// Health of the targets (all up unless the rule has a health check).
     pub health: Arc<crate::health::Health>,
+    /// Per-source limits (issue #26).
+    pub per_source: Arc<crate::persource::PerSource>,
 }
 
 impl RuleShared {
@@ -147,12 +149,21 @@ impl RuleShared {
             down: Bucket::new(l.down_bytes_per_sec, l.burst_bytes),
             rr: AtomicUsize::new(0),
             health: Arc::default(),
+            per_source: crate::persource::PerSource::new(l.per_source),
         }
+    }
+
+    /// The rule's counters with its per-source table's fill.
+    fn snapshot(&self, rule: &str) -> RuleStatsSnapshot {
+        let mut s = self.stats.snapshot(rule);
+        self.per_source.report(&mut s);
+        s
     }
 
     /// Apply a rule's limits and caps in place.
     fn apply(&self, l: &Listener) {
         self.limits.set(l.max_conns, l.conn_rate);
+        self.per_source.set(l.per_source);
         self.up.set(l.up_bytes_per_sec, l.burst_bytes);
         self.down.set(l.down_bytes_per_sec, l.burst_bytes);
     }
@@ -766,7 +777,7 @@ impl Forwarder {
             .unwrap()
             .iter()
             .filter(|(n, r)| configured.contains(n.as_str()) || r.stats.conns_active.load(Relaxed) > 0)
-            .map(|(n, r)| r.stats.snapshot(n))
+            .map(|(n, r)| r.snapshot(n))
             .collect();
         rules.sort_by(|a, b| a.rule.cmp(&b.rule));
         let health = {
@@ -794,7 +805,7 @@ impl Forwarder {
 
     /// Counters of one rule.
     pub fn stats(&self, rule: &str) -> Option<RuleStatsSnapshot> {
-        self.inner.rules.lock().unwrap().get(rule).map(|r| r.stats.snapshot(rule))
+        self.inner.rules.lock().unwrap().get(rule).map(|r| r.snapshot(rule))
     }
 
     /// Addresses actually bound for a rule (useful with port 0).

@@ -46,6 +46,7 @@ impl RuleStats {
             udp_sessions_total: self.udp_sessions_total.load(Relaxed),
             udp_dropped: self.udp_dropped.load(Relaxed),
             idle_timeouts: self.idle_timeouts.load(Relaxed),
+            ..RuleStatsSnapshot::default()
         }
     }
 }
@@ -65,4 +66,18 @@ pub struct RuleStatsSnapshot {
     pub udp_sessions_total: u64,
     pub udp_dropped: u64,
     pub idle_timeouts: u64,
+    /// Per-source limits (issue #26): sources tracked [IPv4, IPv6], the table's size per
+    /// family (0: no per-source limit), and which limits it tracks.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub per_source_size: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub per_source_entries_v4: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub per_source_entries_v6: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_source_limits: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

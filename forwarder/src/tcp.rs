@@ -99,15 +99,24 @@ fn accept(s: TcpStream, peer: SocketAddr, h: &Arc<ListenerHandle>) {
 
 /// Admission of a new connection to a forward: `from=`, `max-conns`, `conn-rate`. A refused
 /// connection is counted and closed by the caller (dropping it).
-fn admit(cur: &Current, peer: SocketAddr) -> Option<RuleGauge> {
+fn admit(cur: &Current, peer: SocketAddr) -> Option<(RuleGauge, Option<crate::persource::SourceGuard>)> {
     let stats = &cur.rule.stats;
     if !cur.allowed(peer.ip()) || cur.rule.limits.admit(stats.conns_active.load(Relaxed)).is_err() {
         stats.conns_refused.fetch_add(1, Relaxed);
         return None;
     }
+    // Per-source limits (issue #26), after the rule's own (the kernel's order).
+    let source = match cur.rule.per_source.admit(peer.ip()) {
+        Ok(g) => g,
+        Err(why) => {
+            tracing::debug!(rule = %cur.cfg.rule, %peer, ?why, "per-source limit: refused");
+            stats.conns_refused.fetch_add(1, Relaxed);
+            return None;
+        }
+    };
     stats.conns_total.fetch_add(1, Relaxed);
     stats.conns_active.fetch_add(1, Relaxed);
-    Some(RuleGauge(stats.clone()))
+    Some((RuleGauge(stats.clone()), source))
 }
 
 /// Run one connection's task; the listener's kill switch cuts it.

@@ -49,6 +49,8 @@ struct Session {
     last: Arc<AtomicU64>,
     task: JoinHandle<()>,
     stats: Arc<RuleStats>,
+    /// The client's per-source slot (issue #26), given back when the session ends.
+    source: Option<crate::persource::SourceGuard>,
 }
 
 /// How long the upstream socket of a session that ended (evicted or idle) stays open to
@@ -127,6 +129,16 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
                                 i += 1;
                                 continue;
                             }
+                            // Per-source limits (issue #26): sessions and new sessions per source.
+                            let source = match cur.rule.per_source.admit(peer.ip()) {
+                                Ok(g) => g,
+                                Err(_) => {
+                                    cur.rule.stats.conns_refused.fetch_add(1, Relaxed);
+                                    cur.rule.stats.udp_dropped.fetch_add(1, Relaxed);
+                                    i += 1;
+                                    continue;
+                                }
+                            };
                             let cap = cur.rule.limits.max_conns().map(|m| m as usize).unwrap_or(DEFAULT_MAX_SESSIONS);
                             while sessions.len() >= cap.max(1) {
                                 let oldest = sessions.iter().min_by_key(|(_, s)| s.last.load(Relaxed)).map(|(a, _)| *a);
@@ -137,7 +149,8 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
                             }
                             next_id += 1;
                             match open(&sock, gso, peer, next_id, &h, &cur, expired_tx.clone()).await {
-                                Ok(s) => {
+                                Ok(mut s) => {
+                                    s.source = source;
                                     sessions.insert(peer, s);
                                 }
                                 Err(e) => {
@@ -281,7 +294,7 @@ async fn open(
         cur.clone(),
         expired,
     ));
-    Ok(Session { id, upstream, gso, last, task, stats })
+    Ok(Session { id, upstream, gso, last, task, stats, source: None })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -418,3 +418,24 @@ async fn gso_batches_and_plain_datagrams_keep_their_boundaries_both_ways() {
         f.shutdown().await;
     }
 }
+
+/// Per-source limits (issue #26) on UDP: `max-conns-per-source` counts sessions per source
+/// address. A second session (another port) of 127.0.0.1 is refused; 127.0.0.2 is another
+/// source and gets one; the status reports the table's fill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_per_source() {
+    let be = udp_echo().await;
+    let mut l = udp("ps", &[be]);
+    l.per_source = Some(fwc_artifacts::PerSourceLimit { conn_rate: None, max_conns: Some(1), prefix4: 32, prefix6: 64, size: 100 });
+    let (f, addr) = start(opts(), vec![l]).await;
+    let a1 = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let a2 = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let b = UdpSocket::bind("127.0.0.2:0").await.unwrap();
+    assert!(roundtrip(&a1, addr, b"first").await.is_some());
+    assert!(roundtrip(&a2, addr, b"second session of the same source").await.is_none(), "over max-conns-per-source");
+    assert!(roundtrip(&b, addr, b"another source").await.is_some());
+    assert!(roundtrip(&a1, addr, b"the first session goes on").await.is_some());
+    let st = f.stats("ps").unwrap();
+    assert_eq!((st.udp_sessions_active, st.conns_refused, st.per_source_entries_v4, st.per_source_size), (2, 1, 2, 100));
+    assert_eq!(st.per_source_limits, vec!["conns".to_string()]);
+}

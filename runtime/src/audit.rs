@@ -816,7 +816,7 @@ mod tests {
             digest: d.into(),
             source: None,
         };
-        let m = |rules| Manifest { version: 1, host: "h".into(), commit: None, rules, artifact_hashes: Default::default(), setup: Default::default() };
+        let m = |rules| Manifest { version: 1, host: "h".into(), commit: None, rules, artifact_hashes: Default::default(), setup: Default::default(), valid_until: None };
         let a = m(vec![rule("a", vec![BackendKind::Nftables], "1"), rule("b", vec![BackendKind::Nftables, BackendKind::Qos], "1")]);
         let b = m(vec![rule("a", vec![BackendKind::Nftables], "2"), rule("c", vec![BackendKind::Userspace], "1")]);
         let c = changes_between(Some(&a), &b);

@@ -11,6 +11,7 @@ pub mod detached;
 pub mod import;
 pub mod kernel_eval;
 pub mod metrics;
+pub mod quota;
 pub mod repo;
 pub mod rollout;
 pub mod state;

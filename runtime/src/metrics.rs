@@ -5,8 +5,10 @@
 //! `fwc_apply_duration_seconds`, `fwc_applied_commit_info{commit}`, `fwc_drift_total`,
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
-//! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`, plus `fwc_webhook_requests_total{result}`,
-//! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}` and the
+//! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`,
+//! `fwc_quota_used_bytes{host,rule,kind,period}`, `fwc_quota_limit_bytes{…}` (quota, issue #26), plus `fwc_webhook_requests_total{result}`,
+//! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}`,
+//! `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` and the
 //! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
 //! rules file, with its kind in a `kind` label (filter, forward, shape). Every label value an
 //! alert may test (results, refusal reasons) exists at 0 from the start, so `increase()` sees
@@ -178,6 +180,36 @@ pub struct Metrics {
     last_rule_counters: Mutex<HashMap<RuleBackendLabel, (u64, u64)>>,
     last_qos_counters: Mutex<HashMap<ClassActionLabel, u64>>,
     last_sni_counters: Mutex<HashMap<ListenerResultLabel, u64>>,
+    /// `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` (issue #26):
+    /// sources tracked by a per-source limit, and how many fit (then new sources are refused).
+    pub per_source_entries: Family<PerSourceLabel, Gauge>,
+    pub per_source_size: Family<PerSourceLabel, Gauge>,
+    /// quota (issue #26): `fwc_quota_used_bytes{host,rule,kind,period}` and
+    /// `fwc_quota_limit_bytes{host,rule,kind,period}`.
+    pub quota_used_bytes: Family<QuotaLabel, Gauge>,
+    pub quota_limit_bytes: Family<QuotaLabel, Gauge>,
+}
+
+/// Labels of the per-source gauges (issue #26).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PerSourceLabel {
+    pub rule: String,
+    pub kind: String,
+    /// `rate` or `conns`.
+    pub limit: String,
+    /// `ipv4` or `ipv6`.
+    pub family: String,
+}
+
+/// quota (issue #26): the labels of the quota gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaLabel {
+    /// The agent's `--host`, as on the fleet series (the alert rules group by it).
+    pub host: String,
+    pub rule: String,
+    pub kind: String,
+    /// day, week or month.
+    pub period: String,
 }
 
 impl Default for Metrics {
@@ -221,8 +253,14 @@ impl Metrics {
             last_rule_counters: Mutex::default(),
             last_qos_counters: Mutex::default(),
             last_sni_counters: Mutex::default(),
+            per_source_entries: Family::default(),
+            per_source_size: Family::default(),
+            quota_used_bytes: Family::default(),
+            quota_limit_bytes: Family::default(),
             registry: Registry::default(),
         };
+        registry.register("fwc_quota_used_bytes", "Bytes a quota counted in its current period (both directions)", m.quota_used_bytes.clone());
+        registry.register("fwc_quota_limit_bytes", "Bytes a quota allows per period", m.quota_limit_bytes.clone());
         // Counters get their `_total` suffix from the encoder.
         registry.register("fwc_apply", "Applies by result (ok, aborted, rolled_back, failed)", m.apply_total.clone());
         registry.register("fwc_apply_duration_seconds", "Duration of apply transactions", m.apply_duration_seconds.clone());
@@ -295,6 +333,12 @@ impl Metrics {
             "Unix time of the last comparison of the live dataplane with the applied artifacts",
             m.last_drift_check.clone(),
         );
+        registry.register(
+            "fwc_per_source_entries",
+            "Sources tracked by a per-source limit (limit = rate|conns, per address family); at fwc_per_source_size new sources are refused",
+            m.per_source_entries.clone(),
+        );
+        registry.register("fwc_per_source_size", "Most sources a per-source limit tracks per address family (per-source-size=)", m.per_source_size.clone());
         m.build_info.get_or_create(&BuildLabel { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
         for (family, values) in [(&m.apply_total, APPLY_RESULTS), (&m.git_fetch_total, FETCH_RESULTS), (&m.webhook_requests_total, WEBHOOK_RESULTS)] {
             for v in values {
@@ -437,6 +481,30 @@ impl Metrics {
 
     pub fn set_target_up(&self, rule: &str, target: &str, up: bool) {
         self.forward_target_up.get_or_create(&RuleTargetLabel { rule: rule.to_string(), target: target.to_string() }).set(up as i64);
+    }
+
+    /// The fill of the per-source sets (issue #26); sets gone since the last reading are
+    /// dropped from the families.
+    pub fn observe_per_source(&self, fills: &[crate::backend::PerSourceFill]) {
+        self.per_source_entries.clear();
+        self.per_source_size.clear();
+        for f in fills {
+            let l = PerSourceLabel { rule: f.rule.clone(), kind: f.kind.as_str().to_string(), limit: f.limit.to_string(), family: f.family.to_string() };
+            self.per_source_entries.get_or_create(&l).set(f.entries as i64);
+            self.per_source_size.get_or_create(&l).set(f.size as i64);
+        }
+    }
+
+    /// quota (issue #26): the gauges of every quota of the applied rules (quotas no longer
+    /// applied disappear).
+    pub fn observe_quotas(&self, quotas: &[crate::quota::QuotaStatus]) {
+        self.quota_used_bytes.clear();
+        self.quota_limit_bytes.clear();
+        for q in quotas {
+            let l = QuotaLabel { host: self.host.clone(), rule: q.rule.clone(), kind: q.kind.as_str().to_string(), period: q.period.as_str().to_string() };
+            self.quota_used_bytes.get_or_create(&l).set(q.used_bytes.min(i64::MAX as u64) as i64);
+            self.quota_limit_bytes.get_or_create(&l).set(q.limit_bytes.min(i64::MAX as u64) as i64);
+        }
     }
 
     pub fn set_forward_connections(&self, rule: &str, n: i64) {
@@ -948,6 +1016,8 @@ mod tests {
         m.set_rollout(Some(("bad", Some("def"), "halted")), Some((1, "early")));
         m.set_held(Some(crate::rollout::follow::HoldReason::Halted));
         m.self_check_failed();
+        let fill = crate::backend::PerSourceFill { rule: "ssh".into(), kind: RuleKind::Filter, limit: "rate", family: "ipv6", entries: 3, size: 65536 };
+        m.observe_per_source(&[fill]);
         let t = m.encode();
         for want in [
             "fwc_apply_total{result=\"ok\"} 1",
@@ -969,6 +1039,8 @@ mod tests {
             "fwc_rollout_held{host=\"edge-1\",reason=\"halted\"} 1",
             "fwc_rollout_held{host=\"edge-1\",reason=\"not_promoted\"} 0",
             "fwc_self_check_failures_total{host=\"edge-1\"} 1",
+            "fwc_per_source_entries{rule=\"ssh\",kind=\"filter\",limit=\"rate\",family=\"ipv6\"} 3",
+            "fwc_per_source_size{rule=\"ssh\",kind=\"filter\",limit=\"rate\",family=\"ipv6\"} 65536",
         ] {
             assert!(t.contains(want), "missing {want} in\n{t}");
         }
@@ -1152,5 +1224,30 @@ mod tests {
         assert_eq!(http_request(a, "POST", "/hooks/git", &[], &big).map(|r| r.0).unwrap_or(413), 413);
         drop(srv);
         assert!(std::net::TcpStream::connect(a).is_err());
+    }
+
+    /// quota (issue #26): one used and one limit gauge per quota; a quota no longer applied
+    /// disappears.
+    #[test]
+    fn quota_gauges() {
+        let m = Metrics::for_host("edge-1");
+        let q = |rule: &str, used| crate::quota::QuotaStatus {
+            kind: RuleKind::Forward,
+            rule: rule.into(),
+            limit_bytes: 2_000_000,
+            used_bytes: used,
+            period: fwc_artifacts::quota::QuotaPeriod::Day,
+            period_start: "2026-11-26T00:00:00Z".into(),
+            period_end: "2026-11-27T00:00:00Z".into(),
+            over_quota: "drop".into(),
+            used_up: false,
+            counted: true,
+        };
+        m.observe_quotas(&[q("game", 1_500_000), q("old", 1)]);
+        m.observe_quotas(&[q("game", 1_600_000)]);
+        let t = m.encode();
+        assert!(t.contains("fwc_quota_used_bytes{host=\"edge-1\",rule=\"game\",kind=\"forward\",period=\"day\"} 1600000"), "{t}");
+        assert!(t.contains("fwc_quota_limit_bytes{host=\"edge-1\",rule=\"game\",kind=\"forward\",period=\"day\"} 2000000"), "{t}");
+        assert!(!t.contains("rule=\"old\""), "{t}");
     }
 }

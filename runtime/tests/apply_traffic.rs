@@ -600,3 +600,153 @@ fn apply_over_ssh_refuses_lockout_unless_allowed() {
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(tcp(&t.client, "198.18.1.1", 22, None), Probe::Timeout, "applied with --allow-lockout");
 }
+
+// Per-source limits (issue #26). Rates are per hour so no token comes back while the test
+// runs, however slow the machine; held connections are held for minutes.
+const PER_SOURCE: &str = r#"
+fwc 1
+input policy=drop {
+    allow "login" proto=tcp port=2200 rate-per-source="1/hour burst 3"
+    allow "held" proto=tcp port=2300 max-conns-per-source=2
+    allow "tiny" proto=tcp port=2400 rate-per-source="100/hour" per-source-size=1
+    allow "tinyc" proto=tcp port=2500 max-conns-per-source=5 per-source-size=1
+}
+forward "web" listen=":8080" to="198.18.2.2:80" conn-rate-per-source="1/hour burst 2"
+forward "kheld" listen=":8090" to="198.18.2.2:8090" max-conns-per-source=1
+forward "uweb" listen=":8081" to="198.18.2.2:80" backend="userspace" conn-rate-per-source="1/hour burst 2"
+forward "uheld" listen=":8091" to="198.18.2.2:8091" backend="userspace" max-conns-per-source=1
+"#;
+
+/// Wait (generous deadline) until `ns` has at least `n` established TCP connections on local
+/// port `port`.
+fn wait_established(ns: &Netns, port: u16, n: usize) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(60) {
+        let est = ns.try_exec(&["ss", "-Htn", "state", "established", &format!("( sport = :{port} )")]);
+        if String::from_utf8_lossy(&est.stdout).lines().count() >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{n} connections on :{port} never got established");
+}
+
+/// Hold a connection from `src` to `addr:port` open (the server keeps it for minutes).
+fn hold(ns: &mut Netns, addr: &str, port: u16, src: &str) {
+    ns.spawn(&["socat", "-u", &format!("TCP4:{addr}:{port},bind={src}"), "STDOUT"]);
+}
+
+#[test]
+fn per_source_limits_refuse_one_source_and_not_the_other() {
+    if !privileged("per_source_limits_refuse_one_source_and_not_the_other") {
+        return;
+    }
+    let mut t = Topology::new();
+    // Two sources: 198.18.1.2 (the "noisy" one) and 198.18.1.3; IPv6 ::2 and ::3 share a /64.
+    t.client.exec(&["ip", "addr", "add", "198.18.1.3/24", "dev", &t.client_if, "nodad"]);
+    t.client.exec(&["ip", "addr", "add", "2001:db8:1::3/64", "dev", &t.client_if, "nodad"]);
+    for (p, r) in [(2200, "login"), (2400, "tiny")] {
+        serve(&mut t.host, None, p, r);
+    }
+    for p in [2300, 2500] {
+        t.host.spawn(&["socat", &format!("TCP6-LISTEN:{p},ipv6only=0,fork,reuseaddr"), "SYSTEM:echo held; sleep 600"]);
+        wait_listen(&t.host, p, "t");
+    }
+    serve(&mut t.backend, None, 80, "backend80");
+    for p in [8090, 8091] {
+        t.backend.spawn(&["socat", &format!("TCP4-LISTEN:{p},fork,reuseaddr"), "SYSTEM:echo held; sleep 600"]);
+        wait_listen(&t.backend, p, "t");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    t.host.spawn_forwarder(env!("CARGO_BIN_EXE_fwc"), &state);
+    let repo = tmp.path().join("repo");
+    write_repo(&repo, PER_SOURCE);
+    apply_repo(&t, &repo, &state);
+    let (noisy, quiet) = ("198.18.1.2", "198.18.1.3");
+
+    // Filter rule, rate per source: burst 3 for the noisy source, then dropped; the quiet
+    // source is unaffected.
+    for i in 0..3 {
+        assert_eq!(tcp(&t.client, "198.18.1.1", 2200, Some(noisy)), Probe::Ok("login".into()), "new connection {i} within the burst");
+    }
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2200, Some(noisy)), Probe::Timeout, "over its rate: dropped");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2200, Some(quiet)), Probe::Ok("login".into()), "another source is unaffected");
+    // IPv6 sources are grouped by /64: ::3 shares ::2's bucket.
+    for _ in 0..3 {
+        assert_eq!(tcp(&t.client, "2001:db8:1::1", 2200, Some("2001:db8:1::2")), Probe::Ok("login".into()));
+    }
+    assert_eq!(tcp(&t.client, "2001:db8:1::1", 2200, Some("2001:db8:1::3")), Probe::Timeout, "same /64: same limit");
+
+    // Filter rule, connections per source: two held, the third refused (reset); the quiet
+    // source still gets in.
+    hold(&mut t.client, "198.18.1.1", 2300, noisy);
+    hold(&mut t.client, "198.18.1.1", 2300, noisy);
+    wait_established(&t.host, 2300, 2);
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2300, Some(noisy)), Probe::Refused, "third connection of one source");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2300, Some(quiet)), Probe::Ok("held".into()));
+
+    // A full tracking set (per-source-size=1): the tracked source goes on, a new source is
+    // refused (dropped) — never let through unlimited.
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2400, Some(noisy)), Probe::Ok("tiny".into()));
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2400, Some(quiet)), Probe::Timeout, "set full: new source refused");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2400, Some(noisy)), Probe::Ok("tiny".into()), "tracked source unaffected");
+    let set = t.host.exec(&["nft", "-j", "list", "set", "inet", "fwc", "_ps_input_tiny_r_v4"]);
+    let set: serde_json::Value = serde_json::from_str(&set).unwrap();
+    let body = &set["nftables"][1]["set"];
+    assert_eq!(body["size"], 1, "{set}");
+    assert_eq!(body["elem"].as_array().map(Vec::len), Some(1), "{set}");
+    // A full connection-count set drains by itself: once the tracked source's last
+    // connection is gone, the kernel drops its entry and a new source gets in.
+    let held = t.client.spawn(&["socat", "-u", &format!("TCP4:198.18.1.1:2500,bind={noisy}"), "STDOUT"]);
+    wait_established(&t.host, 2500, 1);
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2500, Some(quiet)), Probe::Refused, "conns set full: new source refused");
+    Command::new("kill").arg(held.to_string()).status().unwrap();
+    let t0 = Instant::now();
+    let mut got = tcp(&t.client, "198.18.1.1", 2500, Some(quiet));
+    while got != Probe::Ok("held".into()) && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(200));
+        got = tcp(&t.client, "198.18.1.1", 2500, Some(quiet));
+    }
+    assert_eq!(got, Probe::Ok("held".into()), "the set drained after the tracked source's connection closed");
+    // The sources the kernel tracks are not drift.
+    let st = fwc(&["status", "--json", "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["drift"], false, "{st}");
+    // …and the fill is visible: the tiny set is full.
+    let tiny = st["per_source"].as_array().unwrap().iter().find(|f| f["rule"] == "tiny" && f["family"] == "ipv4").cloned().unwrap();
+    assert_eq!((tiny["kind"].as_str(), tiny["limit"].as_str(), tiny["entries"].as_u64(), tiny["size"].as_u64()), (Some("filter"), Some("rate"), Some(1), Some(1)), "{tiny}");
+    let human = text(&fwc(&["status", "--state-dir", state.to_str().unwrap(), "--netns", &t.host.name]));
+    assert!(human.contains("filter tiny rate ipv4: 1/1 FULL: new sources refused"), "{human}");
+
+    // Kernel forward: new connections per source.
+    for _ in 0..2 {
+        assert_eq!(tcp(&t.client, "198.18.1.1", 8080, Some(noisy)), Probe::Ok("backend80".into()));
+    }
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8080, Some(noisy)), Probe::Timeout, "kernel forward: over the rate");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8080, Some(quiet)), Probe::Ok("backend80".into()));
+    // Kernel forward: connections per source.
+    hold(&mut t.client, "198.18.1.1", 8090, noisy);
+    wait_established(&t.backend, 8090, 1);
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8090, Some(noisy)), Probe::Refused, "kernel forward: over max-conns-per-source");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8090, Some(quiet)), Probe::Ok("held".into()));
+
+    // Userspace forwarder: the same limits, the same semantics (a refused connection is
+    // closed at once, so the client reads nothing).
+    for _ in 0..2 {
+        assert_eq!(tcp(&t.client, "198.18.1.1", 8081, Some(noisy)), Probe::Ok("backend80".into()));
+    }
+    assert_ne!(tcp(&t.client, "198.18.1.1", 8081, Some(noisy)), Probe::Ok("backend80".into()), "userspace: over the rate");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8081, Some(quiet)), Probe::Ok("backend80".into()));
+    hold(&mut t.client, "198.18.1.1", 8091, noisy);
+    wait_established(&t.backend, 8091, 1);
+    assert_ne!(tcp(&t.client, "198.18.1.1", 8091, Some(noisy)), Probe::Ok("held".into()), "userspace: over max-conns-per-source");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8091, Some(quiet)), Probe::Ok("held".into()));
+
+    // An unrelated commit does not reset the limits: the noisy source stays over its rate.
+    write_repo(&repo, &PER_SOURCE.replace("input policy=drop {", "input policy=drop {\n    allow \"extra\" proto=tcp port=2600"));
+    apply_repo(&t, &repo, &state);
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2200, Some(noisy)), Probe::Timeout, "still over its rate after an apply");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 8080, Some(noisy)), Probe::Timeout, "kernel forward: still over its rate after an apply");
+    assert_eq!(tcp(&t.client, "198.18.1.1", 2200, Some(quiet)), Probe::Ok("login".into()));
+}

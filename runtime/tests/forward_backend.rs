@@ -29,6 +29,7 @@ fn listener(rule: &str, port: u16) -> Listener {
         connect_timeout_ms: 1_000,
         sni: None,
         health_check: None,
+        per_source: None,
     }
 }
 
@@ -44,6 +45,7 @@ fn artifacts(listeners: Vec<Listener>) -> Artifacts {
             rules: vec![],
             artifact_hashes: BTreeMap::new(),
             setup: Default::default(),
+            valid_until: None,
         },
     }
 }

@@ -158,14 +158,18 @@ fn serve(ns: &Netns, tcp: &[u16], udp: &[u16]) {
 }
 
 /// A topology whose backend routes back through the host (so routed probes can complete),
-/// with two more client addresses (198.18.1.9, 198.18.1.20), and servers on the probed ports of host and backend.
+/// with three more client addresses (198.18.1.9, 198.18.1.20, 198.18.1.30), and servers on the probed ports of host and backend.
 fn side(tcp: &[u16], udp: &[u16]) -> Topology {
     let t = Topology::new();
     // Ping sockets (ICMP echo probes) for root in the client namespace.
     t.client.exec(&["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"]);
+    // Every rejection answered: the kernel's per-peer ICMP rate limit (6 in a burst) would
+    // silence the host's later ICMP errors to the client, so a side that answers more probes
+    // with ICMP (firewalld rejects TCP with ICMP where fwc may reset) would see "dropped".
+    t.host.exec(&["sysctl", "-qw", "net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0"]);
     t.backend.exec(&["ip", "route", "add", "default", "via", "198.18.2.1"]);
     t.backend.exec(&["ip", "-6", "route", "add", "default", "via", "2001:db8:2::1"]);
-    for extra in ["198.18.1.9/24", "198.18.1.20/24"] {
+    for extra in ["198.18.1.9/24", "198.18.1.20/24", "198.18.1.30/24"] {
         t.client.exec(&["ip", "addr", "add", extra, "dev", &t.client_if.clone()]);
     }
     serve(&t.host, tcp, udp);
@@ -259,12 +263,18 @@ fn docs_show_the_real_import(conf: &Path) {
     let out = tmp.path().join("fw");
     let o = fwc(&["import", "--from", "nft", conf.to_str().unwrap(), "--out", out.to_str().unwrap(), "-q"]);
     assert!(o.status.success(), "{}", text(&o));
+    docs_show(&out, "");
+}
+
+/// The ```kdl blocks of docs/import.md headed `// {source}<file>` (`source`: "" for the nft
+/// example, "firewalld: " for firewalld's) are the files of the import in `out`.
+fn docs_show(out: &Path, source: &str) {
     let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/import.md")).unwrap();
     let mut shown = 0;
     for block in page.split("```kdl\n").skip(1) {
         let block = block.split("```").next().unwrap();
         let Some((head, body)) = block.split_once('\n') else { continue };
-        let Some(file) = head.strip_prefix("// ").filter(|f| f.ends_with(".kdl")) else { continue };
+        let Some(file) = head.strip_prefix("// ").and_then(|f| f.strip_prefix(source)).filter(|f| f.ends_with(".kdl") && !f.contains(": ")) else { continue };
         let mut real = std::fs::read_to_string(out.join(file)).unwrap_or_else(|e| panic!("docs/import.md shows {file}, which the import does not write: {e}"));
         if file == "fwc.kdl" {
             real = real.splitn(4, '\n').nth(3).unwrap().to_string();
@@ -413,4 +423,165 @@ fn live_import_of_a_namespace_names_chains_and_handles() {
     assert!(text(&o).contains(" 0 differ"), "{}", text(&o));
     let input = std::fs::read_to_string(out.join("rules/10-input.kdl")).unwrap();
     assert!(input.contains(r#"allow "from-admins-ssh" proto=tcp port=22 from="@admins" comment="inet filter input handle "#), "{input}");
+}
+
+/// Root, and firewalld and dbus-daemon installed (scripts/setup.sh installs them; CI requires them).
+fn firewalld_gate(name: &str) -> bool {
+    privileged(name) && fwc_testkit::tool(name, "firewalld", "firewalld") && fwc_testkit::tool(name, "dbus-daemon", "dbus")
+}
+
+/// A firewalld public zone (services ssh/http/https from the system's definitions, an own
+/// service, ports, rich rules: source + service accept, log + limit, tcp-reset and plain
+/// reject, an ipset drop, an IPv6 rate-limited accept; an icmp-block, masquerade and a
+/// forward-port) loaded by the real firewalld (private D-Bus, its own mount namespace) in one
+/// namespace, the import applied by fwc in another: the same probes, the same outcomes.
+#[test]
+fn firewalld_public_zone_with_services_rich_rules_and_a_forward_port() {
+    let name = "firewalld_public_zone_with_services_rich_rules_and_a_forward_port";
+    if !firewalld_gate(name) {
+        return;
+    }
+    let conf = fixture("firewalld");
+    let probes = [
+        p(false, "198.18.1.1", 22, None),
+        p(false, "2001:db8:1::1", 22, None),
+        p(false, "198.18.1.1", 80, None),
+        p(false, "2001:db8:1::1", 443, None),
+        p(false, "198.18.1.1", 7000, None), // myapp (services/myapp.xml)
+        p(true, "198.18.1.1", 7001, None),
+        p(true, "198.18.1.1", 7000, None), // myapp's tcp port over udp: rejected
+        p(false, "198.18.1.1", 8005, None),
+        p(false, "198.18.1.1", 8010, None),
+        p(true, "198.18.1.1", 5353, None),
+        p(false, "198.18.1.1", 3306, Some("198.18.1.9")), // rich rule: source + service mysql
+        p(false, "198.18.1.1", 3306, None),
+        p(false, "198.18.1.1", 2222, Some("198.18.1.20")), // log + limit, accept
+        p(false, "198.18.1.1", 2222, None),
+        p(false, "198.18.1.1", 22, Some("198.18.1.30")), // in ipsets/blocklist.xml: dropped
+        p(true, "198.18.1.1", 5353, Some("198.18.1.30")),
+        p(false, "198.18.1.1", 23, None),  // reject type tcp-reset
+        p(false, "198.18.1.1", 113, None), // reject
+        p(false, "2001:db8:1::1", 9000, None), // IPv6 rich rule with a limit
+        p(false, "198.18.1.1", 9000, None),
+        p(false, "198.18.1.1", 8080, None), // forward-port to the backend
+        p(false, "198.18.2.2", 80, None),   // routed: the zone's forward target rejects it
+        p(false, "198.18.1.1", 0, None),    // ping: icmp-block echo-request
+        p(false, "2001:db8:1::1", 0, None),
+    ];
+    let daemon = std::cell::RefCell::new(None);
+    let load = |ns: &Netns| {
+        let lib = Path::new(fwc_runtime::import::firewalld_source::DEFAULT_LIB);
+        let d = fwc_runtime::import::firewalld_source::Daemon::start(&conf, lib, Some(&ns.name)).unwrap_or_else(|e| panic!("firewalld in {}: {e}", ns.name));
+        *daemon.borrow_mut() = Some(d);
+    };
+    same_outcomes("firewalld", &conf, load, &probes, &[22, 80, 443, 7000, 8005, 8010, 3306, 2222, 23, 113, 9000], &[7000, 7001, 5353]);
+    drop(daemon.take());
+    // docs/import.md shows this import (with the system's definitions, /usr/lib/firewalld).
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "firewalld", conf.to_str().unwrap(), "--out", out.to_str().unwrap(), "--skip-proof", "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    docs_show(&out, "firewalld: ");
+}
+
+/// Without firewalld there is no proof: the import says so and how to install it (exit 1,
+/// nothing written), unless the operator asks for --skip-proof (no tests/imported.kdl, a
+/// warning); --verify cannot be skipped. Needs no root (firewalld is never started).
+#[test]
+fn firewalld_import_without_firewalld_needs_skip_proof() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["import", "--from", "firewalld", fixture("firewalld").to_str().unwrap().to_string().leak(), "--firewalld-lib", fixture("firewalld-lib").to_str().unwrap().to_string().leak(), "--out", out.to_str().unwrap().to_string().leak()];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_fwc")).args(&args).env("FWC_FIREWALLD", "/nonexistent/firewalld").output().unwrap()
+    };
+    let o = run(&["--verify"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("the proof needs firewalld, which is not installed") && text(&o).contains("policy-rc.d") && text(&o).contains("--skip-proof"), "{}", text(&o));
+    assert!(!out.exists(), "nothing is written without the proof");
+    let o = run(&["--verify", "--skip-proof"]);
+    assert_eq!(o.status.code(), Some(2), "--verify and --skip-proof conflict: {}", text(&o));
+    let o = run(&["--skip-proof"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("warning: no tests/imported.kdl: --skip-proof"), "{}", text(&o));
+    assert!(out.join("rules/10-input-public.kdl").exists() && !out.join("tests/imported.kdl").exists());
+    let o = fwc(&["check", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// firewalld does not stop on a configuration it cannot load: it runs its stock one instead.
+/// The import must notice (a proof against the stock configuration would prove nothing).
+#[test]
+fn firewalld_refusing_the_configuration_stops_the_import() {
+    let name = "firewalld_refusing_the_configuration_stops_the_import";
+    if !firewalld_gate(name) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("firewalld");
+    std::fs::create_dir_all(conf.join("zones")).unwrap();
+    std::fs::write(conf.join("firewalld.conf"), "DefaultZone=public\n").unwrap();
+    // A zone's target is default, ACCEPT, DROP or %%REJECT%%: "REJECT" is invalid.
+    std::fs::write(conf.join("zones/public.xml"), "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<zone target=\"REJECT\">\n  <service name=\"ssh\"/>\n</zone>\n").unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "firewalld", conf.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("firewalld refused the configuration"), "{}", text(&o));
+    assert!(!out.exists());
+}
+
+/// Several zones the way firewalld dispatches them (sources, then interfaces, then the
+/// default zone), targets ACCEPT/DROP/%%REJECT%%/default, rich rules with priorities, an
+/// ipset as a zone's source, forwarding inside a zone, a policy from HOST: the proof against
+/// the ruleset the real firewalld builds from it finds no difference.
+#[test]
+fn firewalld_zones_targets_priorities_and_policies_verify() {
+    let name = "firewalld_zones_targets_priorities_and_policies_verify";
+    if !firewalld_gate(name) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // Also rich rule forms, service includes with their own destinations, a conntrack helper
+    // (its objects left out of the proof), policies HOST -> ANY, ANY -> HOST, ANY -> ANY.
+    let out = tmp.path().join("rich");
+    let o = fwc(&["import", "--from", "firewalld", fixture("firewalld-rich").to_str().unwrap(), "--out", out.to_str().unwrap(), "--verify"]);
+    assert!(o.status.success() && text(&o).contains(" 0 differ"), "{}", text(&o));
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "firewalld", fixture("firewalld-zones").to_str().unwrap(), "--out", out.to_str().unwrap(), "--verify"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains(" 0 differ"), "{}", text(&o));
+    let dmz = std::fs::read_to_string(out.join("rules/30-input-dmz-fwc-t-dmz.kdl")).unwrap();
+    // Priority -10 before the ICMP block, priority 5 after the services, the target last.
+    let at = |s: &str| dmz.find(s).unwrap_or_else(|| panic!("{s} in\n{dmz}"));
+    assert!(at("dmz-deny-from-198.18.7.0-24") < at("dmz-block-echo-request") && at("dmz-http") < at("dmz-from-198.18.8.0-24-udp-9999") && at("dmz-from-198.18.8.0-24-udp-9999") < at("dmz-in-fwc-t-dmz-drop"), "{dmz}");
+    // icmp-block-inversion: the listed types pass, other ICMP meets the zone's reject.
+    let lab = std::fs::read_to_string(out.join("rules/50-input-lab-fwc-t-lab.kdl")).unwrap();
+    assert!(lab.contains(r#"allow "lab-echo-request" proto=icmp icmp-type="echo-request" in="fwc-t-lab""#) && !lab.contains("lab-icmp"), "{lab}");
+    let output = std::fs::read_to_string(out.join("rules/80-output.kdl")).unwrap();
+    assert!(output.contains(r#"reject "reject-to-198.18.66.0-24" to="198.18.66.0/24" reject-with="port-unreachable" comment="policies/out.xml:5""#), "{output}");
+    for args in [vec!["fmt", "--check"], vec!["test"]] {
+        let mut a = args.clone();
+        a.push(out.to_str().unwrap());
+        let o = fwc(&a);
+        assert!(o.status.success(), "fwc {args:?}: {}", text(&o));
+    }
+}
+
+/// `--live` reads the running firewalld's /etc/firewalld (here: the package's own), and says
+/// that changes made without --permanent are not in it.
+#[test]
+fn firewalld_live_reads_etc_firewalld_and_warns_about_runtime_changes() {
+    let name = "firewalld_live_reads_etc_firewalld_and_warns_about_runtime_changes";
+    if !firewalld_gate(name) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let o = fwc(&["import", "--from", "firewalld", "--live", "--out", out.to_str().unwrap(), "--skip-proof"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("warning: --live imports firewalld's permanent configuration") && text(&o).contains("firewall-cmd --runtime-to-permanent"), "{}", text(&o));
+    let o = fwc(&["import", "--from", "firewalld", "--live", "--netns", "x", "--out", tmp.path().join("other").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("--netns is for --from nft/iptables"), "{}", text(&o));
 }

@@ -183,3 +183,165 @@ fn ufw_limit_becomes_a_rate_on_the_accept_with_a_note() {
     assert_eq!(lines[2], "-A ufw-user-input -p tcp --dport 22 -m limit --limit 12/minute --limit-burst 6 -j ufw-user-limit-accept");
     assert!(notes[0].starts_with("user.rules:3: ufw `limit` (6 new connections in 30 s per source address"), "{notes:?}");
 }
+
+/// firewalld's XML (tests/import/firewalld over the system definitions in
+/// tests/import/firewalld-lib) as fwc rules: each with the file:line of its element, named
+/// after what it does, in firewalld's order (log, deny, allow, then the zone's target).
+#[test]
+fn firewalld_zones_services_rich_rules_and_ipsets() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/import");
+    let (mut cfg, notes) = import::firewalld_source::read_config(&dir.join("firewalld"), &dir.join("firewalld-lib")).unwrap();
+    assert!(notes.is_empty(), "{notes:?}");
+    // The public server of the real test, plus a zone bound to a network and an interface.
+    let internal = std::fs::read_to_string(dir.join("firewalld-internal.xml")).unwrap();
+    cfg.files.insert("zones/internal.xml".into(), ("zones/internal.xml".into(), internal));
+    let imp = import::firewalld::translate(&cfg);
+    assert!(imp.notes.iter().any(|n| n.starts_with("zones/public.xml:13: firewalld applies this forward-port only to packets of zone public, not to those of internal")), "{:?}", imp.notes);
+    assert!(imp.refused.is_empty(), "{:?}", imp.refused);
+    let files = render::files(&imp, "firewalld");
+    let file = |name: &str| files.iter().find(|(p, _)| p.ends_with(name)).unwrap_or_else(|| panic!("no {name} in {files:?}")).1.clone();
+    let input: String = files.iter().filter(|(p, _)| p.contains("-input")).map(|(_, t)| t.as_str()).collect();
+    let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(paths, ["fwc.kdl", "rules/10-input-internal-from-10.9.0.0-16.kdl", "rules/20-input-internal-fwc-t-mgmt.kdl", "rules/30-input-public.kdl", "rules/40-forward.kdl", "rules/50-output.kdl"]);
+    for line in [
+        r#"log "log-from-198.18.1.20-tcp-2222" proto=tcp port=2222 from="198.18.1.20" log-prefix="SSH2 " log-rate="3/minute" comment="zones/public.xml:19""#,
+        r#"reject "block-echo-request" proto=icmp icmp-type="echo-request" reject-with="admin-prohibited" comment="zones/public.xml:11""#,
+        r#"reject "block-echo-request-v6" proto=icmpv6 icmp-type="echo-request" reject-with="admin-prohibited" comment="zones/public.xml:11""#,
+        r#"reject "reject-tcp-23" proto=tcp port=23 comment="zones/public.xml:27""#,
+        r#"reject "reject-tcp-113" proto=tcp port=113 reject-with="port-unreachable" comment="zones/public.xml:31""#,
+        r#"deny "deny-from-blocklist" from="@blocklist" comment="zones/public.xml:35""#,
+        r#"allow "ssh" proto=tcp port=22 comment="zones/public.xml:5""#,
+        r#"allow "myapp-tcp" proto=tcp port=7000 comment="zones/public.xml:8""#,
+        r#"allow "myapp-udp" proto=udp port=7001 comment="zones/public.xml:8""#,
+        r#"allow "tcp-8000-8009" proto=tcp port="8000-8009" comment="zones/public.xml:9""#,
+        r#"allow "from-198.18.1.9-mysql" proto=tcp port=3306 from="198.18.1.9" comment="zones/public.xml:14""#,
+        r#"allow "from-2001-db8-1-64-tcp-9000" proto=tcp port=9000 from="2001:db8:1::/64" rate="10/second" comment="zones/public.xml:39""#,
+        r#"allow "public-icmp" proto=icmp comment="zones/public.xml:2""#,
+        // The internal zone (target ACCEPT) by its source, then by its interface, before the default zone.
+        r#"allow "internal-from-10.9.0.0-16-accept" from="10.9.0.0/16" comment="zones/internal.xml:2""#,
+        r#"allow "internal-in-fwc-t-mgmt-accept" in="fwc-t-mgmt" comment="zones/internal.xml:2""#,
+    ] {
+        assert!(input.contains(line), "missing\n{line}\nin\n{input}");
+    }
+    assert!(file("30-input-public.kdl").starts_with("// The input chain: zone public, the default zone (zones/public.xml:2), imported.\ninput policy=reject reject-with=\"admin-prohibited\" {\n"), "{input}");
+    assert!(file("20-input-internal-fwc-t-mgmt.kdl").starts_with("// The input chain: zone internal, packets in by fwc-t-mgmt (zones/internal.xml:2), imported.\ninput {\n"), "{input}");
+    let pos = |s: &str| input.find(s).unwrap_or_else(|| panic!("{s}"));
+    assert!(pos("internal-from-10.9") < pos("internal-in-fwc-t-mgmt") && pos("internal-in-fwc-t-mgmt-accept") < pos("\"ssh\""));
+    assert!(pos("log \"log-from") < pos("block-echo-request") && pos("deny-from-blocklist") < pos("\"ssh\""));
+    let root = file("fwc.kdl");
+    for line in [
+        r#"forward "fwd-tcp-8080" listen=":8080" to="198.18.2.2:80" comment="zones/public.xml:13""#,
+        r#"masquerade "masquerade-public" from="0.0.0.0/0" comment="zones/public.xml:12""#,
+        "set \"blocklist\" {\n    - \"192.0.2.0/24\"\n    - \"198.18.9.9\"\n    - \"198.18.1.30\"\n}",
+    ] {
+        assert!(root.contains(line), "missing\n{line}\nin\n{root}");
+    }
+    assert!(file("40-forward.kdl").contains(r#"reject "rfc3964-forward" to="::/96,"#));
+    check_repo(&files);
+}
+
+/// What fwc cannot say is refused by file:line (protocols other than
+/// tcp/udp/icmp, audit, a local port redirect, an unknown service); --partial writes the rest.
+#[test]
+fn firewalld_constructs_without_an_fwc_form_are_refused_by_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::create_dir_all(d.join("zones")).unwrap();
+    std::fs::write(d.join("firewalld.conf"), "DefaultZone=edge\nIPv6_rpfilter=no\n").unwrap();
+    std::fs::write(
+        d.join("zones/edge.xml"),
+        r#"<?xml version="1.0" encoding="utf-8"?>
+<zone target="DROP">
+  <icmp-block-inversion/>
+  <protocol value="gre"/>
+  <service name="no-such-service"/>
+  <forward-port port="80" protocol="tcp" to-port="8080"/>
+  <rule family="ipv4"><source address="192.0.2.1"/><audit/><accept/></rule>
+  <rule family="ipv4"><source address="192.0.2.2" invert="true"/><drop/></rule>
+  <port protocol="tcp" port="22"/>
+</zone>
+"#,
+    )
+    .unwrap();
+    let lib = tmp.path().join("nolib");
+    let (cfg, notes) = import::firewalld_source::read_config(d, &lib).unwrap();
+    assert_eq!(notes.len(), 1, "no system definitions: said so {notes:?}");
+    let imp = import::firewalld::translate(&cfg);
+    let at: Vec<&str> = imp.refused.iter().map(|r| r.origin.as_str()).collect();
+    assert_eq!(at, ["zones/edge.xml:4", "zones/edge.xml:5", "zones/edge.xml:6", "zones/edge.xml:7", "zones/edge.xml:8"], "{:?}", imp.refused);
+    assert_eq!(imp.chains[0].policy, "drop");
+    assert_eq!(imp.chains[0].rules.len(), 1);
+    let e = import::finish(imp.clone(), None, &Default::default(), "t", false, &mut |_| {}).unwrap_err();
+    assert!(matches!(e, import::ImportError::Refused(ref r) if r.len() == 5), "{e}");
+    let out = import::finish(imp, None, &Default::default(), "t", true, &mut |_| {}).unwrap();
+    assert!(out.proof_missing.is_some() && !out.files.iter().any(|(p, _)| p.contains("imported.kdl")));
+    check_repo(&out.files);
+}
+
+/// Rich rule forms, services with includes, helpers and destinations, and policies of each
+/// direction, as a table: (XML of zone `z` or a policy, the rendered rules that must appear).
+#[test]
+fn firewalld_rich_rules_services_and_policies_table() {
+    let zone = |body: &str| format!("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<zone>\n{body}\n</zone>\n");
+    let service = |body: &str| format!("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<service>\n{body}\n</service>\n");
+    let cases: &[(&str, &[(&str, String)], &[&str])] = &[
+        (
+            "reject types and a log without prefix",
+            &[("zones/z.xml", zone("<rule family=\"ipv4\"><source address=\"192.0.2.0/24\"/><reject type=\"icmp-host-prohibited\"/></rule>\n<rule><port port=\"25\" protocol=\"tcp\"/><log/><drop/></rule>"))],
+            &[
+                r#"reject "reject-from-192.0.2.0-24" from="192.0.2.0/24" reject-with="admin-prohibited" comment="zones/z.xml:3""#,
+                r#"log "log-tcp-25" proto=tcp port=25 comment="zones/z.xml:4""#,
+                r#"deny "deny-tcp-25" proto=tcp port=25 comment="zones/z.xml:4""#,
+            ],
+        ),
+        (
+            "a service with an include, a destination and a helper; a service over udp and tcp",
+            &[
+                ("zones/z.xml", zone("<service name=\"ftp2\"/>\n<service name=\"dns2\"/>")),
+                ("services/ftp2.xml", service("<port protocol=\"tcp\" port=\"21\"/><helper name=\"ftp\"/><include service=\"web2\"/><destination ipv4=\"198.18.0.10\"/>")),
+                ("services/web2.xml", service("<port protocol=\"tcp\" port=\"8021\"/>")),
+                ("services/dns2.xml", service("<port protocol=\"tcp\" port=\"53\"/><port protocol=\"udp\" port=\"53\"/>")),
+            ],
+            &[r#"allow "ftp2" proto=tcp port=21 to="198.18.0.10" comment="zones/z.xml:3""#, r#"allow "web2" proto=tcp port=8021 comment="zones/z.xml:3""#, r#"allow "dns2" proto=both port=53 comment="zones/z.xml:4""#],
+        ),
+        (
+            "masquerade and a forward-port of a source, in rich rules",
+            &[("zones/z.xml", zone("<rule family=\"ipv4\"><source address=\"10.1.0.0/16\"/><masquerade/></rule>\n<rule family=\"ipv4\"><source address=\"198.18.3.0/24\"/><forward-port port=\"2222\" protocol=\"tcp\" to-port=\"22\" to-addr=\"10.1.0.5\"/></rule>"))],
+            &[
+                r#"masquerade "masquerade-z" from="10.1.0.0/16" comment="zones/z.xml:3""#,
+                r#"forward "fwd-tcp-2222" listen=":2222" to="10.1.0.5:22" from="198.18.3.0/24" comment="zones/z.xml:4""#,
+            ],
+        ),
+        (
+            "policies: ANY to HOST with a target, HOST to ANY, ANY to ANY",
+            &[
+                ("zones/z.xml", zone("<port protocol=\"tcp\" port=\"22\"/>")),
+                ("policies/in.xml", "<?xml version=\"1.0\"?>\n<policy target=\"DROP\" priority=\"10\">\n<ingress-zone name=\"ANY\"/><egress-zone name=\"HOST\"/>\n<port protocol=\"tcp\" port=\"80\"/>\n</policy>\n".into()),
+                ("policies/out.xml", "<?xml version=\"1.0\"?>\n<policy target=\"CONTINUE\" priority=\"-5\">\n<ingress-zone name=\"HOST\"/><egress-zone name=\"ANY\"/>\n<rule family=\"ipv4\"><destination address=\"198.18.9.0/24\"/><drop/></rule>\n</policy>\n".into()),
+                ("policies/fwd.xml", "<?xml version=\"1.0\"?>\n<policy target=\"ACCEPT\">\n<ingress-zone name=\"ANY\"/><egress-zone name=\"ANY\"/>\n</policy>\n".into()),
+            ],
+            &[
+                "allow \"tcp-22\" proto=tcp port=22 comment=\"zones/z.xml:3\"\n    allow \"tcp-80\" proto=tcp port=80 comment=\"policies/in.xml:4\"\n    deny \"policy-in\" comment=\"policies/in.xml:2\"",
+                r#"deny "deny-to-198.18.9.0-24" to="198.18.9.0/24" comment="policies/out.xml:4""#,
+                r#"allow "policy-fwd" comment="policies/fwd.xml:2""#,
+            ],
+        ),
+    ];
+    for (what, files, want) in cases {
+        let mut cfg = import::firewalld::Config { conf: "DefaultZone=z\nIPv6_rpfilter=no\nRFC3964_IPv4=no\n".into(), ..Default::default() };
+        for (path, text) in *files {
+            cfg.files.insert(path.to_string(), (path.to_string(), text.clone()));
+        }
+        let imp = import::firewalld::translate(&cfg);
+        assert!(imp.refused.is_empty(), "{what}: {:?}", imp.refused);
+        let rendered = render::files(&imp, "t");
+        let all: String = rendered.iter().map(|(_, t)| t.as_str()).collect();
+        for w in *want {
+            assert!(all.contains(w), "{what}: missing\n{w}\nin\n{all}");
+        }
+        if what.starts_with("a service") {
+            assert!(imp.notes.iter().any(|n| n.contains("conntrack helper(s) ftp")), "{what}: {:?}", imp.notes);
+        }
+        check_repo(&rendered);
+    }
+}

@@ -15,7 +15,7 @@ fn artifacts(classes: Vec<QosClass>) -> Artifacts {
         nftables: serde_json::json!({"nftables": []}).into(),
         qos: QosArtifact { version: 1, mark_mask: QOS_MARK_MASK, classes },
         forward: ForwardArtifact::default(),
-        manifest: Manifest { version: 1, host: "t".into(), commit: None, rules: vec![], artifact_hashes: BTreeMap::new(), setup: Default::default() },
+        manifest: Manifest { version: 1, host: "t".into(), commit: None, rules: vec![], artifact_hashes: BTreeMap::new(), setup: Default::default(), valid_until: None },
     }
 }
 

@@ -64,6 +64,7 @@ pub fn emit(plan: &HostPlan) -> ForwardArtifact {
                     connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
                     sni: f.sni.as_ref().map(|s| s.value.clone()),
                     health_check: f.health.as_ref().map(|h| health_check(&h.value)),
+                    per_source: f.per_source.as_ref().map(per_source_limit),
                 });
             }
         }
@@ -110,5 +111,16 @@ pub(crate) fn cidrs(e: &AddrElem) -> Vec<IpNet> {
         AddrElem::Range(IpAddr::V4(a), IpAddr::V4(b)) => ipnet::Ipv4Subnets::new(a, b, 0).map(IpNet::V4).collect(),
         AddrElem::Range(IpAddr::V6(a), IpAddr::V6(b)) => ipnet::Ipv6Subnets::new(a, b, 0).map(IpNet::V6).collect(),
         AddrElem::Range(..) => Vec::new(),
+    }
+}
+
+/// A forward's per-source limits for the forwarder (issue #26): the same burst as the kernel's.
+fn per_source_limit(p: &crate::model::PerSource) -> fwc_artifacts::PerSourceLimit {
+    fwc_artifacts::PerSourceLimit {
+        conn_rate: p.rate.as_ref().map(|r| ConnRateLimit { count: r.count, period_secs: r.per.seconds() as u32, burst: crate::persource::burst(&r.value) }),
+        max_conns: p.max_conns.as_ref().map(|m| m.value),
+        prefix4: p.prefix4,
+        prefix6: p.prefix6,
+        size: p.size,
     }
 }

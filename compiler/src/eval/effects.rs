@@ -318,6 +318,18 @@ pub fn flow_effects(
     new: &Artifacts,
     tests: &[crate::policytest::PolicyTest],
 ) -> Result<FlowEffects, super::EvalError> {
+    flow_effects_at(old_view, old, new_view, new, tests, jiff::Timestamp::UNIX_EPOCH)
+}
+
+/// [`flow_effects`] with the flows evaluated at `at` (schedules, issue #26).
+pub fn flow_effects_at(
+    old_view: Option<&HostView>,
+    old: Option<&Artifacts>,
+    new_view: &HostView,
+    new: &Artifacts,
+    tests: &[crate::policytest::PolicyTest],
+    at: jiff::Timestamp,
+) -> Result<FlowEffects, super::EvalError> {
     let changed = changed_identities(old, new);
     let mut elems = all_elems(&new_view.ruleset);
     if let Some(ov) = old_view {
@@ -328,9 +340,9 @@ pub fn flow_effects(
     if let Some(ov) = old_view {
         probes_for(&ov.ruleset, &changed, &elems, &mut probes);
     }
-    let new_ev = Evaluator::new(new)?;
-    let old_ev = old.map(Evaluator::new).transpose()?;
-    let empty = Evaluator { table: super::nft::Table::default(), qos: Default::default(), forward: Default::default() };
+    let new_ev = Evaluator::new(new)?.at(at);
+    let old_ev = old.map(|o| Evaluator::new(o).map(|e| e.at(at))).transpose()?;
+    let empty = Evaluator { table: super::nft::Table::default(), qos: Default::default(), forward: Default::default(), at: Some(at) };
     let old_ev = old_ev.as_ref().unwrap_or(&empty);
     let mut out = FlowEffects::default();
     let mut seen = BTreeSet::new();
@@ -402,21 +414,31 @@ pub fn representative_flows(view: &HostView, art: &Artifacts, tests: &[crate::po
 
 /// Flow effects of `--from`-style plans: both trees, one host. `None` when the new side does not compile.
 pub fn between_trees(old: Option<&SourceTree>, new: &SourceTree, host: Option<&str>) -> Option<Result<FlowEffects, super::EvalError>> {
+    between_trees_at(old, new, host, jiff::Timestamp::UNIX_EPOCH)
+}
+
+/// [`between_trees`] compiled and evaluated at `at` (schedules, issue #26).
+pub fn between_trees_at(old: Option<&SourceTree>, new: &SourceTree, host: Option<&str>, at: jiff::Timestamp) -> Option<Result<FlowEffects, super::EvalError>> {
     let nv = crate::load_host(new, host).ok()?;
-    let na = crate::emit_view(&nv, None);
+    let na = crate::emit_view_at(&nv, None, at);
     let ov = old.and_then(|t| crate::load_host(t, Some(&nv.host.name.value)).ok());
-    let oa = ov.as_ref().map(|v| crate::emit_view(v, None));
+    let oa = ov.as_ref().map(|v| crate::emit_view_at(v, None, at));
     let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
-    Some(flow_effects(ov.as_ref(), oa.as_ref(), &nv, &na, &tests))
+    Some(flow_effects_at(ov.as_ref(), oa.as_ref(), &nv, &na, &tests, at))
 }
 
 /// Flow effects of a live plan: the applied artifacts (None: nothing applied) against `new`'s
 /// rules for `host`. `None` when the new side does not compile.
 pub fn against_applied(applied: Option<&Artifacts>, new: &SourceTree, host: Option<&str>) -> Option<Result<FlowEffects, super::EvalError>> {
+    against_applied_at(applied, new, host, jiff::Timestamp::UNIX_EPOCH)
+}
+
+/// [`against_applied`] compiled and evaluated at `at` (schedules, issue #26).
+pub fn against_applied_at(applied: Option<&Artifacts>, new: &SourceTree, host: Option<&str>, at: jiff::Timestamp) -> Option<Result<FlowEffects, super::EvalError>> {
     let nv = crate::load_host(new, host).ok()?;
-    let na = crate::emit_view(&nv, None);
+    let na = crate::emit_view_at(&nv, None, at);
     let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
-    Some(flow_effects(None, applied, &nv, &na, &tests))
+    Some(flow_effects_at(None, applied, &nv, &na, &tests, at))
 }
 
 /// The flow-effects section of a plan, as text.

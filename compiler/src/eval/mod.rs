@@ -30,6 +30,8 @@ pub struct Evaluator {
     table: nft::Table,
     qos: QosArtifact,
     forward: ForwardArtifact,
+    /// The time flows are evaluated at (schedules' `meta day` / `meta hour`; issue #26).
+    at: Option<jiff::Timestamp>,
 }
 
 /// One netfilter hook the flow passed, with the rules that matched on it.
@@ -114,6 +116,10 @@ pub struct Explanation {
     pub userspace: Option<UserspaceHit>,
     /// Classes charged (original direction first, then replies).
     pub qos: Vec<QosHit>,
+    /// Per-source limits (issue #26) on the flow's way, in words: the evaluator assumes the
+    /// source is within them (it cannot know the source's other connections).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
 }
 
 impl Explanation {
@@ -147,13 +153,20 @@ fn source_nat(h: &Hit) -> Option<SourceNat> {
 
 impl Evaluator {
     pub fn new(a: &Artifacts) -> Result<Evaluator, EvalError> {
-        Ok(Evaluator { table: nft::Table::from_json(&a.nftables)?, qos: a.qos.clone(), forward: a.forward.clone() })
+        Ok(Evaluator { table: nft::Table::from_json(&a.nftables)?, qos: a.qos.clone(), forward: a.forward.clone(), at: None })
     }
 
     /// An evaluator of a bare nftables table (a foreign ruleset read by
     /// [`foreign::table_from_listing`]): no QoS classes, no userspace listeners.
     pub fn from_table(table: nft::Table) -> Evaluator {
-        Evaluator { table, qos: QosArtifact::default(), forward: ForwardArtifact::default() }
+        Evaluator { table, qos: QosArtifact::default(), forward: ForwardArtifact::default(), at: None }
+    }
+
+    /// Evaluate flows at `t` (the kernel's `meta day` / `meta hour`, UTC, of `during=` rules).
+    /// Without it: at the Unix epoch, the time [`crate::emit_view`] compiles for.
+    pub fn at(mut self, t: jiff::Timestamp) -> Evaluator {
+        self.at = Some(t);
+        self
     }
 
     /// Evaluate the first packet of `flow`.
@@ -170,6 +183,7 @@ impl Evaluator {
             }
         };
         let mut p = nft::Packet::new(flow, local);
+        p.at = self.at.map(|t| t.as_second());
         let mut steps = Vec::new();
         let mut path = flow.origin;
         let mut decided: Option<(nft::HookResult, String)> = None;
@@ -243,6 +257,7 @@ impl Evaluator {
             }
         }
         let userspace = if !finished && delivered_here { self.listener_for(&p) } else { None };
+        let userspace_limits = userspace.as_ref().filter(|u| u.allowed).and_then(|u| self.userspace_per_source(&u.rule));
         let (result, hook) = decided.unwrap_or((nft::HookResult { verdict: Verdict::Accept, decided_by: None, policy_of: None }, path.as_str().into()));
         let dnat_hit = steps.iter().flat_map(|s| &s.hits).find(|h| h.effects.iter().any(|e| matches!(e, Effect::Dnat { .. })));
         Ok(Explanation {
@@ -259,7 +274,28 @@ impl Evaluator {
             userspace,
             qos,
             steps,
+            limits: std::mem::take(&mut p.limits).into_iter().chain(userspace_limits).collect(),
         })
+    }
+
+    /// The per-source limits of userspace forward `rule`, in words (issue #26).
+    fn userspace_per_source(&self, rule: &str) -> Option<String> {
+        let l = self.forward.listeners.iter().find(|l| l.rule == rule)?;
+        let p = l.per_source?;
+        let mut what = Vec::new();
+        if let Some(r) = p.conn_rate {
+            what.push(format!("at most {} new connections per {} s (burst {}) per source, over it closed", r.count, r.period_secs, r.burst));
+        }
+        if let Some(m) = p.max_conns {
+            what.push(format!("at most {m} concurrent connections per source, over it closed"));
+        }
+        Some(format!(
+            "fwc:forward:{rule}: per-source limit (userspace forwarder): {} (IPv4 /{}, IPv6 /{}); a new source is also refused while {} sources are tracked — assumed here: the source is within its limit",
+            what.join(", "),
+            p.prefix4,
+            p.prefix6,
+            p.size
+        ))
     }
 
     /// The kernel forward to a DNS name whose DNAT chain the first hook's rules went to.

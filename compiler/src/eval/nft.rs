@@ -96,6 +96,8 @@ impl SetDef {
 pub struct Table {
     pub chains: BTreeMap<String, ChainDef>,
     sets: BTreeMap<String, SetDef>,
+    /// quota (issue #26): named quota objects, name -> limit in bytes.
+    quotas: BTreeMap<String, u64>,
 }
 
 /// The verdict of a rule or chain.
@@ -165,6 +167,10 @@ impl Table {
                     let expr = o.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
                     c.rules.push(RuleDef { comment: o.get("comment").and_then(Value::as_str).map(str::to_string), expr });
                 }
+                // quota (issue #26): a named quota object (`over N bytes`).
+                "quota" => {
+                    t.quotas.insert(name, o.get("bytes").and_then(Value::as_u64).unwrap_or(0));
+                }
                 other => return Err(EvalError::Malformed(format!("unknown object `{other}`"))),
             }
         }
@@ -219,6 +225,14 @@ pub struct Packet {
     /// Every target of a round-robin DNAT (`numgen inc`): the first connection gets the first,
     /// later ones the others in turn.
     pub round_robin: Vec<(IpAddr, Option<u16>)>,
+    /// Elements the packet's `add`/`update @set` statements put into dynamic sets (per-source
+    /// limits): a later `ip saddr != @set` sees them.
+    pub dyn_elems: Vec<(String, Val)>,
+    /// Per-source limits the packet passed (issue #26), in words: the evaluator cannot know a
+    /// source's history, so it assumes the source is within them and says so.
+    pub limits: Vec<String>,
+    /// When the packet passes (Unix seconds): `meta day` / `meta hour` (issue #26).
+    pub at: Option<i64>,
 }
 
 impl Packet {
@@ -239,6 +253,9 @@ impl Packet {
             orig: (flow.saddr, flow.daddr, flow.sport, flow.dport),
             local,
             round_robin: Vec::new(),
+            dyn_elems: Vec::new(),
+            limits: Vec::new(),
+            at: None,
         }
     }
 }
@@ -267,6 +284,31 @@ fn first_packet_state(flow: &Flow) -> &'static str {
     } else {
         "invalid"
     }
+}
+
+/// Words for a per-source limit statement (`limit rate over` / `ct count over` on a set
+/// element), or `None` for one the evaluator does not know.
+fn per_source_note(st: &Value, key: Option<&Value>, identity: Option<&str>) -> Option<String> {
+    let (kind, b) = st.as_object().and_then(|m| m.iter().next())?;
+    if !b.get("inv").and_then(Value::as_bool).unwrap_or(false) {
+        return None;
+    }
+    let what = match kind.as_str() {
+        "limit" => format!(
+            "at most {}/{} new connections (burst {}) per source, over it dropped",
+            b.get("rate")?.as_u64()?,
+            b.get("per").and_then(Value::as_str).unwrap_or("second"),
+            b.get("burst").and_then(Value::as_u64).unwrap_or(5)
+        ),
+        "ct count" => format!("at most {} concurrent connections per source, over it rejected", b.get("val")?.as_u64()?),
+        _ => return None,
+    };
+    let group = match key.and_then(|k| k.get("&")).and_then(|a| a.get(1)).and_then(Value::as_str) {
+        Some(mask) => format!(" (sources grouped by mask {mask})"),
+        None => String::new(),
+    };
+    let who = identity.map(|i| format!("{i}: ")).unwrap_or_default();
+    Some(format!("{who}per-source limit: {what}{group}; a new source is also refused while the tracking set is full — assumed here: the source is within its limit"))
 }
 
 /// What a rule did, for the trace.
@@ -428,6 +470,51 @@ fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut 
                 if !over && n < 1 {
                     return Ok(None);
                 }
+            }
+            "set" => {
+                // `update/add @set { key limit rate over … / ct count over … }`: a per-source
+                // limit (issue #26). The source gets its element; its first connection is
+                // within any limit, so the rule does not match.
+                let name = body.get("set").and_then(Value::as_str).and_then(|s| s.strip_prefix('@')).ok_or_else(|| unsupported(format!("set {body}")))?;
+                let key = cx.eval_expr(body.get("elem").unwrap_or(&Value::Null), p)?;
+                if key == Val::Absent {
+                    return Ok(None);
+                }
+                p.dyn_elems.push((name.to_string(), key));
+                let mut within = false;
+                for st in body.get("stmt").and_then(Value::as_array).into_iter().flatten() {
+                    let Some(note) = per_source_note(st, body.get("elem"), rule.comment.as_deref()) else {
+                        return Err(unsupported(format!("set element statement {st}")));
+                    };
+                    if !p.limits.contains(&note) {
+                        p.limits.push(note);
+                    }
+                    within = true;
+                }
+                if within {
+                    return Ok(None);
+                }
+            }
+            // quota (issue #26): the evaluator does not know a quota's usage; it assumes the
+            // quota is not used up (the rule does nothing) and says what happens once it is.
+            "quota" => {
+                let name = body.as_str().ok_or_else(|| unsupported(format!("anonymous quota {body}")))?;
+                let limit = t.quotas.get(name).ok_or_else(|| unsupported(format!("quota {name} is not declared")))?;
+                let pos = rule.expr.iter().position(|x| std::ptr::eq(x, stmt)).unwrap_or(0);
+                let then: Vec<String> = rule.expr[pos + 1..]
+                    .iter()
+                    .filter_map(|x| x.as_object().and_then(|m| m.iter().next()))
+                    .map(|(k, b)| match k.as_str() {
+                        "limit" => format!("limit to {} {}/{}", b["rate"], b["rate_unit"].as_str().unwrap_or("packets"), b["per"].as_str().unwrap_or("second")),
+                        other => other.to_string(),
+                    })
+                    .collect();
+                hit.notes.push(format!(
+                    "counted by quota {name} ({}); assumed not used up (the evaluator does not know its usage: `fwc status` shows it); once used up: {}",
+                    fwc_artifacts::quota::human_bytes(*limit),
+                    then.join(" then ")
+                ));
+                return Ok(Some(Flowctl::Next));
             }
             "accept" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Accept)))),
             "drop" => return Ok(Some(done(hit, Flowctl::Verdict(Verdict::Drop)))),
@@ -721,7 +808,12 @@ impl Cx<'_> {
     /// Does `right` (a literal, prefix, range, anonymous set, `@named` set, or flag list) hold `v`?
     fn contains(&self, right: &Value, v: &Val, p: &Packet) -> Result<bool, EvalError> {
         match right {
-            Value::String(s) if s.starts_with('@') => Ok(self.lookup(right, v, p)?.is_some()),
+            Value::String(s) if s.starts_with('@') => {
+                if p.dyn_elems.iter().any(|(n, k)| n == &s[1..] && k == v) {
+                    return Ok(true);
+                }
+                Ok(self.lookup(right, v, p)?.is_some())
+            }
             Value::Object(o) if o.contains_key("set") => {
                 let elems = o["set"].as_array().ok_or_else(|| self.unsupported(format!("set {right}")))?;
                 for e in elems {
@@ -859,6 +951,16 @@ impl Cx<'_> {
                 "iif" | "iifname" => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "oif" | "oifname" => Val::Str(p.oifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "mark" => Val::Int(u64::from(p.meta_mark)),
+                // Schedules (issue #26): the kernel's UTC weekday (0 = Sunday) and seconds
+                // since UTC midnight.
+                // Without a time: the Unix epoch, the time `emit_view` compiles for.
+                "day" | "hour" => {
+                    let t = p.at.unwrap_or(0);
+                    match key {
+                        "day" => Val::Int((t.div_euclid(86_400) + 4).rem_euclid(7) as u64),
+                        _ => Val::Int(t.rem_euclid(86_400) as u64),
+                    }
+                }
                 other => return Err(self.unsupported(format!("meta {other}"))),
             },
             "payload" => {

@@ -61,6 +61,9 @@ pub fn text(x: &Explanation, host: &str, locs: &BTreeMap<String, Location>) -> S
         }
     }
     let _ = writeln!(out, "verdict: {} (decided by {}){}", x.verdict.as_str(), x.decided_by.what, at(locs, x.decided_by.identity.as_deref()));
+    for l in &x.limits {
+        let _ = writeln!(out, "limit:   {l}");
+    }
     match x.dnat {
         Some((a, p)) => {
             let target = if a.is_ipv6() { format!("[{a}]:{p}") } else { format!("{a}:{p}") };

@@ -101,7 +101,7 @@ fn unknown_json_is_an_error_not_a_guess() {
         .into(),
         qos: Default::default(),
         forward: Default::default(),
-        manifest: crate::artifacts::Manifest { version: 1, host: "h".into(), commit: None, rules: vec![], artifact_hashes: Default::default(), setup: Default::default() },
+        manifest: crate::artifacts::Manifest { version: 1, host: "h".into(), commit: None, rules: vec![], artifact_hashes: Default::default(), setup: Default::default(), valid_until: None },
     };
     let ev = Evaluator::new(&a).unwrap();
     let err = ev.explain(&Flow::parse("tcp -> :22").unwrap()).unwrap_err();
@@ -167,4 +167,31 @@ fn a_dns_named_kernel_forward_is_followed_to_its_name() {
     assert_eq!(e.dnat_rule.as_deref(), Some("fwc:forward:api"));
     assert_eq!(e.path, Origin::Forward);
     assert!(e.masquerade);
+}
+
+/// Per-source limits (issue #26): the evaluator passes the source's element through the
+/// fail-closed lookup (it was just added), accepts, and says which limits apply — for a filter
+/// rule, a kernel forward and a userspace forward; a source the rule does not take gets no note.
+#[test]
+fn per_source_limits_are_assumed_and_said() {
+    let tree = SourceTree::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden/40-per-source")).unwrap();
+    let view = crate::load_host(&tree, None).unwrap();
+    let ev = Evaluator::new(&crate::emit_view(&view, None)).unwrap();
+    let e = x(&ev, "tcp 198.18.5.5:40000 -> 198.18.1.1:22");
+    assert_eq!((e.verdict, e.decided_by.identity.as_deref()), (Verdict::Accept, Some("fwc:filter:ssh")));
+    assert_eq!(e.limits.len(), 2, "{:?}", e.limits);
+    assert!(e.limits[0].contains("at most 5/minute new connections (burst 50) per source, over it dropped"), "{:?}", e.limits);
+    assert!(e.limits[1].contains("at most 30 concurrent connections per source, over it rejected"), "{:?}", e.limits);
+    let e = x(&ev, "tcp [2001:db8:5::9]:40000 -> [2001:db8::1]:993");
+    assert_eq!(e.decided_by.identity.as_deref(), Some("fwc:filter:imap"));
+    assert!(e.limits[0].contains("grouped by mask ffff:ffff:ffff:ff00::"), "{:?}", e.limits);
+    let e = x(&ev, "tcp 198.18.5.5:40000 -> 198.18.1.1:8080");
+    assert_eq!((e.verdict, e.dnat_rule.as_deref()), (Verdict::Accept, Some("fwc:forward:web")));
+    assert!(e.limits.iter().any(|l| l.starts_with("fwc:forward:web: per-source limit: at most 20/second")), "{:?}", e.limits);
+    let e = x(&ev, "tcp 198.18.5.5:40000 -> 198.18.1.1:8443");
+    assert!(e.limits.iter().any(|l| l.contains("per-source limit (userspace forwarder)") && l.contains("100 sources")), "{:?}", e.limits);
+    let text = render::text(&e, "localhost", &BTreeMap::new());
+    assert!(text.contains("limit:   fwc:forward:app: per-source limit"), "{text}");
+    let e = x(&ev, "udp 192.0.2.7:40000 -> 198.18.1.1:53");
+    assert!(e.limits.is_empty() && e.verdict == Verdict::Drop, "{e:?}");
 }

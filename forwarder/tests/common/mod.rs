@@ -29,6 +29,7 @@ pub fn listener(rule: &str, proto: ListenerProto, addr: &str, port: u16, targets
         connect_timeout_ms: 2_000,
         sni: None,
         health_check: None,
+        per_source: None,
     }
 }
 

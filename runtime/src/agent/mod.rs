@@ -43,6 +43,8 @@
 
 pub mod git;
 pub mod replay;
+/// Schedules (issue #26): recompiling when the applied artifacts' `valid_until` passes.
+pub mod schedule;
 pub mod selfcheck;
 pub mod verify;
 
@@ -315,6 +317,10 @@ pub struct Agent {
     target: Option<String>,
     /// Parsed rollout inputs, by the commit they were read from.
     follow_cache: FollowCache,
+    /// Schedules (issue #26): the applied artifacts' `valid_until` (compile again then).
+    pub valid_until: Option<jiff::Timestamp>,
+    /// Schedules: why the applied commit is being compiled again (the audit entry's detail).
+    schedule_note: Option<String>,
 }
 
 /// What the fleet-rollout inputs cost to compute, computed once per commit.
@@ -400,6 +406,8 @@ impl Agent {
             stop: Arc::new(AtomicBool::new(false)),
             target: None,
             follow_cache: FollowCache::default(),
+            valid_until: None,
+            schedule_note: None,
         })
     }
 
@@ -514,13 +522,27 @@ impl Agent {
         let handled_same = self.journal.handled.as_ref().is_some_and(|h| h.commit == tip_s);
         let mut just_applied = false;
         let current_is_tip = current.as_ref().and_then(|g| g.meta.commit.as_deref()) == Some(tip_s.as_str());
-        if force || !handled_same || !current_is_tip {
+        // Schedules (issue #26): past `valid_until` the applied commit is compiled again.
+        let schedule_due = current.as_ref().is_some_and(|g| schedule::recompile_due(g.artifacts.manifest.valid_until.as_deref(), self.now()));
+        if schedule_due {
+            tracing::info!(commit = %short(&tip_s), "the applied rules' schedules changed (daylight saving or an until= passed): compiling again");
+            let until = current.as_ref().and_then(|g| g.artifacts.manifest.valid_until.clone()).unwrap_or_default();
+            self.schedule_note = Some(format!("schedules: the applied rules were valid until {until} (a time zone's clock change or an until=); compiled again for {}", self.now()));
+        }
+        if force || !handled_same || !current_is_tip || schedule_due {
             just_applied = self.consider(&lock, tip, force, by_state)?;
         }
+        self.schedule_note = None;
         if !just_applied {
             self.check_drift(&lock)?;
         }
+        self.valid_until = schedule::until(lock.dir.current()?.as_ref().and_then(|g| g.artifacts.manifest.valid_until.as_deref()));
         Ok(())
+    }
+
+    /// The agent's clock (schedules; fixed by `FWC_AGENT_TEST_NOW` under the test hooks).
+    fn now(&self) -> jiff::Timestamp {
+        schedule::now(self.hooks)
     }
 
     /// The fleet rollout: gather the inputs (the tip's policy, the state read from the same
@@ -743,7 +765,7 @@ impl Agent {
         // 4. apply
         let detail = match (rewind_note, forced_note.clone()) {
             (Some(r), _) => Some(r),
-            (None, f) => f,
+            (None, f) => f.or(self.schedule_note.take()),
         };
         let base = Record { signer, detail, ..base };
         tracing::info!(commit = %short(&tip_s), "applying");
@@ -766,9 +788,9 @@ impl Agent {
     /// of ending the agent.
     fn compile_unless_stopped(&self, tree: SourceTree, commit: &str) -> Option<Result<(Artifacts, Diagnostics), Diagnostics>> {
         let (tx, rx) = mpsc::channel();
-        let (host, id) = (self.cfg.host.clone(), commit.to_string());
+        let (host, id, now) = (self.cfg.host.clone(), commit.to_string(), self.now());
         let worker = std::thread::Builder::new().name("fwc-compile".into()).stack_size(COMPILE_STACK_BYTES).spawn(move || {
-            let _ = tx.send(fwc_compiler::compile(&tree, Some(&host), Some(&id)));
+            let _ = tx.send(fwc_compiler::compile_at(&tree, Some(&host), Some(&id), now));
         });
         if let Err(e) = worker {
             return Some(Err(Diagnostics::single(Diagnostic::error("compile", format!("cannot start the compile thread: {e}")))));
@@ -1047,6 +1069,9 @@ impl Agent {
             match b.observe(&cur.artifacts) {
                 Ok(obs) => {
                     self.metrics.observe_rule_counters(&obs.counters);
+                    if !obs.per_source.is_empty() || b.kind().as_str() == "nftables" {
+                        self.metrics.observe_per_source(&obs.per_source);
+                    }
                     for (rule, n) in &obs.active_connections {
                         self.metrics.set_forward_connections(rule, *n as i64);
                     }
@@ -1064,6 +1089,16 @@ impl Agent {
             }
         }
         self.metrics.drift_checked();
+        // quota (issue #26): persist the counts, reset at the period's anchor, warn at 80 %.
+        if !cur.artifacts.manifest.setup.quotas.is_empty() {
+            let nft = crate::backend::nft::NftBackend::new(self.cfg.netns.clone());
+            match crate::quota::sync(&nft, &self.cfg.state_dir, &cur.artifacts.manifest.setup.quotas, crate::quota::now()) {
+                Ok(q) => self.metrics.observe_quotas(&q),
+                Err(e) => tracing::warn!("quota: {e}"),
+            }
+        } else {
+            self.metrics.observe_quotas(&[]);
+        }
         if !self.health.ready.load(Ordering::Relaxed) && drift.is_empty() {
             // Restart: adopt what is live.
             if let Some(c) = &cur.meta.commit {
@@ -1218,6 +1253,11 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
         }
         if cfg.once {
             return Ok(agent.once_code(fetch_failed, reconcile_failed));
+        }
+        // Schedules (issue #26): wake when the applied artifacts stop being valid.
+        // (Already past — the last reconcile could not apply — waits for the usual tick.)
+        if let Some(d) = schedule::wait_until(agent.valid_until, agent.now()).filter(|d| !d.is_zero()) {
+            next_check = next_check.min(Instant::now() + d);
         }
         let wait = next_fetch.min(next_check).saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {

@@ -311,6 +311,7 @@ impl Backend for ForwardBackend {
             })
             .collect();
         let target_health = st.health.iter().map(|h| (h.rule.clone(), h.target.clone(), h.up)).collect();
-        Ok(Observation { drift, counters, active_connections, sni, target_health, ..Default::default() })
+        let per_source = super::persource::userspace_fill(&st.rules);
+        Ok(Observation { drift, counters, active_connections, sni, target_health, per_source, ..Default::default() })
     }
 }

@@ -5,6 +5,7 @@
 pub mod forward;
 pub mod netns;
 pub mod nft;
+pub mod persource;
 pub mod published;
 pub mod qos;
 pub mod sources;
@@ -62,6 +63,22 @@ pub struct Observation {
     pub sni: Vec<SniConnections>,
     /// Health of health-checked forward targets: (rule, `host:port`, up).
     pub target_health: Vec<(String, String, bool)>,
+    /// Fill of the per-source limits' tracking sets (issue #26).
+    pub per_source: Vec<PerSourceFill>,
+}
+
+/// One per-source tracking set (issue #26): a rule's rate or connection limit, one address
+/// family; `entries` of at most `size` sources (new sources are refused when they are equal).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PerSourceFill {
+    pub rule: String,
+    pub kind: fwc_compiler::model::RuleKind,
+    /// `rate` or `conns`.
+    pub limit: &'static str,
+    /// `ipv4` or `ipv6`.
+    pub family: &'static str,
+    pub entries: u64,
+    pub size: u64,
 }
 
 /// Connections of one SNI-routed socket (`tcp 0.0.0.0:443`) with one `result`: `routed`,

@@ -101,6 +101,9 @@ pub struct NftBackend {
     /// The nft binary (default `nft`).
     pub nft: String,
     staged: Option<Staged>,
+    /// quota (issue #26): the quotas of the ruleset being applied (from its manifest), whose
+    /// objects get their `used` restored when a batch (re)creates them ([`crate::quota`]).
+    quota_policies: Vec<fwc_artifacts::quota::QuotaPolicy>,
     committed: bool,
     /// Set by commit: the next observe is the apply's verify, which compares without set
     /// elements (see the module doc).
@@ -136,6 +139,7 @@ impl NftBackend {
             netns,
             nft: "nft".into(),
             staged: None,
+            quota_policies: Vec::new(),
             committed: false,
             verify_pending: false,
             base: None,
@@ -153,7 +157,15 @@ impl NftBackend {
         self
     }
 
-    fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
+        let mut c = self.command_in_netns();
+        // nft prints `meta hour` in its own local time zone; fwc loads seconds since UTC
+        // midnight and compares listings, so every nft it runs reads and prints UTC (schedules).
+        c.env("TZ", "UTC");
+        c
+    }
+
+    fn command_in_netns(&self) -> Command {
         match &self.netns {
             // nft is a process that must run in the namespace: `ip netns exec` is the standard
             // way to start one there, the very command `--netns` is documented as (operators
@@ -360,6 +372,7 @@ impl NftBackend {
         tmp.write_all(&serde_json::to_vec(&replace_tx(nftables)?).into_diagnostic()?).into_diagnostic()?;
         tmp.flush().into_diagnostic()?;
         let child = Command::new("unshare")
+            .env("TZ", "UTC")
             .args(["-n", "sh", "-c", "\"$1\" -j -f \"$2\" && \"$1\" -j list table inet fwc", "sh", &self.nft])
             .arg(tmp.path())
             .stdout(std::process::Stdio::piped())
@@ -462,6 +475,9 @@ impl NftBackend {
                     }
                 }
                 obs.counters = counters(&live);
+                if !terse {
+                    obs.per_source = super::persource::fill(&live);
+                }
             }
         }
         Ok(obs)
@@ -598,6 +614,22 @@ impl NftBackend {
         })
     }
 
+    /// quota (issue #26): restore the usage of every quota object `tx` (re)creates, from the
+    /// live count or the ledger in the state dir (`<state dir>/cache`'s parent); see
+    /// [`crate::quota::restore_used`]. Costs one `nft list quotas` when `tx` adds a quota.
+    fn restore_quotas(&self, tx: &mut Value, policies: &[fwc_artifacts::quota::QuotaPolicy]) {
+        let adds_quota = tx["nftables"].as_array().is_some_and(|b| b.iter().any(|c| c.get("add").and_then(|a| a.get("quota")).is_some()));
+        if policies.is_empty() || !adds_quota {
+            return;
+        }
+        let live = crate::quota::kernel::live_usage(self).unwrap_or_else(|e| {
+            tracing::warn!("quota: cannot read the live counts ({e}); restoring from the ledger");
+            Default::default()
+        });
+        let state_dir = self.cache_dir.as_deref().and_then(std::path::Path::parent);
+        crate::quota::restore_used(tx, &live, state_dir, policies, crate::quota::now());
+    }
+
     /// Append a committed batch to `FWC_NFT_BATCH_LOG` (tests inspect what was sent).
     fn log_batch(tx: &Value) {
         if let Ok(path) = std::env::var("FWC_NFT_BATCH_LOG") {
@@ -622,6 +654,7 @@ impl Backend for NftBackend {
     }
 
     fn prepare(&mut self, next: &Artifacts) -> miette::Result<()> {
+        self.quota_policies = next.manifest.setup.quotas.clone();
         self.committed = false;
         self.verify_pending = false;
         let live = self.list_terse().wrap_err("nftables: prepare failed")?;
@@ -714,6 +747,8 @@ impl Backend for NftBackend {
         if let Some(dir) = &self.cache_dir {
             stamp::forget(dir);
         }
+        let policies = std::mem::take(&mut self.quota_policies);
+        self.restore_quotas(tx, &policies);
         Self::log_batch(tx);
         let mut result = if tx["nftables"].as_array().is_some_and(Vec::is_empty) { Ok(()) } else { self.run_file(tx, false) };
         if let (Err(e), Some(doc)) = (&result, &staged.unchecked_fallback) {
@@ -721,6 +756,7 @@ impl Backend for NftBackend {
             // aborted it): replace the table whole, as prepare does for a checked diff.
             tracing::warn!("nftables: the diff does not apply to the live table ({e}); replacing the table whole");
             result = replace_tx(doc.value()).and_then(|mut full| {
+                self.restore_quotas(&mut full, &policies);
                 if injected_failure("commit", BackendKind::Nftables) {
                     full["nftables"].as_array_mut().unwrap().push(json!({"create": {"table": {"family": "inet", "name": NFT_TABLE}}}));
                 }
@@ -757,7 +793,8 @@ impl Backend for NftBackend {
                 // this rollback only follows a failed verify or a later backend's failure, and
                 // keeping a copy of every committed element to diff back from would cost every
                 // apply. (`fwc rollback` is an ordinary transaction: a diff.)
-                let tx = replace_tx(&p.nftables)?;
+                let mut tx = replace_tx(&p.nftables)?;
+                self.restore_quotas(&mut tx, &p.manifest.setup.quotas);
                 match self.preserving_tx(&tx, &dynamic_sets(&p.nftables))? {
                     Some(keep) => self.run_file(&keep, false),
                     None => self.run_file(&tx, false),
@@ -780,10 +817,11 @@ impl Backend for NftBackend {
         if let Some(prev) = back {
             let attempt = (|| -> Result<bool> {
                 let live = self.list_terse()?;
-                let (change, tx) = self.change(Some(&committed.nftables), prev, live.as_ref(), None)?;
+                let (change, mut tx) = self.change(Some(&committed.nftables), prev, live.as_ref(), None)?;
                 if change.mode != NftMode::Diff && change.mode != NftMode::Unchanged {
                     return Ok(false);
                 }
+                self.restore_quotas(&mut tx, &previous.map(|p| p.manifest.setup.quotas.clone()).unwrap_or_default());
                 tracing::info!("nftables: rollback: {}", change.describe());
                 Self::log_batch(&tx);
                 if !tx["nftables"].as_array().is_some_and(Vec::is_empty) {
@@ -930,9 +968,15 @@ pub fn dynamic_sets(doc: &Value) -> Vec<(String, Value)> {
     let Some(arr) = doc.get("nftables").and_then(Value::as_array) else { return Vec::new() };
     arr.iter()
         .filter_map(|o| o.get("add").and_then(|a| a.get("set")).or_else(|| o.get("set")))
-        .filter(|s| s["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "timeout")))
+        .filter(|s| s["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "timeout")) || is_per_source_set(s))
         .filter_map(|s| Some((s["name"].as_str()?.to_string(), s.clone())))
         .collect()
+}
+
+/// A per-source limit's set (issue #26, `fwc_compiler::persource`): the kernel adds its
+/// elements (the sources it sees), so they are neither drift nor dropped by an apply.
+fn is_per_source_set(set: &Value) -> bool {
+    set["name"].as_str().is_some_and(|n| fwc_compiler::persource::parse_set_name(n).is_some())
 }
 
 /// What must match for a dynamic set's elements to be carried over.
@@ -1051,6 +1095,9 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
         };
         strip_volatile(&mut body);
         if let Value::Object(b) = &mut body {
+            if kind == "quota" {
+                b.remove("used"); // quota (issue #26): the count is not drift
+            }
             b.remove("handle");
             b.remove("family");
             b.remove("table");
@@ -1059,7 +1106,8 @@ fn normalize_with(listing: &Value, elements: bool) -> Normalized {
                     .get("flags")
                     .and_then(Value::as_array)
                     .is_some_and(|f| f.iter().any(|x| x == "dynamic" || x == "timeout"));
-                if dynamic {
+                let per_source = b.get("name").and_then(Value::as_str).is_some_and(|n| fwc_compiler::persource::parse_set_name(n).is_some());
+                if dynamic || per_source {
                     b.remove("elem");
                 } else if let Some(Value::Array(elems)) = b.get_mut("elem") {
                     elems.sort_unstable_by(element_order);

@@ -87,6 +87,7 @@ mod tests {
             ],
             artifact_hashes: Default::default(),
             setup: Default::default(),
+            valid_until: None,
         }
     }
 

@@ -485,6 +485,14 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
         if let Some(p) = &st.previous_generation {
             println!("Previous:   {} ({}) — `fwc rollback` returns to it", short(&st.previous_commit), p);
         }
+        // Schedules (issue #26).
+        if let Some(vu) = &st.valid_until {
+            if crate::agent::schedule::recompile_due(Some(vu), jiff::Timestamp::now()) {
+                println!("Schedules:  {} since {vu} (a clock change or an until= passed): the agent compiles again; without it run `fwc apply`", paint.c("33", "out of date"));
+            } else {
+                println!("Schedules:  right until {vu} (a time zone's clock change or an until=); the agent compiles again then");
+            }
+        }
     }
     if st.drift {
         println!("Drift:      {}", paint.c("1;35", "yes"));
@@ -494,10 +502,36 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
     } else {
         println!("Drift:      no");
     }
+    if !st.quotas.is_empty() {
+        // quota (issue #26)
+        println!("Quotas:");
+        for q in &st.quotas {
+            let pct = if q.limit_bytes == 0 { 0.0 } else { q.used_bytes as f64 * 100.0 / q.limit_bytes as f64 };
+            let state = if q.used_up { paint.c("1;31", &format!("used up: {}", q.over_quota)) } else { format!("{pct:.1} %") };
+            println!(
+                "  {} {}: {} of {} bytes per {} ({state}); period {} to {}{}",
+                q.kind.as_str(),
+                q.rule,
+                q.used_bytes,
+                q.limit_bytes,
+                q.period.as_str(),
+                q.period_start,
+                q.period_end,
+                if q.counted { "" } else { " (not counted live: the ledger's count)" }
+            );
+        }
+    }
     if !st.target_health.is_empty() {
         println!("Targets:    (health checks)");
         for t in &st.target_health {
             println!("  {} {} {}", t.rule, t.target, if t.up { paint.c("32", "up") } else { paint.c("1;31", "down (taken out)") });
+        }
+    }
+    if !st.per_source.is_empty() {
+        println!("Per-source: (sources tracked / size per family; at the size new sources are refused)");
+        for f in &st.per_source {
+            let full = if f.entries >= f.size { paint.c("1;31", " FULL: new sources refused") } else { String::new() };
+            println!("  {} {} {} {}: {}/{}{full}", f.kind.as_str(), f.rule, f.limit, f.family, f.entries, f.size);
         }
     }
     if let Some(a) = &st.agent {

@@ -142,7 +142,7 @@ fn read_tree(dir: &Path) -> std::result::Result<SourceTree, Diagnostics> {
 }
 
 pub fn check(a: CheckArgs, g: &Global) -> Result<ExitCode> {
-    let result = read_tree(&a.dir).and_then(|t| fwc_compiler::check_fleet(&t).map(|w| (t, w))).and_then(|(t, w)| {
+    let result = read_tree(&a.dir).and_then(|t| fwc_compiler::check_fleet_at(&t, jiff::Timestamp::now()).map(|w| (t, w))).and_then(|(t, w)| {
         fwc_compiler::policytest::check(&t)?;
         Ok((t, w))
     });
@@ -169,7 +169,7 @@ pub fn check(a: CheckArgs, g: &Global) -> Result<ExitCode> {
 /// Compile `dir` for `host`, rendering diagnostics on failure (as `fwc compile` does).
 pub fn compile_dir(dir: &Path, host: Option<&str>, commit: Option<&str>, json: bool, g: &Global) -> Result<Option<Artifacts>> {
     let commit = commit.map(str::to_string).or_else(|| crate::repo::checkout_commit(dir));
-    match read_tree(dir).and_then(|t| fwc_compiler::compile(&t, host, commit.as_deref())) {
+    match read_tree(dir).and_then(|t| fwc_compiler::compile_at(&t, host, commit.as_deref(), jiff::Timestamp::now())) {
         Ok((artifacts, warnings)) => {
             if !json {
                 report(&warnings, false, g);
@@ -211,7 +211,7 @@ pub fn compile(a: CompileArgs, g: &Global) -> Result<ExitCode> {
 /// `fwc compile --all-hosts`: every host, in parallel, written only when all compile.
 fn compile_all_hosts(a: CompileArgs, g: &Global) -> Result<ExitCode> {
     let commit = a.commit.clone().or_else(|| crate::repo::checkout_commit(&a.dir));
-    let compiled = match read_tree(&a.dir).and_then(|t| fwc_compiler::compile_all(&t, commit.as_deref())) {
+    let compiled = match read_tree(&a.dir).and_then(|t| fwc_compiler::compile_all_at(&t, commit.as_deref(), jiff::Timestamp::now())) {
         Ok(c) => c,
         Err(diags) => {
             report(&diags, a.json, g);
@@ -287,9 +287,10 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
         }
     };
     let host = a.host.as_deref();
+    let now = jiff::Timestamp::now();
     // The old side may not even compile (that is often why one plans); then all is new.
-    let old = old_tree.as_ref().and_then(|t| fwc_compiler::compile(t, host, Some(&old_commit.id().to_string())).ok()).map(|(art, _)| art);
-    let new = match fwc_compiler::compile(&new_tree, host, new_id.as_deref()) {
+    let old = old_tree.as_ref().and_then(|t| fwc_compiler::compile_at(t, host, Some(&old_commit.id().to_string()), now).ok()).map(|(art, _)| art);
+    let new = match fwc_compiler::compile_at(&new_tree, host, new_id.as_deref(), now) {
         Ok((art, warnings)) => {
             if !a.json {
                 report(&warnings, false, g);
@@ -304,7 +305,7 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
     let plan = fwc_compiler::diff::plan(old.as_ref(), &new);
     let rollout = host_rollout(&new_tree, &new.manifest.host);
     // Which flows the change opens, closes or redirects (docs/testing-policies.md).
-    let effects = match fwc_compiler::eval::effects::between_trees(old_tree.as_ref().filter(|_| old.is_some()), &new_tree, host) {
+    let effects = match fwc_compiler::eval::effects::between_trees_at(old_tree.as_ref().filter(|_| old.is_some()), &new_tree, host, now) {
         Some(Ok(e)) => Some(e),
         Some(Err(e)) => return Err(miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "cannot compute flow effects: {e}")),
         None => None,

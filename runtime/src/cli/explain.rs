@@ -22,7 +22,8 @@ a missing source is 198.18.200.1 (2001:db8:ffff::1), a missing destination addre
 Examples:\n  fwc explain examples/edge-host \"tcp 203.0.113.5:40000 -> 198.18.1.1:8080\"\n  \
 fwc explain \"udp -> :53 in eth0\" --json\n  fwc explain --live \"tcp 192.0.2.7 -> :22\"      # the generation applied here\n  \
 fwc explain --rule fwc:filter:ssh                 # where the rule with this nft comment is written\n  \
-fwc explain --live --rule fwc:forward:web         # ... in the generation applied here\n\n\
+fwc explain --live --rule fwc:forward:web         # ... in the generation applied here\n  \
+fwc explain \"tcp -> :443\" --at 2026-12-05T20:00:00+01:00   # a during= rule at another time\n\n\
 Exit codes: 0 explained, 1 error.")]
 pub struct ExplainArgs {
     /// [DIR] FLOW: the rule repository (default `.`) and the flow to explain.
@@ -44,6 +45,10 @@ pub struct ExplainArgs {
     /// Print the explanation as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Explain the flow at this time (RFC 3339 with offset, e.g. 2026-12-01T09:00:00+01:00;
+    /// default: now): rules with during= or until= decide by it.
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
 }
 
 pub fn run(a: ExplainArgs, g: &Global) -> Result<ExitCode> {
@@ -56,6 +61,10 @@ pub fn run(a: ExplainArgs, g: &Global) -> Result<ExitCode> {
         _ => unreachable!("clap takes one or two"),
     };
     let flow = Flow::parse(&flow_text).map_err(|e| miette!(help = e.help.clone(), "cannot read the flow \"{flow_text}\": {e}"))?;
+    let at = match &a.at {
+        Some(t) => fwc_compiler::policytest::parse_at(t).map_err(|e| miette!(help = "write --at 2026-12-01T09:00:00+01:00 (or …Z for UTC)", "--at: {e}"))?,
+        None => jiff::Timestamp::now(),
+    };
     let (artifacts, host, locs) = if a.live {
         let state = crate::state::StateDir::new(&a.state_dir);
         let generation = state.current()?.ok_or_else(|| {
@@ -69,17 +78,25 @@ pub fn run(a: ExplainArgs, g: &Global) -> Result<ExitCode> {
         (generation.artifacts, format!("{host} (applied generation {})", generation.name), locs)
     } else {
         let Some(view) = load_view(&dir, a.host.as_deref(), g) else { return Ok(ExitCode::from(1)) };
-        let artifacts = fwc_compiler::emit_view(&view, None);
+        let artifacts = fwc_compiler::emit_view_at(&view, None, at);
         let host = view.host.name.value.clone();
         (artifacts, host, eval::rule_locations(&view))
     };
-    let ev = Evaluator::new(&artifacts).map_err(|e| miette!("{e}"))?;
+    let ev = Evaluator::new(&artifacts).map_err(|e| miette!("{e}"))?.at(at);
     let x = ev.explain(&flow).map_err(|e| miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "{e}"))?;
+    // Schedules: the time the rules were evaluated at, when any rule depends on it.
+    let timed = artifacts.manifest.valid_until.is_some();
     if a.json {
-        let v = serde_json::json!({ "host": host, "explanation": x, "locations": locs });
+        let mut v = serde_json::json!({ "host": host, "explanation": x, "locations": locs });
+        if timed {
+            v["at"] = serde_json::Value::String(at.to_string());
+        }
         println!("{}", serde_json::to_string_pretty(&v).expect("explanation serializes"));
     } else {
         print!("{}", eval::render::text(&x, &host, &locs));
+        if timed {
+            println!("at:      {at} (rules with during=/until= decided by this time; --at to change it)");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -101,7 +118,7 @@ fn find_rule(a: &ExplainArgs, id: &str, g: &Global) -> Result<ExitCode> {
         (generation.artifacts.manifest, locs, whence)
     } else {
         let Some(view) = load_view(&dir, a.host.as_deref(), g) else { return Ok(ExitCode::from(1)) };
-        (fwc_compiler::emit_view(&view, None).manifest, eval::rule_locations(&view), format!("{}", dir.display()))
+        (fwc_compiler::emit_view_at(&view, None, jiff::Timestamp::now()).manifest, eval::rule_locations(&view), format!("{}", dir.display()))
     };
     let Some(rule) = manifest.rules.iter().find(|r| r.kind == kind && r.name == name) else {
         return Err(miette!(help = "`fwc explain --rule` knows the rules of one host (--host); fwc's own rules have no comment", "no {} \"{name}\" on host {} ({whence})", kind.as_str(), manifest.host));
@@ -149,7 +166,7 @@ pub fn live_flow_effects(state: &crate::state::StateDir, dir: &Path, host: Optio
     }
     let Ok(tree) = SourceTree::from_dir(dir) else { return Ok(None) };
     let applied = state.current()?.map(|g| g.artifacts);
-    match fwc_compiler::eval::effects::against_applied(applied.as_ref(), &tree, host) {
+    match fwc_compiler::eval::effects::against_applied_at(applied.as_ref(), &tree, host, jiff::Timestamp::now()) {
         None => Ok(None),
         Some(Ok(e)) => Ok(Some(e)),
         Some(Err(e)) => Err(miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "cannot compute flow effects: {e}")),

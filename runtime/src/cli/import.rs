@@ -17,6 +17,8 @@ fwc import --from nft --live --out fw                      # this host's ruleset
 fwc import --from nft --live --netns blue --out fw         # a network namespace's ruleset\n  \
 fwc import --from iptables /etc/iptables/rules.v4 --out fw # iptables-save output (or the directory)\n  \
 fwc import --from ufw /etc/ufw --out fw                    # loaded by ufw's own ufw-init in a scratch namespace\n  \
+fwc import --from firewalld /etc/firewalld --out fw        # zones, services, policies, ipsets (proof: firewalld itself)\n  \
+fwc import --from firewalld --live --out fw                # the running firewalld's /etc/firewalld\n  \
 fwc import --from nft /etc/nftables.conf --out fw --verify # and prove: N flows, 0 differ\n\n\
 Writes DIR/fwc.kdl, DIR/rules/*.kdl, large sets under DIR/lists/, and DIR/tests/imported.kdl: what the ORIGINAL\n\
 does to a sample of flows (every rule's boundary addresses and ports, both families, each interface, random\n\
@@ -25,8 +27,8 @@ A construct fwc cannot express is an error naming its origin (with --partial: a 
 See docs/import.md. Exit codes: 0 imported (and verified), 1 error or refused constructs, 3 --verify found differences.")]
 pub struct ImportArgs {
     /// What the original is: nft (an nft -f file, or the live ruleset), iptables (iptables-save
-    /// output or /etc/iptables), ufw (/etc/ufw, loaded by ufw's own ufw-init), firewalld (not yet:
-    /// import what it loaded with `--from nft --live`).
+    /// output or /etc/iptables), ufw (/etc/ufw, loaded by ufw's own ufw-init), firewalld
+    /// (/etc/firewalld: its XML translated; the proof runs firewalld on a copy in a scratch namespace).
     #[arg(long, value_parser = ["nft", "iptables", "ufw", "firewalld"])]
     pub from: String,
     /// The file (or directory) to import. Not with --live.
@@ -48,6 +50,13 @@ pub struct ImportArgs {
     /// proof: "N flows, 0 differ", or each difference with both deciding rules (exit 3).
     #[arg(long)]
     pub verify: bool,
+    /// firewalld: the system's definitions (services, zones, policies) the configuration builds on.
+    #[arg(long, value_name = "DIR", default_value = crate::import::firewalld_source::DEFAULT_LIB, value_hint = clap::ValueHint::DirPath)]
+    pub firewalld_lib: PathBuf,
+    /// firewalld: import without the proof when firewalld is not installed (no
+    /// tests/imported.kdl; nothing shows that the import does what firewalld did).
+    #[arg(long, conflicts_with = "verify")]
+    pub skip_proof: bool,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -78,14 +87,31 @@ pub fn run(a: ImportArgs, g: &Global) -> Result<ExitCode> {
         }
         Err(miette::miette!(help = e.hint(), "{e}"))
     };
-    let (listing, origins, label, notes) = match import::read(kind, a.path.as_deref(), a.live, a.netns.as_deref()) {
-        Ok(x) => x,
-        Err(e) => return fail(e),
+    let (imp, label) = if kind == Kind::Firewalld {
+        if a.netns.is_some() {
+            return Err(miette::miette!(help = "run fwc in that namespace's mount namespace, or give its configuration directory as PATH", "--netns is for --from nft/iptables: firewalld's configuration is a directory"));
+        }
+        let dir = a.path.clone().unwrap_or_else(|| PathBuf::from("/etc/firewalld"));
+        match import::firewalld(&dir, &a.firewalld_lib, a.live, a.skip_proof, a.partial, &mut progress) {
+            Ok(x) => x,
+            Err(e) => return fail(e),
+        }
+    } else {
+        if a.skip_proof {
+            return Err(miette::miette!(help = "the other sources are proved by loading them with their own tool", "--skip-proof is for --from firewalld"));
+        }
+        let (listing, origins, label, notes) = match import::read(kind, a.path.as_deref(), a.live, a.netns.as_deref()) {
+            Ok(x) => x,
+            Err(e) => return fail(e),
+        };
+        match import::import_with_notes(listing, &origins, &label, notes, a.partial, &mut progress) {
+            Ok(x) => (x, label),
+            Err(e) => return fail(e),
+        }
     };
-    let imp = match import::import_with_notes(listing, &origins, &label, notes, a.partial, &mut progress) {
-        Ok(x) => x,
-        Err(e) => return fail(e),
-    };
+    if a.live && kind == Kind::Firewalld && !a.json {
+        eprintln!("warning: --live imports firewalld's permanent configuration: runtime-only changes (firewall-cmd without --permanent) are not in it");
+    }
     if let Err(e) = import::write(&a.out, &imp.files) {
         return fail(e);
     }

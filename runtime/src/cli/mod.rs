@@ -147,7 +147,7 @@ pub enum Command {
     Rollback(apply::RollbackArgs),
     /// Run the policy tests in tests/*.kdl against the compiled rules (exit 3 if one fails).
     Test(test::TestArgs),
-    /// Adopt an existing firewall (nftables, iptables, ufw) as a rule repository, with policy tests proving it.
+    /// Adopt an existing firewall (nftables, iptables, ufw, firewalld) as a rule repository, with policy tests proving it.
     Import(import::ImportArgs),
     /// Show what the compiled rules do to one flow: path, matching rules, deciding rule (file:line:col), DNAT, QoS, forwarder.
     Explain(explain::ExplainArgs),

@@ -41,6 +41,11 @@ pub struct TestArgs {
     /// Also write a JUnit XML report to FILE (one testcase per expectation and host).
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Evaluate at this time (RFC 3339 with offset, e.g. 2026-12-01T09:00:00+01:00; default:
+    /// now): rules with during= or until= decide by it. An expectation's own at="…" wins.
+    /// Not with --kernel (the kernel matches the real clock).
+    #[arg(long, value_name = "TIME", conflicts_with = "kernel")]
+    pub at: Option<String>,
 }
 
 pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
@@ -51,7 +56,11 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let report = match policytest::run(&tree) {
+    let at = match &a.at {
+        Some(t) => policytest::parse_at(t).map_err(|e| miette::miette!(help = "write --at 2026-12-01T09:00:00+01:00 (or …Z for UTC)", "--at: {e}"))?,
+        None => jiff::Timestamp::now(),
+    };
+    let report = match policytest::run_at(&tree, at) {
         Ok(r) => r,
         Err(RunError::Diagnostics(d)) => {
             if a.json {
@@ -87,13 +96,17 @@ pub fn run(a: TestArgs, g: &Global) -> Result<ExitCode> {
 fn kernel_check(tree: &SourceTree, report: &mut Report) -> Result<()> {
     let hosts: std::collections::BTreeSet<String> = report.results.iter().map(|r| r.host.clone()).collect();
     for host in hosts {
-        let (artifacts, _) = fwc_compiler::compile(tree, Some(&host), None).map_err(|d| miette::miette!("{}", d.render(false)))?;
+        let (artifacts, _) = fwc_compiler::compile_at(tree, Some(&host), None, jiff::Timestamp::now()).map_err(|d| miette::miette!("{}", d.render(false)))?;
         let idx: Vec<usize> = (0..report.results.len()).filter(|&i| report.results[i].host == host).collect();
         let flows: Vec<_> = idx.iter().map(|&i| report.results[i].flow.clone()).collect();
         let outcomes = crate::kernel_eval::evaluate_all(&artifacts, &flows).map_err(|e| miette::miette!(help = "run fwc test --kernel as root; it only touches namespaces it creates", "kernel mode: {e}"))?;
         for (i, k) in idx.into_iter().zip(outcomes) {
             let r = &mut report.results[i];
             match k {
+                // Schedules: the kernel matches the real clock, not an expectation's own time.
+                _ if r.at.is_some() => {
+                    r.decided_by.push_str(" [kernel: not checked (at= a fixed time; the kernel runs on the real clock)]");
+                }
                 None if r.flow.origin == fwc_compiler::eval::Origin::Output => {
                     r.decided_by.push_str(" [kernel: not sent (flows sent by the host: pure evaluator only)]");
                 }
@@ -133,6 +146,10 @@ fn human(r: &Report, dir: &str, color: bool) -> String {
         let _ = writeln!(out, "{status} {} [{}] {}", loc(&t.location), t.host, t.name);
         if t.passed {
             let _ = writeln!(out, "     {}: {}{decided_at}", t.expected, t.decided_by);
+            // Per-source limits (issue #26): an accept holds only within them; say so.
+            for l in &t.explanation.limits {
+                let _ = writeln!(out, "     limit: {l}");
+            }
         } else {
             let _ = writeln!(out, "     expected: {}", t.expected);
             let _ = writeln!(out, "     actual:   {}", t.actual);

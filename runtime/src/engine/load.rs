@@ -32,7 +32,7 @@ pub fn load_artifacts(path: &Path, host: Option<&str>, color: bool) -> Result<(A
     }
     let tree = fwc_compiler::source::SourceTree::from_dir(path).map_err(CompileFailed)?;
     let commit = crate::repo::checkout_commit(path);
-    let (a, warnings) = fwc_compiler::compile(&tree, host, commit.as_deref()).map_err(CompileFailed)?;
+    let (a, warnings) = fwc_compiler::compile_at(&tree, host, commit.as_deref(), jiff::Timestamp::now()).map_err(CompileFailed)?;
     if !warnings.is_empty() {
         eprint!("{}", warnings.render(color));
     }

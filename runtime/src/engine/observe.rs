@@ -15,6 +15,8 @@ pub struct Observed {
     pub counters: Vec<RuleCounter>,
     /// Health-checked targets (forwarder): (rule, target, up).
     pub target_health: Vec<(String, String, bool)>,
+    /// Fill of the forwarder's per-source tables (issue #26).
+    pub per_source: Vec<crate::backend::PerSourceFill>,
 }
 
 /// Observe every dataplane except nftables against `expected`. A dataplane that cannot be
@@ -27,10 +29,11 @@ pub fn besides_nft(netns: Option<&str>, state_dir: &std::path::Path, expected: &
             continue;
         }
         match b.observe(expected) {
-            Ok(Observation { drift, counters, target_health, .. }) => {
+            Ok(Observation { drift, counters, target_health, per_source, .. }) => {
                 out.drift.extend(drift);
                 out.counters.extend(counters);
                 out.target_health.extend(target_health);
+                out.per_source.extend(per_source);
             }
             Err(e) => out.drift.push(format!("{}: cannot read the live state: {}", b.kind().as_str(), transaction::chain(&e))),
         }

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::{observe, transaction};
 use crate::backend::nft::NftBackend;
+use crate::backend::Backend;
 use crate::state::{self, PendingConfirm, StateDir};
 
 /// The status of one state dir and its live host.
@@ -38,6 +39,17 @@ pub struct Status {
     /// agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentView>,
+    /// Per-source limits (issue #26): sources tracked per limit and family, and how many fit
+    /// (at the size, new sources are refused).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_source: Vec<crate::backend::PerSourceFill>,
+    /// Schedules (issue #26): the applied rules are right until then (the manifest's
+    /// `valid_until`: a time zone's clock change, an `until=`); the agent compiles again then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<String>,
+    /// quota (issue #26): used/limit/period per quota of the applied rules. Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<crate::quota::QuotaStatus>,
 }
 
 /// The agent's own view, from its journal.
@@ -77,6 +89,9 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
         counters: vec![],
         target_health: vec![],
         agent: crate::agent::read_journal(&state.path).map(|j| AgentView { handled: j.handled, rollout: j.rollout }),
+        per_source: vec![],
+        valid_until: cur.as_ref().and_then(|g| g.artifacts.manifest.valid_until.clone()),
+        quotas: vec![],
     };
     let mut nft = NftBackend::new(netns.map(str::to_string)).with_cache_dir(state.path.join(state::CACHE_DIR));
     match &cur {
@@ -97,15 +112,24 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
                 .and_then(|v| v.as_array())
                 .map(|a| a.iter().filter(|o| o.get("rule").is_some() || o.get("add").and_then(|x| x.get("rule")).is_some()).count())
                 .unwrap_or(0);
-            // The same observation as `fwc plan`'s (a terse listing while nothing changed since
-            // the table was last seen in sync), so both report the same drift.
-            let view = nft.observe_applied(Some(&g.artifacts))?;
-            st.drift_details = crate::backend::sources::locate(view.drift, &g.artifacts.manifest);
-            st.counters = view.counters;
+            // A full listing (the per-source fill needs the dynamic sets' elements), compared
+            // by the same code as `fwc plan`'s drift check, so both report the same drift.
+            let obs = nft.observe(&g.artifacts)?;
+            st.drift_details = crate::backend::sources::locate(obs.drift, &g.artifacts.manifest);
+            st.counters = obs.counters;
+            st.per_source = obs.per_source;
             let other = observe::besides_nft(netns, &state.path, &g.artifacts);
             st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
             st.counters.extend(other.counters);
+            // quota (issue #26): read the counts, reset quotas whose period is over, persist.
+            // A failure here (nft cannot list the quotas) does not hide the rest of the status.
+            st.quotas = crate::quota::sync(&nft, &state.path, &g.artifacts.manifest.setup.quotas, crate::quota::now())
+                .unwrap_or_else(|e| {
+                    tracing::warn!("quota: {e}");
+                    Vec::new()
+                });
             st.target_health = other.target_health.into_iter().map(|(rule, target, up)| TargetHealth { rule, target, up }).collect();
+            st.per_source.extend(other.per_source);
         }
         None => {
             if nft.list_table()?.is_some() {

@@ -397,6 +397,7 @@ pub fn empty_artifacts(host: &str) -> Artifacts {
             rules: vec![],
             artifact_hashes: Default::default(),
             setup: Default::default(),
+            valid_until: None,
         },
     }
 }

@@ -2,7 +2,11 @@
 //! repository, with proof. `source` reads the original (the only I/O besides writing the
 //! result), `translate` turns its nftables JSON into fwc rules, `render` writes them as KDL,
 //! `proof` samples flows and evaluates the original (and the import) with fwc's evaluator.
+//! firewalld is translated from its XML (`firewalld`, read by `firewalld_source`), and proved
+//! against the ruleset firewalld itself builds from it.
 
+pub mod firewalld;
+pub mod firewalld_source;
 pub mod model;
 pub mod proof;
 pub mod render;
@@ -78,11 +82,21 @@ pub fn import_with_notes(listing: Value, origins: &translate::Origins, source: &
     progress("translating");
     let mut imported = translate::translate(&listing, origins);
     imported.notes.splice(0..0, notes);
+    finish(imported, Some(listing), origins, source, partial, progress)
+}
+
+/// Rules translated (from the listing, or from firewalld's XML), rendered and proved against
+/// `listing`, the original as nftables JSON (`None`: no proof, and the reason is said).
+pub fn finish(imported: Imported, listing: Option<Value>, origins: &translate::Origins, source: &str, partial: bool, progress: &mut dyn FnMut(&str)) -> Result<Import, ImportError> {
     if !imported.refused.is_empty() && !partial {
         return Err(ImportError::Refused(imported.refused.clone()));
     }
     let mut files = render::files(&imported, source);
     let flows = proof::sample(&imported, RANDOM_FLOWS, SEED);
+    let Some(listing) = listing else {
+        let why = "--skip-proof: the original's own ruleset was not built, so nothing proves the import".to_string();
+        return Ok(Import { imported, files, flows, listing: Value::Null, proof_missing: Some(why) });
+    };
     progress(&format!("evaluating the original on {} flows", flows.len()));
     let mut proof_missing = None;
     let names = identities(&listing, origins);
@@ -134,6 +148,29 @@ pub fn write(out: &Path, files: &[(String, String)]) -> Result<(), ImportError> 
     Ok(())
 }
 
+/// `fwc import --from firewalld`: read `dir` (its configuration; the system's definitions from
+/// `lib`), translate its XML, and (unless `skip_proof`) run firewalld on a copy for the
+/// original ruleset of the proof. `live`: `dir` is the running firewalld's own directory.
+pub fn firewalld(dir: &Path, lib: &Path, live: bool, skip_proof: bool, partial: bool, progress: &mut dyn FnMut(&str)) -> Result<(Import, String), ImportError> {
+    let (cfg, mut notes) = firewalld_source::read_config(dir, lib)?;
+    if live {
+        notes.insert(0, format!("--live reads the running firewalld's configuration ({}): changes made with firewall-cmd without --permanent live only in firewalld's memory and are NOT imported; make them permanent first (`firewall-cmd --runtime-to-permanent`), or compare with `fwc import --from nft --live`", dir.display()));
+    }
+    let listing = if skip_proof {
+        None
+    } else {
+        progress("running firewalld on a copy, in a scratch network namespace");
+        let (l, complaints) = firewalld_source::ruleset(dir, lib)?;
+        notes.extend(complaints.into_iter().map(|c| format!("firewalld says: {c}")));
+        Some(firewalld::without_helpers(&l))
+    };
+    progress("translating");
+    let mut imported = firewalld::translate(&cfg);
+    imported.notes.splice(0..0, notes);
+    let label = format!("firewalld's configuration in {}", dir.display());
+    Ok((finish(imported, listing, &Default::default(), &label, partial, progress)?, label))
+}
+
 /// `--verify`: the original and the imported rules (compiled from `out`) on every flow.
 pub fn verify(listing: &Value, imported: &fwc_compiler::artifacts::Artifacts, flows: &[Flow]) -> Result<Vec<Difference>, ImportError> {
     let original = Evaluator::from_table(foreign::table_from_listing(listing).map_err(ImportError::Eval)?);
@@ -169,8 +206,9 @@ pub fn read(kind: Kind, path: Option<&Path>, live: bool, netns: Option<&str>) ->
             let (l, o, notes) = source::ufw_dir(p)?;
             Ok((l, o, p.display().to_string(), notes))
         }
-        (Kind::Ufw | Kind::Firewalld, _) => Err(ImportError::Source {
-            what: format!("importing from {} is not implemented yet", if kind == Kind::Ufw { "ufw --live" } else { "firewalld" }),
+        (Kind::Firewalld, _) => Err(ImportError::Source { what: "firewalld is read by import::firewalld".into(), hint: String::new() }),
+        (Kind::Ufw, _) => Err(ImportError::Source {
+            what: "importing from ufw --live is not implemented yet".into(),
             hint: "import the ruleset it loaded instead: `fwc import --from nft --live` (ufw and firewalld both program nftables/iptables-nft), then review the result".into(),
         }),
     }

@@ -77,6 +77,9 @@ pub struct Chain {
     /// `reject-with=` of a `policy=reject` chain.
     pub reject_with: Option<String>,
     pub rules: Vec<Rule>,
+    /// A block of a chain split by origin (firewalld: one per zone): the file name's suffix
+    /// and the block's heading. Blocks of one kind are concatenated in file order.
+    pub part: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

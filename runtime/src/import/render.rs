@@ -187,11 +187,16 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
         root.push('\n');
     }
     files.push(("fwc.kdl".into(), root));
+    // rules/10-input.kdl, … (three digits from ten blocks on, so file order stays block order).
+    let width = if imp.chains.len() >= 10 { 3 } else { 2 };
     for (i, c) in imp.chains.iter().enumerate() {
         if c.rules.is_empty() && c.policy == "accept" {
             continue;
         }
-        let mut t = format!("// The {} chain, imported.\n", c.kind);
+        let mut t = match &c.part {
+            Some((_, heading)) => format!("// The {} chain: {heading}, imported.\n", c.kind),
+            None => format!("// The {} chain, imported.\n", c.kind),
+        };
         let mut head = c.kind.to_string();
         if c.policy != "accept" {
             head.push_str(&format!(" policy={}", c.policy));
@@ -210,7 +215,8 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
             }
             t.push_str("}\n");
         }
-        files.push((format!("rules/{}-{}.kdl", (i + 1) * 10, c.kind), t));
+        let suffix = c.part.as_ref().map(|(f, _)| format!("-{f}")).unwrap_or_default();
+        files.push((format!("rules/{:0width$}-{}{suffix}.kdl", (i + 1) * 10, c.kind), t));
     }
     files
 }

@@ -97,7 +97,7 @@ fn s(v: &Value, k: &str) -> String {
     v.get(k).and_then(Value::as_str).unwrap_or_default().to_string()
 }
 
-fn sanitize(raw: &str) -> String {
+pub(crate) fn sanitize(raw: &str) -> String {
     let mut out = String::new();
     for c in raw.chars() {
         let c = if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '-' };
@@ -112,6 +112,18 @@ fn sanitize(raw: &str) -> String {
     if out.is_empty() { "rule".into() } else { out }
 }
 
+/// `base` made a rule name, unique among `names` (`ssh`, `ssh-2`, …).
+pub(crate) fn unique_name(names: &mut BTreeSet<String>, base: &str) -> String {
+    let base = sanitize(base);
+    let mut name = base.clone();
+    let mut n = 2;
+    while !names.insert(name.clone()) {
+        name = format!("{base}-{n}");
+        n += 1;
+    }
+    name
+}
+
 impl Tx<'_> {
     fn note_at(&mut self, what: &str, place: &str) {
         let v = self.grouped.entry(what.to_string()).or_default();
@@ -121,14 +133,7 @@ impl Tx<'_> {
     }
 
     fn unique(&mut self, base: &str) -> String {
-        let base = sanitize(base);
-        let mut name = base.clone();
-        let mut n = 2;
-        while !self.names.insert(name.clone()) {
-            name = format!("{base}-{n}");
-            n += 1;
-        }
-        name
+        unique_name(&mut self.names, base)
     }
 
     fn read(&mut self, listing: &Value) {
@@ -304,7 +309,7 @@ impl Tx<'_> {
                 reject_with = t;
             }
         }
-        self.out.chains.push(Chain { kind: hook, policy, reject_with, rules });
+        self.out.chains.push(Chain { kind: hook, policy, reject_with, rules, part: None });
     }
 }
 

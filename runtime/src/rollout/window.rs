@@ -5,22 +5,42 @@
 use std::time::{Duration, SystemTime};
 
 use fwc_artifacts::rollout::Window;
+use fwc_compiler::timewindow::{self, DayWindow, Zone};
+use jiff::Timestamp;
 
 /// How far [`next_open`] looks ahead: every window repeats weekly, so a week (and a day for the
 /// offsets) covers every case.
 const HORIZON_MIN: u64 = 8 * 24 * 60;
 
-/// Whether `w` holds the minute `min` (minutes since the Unix epoch, UTC).
-fn holds(w: &Window, min: i64) -> bool {
-    let local = min + i64::from(w.offset_min);
-    let day_index = local.div_euclid(24 * 60);
-    // 1970-01-01 was a Thursday (3 with Monday = 0).
-    let weekday = (day_index + 3).rem_euclid(7) as u8;
-    let minute = local.rem_euclid(24 * 60) as u16;
-    w.days.contains(&weekday) && w.start_min <= minute && minute < w.end_min
+/// A window in the shared form of [`fwc_compiler::timewindow`] (the one evaluator of weekly
+/// windows, also used by rule schedules): its zone is a named one (daylight saving followed)
+/// or the fixed offset. A named zone this host's tz database lacks reads as UTC.
+struct Compiled {
+    allow: bool,
+    window: [DayWindow; 1],
+    zone: Zone,
 }
 
-fn open_at_minute(windows: &[Window], min: i64) -> bool {
+fn compile(windows: &[Window]) -> Vec<Compiled> {
+    windows
+        .iter()
+        .map(|w| Compiled {
+            allow: w.allow,
+            window: [DayWindow { days: w.days.clone(), start_min: w.start_min, end_min: w.end_min % 1440 }],
+            zone: match &w.tz {
+                Some(name) => timewindow::parse_zone(name).unwrap_or(Zone::Utc),
+                None if w.offset_min == 0 => Zone::Utc,
+                None => Zone::Fixed(w.offset_min),
+            },
+        })
+        .collect()
+}
+
+fn holds(w: &Compiled, min: i64) -> bool {
+    Timestamp::from_second(min * 60).is_ok_and(|t| timewindow::holds(&w.window, &w.zone, t))
+}
+
+fn open_at_minute(windows: &[Compiled], min: i64) -> bool {
     let mut allows = windows.iter().filter(|w| w.allow).peekable();
     let allowed = allows.peek().is_none() || allows.any(|w| holds(w, min));
     allowed && !windows.iter().any(|w| !w.allow && holds(w, min))
@@ -36,14 +56,15 @@ fn minute_of(t: SystemTime) -> i64 {
 /// May a wave be promoted at `now`: inside at least one allow window (when there is any) and
 /// inside no deny window. Without windows, always.
 pub fn open_at(windows: &[Window], now: SystemTime) -> bool {
-    windows.is_empty() || open_at_minute(windows, minute_of(now))
+    windows.is_empty() || open_at_minute(&compile(windows), minute_of(now))
 }
 
 /// The first minute after `now` at which the windows are open; `None` when they never open
 /// (within a week, hence never: e.g. deny windows covering every allow window).
 pub fn next_open(windows: &[Window], now: SystemTime) -> Option<SystemTime> {
     let start = minute_of(now);
-    (1..=HORIZON_MIN as i64).map(|i| start + i).find(|m| open_at_minute(windows, *m)).map(|m| {
+    let windows = compile(windows);
+    (1..=HORIZON_MIN as i64).map(|i| start + i).find(|m| open_at_minute(&windows, *m)).map(|m| {
         if m >= 0 {
             SystemTime::UNIX_EPOCH + Duration::from_secs(m as u64 * 60)
         } else {
@@ -69,7 +90,7 @@ mod tests {
     }
 
     fn win(allow: bool, days: &[u8], start: u16, end: u16, offset: i16) -> Window {
-        Window { allow, days: days.to_vec(), start_min: start, end_min: end, offset_min: offset }
+        Window { allow, days: days.to_vec(), start_min: start, end_min: end, offset_min: offset, tz: None }
     }
 
     #[test]
@@ -99,6 +120,13 @@ mod tests {
         assert!(!open_at(&west, t("2026-11-27T22:30:00Z")));
         assert!(open_at(&west, t("2026-11-28T03:30:00Z")));
         assert!(!open_at(&west, t("2026-11-28T05:30:00Z")));
+        // A named zone follows daylight saving: Mon 09:00-17:00 Europe/Berlin is 08:00 UTC in
+        // winter and 07:00 UTC in summer.
+        let berlin = [Window { tz: Some("Europe/Berlin".into()), ..win(true, &[0], 9 * 60, 17 * 60, 0) }];
+        assert!(open_at(&berlin, t("2026-11-23T08:00:00Z")));
+        assert!(!open_at(&berlin, t("2026-11-23T07:30:00Z")));
+        assert!(open_at(&berlin, t("2026-06-22T07:30:00Z")));
+        assert!(!open_at(&berlin, t("2026-06-22T15:00:00Z")));
         // Never open.
         let never = [win(true, &[0], 60, 120, 0), win(false, &[0, 1, 2, 3, 4, 5, 6], 0, 1440, 0)];
         assert_eq!(next_open(&never, t("2026-11-23T00:00:00Z")), None);

@@ -77,7 +77,11 @@ fn container_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                         expr.push(a.on(ct_orig_addr(fam, "daddr")));
                     }
                 }
-                out_rules(out, chains::CONTAINERS_RULES, expr, rule_tails(r, proto == &Some(ForwardProto::Tcp), fam), &comment);
+                match time_match(r.schedule.as_ref()) {
+                    // schedules (issue #26)
+                    Some(t) => out_rules_timed(out, chains::CONTAINERS_RULES, expr, rule_tails(r, proto == &Some(ForwardProto::Tcp), fam), &comment, &t),
+                    None => out_rules(out, chains::CONTAINERS_RULES, expr, rule_tails(r, proto == &Some(ForwardProto::Tcp), fam), &comment),
+                }
             }
         }
         }

@@ -50,7 +50,12 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                     None if r.rate.is_some() => expr.push(ct_state(&["new"])),
                     None => {}
                 }
-                out_rules(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment);
+                persource::filter_guards(out, r, fam, &expr, &comment);
+                match time_match(r.schedule.as_ref()) {
+                    // schedules (issue #26)
+                    Some(t) => out_rules_timed(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment, &t),
+                    None => out_rules(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment),
+                }
             }
         }
     }

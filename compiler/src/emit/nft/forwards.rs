@@ -77,7 +77,7 @@ pub(super) fn dns_chain(rule: &str, fam: Fam) -> String {
 }
 
 pub(super) fn is_map_forward(f: &ForwardRule) -> bool {
-    ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
+    f.schedule.as_ref().is_none_or(|s| s.during.is_none()) && ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
 }
 
 #[derive(Default)]
@@ -217,17 +217,22 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
                 }
             }
         }
+        let time = time_match(f.schedule.as_ref());
         for r in rules {
             let mut expr = base.clone();
             expr.extend(r);
-            out.rule(chains::FWD_DNAT, expr, Some(comment.clone()));
+            match &time {
+                // schedules (issue #26): DNAT only inside the windows
+                Some(t) => out.rule_with(chains::FWD_DNAT, expr, Some(comment.clone()), base.len(), t),
+                None => out.rule(chains::FWD_DNAT, expr, Some(comment.clone())),
+            }
         }
     }
 }
 
 /// Matches that pick a forward's new connections after DNAT (in `fwd_guard`, reached from the
 /// filter `forward` and `output` chains), per family needed.
-pub(super) fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(ForwardProto, Vec<S>)> {
+pub(super) fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(ForwardProto, Option<Fam>, Vec<S>)> {
     let from = f.from.as_ref().map(|m| addr_parts(plan, &m.value));
     let fams: Vec<Option<Fam>> = match (&from, listen_addr(f)) {
         (None, None) => vec![None],
@@ -259,7 +264,7 @@ pub(super) fn forward_guard_matches(plan: &HostPlan, f: &ForwardRule) -> Vec<(Fo
                     v.push(a.on(payload(fam.proto(), "saddr")));
                 }
             }
-            (proto, v)
+            (proto, fam, v)
         })
         .collect()
 }
@@ -384,24 +389,30 @@ pub(super) fn declare_nat_chains(out: &mut Out) {
 /// jumped to from both `forward` (remote clients) and `output` (clients on the host itself),
 /// so both paths share one `ct count` list and one token bucket per guard (the state lives in
 /// the rule).
-pub(super) fn forward_guards(plan: &HostPlan) -> Vec<(Vec<S>, String)> {
+pub(super) fn forward_guards(plan: &HostPlan) -> Vec<(Vec<S>, String, Option<Value>)> {
     let mut guards = Vec::new();
     for f in &plan.kernel_forwards {
         let comment = rule_comment(RuleKind::Forward, &f.name.value);
-        for (proto, matches) in forward_guard_matches(plan, f) {
+        for (proto, fam, matches) in forward_guard_matches(plan, f) {
             if let Some(max) = &f.max_conns {
                 let mut e = matches.clone();
                 e.push(Statement::CTCount(CTCount { val: n(max.value), inv: Some(true) }));
                 e.push(counter());
                 e.push(reject(proto == ForwardProto::Tcp));
-                guards.push((e, comment.clone()));
+                guards.push((e, comment.clone(), None));
             }
             if let Some(rate) = &f.conn_rate {
                 let mut e = matches.clone();
                 e.push(limit(&rate.value, true, rate.value.count));
                 e.push(counter());
                 e.push(drop_());
-                guards.push((e, comment.clone()));
+                guards.push((e, comment.clone(), None));
+            }
+            // per-source limits (issue #26), after the forward's own limits
+            if let Some(p) = &f.per_source {
+                for g in super::persource::guards(&matches, fam, "fwd", &f.name.value, p, proto == ForwardProto::Tcp) {
+                    guards.push((g.expr, comment.clone(), g.elem_stmts));
+                }
             }
         }
     }

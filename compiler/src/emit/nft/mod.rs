@@ -48,6 +48,12 @@
 //!   chain qos_c<id>                   (regular) meta mark set meta mark & ~MASK | id<<16
 //!   chain qos_apply    filter/postrouting/-150 forwards: ct direction {original,reply}
 //!                                     ct mark & MASK vmap {…}; then shapes, per packet
+//!   -- only with traffic quotas (`quota=`, issue #26; see `quota`):
+//!   quota quota_<forward> / qshape_<shape>   over N bytes (the runtime restores `used`)
+//!   chain quota_in / quota_fwd / quota_out   filter/{input,forward,output}/-10: ct status dnat
+//!                                     jump fwd_quota; userspace forwards by listen port
+//!   chain fwd_quota                   (regular) kernel forwards' flows -> quota name … drop|reject|limit
+//!   (a shape's quota is the first rule of its class chain qos_c<id>)
 //! ```
 //!
 //! # Kernel forwards
@@ -188,7 +194,11 @@ mod filters;
 mod forwards;
 mod names;
 mod out;
+mod persource;
 mod qos_marks;
+/// Schedules (issue #26): the `meta day . meta hour` match of `during=`.
+mod schedule;
+mod quota;
 mod snat;
 #[cfg(test)]
 mod tests;
@@ -224,6 +234,7 @@ pub use forwards::{health_dispatch, health_probe_targets, kernel_dns};
 pub use names::*;
 use out::*;
 use qos_marks::*;
+use schedule::*;
 use snat::*;
 
 /// The nftables ruleset of one host: `{"nftables": [ {"add": …}, … ]}`. Objects (table, sets,
@@ -232,6 +243,7 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
     let mut out = Out::default();
     out.add(NfListObject::Table(Table { family: NfFamily::INet, name: NFT_TABLE.into(), handle: None }));
     named_sets(&mut out, plan);
+    persource::declare_sets(&mut out, plan);
     let mut nat = KernelForwards::of(plan);
     if let Some(nat) = &mut nat {
         nat.declare_maps(&mut out, plan);
@@ -254,14 +266,15 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
             _ => filter_chain_rules(&mut out, plan, c, !guards.is_empty(), nat.is_some()),
         }
     }
-    for (e, comment) in guards {
-        out.rule(chains::FWD_GUARD, e, Some(comment));
+    for (e, comment, elem_stmts) in guards {
+        out.rule_with_elem_stmts(chains::FWD_GUARD, e, Some(comment), elem_stmts);
     }
     if let Some(nat) = &nat {
         nat.rules(&mut out, plan);
     }
     snat_rules(&mut out, plan);
     qos(&mut out, plan);
+    quota::quotas(&mut out, plan);
     out.finish()
 }
 
@@ -279,7 +292,7 @@ fn named_sets(out: &mut Out, plan: &HostPlan) {
         for (fam, f) in FAMS.into_iter().zip(&layout.fams) {
             let v6 = fam == Fam::V6;
             match &f.kind {
-                LayoutKind::Interval => out.named_addr_set(set_name(name, v6), fam, &f.merged),
+                LayoutKind::Interval => out.named_addr_set(set_name(name, v6), fam, f.merged.iter()),
                 LayoutKind::Hash { targets, .. } => {
                     for &(len, _) in targets {
                         out.hash_addr_set(hash_set_name(name, v6, len), fam, f, len);

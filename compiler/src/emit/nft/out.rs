@@ -15,6 +15,20 @@ fn cmd(obj: NfListObject<'static>) -> NfObject<'static> {
     NfObject::CmdObject(NfCmd::Add(obj))
 }
 
+/// `{"add": {"rule": …}}` in fwc's table.
+fn rule_cmd(chain: &str, expr: Vec<S>, comment: Option<String>) -> NfObject<'static> {
+    let r = Rule {
+        family: NfFamily::INet,
+        table: NFT_TABLE.into(),
+        chain: chain.to_string().into(),
+        expr: expr.into(),
+        handle: None,
+        index: None,
+        comment: comment.map(Cow::Owned),
+    };
+    cmd(NfListObject::Rule(r))
+}
+
 impl Out {
     pub(super) fn add(&mut self, obj: NfListObject<'static>) {
         self.objects.push(&cmd(obj));
@@ -32,26 +46,45 @@ impl Out {
     }
 
     pub(super) fn rule(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>) {
-        let r = Rule {
-            family: NfFamily::INet,
-            table: NFT_TABLE.into(),
-            chain: chain.to_string().into(),
-            expr: expr.into(),
-            handle: None,
-            index: None,
-            comment: comment.map(Cow::Owned),
-        };
-        self.rules.push(&cmd(NfListObject::Rule(r)));
+        self.rules.push(&rule_cmd(chain, expr, comment));
+    }
+
+    /// A rule whose `set` statement (`update @s { key limit … }`) carries per-element
+    /// statements `elem_stmts` (per-source limits): the crate has no field for them.
+    pub(super) fn rule_with_elem_stmts(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>, elem_stmts: Option<Value>) {
+        let Some(stmts) = elem_stmts else { return self.rule(chain, expr, comment) };
+        let mut v = serde_json::to_value(rule_cmd(chain, expr, comment)).expect("rules serialize");
+        for e in v["add"]["rule"]["expr"].as_array_mut().into_iter().flatten() {
+            if let Some(set) = e.get_mut("set").and_then(Value::as_object_mut) {
+                set.insert("stmt".into(), stmts.clone());
+            }
+        }
+        self.rules.push(&v);
+    }
+
+    /// A set declared as raw JSON (`{"family": …, "name": …}`): flags in a fixed order.
+    pub(super) fn raw_set(&mut self, set: Value) {
+        self.objects.push(&Add("set", set));
+    }
+
+    /// [`Out::rule`] with one raw JSON statement inserted at `pos` of `expr` (a statement the
+    /// `nftables` crate has no type for: the schedule's `meta day . meta hour` match).
+    pub(super) fn rule_with(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>, pos: usize, extra: &Value) {
+        let mut v = serde_json::to_value(rule_cmd(chain, expr, comment)).expect("nftables JSON serializes");
+        if let Some(list) = v.pointer_mut("/add/rule/expr").and_then(Value::as_array_mut) {
+            list.insert(pos.min(list.len()), extra.clone());
+        }
+        self.rules.push(&v);
     }
 
     /// A named address set (interval) with the merged intervals `elems`, written directly.
-    pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: &[(u128, u128)]) {
+    pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: impl Iterator<Item = (u128, u128)> + Clone) {
         self.objects.push(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
     }
 
     /// The hash set of prefix length `len` of a big static set: network addresses, no flags.
     pub(super) fn hash_addr_set(&mut self, name: String, fam: Fam, layout: &crate::setlayout::FamLayout, len: u32) {
-        self.objects.push(&Add("set", HashSetBody { table: NFT_TABLE, name, fam, layout, len }));
+        self.objects.push_hash_set(&HashSetBody { table: NFT_TABLE, name, fam, layout, len });
     }
 
     /// A `dynamic=#true` set: `flags interval, timeout` (other programs add addresses, CIDRs
@@ -125,6 +158,14 @@ impl Out {
             obj.insert("stmt".into(), json!([{"counter": null}]));
         }
         self.objects.push(&v);
+    }
+}
+
+impl Out {
+    /// An object built as raw JSON (`{"add": {"quota": …}}`: the crate's quota object holds
+    /// 32-bit byte counts).
+    pub(super) fn raw_object(&mut self, v: &Value) {
+        self.objects.push(v);
     }
 }
 

@@ -96,9 +96,9 @@ fn written_text_is_serde_jsons_pretty_print() {
         net("198.51.100.0/24"),
         net("2001:db8::/32"),
     ]);
-    out.named_addr_set("s_v4".into(), Fam::V4, &v4);
-    out.named_addr_set("s_v6".into(), Fam::V6, &v6);
-    out.named_addr_set("e_v4".into(), Fam::V4, &[]);
+    out.named_addr_set("s_v4".into(), Fam::V4, v4.iter().copied());
+    out.named_addr_set("s_v6".into(), Fam::V6, v6.iter().copied());
+    out.named_addr_set("e_v4".into(), Fam::V4, std::iter::empty());
     out.chain("input", None);
     out.rule("input", vec![], Some("fwc:filter:x".into()));
     let doc = out.finish();

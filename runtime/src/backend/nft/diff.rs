@@ -125,6 +125,8 @@ struct Objects<'a> {
     sets: BTreeMap<&'a str, (&'a str, &'a Value)>,
     chains: BTreeMap<&'a str, &'a Value>,
     rules: BTreeMap<&'a str, Vec<&'a Value>>,
+    /// quota (issue #26): named quota objects.
+    quotas: BTreeMap<&'a str, &'a Value>,
     /// Kinds fwc never creates (counter, quota, flowtable, …): (kind, name).
     other: Vec<(&'a str, &'a str)>,
 }
@@ -138,7 +140,7 @@ fn objects(doc: &Value, commands: bool) -> Result<Objects<'_>, String> {
             match m.iter().next() {
                 Some((op, inner)) if op == "add" => m = inner.as_object().ok_or("malformed command")?,
                 // A bare object is an `add` too.
-                Some((op, _)) if ["metainfo", "table", "set", "map", "chain", "rule"].contains(&op.as_str()) => {}
+                Some((op, _)) if ["metainfo", "table", "set", "map", "chain", "rule", "quota"].contains(&op.as_str()) => {}
                 Some((op, _)) => return Err(format!("the new ruleset uses `{op}` commands")),
                 None => continue,
             }
@@ -154,6 +156,9 @@ fn objects(doc: &Value, commands: bool) -> Result<Objects<'_>, String> {
                 o.chains.insert(name, body);
             }
             "rule" => o.rules.entry(body.get("chain").and_then(Value::as_str).unwrap_or("")).or_default().push(body),
+            "quota" => {
+                o.quotas.insert(name, body);
+            }
             other => o.other.push((other, name)),
         }
     }
@@ -253,6 +258,19 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
             elements_add.push(json!({"add": {*kind: decl}}));
         }
     }
+    // quota (issue #26): an unchanged quota object is left alone (its count goes on); a
+    // changed limit is an `add` of the existing object, which the kernel applies as an update
+    // that keeps the count; a new one is created (the commit restores its `used`).
+    let limit = |q: &Value| (q.get("bytes").cloned(), q.get("inv").and_then(Value::as_bool).unwrap_or(false));
+    for (name, w) in &want.quotas {
+        match have.quotas.get(name) {
+            Some(l) if limit(l) == limit(w) => {}
+            live => {
+                create.push(json!({"add": {"quota": w}}));
+                change.objects.push(format!("{} quota {name}", if live.is_some() { "~" } else { "+" }));
+            }
+        }
+    }
     // Rules, chain by chain.
     for (chain, wr) in &want.rules {
         let cr = canon.rules.get(chain).map(Vec::as_slice).unwrap_or_default();
@@ -280,6 +298,10 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
     for (name, (kind, _)) in have.sets.iter().filter(|(n, _)| !want.sets.contains_key(*n)) {
         remove.push(json!({"delete": id(kind, name)}));
         change.objects.push(format!("- {kind} {name}"));
+    }
+    for name in have.quotas.keys().filter(|n| !want.quotas.contains_key(*n)) {
+        remove.push(json!({"delete": id("quota", name)}));
+        change.objects.push(format!("- quota {name}"));
     }
     for (kind, name) in &have.other {
         remove.push(json!({"delete": id(kind, name)}));
@@ -544,5 +566,52 @@ mod tests {
         assert_eq!(common_subsequence(&v(&[1, 2, 3, 4]), &v(&[1, 3, 4, 5])), vec![(0, 0), (2, 1), (3, 2)]);
         assert_eq!(common_subsequence(&v(&[]), &v(&[1])), vec![]);
         assert_eq!(common_subsequence(&v(&[2, 1]), &v(&[1, 2])).len(), 1);
+    }
+
+    /// quota (issue #26): an unchanged quota object is not in the batch (it keeps counting), a
+    /// changed limit is one `add quota` (the kernel updates it in place, keeping the count), a
+    /// new one is added before the rules, a gone one deleted after them.
+    #[test]
+    fn quota_objects_are_kept_updated_added_and_deleted() {
+        let with = |doc: &mut Value, q: Value, live: bool| {
+            let v = if live { json!({"quota": q}) } else { json!({"add": {"quota": q}}) };
+            doc["nftables"].as_array_mut().unwrap().insert(2, v);
+        };
+        let q = |name: &str, bytes: u64, used: Option<u64>| {
+            let mut v = json!({"family": "inet", "table": "fwc", "name": name, "bytes": bytes, "inv": true});
+            if let Some(u) = used {
+                v["used"] = json!(u);
+                v["handle"] = json!(30);
+            }
+            v
+        };
+        let (mut old, _, mut live) = docs("drop", &[(None, 80)], json!([]), &[(None, 80, 5)]);
+        let (mut new, canon, _) = docs("drop", &[(None, 80)], json!([]), &[]);
+        with(&mut old, q("quota_a", 100, None), false);
+        with(&mut old, q("quota_gone", 100, None), false);
+        with(&mut live, q("quota_a", 100, Some(77)), true);
+        with(&mut live, q("quota_gone", 100, Some(5)), true);
+        with(&mut new, q("quota_a", 100, None), false);
+        let (c, batch) = diff(&old, &new, &canon, &live).unwrap();
+        assert_eq!(c.objects, vec!["- quota quota_gone".to_string()], "{batch:#}");
+        assert_eq!(batch["nftables"].as_array().unwrap().len(), 1);
+        assert_eq!(batch["nftables"][0]["delete"]["quota"]["name"], json!("quota_gone"));
+        // Unchanged: nothing at all.
+        let (c, _) = diff(&new, &new, &canon, &{
+            let mut l = live.clone();
+            l["nftables"].as_array_mut().unwrap().retain(|o| o.pointer("/quota/name") != Some(&json!("quota_gone")));
+            l
+        })
+        .unwrap();
+        assert_eq!(c.mode, NftMode::Unchanged);
+        // A new limit and a new quota: `add quota` each, before anything else.
+        let mut bigger = new.clone();
+        bigger["nftables"][2]["add"]["quota"]["bytes"] = json!(200);
+        with(&mut bigger, q("quota_new", 50, None), false);
+        let (c, batch) = diff(&new, &bigger, &canon, &live).unwrap();
+        assert!(c.objects.contains(&"~ quota quota_a".to_string()) && c.objects.contains(&"+ quota quota_new".to_string()), "{:?}", c.objects);
+        let b = batch["nftables"].as_array().unwrap();
+        assert_eq!(b[0]["add"]["quota"]["bytes"], json!(200));
+        assert_eq!(b[1]["add"]["quota"]["name"], json!("quota_new"));
     }
 }
