@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fwc_compiler::artifacts::Artifacts;
 use fwc_runtime::engine::transaction::{self as apply, empty_artifacts, ApplyOptions};
 use fwc_runtime::state::{dir_digest, StateDir};
-use fwc_testkit::{privileged, Netns};
+use fwc_testkit::{privileged, Netns, output_text as text};
 use serde_json::{json, Value};
 
 fn table(extra_ports: &[u16], office: &[&str]) -> Artifacts {
@@ -61,10 +61,6 @@ fn fwc(args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     c.output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 fn ruleset(ns: &Netns) -> String {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use fwc_testkit::{privileged, Netns, Topology};
+use fwc_testkit::{privileged, Netns, Topology, output_text as text, batch_ops as ops};
 use serde_json::Value;
 
 struct Repo {
@@ -66,21 +66,6 @@ impl Repo {
         let st: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("status --json: {e}\n{}", text(&o)));
         st["counters"].as_array().unwrap().iter().find(|c| c["rule"] == name && c["kind"] == kind).map(|c| c["packets"].as_u64().unwrap()).unwrap_or(0)
     }
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-/// The commands of a batch as `op kind` strings (`delete element`, `replace rule`, …).
-fn ops(batch: &[Value]) -> Vec<String> {
-    batch
-        .iter()
-        .map(|c| {
-            let (op, inner) = c.as_object().unwrap().iter().next().unwrap();
-            format!("{op} {}", inner.as_object().unwrap().keys().next().unwrap())
-        })
-        .collect()
 }
 
 /// Connect from `ns`; true when the server answered.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fwc_testkit::{privileged, Netns, Topology};
+use fwc_testkit::{privileged, Netns, Topology, output_text as text};
 
 fn fwc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fwc"))
@@ -22,10 +22,6 @@ fn fwc(args: &[&str]) -> Output {
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 fn apply_repo(t: &Topology, repo: &Path, state: &Path) -> String {

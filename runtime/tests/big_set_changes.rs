@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use fwc_testkit::{privileged, Netns};
+use fwc_testkit::{privileged, Netns, output_text as text, batch_ops as ops};
 use serde_json::Value;
 
 const N: u32 = 60_000;
@@ -94,21 +94,6 @@ impl Host {
         let st: Value = serde_json::from_slice(&std::fs::read(self.state.join("state.json")).unwrap()).unwrap();
         self.state.join(st["current"].as_str().unwrap())
     }
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-/// `delete element` / `add set` … of a batch.
-fn ops(batch: &[Value]) -> Vec<String> {
-    batch
-        .iter()
-        .map(|c| {
-            let (op, inner) = c.as_object().unwrap().iter().next().unwrap();
-            format!("{op} {}", inner.as_object().unwrap().keys().next().unwrap())
-        })
-        .collect()
 }
 
 fn blobs(gen: &Path) -> BTreeSet<String> {

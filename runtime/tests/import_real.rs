@@ -11,14 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use fwc_testkit::{privileged, Netns, Topology};
+use fwc_testkit::{privileged, Netns, Topology, output_text as text};
 
 fn fwc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fwc")).args(args).output().expect("run fwc")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 fn fixture(name: &str) -> PathBuf {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use fwc_testkit::{privileged, tool, Topology};
+use fwc_testkit::{privileged, tool, Topology, output_text as text};
 
 /// The day the test lives in (12:00 UTC) and the next one.
 const DAY1: &str = "2026-11-26T12:00:00Z";
@@ -27,10 +27,6 @@ fn fwc(args: &[&str], now: &str, batch_log: &Path) -> Output {
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 struct Host<'a> {

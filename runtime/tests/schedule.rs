@@ -8,7 +8,7 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use fwc_testkit::{privileged, Netns, Topology};
+use fwc_testkit::{privileged, Netns, Topology, output_text as text};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
@@ -22,10 +22,6 @@ fn fwc(args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     c.output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// Connect from `ns` and read what the server says (None: no answer).

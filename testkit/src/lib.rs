@@ -331,3 +331,19 @@ impl Drop for Prometheus {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A finished command's stdout and stderr as one text (for assertion messages).
+pub fn output_text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// The commands of an nftables JSON batch as `op kind` strings (`delete element`, `add set`, …).
+pub fn batch_ops(batch: &[serde_json::Value]) -> Vec<String> {
+    batch
+        .iter()
+        .map(|c| {
+            let (op, inner) = c.as_object().expect("a batch command is an object").iter().next().expect("one command");
+            format!("{op} {}", inner.as_object().and_then(|o| o.keys().next()).map_or("", String::as_str))
+        })
+        .collect()
+}
