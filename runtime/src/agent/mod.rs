@@ -1091,7 +1091,7 @@ impl Agent {
         self.metrics.drift_checked();
         // quota (issue #26): persist the counts, reset at the period's anchor, warn at 80 %.
         if !cur.artifacts.manifest.setup.quotas.is_empty() {
-            let nft = crate::backend::nft::NftBackend::new(self.cfg.netns.clone());
+            let nft = crate::backend::nft::NftCmd::new(self.cfg.netns.clone());
             match crate::quota::sync(&nft, &self.cfg.state_dir, &cur.artifacts.manifest.setup.quotas, crate::quota::now()) {
                 Ok(q) => self.metrics.observe_quotas(&q),
                 Err(e) => tracing::warn!("quota: {e}"),

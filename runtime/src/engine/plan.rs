@@ -138,7 +138,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
         file_hashes(&next).into_iter().filter(|(f, h)| old_h.get(f) != Some(h)).map(|(f, _)| f.to_string()).collect();
     let sysctls = transaction::check_sysctls(&next, netns);
     // Read only; a host without nft tables of others (or an nft that cannot list) warns nothing.
-    let published_open = match nft.list_ruleset_terse() {
+    let published_open = match nft.cmd.list_ruleset_terse() {
         Ok(all) => published::open_to_everyone(&published::published_ports(&all), &lazy::skeleton(&next.nftables)),
         Err(_) => Vec::new(),
     };

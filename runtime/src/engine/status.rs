@@ -123,7 +123,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
             st.counters.extend(other.counters);
             // quota (issue #26): read the counts, reset quotas whose period is over, persist.
             // A failure here (nft cannot list the quotas) does not hide the rest of the status.
-            st.quotas = crate::quota::sync(&nft, &state.path, &g.artifacts.manifest.setup.quotas, crate::quota::now())
+            st.quotas = crate::quota::sync(&nft.cmd, &state.path, &g.artifacts.manifest.setup.quotas, crate::quota::now())
                 .unwrap_or_else(|e| {
                     tracing::warn!("quota: {e}");
                     Vec::new()
@@ -132,7 +132,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
             st.per_source.extend(other.per_source);
         }
         None => {
-            if nft.list_table()?.is_some() {
+            if nft.cmd.list_table()?.is_some() {
                 st.drift_details.push("table inet fwc exists but fwc has no applied state in this state dir".into());
             }
             st.drift_details.extend(observe::besides_nft(netns, &state.path, &transaction::empty_artifacts("-")).drift);

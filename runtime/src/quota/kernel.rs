@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{decide, ledger::key, Ledger, Warning};
-use crate::backend::nft::NftBackend;
+use crate::backend::nft::cmd::NftCmd;
 
 /// One quota as `fwc status` and the metrics show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -47,7 +47,7 @@ pub fn usage_of_listing(listing: &Value) -> BTreeMap<String, u64> {
 }
 
 /// The live counts of fwc's quota objects (empty when the table does not exist).
-pub fn live_usage(nft: &NftBackend) -> Result<BTreeMap<String, u64>> {
+pub fn live_usage(nft: &NftCmd) -> Result<BTreeMap<String, u64>> {
     let out = nft.command().args(["-j", "list", "quotas", "table", "inet", NFT_TABLE]).output().into_diagnostic().wrap_err("cannot run nft")?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
@@ -61,7 +61,7 @@ pub fn live_usage(nft: &NftBackend) -> Result<BTreeMap<String, u64>> {
 }
 
 /// `nft reset quota inet fwc <object>`: the count starts again from zero.
-fn reset(nft: &NftBackend, object: &str) -> Result<()> {
+fn reset(nft: &NftCmd, object: &str) -> Result<()> {
     let out = nft.command().args(["reset", "quota", "inet", NFT_TABLE, object]).output().into_diagnostic().wrap_err("cannot run nft")?;
     if !out.status.success() {
         return Err(miette!("nft reset quota {object} failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
@@ -99,7 +99,7 @@ fn over_text(o: OverQuota) -> String {
 
 /// Read every quota's count, reset those whose period is over, log the 80 % and used-up
 /// messages once per period, and persist the ledger.
-pub fn sync(nft: &NftBackend, state_dir: &Path, policies: &[QuotaPolicy], now: i64) -> Result<Vec<QuotaStatus>> {
+pub fn sync(nft: &NftCmd, state_dir: &Path, policies: &[QuotaPolicy], now: i64) -> Result<Vec<QuotaStatus>> {
     if policies.is_empty() {
         return Ok(Vec::new());
     }

@@ -21,7 +21,8 @@ use fwc_compiler::artifacts::NFT_TABLE;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{rule_label, strip_volatile};
+use super::drift_text::rule_label;
+use super::normalize::strip_volatile;
 
 /// How the nftables part of an apply changes the live table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
