@@ -1,5 +1,5 @@
-//! `fwc apply`, `fwc confirm`, `fwc status`, `fwc rollback`, the hidden confirm reverter and
-//! the live part of `fwc plan`: argument parsing and rendering only. The work is done by the
+//! `fwc apply`, `fwc confirm`, `fwc status`, `fwc rollback` and the hidden confirm reverter:
+//! argument parsing and rendering only. The work is done by the
 //! engine (`crate::engine`: load, plan, transaction + audit record, confirm, status).
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -9,34 +9,18 @@ use std::time::Duration;
 
 use miette::{miette, IntoDiagnostic, Result};
 
+pub use super::host::HostArgs;
+use super::host::default_state_dir;
+use super::plan::{render_plan, short, Paint};
 use super::Global;
 use crate::audit;
-use crate::engine::load::{load, load_artifacts};
-use crate::engine::plan::{self, LivePlan};
+use crate::engine::load::load;
+use crate::engine::plan;
 use crate::engine::transaction::{self, ApplyOptions};
 use crate::engine::{confirm, record, status, target};
 use crate::state::{self, StateDir, StateLock};
 
 use super::output::{self, CommandResult};
-
-fn default_state_dir() -> PathBuf {
-    PathBuf::from(state::DEFAULT_STATE_DIR)
-}
-
-/// Options shared by the commands that touch the live host.
-#[derive(Debug, Clone, clap::Args)]
-pub struct HostArgs {
-    /// State dir: applied artifacts, previous generation, lock.
-    #[arg(long, env = "FWC_STATE_DIR", default_value_os_t = default_state_dir())]
-    pub state_dir: PathBuf,
-    /// Run nft and sysctl inside this network namespace (`ip netns exec NS …`).
-    #[arg(long, value_hint = clap::ValueHint::Other, env = "FWC_NETNS")]
-    pub netns: Option<String>,
-    /// How long to wait for the state lock another fwc command holds (e.g. 0s, 30s, 5m);
-    /// then fail with exit 1 and change nothing. Default: wait as long as it takes.
-    #[arg(long, value_parser = super::parse_duration, env = "FWC_LOCK_TIMEOUT")]
-    pub lock_timeout: Option<Duration>,
-}
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
@@ -101,149 +85,6 @@ pub struct ConfirmWatchArgs {
     pub target: HostArgs,
     #[arg(long)]
     pub token: String,
-}
-
-// ---------------------------------------------------------------------------------------------
-// rendering
-
-struct Paint(bool);
-impl Paint {
-    fn c(&self, code: &str, s: &str) -> String {
-        if self.0 {
-            format!("\x1b[{code}m{s}\x1b[0m")
-        } else {
-            s.to_string()
-        }
-    }
-}
-
-fn short(c: &Option<String>) -> String {
-    match c {
-        Some(c) if c.len() > 12 && !c.contains("dirty") => c[..12].to_string(),
-        Some(c) => c.clone(),
-        None => "(no commit)".into(),
-    }
-}
-
-/// Terraform-like text of a plan: the per-rule diff (`fwc_compiler::diff::render`), then the
-/// live-host part: what is applied now, drift, sysctls.
-pub fn render_plan(p: &LivePlan, color: bool) -> String {
-    let paint = Paint(color);
-    let mut s = String::new();
-    if let Some(r) = &p.rules {
-        s.push_str(&fwc_compiler::diff::render(r, color));
-    }
-    s.push_str(&format!("\nSource: {}\n", p.source));
-    match &p.applied_generation {
-        Some(g) => s.push_str(&format!("Live:   {} applied ({g})\n", short(&p.applied_commit))),
-        None => s.push_str("Live:   nothing applied yet by fwc\n"),
-    }
-    if !p.drift.is_empty() {
-        s.push_str(&format!("\n{}\n", paint.c("1;35", "Drift: the live state differs from what fwc applied (apply overwrites it):")));
-        for d in &p.drift {
-            s.push_str(&format!("  {} {d}\n", paint.c("35", "!")));
-        }
-    }
-    if let Some(n) = p.nftables.as_ref().filter(|n| n.mode != crate::backend::nft::NftMode::Unchanged) {
-        s.push_str(&format!("\nnftables: {}\n", n.describe()));
-        for o in &n.objects {
-            s.push_str(&format!("    {o}\n"));
-        }
-    }
-    if !p.published_open.is_empty() {
-        s.push_str(&format!("\n{}\n", paint.c("1;33", "Warning: published container ports open to everyone:")));
-        for w in &p.published_open {
-            s.push_str(&format!("  {} {w}\n", paint.c("33", "!")));
-        }
-    }
-    if !p.sysctls.is_empty() {
-        s.push_str("\nSysctls:\n");
-        for st in &p.sysctls {
-            let have = st.was.as_deref().unwrap_or("?");
-            if have == st.want {
-                s.push_str(&format!("    {} = {} (already set; {})\n", st.key, st.want, st.reason));
-            } else {
-                s.push_str(&format!("  {} {} = {} (is {have}; {})\n", paint.c("33", "~"), st.key, st.want, st.reason));
-            }
-        }
-    }
-    s.push('\n');
-    if p.has_changes() {
-        let mut what = Vec::new();
-        if p.rules.as_ref().is_some_and(|r| !r.changes.is_empty()) || !p.artifacts_changed.is_empty() {
-            what.push("the rules above".to_string());
-        }
-        if !p.drift.is_empty() {
-            what.push(format!("{} drift item(s) overwritten", p.drift.len()));
-        }
-        let sys = p.sysctls.iter().filter(|s| s.was.as_deref() != Some(s.want.as_str())).count();
-        if sys > 0 {
-            what.push(format!("{sys} sysctl(s) set"));
-        }
-        s.push_str(&paint.c("1", &format!("Apply would change the live host: {}.", what.join(", "))));
-    } else {
-        s.push_str(&paint.c("1", "No changes: the live state matches the rules."));
-    }
-    s.push('\n');
-    s
-}
-
-/// What the lead's `fwc plan` calls when no `--from` is given: plan `dir` against the live host.
-/// Exit codes: 0 no changes, 2 changes (with `detailed_exitcode`), errors as `Err`.
-pub(crate) struct LivePlanRequest {
-    pub dir: PathBuf,
-    pub host: Option<String>,
-    pub target: HostArgs,
-    pub out: Option<PathBuf>,
-    pub json: bool,
-    pub detailed_exitcode: bool,
-}
-
-pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
-    target::check_netns(req.target.netns.as_deref())?;
-    let (artifacts, source) = match load_artifacts(&req.dir, req.host.as_deref(), g.color_stderr()) {
-        Ok(x) => x,
-        Err(e) => {
-            // Rules with errors: the JSON document on stdout for machines, the report (once)
-            // on stderr for people, exit 1.
-            if let (true, Some(failed)) = (req.json, e.downcast_ref::<crate::engine::load::CompileFailed>()) {
-                super::output::print(&super::output::diagnostics(&failed.0));
-            }
-            return Err(e);
-        }
-    };
-    let state = StateDir::new(&req.target.state_dir);
-    let plan = plan::make_plan(&state, req.target.netns.as_deref(), artifacts, source)?;
-    if let Some(out) = &req.out {
-        state::write_atomic(out, fwc_compiler::artifacts::to_pretty(&plan).as_bytes())?;
-    }
-    let effects = super::explain::live_flow_effects(&state, &req.dir, req.host.as_deref())?;
-    let rollout = fwc_compiler::source::SourceTree::from_dir(&req.dir).ok().and_then(|t| super::compile::host_rollout(&t, &plan.host));
-    if req.json {
-        let mut v = super::output::versioned(&serde_json::json!({"mode": "live", "has_changes": plan.has_changes()}));
-        let m = v.as_object_mut().expect("an object");
-        if let serde_json::Value::Object(p) = serde_json::to_value(&plan).into_diagnostic()? {
-            m.extend(p);
-        }
-        m.remove("artifacts");
-        m.insert("flow_effects".into(), serde_json::to_value(&effects).into_diagnostic()?);
-        if let Some((w, _)) = &rollout {
-            m.insert("rollout".into(), serde_json::to_value(w).into_diagnostic()?);
-        }
-        super::output::print(&v);
-    } else {
-        print!("{}", render_plan(&plan, g.color_stdout()));
-        if let Some(e) = &effects {
-            print!("{}", fwc_compiler::eval::effects::render_text(e));
-        }
-        if let Some((w, p)) = &rollout {
-            print!("\n{}", fwc_compiler::rollout::render_host_wave(w, p));
-        }
-        if let Some(out) = &req.out {
-            println!("Saved the plan to {}; apply exactly it with `fwc apply {}`.", out.display(), out.display());
-        }
-    }
-    Ok(if req.detailed_exitcode && plan.has_changes() { ExitCode::from(super::compile::EXIT_CHANGES) } else { ExitCode::SUCCESS })
 }
 
 // ---------------------------------------------------------------------------------------------

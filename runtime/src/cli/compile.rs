@@ -1,4 +1,4 @@
-//! `fwc check`, `fwc compile`, `fwc plan --from`, `fwc fmt`, `fwc schema`, `fwc completions`:
+//! `fwc check`, `fwc compile`, `fwc fmt`, `fwc schema`, `fwc completions`:
 //! the commands that only read rule files and never touch the host.
 
 use std::io::Write;
@@ -55,43 +55,6 @@ pub struct CompileArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  fwc plan                               # the checkout against the live host\n  fwc plan --out plan.json && fwc apply plan.json   # apply exactly what was reviewed\n  fwc plan --from HEAD~1                 # what the last commit changed (no host needed)\n  fwc plan --from main --to feature-x --host edge-1 --json\n  fwc plan --waves                       # the fleet by rollout wave (docs/fleet.md)\n\nExit codes: 0 ok (changes or not), 1 error; with --detailed-exitcode 0 no changes, 1 error, 2 changes.")]
-pub struct PlanArgs {
-    /// Rule repository (directory with fwc.kdl, inside a git checkout for --from).
-    #[arg(default_value = ".")]
-    pub dir: PathBuf,
-    /// Host to plan for (needed when the repository declares several).
-    #[arg(long, value_hint = clap::ValueHint::Other)]
-    pub host: Option<String>,
-    /// Compare against this git revision of the rule repository instead of the live host.
-    #[arg(long)]
-    pub from: Option<String>,
-    /// The new side: a git revision (default: the files in DIR as they are now).
-    #[arg(long, requires = "from")]
-    pub to: Option<String>,
-    /// Print the plan as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Output format of the plan: `text`, or `markdown` (plan and flow effects as a pull-request
-    /// comment). `--json` prints JSON (with `flow_effects`).
-    #[arg(long, default_value = "text", value_parser = ["text", "markdown"])]
-    pub format: String,
-    /// Exit 2 when there are changes, 0 when there are none (1 stays an error), as terraform
-    /// does. Without it, plan exits 0 whether or not there are changes.
-    #[arg(long)]
-    pub detailed_exitcode: bool,
-    /// Save the live plan (with a hash of the live state) for `fwc apply plan.json`.
-    #[arg(long, conflicts_with = "from")]
-    pub out: Option<PathBuf>,
-    /// Show the rollout policy and every declared host by wave (with --host: that host's wave,
-    /// declared or not). Reads only the rule files: no live host, no git (docs/fleet.md).
-    #[arg(long, conflicts_with_all = ["from", "out", "detailed_exitcode"])]
-    pub waves: bool,
-    #[command(flatten)]
-    pub target: super::apply::HostArgs,
-}
-
-#[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  fwc fmt                 # rewrite files in place\n  fwc fmt --check         # CI: exit 1 and list files that are not formatted\n  fwc fmt --diff          # show what would change, write nothing\n  fwc fmt --check --json  # per-file status as JSON\n\nExit codes: 0 formatted (or nothing to do), 1 a file is not formatted (--check/--diff) or is not valid KDL."
 )]
@@ -129,7 +92,7 @@ pub struct CompletionsArgs {
 }
 
 /// Print diagnostics (people: miette to stderr; machines: JSON to stdout).
-fn report(diags: &Diagnostics, json: bool, g: &Global) {
+pub(super) fn report(diags: &Diagnostics, json: bool, g: &Global) {
     if json {
         super::output::print(&super::output::diagnostics(diags));
     } else if !diags.is_empty() {
@@ -137,7 +100,7 @@ fn report(diags: &Diagnostics, json: bool, g: &Global) {
     }
 }
 
-fn read_tree(dir: &Path) -> std::result::Result<SourceTree, Diagnostics> {
+pub(super) fn read_tree(dir: &Path) -> std::result::Result<SourceTree, Diagnostics> {
     SourceTree::from_dir(dir)
 }
 
@@ -250,131 +213,6 @@ pub fn write_artifacts(out: &Path, artifacts: &Artifacts) -> Result<()> {
         tmp.persist(out.join(name)).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(name).display()))?;
     }
     Ok(())
-}
-
-pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
-    if a.waves {
-        return waves(&a, g);
-    }
-    let Some(from) = &a.from else {
-        let req = super::apply::LivePlanRequest {
-            dir: a.dir,
-            host: a.host,
-            target: a.target,
-            out: a.out,
-            json: a.json,
-            detailed_exitcode: a.detailed_exitcode,
-        };
-        return super::apply::plan_live(req, g);
-    };
-    let (repo, sub) = crate::repo::discover(&a.dir)?;
-    let old_commit = crate::repo::commit_at(&repo, from)?;
-    // The old side may be refused (a symlink leaving the repository…): then, as when it
-    // does not compile, all is new.
-    let old_tree = crate::repo::source_tree_at(&repo, &old_commit, &sub).ok();
-    let new_side = match &a.to {
-        Some(to) => {
-            let c = crate::repo::commit_at(&repo, to)?;
-            crate::repo::source_tree_at(&repo, &c, &sub).map(|t| (t, Some(c.id().to_string())))
-        }
-        None => read_tree(&a.dir).map(|t| (t, None)),
-    };
-    let (new_tree, new_id) = match new_side {
-        Ok(side) => side,
-        Err(diags) => {
-            report(&diags, a.json, g);
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let host = a.host.as_deref();
-    let now = jiff::Timestamp::now();
-    // The old side may not even compile (that is often why one plans); then all is new.
-    let old = old_tree.as_ref().and_then(|t| fwc_compiler::compile_at(t, host, Some(&old_commit.id().to_string()), now).ok()).map(|(art, _)| art);
-    let new = match fwc_compiler::compile_at(&new_tree, host, new_id.as_deref(), now) {
-        Ok((art, warnings)) => {
-            if !a.json {
-                report(&warnings, false, g);
-            }
-            art
-        }
-        Err(diags) => {
-            report(&diags, a.json, g);
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let plan = fwc_compiler::diff::plan(old.as_ref(), &new);
-    let rollout = host_rollout(&new_tree, &new.manifest.host);
-    // Which flows the change opens, closes or redirects (docs/testing-policies.md).
-    let effects = match fwc_compiler::eval::effects::between_trees_at(old_tree.as_ref().filter(|_| old.is_some()), &new_tree, host, now) {
-        Some(Ok(e)) => Some(e),
-        Some(Err(e)) => return Err(miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "cannot compute flow effects: {e}")),
-        None => None,
-    };
-    if a.json {
-        let mut v = super::output::versioned(&serde_json::json!({"mode": "revisions", "has_changes": plan.has_changes()}));
-        let m = v.as_object_mut().expect("an object");
-        if let serde_json::Value::Object(p) = serde_json::to_value(&plan).into_diagnostic()? {
-            m.extend(p);
-        }
-        m.insert("flow_effects".into(), serde_json::to_value(&effects).into_diagnostic()?);
-        if let Some((w, _)) = &rollout {
-            m.insert("rollout".into(), serde_json::to_value(w).into_diagnostic()?);
-        }
-        super::output::print(&v);
-    } else if a.format == "markdown" {
-        let e = effects.unwrap_or_default();
-        print!("{}", fwc_compiler::eval::effects::render_markdown(&fwc_compiler::diff::render(&plan, false), &e));
-        if let Some((w, p)) = &rollout {
-            print!("\n{}", fwc_compiler::rollout::render_host_wave(w, p));
-        }
-    } else {
-        print!("{}", fwc_compiler::diff::render(&plan, g.color_stdout()));
-        if let Some(e) = &effects {
-            print!("{}", fwc_compiler::eval::effects::render_text(e));
-        }
-        if let Some((w, p)) = &rollout {
-            print!("\n{}", fwc_compiler::rollout::render_host_wave(w, p));
-        }
-    }
-    Ok(if a.detailed_exitcode && plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
-}
-
-/// The wave of `host` when the repository has a rollout policy (shown under a one-host plan).
-/// Files that never say `rollout` are not parsed again.
-pub(crate) fn host_rollout(tree: &SourceTree, host: &str) -> Option<(fwc_compiler::rollout::HostWave, fwc_compiler::artifacts::rollout::RolloutPolicy)> {
-    if !tree.files.values().any(|t| t.contains("rollout")) {
-        return None;
-    }
-    let fleet = fwc_compiler::rollout::fleet_plan(tree).ok()?;
-    Some((fleet.host_wave(host)?, fleet.policy?))
-}
-
-/// `fwc plan --waves [--host NAME]`: the fleet by wave, from the rule files alone.
-fn waves(a: &PlanArgs, g: &Global) -> Result<ExitCode> {
-    let fleet = match read_tree(&a.dir).and_then(|t| fwc_compiler::rollout::fleet_plan(&t)) {
-        Ok(f) => f,
-        Err(diags) => {
-            report(&diags, a.json, g);
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let one = a.host.as_deref().map(|h| fleet.host_wave(h));
-    if a.json {
-        let mut v = super::output::versioned(&serde_json::json!({"mode": "waves"}));
-        let m = v.as_object_mut().expect("an object");
-        m.insert("policy".into(), serde_json::to_value(&fleet.policy).into_diagnostic()?);
-        m.insert("hosts".into(), serde_json::to_value(&fleet.hosts).into_diagnostic()?);
-        if let Some(w) = &one {
-            m.insert("host".into(), serde_json::to_value(w).into_diagnostic()?);
-        }
-        super::output::print(&v);
-    } else {
-        match (&one, &fleet.policy) {
-            (Some(Some(w)), Some(p)) => print!("{}", fwc_compiler::rollout::render_host_wave(w, p)),
-            _ => print!("{}", fwc_compiler::rollout::render_waves(&fleet)),
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// What `fwc fmt` did (or would do) to one file.

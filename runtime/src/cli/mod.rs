@@ -11,6 +11,8 @@ pub mod agent;
 mod qos;
 mod forward;
 pub mod apply;
+mod host;
+pub mod plan;
 pub mod explain;
 pub mod test;
 pub mod import;
@@ -118,7 +120,7 @@ pub enum Command {
     /// Compile one host's artifacts (nftables.json, qos.json, forward.json, manifest.json).
     Compile(compile::CompileArgs),
     /// Show what would change, per rule, with the backend each rule goes to.
-    Plan(compile::PlanArgs),
+    Plan(plan::PlanArgs),
     /// Format rule files, losing nothing (or only check, or show a diff).
     ///
     /// Formats the repository's KDL files (fwc.kdl, rules/**/*.kdl, tests/**/*.kdl) in place.
@@ -202,7 +204,7 @@ pub fn main() -> ExitCode {
         Command::Audit(a) => agent::audit(a, &g),
         Command::Check(a) => compile::check(a, &g),
         Command::Compile(a) => compile::compile(a, &g),
-        Command::Plan(a) => compile::plan(a, &g),
+        Command::Plan(a) => plan::plan(a, &g),
         Command::Fmt(a) => compile::fmt(a, &g),
         Command::Schema(a) => compile::schema(a, &g),
         Command::Completions(a) => compile::completions(a),
