@@ -289,16 +289,22 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
             }
         }
     }
-    // Objects that go away: after the rules that referred to them.
-    for name in have.chains.keys().filter(|n| !want.chains.contains_key(*n)) {
-        change.rules_deleted += have.rules.get(name).map_or(0, Vec::len);
+    // Objects that go away: after the rules that referred to them. Every chain that goes is
+    // flushed before any object is deleted (a chain another removed chain jumps to, a set a
+    // removed chain's rule looks up, is busy until that rule is gone); then sets and maps (a
+    // verdict map's `goto` holds its chain), then the chains.
+    let gone_chains: Vec<&&str> = have.chains.keys().filter(|n| !want.chains.contains_key(*n)).collect();
+    for name in &gone_chains {
+        change.rules_deleted += have.rules.get(**name).map_or(0, Vec::len);
         remove.push(json!({"flush": id("chain", name)}));
-        remove.push(json!({"delete": id("chain", name)}));
-        change.objects.push(format!("- chain {name}"));
     }
     for (name, (kind, _)) in have.sets.iter().filter(|(n, _)| !want.sets.contains_key(*n)) {
         remove.push(json!({"delete": id(kind, name)}));
         change.objects.push(format!("- {kind} {name}"));
+    }
+    for name in &gone_chains {
+        remove.push(json!({"delete": id("chain", name)}));
+        change.objects.push(format!("- chain {name}"));
     }
     for name in have.quotas.keys().filter(|n| !want.quotas.contains_key(*n)) {
         remove.push(json!({"delete": id("quota", name)}));

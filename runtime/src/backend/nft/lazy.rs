@@ -132,10 +132,15 @@ pub fn skeleton(doc: &NftDoc) -> Cow<'_, Value> {
     }
 }
 
-/// Parse the elements of an array text, or a run of its element lines (`a,\n  b,\n` …).
+/// Parse the elements of an array text (`[` first), or a run of its element lines (`  a,\n
+/// b,\n` …, indented). A run of one map entry is itself an array (`  [\n key,\n value\n  ]`):
+/// only the text of a whole array has its brackets taken off, else a map entry's key and value
+/// would be read as two elements.
 pub fn parse_elements(lines: &str) -> Option<Vec<Value>> {
-    let t = lines.trim();
-    let t = t.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(t).trim();
+    let t = match lines.strip_prefix('[') {
+        Some(inner) => inner.trim_end().strip_suffix(']')?.trim(),
+        None => lines.trim(),
+    };
     let t = t.strip_suffix(',').unwrap_or(t);
     if t.is_empty() {
         return Some(Vec::new());
@@ -335,4 +340,22 @@ mod tests {
             }
         }
     }
+
+    /// A changed map entry is read back whole (`[key, value]`): a run of one entry is itself
+    /// an array, and its brackets were taken off, so the diff deleted `key` and `value` as two
+    /// keys ("invalid data type, expected concatenation of …") and added keys without values
+    /// ("Invalid argument"): every edit of a forward fell back to a whole-table replace.
+    #[test]
+    fn a_changed_map_entry_is_read_whole() {
+        let map = |port: u16, to: &str| {
+            json!({"nftables": [{"add": {"map": {"family": "inet", "table": "fwc", "name": "fwd4_addr",
+                "type": ["inet_proto", "inet_service"], "map": "ipv4_addr",
+                "elem": [[{"elem": {"val": {"concat": ["tcp", port]}, "comment": "fwc:forward:web"}}, to]]}}}]})
+        };
+        let (base, next) = (map(8080, "198.19.0.2"), map(8081, "198.19.0.3"));
+        let (b, n) = reduced_pair(&NftDoc::from_pretty_text(to_pretty(&base)), &NftDoc::from_pretty_text(to_pretty(&next)), |_, _| false).unwrap();
+        assert_eq!(b["nftables"][0]["add"]["map"]["elem"], base["nftables"][0]["add"]["map"]["elem"]);
+        assert_eq!(n["nftables"][0]["add"]["map"]["elem"], next["nftables"][0]["add"]["map"]["elem"]);
+    }
+
 }
