@@ -6,33 +6,7 @@
 mod plan_common;
 
 use fwc_testkit::{output_text as text, privileged, Netns};
-use plan_common::{replaces_table, rules_by_handle, set_elements, Repo};
-
-/// Plan `kdl` over what `r` applied, apply it, and hold the apply to the plan: the same mode,
-/// no fallback, and the rules the plan keeps keep their handles and counters (as many as it
-/// said). Returns the plan.
-pub fn apply_as_planned(r: &Repo, kdl: &str) -> serde_json::Value {
-    r.write(&[("fwc.kdl", kdl)]);
-    let plan = r.plan();
-    let before = rules_by_handle(&r.live());
-    let batches = r.batch_count();
-    let o = r.apply_out(&[]);
-    let out = text(&o);
-    assert!(o.status.success(), "fwc apply failed:\n{out}");
-    assert!(!out.contains("replacing the table whole"), "the apply fell back to a whole-table replace:\n{out}");
-    let mode = plan["nftables"]["mode"].as_str().unwrap_or_default().to_string();
-    assert!(r.batch_count() > batches || mode == "unchanged", "no batch committed:\n{out}");
-    assert_eq!(replaces_table(&r.last_batch()), mode == "full-replace", "plan said {mode}:\n{out}");
-    let after = rules_by_handle(&r.live());
-    let kept: Vec<_> = after.iter().filter(|(h, (c, _))| before.get(h).is_some_and(|(bc, _)| bc == c)).collect();
-    if mode == "diff" {
-        assert_eq!(kept.len() as u64, plan["nftables"]["rules_kept"].as_u64().unwrap(), "rules kept (plan: {:#})", plan["nftables"]);
-    }
-    for (h, (_, packets)) in kept {
-        assert!(*packets >= before[h].1, "rule {h}: its counter went back from {} to {packets}", before[h].1);
-    }
-    plan
-}
+use plan_common::{apply_as_planned, replaces_table, rules_by_handle, set_elements, Repo};
 
 /// The example of the report: a kernel forward removed. Its chains were deleted in name
 /// order, `fwd_dnat` before the base chains that jump to it: "Device or resource busy".
@@ -100,4 +74,66 @@ fn protocol_change_of_a_forward_keeps_its_tracked_sources() {
     let plan = apply_as_planned(&r, &web("udp"));
     assert_eq!(plan["nftables"]["mode"], "diff");
     assert_eq!(set_elements(&r.live())["_ps_fwd_web_r_v4"], vec!["\"198.18.7.7\"".to_string()]);
+}
+
+/// A set's declaration changes (a per-source set's size here): nft cannot change it in place,
+/// so a new set of the same name replaces it in the same batch, the rules using it go before
+/// and come back after; the plan says so and names the sources it stops tracking. The rest
+/// of the table keeps its handles and counters.
+#[test]
+fn a_set_whose_declaration_changes_is_replaced_alone_and_the_plan_says_so() {
+    if !privileged("a_set_whose_declaration_changes_is_replaced_alone_and_the_plan_says_so") {
+        return;
+    }
+    let ns = Netns::new("prd");
+    let r = Repo::new(&ns.name);
+    let ssh = |size: u32| format!("fwc 1\ninput policy=drop {{\n    allow \"web\" proto=tcp port=80\n    allow \"ssh\" proto=tcp port=22 rate-per-source=\"5/minute\" per-source-size={size}\n}}\n");
+    r.apply(&ssh(4096));
+    ns.exec(&["nft", "add", "element", "inet", "fwc", "_ps_input_ssh_r_v4", "{ 198.18.7.7 timeout 1h, 198.18.7.8 timeout 1h }"]);
+    let plan = apply_as_planned(&r, &ssh(8192));
+    assert_eq!(plan["nftables"]["mode"], "diff", "{:#}", plan["nftables"]);
+    let resets = plan["nftables"]["resets"].to_string();
+    assert!(resets.contains("set _ps_input_ssh_r_v4 is replaced (its declaration changes): its 2 tracked sources are reset"), "{resets}");
+    assert!(plan["nftables"].get("needs_allow_replace").is_none(), "{:#}", plan["nftables"]);
+    let live = r.live();
+    let size = live["nftables"].as_array().unwrap().iter().find_map(|o| o.get("set").filter(|s| s["name"] == "_ps_input_ssh_r_v4")).unwrap()["size"].clone();
+    assert_eq!(size, 8192);
+}
+
+/// A change no diff can make (a set fwc now declares already exists live, made by hand: its
+/// elements are not fwc's to keep or drop): the plan says the table is replaced whole and what
+/// that resets; `fwc apply` refuses it (exit 1, nothing changed, the refusal in the audit log)
+/// unless given --allow-replace.
+#[test]
+fn a_replace_no_diff_can_avoid_is_refused_without_allow_replace() {
+    if !privileged("a_replace_no_diff_can_avoid_is_refused_without_allow_replace") {
+        return;
+    }
+    let ns = Netns::new("prr");
+    let r = Repo::new(&ns.name);
+    r.apply("fwc 1\ninput policy=drop { allow \"ssh\" proto=tcp port=22 }\n");
+    ns.exec(&["nft", "add", "set", "inet", "fwc", "office_v4", "{ type ipv4_addr; flags interval; }"]);
+    r.write(&[("fwc.kdl", "fwc 1\nset \"office\" \"203.0.113.0/24\"\ninput policy=drop {\n    allow \"ssh\" proto=tcp port=22\n    allow \"office\" proto=tcp port=443 from=\"@office\"\n}\n")]);
+    let plan = r.plan();
+    assert_eq!(plan["nftables"]["mode"], "full-replace", "{:#}", plan["nftables"]);
+    assert_eq!(plan["nftables"]["needs_allow_replace"], true, "{:#}", plan["nftables"]);
+    assert!(plan["nftables"]["resets"].to_string().contains("rules are reset"), "{:#}", plan["nftables"]);
+    let text_plan = text(&r.fwc(&["plan", r.repo.to_str().unwrap()]));
+    assert!(text_plan.contains("refuses it unless given --allow-replace"), "{text_plan}");
+
+    let before = r.live();
+    let batches = r.batch_count();
+    let o = r.apply_out(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("refusing to replace table inet fwc whole"), "{}", text(&o));
+    assert_eq!(r.batch_count(), batches, "a batch was committed");
+    assert_eq!(rules_by_handle(&r.live()), rules_by_handle(&before), "the live table changed");
+    let audit = std::fs::read_to_string(r.state.join("audit.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    assert_eq!(last["result"], "aborted", "{last:#}");
+    assert!(last["detail"].as_str().unwrap_or_default().contains("refusing to replace table inet fwc whole"), "{last:#}");
+
+    let o = r.apply_out(&["--allow-replace"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(replaces_table(&r.last_batch()));
 }

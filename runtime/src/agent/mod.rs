@@ -939,6 +939,8 @@ impl Agent {
             no_sysctl: false,
             // Set elements changed outside fwc: the nft backend saw it in its drift check.
             nft_full_replace: None,
+            // A replace that discards state needs a person (`fwc apply --allow-replace`).
+            allow_replace: false,
         };
         let done = engine::record::transact(&mut self.backends, lock, artifacts, &opts, action);
         self.fail_commit.store(false, Ordering::SeqCst);
@@ -952,7 +954,7 @@ impl Agent {
                 tracing::error!("self-check failed after applying {}: {why}; reverting", commit.as_deref().map(short).unwrap_or("-"));
                 self.metrics.self_check_failed();
                 let back = engine::confirm::rollback_target(&lock.dir, "self-check failed").and_then(|(prev, source)| {
-                    let o = ApplyOptions { source, netns: self.cfg.netns.clone(), no_sysctl: true, nft_full_replace: None };
+                    let o = ApplyOptions { source, netns: self.cfg.netns.clone(), no_sysctl: true, nft_full_replace: None, allow_replace: true };
                     let r = engine::record::transact(&mut self.backends, lock, &prev, &o, Action::Rollback).map_err(|e| engine::transaction::chain(&e))?;
                     r.result.map_err(|f| f.to_string())
                 });
@@ -990,6 +992,7 @@ impl Agent {
                         (true, _, _) => None,
                         (_, true, _) => Some("self_check".into()),
                         (_, _, Outcome::RolledBack) => Some("rolled_back".into()),
+                        _ if r.as_ref().is_err_and(|f| f.contains(crate::backend::nft::REPLACE_REFUSED)) => Some("replace_refused".into()),
                         _ => Some("apply_failed".into()),
                     },
                 });

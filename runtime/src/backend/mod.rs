@@ -25,6 +25,11 @@ pub trait Backend {
     /// repair, so replace everything (the reason is reported). Default: ignored.
     fn set_base(&mut self, _previous: Option<&Artifacts>, _full_replace: Option<&str>) {}
 
+    /// Whether the operator accepts a replace of the whole dataplane state where a diff
+    /// cannot be made (`fwc apply --allow-replace`); without it such an apply is refused and
+    /// nothing changes. Default: ignored (backends that never discard state).
+    fn allow_replace(&mut self, _allow: bool) {}
+
     /// Validate `next` and stage it; nothing visible may change. Any error here aborts the
     /// apply before any backend commits.
     fn prepare(&mut self, next: &Artifacts) -> miette::Result<()>;

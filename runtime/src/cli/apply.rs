@@ -48,6 +48,11 @@ pub struct ApplyArgs {
     /// (SSH_CONNECTION): you may be locked out after this session ends.
     #[arg(long)]
     pub allow_lockout: bool,
+    /// Accept a whole-table replace of fwc's nftables table where no diff can make the change
+    /// (`fwc plan` names the counters, per-source tracking sets and limit state it resets).
+    /// Without it such an apply is refused with exit 1 and nothing is changed.
+    #[arg(long)]
+    pub allow_replace: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -135,6 +140,10 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    // What the host lacks and the apply cannot do without: refused, in the plan's words.
+    if let Some(m) = plan.host_needs.iter().find(|m| m.blocks_apply) {
+        return Err(miette!(help = "`fwc plan` lists what the host lacks", "cannot apply: {}; nothing was changed", m.text));
+    }
     // Over SSH: refuse a ruleset that would drop this very session's next login.
     if let (false, Ok(conn)) = (a.allow_lockout, std::env::var("SSH_CONNECTION")) {
         if let Some(why) = fwc_compiler::lint::ssh_session_refusal(&plan.artifacts, &conn) {
@@ -159,6 +168,7 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
         netns: netns.clone(),
         no_sysctl: a.no_sysctl,
         nft_full_replace: plan.nft_full_replace_reason(),
+        allow_replace: a.allow_replace,
     };
     let done = record::transact(&mut backends, &lock, &plan.artifacts, &opts, audit::Action::Apply)?;
     let outcome = done.record.result.map(CommandResult::from).unwrap_or(CommandResult::Failed);

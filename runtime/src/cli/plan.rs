@@ -225,6 +225,22 @@ pub fn render_plan(p: &LivePlan, color: bool) -> String {
         for o in &n.objects {
             s.push_str(&format!("    {o}\n"));
         }
+        for r in &n.resets {
+            s.push_str(&format!("  {} {r}\n", paint.c("1;33", "!")));
+        }
+        if n.needs_allow_replace {
+            s.push_str(&format!(
+                "  {}\n",
+                paint.c("1;33", "no diff can make this change: `fwc apply` refuses it unless given --allow-replace")
+            ));
+        }
+    }
+    if !p.host_needs.is_empty() {
+        s.push_str(&format!("\n{}\n", paint.c("1;33", "Warning: the host lacks what the apply needs:")));
+        for m in &p.host_needs {
+            let blocks = if m.blocks_apply { " (fwc apply refuses this)" } else { "" };
+            s.push_str(&format!("  {} {}{blocks}\n", paint.c("33", "!"), m.text));
+        }
     }
     if !p.published_open.is_empty() {
         s.push_str(&format!("\n{}\n", paint.c("1;33", "Warning: published container ports open to everyone:")));

@@ -86,7 +86,7 @@ pub fn rollback_target(state: &crate::state::StateDir, why: &str) -> std::result
 pub fn revert(lock: &StateLock, netns: Option<&str>, why: &str) -> std::result::Result<ApplyReport, String> {
     let (artifacts, source) = rollback_target(&lock.dir, why)?;
     let mut backends = transaction::default_backends(netns, &lock.dir.path);
-    let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true, nft_full_replace: None };
+    let opts = ApplyOptions { source, netns: netns.map(str::to_string), no_sysctl: true, nft_full_replace: None, allow_replace: true };
     let done = record::transact(&mut backends, lock, &artifacts, &opts, Action::Rollback).map_err(|e| transaction::chain(&e))?;
     record::append_or_warn(lock, done.record);
     done.result.map_err(|f| f.to_string())

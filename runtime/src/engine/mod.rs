@@ -12,6 +12,7 @@
 //! - [`target`] — `--netns` and `--state-dir` must name something that exists.
 
 pub mod confirm;
+pub mod host_needs;
 pub mod load;
 pub mod observe;
 pub mod plan;

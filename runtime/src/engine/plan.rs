@@ -47,6 +47,11 @@ pub struct LivePlan {
     /// to every client (docs/containers.md). Warnings, not changes.
     #[serde(default)]
     pub published_open: Vec<String>,
+    /// What the apply needs of the host that it lacks (an interface a shape or a rule names,
+    /// a port a userspace forward binds): warnings here, and the apply refuses the ones that
+    /// block it with the same words ([`super::host_needs`]).
+    #[serde(default)]
+    pub host_needs: Vec<super::host_needs::Missing>,
     /// The exact artifacts `fwc apply plan.json` applies.
     pub artifacts: Artifacts,
 }
@@ -62,9 +67,10 @@ impl LivePlan {
 
     /// The reason to pass as [`super::transaction::ApplyOptions::nft_full_replace`]: the plan
     /// saw what a diff cannot repair (set elements changed outside fwc), or said "full
-    /// replace" for another reason the transaction would find again.
+    /// replace" for another reason the transaction would find again. Not a replace that needs
+    /// `--allow-replace`: the transaction finds that one again and refuses or makes it.
     pub fn nft_full_replace_reason(&self) -> Option<String> {
-        self.nftables.as_ref().filter(|c| c.mode == NftMode::FullReplace).map(|c| c.reason.clone())
+        self.nftables.as_ref().filter(|c| c.mode == NftMode::FullReplace && !c.needs_allow_replace).map(|c| c.reason.clone())
     }
 }
 
@@ -142,6 +148,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
         Ok(all) => published::open_to_everyone(&published::published_ports(&all), &lazy::skeleton(&next.nftables)),
         Err(_) => Vec::new(),
     };
+    let host_needs = super::host_needs::check(&next, current.as_ref().map(|g| &g.artifacts), netns);
     Ok(LivePlan {
         version: PLAN_VERSION,
         host: next.manifest.host.clone(),
@@ -157,6 +164,7 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
         nftables: Some(nftables),
         sysctls,
         published_open,
+        host_needs,
         artifacts: next,
     })
 }

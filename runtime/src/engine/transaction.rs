@@ -36,6 +36,10 @@ pub struct ApplyOptions {
     /// Replace fwc's nftables table whole instead of applying a diff, for this reason (the
     /// plan found set elements changed outside fwc, which a diff does not repair).
     pub nft_full_replace: Option<String>,
+    /// Accept a whole-table replace the diff cannot avoid (`fwc apply --allow-replace`); it
+    /// discards counters, per-source tracking and limit state the plan otherwise keeps, so
+    /// without this such an apply is refused and nothing changes.
+    pub allow_replace: bool,
 }
 
 /// The backends `fwc apply` and the agent drive, in commit order:
@@ -287,6 +291,7 @@ pub fn transaction(
 
     // 1. prepare (each backend changes only what differs from the previous artifacts)
     for b in backends.iter_mut() {
+        b.allow_replace(opts.allow_replace);
         b.set_base(prev_art, opts.nft_full_replace.as_deref().filter(|_| b.kind() == BackendKind::Nftables));
     }
     for i in 0..backends.len() {

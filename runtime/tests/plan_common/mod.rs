@@ -79,6 +79,12 @@ impl Repo {
         v["nftables"].as_array().unwrap().clone()
     }
 
+    /// [`Self::live`], or an empty listing before the first apply.
+    pub fn live_or_empty(&self) -> Value {
+        let o = Command::new("ip").args(["netns", "exec", &self.ns, "nft", "-j", "list", "table", "inet", "fwc"]).output().unwrap();
+        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+    }
+
     /// The live table as nft lists it (JSON, with handles, counters and elements).
     pub fn live(&self) -> Value {
         let o = Command::new("ip").args(["netns", "exec", &self.ns, "nft", "-j", "list", "table", "inet", "fwc"]).output().unwrap();
@@ -149,3 +155,30 @@ pub fn set_elements(live: &Value) -> BTreeMap<String, Vec<String>> {
         })
         .collect()
 }
+
+/// Plan `kdl` over what `r` applied, apply it, and hold the apply to the plan: the same mode,
+/// no fallback, and the rules the plan keeps keep their handles and counters (as many as it
+/// said). Returns the plan.
+pub fn apply_as_planned(r: &Repo, kdl: &str) -> Value {
+    r.write(&[("fwc.kdl", kdl)]);
+    let plan = r.plan();
+    let before = rules_by_handle(&r.live_or_empty());
+    let batches = r.batch_count();
+    let o = r.apply_out(&[]);
+    let out = text(&o);
+    assert!(o.status.success(), "fwc apply failed:\n{out}");
+    assert!(!out.contains("replacing the table whole"), "the apply fell back to a whole-table replace:\n{out}");
+    let mode = plan["nftables"]["mode"].as_str().unwrap_or_default().to_string();
+    assert!(r.batch_count() > batches || mode == "unchanged", "no batch committed:\n{out}");
+    assert_eq!(replaces_table(&r.last_batch()), mode == "full-replace", "plan said {mode}:\n{out}");
+    let after = rules_by_handle(&r.live());
+    let kept: Vec<_> = after.iter().filter(|(h, (c, _))| before.get(h).is_some_and(|(bc, _)| bc == c)).collect();
+    if mode == "diff" {
+        assert_eq!(kept.len() as u64, plan["nftables"]["rules_kept"].as_u64().unwrap(), "rules kept (plan: {:#})", plan["nftables"]);
+    }
+    for (h, (_, packets)) in kept {
+        assert!(*packets >= before[h].1, "rule {h}: its counter went back from {} to {packets}", before[h].1);
+    }
+    plan
+}
+

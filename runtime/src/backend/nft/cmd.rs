@@ -130,6 +130,15 @@ impl NftCmd {
         serde_json::from_slice(&out.stdout).into_diagnostic().wrap_err("nft printed invalid JSON")
     }
 
+    /// One set or map of fwc's table with its elements (`nft -j list KIND inet fwc NAME`).
+    pub fn list_object(&self, kind: &str, name: &str) -> Result<Value> {
+        let out = self.command().args(["-j", "list", kind, "inet", NFT_TABLE, name]).output().into_diagnostic().wrap_err("cannot run nft")?;
+        if !out.status.success() {
+            return Err(miette!("nft list {kind} {name} failed{}: {}", self.where_(), clean_nft_error(&String::from_utf8_lossy(&out.stderr))));
+        }
+        serde_json::from_slice(&out.stdout).into_diagnostic().wrap_err("nft printed invalid JSON")
+    }
+
     /// The live table in nft's text syntax with handles (`nft -a list table inet fwc`).
     pub fn list_table_text(&self) -> Option<String> {
         let out = self.command().args(["-a", "list", "table", "inet", NFT_TABLE]).output().ok()?;

@@ -57,6 +57,19 @@ pub struct NftChange {
     pub elements: Vec<ElementCount>,
     /// Commands in the batch.
     pub commands: usize,
+    /// Sets and maps replaced by a new object of the same name (their declaration changes:
+    /// type, flags, size, timeout): (kind, name). Their elements are loaded again; what the
+    /// kernel or other programs added to them is gone (see `resets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redeclared: Vec<(String, String)>,
+    /// The state this change discards, in words (`set X is replaced …: 12 tracked sources
+    /// are reset`): what the plan names before the apply does it. Empty: nothing is lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resets: Vec<String>,
+    /// A whole-table replace the diff could not avoid, discarding `resets`: `fwc apply`
+    /// refuses it unless the operator passes `--allow-replace`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_allow_replace: bool,
 }
 
 /// Elements added to and removed from one nft set or map.
@@ -80,6 +93,9 @@ impl NftChange {
             objects: vec![],
             elements: vec![],
             commands: 0,
+            redeclared: vec![],
+            resets: vec![],
+            needs_allow_replace: false,
         }
     }
 
@@ -203,9 +219,15 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
         objects: vec![],
         elements: vec![],
         commands: 0,
+        redeclared: vec![],
+        resets: vec![],
+        needs_allow_replace: false,
     };
     let (mut create, mut elements_del, mut elements_add, mut rules_del, mut rules_add, mut remove) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Sets and maps whose declaration changes: deleted after the rules that use them, created
+    // again (with every element) before the rules that use the new one, in the same batch.
+    let mut redeclare = Vec::new();
 
     // Chains.
     for (name, w) in &want.chains {
@@ -232,7 +254,13 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
             continue;
         };
         if lkind != kind || comparable(l, &[]) != comparable(c, &[]) {
-            return Err(format!("the declaration of {kind} {name} changes (type, flags or size)"));
+            // nft cannot change a set's type, flags or size in place: a new object of the
+            // same name replaces it; the rules that refer to it go and come back around it.
+            redeclare.push(json!({"delete": id(lkind, name)}));
+            redeclare.push(json!({"add": {*kind: w}}));
+            change.redeclared.push((kind.to_string(), name.to_string()));
+            change.objects.push(format!("± {kind} {name} (its declaration changes: replaced, its elements loaded again)"));
+            continue;
         }
         if is_dynamic(w) {
             continue; // other programs own its elements
@@ -279,7 +307,8 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
             return Err(format!("chain {chain}: the kernel lists {} rules where {} were loaded", cr.len(), wr.len()));
         }
         let lr = have.rules.get(chain).map(Vec::as_slice).unwrap_or_default();
-        rule_diff(chain, wr, cr, lr, &mut change, &mut rules_del, &mut rules_add)?;
+        let forced: Vec<bool> = lr.iter().map(|r| refers_to_any(r, &change.redeclared)).collect();
+        rule_diff(chain, wr, cr, lr, &forced, &mut change, &mut rules_del, &mut rules_add)?;
     }
     for (chain, lr) in &have.rules {
         if !want.rules.contains_key(chain) && want.chains.contains_key(chain) {
@@ -296,7 +325,7 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
     let gone_chains: Vec<&&str> = have.chains.keys().filter(|n| !want.chains.contains_key(*n)).collect();
     for name in &gone_chains {
         change.rules_deleted += have.rules.get(**name).map_or(0, Vec::len);
-        remove.push(json!({"flush": id("chain", name)}));
+        rules_del.push(json!({"flush": id("chain", name)}));
     }
     for (name, (kind, _)) in have.sets.iter().filter(|(n, _)| !want.sets.contains_key(*n)) {
         remove.push(json!({"delete": id(kind, name)}));
@@ -315,12 +344,21 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
         change.objects.push(format!("- {kind} {name} (not created by fwc)"));
     }
     let batch: Vec<Value> =
-        create.into_iter().chain(elements_del).chain(elements_add).chain(rules_del).chain(rules_add).chain(remove).collect();
+        create.into_iter().chain(elements_del).chain(elements_add).chain(rules_del).chain(redeclare).chain(rules_add).chain(remove).collect();
     change.commands = batch.len();
     if batch.is_empty() {
         change.mode = NftMode::Unchanged;
     }
     Ok((change, json!({"nftables": batch})))
+}
+
+/// Whether a live rule refers to one of `sets` (`@name` in its expressions).
+fn refers_to_any(rule: &Value, sets: &[(String, String)]) -> bool {
+    if sets.is_empty() {
+        return false;
+    }
+    let text = rule.get("expr").map(Value::to_string).unwrap_or_default();
+    sets.iter().any(|(_, name)| text.contains(&format!("\"@{name}\"")))
 }
 
 /// The key that identifies an element: the value without its comment wrapper, and for a map
@@ -360,12 +398,15 @@ fn rule_diff(
     want: &[&Value],
     canon: &[&Value],
     live: &[&Value],
+    forced: &[bool],
     change: &mut NftChange,
     dels: &mut Vec<Value>,
     adds: &mut Vec<Value>,
 ) -> Result<(), String> {
     let c: Vec<Value> = canon.iter().map(|r| comparable(r, &[])).collect();
-    let l: Vec<Value> = live.iter().map(|r| comparable(r, &[])).collect();
+    // A live rule that refers to a replaced set never matches: it is deleted before the set
+    // and added again after the new one (not replaced in place: that would hold the old set).
+    let l: Vec<Value> = live.iter().zip(forced).map(|(r, f)| if *f { json!({"refers to a replaced set": r.get("handle")}) } else { comparable(r, &[]) }).collect();
     let pairs = common_subsequence(&c, &l);
     change.rules_kept += pairs.len();
     let handle = |i: usize| live[i].get("handle").cloned().ok_or_else(|| format!("chain {chain}: a live rule has no handle"));
@@ -389,7 +430,7 @@ fn rule_diff(
         }
         let labels = |rules: &[&Value], r: std::ops::Range<usize>| -> Vec<Option<(String, String)>> { r.map(|i| rule_label(rules[i])).collect() };
         let (ln, ll) = (labels(canon, new_r.clone()), labels(live, live_r.clone()));
-        if ln.len() == ll.len() && ln == ll && ln.iter().all(Option::is_some) {
+        if ln.len() == ll.len() && ln == ll && ln.iter().all(Option::is_some) && !live_r.clone().any(|j| forced[j]) {
             // The same fwc rules at the same place, changed: replace each in place.
             for (i, j) in new_r.zip(live_r) {
                 adds.push(json!({"replace": {"rule": with_handle(want[i], Some(handle(j)?))}}));
@@ -545,7 +586,7 @@ mod tests {
     }
 
     #[test]
-    fn layout_changes_need_a_full_replace_and_policy_is_updated_in_place() {
+    fn chain_layout_changes_need_a_full_replace_sets_are_redeclared_and_policy_is_updated_in_place() {
         let (old, _, live) = docs("drop", &[], json!([]), &[]);
         let (new, canon, _) = docs("accept", &[], json!([]), &[]);
         let (c, batch) = diff(&old, &new, &canon, &live).unwrap();
@@ -554,9 +595,15 @@ mod tests {
         let mut canon2 = canon.clone();
         canon2["nftables"][2]["chain"]["prio"] = json!(10);
         assert!(diff(&old, &new, &canon2, &live).unwrap_err().contains("chain input"));
+        // A set's type changes: deleted and created again in the batch, not a full replace.
         let mut canon3 = canon.clone();
         canon3["nftables"][1]["set"]["type"] = json!("ipv6_addr");
-        assert!(diff(&old, &new, &canon3, &live).unwrap_err().contains("set bl_v4"));
+        let (c, batch) = diff(&old, &new, &canon3, &live).unwrap();
+        assert_eq!(c.redeclared, vec![("set".to_string(), "bl_v4".to_string())]);
+        let ops: Vec<String> = batch["nftables"].as_array().unwrap().iter().map(|o| o.to_string()).collect();
+        let del = ops.iter().position(|o| o.contains("\"delete\":{\"set\"")).expect("set deleted");
+        let add = ops.iter().position(|o| o.contains("\"add\":{\"set\"")).expect("set added again");
+        assert!(del < add, "{ops:#?}");
     }
 
     #[test]

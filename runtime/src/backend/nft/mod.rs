@@ -116,6 +116,9 @@ struct Staged {
 pub struct NftBackend {
     /// How nft is run (binary, network namespace).
     pub cmd: NftCmd,
+    /// The operator accepts a whole-table replace the diff cannot avoid (`--allow-replace`);
+    /// without it such an apply is refused and nothing changes.
+    allow_replace: bool,
     staged: Option<Staged>,
     /// quota (issue #26): the quotas of the ruleset being applied (from its manifest), whose
     /// objects get their `used` restored when a batch (re)creates them ([`crate::quota`]).
@@ -146,6 +149,7 @@ impl NftBackend {
     pub fn new(netns: Option<String>) -> NftBackend {
         NftBackend {
             cmd: NftCmd::new(netns),
+            allow_replace: false,
             staged: None,
             quota_policies: Vec::new(),
             committed: false,
@@ -329,6 +333,63 @@ pub struct LiveView {
     pub counters: Vec<RuleCounter>,
 }
 
+/// Why the table is replaced whole; `lossy`: the diff could not express the change and the
+/// live table holds state fwc promised to keep (not a first apply, nor a repair of elements
+/// changed outside fwc): the apply refuses it unless the operator allows it.
+struct Replace {
+    reason: String,
+    lossy: bool,
+}
+
+/// The error of an apply that would replace the table whole where its plan did not say so
+/// (or said so and was not allowed): nothing is changed.
+fn refusal(reason: &str, resets: &[String]) -> miette::Report {
+    let lost = if resets.is_empty() { String::new() } else { format!(": {}", resets.join("; ")) };
+    miette!(
+        help = "`fwc plan` names what a replace resets; apply with --allow-replace to accept it",
+        "nftables: {REPLACE_REFUSED}, which discards the state the plan keeps{lost}; \
+         reason: {reason}. Nothing was changed (pass --allow-replace to replace it anyway)"
+    )
+}
+
+/// The words every refused whole-table replace starts with (the agent reports it by them).
+pub const REPLACE_REFUSED: &str = "refusing to replace table inet fwc whole";
+
+/// What a redeclared set or map loses, in words (its live elements counted).
+fn redeclare_reset(cmd: &NftCmd, live: &Value, kind: &str, name: &str) -> String {
+    let what = if fwc_compiler::persource::parse_set_name(name).is_some() { "tracked sources" } else { "elements" };
+    match live_elements(cmd, live, kind, name) {
+        Some(n) => format!("{kind} {name} is replaced (its declaration changes): its {n} {what} are reset"),
+        None => format!("{kind} {name} is replaced (its declaration changes): its {what} are reset"),
+    }
+}
+
+/// How many elements a live set or map holds: from the listing when it has them, else listed.
+fn live_elements(cmd: &NftCmd, live: &Value, kind: &str, name: &str) -> Option<usize> {
+    let body = live["nftables"].as_array()?.iter().find_map(|o| o.get(kind).filter(|b| b["name"] == name))?;
+    if let Some(e) = body.get("elem").and_then(Value::as_array) {
+        return Some(e.len());
+    }
+    let listed = cmd.list_object(kind, name).ok()?;
+    Some(listed["nftables"].as_array()?.iter().find_map(|o| o.get(kind)?.get("elem")?.as_array().map(Vec::len)).unwrap_or(0))
+}
+
+/// What a whole-table replace discards of `live`: every rule's counters and `limit` / `ct
+/// count` state, and the elements of the dynamic and per-source sets it does not keep (a
+/// replace keeps those whose declaration is unchanged, `wanted`).
+fn replace_resets(cmd: &NftCmd, live: &Value, wanted: &[(String, Value)]) -> Vec<String> {
+    let items = live["nftables"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let rules = items.iter().filter(|o| o.get("rule").is_some()).count();
+    let mut out = vec![format!("the counters and limit/ct count state of all {rules} rules are reset")];
+    for set in dynamic_sets(&json!({"nftables": items.iter().filter_map(|o| o.get("set")).map(|s| json!({"set": s})).collect::<Vec<_>>()})) {
+        let kept = wanted.iter().any(|(n, w)| *n == set.0 && declaration(w) == declaration(&set.1));
+        if !kept {
+            out.push(redeclare_reset(cmd, live, "set", &set.0).replace("is replaced (its declaration changes)", "is replaced"));
+        }
+    }
+    out
+}
+
 /// sha256 of an artifact set's nftables.json: the manifest's digest (checked when a generation
 /// is read from the state dir), else computed.
 pub fn digest(a: &Artifacts) -> String {
@@ -396,7 +457,7 @@ impl NftBackend {
     pub fn change(&mut self, base: Option<&NftDoc>, next: &NftDoc, live: Option<&Value>, full_replace: Option<&str>) -> Result<(NftChange, Value)> {
         match self.diff_or_reason(base, next, live, full_replace)? {
             Ok(d) => Ok(d),
-            Err(reason) => Ok((NftChange::full(reason), replace_tx(next.value())?)),
+            Err(r) => Ok((self.replace_change(r, next, live), replace_tx(next.value())?)),
         }
     }
 
@@ -405,8 +466,19 @@ impl NftBackend {
     pub fn planned_change(&mut self, base: Option<&NftDoc>, next: &NftDoc, live: Option<&Value>, full_replace: Option<&str>) -> Result<NftChange> {
         Ok(match self.diff_or_reason(base, next, live, full_replace)? {
             Ok((c, _)) => c,
-            Err(reason) => NftChange::full(reason),
+            Err(r) => self.replace_change(r, next, live),
         })
+    }
+
+    /// A full replace for `r`, naming the state it discards when it is one the diff could not
+    /// make (`r.lossy`: the apply refuses it unless the operator allows it).
+    fn replace_change(&self, r: Replace, next: &NftDoc, live: Option<&Value>) -> NftChange {
+        let mut c = NftChange::full(r.reason);
+        if let (true, Some(live)) = (r.lossy, live) {
+            c.needs_allow_replace = true;
+            c.resets = replace_resets(&self.cmd, live, &dynamic_sets(&lazy::skeleton(next)));
+        }
+        c
     }
 
     /// The diff, or why the table is replaced whole (`Err`).
@@ -416,8 +488,8 @@ impl NftBackend {
         next: &NftDoc,
         live: Option<&Value>,
         full_replace: Option<&str>,
-    ) -> Result<std::result::Result<(NftChange, Value), String>> {
-        let full = |reason: &str| Ok(Err(reason.to_string()));
+    ) -> Result<std::result::Result<(NftChange, Value), Replace>> {
+        let full = |reason: &str| Ok(Err(Replace { reason: reason.to_string(), lossy: false }));
         let next_skel = lazy::skeleton(next);
         if is_empty_doc(&next_skel)? {
             return Ok(Ok((NftChange::full("nothing to apply: the table is deleted"), json!({"nftables": [add_table(), delete_table()]}))));
@@ -440,9 +512,22 @@ impl NftBackend {
             .filter_map(|(k, b)| Some((k.as_str(), b.get("name")?.as_str()?)))
             .collect();
         let reduced = lazy::reduced_pair(base, next, |kind, name| !live_sets.contains(&(kind, name)));
-        Ok(match &reduced {
+        let mut d = match &reduced {
             Some((b, n)) => diff::diff(b, n, &canon, live),
             None => diff::diff(base.value(), next.value(), &canon, live),
+        };
+        // A replaced set is created again with every element: not from the reduced lists.
+        if reduced.is_some() && d.as_ref().is_ok_and(|(c, _)| !c.redeclared.is_empty()) {
+            d = diff::diff(base.value(), next.value(), &canon, live);
+        }
+        Ok(match d {
+            Ok((mut c, tx)) => {
+                for (kind, name) in c.redeclared.clone() {
+                    c.resets.push(redeclare_reset(&self.cmd, live, &kind, &name));
+                }
+                Ok((c, tx))
+            }
+            Err(reason) => Err(Replace { reason, lossy: true }),
         })
     }
 
@@ -477,6 +562,10 @@ impl Backend for NftBackend {
         BackendKind::Nftables
     }
 
+    fn allow_replace(&mut self, allow: bool) {
+        self.allow_replace = allow;
+    }
+
     fn set_base(&mut self, previous: Option<&Artifacts>, full_replace: Option<&str>) {
         self.base = previous.map(|p| p.nftables.clone());
         self.base_digest = previous.map(digest);
@@ -494,6 +583,10 @@ impl Backend for NftBackend {
         let base = self.base.take();
         let (mut change, mut tx) =
             self.change(base.as_ref(), &next.nftables, live.as_ref(), full_replace.as_deref()).wrap_err("nftables: prepare failed")?;
+        if change.needs_allow_replace && !self.allow_replace {
+            self.base = base;
+            return Err(refusal(&change.reason, &change.resets));
+        }
         if injected_failure("prepare", BackendKind::Nftables) {
             tx["nftables"].as_array_mut().unwrap().push(json!({"add": {"rule": {
                 "family": "inet", "table": NFT_TABLE, "chain": "fwc-test-injected-missing-chain",
@@ -520,7 +613,13 @@ impl Backend for NftBackend {
             // The live table is not what the last apply left (a killed apply, hand edits of
             // set elements): replace it whole instead.
             let reason = format!("the diff does not apply to the live table ({})", e.to_string().lines().last().unwrap_or("").trim());
-            tracing::warn!("nftables: {reason}; replacing the table whole");
+            if !self.allow_replace {
+                // Not what the plan said: refused, nothing changed (the check changes nothing).
+                let resets = live.as_ref().map(|l| replace_resets(&self.cmd, l, &dynamic_sets(&lazy::skeleton(&next.nftables)))).unwrap_or_default();
+                self.base = base;
+                return Err(refusal(&reason, &resets));
+            }
+            tracing::warn!("nftables: {reason}; replacing the table whole (--allow-replace)");
             change = NftChange::full(reason);
             tx = replace_tx(&next.nftables)?;
             if injected_failure("prepare", BackendKind::Nftables) {
@@ -583,10 +682,15 @@ impl Backend for NftBackend {
         self.restore_quotas(tx, &policies);
         Self::log_batch(tx);
         let mut result = if tx["nftables"].as_array().is_some_and(Vec::is_empty) { Ok(()) } else { self.cmd.run_file(tx, false) };
-        if let (Err(e), Some(doc)) = (&result, &staged.unchecked_fallback) {
+        if let (Err(e), Some(_), false) = (&result, &staged.unchecked_fallback, self.allow_replace) {
+            // The unchecked diff does not apply to the live table: the kernel aborted it, so
+            // nothing changed; a whole-table replace is not what the plan said: refused.
+            let reason = format!("the diff does not apply to the live table ({})", e.to_string().lines().last().unwrap_or("").trim());
+            result = Err(refusal(&reason, &[]));
+        } else if let (Err(e), Some(doc)) = (&result, &staged.unchecked_fallback) {
             // The unchecked diff does not apply to the live table (nothing changed: the kernel
             // aborted it): replace the table whole, as prepare does for a checked diff.
-            tracing::warn!("nftables: the diff does not apply to the live table ({e}); replacing the table whole");
+            tracing::warn!("nftables: the diff does not apply to the live table ({e}); replacing the table whole (--allow-replace)");
             result = replace_tx(doc.value()).and_then(|mut full| {
                 self.restore_quotas(&mut full, &policies);
                 if injected_failure("commit", BackendKind::Nftables) {
