@@ -32,10 +32,12 @@ cleanup; STATE=$(mktemp -d /tmp/fwc-demo.XXXXXX)
 
 echo "==> namespaces: $C (198.18.1.2) -> $H (198.18.1.1 | 198.18.2.1) -> $B (198.18.2.2)"
 for ns in $C $H $B; do ip netns add $ns; ip -n $ns link set lo up; done
-ip link add fwcd-c netns $C type veth peer name fwcd-hc netns $H
+# The host's client side is eth1, the LAN interface the README's example shapes (dev=eth1):
+# that example applies as written here too.
+ip link add fwcd-c netns $C type veth peer name eth1 netns $H
 ip link add fwcd-hb netns $H type veth peer name fwcd-b netns $B
 ip -n $C addr add 198.18.1.2/24 dev fwcd-c; ip -n $C link set fwcd-c up
-ip -n $H addr add 198.18.1.1/24 dev fwcd-hc; ip -n $H link set fwcd-hc up
+ip -n $H addr add 198.18.1.1/24 dev eth1; ip -n $H link set eth1 up
 ip -n $H addr add 198.18.2.1/24 dev fwcd-hb; ip -n $H link set fwcd-hb up
 ip -n $B addr add 198.18.2.2/24 dev fwcd-b; ip -n $B link set fwcd-b up
 ip -n $C route add default via 198.18.1.1

@@ -137,3 +137,53 @@ fn a_replace_no_diff_can_avoid_is_refused_without_allow_replace() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(replaces_table(&r.last_batch()));
 }
+
+/// The README's example repository, as written there.
+fn readme_example() -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let from = readme.find("## A rule repository").expect("README has the example");
+    let body = &readme[from..];
+    let start = body.find("```kdl\n").unwrap() + "```kdl\n".len();
+    body[start..start + body[start..].find("```").unwrap()].to_string()
+}
+
+/// `fwc plan` says what the apply needs of the host that it lacks (the interface a shape
+/// names), and `fwc apply` refuses with the same words, changing nothing; in namespaces laid
+/// out as scripts/demo.sh lays them out (the host's LAN side is eth1) the README's example
+/// applies as written.
+#[test]
+fn the_plan_names_a_missing_interface_and_the_readme_example_applies_in_the_demo_namespaces() {
+    if !privileged("the_plan_names_a_missing_interface_and_the_readme_example_applies_in_the_demo_namespaces") {
+        return;
+    }
+    let kdl = readme_example();
+    let words = "shape \"guests\": interface eth1 (dev=eth1) does not exist here: no interface to shape";
+    // A host without eth1.
+    let bare = Netns::new("prn");
+    bare.exec(&["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"]);
+    bare.exec(&["ip", "link", "set", "v0", "up"]);
+    let r = Repo::new(&bare.name);
+    r.write(&[("fwc.kdl", &kdl)]);
+    let plan = r.plan();
+    assert!(plan["host_needs"].to_string().contains(&words.replace('"', "\\\"")), "{:#}", plan["host_needs"]);
+    let o = r.apply_out(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains(words), "{}", text(&o));
+    assert!(!bare.try_exec(&["nft", "list", "table", "inet", "fwc"]).status.success(), "the apply changed the host");
+
+    // The demo's namespaces: client -> host (eth1 | backend side) -> backend.
+    let (client, host, backend) = (Netns::new("prc"), Netns::new("prh"), Netns::new("prb"));
+    let link = |a: &Netns, an: &str, b: &Netns, bn: &str| {
+        fwc_testkit::sh(&format!("ip link add {an} netns {} type veth peer name {bn} netns {}", a.name, b.name));
+        a.exec(&["ip", "link", "set", an, "up"]);
+        b.exec(&["ip", "link", "set", bn, "up"]);
+    };
+    link(&client, "fwcd-c", &host, "eth1");
+    link(&host, "fwcd-hb", &backend, "fwcd-b");
+    host.exec(&["ip", "addr", "add", "198.18.1.1/24", "dev", "eth1"]);
+    let r = Repo::new(&host.name);
+    r.write(&[("fwc.kdl", &kdl)]);
+    assert!(r.plan()["host_needs"].as_array().is_some_and(Vec::is_empty), "{:#}", r.plan()["host_needs"]);
+    let o = r.apply_out(&[]);
+    assert!(o.status.success(), "the README's example does not apply in the demo's namespaces:\n{}", text(&o));
+}

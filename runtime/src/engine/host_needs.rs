@@ -39,8 +39,10 @@ pub fn missing(next: &Artifacts, current: Option<&Artifacts>, host: &Host) -> Ve
         }
     }
     out.dedup();
+    // A shape's `dev=` is also its marking rule's interface: named once, as the shape's.
+    let shaped: BTreeSet<(&str, &str)> = next.qos.classes.iter().flat_map(|c| c.interfaces.iter().map(|i| (c.rule.as_str(), i.as_str()))).collect();
     for (rule, name) in rule_interfaces(&crate::backend::nft::lazy::skeleton(&next.nftables)) {
-        if !host.links.contains(&name) {
+        if !host.links.contains(&name) && !shaped.contains(&(rule.as_str(), name.as_str())) {
             out.push(Missing { text: format!("rule \"{rule}\": interface {name} does not exist here: the rule matches nothing until it does"), blocks_apply: false });
         }
     }
