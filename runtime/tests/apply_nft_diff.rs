@@ -5,68 +5,15 @@
 //! elements changed outside fwc make the plan say "full replace" and the apply repair them.
 //! Real kernel, real packets, inside `fwc-t-*` namespaces.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod plan_common;
+
 use fwc_testkit::{privileged, Netns, Topology, output_text as text, batch_ops as ops};
+use plan_common::Repo;
 use serde_json::Value;
-
-struct Repo {
-    _tmp: tempfile::TempDir,
-    repo: PathBuf,
-    state: PathBuf,
-    batches: PathBuf,
-    ns: String,
-}
-
-impl Repo {
-    fn new(ns: &Netns) -> Repo {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir_all(&repo).unwrap();
-        Repo { repo, state: tmp.path().join("state"), batches: tmp.path().join("batches.jsonl"), ns: ns.name.clone(), _tmp: tmp }
-    }
-
-    fn fwc(&self, args: &[&str]) -> Output {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_fwc"));
-        c.args(args)
-            .args(["--state-dir", self.state.to_str().unwrap(), "--netns", &self.ns])
-            .env("NO_COLOR", "1")
-            .env("FWC_NFT_BATCH_LOG", &self.batches)
-            .env_remove("FWC_TEST_FAIL")
-            .stdin(std::process::Stdio::null());
-        c.output().unwrap()
-    }
-
-    /// Write `kdl` as the repository and apply it; returns the output.
-    fn apply(&self, kdl: &str) -> String {
-        std::fs::write(self.repo.join("fwc.kdl"), kdl).unwrap();
-        let o = self.fwc(&["apply", self.repo.to_str().unwrap(), "--auto-approve"]);
-        assert!(o.status.success(), "fwc apply failed:\n{}", text(&o));
-        text(&o)
-    }
-
-    fn plan_json(&self, kdl: &str) -> Value {
-        std::fs::write(self.repo.join("fwc.kdl"), kdl).unwrap();
-        let o = self.fwc(&["plan", self.repo.to_str().unwrap(), "--json"]);
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("plan --json: {e}\n{}", text(&o)))
-    }
-
-    /// The batch the last commit sent to nft.
-    fn last_batch(&self) -> Vec<Value> {
-        let log = std::fs::read_to_string(&self.batches).unwrap();
-        let v: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
-        v["nftables"].as_array().unwrap().clone()
-    }
-
-    /// Packets counted for the rule `kind` `name`.
-    fn counter(&self, kind: &str, name: &str) -> u64 {
-        let o = self.fwc(&["status", "--json"]);
-        let st: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("status --json: {e}\n{}", text(&o)));
-        st["counters"].as_array().unwrap().iter().find(|c| c["rule"] == name && c["kind"] == kind).map(|c| c["packets"].as_u64().unwrap()).unwrap_or(0)
-    }
-}
 
 /// Connect from `ns`; true when the server answered.
 fn connects(ns: &Netns, addr: &str, port: u16) -> bool {
@@ -118,7 +65,7 @@ forward "capped" listen=":8090" to="198.18.2.2:8090" max-conns=2
 fn at_max_conns_with_counted_web(t: &mut Topology) -> (Repo, u64) {
     t.backend.spawn(&["socat", "TCP4-LISTEN:8090,fork,reuseaddr", "SYSTEM:echo held; sleep 30"]);
     serve(&mut t.host, 8081, "echo web");
-    let r = Repo::new(&t.host);
+    let r = Repo::new(&t.host.name);
     r.apply(&rules(""));
     for _ in 0..2 {
         t.client.spawn(&["socat", "-u", "TCP4:198.18.1.1:8090", "STDOUT"]);
@@ -202,7 +149,7 @@ fn changes_are_sent_as_elements_and_single_rules() {
         return;
     }
     let ns = Netns::new("d");
-    let r = Repo::new(&ns);
+    let r = Repo::new(&ns.name);
     let v1 = sets(&["192.0.2.66", "198.18.0.0/24", "203.0.113.9"], 80, "");
     let out = r.apply(&v1);
     assert!(out.contains("full replace of table inet fwc: first apply"), "{out}");
@@ -275,7 +222,7 @@ fn elements_changed_outside_fwc_make_a_full_replace() {
         return;
     }
     let ns = Netns::new("e");
-    let r = Repo::new(&ns);
+    let r = Repo::new(&ns.name);
     let v1 = sets(&["192.0.2.66", "203.0.113.9"], 80, "");
     r.apply(&v1);
     ns.exec(&["nft", "add", "element", "inet", "fwc", "blocklist_v4", "{ 192.0.2.99 }"]);
@@ -336,7 +283,7 @@ fn source_nat_and_policy_reject_apply_as_diffs() {
         return;
     }
     let ns = Netns::new("snat");
-    let r = Repo::new(&ns);
+    let r = Repo::new(&ns.name);
     let kdl = |policy: &str, nat: &str| format!("fwc 1\ninput policy={policy} {{\n    allow \"web\" proto=tcp port=80 icmp-type=\"8\"\n}}\n{nat}\n");
     // (icmp-type on a tcp rule is refused: the repository must not compile)
     std::fs::write(r.repo.join("fwc.kdl"), kdl("drop", "")).unwrap();
@@ -392,7 +339,7 @@ fn big_set_is_never_read_back_and_changes_by_elements() {
         return;
     }
     let ns = Netns::new("b");
-    let r = Repo::new(&ns);
+    let r = Repo::new(&ns.name);
     std::fs::create_dir_all(r.repo.join("lists")).unwrap();
     let list = |extra: &str, skip: u32| {
         let mut s = String::new();

@@ -15,7 +15,7 @@ mod plan_common;
 
 use std::time::{Duration, Instant};
 
-use fwc_testkit::{privileged, Netns};
+use fwc_testkit::{privileged, Netns, Rng};
 use plan_common::{apply_as_planned, set_elements, Repo};
 
 /// Sequences that found something, run every time (add a seed here when one fails):
@@ -27,24 +27,6 @@ const REGRESSION_SEEDS: &[u64] = &[1, 2, 4, 6, 12];
 
 /// Steps per sequence.
 const STEPS: usize = 8;
-
-/// xorshift64*: small, seeded, the same everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
 
 /// A repository drawn from the language's constructs; [`Repo::render`] writes it.
 #[derive(Debug, Clone, Default)]
@@ -119,11 +101,11 @@ impl Model {
                 self.filters.push((format!("f{}", rng.below(1000)), 1000 + n * 7 + rng.below(5) as u16, rng.pick(&filter_extras).to_string()));
             }
             1 if self.filters.len() > 1 => {
-                let i = rng.below(self.filters.len() as u64) as usize;
+                let i = rng.below(self.filters.len());
                 self.filters.remove(i);
             }
             2 if !self.filters.is_empty() => {
-                let i = rng.below(self.filters.len() as u64) as usize;
+                let i = rng.below(self.filters.len());
                 self.filters[i].2 = rng.pick(&filter_extras).to_string();
             }
             3 => {
@@ -142,27 +124,27 @@ impl Model {
                     self.setfile.push(a);
                 }
             }
-            5 => self.banned = [None, Some(("1h", 65536)), Some(("2h", 65536)), Some(("1h", 1024))][rng.below(4) as usize],
+            5 => self.banned = [None, Some(("1h", 65536)), Some(("2h", 65536)), Some(("1h", 1024))][rng.below(4)],
             6 if self.forwards.len() < 4 => {
                 let port = 8000 + rng.below(50) as u16;
                 if !self.forwards.iter().any(|f| f.1 == port) {
-                    self.forwards.push((format!("w{port}"), port, rng.pick(&["tcp", "udp"]), rng.pick(&forward_extras).to_string()));
+                    self.forwards.push((format!("w{port}"), port, *rng.pick(&["tcp", "udp"]), rng.pick(&forward_extras).to_string()));
                 }
             }
             7 if !self.forwards.is_empty() => {
-                let i = rng.below(self.forwards.len() as u64) as usize;
+                let i = rng.below(self.forwards.len());
                 self.forwards.remove(i);
             }
             8 if !self.forwards.is_empty() => {
-                let i = rng.below(self.forwards.len() as u64) as usize;
+                let i = rng.below(self.forwards.len());
                 self.forwards[i].2 = if self.forwards[i].2 == "tcp" { "udp" } else { "tcp" };
             }
             9 if !self.forwards.is_empty() => {
-                let i = rng.below(self.forwards.len() as u64) as usize;
+                let i = rng.below(self.forwards.len());
                 self.forwards[i].3 = rng.pick(&forward_extras).to_string();
             }
             10 => self.policy = if self.policy == "drop" { "accept" } else { "drop" },
-            _ => self.shape = [None, Some("20mbit"), Some("50mbit")][rng.below(3) as usize],
+            _ => self.shape = [None, Some("20mbit"), Some("50mbit")][rng.below(3)],
         }
     }
 }

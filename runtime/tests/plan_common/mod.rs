@@ -1,5 +1,6 @@
 //! A rule repository applied with the real `fwc` binary inside a `fwc-t-*` namespace, for the
-//! tests that hold an apply to its plan (apply_plan_promise, apply_plan_property).
+//! tests that hold an apply to its plan (apply_plan_promise, apply_plan_property) and the
+//! nftables diff tests (apply_nft_diff).
 
 #![allow(dead_code)]
 
@@ -50,6 +51,19 @@ impl Repo {
     pub fn plan(&self) -> Value {
         let o = self.fwc(&["plan", self.repo.to_str().unwrap(), "--json"]);
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("plan --json: {e}\n{}", text(&o)))
+    }
+
+    /// Write `kdl` as fwc.kdl and return `fwc plan --json` of it.
+    pub fn plan_json(&self, kdl: &str) -> Value {
+        self.write(&[("fwc.kdl", kdl)]);
+        self.plan()
+    }
+
+    /// Packets counted for the rule `kind` `name` (`fwc status --json`).
+    pub fn counter(&self, kind: &str, name: &str) -> u64 {
+        let o = self.fwc(&["status", "--json"]);
+        let st: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("status --json: {e}\n{}", text(&o)));
+        st["counters"].as_array().unwrap().iter().find(|c| c["rule"] == name && c["kind"] == kind).map(|c| c["packets"].as_u64().unwrap()).unwrap_or(0)
     }
 
     /// `fwc apply --auto-approve` (and `extra`) of the repository as written.

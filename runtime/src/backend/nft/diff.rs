@@ -393,6 +393,7 @@ fn element_diff(old: Option<&Value>, new: Option<&Value>, map: bool) -> (Vec<Val
 
 /// The rule changes of one chain. `want`: the new rules as loaded, `canon`: the same as the
 /// kernel lists them, `live`: the live rules (with handles).
+#[allow(clippy::too_many_arguments)] // one chain's inputs and the three outputs it appends to
 fn rule_diff(
     chain: &str,
     want: &[&Value],
