@@ -96,8 +96,10 @@ fn elems_of<'a>(imp: &'a Imported, a: &'a Addrs) -> Vec<&'a str> {
     }
 }
 
-/// The sample: flows derived from every rule and forward (boundaries), then `random` seeded ones.
-pub fn sample(imp: &Imported, random: usize, seed: u64) -> Vec<Flow> {
+/// The sample: flows derived from every rule and forward (boundaries), from every rule of the
+/// original (`original`: [`super::translate::probe_chains`], so a rule left out or lost still
+/// gets its flows), then `random` seeded ones.
+pub fn sample(imp: &Imported, original: &[Chain], random: usize, seed: u64) -> Vec<Flow> {
     let mut flows: Vec<Flow> = Vec::new();
     let mut seen = BTreeSet::new();
     // ICMP that is conntrack-`invalid` on its own (an unsolicited reply or error) is dropped by
@@ -113,7 +115,8 @@ pub fn sample(imp: &Imported, random: usize, seed: u64) -> Vec<Flow> {
     let mut ports: Vec<u16> = vec![22, 80, 443, 40000];
     let mut ifaces: Vec<Option<String>> = vec![None];
     let kinds: Vec<&str> = imp.chains.iter().map(|c| c.kind).collect();
-    for c in &imp.chains {
+    let chains = imp.chains.iter().map(|c| (c, false)).chain(original.iter().map(|c| (c, true)));
+    for (c, probe) in chains {
         for r in &c.rules {
             let cond = &r.cond;
             let protos: Vec<L4> = match cond.proto.as_deref() {
@@ -143,13 +146,18 @@ pub fn sample(imp: &Imported, random: usize, seed: u64) -> Vec<Flow> {
             if srcs.is_empty() {
                 srcs = fams.iter().map(|v6| if *v6 { IpAddr::V6(REMOTE6) } else { IpAddr::V4(REMOTE4) }).collect();
             }
-            let dports: Vec<u16> = cond.port.as_deref().map(port_bounds).unwrap_or_else(|| vec![22]);
-            let sports: Vec<u16> = cond.sport.as_deref().map(port_bounds).unwrap_or_else(|| vec![40000]);
+            // A port list that gives no number (a port fwc cannot read) samples the defaults.
+            let dports: Vec<u16> = cond.port.as_deref().map(port_bounds).filter(|v| !v.is_empty()).unwrap_or_else(|| vec![22]);
+            let sports: Vec<u16> = cond.sport.as_deref().map(port_bounds).filter(|v| !v.is_empty()).unwrap_or_else(|| vec![40000]);
             let iifs: Vec<Option<String>> = vec![cond.iif.clone(), None];
             let oifs: Vec<Option<String>> = vec![cond.oif.clone(), None];
-            addrs.extend(srcs.iter().chain(&dsts).copied());
-            ports.extend(&dports);
-            ifaces.extend(iifs.iter().chain(&oifs).cloned());
+            // The original's own rules add flows, not values for the random ones (those stay
+            // the same from one version of the sampler to the next).
+            if !probe {
+                addrs.extend(srcs.iter().chain(&dsts).copied());
+                ports.extend(&dports);
+                ifaces.extend(iifs.iter().chain(&oifs).cloned());
+            }
             let origin = origin_of(c.kind);
             // ICMP rules: each of their types, and the next one, on the first source.
             if let (Some(types), Some(pr)) = (&cond.icmp_type, cond.proto.as_deref()) {

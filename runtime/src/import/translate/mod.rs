@@ -20,6 +20,8 @@ struct ChainInfo {
     name: String,
     hook: Option<String>,
     kind: String,
+    /// The base chain's priority (0: the filter priority; mangle -150, raw -300).
+    prio: i64,
     policy: String,
     rules: Vec<Value>,
     handles: Vec<Option<u64>>,
@@ -35,13 +37,16 @@ struct SetInfo {
 
 mod naming;
 mod nat;
+mod other;
 mod owned;
+mod probes;
 mod parse;
 mod walk;
 
 pub(crate) use naming::{sanitize, unique_name};
 pub use owned::{owner, strip_owned};
 pub use parse::addr_elem;
+pub use probes::probe_chains;
 pub use walk::icmp_opens;
 use owned::*;
 use parse::*;
@@ -55,17 +60,23 @@ struct Tx<'a> {
     notes: BTreeSet<String>,
     /// Notes that name many places: one line each, listing them.
     grouped: BTreeMap<String, Vec<String>>,
+    /// Base chains the filter hooks did not take (a mangle chain beside the filter chain):
+    /// their rules are refused by name with the other hooks'.
+    passed_over: Vec<ChainInfo>,
+    /// The unconditional `ct state invalid drop` met so far in the input chain being walked.
+    invalid_dropped: Option<Origin>,
 }
 
 /// Translate a listing. Never fails: every problem is a refusal in the result.
 pub fn translate(listing: &Value, origins: &Origins) -> Imported {
-    let mut tx = Tx { chains: BTreeMap::new(), sets: BTreeMap::new(), origins, out: Imported::default(), names: BTreeSet::new(), notes: BTreeSet::new(), grouped: BTreeMap::new() };
+    let mut tx = Tx { chains: BTreeMap::new(), sets: BTreeMap::new(), origins, out: Imported::default(), names: BTreeSet::new(), notes: BTreeSet::new(), grouped: BTreeMap::new(), passed_over: Vec::new(), invalid_dropped: None };
     tx.read(listing);
     tx.sets_out();
     for hook in ["input", "forward", "output"] {
         tx.filter_hook(hook);
     }
     tx.nat();
+    tx.other_hooks();
     tx.out.notes.extend(std::mem::take(&mut tx.notes));
     for (what, places) in std::mem::take(&mut tx.grouped) {
         let more = places.len().saturating_sub(20);
@@ -105,6 +116,7 @@ impl Tx<'_> {
                         name: key.2,
                         hook: c.get("hook").and_then(Value::as_str).map(str::to_string),
                         kind: s(c, "type"),
+                        prio: c.get("prio").and_then(Value::as_i64).unwrap_or(0),
                         policy: c.get("policy").and_then(Value::as_str).unwrap_or("accept").to_string(),
                         rules: Vec::new(),
                         handles: Vec::new(),
@@ -191,8 +203,6 @@ impl Tx<'_> {
             }
             if matches!(c.family.as_str(), "ip" | "ip6" | "inet") {
                 v.push(c.clone());
-            } else {
-                self.notes.insert(format!("table {} {}: family {} is not imported (fwc filters ip/ip6)", c.family, c.table, c.family));
             }
         }
         v
@@ -209,6 +219,19 @@ impl Tx<'_> {
         }
         if v6.len() > 1 {
             v6.retain(|c| !trivial(c));
+        }
+        // Beside the filter chain (priority 0), a mangle/raw/security chain of the same hook
+        // (iptables' mangle INPUT, a `priority -150` chain) is not a second filter: its rules
+        // are refused by name with the other hooks'.
+        for fam in [&mut v4, &mut v6] {
+            if fam.len() > 1 && fam.iter().filter(|c| c.prio == 0).count() == 1 {
+                for c in fam.iter().filter(|c| c.prio != 0) {
+                    if !self.passed_over.iter().any(|p| (&p.family, &p.table, &p.name) == (&c.family, &c.table, &c.name)) {
+                        self.passed_over.push((*c).clone());
+                    }
+                }
+                fam.retain(|c| c.prio == 0);
+            }
         }
         for fam in [&v4, &v6] {
             if fam.len() > 1 {
@@ -234,10 +257,12 @@ impl Tx<'_> {
         let (p4, p6) = (pol(&c4), pol(&c6));
         if same {
             let c = c4.clone().unwrap();
+            self.invalid_dropped = None;
             self.walk(&c, &Cond::default(), hook, 0, None, &mut rules);
         } else {
             for (c, fam) in [(&c4, Family::V4), (&c6, Family::V6)] {
                 if let Some(c) = c {
+                    self.invalid_dropped = None;
                     let start = Cond { family: Some(fam), ..Cond::default() };
                     self.walk(c, &start, hook, 0, None, &mut rules);
                 }

@@ -32,11 +32,20 @@ pub fn owner(family: &str, table: &str, chain: &str) -> Option<&'static str> {
     None
 }
 
+/// A bridge Docker, libvirt, CNI or Podman made: `docker0` and `br-` + 12 lowercase hex digits
+/// (Docker's user networks), `virbrN`, `cniN`, `podmanN`. Anything else (`br-lan`, `br0`) is
+/// the user's own bridge, and its rules are the user's.
 pub(super) fn container_iface(name: &str) -> bool {
-    name == "docker0" || name.starts_with("br-") || name.starts_with("virbr") || name.starts_with("cni") || name.starts_with("podman")
+    let hex12 = |s: &str| s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    name == "docker0"
+        || name.strip_prefix("br-").is_some_and(hex12)
+        || name.strip_prefix("virbr").is_some_and(number)
+        || name.strip_prefix("cni").is_some_and(number)
+        || name.strip_prefix("podman").is_some_and(number)
 }
 
-/// Does a rule match a container bridge (`docker0`, `br-…`, `virbr…`), in any sense?
+/// Does a rule match a container bridge ([`container_iface`]), in any sense?
 pub(super) fn mentions_container_iface(expr: &[Value]) -> bool {
     expr.iter().filter_map(|e| e.get("match")).any(|m| {
         let key = m.pointer("/left/meta/key").and_then(Value::as_str).unwrap_or_default();

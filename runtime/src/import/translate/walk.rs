@@ -56,10 +56,20 @@ impl Tx<'_> {
                 self.out.merged.push((origin, "a drop of packets with an IPv6 routing/extension header (type-0 routing headers are deprecated, RFC 5095; the kernel ignores them): fwc has no such match".into()));
                 continue;
             }
+            let accept = st.verdict.as_deref() == Some("accept");
+            if accept && matches!(hook, "input" | "output") && has_nd(&cond) {
+                if let Some(only) = narrower_than_builtin(&cond, pre) {
+                    self.out.refused.push(Refusal {
+                        origin,
+                        what: format!("an accept of neighbour discovery ({}) only {only}: fwc accepts neighbour discovery itself, before any rule, on every interface and from every address, which is wider", cond.icmp_type.clone().unwrap_or_default()),
+                        hint: "fwc cannot narrow its neighbour-discovery accept yet: accept it everywhere in the original (router advertisements from the LAN are then accepted too), or keep this host on its original firewall".into(),
+                    });
+                    continue;
+                }
+            }
             if st.hoplimit {
-                let nd = ["nd-router-solicit", "nd-router-advert", "nd-neighbor-solicit", "nd-neighbor-advert"];
-                let only_nd = cond.icmp_type.as_deref().is_some_and(|t| t.split(',').all(|x| nd.contains(&x)));
-                if only_nd && st.verdict.as_deref() == Some("accept") && matches!(hook, "input" | "output") {
+                let only_nd = cond.icmp_type.as_deref().is_some_and(|t| t.split(',').all(|x| ND.contains(&x)));
+                if only_nd && accept && matches!(hook, "input" | "output") {
                     self.out.merged.push((origin, "neighbour discovery with hop limit 255: fwc accepts neighbour discovery itself".into()));
                 } else {
                     self.out.refused.push(Refusal {
@@ -96,18 +106,38 @@ impl Tx<'_> {
             if let Some(state) = cond.state.clone() {
                 let rest: Vec<&str> = state.split(',').filter(|x| !matches!(*x, "established" | "related")).collect();
                 if rest.is_empty() {
-                    if st.verdict.as_deref() == Some("accept") && cond == (Cond { state: Some(state.clone()), ..pre.clone() }) {
+                    if accept && cond == (Cond { state: Some(state.clone()), ..pre.clone() }) {
                         self.out.merged.push((origin, "`ct state established,related accept`: fwc adds it itself, first in every chain".into()));
-                    } else {
+                    } else if accept || st.verdict.is_none() {
                         self.out.merged.push((origin, "matches only established/related packets, which fwc accepts before any rule".into()));
+                    } else {
+                        self.out.refused.push(Refusal {
+                            origin,
+                            what: format!("a {} of established/related packets", st.verdict.clone().unwrap_or_default()),
+                            hint: "fwc accepts established and related packets before any rule: this rule would never see them".into(),
+                        });
                     }
                     continue;
                 }
                 if hook == "input" && rest == ["invalid"] && st.verdict.as_deref() == Some("drop") && cond == (Cond { state: Some(state.clone()), ..pre.clone() }) {
-                    self.out.merged.push((origin, "`ct state invalid drop`: fwc's input chain does it itself".into()));
+                    self.out.merged.push((origin.clone(), "`ct state invalid drop`: fwc's input chain does it itself".into()));
+                    if self.invalid_dropped.is_none() {
+                        self.invalid_dropped = Some(origin);
+                    }
                     continue;
                 }
                 cond.state = if hook == "input" && rest == ["new"] { None } else { Some(rest.join(",")) };
+            }
+            // A chain jumped to from input and output alike: in output there is no input
+            // interface (and in input no output interface), so such a rule never matches there.
+            let never = match hook {
+                "output" => cond.iif.clone().map(|i| format!("iif {i}")),
+                "input" => cond.oif.clone().map(|o| format!("oif {o}")),
+                _ => None,
+            };
+            if let Some(m) = never {
+                self.out.merged.push((origin, format!("`{m}` never matches in the {hook} hook (its packets have no such interface): nothing to import there")));
+                continue;
             }
             if hook == "input" && cond.iif.as_deref() == Some("lo") && st.verdict.as_deref() == Some("accept") && (Cond { iif: None, ..cond.clone() }) == *pre {
                 self.out.merged.push((origin, "`iif lo accept`: fwc accepts loopback itself".into()));
@@ -233,6 +263,17 @@ impl Tx<'_> {
                     let mut cond = cond;
                     if hook == "input" && verb == Verb::Allow {
                         if let Some(dropped) = untrackable_icmp(&mut cond) {
+                            if let Some(at) = self.invalid_dropped.clone() {
+                                // The original dropped invalid packets before this rule: it
+                                // accepts only related ones, which fwc accepts itself.
+                                self.out.merged.push((
+                                    origin.clone(),
+                                    format!("ICMP {dropped} after `ct state invalid drop` ({at}): unsolicited ones are `invalid` and were dropped there; related ones fwc accepts itself"),
+                                ));
+                                if cond.icmp_type.is_none() {
+                                    continue;
+                                }
+                            } else {
                             self.out.refused.push(Refusal {
                                 origin: origin.clone(),
                                 what: format!("an accept of ICMP {dropped} before the original drops invalid packets: conntrack calls these `invalid` unless they answer a connection, and fwc's input chain drops invalid packets before any rule"),
@@ -240,6 +281,7 @@ impl Tx<'_> {
                             });
                             if cond.icmp_type.is_none() {
                                 continue;
+                            }
                             }
                         }
                     }
@@ -302,4 +344,38 @@ pub(super) fn untrackable_icmp(cond: &mut Cond) -> Option<String> {
     }
     cond.icmp_type = (!keep.is_empty()).then(|| keep.join(","));
     Some(gone.join(", "))
+}
+
+/// The neighbour-discovery types fwc accepts itself in input and output.
+const ND: [&str; 4] = ["nd-router-solicit", "nd-router-advert", "nd-neighbor-solicit", "nd-neighbor-advert"];
+
+/// Does an accept let neighbour discovery through (some of its ICMPv6 types)?
+fn has_nd(c: &Cond) -> bool {
+    c.proto.as_deref() == Some("icmpv6") && c.icmp_type.as_deref().is_some_and(|t| t.split(',').any(|x| ND.contains(&x)))
+}
+
+/// How an accept of neighbour discovery is narrower than fwc's built-in accept (which takes
+/// every interface and address): `on in=wan0, from fe80::/10`; `None` when it is not.
+fn narrower_than_builtin(c: &Cond, pre: &Cond) -> Option<String> {
+    let mut parts = Vec::new();
+    let differs = |a: &Option<String>, b: &Option<String>| a.is_some() && a != b;
+    if differs(&c.iif, &pre.iif) {
+        parts.push(format!("in={}", c.iif.clone().unwrap_or_default()));
+    }
+    if differs(&c.oif, &pre.oif) {
+        parts.push(format!("out={}", c.oif.clone().unwrap_or_default()));
+    }
+    for (what, a, b) in [("from", &c.from, &pre.from), ("to", &c.to, &pre.to)] {
+        if a.is_some() && a != b {
+            parts.push(match a {
+                Some(Addrs::List(l)) => format!("{what} {}", l.join(",")),
+                Some(Addrs::Set(s)) => format!("{what} @{s}"),
+                None => String::new(),
+            });
+        }
+    }
+    if differs(&c.state, &pre.state) {
+        parts.push(format!("ct state {}", c.state.clone().unwrap_or_default()));
+    }
+    (!parts.is_empty()).then(|| format!("for {}", parts.join(", ")))
 }
