@@ -43,7 +43,7 @@ mod probes;
 mod parse;
 mod walk;
 
-pub(crate) use naming::{sanitize, unique_name};
+pub(crate) use naming::{sanitize, unique_name, Names};
 pub use owned::{owner, strip_owned};
 pub use parse::addr_elem;
 pub use probes::probe_chains;
@@ -56,7 +56,7 @@ struct Tx<'a> {
     sets: BTreeMap<(String, String, String), SetInfo>,
     origins: &'a Origins,
     out: Imported,
-    names: BTreeSet<String>,
+    names: Names,
     notes: BTreeSet<String>,
     /// Notes that name many places: one line each, listing them.
     grouped: BTreeMap<String, Vec<String>>,
@@ -69,7 +69,7 @@ struct Tx<'a> {
 
 /// Translate a listing. Never fails: every problem is a refusal in the result.
 pub fn translate(listing: &Value, origins: &Origins) -> Imported {
-    let mut tx = Tx { chains: BTreeMap::new(), sets: BTreeMap::new(), origins, out: Imported::default(), names: BTreeSet::new(), notes: BTreeSet::new(), grouped: BTreeMap::new(), passed_over: Vec::new(), invalid_dropped: None };
+    let mut tx = Tx { chains: BTreeMap::new(), sets: BTreeMap::new(), origins, out: Imported::default(), names: Names::default(), notes: BTreeSet::new(), grouped: BTreeMap::new(), passed_over: Vec::new(), invalid_dropped: None };
     tx.read(listing);
     tx.sets_out();
     for hook in ["input", "forward", "output"] {

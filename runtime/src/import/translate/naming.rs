@@ -18,16 +18,35 @@ pub(crate) fn sanitize(raw: &str) -> String {
     if out.is_empty() { "rule".into() } else { out }
 }
 
-/// `base` made a rule name, unique among `names` (`ssh`, `ssh-2`, …).
-pub(crate) fn unique_name(names: &mut BTreeSet<String>, base: &str) -> String {
-    let base = sanitize(base);
-    let mut name = base.clone();
-    let mut n = 2;
-    while !names.insert(name.clone()) {
-        name = format!("{base}-{n}");
-        n += 1;
+/// The rule names given so far, with the next suffix to try for each base, so naming stays
+/// linear however many rules share a base (thousands of identical firewalld ports).
+#[derive(Debug, Default)]
+pub(crate) struct Names {
+    used: BTreeSet<String>,
+    next: BTreeMap<String, usize>,
+}
+
+impl Names {
+    /// Give a name back (a rule merged into another).
+    pub(crate) fn remove(&mut self, name: &str) {
+        self.used.remove(name);
     }
-    name
+}
+
+/// `base` made a rule name, unique among `names` (`ssh`, `ssh-2`, …).
+pub(crate) fn unique_name(names: &mut Names, base: &str) -> String {
+    let base = sanitize(base);
+    if names.used.insert(base.clone()) {
+        return base;
+    }
+    let n = names.next.entry(base.clone()).or_insert(2);
+    loop {
+        let name = format!("{base}-{n}");
+        *n += 1;
+        if names.used.insert(name.clone()) {
+            return name;
+        }
+    }
 }
 
 impl Tx<'_> {

@@ -25,7 +25,11 @@ impl Tx<'_> {
                     };
                     match (hook, st.verdict.as_deref()) {
                         ("prerouting", Some("dnat")) => self.dnat(origin, cond, st),
-                        ("postrouting", Some("masquerade" | "snat")) => self.snat(origin, cond, st),
+                        ("postrouting", Some("masquerade" | "snat")) => {
+                            for cond in expand_ifaces(&cond) {
+                                self.snat(origin.clone(), cond, st.clone());
+                            }
+                        }
                         (_, Some("accept" | "return")) if cond == Cond::default() => {}
                         (_, None) => {}
                         _ => self.out.refused.push(Refusal {

@@ -248,11 +248,35 @@ pub(super) fn proto_of(v: &Value) -> Option<String> {
     }
 }
 
+/// An interface name, or a list of them (`{ "br0", "wbr0" }`, kept as `br0,wbr0` until
+/// [`expand_ifaces`] makes one rule of each).
 pub(super) fn iface(v: &Value) -> Result<String, (String, String)> {
-    match v.as_str() {
-        Some(x) if !x.is_empty() => Ok(x.to_string()),
-        _ => Err((format!("interface match {v}"), "fwc matches one interface name per rule: one rule per interface".into())),
+    let names = match v {
+        Value::String(x) => vec![x.clone()],
+        Value::Object(o) if o.contains_key("set") => strings(v),
+        _ => Vec::new(),
+    };
+    if names.is_empty() || names.iter().any(|n| n.is_empty() || n.contains(',')) {
+        return Err((format!("the interface match `{}`", crate::import::describe(v)), "fwc matches interfaces by name: write each interface by its name".into()));
     }
+    Ok(names.join(","))
+}
+
+/// A condition with interface lists, as one condition per interface (input x output).
+pub(super) fn expand_ifaces(c: &Cond) -> Vec<Cond> {
+    let split = |o: &Option<String>| -> Vec<Option<String>> {
+        match o {
+            Some(l) => l.split(',').map(|x| Some(x.to_string())).collect(),
+            None => vec![None],
+        }
+    };
+    let mut out = Vec::new();
+    for iif in split(&c.iif) {
+        for oif in split(&c.oif) {
+            out.push(Cond { iif: iif.clone(), oif, ..c.clone() });
+        }
+    }
+    out
 }
 
 pub(super) fn reject_type(b: &Value) -> Option<String> {

@@ -30,7 +30,7 @@ pub fn probe_chains(listing: &Value) -> Vec<Chain> {
         sets: BTreeMap::new(),
         origins: &origins,
         out: Imported::default(),
-        names: BTreeSet::new(),
+        names: Names::default(),
         notes: BTreeSet::new(),
         grouped: BTreeMap::new(),
         passed_over: Vec::new(),
@@ -55,8 +55,10 @@ pub fn probe_chains(listing: &Value) -> Vec<Chain> {
             }
             for kind in kinds_of(c.hook.as_deref()) {
                 let chain = out.iter_mut().find(|x| x.kind == *kind).expect("three kinds");
-                if !chain.rules.iter().any(|r| r.cond == cond) {
-                    chain.rules.push(Rule { name: String::new(), verb: Verb::Deny, cond: cond.clone(), rate: None, log: false, log_prefix: None, log_rate: None, comment: None, origin: String::new() });
+                for cond in expand_ifaces(&cond) {
+                    if !chain.rules.iter().any(|r| r.cond == cond) {
+                        chain.rules.push(Rule { name: String::new(), verb: Verb::Deny, cond, rate: None, log: false, log_prefix: None, log_rate: None, comment: None, origin: String::new() });
+                    }
                 }
             }
         }

@@ -40,7 +40,7 @@ impl Tx<'_> {
                 Some(v) if cond == Cond::default() => v.to_string(),
                 _ => origin,
             };
-            if [&cond.iif, &cond.oif].into_iter().flatten().any(|i| container_iface(i)) {
+            if [&cond.iif, &cond.oif].into_iter().flatten().flat_map(|i| i.split(',')).any(container_iface) {
                 self.out.containers = true;
                 self.note_at("rules about container bridges are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working", &origin);
                 continue;
@@ -228,18 +228,20 @@ impl Tx<'_> {
                     self.out.refused.push(Refusal { origin, what: "a conditional `return`".into(), hint: "rewrite the chain without it".into() });
                 }
                 None if st.log => {
-                    let name = self.name_for(&Verb::Log, &cond);
-                    out.push(Rule {
-                        name,
-                        verb: Verb::Log,
-                        cond,
-                        rate: None,
-                        log: true,
-                        log_prefix: st.log_prefix.clone(),
-                        log_rate: st.limit.clone(),
-                        comment,
-                        origin,
-                    });
+                    for cond in expand_ifaces(&cond) {
+                        let name = self.name_for(&Verb::Log, &cond);
+                        out.push(Rule {
+                            name,
+                            verb: Verb::Log,
+                            cond,
+                            rate: None,
+                            log: true,
+                            log_prefix: st.log_prefix.clone(),
+                            log_rate: st.limit.clone(),
+                            comment: comment.clone(),
+                            origin: origin.clone(),
+                        });
+                    }
                 }
                 None => self.out.merged.push((origin, "a rule without verdict or log (a counter) does nothing fwc needs".into())),
                 Some(v) => {
@@ -263,40 +265,39 @@ impl Tx<'_> {
                     let mut cond = cond;
                     if hook == "input" && verb == Verb::Allow {
                         if let Some(dropped) = untrackable_icmp(&mut cond) {
-                            if let Some(at) = self.invalid_dropped.clone() {
+                            match self.invalid_dropped.clone() {
                                 // The original dropped invalid packets before this rule: it
                                 // accepts only related ones, which fwc accepts itself.
-                                self.out.merged.push((
+                                Some(at) => self.out.merged.push((
                                     origin.clone(),
                                     format!("ICMP {dropped} after `ct state invalid drop` ({at}): unsolicited ones are `invalid` and were dropped there; related ones fwc accepts itself"),
-                                ));
-                                if cond.icmp_type.is_none() {
-                                    continue;
-                                }
-                            } else {
-                            self.out.refused.push(Refusal {
-                                origin: origin.clone(),
-                                what: format!("an accept of ICMP {dropped} before the original drops invalid packets: conntrack calls these `invalid` unless they answer a connection, and fwc's input chain drops invalid packets before any rule"),
-                                hint: "nothing to do for replies and errors of this host's own connections (fwc accepts them as established/related); unsolicited ones are now dropped".into(),
-                            });
+                                )),
+                                None => self.out.refused.push(Refusal {
+                                    origin: origin.clone(),
+                                    what: format!("an accept of ICMP {dropped} before the original drops invalid packets: conntrack calls these `invalid` unless they answer a connection, and fwc's input chain drops invalid packets before any rule"),
+                                    hint: "nothing to do for replies and errors of this host's own connections (fwc accepts them as established/related); unsolicited ones are now dropped".into(),
+                                }),
+                            }
                             if cond.icmp_type.is_none() {
                                 continue;
                             }
-                            }
                         }
                     }
-                    let name = self.name_for(&verb, &cond);
-                    out.push(Rule {
-                        name,
-                        verb,
-                        cond,
-                        rate: st.limit.clone(),
-                        log: st.log,
-                        log_prefix: st.log_prefix.clone(),
-                        log_rate: None,
-                        comment,
-                        origin,
-                    });
+                    // An interface list (`iifname { "br0", "wbr0" }`): one rule per interface.
+                    for cond in expand_ifaces(&cond) {
+                        let name = self.name_for(&verb, &cond);
+                        out.push(Rule {
+                            name,
+                            verb: verb.clone(),
+                            cond,
+                            rate: st.limit.clone(),
+                            log: st.log,
+                            log_prefix: st.log_prefix.clone(),
+                            log_rate: None,
+                            comment: comment.clone(),
+                            origin: origin.clone(),
+                        });
+                    }
                 }
             }
         }
