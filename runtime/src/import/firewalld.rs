@@ -991,8 +991,11 @@ pub fn translate(cfg: &Config) -> Imported {
     ] {
         tx.out.merged.push((format!("firewalld's built-in `{what}`"), why.into()));
     }
-    if cfg.yes("IPv6_rpfilter", true) {
-        tx.out.notes.push("firewalld.conf IPv6_rpfilter=yes: firewalld drops IPv6 packets whose source is not routed back through their interface (fib); fwc has no such match: not imported (the proof runs firewalld with it off)".into());
+    // Reverse-path filtering: `yes` (firewalld 1), `strict`, `loose`, `strict-forward`,
+    // `loose-forward` (firewalld 2, whose default is strict); only `no` turns it off.
+    let rpfilter = cfg.setting("IPv6_rpfilter").unwrap_or_else(|| "yes".into());
+    if !matches!(rpfilter.to_ascii_lowercase().as_str(), "no" | "false" | "0") {
+        tx.out.notes.push(format!("firewalld.conf IPv6_rpfilter={rpfilter}: firewalld drops IPv6 packets whose source is not routed back through their interface (fib); fwc has no such match: not imported (the proof runs firewalld with it off)"));
     }
     if let Some(l) = cfg.setting("LogDenied").filter(|l| l != "off") {
         tx.out.notes.push(format!("firewalld.conf LogDenied={l}: firewalld logs what its zones refuse; add log=#true to the rules you want logged"));
@@ -1001,6 +1004,10 @@ pub fn translate(cfg: &Config) -> Imported {
     if inputs.is_empty() {
         inputs.push(Chain { kind: "input", policy: "accept", reject_with: None, rules: Vec::new(), part: None });
     }
+    // firewalld's FORWARD drops invalid packets (an unsolicited ICMP error, a redirect) before
+    // any zone or policy; fwc's forward chain does not by itself.
+    let invalid = tx.rule(Verb::Deny, "forward-invalid", Cond { state: Some("invalid".into()), ..Default::default() }, "firewalld's built-in `ct state invalid drop` (forward)");
+    forward.rules.insert(0, invalid);
     tx.out.chains = inputs;
     tx.out.chains.extend([forward, output]);
     tx.out

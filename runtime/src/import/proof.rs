@@ -105,7 +105,10 @@ pub fn sample(imp: &Imported, original: &[Chain], random: usize, seed: u64) -> V
     // ICMP that is conntrack-`invalid` on its own (an unsolicited reply or error) is dropped by
     // fwc's input chain before any rule, which fwc cannot change: the import refuses rules
     // accepting it, and the sample leaves such first packets to this host out.
-    let expressible = |f: &Flow| f.proto.has_ports() || f.origin != Origin::Input || super::translate::icmp_opens(f.proto == L4::Icmpv6, f.dport as u8);
+    // Neighbour discovery is accepted by fwc itself before any rule (the kernel ignores it
+    // unless it comes from the link, hop limit 255, which no sampled flow does): not sampled.
+    let nd = |f: &Flow| f.proto == L4::Icmpv6 && (133..=136).contains(&f.dport);
+    let expressible = |f: &Flow| !nd(f) && (f.proto.has_ports() || f.origin != Origin::Input || super::translate::icmp_opens(f.proto == L4::Icmpv6, f.dport as u8));
     let mut push = |f: Flow, flows: &mut Vec<Flow>| {
         if f.saddr.is_ipv4() == f.daddr.is_ipv4() && expressible(&f) && seen.insert(f.to_string()) {
             flows.push(f);

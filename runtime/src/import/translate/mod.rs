@@ -24,6 +24,8 @@ struct ChainInfo {
     prio: i64,
     policy: String,
     rules: Vec<Value>,
+    /// The origin of every rule (a verdict map's rules, flattened, are all its rule's).
+    origin: Option<Origin>,
     handles: Vec<Option<u64>>,
 }
 
@@ -119,6 +121,7 @@ impl Tx<'_> {
                         prio: c.get("prio").and_then(Value::as_i64).unwrap_or(0),
                         policy: c.get("policy").and_then(Value::as_str).unwrap_or("accept").to_string(),
                         rules: Vec::new(),
+                        origin: None,
                         handles: Vec::new(),
                     },
                 );
@@ -161,6 +164,9 @@ impl Tx<'_> {
     }
 
     fn origin(&self, c: &ChainInfo, i: usize) -> Origin {
+        if let Some(o) = &c.origin {
+            return o.clone();
+        }
         match self.origins.get(&(c.family.clone(), c.table.clone(), c.name.clone(), i)) {
             Some(o) => o.clone(),
             None => match c.handles.get(i).copied().flatten() {
@@ -181,7 +187,7 @@ impl Tx<'_> {
                     Some(x) => elems.push(x),
                     None => self.out.refused.push(Refusal {
                         origin: format!("set {fam} {table} {name}"),
-                        what: format!("element {e} is not an address, network or range"),
+                        what: format!("element `{}` is not an address, network or range", crate::import::describe(e)),
                         hint: "edit the set in the original and import again".into(),
                     }),
                 }

@@ -48,7 +48,7 @@ impl Tx<'_> {
                     let (lk, lb) = left.as_object().and_then(|m| m.iter().next()).map(|(a, b)| (a.clone(), b.clone())).unwrap_or_default();
                     let key = s(&lb, "key");
                     match (lk.as_str(), key.as_str()) {
-                        ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("protocol {right}"), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
+                        ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", crate::import::describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
                         ("meta", "nfproto") => c.family = Some(if right == "ipv6" { Family::V6 } else { Family::V4 }),
                         ("meta", "iifname" | "iif") => set_once(&mut c.iif, iface(&right)?)?,
                         ("meta", "oifname" | "oif") => set_once(&mut c.oif, iface(&right)?)?,
@@ -67,7 +67,11 @@ impl Tx<'_> {
                                     if field == "saddr" { set_once(&mut c.from, a)? } else { set_once(&mut c.to, a)? }
                                 }
                                 ("ip6", "hoplimit") | ("ip", "ttl") => st.hoplimit = true,
-                                ("ip", "protocol") | ("ip6", "nexthdr") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("protocol {right}"), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
+                                ("ip", "protocol") | ("ip6", "nexthdr") => {
+                                    // `ip protocol` sees IPv4 packets only (`ip6 nexthdr` IPv6).
+                                    c.family.get_or_insert(if proto == "ip" { Family::V4 } else { Family::V6 });
+                                    set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", crate::import::describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?
+                                }
                                 ("tcp" | "udp" | "th", "dport" | "sport") => {
                                     if proto != "th" {
                                         match c.proto.as_deref() {
@@ -116,7 +120,7 @@ impl Tx<'_> {
                     st.limit_over = b.get("inv").and_then(Value::as_bool).unwrap_or(false);
                 }
                 "dnat" => {
-                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("dnat {b}"), "fwc forwards to one address (and port)".to_string()))?;
+                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("dnat {}", crate::import::describe(b)), "fwc forwards to one address (and port)".to_string()))?;
                     st.dnat = Some((addr, b.get("port").and_then(Value::as_u64)));
                     st.verdict = Some("dnat".into());
                 }
@@ -125,7 +129,7 @@ impl Tx<'_> {
                     st.verdict = Some("masquerade".into());
                 }
                 "snat" => {
-                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("snat {b}"), "fwc snats to one address".to_string()))?;
+                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("snat {}", crate::import::describe(b)), "fwc snats to one address".to_string()))?;
                     st.snat = Some(addr);
                     st.verdict = Some("snat".into());
                 }
@@ -149,7 +153,7 @@ impl Tx<'_> {
         };
         let mut out = Vec::new();
         for i in &items {
-            out.push(addr_elem(i).ok_or_else(|| (format!("address {i}"), "fwc matches addresses, networks and ranges".to_string()))?);
+            out.push(addr_elem(i).ok_or_else(|| (format!("the address `{}`", crate::import::describe(i)), "fwc matches addresses, networks and ranges".to_string()))?);
         }
         Ok(Addrs::List(out))
     }
@@ -172,7 +176,7 @@ impl Tx<'_> {
             match (i.as_u64(), i.get("range").and_then(Value::as_array)) {
                 (Some(p), _) => out.push(p.to_string()),
                 (None, Some(r)) if r.len() == 2 && r[0].is_u64() && r[1].is_u64() => out.push(format!("{}-{}", r[0], r[1])),
-                _ => return Err((format!("port {i}"), "fwc ports are numbers and ranges".into())),
+                _ => return Err((format!("the port `{}`", crate::import::describe(i)), "fwc ports are numbers and ranges".into())),
             }
         }
         Ok(out.join(","))
@@ -310,4 +314,38 @@ pub fn addr_elem(e: &Value) -> Option<String> {
         return Some(format!("{a}-{b}"));
     }
     None
+}
+
+/// A rule ending in a verdict map (`ct state vmap { established : accept, invalid : drop }`,
+/// `iifname vmap { "lo" : accept, "br0" : jump lan }`, `ip protocol . th dport vmap { … }`) as
+/// one rule per element: the rule's other matches, the element's key as matches, its verdict.
+/// The keys of a map are distinct, so at most one of the rules matches a packet: in order,
+/// they decide as the map did. `None` when the rule has no verdict map.
+pub(super) fn flatten_vmap(expr: &[Value]) -> Option<Vec<Vec<Value>>> {
+    let at = expr.iter().position(|e| e.get("vmap").is_some())?;
+    let vmap = &expr[at]["vmap"];
+    let key = vmap.get("key")?;
+    let elems = vmap.pointer("/data/set").and_then(Value::as_array)?;
+    let lefts: Vec<Value> = match key.get("concat").and_then(Value::as_array) {
+        Some(parts) => parts.clone(),
+        None => vec![key.clone()],
+    };
+    let mut out = Vec::new();
+    for el in elems {
+        let (k, verdict) = (el.get(0)?, el.get(1)?);
+        let rights: Vec<Value> = match k.get("concat").and_then(Value::as_array) {
+            Some(parts) => parts.clone(),
+            None => vec![k.clone()],
+        };
+        if rights.len() != lefts.len() {
+            return None;
+        }
+        let mut rule: Vec<Value> = expr[..at].to_vec();
+        for (l, r) in lefts.iter().zip(rights) {
+            rule.push(serde_json::json!({ "match": { "op": "==", "left": l, "right": r } }));
+        }
+        rule.push(verdict.clone());
+        out.push(rule);
+    }
+    Some(out)
 }

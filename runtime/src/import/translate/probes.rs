@@ -17,6 +17,9 @@ fn kinds_of(hook: Option<&str>) -> &'static [&'static str] {
         Some("output") => &["output"],
         Some("postrouting") => &["forward", "output"],
         Some("prerouting" | "ingress") => &["input", "forward"],
+        // A nat chain's DNAT: fwc's forwards listen on this host's addresses (the flows to
+        // them are input flows); DNAT of traffic routed through to other hosts is not sampled.
+        Some("dnat") => &["input"],
         _ => &["input", "forward", "output"],
     }
 }
@@ -42,8 +45,11 @@ pub fn probe_chains(listing: &Value) -> Vec<Chain> {
         if !matches!(c.family.as_str(), "ip" | "ip6" | "inet" | "netdev" | "bridge") {
             continue;
         }
-        for r in &c.rules {
+        let exprs = c.rules.iter().flat_map(|r| {
             let expr = r.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
+            flatten_vmap(&expr).unwrap_or_else(|| vec![expr])
+        });
+        for expr in exprs {
             let mut cond = tx.probe_cond(&c.family, &c.table, &expr);
             match c.family.as_str() {
                 "ip" => cond.family = Some(Family::V4),
@@ -53,7 +59,8 @@ pub fn probe_chains(listing: &Value) -> Vec<Chain> {
             if cond == Cond::default() {
                 continue;
             }
-            for kind in kinds_of(c.hook.as_deref()) {
+            let hook = if c.kind == "nat" && c.hook.as_deref() == Some("prerouting") { Some("dnat") } else { c.hook.as_deref() };
+            for kind in kinds_of(hook) {
                 let chain = out.iter_mut().find(|x| x.kind == *kind).expect("three kinds");
                 for cond in expand_ifaces(&cond) {
                     if !chain.rules.iter().any(|r| r.cond == cond) {
@@ -74,7 +81,8 @@ impl Tx<'_> {
         for e in expr {
             let Some(m) = e.get("match") else { continue };
             let mut m = m.clone();
-            m["op"] = Value::from("==");
+            let Some(obj) = m.as_object_mut() else { continue };
+            obj.insert("op".into(), Value::from("=="));
             let Ok((c, _)) = self.parse(family, table, &[serde_json::json!({ "match": m })]) else { continue };
             if let Ok(merged) = merge(&cond, &c) {
                 cond = merged;

@@ -16,6 +16,12 @@ impl Tx<'_> {
             let r = &c.rules[i];
             let expr = r.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
             let comment = r.get("comment").and_then(Value::as_str).map(str::to_string);
+            if let Some(rules) = flatten_vmap(&expr) {
+                let rules: Vec<Value> = rules.into_iter().map(|e| serde_json::json!({ "expr": e })).collect();
+                let flat = ChainInfo { handles: vec![None; rules.len()], rules, origin: Some(origin), ..c.clone() };
+                self.walk(&flat, pre, hook, depth, via, out);
+                continue;
+            }
             if let Some(what) = comment.as_deref().and_then(|c| c.strip_prefix(crate::import::source::XT_MARK)) {
                 self.out.refused.push(Refusal {
                     origin,
