@@ -223,3 +223,18 @@ fn firewalld_strict_rpfilter_is_noted() {
     assert_eq!(r.code, Some(0), "{}", r.text);
     assert!(r.text.contains("IPv6_rpfilter=strict: firewalld drops IPv6 packets whose source is not routed back"), "{}", r.text);
 }
+
+/// Verdict maps (a home router's `ct state vmap` and `iifname vmap { … : jump … }`) are
+/// flattened into one rule per element.
+#[test]
+fn verdict_maps_are_flattened() {
+    if !privileged("verdict_maps_are_flattened") {
+        return;
+    }
+    let r = import("nft", "vmap.nft", &["--verify"]);
+    faithful(&r);
+    let input = std::fs::read_to_string(r.out.join("rules/10-input.kdl")).unwrap();
+    for want in [r#"proto=tcp port=22 from="0.0.0.0/0" in="br0" comment="vmap.nft:4""#, r#"proto=udp port=53 from="0.0.0.0/0" in="br0""#, r#"port=80"#] {
+        assert!(input.contains(want), "{want} in\n{input}");
+    }
+}

@@ -67,14 +67,19 @@ fn port_bounds(p: &str) -> Vec<u16> {
     out
 }
 
-/// Tiny deterministic generator (xorshift), so the sample is the same on every run.
-struct Rng(u64);
+/// Tiny deterministic generator (xorshift), so the sample is the same on every run (the
+/// import readers' fuzz test draws its cases from it too).
+pub struct Rng(pub u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
+    }
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
     }
     fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
         &v[(self.next() % v.len() as u64) as usize]

@@ -59,7 +59,8 @@ pub fn probe_chains(listing: &Value) -> Vec<Chain> {
             if cond == Cond::default() {
                 continue;
             }
-            let hook = if c.kind == "nat" && c.hook.as_deref() == Some("prerouting") { Some("dnat") } else { c.hook.as_deref() };
+            let dnat = expr.iter().any(|e| e.get("dnat").is_some() || e.get("redirect").is_some());
+            let hook = if dnat || (c.kind == "nat" && c.hook.as_deref() == Some("prerouting")) { Some("dnat") } else { c.hook.as_deref() };
             for kind in kinds_of(hook) {
                 let chain = out.iter_mut().find(|x| x.kind == *kind).expect("three kinds");
                 for cond in expand_ifaces(&cond) {
