@@ -581,3 +581,28 @@ fn firewalld_live_reads_etc_firewalld_and_warns_about_runtime_changes() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("--netns is for --from nft/iptables"), "{}", text(&o));
 }
+
+/// The shared import cases that import whole (tests/import/cases: an ICMP accept after the
+/// invalid drop, a chain jumped to from input and output), proven with traffic: the original
+/// loaded by nft in one namespace, the import applied by fwc in another, the same probes.
+#[test]
+fn import_cases_that_import_whole_decide_traffic_as_the_original() {
+    if !privileged("import_cases_that_import_whole_decide_traffic_as_the_original") {
+        return;
+    }
+    let probes = [
+        p(false, "198.18.1.1", 22, None),
+        p(false, "2001:db8:1::1", 22, None),
+        p(false, "198.18.1.1", 80, None),
+        p(true, "198.18.1.1", 53, None),
+        p(false, "198.18.1.1", 0, None),
+        p(false, "2001:db8:1::1", 0, None),
+    ];
+    for case in ["icmpinv.nft", "sharedbase.nft"] {
+        let conf = fixture("cases").join(case);
+        let load = |ns: &Netns| {
+            ns.exec(&["nft", "-f", conf.to_str().unwrap()]);
+        };
+        same_outcomes("nft", &conf, load, &probes, &[22, 80], &[53]);
+    }
+}
