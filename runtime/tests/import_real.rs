@@ -582,23 +582,23 @@ fn firewalld_live_reads_etc_firewalld_and_warns_about_runtime_changes() {
     assert!(text(&o).contains("--netns is for --from nft/iptables"), "{}", text(&o));
 }
 
-/// The shared import cases that import whole (tests/import/cases: an ICMP accept after the
-/// invalid drop, a chain jumped to from input and output), proven with traffic: the original
+/// A shared import case that imports whole (tests/import/cases: an ICMP accept after the
+/// invalid drop), proven with traffic: the original
 /// loaded by nft in one namespace, the import applied by fwc in another, the same probes.
 #[test]
 fn import_cases_that_import_whole_decide_traffic_as_the_original() {
     if !privileged("import_cases_that_import_whole_decide_traffic_as_the_original") {
         return;
     }
-    let probes = [
-        p(false, "198.18.1.1", 22, None),
-        p(false, "2001:db8:1::1", 22, None),
-        p(false, "198.18.1.1", 80, None),
-        p(true, "198.18.1.1", 53, None),
-        p(false, "198.18.1.1", 0, None),
-        p(false, "2001:db8:1::1", 0, None),
-    ];
-    for case in ["icmpinv.nft", "sharedbase.nft"] {
+    // IPv4 only: neither original accepts neighbour discovery, so their IPv6 is cut off at
+    // the link, while fwc accepts neighbour discovery itself (a known difference fwc cannot
+    // express: docs/import.md, "the proof").
+    let probes = [p(false, "198.18.1.1", 22, None), p(false, "198.18.1.1", 80, None), p(true, "198.18.1.1", 53, None), p(false, "198.18.1.1", 0, None)];
+    // (sharedbase.nft is proven by the evaluator only: its output chain accepts no replies,
+    // so the original never completes a connection at all, while fwc accepts established
+    // packets in every chain first: a difference of later packets, which the proof — first
+    // packets — does not see.)
+    for case in ["icmpinv.nft"] {
         let conf = fixture("cases").join(case);
         let load = |ns: &Netns| {
             ns.exec(&["nft", "-f", conf.to_str().unwrap()]);
