@@ -125,7 +125,7 @@ fn listing_case(seed: &Value, rng: &mut Rng, last: &Mutex<String>) -> bool {
         mutate_json(&mut v, rng);
     }
     *last.lock().unwrap() = v.to_string();
-    let partial = rng.next() % 2 == 0;
+    let partial = rng.next().is_multiple_of(2);
     match import::import(v, &Default::default(), "fuzz", partial, &mut |_| {}) {
         Ok(imp) => check_written(&imp.files),
         Err(_) => true,
@@ -160,7 +160,7 @@ fn firewalld_case(seed: &Path, rng: &mut Rng, last: &Mutex<String>) -> bool {
         std::fs::write(&to, text).unwrap();
     }
     let lib = fixtures().join("firewalld-lib");
-    match import::firewalld(&dir, &lib, false, true, rng.next() % 2 == 0, &mut |_| {}) {
+    match import::firewalld(&dir, &lib, false, true, rng.next().is_multiple_of(2), &mut |_| {}) {
         Ok((imp, _)) => check_written(&imp.files),
         Err(_) => true,
     }
@@ -184,7 +184,7 @@ fn import_readers_survive_mutated_configurations() {
     let old = std::panic::take_hook();
     std::panic::set_hook(quiet);
     while Instant::now() < deadline {
-        let listing = rng.next() % 2 == 0;
+        let listing = rng.next().is_multiple_of(2);
         let case_seed = rng.next();
         let last = Mutex::new(String::new());
         let run = std::panic::catch_unwind(|| {

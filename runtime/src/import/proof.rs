@@ -71,6 +71,7 @@ fn port_bounds(p: &str) -> Vec<u16> {
 /// import readers' fuzz test draws its cases from it too).
 pub struct Rng(pub u64);
 impl Rng {
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
