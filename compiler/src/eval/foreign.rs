@@ -158,6 +158,23 @@ mod tests {
         assert_eq!(x("tcp [2001:db8::5]:1000 -> [2001:db8::1]:22").verdict, Verdict::Accept);
     }
 
+    /// Reverse-path filtering: the evaluator's flows are not spoofed, so `fib saddr . iif oif`
+    /// finds a route back (`missing`/`0` do not match, `exists` does).
+    #[test]
+    fn reverse_path_fib_lookups_find_the_way_back() {
+        let fib = |right: Value| serde_json::json!({"match": {"op": "==", "left": {"fib": {"result": "oif", "flags": ["saddr", "iif"]}}, "right": right}});
+        for (right, verdict) in [(Value::Bool(false), Verdict::Accept), (Value::from("0"), Verdict::Accept), (Value::Bool(true), Verdict::Drop)] {
+            let v = serde_json::json!({"nftables": [
+                {"table": {"family": "inet", "name": "f", "handle": 1}},
+                {"chain": {"family": "inet", "table": "f", "name": "pre", "handle": 1, "type": "filter", "hook": "prerouting", "prio": 0, "policy": "accept"}},
+                {"rule": {"family": "inet", "table": "f", "chain": "pre", "handle": 2, "expr": [fib(right.clone()), {"drop": null}]}},
+            ]});
+            let ev = Evaluator::from_table(table_from_listing(&v).unwrap());
+            let x = ev.explain(&Flow::parse("tcp 192.0.2.5 -> 198.18.1.1:22").unwrap()).unwrap();
+            assert_eq!(x.verdict, verdict, "fib saddr . iif oif == {right}");
+        }
+    }
+
     #[test]
     fn bridge_tables_are_refused() {
         let v = serde_json::json!({"nftables": [{"table": {"family": "bridge", "name": "f", "handle": 1}}]});

@@ -927,7 +927,9 @@ impl Cx<'_> {
     fn literal(&self, e: &Value, like: &Val) -> Result<Val, EvalError> {
         Ok(match (e, like) {
             (Value::Number(n), _) => Val::Int(n.as_u64().ok_or_else(|| self.unsupported(format!("number {n}")))?),
-            (Value::String(s), Val::Int(_)) => match proto_number(s).or_else(|| icmp_type(s, self.icmp_v6.get())).or(match s.as_str() {
+            // `exists` / `missing` (a fib lookup's result): 1 or 0.
+            (Value::Bool(b), _) => Val::Int(u64::from(*b)),
+            (Value::String(s), Val::Int(_)) => match proto_number(s).or_else(|| icmp_type(s, self.icmp_v6.get())).or_else(|| s.parse().ok()).or(match s.as_str() {
                 "ipv4" => Some(2),
                 "ipv6" => Some(10),
                 _ => None,
@@ -1021,8 +1023,19 @@ impl Cx<'_> {
             }
             "fib" => {
                 let flags = body.get("flags").and_then(Value::as_array).cloned().unwrap_or_default();
-                if body.get("result").and_then(Value::as_str) != Some("type") || flags != [Value::from("daddr")] {
-                    return Err(self.unsupported(format!("fib {body}")));
+                let result = body.get("result").and_then(Value::as_str).unwrap_or_default();
+                // Reverse-path filtering (`fib saddr . iif oif missing drop`, firewalld's
+                // rpfilter): a flow's source is reachable back through the interface it came
+                // in by (the evaluator's flows are not spoofed), so the lookup finds one.
+                if matches!(result, "oif" | "oifname") && flags.contains(&Value::from("saddr")) {
+                    return Ok(match result {
+                        "oif" => Val::Int(1),
+                        _ => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
+                    });
+                }
+                if result != "type" || flags != [Value::from("daddr")] {
+                    let names: Vec<&str> = flags.iter().filter_map(Value::as_str).collect();
+                    return Err(self.unsupported(format!("`fib {} {result}`", names.join(" . "))));
                 }
                 Val::Str(if p.local.contains(&p.daddr) { "local".into() } else { "unicast".into() })
             }

@@ -112,12 +112,30 @@ pub fn run(a: ImportArgs, g: &Global) -> Result<ExitCode> {
     if a.live && kind == Kind::Firewalld && !a.json {
         eprintln!("warning: --live imports firewalld's permanent configuration: runtime-only changes (firewall-cmd without --permanent) are not in it");
     }
-    if let Err(e) = import::write(&a.out, &imp.files) {
+    let i = &imp.imported;
+    if a.verify {
+        if let Some(why) = &imp.proof_missing {
+            for r in &i.refused {
+                eprintln!("warning: {}: {} (left out)\n  help: {}", r.origin, r.what, r.hint);
+            }
+            return Err(miette::miette!(
+                help = "import without --verify to write the rules without tests/imported.kdl (nothing then proves them: check them by hand), or rewrite that rule in the original",
+                "--verify needs the proof, and fwc's evaluator cannot run the original: {why}"
+            ));
+        }
+    }
+    // Everything is written aside (a directory beside --out), checked and verified there, and
+    // moved into place at the end: a failed import leaves nothing behind.
+    let staging = match import::Staging::new(&a.out) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    if let Err(e) = import::write(staging.dir(), &imp.files) {
         return fail(e);
     }
     // The result must pass `fwc check`: report (and fail on) anything it does not.
     progress("checking the result");
-    let tree = fwc_compiler::source::SourceTree::from_dir(&a.out);
+    let tree = fwc_compiler::source::SourceTree::from_dir(staging.dir());
     let checked = tree.and_then(|t| {
         fwc_compiler::check_fleet(&t)?;
         fwc_compiler::policytest::check(&t)?;
@@ -127,7 +145,7 @@ pub fn run(a: ImportArgs, g: &Global) -> Result<ExitCode> {
         Ok(t) => t,
         Err(d) => {
             eprint!("{}", d.render(g.color_stderr()));
-            return Err(miette::miette!(help = "this is a bug in fwc import: please report it with the original ruleset", "the imported rules in {} do not pass `fwc check`", a.out.display()));
+            return Err(miette::miette!(help = "this is a bug in fwc import: please report it with the original ruleset (nothing was written)", "the imported rules for {} do not pass `fwc check`", a.out.display()));
         }
     };
     let mut differences = None;
@@ -145,7 +163,9 @@ pub fn run(a: ImportArgs, g: &Global) -> Result<ExitCode> {
             Err(e) => return fail(e),
         });
     }
-    let i = &imp.imported;
+    if let Err(e) = staging.commit() {
+        return fail(e);
+    }
     if a.json {
         let v = super::output::versioned(&serde_json::json!({
             "out": a.out.display().to_string(),

@@ -3,12 +3,12 @@
 //! services (the operator's over the system's), policies and ipsets, read from their XML with
 //! each element's line as the rule's origin. `firewalld_source` reads the files and runs firewalld.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use roxmltree::{Document, Node};
 
 use super::model::*;
-use super::translate::{sanitize, unique_name};
+use super::translate::{sanitize, unique_name, Names};
 
 /// A firewalld configuration as texts.
 #[derive(Debug, Clone, Default)]
@@ -107,15 +107,25 @@ struct Policy {
 struct Tx<'a> {
     cfg: &'a Config,
     out: Imported,
-    names: BTreeSet<String>,
+    names: Names,
 }
 
 fn line(doc: &Document, n: Node) -> u32 {
     doc.text_pos_at(n.range().start).row
 }
 
+/// The child elements of `n`, without repeats: firewalld ignores a second `<interface>`,
+/// `<source>`, `<port>`, `<service>` … that is the same as an earlier one ("already set").
 fn elements<'a, 'i>(n: Node<'a, 'i>) -> impl Iterator<Item = Node<'a, 'i>> {
-    n.children().filter(|c| c.is_element())
+    let mut seen = std::collections::HashSet::new();
+    n.children().filter(|c| c.is_element()).filter(move |c| {
+        if c.children().any(|x| x.is_element()) {
+            return true;
+        }
+        let mut key: Vec<(String, String)> = c.attributes().map(|a| (a.name().to_string(), a.value().to_string())).collect();
+        key.sort();
+        seen.insert((c.tag_name().name().to_string(), key, c.text().unwrap_or_default().trim().to_string()))
+    })
 }
 
 /// firewalld's ICMP type names as nft spells them, for IPv4 and IPv6.
@@ -750,7 +760,7 @@ const RFC3964: &str = "::/96,::ffff:0.0.0.0/96,2002::/24,2002:a00::/24,2002:7f00
 
 /// Translate a firewalld configuration.
 pub fn translate(cfg: &Config) -> Imported {
-    let mut tx = Tx { cfg, out: Imported::default(), names: BTreeSet::new() };
+    let mut tx = Tx { cfg, out: Imported::default(), names: Names::default() };
     let default = cfg.default_zone();
     for (name, (label, text)) in cfg.of_kind("ipsets").map(|(n, v)| (n.to_string(), v.clone())).collect::<Vec<_>>() {
         tx.ipset(&name, &label, &text);
@@ -981,8 +991,11 @@ pub fn translate(cfg: &Config) -> Imported {
     ] {
         tx.out.merged.push((format!("firewalld's built-in `{what}`"), why.into()));
     }
-    if cfg.yes("IPv6_rpfilter", true) {
-        tx.out.notes.push("firewalld.conf IPv6_rpfilter=yes: firewalld drops IPv6 packets whose source is not routed back through their interface (fib); fwc has no such match: not imported (the proof runs firewalld with it off)".into());
+    // Reverse-path filtering: `yes` (firewalld 1), `strict`, `loose`, `strict-forward`,
+    // `loose-forward` (firewalld 2, whose default is strict); only `no` turns it off.
+    let rpfilter = cfg.setting("IPv6_rpfilter").unwrap_or_else(|| "yes".into());
+    if !matches!(rpfilter.to_ascii_lowercase().as_str(), "no" | "false" | "0") {
+        tx.out.notes.push(format!("firewalld.conf IPv6_rpfilter={rpfilter}: firewalld drops IPv6 packets whose source is not routed back through their interface (fib); fwc has no such match: not imported (the proof runs firewalld with it off)"));
     }
     if let Some(l) = cfg.setting("LogDenied").filter(|l| l != "off") {
         tx.out.notes.push(format!("firewalld.conf LogDenied={l}: firewalld logs what its zones refuse; add log=#true to the rules you want logged"));
@@ -991,6 +1004,10 @@ pub fn translate(cfg: &Config) -> Imported {
     if inputs.is_empty() {
         inputs.push(Chain { kind: "input", policy: "accept", reject_with: None, rules: Vec::new(), part: None });
     }
+    // firewalld's FORWARD drops invalid packets (an unsolicited ICMP error, a redirect) before
+    // any zone or policy; fwc's forward chain does not by itself.
+    let invalid = tx.rule(Verb::Deny, "forward-invalid", Cond { state: Some("invalid".into()), ..Default::default() }, "firewalld's built-in `ct state invalid drop` (forward)");
+    forward.rules.insert(0, invalid);
     tx.out.chains = inputs;
     tx.out.chains.extend([forward, output]);
     tx.out

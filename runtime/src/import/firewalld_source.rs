@@ -47,6 +47,7 @@ pub fn read_config(dir: &Path, lib: &Path) -> Result<(Config, Vec<String>), Impo
                 let text = std::fs::read_to_string(&p).map_err(|e| err(format!("cannot read {}: {e}", p.display()), ""))?;
                 let rel = format!("{kind}/{file}");
                 let label = if mine { rel.clone() } else { p.display().to_string() };
+                check_xml(&label, &text)?;
                 cfg.files.insert(rel, (label, text));
             }
         }
@@ -55,6 +56,21 @@ pub fn read_config(dir: &Path, lib: &Path) -> Result<(Config, Vec<String>), Impo
         return Err(err(format!("{} holds no zones (zones/*.xml), nor does {}", dir.display(), lib.display()), "give firewalld's configuration directory, /etc/firewalld (and its system definitions with --firewalld-lib)"));
     }
     Ok((cfg, notes))
+}
+
+/// A file firewalld's own parser would choke on, refused before firewalld runs (it expands
+/// nested entities without end, and dies with a traceback on an unknown encoding).
+fn check_xml(label: &str, text: &str) -> Result<(), ImportError> {
+    if let Err(e) = roxmltree::Document::parse(text) {
+        return Err(err(format!("{label}: not valid XML for fwc: {e}"), "fix the file; fwc reads no DTD (`<!DOCTYPE …>` with entity declarations, which firewalld's own files never have and whose nested entities keep firewalld's parser busy without end): remove it"));
+    }
+    let decl = text.trim_start().strip_prefix("<?xml").and_then(|r| r.split_once("?>")).map(|(d, _)| d).unwrap_or_default();
+    if let Some(enc) = decl.split("encoding=").nth(1).and_then(|r| r.trim_start().get(1..)).and_then(|r| r.split(['"', '\'']).next()) {
+        if !matches!(enc.to_ascii_lowercase().as_str(), "utf-8" | "utf8" | "us-ascii" | "ascii") {
+            return Err(err(format!("{label}:1: encoding \"{enc}\": firewalld reads its files as UTF-8 and stops on another declared encoding"), "declare encoding=\"utf-8\" (and save the file as UTF-8)"));
+        }
+    }
+    Ok(())
 }
 
 /// A private firewalld with its own D-Bus system bus, in a scratch network + mount namespace
@@ -172,7 +188,14 @@ impl Daemon {
             if log.contains("Failed to load user configuration") {
                 // Its reason (PARSE_ERROR: …) follows the fallback line.
                 std::thread::sleep(Duration::from_millis(500));
-                let why: Vec<String> = self.complaints().into_iter().filter(|c| !c.contains("Falling back to full stock")).collect();
+                let mut why: Vec<String> = self.complaints().into_iter().filter(|c| !c.contains("Falling back to full stock")).collect();
+                // Without an ERROR line (a Python traceback), its last line is the reason.
+                if why.is_empty() {
+                    why.extend(self.log().lines().rev().map(str::trim).find(|l| l.contains("Error") || l.contains("Exception")).map(str::to_string));
+                }
+                if why.is_empty() {
+                    why.push("firewalld gave no reason (its log is empty)".into());
+                }
                 return Err(err(format!("firewalld refused the configuration (and fell back to its stock one): {}", why.join("; ")), "check it with `firewall-offline-cmd --check-config` (a zone's target is one of default, ACCEPT, DROP, %%REJECT%%)"));
             }
             if let Some(i) = log.find("Applying used policies") {
@@ -190,7 +213,8 @@ impl Daemon {
                 return Err(err(format!("firewalld stopped before it had loaded the configuration ({status}): {}{}", stderr.trim(), tail.join("; ")), "firewalld must load the configuration itself: check it with `firewall-offline-cmd --check-config`"));
             }
             if Instant::now() > deadline {
-                return Err(err("firewalld did not load the configuration within 120 s".into(), "check the configuration with `firewall-offline-cmd --check-config`"));
+                let last = self.log().lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("nothing").to_string();
+                return Err(err(format!("firewalld did not load the configuration within 120 s (the last it said: {last})"), "check the configuration with `firewall-offline-cmd --check-config`; a file with nested entity declarations keeps firewalld's parser busy"));
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -8,6 +8,7 @@
 pub mod firewalld;
 pub mod firewalld_source;
 pub mod model;
+pub mod ports;
 pub mod proof;
 pub mod render;
 pub mod source;
@@ -37,8 +38,9 @@ pub enum ImportError {
     Source { what: String, hint: String },
     #[error("{} construct(s) of the original have no fwc form", .0.len())]
     Refused(Vec<Refusal>),
+    /// The evaluator cannot run the original (the reason names the rule by its origin).
     #[error("the evaluator cannot run the original ruleset: {0}")]
-    Eval(fwc_compiler::eval::EvalError),
+    Eval(String),
     #[error("cannot write {path}: {error}")]
     Write { path: String, error: std::io::Error },
 }
@@ -48,7 +50,7 @@ impl ImportError {
         match self {
             ImportError::Source { hint, .. } => hint.clone(),
             ImportError::Refused(_) => "change the original, or import with --partial (each is then a warning, left out of the import; add it by hand)".into(),
-            ImportError::Eval(_) => "the original uses something fwc's evaluator does not model; import with --partial to write the rules without tests/imported.kdl".into(),
+            ImportError::Eval(_) => "the original uses something fwc's evaluator does not model, so nothing can prove the import: import with --partial (without --verify) to write the rules without tests/imported.kdl, and check them by hand".into(),
             ImportError::Write { .. } => "choose another --out directory".into(),
         }
     }
@@ -87,20 +89,23 @@ pub fn import_with_notes(listing: Value, origins: &translate::Origins, source: &
 
 /// Rules translated (from the listing, or from firewalld's XML), rendered and proved against
 /// `listing`, the original as nftables JSON (`None`: no proof, and the reason is said).
-pub fn finish(imported: Imported, listing: Option<Value>, origins: &translate::Origins, source: &str, partial: bool, progress: &mut dyn FnMut(&str)) -> Result<Import, ImportError> {
+pub fn finish(mut imported: Imported, listing: Option<Value>, origins: &translate::Origins, source: &str, partial: bool, progress: &mut dyn FnMut(&str)) -> Result<Import, ImportError> {
+    ports::check(&mut imported);
     if !imported.refused.is_empty() && !partial {
         return Err(ImportError::Refused(imported.refused.clone()));
     }
     let mut files = render::files(&imported, source);
-    let flows = proof::sample(&imported, RANDOM_FLOWS, SEED);
     let Some(listing) = listing else {
+        let flows = proof::sample(&imported, &[], RANDOM_FLOWS, SEED);
         let why = "--skip-proof: the original's own ruleset was not built, so nothing proves the import".to_string();
         return Ok(Import { imported, files, flows, listing: Value::Null, proof_missing: Some(why) });
     };
-    progress(&format!("evaluating the original on {} flows", flows.len()));
-    let mut proof_missing = None;
     let names = identities(&listing, origins);
     let listing = translate::strip_owned(&listing);
+    let flows = proof::sample(&imported, &translate::probe_chains(&listing), RANDOM_FLOWS, SEED);
+    progress(&format!("evaluating the original on {} flows", flows.len()));
+    let mut proof_missing = None;
+    let located = |e: fwc_compiler::eval::EvalError| eval_reason(&e, origins);
     match foreign::table_from_listing(&listing).map(Evaluator::from_table) {
         Ok(ev) => {
             let mut results = Vec::with_capacity(flows.len());
@@ -116,28 +121,77 @@ pub fn finish(imported: Imported, listing: Option<Value>, origins: &translate::O
                         results.push((f.clone(), o))
                     }
                     Err(e) if partial => {
-                        proof_missing = Some(e.to_string());
+                        proof_missing = Some(located(e));
                         break;
                     }
-                    Err(e) => return Err(ImportError::Eval(e)),
+                    Err(e) => return Err(ImportError::Eval(located(e))),
                 }
             }
             if proof_missing.is_none() {
                 files.push(("tests/imported.kdl".into(), proof::tests_file(source, &results)));
             }
         }
-        Err(e) if partial => proof_missing = Some(e.to_string()),
-        Err(e) => return Err(ImportError::Eval(e)),
+        Err(e) if partial => proof_missing = Some(located(e)),
+        Err(e) => return Err(ImportError::Eval(located(e))),
     }
     Ok(Import { imported, files, flows, listing, proof_missing })
 }
 
-/// Write the files under `out` (refusing to overwrite a rule repository).
-pub fn write(out: &Path, files: &[(String, String)]) -> Result<(), ImportError> {
-    let werr = |path: &Path, error: std::io::Error| ImportError::Write { path: path.display().to_string(), error };
-    if out.join("fwc.kdl").exists() {
-        return Err(werr(&out.join("fwc.kdl"), std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a rule repository is already there; fwc import never overwrites one")));
+fn werr(path: &Path, error: std::io::Error) -> ImportError {
+    ImportError::Write { path: path.display().to_string(), error }
+}
+
+/// A directory beside `--out` the import is written to, checked in, and moved into place from
+/// at the end ([`Staging::commit`]); dropped before that, it is removed with all it holds.
+pub struct Staging {
+    out: PathBuf,
+    tmp: Option<tempfile::TempDir>,
+}
+
+impl Staging {
+    /// Refuses an `out` that holds a rule repository already.
+    pub fn new(out: &Path) -> Result<Staging, ImportError> {
+        if out.join("fwc.kdl").exists() {
+            return Err(werr(&out.join("fwc.kdl"), std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a rule repository is already there; fwc import never overwrites one")));
+        }
+        let parent = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent).map_err(|e| werr(&parent, e))?;
+        let tmp = tempfile::Builder::new().prefix(".fwc-import-").tempdir_in(&parent).map_err(|e| werr(&parent, e))?;
+        Ok(Staging { out: out.to_path_buf(), tmp: Some(tmp) })
     }
+
+    pub fn dir(&self) -> &Path {
+        self.tmp.as_ref().map(|t| t.path()).expect("not committed yet")
+    }
+
+    /// Move the written files into `out`: the directory itself when `out` does not exist,
+    /// else each entry (none may exist there yet), `fwc.kdl` last.
+    pub fn commit(mut self) -> Result<(), ImportError> {
+        let tmp = self.tmp.take().expect("committed once");
+        if !self.out.exists() {
+            let path = tmp.keep();
+            return std::fs::rename(&path, &self.out).map_err(|e| {
+                let _ = std::fs::remove_dir_all(&path);
+                werr(&self.out, e)
+            });
+        }
+        let mut entries: Vec<std::ffi::OsString> = std::fs::read_dir(tmp.path()).map_err(|e| werr(tmp.path(), e))?.flatten().map(|e| e.file_name()).collect();
+        entries.sort_by_key(|n| n == "fwc.kdl");
+        if let Some(n) = entries.iter().find(|n| self.out.join(n).exists()) {
+            return Err(werr(&self.out.join(n), std::io::Error::new(std::io::ErrorKind::AlreadyExists, "is in the way: fwc import writes into an empty or new directory")));
+        }
+        for n in entries {
+            std::fs::rename(tmp.path().join(&n), self.out.join(&n)).map_err(|e| werr(&self.out.join(&n), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Write the files under `dir` (a [`Staging`] directory).
+pub fn write(out: &Path, files: &[(String, String)]) -> Result<(), ImportError> {
     for (rel, text) in files {
         let p = out.join(rel);
         if let Some(dir) = p.parent() {
@@ -173,9 +227,27 @@ pub fn firewalld(dir: &Path, lib: &Path, live: bool, skip_proof: bool, partial: 
 
 /// `--verify`: the original and the imported rules (compiled from `out`) on every flow.
 pub fn verify(listing: &Value, imported: &fwc_compiler::artifacts::Artifacts, flows: &[Flow]) -> Result<Vec<Difference>, ImportError> {
-    let original = Evaluator::from_table(foreign::table_from_listing(listing).map_err(ImportError::Eval)?);
-    let mine = Evaluator::new(imported).map_err(ImportError::Eval)?;
-    proof::compare(&original, &mine, flows).map_err(ImportError::Eval)
+    let e = |e: fwc_compiler::eval::EvalError| ImportError::Eval(e.to_string());
+    let original = Evaluator::from_table(foreign::table_from_listing(listing).map_err(e)?);
+    let mine = Evaluator::new(imported).map_err(e)?;
+    proof::compare(&original, &mine, flows).map_err(e)
+}
+
+/// Why the evaluator could not run the original, naming the rule by its origin
+/// (`nftables.conf:5`) rather than by its place in the JSON listing.
+fn eval_reason(e: &fwc_compiler::eval::EvalError, origins: &translate::Origins) -> String {
+    use fwc_compiler::eval::EvalError;
+    match e {
+        EvalError::Unsupported { chain, rule, what } => {
+            let mut parts = chain.splitn(3, ' ');
+            let (fam, table, name) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+            match origins.get(&(fam.to_string(), table.to_string(), name.to_string(), *rule)) {
+                Some(origin) => format!("{origin}: fwc's evaluator does not model {what} yet"),
+                None => format!("rule {} of chain {chain}: fwc's evaluator does not model {what} yet", rule + 1),
+            }
+        }
+        other => other.to_string().trim_start_matches("nftables.json: ").to_string(),
+    }
 }
 
 /// Read the original (I/O): the listing, the origins of its rules and a label for the header.
@@ -230,18 +302,61 @@ fn iptables_files(p: &Path) -> Result<Vec<(PathBuf, bool)>, ImportError> {
     Ok(vec![(p.to_path_buf(), v6)])
 }
 
-/// An nftables expression in nft-like words, for messages.
+/// An nftables expression in nft-like words, for messages (never raw JSON).
 pub fn describe(v: &Value) -> String {
+    let st = |b: &Value, k: &str| b.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
     match v {
         Value::Object(o) => match o.iter().next() {
-            Some((k, b)) if b.get("key").is_some() => format!("{k} {}", b["key"].as_str().unwrap_or_default()),
-            Some((k, b)) if k == "payload" => format!("{} {}", b.get("protocol").and_then(Value::as_str).unwrap_or_default(), b.get("field").and_then(Value::as_str).unwrap_or_default()),
+            Some((k, b)) if b.get("key").and_then(Value::as_str).is_some() => format!("{k} {}", st(b, "key")),
+            Some((k, b)) if k == "payload" => format!("{} {}", st(b, "protocol"), st(b, "field")),
+            Some((k, b)) if k == "fib" => {
+                let flags: Vec<String> = b.get("flags").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect();
+                format!("fib {} {}", flags.join(" . "), st(b, "result"))
+            }
+            Some((k, b)) if k.ends_with("option") || k == "exthdr" => format!("{} {} {}", k, st(b, "name"), st(b, "field")).trim_end().to_string(),
+            Some((k, b)) if matches!(k.as_str(), "&" | "|" | "^") => match b.as_array().and_then(|a| a.first()) {
+                Some(first) => describe(first),
+                None => k.clone(),
+            },
+            Some((k, b)) if k == "prefix" => format!("{}/{}", st(b, "addr"), b.get("len").map(|l| l.to_string()).unwrap_or_default()),
+            Some((k, b)) if k == "range" => b.as_array().map(|a| a.iter().map(describe).collect::<Vec<_>>().join("-")).unwrap_or_else(|| k.clone()),
+            Some((k, b)) if k == "set" => match b.as_array() {
+                Some(a) => format!("{{ {} }}", a.iter().take(8).map(describe).collect::<Vec<_>>().join(", ") + if a.len() > 8 { ", …" } else { "" }),
+                None => describe(b),
+            },
+            Some((k, b)) if k == "elem" => b.get("val").map(describe).unwrap_or_else(|| k.clone()),
+            Some((k, b)) if k == "concat" => b.as_array().map(|a| a.iter().map(describe).collect::<Vec<_>>().join(" . ")).unwrap_or_else(|| k.clone()),
             Some((k, _)) => k.clone(),
             None => "{}".into(),
         },
+        Value::Array(a) => a.iter().map(describe).collect::<Vec<_>>().join(", "),
         Value::String(s) => s.clone(),
+        Value::Null => String::new(),
         other => other.to_string(),
     }
+}
+
+/// One rule's expressions in nft-like words: `ip saddr 192.0.2.0/24 drop`,
+/// `tcp option maxseg size set rt mtu`.
+pub fn describe_rule(expr: &[Value]) -> String {
+    let mut parts = Vec::new();
+    for e in expr {
+        let Some((k, b)) = e.as_object().and_then(|m| m.iter().next()) else { continue };
+        match k.as_str() {
+            "counter" => {}
+            "match" => {
+                let op = b.get("op").and_then(Value::as_str).unwrap_or("==");
+                let op = if op == "==" || op == "in" { String::new() } else { format!("{op} ") };
+                parts.push(format!("{} {op}{}", describe(b.get("left").unwrap_or(&Value::Null)), describe(b.get("right").unwrap_or(&Value::Null))));
+            }
+            "mangle" => parts.push(format!("{} set {}", describe(b.get("key").unwrap_or(&Value::Null)), describe(b.get("value").unwrap_or(&Value::Null)))),
+            "jump" | "goto" => parts.push(format!("{k} {}", b.get("target").and_then(Value::as_str).unwrap_or_default())),
+            "log" => parts.push("log".into()),
+            other => parts.push(other.to_string()),
+        }
+    }
+    let text = parts.join(" ");
+    if text.chars().count() > 120 { format!("{}…", text.chars().take(120).collect::<String>()) } else { text }
 }
 
 /// The evaluator's identity of each foreign rule (`FAMILY TABLE CHAIN handle N`) -> its origin.

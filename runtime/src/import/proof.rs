@@ -67,14 +67,20 @@ fn port_bounds(p: &str) -> Vec<u16> {
     out
 }
 
-/// Tiny deterministic generator (xorshift), so the sample is the same on every run.
-struct Rng(u64);
+/// Tiny deterministic generator (xorshift), so the sample is the same on every run (the
+/// import readers' fuzz test draws its cases from it too).
+pub struct Rng(pub u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
+    }
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
     }
     fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
         &v[(self.next() % v.len() as u64) as usize]
@@ -96,14 +102,19 @@ fn elems_of<'a>(imp: &'a Imported, a: &'a Addrs) -> Vec<&'a str> {
     }
 }
 
-/// The sample: flows derived from every rule and forward (boundaries), then `random` seeded ones.
-pub fn sample(imp: &Imported, random: usize, seed: u64) -> Vec<Flow> {
+/// The sample: flows derived from every rule and forward (boundaries), from every rule of the
+/// original (`original`: [`super::translate::probe_chains`], so a rule left out or lost still
+/// gets its flows), then `random` seeded ones.
+pub fn sample(imp: &Imported, original: &[Chain], random: usize, seed: u64) -> Vec<Flow> {
     let mut flows: Vec<Flow> = Vec::new();
     let mut seen = BTreeSet::new();
     // ICMP that is conntrack-`invalid` on its own (an unsolicited reply or error) is dropped by
     // fwc's input chain before any rule, which fwc cannot change: the import refuses rules
     // accepting it, and the sample leaves such first packets to this host out.
-    let expressible = |f: &Flow| f.proto.has_ports() || f.origin != Origin::Input || super::translate::icmp_opens(f.proto == L4::Icmpv6, f.dport as u8);
+    // Neighbour discovery is accepted by fwc itself before any rule (the kernel ignores it
+    // unless it comes from the link, hop limit 255, which no sampled flow does): not sampled.
+    let nd = |f: &Flow| f.proto == L4::Icmpv6 && (133..=136).contains(&f.dport);
+    let expressible = |f: &Flow| !nd(f) && (f.proto.has_ports() || f.origin != Origin::Input || super::translate::icmp_opens(f.proto == L4::Icmpv6, f.dport as u8));
     let mut push = |f: Flow, flows: &mut Vec<Flow>| {
         if f.saddr.is_ipv4() == f.daddr.is_ipv4() && expressible(&f) && seen.insert(f.to_string()) {
             flows.push(f);
@@ -113,7 +124,8 @@ pub fn sample(imp: &Imported, random: usize, seed: u64) -> Vec<Flow> {
     let mut ports: Vec<u16> = vec![22, 80, 443, 40000];
     let mut ifaces: Vec<Option<String>> = vec![None];
     let kinds: Vec<&str> = imp.chains.iter().map(|c| c.kind).collect();
-    for c in &imp.chains {
+    let chains = imp.chains.iter().map(|c| (c, false)).chain(original.iter().map(|c| (c, true)));
+    for (c, probe) in chains {
         for r in &c.rules {
             let cond = &r.cond;
             let protos: Vec<L4> = match cond.proto.as_deref() {
@@ -143,13 +155,18 @@ pub fn sample(imp: &Imported, random: usize, seed: u64) -> Vec<Flow> {
             if srcs.is_empty() {
                 srcs = fams.iter().map(|v6| if *v6 { IpAddr::V6(REMOTE6) } else { IpAddr::V4(REMOTE4) }).collect();
             }
-            let dports: Vec<u16> = cond.port.as_deref().map(port_bounds).unwrap_or_else(|| vec![22]);
-            let sports: Vec<u16> = cond.sport.as_deref().map(port_bounds).unwrap_or_else(|| vec![40000]);
+            // A port list that gives no number (a port fwc cannot read) samples the defaults.
+            let dports: Vec<u16> = cond.port.as_deref().map(port_bounds).filter(|v| !v.is_empty()).unwrap_or_else(|| vec![22]);
+            let sports: Vec<u16> = cond.sport.as_deref().map(port_bounds).filter(|v| !v.is_empty()).unwrap_or_else(|| vec![40000]);
             let iifs: Vec<Option<String>> = vec![cond.iif.clone(), None];
             let oifs: Vec<Option<String>> = vec![cond.oif.clone(), None];
-            addrs.extend(srcs.iter().chain(&dsts).copied());
-            ports.extend(&dports);
-            ifaces.extend(iifs.iter().chain(&oifs).cloned());
+            // The original's own rules add flows, not values for the random ones (those stay
+            // the same from one version of the sampler to the next).
+            if !probe {
+                addrs.extend(srcs.iter().chain(&dsts).copied());
+                ports.extend(&dports);
+                ifaces.extend(iifs.iter().chain(&oifs).cloned());
+            }
             let origin = origin_of(c.kind);
             // ICMP rules: each of their types, and the next one, on the first source.
             if let (Some(types), Some(pr)) = (&cond.icmp_type, cond.proto.as_deref()) {

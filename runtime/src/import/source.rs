@@ -57,20 +57,20 @@ pub fn iptables_files(files: &[(std::path::PathBuf, bool)]) -> Result<(Value, Or
     }
     script.push_str("nft list ruleset");
     let text = run(Command::new("unshare").args(["-n", "sh", "-c", &script, "sh"]).args(&args), "iptables-nft-restore (in a scratch network namespace)")?;
-    let out = reload(&text)?;
-    let listing = first_json(&out)?;
     let mut origins = BTreeMap::new();
     for (p, v6) in files {
         let content = std::fs::read_to_string(p).map_err(|e| ImportError::Source { what: format!("cannot read {}: {e}", p.display()), hint: String::new() })?;
         origins.extend(iptables_origins(&content, &file_label(p), if *v6 { "ip6" } else { "ip" }));
     }
+    let out = reload(&text, &origins)?;
+    let listing = first_json(&out)?;
     Ok((listing, origins))
 }
 
 /// Load `nft list ruleset` text again into a scratch namespace and list it as JSON: what
 /// iptables-nft and libxtables translated becomes native expressions (an `xt` match nft
 /// cannot print as nftables is refused by `nft -f`, naming it).
-fn reload(text: &str) -> Result<String, ImportError> {
+fn reload(text: &str, origins: &Origins) -> Result<String, ImportError> {
     let dir = tempfile::tempdir().map_err(|e| ImportError::Source { what: format!("cannot create a temporary directory: {e}"), hint: String::new() })?;
     let nftfile = dir.path().join("translated.nft");
     // A match iptables-nft could not translate (`xt match icmp6` for a numeric ICMPv6 type,
@@ -90,11 +90,67 @@ fn reload(text: &str) -> Result<String, ImportError> {
             }
         })
         .collect();
-    std::fs::write(&nftfile, text).map_err(|e| ImportError::Source { what: format!("cannot write {}: {e}", nftfile.display()), hint: String::new() })?;
-    run(
-        Command::new("unshare").args(["-n", "sh", "-c", "nft -f \"$1\" && nft -j list ruleset", "sh"]).arg(&nftfile),
-        "nft -f of iptables-nft's translation (a match nftables cannot express stays an `xt` match and is refused)",
-    )
+    std::fs::write(&nftfile, &text).map_err(|e| ImportError::Source { what: format!("cannot write {}: {e}", nftfile.display()), hint: String::new() })?;
+    let out = Command::new("unshare").args(["-n", "sh", "-c", "nft -f \"$1\" && nft -j list ruleset", "sh"]).arg(&nftfile).stdin(Stdio::null()).output();
+    match out {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
+        Ok(o) => Err(unreadable_translation(&text, &String::from_utf8_lossy(&o.stderr), origins)),
+        Err(e) => Err(ImportError::Source { what: format!("cannot run nft: {e}"), hint: "install nftables and util-linux (unshare)".into() }),
+    }
+}
+
+/// nft refused to read back iptables-nft's translation (a reversed `--src-range`, a chain name
+/// nft's parser does not take): name the original's line, not the temporary file's.
+fn unreadable_translation(text: &str, stderr: &str, origins: &Origins) -> ImportError {
+    let first = stderr.lines().find_map(|l| {
+        let (_, rest) = l.split_once("translated.nft:")?;
+        let line: usize = rest.split(':').next()?.parse().ok()?;
+        let why = rest.split_once("Error: ").map_or(rest, |(_, w)| w).trim().to_string();
+        Some((line, why))
+    });
+    let Some((line, why)) = first else {
+        return ImportError::Source { what: format!("nftables cannot read back iptables-nft's translation: {}", stderr.trim()), hint: "iptables-restore loads the file, but fwc reads it through nftables: rewrite the rule nft names".into() };
+    };
+    // Which table, chain and rule of the translation that line is.
+    let (mut table, mut chain, mut index) = (None::<(String, String)>, None::<String>, 0usize);
+    let mut place = None;
+    for (n, l) in text.lines().enumerate() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        match w.as_slice() {
+            ["table", fam, name, "{"] => table = Some((fam.to_string(), name.to_string())),
+            ["chain", name, "{"] => {
+                chain = Some(name.to_string());
+                index = 0;
+            }
+            ["type", ..] | ["policy", ..] | ["}"] | [] => {}
+            _ => {
+                if n + 1 == line {
+                    place = Some(index);
+                }
+                index += 1;
+                if n + 1 == line {
+                    break;
+                }
+            }
+        }
+        if n + 1 == line {
+            break;
+        }
+    }
+    let code = text.lines().nth(line.saturating_sub(1)).unwrap_or_default().trim().replace("counter packets 0 bytes 0 ", "");
+    let origin = match (&table, &chain, place) {
+        (Some((fam, t)), Some(c), Some(i)) => origins.get(&(fam.clone(), t.clone(), c.clone(), i)).cloned(),
+        _ => None,
+    };
+    let at = match (origin, &chain) {
+        (Some(o), _) => o,
+        (None, Some(c)) => format!("chain {c}"),
+        (None, None) => "the original".into(),
+    };
+    ImportError::Source {
+        what: format!("{at}: iptables-nft translates this to `{code}`, which nftables cannot read back: {why}"),
+        hint: "iptables-restore loads it, but fwc reads the rules through nftables: rewrite that rule or chain name (a range low-high, an ASCII chain name) and import again".into(),
+    }
 }
 
 /// The comment of a rule iptables-nft could not translate to nftables (see [`reload`]).
@@ -162,7 +218,7 @@ pub fn ufw_dir(dir: &Path) -> Result<(Value, Origins, Vec<String>), ImportError>
         Command::new("unshare").args(["-n", "sh", "-c", "\"$1\" --rootdir \"$2\" --datadir \"$2\" start >&2 && nft list ruleset", "sh"]).arg(&init).arg(root),
         "ufw-init start (in a scratch network namespace)",
     )?;
-    let listing = first_json(&reload(&text)?)?;
+    let listing = first_json(&reload(&text, &origins)?)?;
     Ok((listing, origins, notes))
 }
 

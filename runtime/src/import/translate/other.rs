@@ -1,0 +1,101 @@
+//! The hooks and tables fwc has no rules for (yet): filter chains on prerouting/postrouting,
+//! iptables' `mangle` and `raw` tables, `route` chains, `netdev` ingress, `bridge` tables. A rule
+//! there that can change a packet's fate (a drop, a reject, a reverse-path `fib` drop, a mark,
+//! MSS clamping, `notrack`) is refused by name with its line, so nothing is lost in silence; a
+//! rule that only counts, logs or accepts (the packet goes on to the next hook) is left out.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::*;
+
+/// Which hooks the filter and nat translations take: everything else comes here.
+fn handled(c: &ChainInfo) -> bool {
+    let ip = matches!(c.family.as_str(), "ip" | "ip6" | "inet");
+    let hook = c.hook.as_deref().unwrap_or_default();
+    ip && ((c.kind == "filter" && matches!(hook, "input" | "forward" | "output")) || c.kind == "nat")
+}
+
+impl Tx<'_> {
+    /// Refuse what the other hooks' chains do to a packet's fate.
+    pub(super) fn other_hooks(&mut self) {
+        let mut chains: Vec<ChainInfo> = self.chains.values().filter(|c| c.hook.is_some() && !handled(c)).cloned().collect();
+        chains.append(&mut std::mem::take(&mut self.passed_over));
+        for c in chains {
+            if let Some(who) = owner(&c.family, &c.table, &c.name) {
+                self.notes.insert(format!("table {} {} (chain {}): {who}'s own, left out — fwc coexists with it", c.family, c.table, c.name));
+                continue;
+            }
+            if c.family == "arp" {
+                self.notes.insert(format!("table arp {}: ARP filtering is not imported (it never sees IP packets); keep it in an nftables table of your own", c.table));
+                continue;
+            }
+            let hook = c.hook.clone().unwrap_or_default();
+            let place = format!("the {hook} hook ({} {} {}, type {}, priority {})", c.family, c.table, c.name, c.kind, c.prio);
+            let mut seen = BTreeSet::new();
+            self.refuse_effects(&c, &hook, &place, 0, &mut seen);
+            if c.policy == "drop" {
+                self.out.refused.push(Refusal {
+                    origin: format!("policy drop of chain {} {} {}", c.family, c.table, c.name),
+                    what: format!("a drop policy on {place}"),
+                    hint: hint_for(&hook, "drop"),
+                });
+            }
+        }
+    }
+
+    /// Refuse every rule of `c` (and of the chains it jumps to) that can change a packet's fate.
+    fn refuse_effects(&mut self, c: &ChainInfo, hook: &str, place: &str, depth: usize, seen: &mut BTreeSet<String>) {
+        if !seen.insert(c.name.clone()) || depth > 16 {
+            return;
+        }
+        for (i, r) in c.rules.iter().enumerate() {
+            let expr = r.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
+            let origin = self.origin(c, i);
+            if let Some(what) = r.get("comment").and_then(Value::as_str).and_then(|c| c.strip_prefix(crate::import::source::XT_MARK)) {
+                self.out.refused.push(Refusal { origin, what: format!("an iptables match nftables cannot express ({what}) on {place}"), hint: hint_for(hook, "xt") });
+                continue;
+            }
+            let mut effect: Option<&str> = None;
+            for e in &expr {
+                let Some((k, b)) = e.as_object().and_then(|m| m.iter().next()) else { continue };
+                match k.as_str() {
+                    "match" | "counter" | "log" | "limit" | "accept" | "return" | "continue" => {}
+                    "jump" | "goto" => {
+                        let target = b.get("target").and_then(Value::as_str).unwrap_or_default().to_string();
+                        if owner(&c.family, &c.table, &target).is_some() {
+                            continue;
+                        }
+                        match self.chains.get(&(c.family.clone(), c.table.clone(), target.clone())).cloned() {
+                            Some(sub) => self.refuse_effects(&sub, hook, place, depth + 1, seen),
+                            None => effect = Some("jump"),
+                        }
+                    }
+                    "drop" | "reject" => effect = Some("drop"),
+                    "mangle" => effect = Some("mangle"),
+                    _ => effect = Some("other"),
+                }
+            }
+            let Some(kind) = effect else { continue };
+            let fib = expr.iter().any(|e| e.pointer("/match/left/fib").is_some());
+            let kind = if fib && kind == "drop" { "fib" } else { kind };
+            let text = crate::import::describe_rule(&expr);
+            self.out.refused.push(Refusal { origin, what: format!("`{text}` on {place}"), hint: hint_for(hook, kind) });
+        }
+    }
+}
+
+/// What to do about a refused rule of another hook.
+fn hint_for(hook: &str, kind: &str) -> String {
+    let keep = "or import with --partial and keep it in an nftables table of your own (fwc's table coexists with others)";
+    match kind {
+        "fib" => format!("reverse-path filtering has no fwc form yet: set the sysctl net.ipv4.conf.all.rp_filter=1 (IPv4), {keep}"),
+        "mangle" => format!("fwc does not set marks or clamp the TCP MSS (yet): {keep}"),
+        "drop" if matches!(hook, "prerouting" | "ingress") => {
+            format!("fwc filters after routing (input, forward, output): write it as a `deny` in input (and forward, for routed traffic), {keep}")
+        }
+        "drop" => format!("fwc filters in input, forward and output: write it as a `deny` there, {keep}"),
+        _ => format!("fwc has no form for it: {keep}"),
+    }
+}

@@ -1,0 +1,351 @@
+//! One nftables rule's expressions read into a condition ([`Cond`]) and its statements
+//! ([`Stmts`]): what the translation of every hook shares.
+
+use serde_json::Value;
+
+use super::*;
+
+/// What a rule does besides matching.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Stmts {
+    pub(super) verdict: Option<String>,
+    pub(super) target: Option<String>,
+    pub(super) reject_type: Option<String>,
+    pub(super) log: bool,
+    pub(super) log_prefix: Option<String>,
+    pub(super) limit: Option<String>,
+    pub(super) limit_over: bool,
+    pub(super) dnat: Option<(String, Option<u64>)>,
+    pub(super) masquerade: bool,
+    pub(super) snat: Option<String>,
+    /// `ct status dnat`, `fib daddr type local`: conditions only NAT rules may carry.
+    pub(super) ct_dnat: bool,
+    pub(super) fib_local: bool,
+    /// `fib daddr type broadcast/multicast/…`, `ip6 hoplimit`, an extension header: matches of
+    /// on-link or unusual packets fwc has no form for.
+    pub(super) fib_other: bool,
+    pub(super) hoplimit: bool,
+    pub(super) exthdr: bool,
+}
+
+impl Tx<'_> {
+    /// Matches and statements of one rule.
+    pub(super) fn parse(&self, family: &str, table: &str, expr: &[Value]) -> Result<(Cond, Stmts), (String, String)> {
+        let mut c = Cond::default();
+        let mut st = Stmts::default();
+        let refuse = |what: String, hint: &str| Err((what, hint.to_string()));
+        for e in expr {
+            let Some((k, b)) = e.as_object().and_then(|m| m.iter().next()) else { continue };
+            match k.as_str() {
+                "counter" => {}
+                "match" => {
+                    let op = b.get("op").and_then(Value::as_str).unwrap_or("==");
+                    let left = b.get("left").cloned().unwrap_or(Value::Null);
+                    let right = b.get("right").cloned().unwrap_or(Value::Null);
+                    if op != "==" && op != "in" {
+                        return refuse(format!("the match `{} {op} {}`", crate::import::describe(&left), crate::import::describe(&right)), "fwc rules have no negated or masked matches: list what is allowed instead, or deny the exception in a rule before");
+                    }
+                    let (lk, lb) = left.as_object().and_then(|m| m.iter().next()).map(|(a, b)| (a.clone(), b.clone())).unwrap_or_default();
+                    let key = s(&lb, "key");
+                    match (lk.as_str(), key.as_str()) {
+                        ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", crate::import::describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
+                        ("meta", "nfproto") => c.family = Some(if right == "ipv6" { Family::V6 } else { Family::V4 }),
+                        ("meta", "iifname" | "iif") => set_once(&mut c.iif, iface(&right)?)?,
+                        ("meta", "oifname" | "oif") => set_once(&mut c.oif, iface(&right)?)?,
+                        ("ct", "state") => set_once(&mut c.state, strings(&right).join(","))?,
+                        ("ct", "status") if strings(&right) == ["dnat"] => st.ct_dnat = true,
+                        ("fib", _) if lb.get("result").and_then(Value::as_str) == Some("type") && strings(&right) == ["local"] => st.fib_local = true,
+                        ("fib", _) if lb.get("result").and_then(Value::as_str) == Some("type") => st.fib_other = true,
+                        ("exthdr", _) => st.exthdr = true,
+                        ("payload", _) => {
+                            let proto = s(&lb, "protocol");
+                            let field = s(&lb, "field");
+                            match (proto.as_str(), field.as_str()) {
+                                ("ip" | "ip6", "saddr" | "daddr") => {
+                                    let a = self.addrs(family, table, &right)?;
+                                    c.family.get_or_insert(if proto == "ip" { Family::V4 } else { Family::V6 });
+                                    if field == "saddr" { set_once(&mut c.from, a)? } else { set_once(&mut c.to, a)? }
+                                }
+                                ("ip6", "hoplimit") | ("ip", "ttl") => st.hoplimit = true,
+                                ("ip", "protocol") | ("ip6", "nexthdr") => {
+                                    // `ip protocol` sees IPv4 packets only (`ip6 nexthdr` IPv6).
+                                    c.family.get_or_insert(if proto == "ip" { Family::V4 } else { Family::V6 });
+                                    set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", crate::import::describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?
+                                }
+                                ("tcp" | "udp" | "th", "dport" | "sport") => {
+                                    if proto != "th" {
+                                        match c.proto.as_deref() {
+                                            None => c.proto = Some(proto.clone()),
+                                            Some(p) if p == proto => {}
+                                            Some("both") => c.proto = Some(proto.clone()),
+                                            Some(p) => return refuse(format!("{proto} {field} with protocol {p}"), "fix the original"),
+                                        }
+                                    } else if c.proto.is_none() {
+                                        c.proto = Some("both".into());
+                                    }
+                                    let ports = self.ports(family, table, &right)?;
+                                    if field == "dport" { set_once(&mut c.port, ports)? } else { set_once(&mut c.sport, ports)? }
+                                }
+                                ("icmp" | "icmpv6", "type") => {
+                                    c.proto = Some(proto.clone());
+                                    set_once(&mut c.icmp_type, strings(&right).join(","))?;
+                                }
+                                _ => return refuse(format!("the match on {proto} {field}"), "fwc matches addresses, ports, protocols, interfaces, ICMP types and ct state"),
+                            }
+                        }
+                        _ => return refuse(format!("the match on {}", crate::import::describe(&left)), "fwc matches addresses, ports, protocols, interfaces, ICMP types and ct state"),
+                    }
+                }
+                "accept" | "drop" | "return" => st.verdict = Some(k.clone()),
+                "reject" => {
+                    st.verdict = Some("reject".into());
+                    st.reject_type = reject_type(b);
+                }
+                "jump" | "goto" => {
+                    st.verdict = Some(k.clone());
+                    st.target = b.get("target").and_then(Value::as_str).map(str::to_string);
+                }
+                "log" => {
+                    st.log = true;
+                    st.log_prefix = b.get("prefix").and_then(Value::as_str).map(str::to_string);
+                }
+                "limit" => {
+                    let rate = b.get("rate").and_then(Value::as_u64).unwrap_or(0);
+                    let per = s(b, "per");
+                    if b.get("rate_unit").and_then(Value::as_str).is_some_and(|u| u != "packets") {
+                        return refuse("a byte-rate limit".into(), "fwc rates count connections; use a `shape` for bandwidth");
+                    }
+                    let burst = b.get("burst").and_then(Value::as_u64).unwrap_or(5);
+                    st.limit = Some(if burst == 5 || burst == 0 { format!("{rate}/{per}") } else { format!("{rate}/{per} burst {burst}") });
+                    st.limit_over = b.get("inv").and_then(Value::as_bool).unwrap_or(false);
+                }
+                "dnat" => {
+                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("dnat {}", crate::import::describe(b)), "fwc forwards to one address (and port)".to_string()))?;
+                    st.dnat = Some((addr, b.get("port").and_then(Value::as_u64)));
+                    st.verdict = Some("dnat".into());
+                }
+                "masquerade" => {
+                    st.masquerade = true;
+                    st.verdict = Some("masquerade".into());
+                }
+                "snat" => {
+                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("snat {}", crate::import::describe(b)), "fwc snats to one address".to_string()))?;
+                    st.snat = Some(addr);
+                    st.verdict = Some("snat".into());
+                }
+                "xt" => return refuse(format!("the iptables extension `{}` ({}), which nftables cannot express", s(b, "name"), s(b, "type")), "rewrite the rule without it (iptables-translate shows the nftables form)"),
+                other => return refuse(format!("the statement `{other}`"), "fwc has no form for it; leave it out with --partial and add it by hand (e.g. in another nftables table)"),
+            }
+        }
+        Ok((c, st))
+    }
+
+    pub(super) fn addrs(&self, family: &str, table: &str, right: &Value) -> Result<Addrs, (String, String)> {
+        if let Some(name) = right.as_str().and_then(|x| x.strip_prefix('@')) {
+            return match self.sets.get(&(family.to_string(), table.to_string(), name.to_string())) {
+                Some(si) if si.what == "addr" || si.what == "dynamic" => Ok(Addrs::Set(si.fwc_name.clone())),
+                _ => Err((format!("set @{name} (not an address set)"), "fwc sets hold addresses".into())),
+            };
+        }
+        let items: Vec<Value> = match right.get("set").and_then(Value::as_array) {
+            Some(a) => a.clone(),
+            None => vec![right.clone()],
+        };
+        let mut out = Vec::new();
+        for i in &items {
+            out.push(addr_elem(i).ok_or_else(|| (format!("the address `{}`", crate::import::describe(i)), "fwc matches addresses, networks and ranges".to_string()))?);
+        }
+        Ok(Addrs::List(out))
+    }
+
+    pub(super) fn ports(&self, family: &str, table: &str, right: &Value) -> Result<String, (String, String)> {
+        let items: Vec<Value> = if let Some(name) = right.as_str().and_then(|x| x.strip_prefix('@')) {
+            match self.sets.get(&(family.to_string(), table.to_string(), name.to_string())) {
+                Some(si) if si.what == "port" => si.elems.clone(),
+                _ => return Err((format!("set @{name} (not a port set)"), "fwc ports are lists".into())),
+            }
+        } else {
+            match right.get("set").and_then(Value::as_array) {
+                Some(a) => a.clone(),
+                None => vec![right.clone()],
+            }
+        };
+        let mut out = Vec::new();
+        for i in &items {
+            let i = i.get("elem").and_then(|e| e.get("val")).unwrap_or(i);
+            match (i.as_u64(), i.get("range").and_then(Value::as_array)) {
+                (Some(p), _) => out.push(p.to_string()),
+                (None, Some(r)) if r.len() == 2 && r[0].is_u64() && r[1].is_u64() => out.push(format!("{}-{}", r[0], r[1])),
+                _ => return Err((format!("the port `{}`", crate::import::describe(i)), "fwc ports are numbers and ranges".into())),
+            }
+        }
+        Ok(out.join(","))
+    }
+
+}
+
+pub(super) fn set_once<T: PartialEq>(slot: &mut Option<T>, v: T) -> Result<(), (String, String)> {
+    match slot {
+        Some(old) if *old != v => Err(("two different matches on the same field (e.g. from a jump and the rule it leads to)".into(), "merge them by hand".into())),
+        _ => {
+            *slot = Some(v);
+            Ok(())
+        }
+    }
+}
+
+/// Conditions of a jump and of a rule in the chain it leads to, together.
+pub(super) fn merge(a: &Cond, b: &Cond) -> Result<Cond, String> {
+    pub(super) fn one<T: Clone + PartialEq>(x: &Option<T>, y: &Option<T>, what: &str) -> Result<Option<T>, String> {
+        match (x, y) {
+            (Some(p), Some(q)) if p != q => Err(format!("the jump and the rule both match {what}, differently")),
+            (Some(p), _) => Ok(Some(p.clone())),
+            (None, q) => Ok(q.clone()),
+        }
+    }
+    let proto = match (&a.proto, &b.proto) {
+        (Some(x), Some(y)) if x == "both" && (y == "tcp" || y == "udp") => Some(y.clone()),
+        (Some(x), Some(y)) if y == "both" && (x == "tcp" || x == "udp") => Some(x.clone()),
+        _ => one(&a.proto, &b.proto, "the protocol")?,
+    };
+    Ok(Cond {
+        proto,
+        port: one(&a.port, &b.port, "ports")?,
+        sport: one(&a.sport, &b.sport, "source ports")?,
+        from: one(&a.from, &b.from, "the source")?,
+        to: one(&a.to, &b.to, "the destination")?,
+        iif: one(&a.iif, &b.iif, "the input interface")?,
+        oif: one(&a.oif, &b.oif, "the output interface")?,
+        icmp_type: one(&a.icmp_type, &b.icmp_type, "ICMP types")?,
+        state: one(&a.state, &b.state, "ct state")?,
+        family: one(&a.family, &b.family, "the address family")?,
+    })
+}
+
+pub(super) fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(x) => vec![x.clone()],
+        Value::Array(a) => a.iter().flat_map(strings).collect(),
+        Value::Object(o) if o.contains_key("set") => strings(&o["set"]),
+        Value::Number(n) => vec![n.to_string()],
+        _ => vec![],
+    }
+}
+
+pub(super) fn proto_of(v: &Value) -> Option<String> {
+    let mut names: Vec<String> = strings(v)
+        .into_iter()
+        .map(|x| match x.as_str() {
+            "6" => "tcp".into(),
+            "17" => "udp".into(),
+            "1" => "icmp".into(),
+            "58" | "ipv6-icmp" => "icmpv6".into(),
+            _ => x,
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["tcp"] | ["udp"] | ["icmp"] | ["icmpv6"] => Some(names[0].clone()),
+        ["tcp", "udp"] => Some("both".into()),
+        _ => None,
+    }
+}
+
+/// An interface name, or a list of them (`{ "br0", "wbr0" }`, kept as `br0,wbr0` until
+/// [`expand_ifaces`] makes one rule of each).
+pub(super) fn iface(v: &Value) -> Result<String, (String, String)> {
+    let names = match v {
+        Value::String(x) => vec![x.clone()],
+        Value::Object(o) if o.contains_key("set") => strings(v),
+        _ => Vec::new(),
+    };
+    if names.is_empty() || names.iter().any(|n| n.is_empty() || n.contains(',')) {
+        return Err((format!("the interface match `{}`", crate::import::describe(v)), "fwc matches interfaces by name: write each interface by its name".into()));
+    }
+    Ok(names.join(","))
+}
+
+/// A condition with interface lists, as one condition per interface (input x output).
+pub(super) fn expand_ifaces(c: &Cond) -> Vec<Cond> {
+    let split = |o: &Option<String>| -> Vec<Option<String>> {
+        match o {
+            Some(l) => l.split(',').map(|x| Some(x.to_string())).collect(),
+            None => vec![None],
+        }
+    };
+    let mut out = Vec::new();
+    for iif in split(&c.iif) {
+        for oif in split(&c.oif) {
+            out.push(Cond { iif: iif.clone(), oif, ..c.clone() });
+        }
+    }
+    out
+}
+
+pub(super) fn reject_type(b: &Value) -> Option<String> {
+    let ty = b.get("type").and_then(Value::as_str).unwrap_or_default();
+    let expr = b.get("expr").and_then(Value::as_str).unwrap_or_default();
+    match (ty, expr) {
+        ("tcp reset", _) => Some("tcp-reset".into()),
+        (_, "port-unreachable") | (_, "") => None,
+        (_, "admin-prohibited" | "adm-prohibited") => Some("admin-prohibited".into()),
+        (_, "host-unreachable" | "addr-unreachable") => Some("host-unreachable".into()),
+        (_, "net-unreachable" | "no-route") => Some("net-unreachable".into()),
+        (_, "prot-unreachable") => Some("prot-unreachable".into()),
+        (_, other) => Some(other.to_string()),
+    }
+}
+
+/// A set element or address literal as fwc writes it.
+pub fn addr_elem(e: &Value) -> Option<String> {
+    let e = e.get("elem").and_then(|x| x.get("val")).unwrap_or(e);
+    if let Some(a) = e.as_str() {
+        return a.parse::<std::net::IpAddr>().ok().map(|a| a.to_string());
+    }
+    if let Some(p) = e.get("prefix") {
+        let a: std::net::IpAddr = p.get("addr")?.as_str()?.parse().ok()?;
+        let len = p.get("len")?.as_u64()?;
+        return Some(format!("{a}/{len}"));
+    }
+    if let Some(r) = e.get("range").and_then(Value::as_array) {
+        let a: std::net::IpAddr = r.first()?.as_str()?.parse().ok()?;
+        let b: std::net::IpAddr = r.get(1)?.as_str()?.parse().ok()?;
+        return Some(format!("{a}-{b}"));
+    }
+    None
+}
+
+/// A rule ending in a verdict map (`ct state vmap { established : accept, invalid : drop }`,
+/// `iifname vmap { "lo" : accept, "br0" : jump lan }`, `ip protocol . th dport vmap { … }`) as
+/// one rule per element: the rule's other matches, the element's key as matches, its verdict.
+/// The keys of a map are distinct, so at most one of the rules matches a packet: in order,
+/// they decide as the map did. `None` when the rule has no verdict map.
+pub(super) fn flatten_vmap(expr: &[Value]) -> Option<Vec<Vec<Value>>> {
+    let at = expr.iter().position(|e| e.get("vmap").is_some())?;
+    let vmap = &expr[at]["vmap"];
+    let key = vmap.get("key")?;
+    let elems = vmap.pointer("/data/set").and_then(Value::as_array)?;
+    let lefts: Vec<Value> = match key.get("concat").and_then(Value::as_array) {
+        Some(parts) => parts.clone(),
+        None => vec![key.clone()],
+    };
+    let mut out = Vec::new();
+    for el in elems {
+        let (k, verdict) = (el.get(0)?, el.get(1)?);
+        let rights: Vec<Value> = match k.get("concat").and_then(Value::as_array) {
+            Some(parts) => parts.clone(),
+            None => vec![k.clone()],
+        };
+        if rights.len() != lefts.len() {
+            return None;
+        }
+        let mut rule: Vec<Value> = expr[..at].to_vec();
+        for (l, r) in lefts.iter().zip(rights) {
+            rule.push(serde_json::json!({ "match": { "op": "==", "left": l, "right": r } }));
+        }
+        rule.push(verdict.clone());
+        out.push(rule);
+    }
+    Some(out)
+}
