@@ -8,9 +8,10 @@
 # podman, runc and debootstrap for the container image test; firewalld (installed so that it
 # never starts on this host: `fwc import --from firewalld` runs it in a scratch namespace);
 # tzdata (/usr/share/zoneinfo) for schedules' named time zones (tz="Europe/Berlin").
+# valgrind (callgrind) for the compiler's instruction-count guard (bench/tests/instructions.rs).
 # Needs root (apt-get). Safe to run again.
 set -euo pipefail
-packages=(nftables iptables ufw iproute2 clang llvm libbpf-dev bpftool iperf3 socat dnsmasq-base pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus lintian podman runc debootstrap tzdata)
+packages=(valgrind nftables iptables ufw iproute2 clang llvm libbpf-dev bpftool iperf3 socat dnsmasq-base pkg-config libssl-dev git openssh-client openssh-server gnupg procps python3 ca-certificates systemd prometheus lintian podman runc debootstrap tzdata)
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup.sh: run as root (it installs: ${packages[*]})" >&2
   exit 1

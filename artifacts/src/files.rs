@@ -28,9 +28,9 @@ pub const FORWARD_FILE: &str = "forward.json";
 pub const MANIFEST_FILE: &str = "manifest.json";
 
 impl Artifacts {
-    /// The exact bytes of each artifact file, in a stable order. Every JSON file is pretty
-    /// printed with a trailing newline so diffs and hashes are stable. `nftables.json` is
-    /// borrowed, not copied (it can be hundreds of MB).
+    /// The exact bytes of each artifact file, in a stable order. `nftables.json` is the
+    /// compact, line-per-command text of [`crate::nfttext`], borrowed, not copied (it can be
+    /// hundreds of MB); the others are pretty printed. All end with a newline.
     pub fn files(&self) -> Vec<(&'static str, Cow<'_, str>)> {
         vec![
             (NFTABLES_FILE, Cow::Borrowed(self.nftables.text())),

@@ -13,6 +13,7 @@ mod kinds;
 mod manifest;
 mod marks;
 mod nftdoc;
+pub mod nfttext;
 mod qos;
 pub mod quota;
 pub mod rollout;

@@ -7,7 +7,6 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::files::to_pretty;
 
 /// `{"nftables": [...]}`: its file text, its tree, or both. At least one is always present;
 /// the other is derived on first use. Dereferences to the tree.
@@ -20,8 +19,8 @@ pub struct NftDoc {
 }
 
 impl NftDoc {
-    /// A document from the exact bytes of `nftables.json` (pretty JSON, trailing newline) as the
-    /// compiler writes them. The caller guarantees the text is that: it is not parsed here.
+    /// A document from the exact bytes of `nftables.json` as the compiler writes them
+    /// ([`crate::nfttext`]). The caller guarantees the text is that: it is not parsed here.
     pub fn from_pretty_text(text: String) -> NftDoc {
         NftDoc { text: OnceLock::from(text), value: OnceLock::new(), digest: OnceLock::new() }
     }
@@ -36,9 +35,9 @@ impl NftDoc {
         self.digest.get_or_init(|| crate::sha256_hex(self.text().as_bytes()))
     }
 
-    /// The file's bytes: pretty JSON with a trailing newline (byte for byte [`to_pretty`]).
+    /// The file's bytes ([`crate::nfttext`]: a command per line, an element per line).
     pub fn text(&self) -> &str {
-        self.text.get_or_init(|| to_pretty(self.value.get().expect("an NftDoc holds text or value")))
+        self.text.get_or_init(|| crate::nfttext::render(self.value.get().expect("an NftDoc holds text or value")))
     }
 
     /// The file's text if the document holds it (not serialised from the tree): readers that
@@ -123,12 +122,12 @@ mod tests {
     fn text_and_tree_agree_both_ways() {
         let v = serde_json::json!({"nftables": [{"add": {"table": {"family": "inet", "name": "fwc"}}}]});
         let from_tree = NftDoc::from(v.clone());
-        let from_text = NftDoc::from_pretty_text(to_pretty(&v));
+        let from_text = NftDoc::from_pretty_text(crate::nfttext::render(&v));
         assert_eq!(from_tree.text(), from_text.text());
         assert_eq!(*from_text, v);
         assert_eq!(from_tree, from_text);
         let mut edited = from_text.clone();
         edited["nftables"].as_array_mut().unwrap().clear();
-        assert_eq!(edited.text(), "{\n  \"nftables\": []\n}\n");
+        assert_eq!(edited.text(), "{\"nftables\":[]}\n");
     }
 }

@@ -64,7 +64,8 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &N
         });
     }
     let mut artifact_hashes = BTreeMap::new();
-    artifact_hashes.insert(NFTABLES_FILE.to_string(), sha256_hex(nftables.text().as_bytes()));
+    // Kept in the document: whoever applies it (plan, prepare, verify, record) asks again.
+    artifact_hashes.insert(NFTABLES_FILE.to_string(), nftables.sha256().to_string());
     artifact_hashes.insert(QOS_FILE.to_string(), sha256_pretty(qos));
     artifact_hashes.insert(FORWARD_FILE.to_string(), sha256_pretty(forward));
     Manifest {

@@ -117,13 +117,13 @@ fn written_text_is_serde_jsons_pretty_print() {
         {"add": {"chain": {"family": "inet", "table": "fwc", "name": "input"}}},
         {"add": {"rule": {"family": "inet", "table": "fwc", "chain": "input", "expr": [], "comment": "fwc:filter:x"}}},
     ]});
-    assert_eq!(doc.text(), crate::artifacts::to_pretty(&expected));
-    assert_eq!(Out::default().finish().text(), "{\n  \"nftables\": []\n}\n");
+    assert_eq!(doc.text(), fwc_artifacts::nfttext::render(&expected));
+    assert_eq!(Out::default().finish().text(), "{\"nftables\":[]}\n");
 }
 
 /// The rules' buffer becomes the document (objects moved in front of the rules): every mix of
-/// empty and non-empty halves, rules emitted before and between objects, is still the pretty
-/// print of objects-then-rules.
+/// empty and non-empty halves, rules emitted before and between objects, is still the text
+/// of objects-then-rules.
 #[test]
 fn objects_then_rules_whatever_the_order_of_emission() {
     let table = || NfListObject::Table(Table { family: NfFamily::INet, name: NFT_TABLE.into(), handle: None });
@@ -132,17 +132,17 @@ fn objects_then_rules_whatever_the_order_of_emission() {
     let mut only_rules = Out::default();
     only_rules.rule("a", vec![], None);
     only_rules.rule("b", vec![], None);
-    assert_eq!(only_rules.finish().text(), crate::artifacts::to_pretty(&json!({"nftables": [rule("a"), rule("b")]})));
+    assert_eq!(only_rules.finish().text(), fwc_artifacts::nfttext::render(&json!({"nftables": [rule("a"), rule("b")]})));
     let mut only_objects = Out::default();
     only_objects.add(table());
     only_objects.chain("a", None);
     let table_json = json!({"add": {"table": {"family": "inet", "name": "fwc"}}});
-    assert_eq!(only_objects.finish().text(), crate::artifacts::to_pretty(&json!({"nftables": [table_json.clone(), chain("a")]})));
+    assert_eq!(only_objects.finish().text(), fwc_artifacts::nfttext::render(&json!({"nftables": [table_json.clone(), chain("a")]})));
     let mut mixed = Out::default();
     mixed.rule("a", vec![], None);
     mixed.add(table());
     mixed.rule("b", vec![], None);
     mixed.chain("a", None);
     let expected = json!({"nftables": [table_json, chain("a"), rule("a"), rule("b")]});
-    assert_eq!(mixed.finish().text(), crate::artifacts::to_pretty(&expected));
+    assert_eq!(mixed.finish().text(), fwc_artifacts::nfttext::render(&expected));
 }

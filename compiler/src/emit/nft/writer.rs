@@ -1,76 +1,13 @@
-//! Writes JSON values straight into the text of `nftables.json`, byte for byte what
-//! `serde_json::to_string_pretty` prints for the whole document, without building a
-//! `serde_json::Value` tree: a pretty formatter that starts at a given nesting depth.
+//! Writes the commands of `nftables.json` straight into its text, in the file's form
+//! ([`fwc_artifacts::nfttext`]: compact, a command per line, an element per line), without
+//! building a `serde_json::Value` tree of the document.
 
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
-use serde_json::ser::Formatter;
+
+use fwc_artifacts::nfttext;
 
 use super::family::Fam;
-
-/// serde_json's `PrettyFormatter` (two spaces), starting `level` levels deep.
-struct Indented {
-    level: usize,
-    has_value: bool,
-}
-
-impl Indented {
-    fn indent<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
-        for _ in 0..self.level {
-            w.write_all(b"  ")?;
-        }
-        Ok(())
-    }
-    fn open<W: ?Sized + std::io::Write>(&mut self, w: &mut W, bracket: &[u8]) -> std::io::Result<()> {
-        self.level += 1;
-        self.has_value = false;
-        w.write_all(bracket)
-    }
-    fn close<W: ?Sized + std::io::Write>(&mut self, w: &mut W, bracket: &[u8]) -> std::io::Result<()> {
-        self.level -= 1;
-        if self.has_value {
-            w.write_all(b"\n")?;
-            self.indent(w)?;
-        }
-        w.write_all(bracket)
-    }
-    fn item<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        w.write_all(if first { b"\n" } else { b",\n" })?;
-        self.indent(w)
-    }
-}
-
-impl Formatter for Indented {
-    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.open(w, b"[")
-    }
-    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.close(w, b"]")
-    }
-    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        self.item(w, first)
-    }
-    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
-        self.has_value = true;
-        Ok(())
-    }
-    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.open(w, b"{")
-    }
-    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.close(w, b"}")
-    }
-    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        self.item(w, first)
-    }
-    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        w.write_all(b": ")
-    }
-    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
-        self.has_value = true;
-        Ok(())
-    }
-}
 
 /// The text of `{"nftables": [...]}`, its members written as they come.
 pub(super) struct Document {
@@ -88,33 +25,43 @@ pub(super) struct Members {
 
 impl Default for Document {
     fn default() -> Document {
-        Document { text: b"{\n  \"nftables\": [".to_vec(), members: 0 }
+        Document { text: nfttext::HEAD.to_vec(), members: 0 }
     }
 }
 
-fn push<T: Serialize + ?Sized>(text: &mut Vec<u8>, first: bool, v: &T) {
-    text.extend_from_slice(if first { b"\n    " } else { b",\n    " });
-    let mut ser = serde_json::Serializer::with_formatter(text, Indented { level: 2, has_value: false });
-    v.serialize(&mut ser).expect("nftables JSON serializes");
+/// Append `v` as a command after `before` others: compact JSON (written into a scratch buffer
+/// reused per thread), its element lists one element per line.
+fn push<T: Serialize + ?Sized>(text: &mut Vec<u8>, before: usize, v: &T) {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with_borrow_mut(|one| {
+        one.clear();
+        serde_json::to_writer(&mut *one, v).expect("nftables JSON serializes");
+        nfttext::push_member(text, before, one);
+        if one.capacity() > 1 << 20 {
+            *one = Vec::new(); // a big set's buffer is not kept for the rest of the run
+        }
+    });
 }
 
 impl Document {
-    /// Append `v` as the next member (depth 2: inside the document object and its array).
+    /// Append `v` as the next member.
     pub(super) fn push<T: Serialize + ?Sized>(&mut self, v: &T) {
-        push(&mut self.text, self.members == 0, v);
+        push(&mut self.text, self.members, v);
         self.members += 1;
     }
 
-    /// The finished text with `rest` appended, as `to_pretty` prints it (trailing newline).
+    /// The finished text with `rest` appended (trailing newline).
     /// The bigger part is not copied into a second buffer: the rules are appended to the
     /// objects, or (usually, the rules being most of the text) the objects are moved in front
     /// of the rules inside the rules' buffer; a million-element set is all objects.
     pub(super) fn finish(self, rest: Members) -> String {
         let empty = self.members == 0 && rest.members == 0;
-        let tail: &[u8] = if empty { b"]\n}\n" } else { b"\n  ]\n}\n" };
+        let tail = nfttext::tail(if empty { 0 } else { 1 });
         let mut rules = rest.text;
         if self.members == 0 && rest.members > 0 {
-            rules.remove(0); // the rules' leading comma
+            rules.remove(0); // the rules' leading comma (the newline stays)
         }
         let head = self.text;
         let text = if head.len() >= rules.len() {
@@ -148,39 +95,29 @@ impl Document {
     pub(super) fn push_hash_set(&mut self, b: &HashSetBody) {
         let q = |s: &str| serde_json::to_string(s).expect("a string serializes");
         let t = &mut self.text;
-        t.extend_from_slice(if self.members == 0 { b"\n    " } else { b",\n    " });
+        t.extend_from_slice(if self.members == 0 { b"\n" } else { b",\n" });
         self.members += 1;
         let kind = match b.fam {
             Fam::V4 => "ipv4_addr",
             Fam::V6 => "ipv6_addr",
         };
-        t.extend_from_slice(
-            format!(
-                "{{\n      \"add\": {{\n        \"set\": {{\n          \"family\": \"inet\",\n          \"table\": {},\n          \"name\": {},\n          \"type\": \"{kind}\",\n          \"elem\": [",
-                q(b.table),
-                q(&b.name)
-            )
-            .as_bytes(),
-        );
+        t.extend_from_slice(format!("{{\"add\":{{\"set\":{{\"family\":\"inet\",\"table\":{},\"name\":{},\"type\":\"{kind}\",", q(b.table), q(&b.name)).as_bytes());
         let mut first = true;
         let _ = b.layout.try_for_each_element::<()>(b.len, |a| {
-            t.extend_from_slice(if first { b"\n            \"" } else { b",\n            \"" });
+            t.extend_from_slice(if first { b"\n\"elem\": [\n  \"" } else { b",\n  \"" });
             crate::emit::addrtext::push_addr(t, a);
             t.push(b'"');
             first = false;
             Ok(())
         });
-        if !first {
-            t.extend_from_slice(b"\n          ");
-        }
-        t.extend_from_slice(b"]\n        }\n      }\n    }");
+        t.extend_from_slice(if first { b"\"elem\":[]}}}" } else { b"\n]}}}" });
     }
 }
 
 impl Members {
     /// Append `v` (written with a leading comma: it follows the document's members).
     pub(super) fn push<T: Serialize + ?Sized>(&mut self, v: &T) {
-        push(&mut self.text, false, v);
+        push(&mut self.text, 1, v);
         self.members += 1;
     }
 }
