@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::proxy;
-use crate::server::{Current, ListenerHandle, Routes};
+use crate::shared::{Current, ListenerHandle, Routes};
 use crate::sni::{self, Route};
 use crate::splice::{self, End, Flow};
 

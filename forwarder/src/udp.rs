@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 
 use crate::bucket::Bucket;
 use crate::mmsg::{self, Dgram, RecvBatch};
-use crate::server::{Current, ListenerHandle};
+use crate::shared::{Current, ListenerHandle};
 use crate::stats::RuleStats;
 
 /// Session cap of a rule without `max-conns`.
