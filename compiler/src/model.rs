@@ -9,6 +9,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
+pub mod quota;
+pub mod window;
+
 /// Where something came from: a file (index into [`crate::source::SourceMap`]) and a byte range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
 pub struct Span {
@@ -615,7 +618,7 @@ pub struct ForwardRule {
     /// quota (issue #26): `quota="500GB/month" quota-reset-day=1 over-quota="drop"`.
     /// Skipped when absent (digests of other forwards do not change).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
+    pub quota: Option<Spanned<quota::QuotaSpec>>,
 }
 
 /// Per-source limits of a filter rule or forward (see [`crate::persource`]): each source
@@ -678,7 +681,7 @@ pub struct ShapeRule {
     /// quota (issue #26): as on forwards; counted in the shape's class chain. Skipped when
     /// absent (digests of other shapes do not change).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
+    pub quota: Option<Spanned<quota::QuotaSpec>>,
 }
 
 /// The kind of a named thing (defined with the artifacts: it appears in manifests and rule
@@ -740,15 +743,15 @@ pub struct ProbeDecl {
 #[derive(Debug, Clone, Serialize)]
 pub struct Schedule {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub during: Option<Spanned<Vec<crate::timewindow::DayWindow>>>,
+    pub during: Option<Spanned<Vec<window::DayWindow>>>,
     /// `tz=` (UTC when not given).
-    pub tz: Spanned<crate::timewindow::Zone>,
+    pub tz: Spanned<window::Zone>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<Spanned<Until>>,
     /// The windows in UTC for the offset `tz` has at the compile's time (what nft matches);
     /// empty before [`crate::schedule::resolve`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub utc: Vec<crate::timewindow::UtcPiece>,
+    pub utc: Vec<window::UtcPiece>,
 }
 
 /// `until=`: the rule holds before `end` (a date means through that day, in `tz=`).
