@@ -450,11 +450,11 @@ pub struct FilterRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
-    /// per-source limits (issue #26): `rate-per-source=`, `max-conns-per-source=`, … Skipped
+    /// per-source limits: `rate-per-source=`, `max-conns-per-source=`, … Skipped
     /// when absent, so digests of other rules do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
-    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// Schedules: `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
     /// absent (digests of other rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
@@ -607,15 +607,15 @@ pub struct ForwardRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
-    /// per-source limits (issue #26): `conn-rate-per-source=`, `max-conns-per-source=`, …
+    /// per-source limits: `conn-rate-per-source=`, `max-conns-per-source=`, …
     /// Skipped when absent, so digests of other forwards do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
-    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// Schedules: `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
     /// absent (digests of other forwards).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
-    /// quota (issue #26): `quota="500GB/month" quota-reset-day=1 over-quota="drop"`.
+    /// quota: `quota="500GB/month" quota-reset-day=1 over-quota="drop"`.
     /// Skipped when absent (digests of other forwards do not change).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota: Option<Spanned<quota::QuotaSpec>>,
@@ -678,7 +678,7 @@ pub struct ShapeRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
-    /// quota (issue #26): as on forwards; counted in the shape's class chain. Skipped when
+    /// quota: as on forwards; counted in the shape's class chain. Skipped when
     /// absent (digests of other shapes do not change).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota: Option<Spanned<quota::QuotaSpec>>,
@@ -736,7 +736,7 @@ pub struct ProbeDecl {
     pub span: Span,
 }
 
-// --- Schedules (issue #26: `during=`, `tz=`, `until=`; see crate::schedule) ---
+// --- Schedules (`during=`, `tz=`, `until=`; see crate::schedule) ---
 
 /// When a filter rule or forward holds: inside its `during=` windows (read in `tz`), and until
 /// `until`. [`crate::schedule::resolve`] fills `utc` for the compile's time.

@@ -1,7 +1,7 @@
-//! Traffic quotas on forwards (issue #26): the value languages of `quota="500GB/month"`,
-//! `quota-reset-day=` and `over-quota=`, the model value they make, and the policy the
-//! manifest lists for the runtime (`fwc_artifacts::quota`). Emission: `emit::nft::quota`.
-
+//! Traffic quotas on forwards: the value languages of `quota="500GB/month"`,
+//! `quota-reset-day=` and `over-quota=`, parsed into the model's value
+//! ([`crate::model::quota::QuotaSpec`]), and the policy the manifest lists for the runtime
+//! (`fwc_artifacts::quota`). Emission: `emit::nft::quota`.
 
 pub use fwc_artifacts::quota::{OverQuota, QuotaPeriod, QuotaPolicy, WEEKDAYS};
 

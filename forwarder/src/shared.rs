@@ -29,7 +29,7 @@ pub(crate) struct RuleShared {
     pub rr: AtomicUsize,
     /// Health of the targets (all up unless the rule has a health check).
     pub health: Arc<crate::health::Health>,
-    /// Per-source limits (issue #26).
+    /// Per-source limits.
     pub per_source: Arc<crate::persource::PerSource>,
 }
 

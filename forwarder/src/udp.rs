@@ -49,7 +49,7 @@ struct Session {
     last: Arc<AtomicU64>,
     task: JoinHandle<()>,
     stats: Arc<RuleStats>,
-    /// The client's per-source slot (issue #26), given back when the session ends.
+    /// The client's per-source slot, given back when the session ends.
     source: Option<crate::persource::SourceGuard>,
 }
 
@@ -129,7 +129,7 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
                                 i += 1;
                                 continue;
                             }
-                            // Per-source limits (issue #26): sessions and new sessions per source.
+                            // Per-source limits: sessions and new sessions per source.
                             let source = match cur.rule.per_source.admit(peer.ip()) {
                                 Ok(g) => g,
                                 Err(_) => {

@@ -6,7 +6,7 @@
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
 //! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`,
-//! `fwc_quota_used_bytes{host,rule,kind,period}`, `fwc_quota_limit_bytes{…}` (quota, issue #26), plus `fwc_webhook_requests_total{result}`,
+//! `fwc_quota_used_bytes{host,rule,kind,period}`, `fwc_quota_limit_bytes{…}` (quota), plus `fwc_webhook_requests_total{result}`,
 //! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}`,
 //! `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` and the
 //! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
@@ -180,17 +180,17 @@ pub struct Metrics {
     last_rule_counters: Mutex<HashMap<RuleBackendLabel, (u64, u64)>>,
     last_qos_counters: Mutex<HashMap<ClassActionLabel, u64>>,
     last_sni_counters: Mutex<HashMap<ListenerResultLabel, u64>>,
-    /// `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` (issue #26):
+    /// `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}`:
     /// sources tracked by a per-source limit, and how many fit (then new sources are refused).
     pub per_source_entries: Family<PerSourceLabel, Gauge>,
     pub per_source_size: Family<PerSourceLabel, Gauge>,
-    /// quota (issue #26): `fwc_quota_used_bytes{host,rule,kind,period}` and
+    /// quota: `fwc_quota_used_bytes{host,rule,kind,period}` and
     /// `fwc_quota_limit_bytes{host,rule,kind,period}`.
     pub quota_used_bytes: Family<QuotaLabel, Gauge>,
     pub quota_limit_bytes: Family<QuotaLabel, Gauge>,
 }
 
-/// Labels of the per-source gauges (issue #26).
+/// Labels of the per-source gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PerSourceLabel {
     pub rule: String,
@@ -201,7 +201,7 @@ pub struct PerSourceLabel {
     pub family: String,
 }
 
-/// quota (issue #26): the labels of the quota gauges.
+/// quota: the labels of the quota gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QuotaLabel {
     /// The agent's `--host`, as on the fleet series (the alert rules group by it).
@@ -483,7 +483,7 @@ impl Metrics {
         self.forward_target_up.get_or_create(&RuleTargetLabel { rule: rule.to_string(), target: target.to_string() }).set(up as i64);
     }
 
-    /// The fill of the per-source sets (issue #26); sets gone since the last reading are
+    /// The fill of the per-source sets; sets gone since the last reading are
     /// dropped from the families.
     pub fn observe_per_source(&self, fills: &[crate::backend::PerSourceFill]) {
         self.per_source_entries.clear();
@@ -495,7 +495,7 @@ impl Metrics {
         }
     }
 
-    /// quota (issue #26): the gauges of every quota of the applied rules (quotas no longer
+    /// quota: the gauges of every quota of the applied rules (quotas no longer
     /// applied disappear).
     pub fn observe_quotas(&self, quotas: &[crate::quota::QuotaStatus]) {
         self.quota_used_bytes.clear();
@@ -1069,7 +1069,7 @@ mod tests {
         }
     }
 
-    /// Issue 23: `fwc_agent_degraded` names the commit its failure belongs to (and the host),
+    /// `fwc_agent_degraded` names the commit its failure belongs to (and the host),
     /// so a controller rolling out a fix is not halted by the canary's old failure; it stays
     /// one series, and healthy names the applied commit with value 0.
     #[test]
@@ -1226,7 +1226,7 @@ mod tests {
         assert!(std::net::TcpStream::connect(a).is_err());
     }
 
-    /// quota (issue #26): one used and one limit gauge per quota; a quota no longer applied
+    /// quota: one used and one limit gauge per quota; a quota no longer applied
     /// disappears.
     #[test]
     fn quota_gauges() {

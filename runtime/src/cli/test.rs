@@ -146,7 +146,7 @@ fn human(r: &Report, dir: &str, color: bool) -> String {
         let _ = writeln!(out, "{status} {} [{}] {}", loc(&t.location), t.host, t.name);
         if t.passed {
             let _ = writeln!(out, "     {}: {}{decided_at}", t.expected, t.decided_by);
-            // Per-source limits (issue #26): an accept holds only within them; say so.
+            // Per-source limits: an accept holds only within them; say so.
             for l in &t.explanation.limits {
                 let _ = writeln!(out, "     limit: {l}");
             }
