@@ -59,3 +59,11 @@ pub fn mark_upstream(fd: std::os::fd::BorrowedFd<'_>) {
         tracing::debug!("SO_MARK on an upstream socket: {}", std::io::Error::last_os_error());
     }
 }
+
+/// Connect with the forwarder's socket mark set before the SYN leaves (the data path's and the
+/// health checks' upstream connections).
+pub(crate) async fn connect_marked(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    mark_upstream(std::os::fd::AsFd::as_fd(&sock));
+    sock.connect(addr).await
+}
