@@ -60,7 +60,7 @@ impl Artifacts {
         let manifest: Manifest = read(dir, MANIFEST_FILE)?;
         // The file the compiler wrote (its digest is the manifest's) is kept as text, parsed
         // only when read as a tree: a million-element set is not parsed to be diffed or
-        // stored again (issue #27). Any other file is parsed here, so it is valid JSON.
+        // stored again. Any other file is parsed here, so it is valid JSON.
         let digest = sha256.unwrap_or_else(|| sha256_hex(nftables_text.as_bytes()));
         let nftables = if manifest.artifact_hashes.get(NFTABLES_FILE).is_some_and(|h| *h == digest) {
             NftDoc::from_pretty_text_with_digest(nftables_text, digest)

@@ -124,7 +124,7 @@ pub struct Listener {
     /// new connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
-    /// Per-source limits (`conn-rate-per-source=`, `max-conns-per-source=`; issue #26).
+    /// Per-source limits (`conn-rate-per-source=`, `max-conns-per-source=`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSourceLimit>,
 }

@@ -31,7 +31,7 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Result<Diagnostics, Diagnostics> 
     c.shapes();
     c.snats();
     c.selectors();
-    c.out.extend(crate::schedule::check(map, rs)); // schedules (issue #26)
+    c.out.extend(crate::schedule::check(map, rs)); // schedules
     if c.out.has_errors() {
         Err(c.out)
     } else {
@@ -274,7 +274,7 @@ impl Checker<'_> {
                     "give several targets (to=\"10.0.0.5:80,10.0.0.6:80\"), or remove health-check",
                 );
             }
-            // quota (issue #26): counted in the kernel by the forward's ports; the routes of an
+            // quota: counted in the kernel by the forward's ports; the routes of an
             // SNI listener share one port, so the kernel cannot tell their bytes apart.
             if let (Some(q), true) = (&f.quota, f.sni.is_some() || on.is_some()) {
                 self.err(
@@ -431,7 +431,7 @@ impl Checker<'_> {
             if s.from.is_none() && s.to.is_none() && s.proto.is_none() && s.devs.is_empty() {
                 self.err("shape-matches-everything", &rule, "this shape matches all traffic on every interface", s.name.span, "no match given", "say what to shape: from=, to=, proto=/port= or dev=");
             }
-            // quota (issue #26): a shape's quota is counted in postrouting, where the kernel
+            // quota: a shape's quota is counted in postrouting, where the kernel
             // cannot reject.
             if let Some(q) = s.quota.as_ref().filter(|q| q.value.over == crate::quota::OverQuota::Reject) {
                 self.err(

@@ -321,7 +321,7 @@ mod element_tests {
         assert_eq!((c.added, c.removed), (vec!["198.51.100.7".to_string()], vec!["192.0.2.66".to_string()]));
     }
 
-    /// Issue #27: a big set's hash sets per prefix length; the networks keep their length.
+    /// A big set's hash sets per prefix length; the networks keep their length.
     #[test]
     fn hash_set_changes_name_networks_with_their_length() {
         let v = |s32: &[&str], s24: &[&str]| {

@@ -9,6 +9,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
+pub mod quota;
+pub mod window;
+
 /// Where something came from: a file (index into [`crate::source::SourceMap`]) and a byte range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
 pub struct Span {
@@ -447,11 +450,11 @@ pub struct FilterRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
-    /// per-source limits (issue #26): `rate-per-source=`, `max-conns-per-source=`, … Skipped
+    /// per-source limits: `rate-per-source=`, `max-conns-per-source=`, … Skipped
     /// when absent, so digests of other rules do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
-    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// Schedules: `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
     /// absent (digests of other rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
@@ -604,18 +607,18 @@ pub struct ForwardRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
-    /// per-source limits (issue #26): `conn-rate-per-source=`, `max-conns-per-source=`, …
+    /// per-source limits: `conn-rate-per-source=`, `max-conns-per-source=`, …
     /// Skipped when absent, so digests of other forwards do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
-    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// Schedules: `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
     /// absent (digests of other forwards).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
-    /// quota (issue #26): `quota="500GB/month" quota-reset-day=1 over-quota="drop"`.
+    /// quota: `quota="500GB/month" quota-reset-day=1 over-quota="drop"`.
     /// Skipped when absent (digests of other forwards do not change).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
+    pub quota: Option<Spanned<quota::QuotaSpec>>,
 }
 
 /// Per-source limits of a filter rule or forward (see [`crate::persource`]): each source
@@ -675,10 +678,10 @@ pub struct ShapeRule {
     pub comment: Option<String>,
     #[serde(skip)]
     pub span: Span,
-    /// quota (issue #26): as on forwards; counted in the shape's class chain. Skipped when
+    /// quota: as on forwards; counted in the shape's class chain. Skipped when
     /// absent (digests of other shapes do not change).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub quota: Option<Spanned<crate::quota::QuotaSpec>>,
+    pub quota: Option<Spanned<quota::QuotaSpec>>,
 }
 
 /// The kind of a named thing (defined with the artifacts: it appears in manifests and rule
@@ -733,22 +736,22 @@ pub struct ProbeDecl {
     pub span: Span,
 }
 
-// --- Schedules (issue #26: `during=`, `tz=`, `until=`; see crate::schedule) ---
+// --- Schedules (`during=`, `tz=`, `until=`; see crate::schedule) ---
 
 /// When a filter rule or forward holds: inside its `during=` windows (read in `tz`), and until
 /// `until`. [`crate::schedule::resolve`] fills `utc` for the compile's time.
 #[derive(Debug, Clone, Serialize)]
 pub struct Schedule {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub during: Option<Spanned<Vec<crate::timewindow::DayWindow>>>,
+    pub during: Option<Spanned<Vec<window::DayWindow>>>,
     /// `tz=` (UTC when not given).
-    pub tz: Spanned<crate::timewindow::Zone>,
+    pub tz: Spanned<window::Zone>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<Spanned<Until>>,
     /// The windows in UTC for the offset `tz` has at the compile's time (what nft matches);
     /// empty before [`crate::schedule::resolve`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub utc: Vec<crate::timewindow::UtcPiece>,
+    pub utc: Vec<window::UtcPiece>,
 }
 
 /// `until=`: the rule holds before `end` (a date means through that day, in `tz=`).

@@ -1,4 +1,4 @@
-//! Per-source limits (issue #26): `rate-per-source=`, `conn-rate-per-source=`,
+//! Per-source limits: `rate-per-source=`, `conn-rate-per-source=`,
 //! `max-conns-per-source=`, `per-source-prefix4/6=` and `per-source-size=` — their values,
 //! the kernel sets that track sources, and the words `plan`/`explain` use for them.
 //!

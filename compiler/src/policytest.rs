@@ -69,8 +69,8 @@ pub struct PolicyTest {
     pub rule: Option<String>,
     #[serde(skip)]
     pub span: Span,
-    /// `at="2026-12-01T09:00:00+01:00"`: the time the flow is evaluated at (schedules, issue
-    /// #26); `None`: the run's time.
+    /// `at="2026-12-01T09:00:00+01:00"`: the time the flow is evaluated at (for
+    /// schedules); `None`: the run's time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
 }
@@ -560,7 +560,7 @@ fn describe(x: &Explanation, forwarded_to: &[String]) -> String {
         s.push_str(&format!(", QoS class {} of \"{}\" ({:?})", q.id, q.rule, q.direction).to_lowercase().replace("qos", "QoS"));
     }
     if !x.limits.is_empty() {
-        // Per-source limits (issue #26): the evaluator cannot know the source's history.
+        // Per-source limits: the evaluator cannot know the source's history.
         s.push_str(", if the source is within its per-source limits");
     }
     s

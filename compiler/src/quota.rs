@@ -1,8 +1,7 @@
-//! Traffic quotas on forwards (issue #26): the value languages of `quota="500GB/month"`,
-//! `quota-reset-day=` and `over-quota=`, the model value they make, and the policy the
-//! manifest lists for the runtime (`fwc_artifacts::quota`). Emission: `emit::nft::quota`.
-
-use serde::Serialize;
+//! Traffic quotas on forwards: the value languages of `quota="500GB/month"`,
+//! `quota-reset-day=` and `over-quota=`, parsed into the model's value
+//! ([`crate::model::quota::QuotaSpec`]), and the policy the manifest lists for the runtime
+//! (`fwc_artifacts::quota`). Emission: `emit::nft::quota`.
 
 pub use fwc_artifacts::quota::{OverQuota, QuotaPeriod, QuotaPolicy, WEEKDAYS};
 
@@ -10,17 +9,7 @@ use crate::artifacts::{BackendKind, RuleKind};
 use crate::model::{ForwardRule, Spanned};
 use crate::units::{self, UnitError};
 
-/// A forward's quota as written: bytes per period, the period's anchor and what happens when
-/// it is used up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct QuotaSpec {
-    pub limit_bytes: u64,
-    pub period: QuotaPeriod,
-    /// Day of the month (monthly, default 1), ISO weekday (weekly, default 1 = Monday), 0 for
-    /// daily quotas.
-    pub reset_day: u8,
-    pub over: OverQuota,
-}
+pub use crate::model::quota::QuotaSpec;
 
 const QUOTA_HELP: &str = "write SIZE/PERIOD with a period of day, week or month: quota=\"500GB/month\", \"2MB/day\", \"10GiB/week\"";
 

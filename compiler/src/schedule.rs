@@ -1,4 +1,4 @@
-//! Rule schedules (issue #26): `during=` windows, `tz=` and `until=` on filter rules and
+//! Rule schedules: `during=` windows, `tz=` and `until=` on filter rules and
 //! forwards. Parses `until=`, resolves a ruleset for one instant (expired rules dropped, windows
 //! put in UTC for the zone's offset at that instant), says until when that compiled form is
 //! right (the next offset change or expiry: the agent recompiles then), and writes the

@@ -10,22 +10,14 @@ use jiff::Timestamp;
 
 use crate::units::UnitError;
 
+pub use crate::model::window::{DayWindow, UtcPiece, Zone};
+
 /// Day names, index 0 = Monday.
 pub const DAY_NAMES: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 const WEEK_S: i64 = 7 * 86_400;
 
 const WINDOW_HELP: &str = "write \"DAYS HH:MM-HH:MM\": a day (Sat), a range (Mon-Fri) or a comma list (Sat,Sun), then the hours, e.g. \"Mon-Fri 09:00-17:00\" or \"Fri 15:00-24:00\"";
 const HOURS_HELP: &str = "write the hours as HH:MM-HH:MM on a 24-hour clock, e.g. 09:00-17:00 (24:00 ends at midnight)";
-
-/// One window: on each of `days` (0 = Monday), from `start_min` to `end_min` minutes after
-/// local midnight. `end_min <= start_min` crosses midnight: it ends on the next day
-/// (`Fri 22:00-02:00` ends Saturday 02:00).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DayWindow {
-    pub days: Vec<u8>,
-    pub start_min: u16,
-    pub end_min: u16,
-}
 
 impl DayWindow {
     pub fn crosses_midnight(&self) -> bool {
@@ -148,16 +140,6 @@ pub fn describe(w: &DayWindow) -> String {
     format!("{} {}-{end}", parts.join(","), hm(w.start_min))
 }
 
-/// A time zone as written in `tz=`: UTC, a fixed offset, or a named IANA zone.
-#[derive(Debug, Clone)]
-pub enum Zone {
-    Utc,
-    /// Minutes east of UTC.
-    Fixed(i16),
-    /// The zone's name as the tzdb spells it, and its rules.
-    Named(String, TimeZone),
-}
-
 impl PartialEq for Zone {
     fn eq(&self, other: &Zone) -> bool {
         self.name() == other.name()
@@ -271,15 +253,6 @@ pub fn holds(windows: &[DayWindow], zone: &Zone, t: Timestamp) -> bool {
             w.days.contains(&weekday) && w.start_min <= minute && minute < w.end_min
         }
     })
-}
-
-/// One piece of the windows' UTC form: on UTC weekday `day` (0 = Monday), the seconds since
-/// UTC midnight `first..=last` (what nft's `meta day . meta hour` match).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-pub struct UtcPiece {
-    pub day: u8,
-    pub first: u32,
-    pub last: u32,
 }
 
 /// The windows in UTC for the offset `zone` has at `t`: sorted, non-overlapping pieces, each

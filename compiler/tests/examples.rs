@@ -140,7 +140,7 @@ fn docs_containers_examples_compile() {
     assert!(warned[0].0.contains("\"grafana\"") && !warned[0].0.contains("policy=drop"), "{warned:?}");
 }
 
-/// The forms imported rulesets use (issue 25): every docs/rules.md example that shows one
+/// The forms imported rulesets use: every docs/rules.md example that shows one
 /// compiles, and each form has one. (Older examples of the page are fragments that lean on
 /// sets declared elsewhere; golden/ covers those constructs.)
 #[test]
@@ -152,7 +152,7 @@ fn docs_rules_examples_of_the_imported_forms_compile() {
     }
 }
 
-/// docs/rules.md's per-source examples (issue #26) compile, use every per-source property,
+/// docs/rules.md's per-source examples compile, use every per-source property,
 /// and compile to the sets and fail-closed rules the page describes.
 #[test]
 fn docs_rules_per_source_examples_compile() {
@@ -175,7 +175,7 @@ fn docs_rules_per_source_examples_compile() {
     assert!(manifest.contains("per-source rate 5/minute burst 5 max-conns 3 (sources by IPv4 /32 IPv6 /64; tracks up to 65536 sources per family, when full new sources are refused)"), "{manifest}");
 }
 
-/// Schedules (issue #26): docs/rules.md's examples with `during=` / `until=` compile without a
+/// Schedules: docs/rules.md's examples with `during=` / `until=` compile without a
 /// warning (a scheduled rule shadows nothing), at a time before every `until=`.
 #[test]
 fn docs_rules_schedule_examples_compile() {
@@ -190,8 +190,8 @@ fn docs_rules_schedule_examples_compile() {
     }
 }
 
-/// quota (issue #26): every docs/rules.md example with a quota compiles, and the issue's
-/// exact form is one of them.
+/// quota: every docs/rules.md example with a quota compiles, and the form
+/// that introduced quotas is one of them.
 #[test]
 fn docs_rules_quota_examples_compile() {
     let examples = doc_examples_but("rules.md", |b| !b.contains("quota="));

@@ -1,4 +1,4 @@
-//! Mutation fuzzing of read → fmt → parse → check → compile (#11), on stable Rust. Seeds are the
+//! Mutation fuzzing of read → fmt → parse → check → compile, on stable Rust. Seeds are the
 //! repositories of golden/ and examples/ and the regression corpus (tests/fuzz-corpus/); each
 //! case mutates one file of a seed (byte flips, inserts, deletions, splices, KDL/Jinja tokens,
 //! deep nesting, long lines, invalid UTF-8) and runs the whole pipeline, diagnostics rendering
@@ -354,7 +354,7 @@ fn fuzz_parse_check_compile() {
     eprint!("{}", err.lines().filter(|l| l.starts_with("fuzz:")).map(|l| format!("{l}\n")).collect::<String>());
 }
 
-/// Every corpus case (crash classes of #11 and every input the fuzzer ever found) runs through
+/// Every corpus case (crash classes found so far and every input the fuzzer ever found) runs through
 /// the pipeline without a panic, in-process like a normal test.
 #[test]
 fn fuzz_corpus_replays() {

@@ -74,10 +74,10 @@ golden_cases! {
     case_30_source_nat => "30-source-nat",
     case_31_rollout => "31-rollout",
     case_40_per_source => "40-per-source",
-    // schedules (issue #26): compiled at the time in the case's `at` file
+    // schedules: compiled at the time in the case's `at` file
     case_50_schedule_summer => "50-schedule-summer",
     case_51_schedule_winter => "51-schedule-winter",
-    // quota (issue #26)
+    // quota
     case_60_forward_quota => "60-forward-quota",
 }
 

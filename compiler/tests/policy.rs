@@ -226,7 +226,7 @@ fn explain_snapshots_of_the_imported_forms() {
     });
 }
 
-/// quota (issue #26): `fwc explain` names the quota that counts a forward's flow and what
+/// quota: `fwc explain` names the quota that counts a forward's flow and what
 /// happens once it is used up (drop; a fallback rate), assuming it is not used up.
 #[test]
 fn explain_snapshots_of_quotas() {

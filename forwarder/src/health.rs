@@ -163,7 +163,7 @@ pub(crate) fn spawn(
 async fn probe(resolver: &Arc<Resolver>, t: &ForwardTarget, timeout: Duration) -> bool {
     let Ok(Ok(addrs)) = tokio::time::timeout(timeout, resolver.resolve(&t.host, t.port)).await else { return false };
     let Some(addr) = addrs.first().copied() else { return false };
-    matches!(tokio::time::timeout(timeout, crate::tcp::connect_marked(addr)).await, Ok(Ok(_)))
+    matches!(tokio::time::timeout(timeout, crate::connect_marked(addr)).await, Ok(Ok(_)))
 }
 
 #[cfg(test)]

@@ -17,7 +17,9 @@ pub mod persource;
 mod mmsg;
 pub mod proxy;
 pub mod resolve;
+pub mod options;
 pub mod server;
+pub(crate) mod shared;
 pub mod sni;
 pub mod splice;
 pub mod stats;
@@ -56,4 +58,12 @@ pub fn mark_upstream(fd: std::os::fd::BorrowedFd<'_>) {
     if rc != 0 {
         tracing::debug!("SO_MARK on an upstream socket: {}", std::io::Error::last_os_error());
     }
+}
+
+/// Connect with the forwarder's socket mark set before the SYN leaves (the data path's and the
+/// health checks' upstream connections).
+pub(crate) async fn connect_marked(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    mark_upstream(std::os::fd::AsFd::as_fd(&sock));
+    sock.connect(addr).await
 }

@@ -1,4 +1,4 @@
-//! Per-source admission limits of a forward (issue #26): `conn-rate-per-source` (a token
+//! Per-source admission limits of a forward: `conn-rate-per-source` (a token
 //! bucket per source) and `max-conns-per-source` (concurrent connections or UDP sessions per
 //! source), the same semantics as the kernel's per-source sets. A source is an IPv4 address
 //! masked to `prefix4`, an IPv6 address masked to `prefix6` (IPv4-mapped IPv6 counts as IPv4).

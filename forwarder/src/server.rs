@@ -7,7 +7,7 @@ use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -18,65 +18,13 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::bucket::Bucket;
-use crate::limits::Limits;
 use crate::resolve::Resolver;
-use crate::splice::{PipePool, DEFAULT_PIPE_MAX, DEFAULT_PIPE_SIZE};
-use crate::stats::{RuleStats, RuleStatsSnapshot};
+use crate::shared::{Ctx, Current, ListenerHandle, Routes, RuleShared};
+use crate::splice::PipePool;
+use crate::stats::RuleStatsSnapshot;
 
-/// Default time a client has to send its ClientHello on an SNI-routed socket.
-pub const DEFAULT_SNI_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Process-level settings of the forwarder (not part of `forward.json`).
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Move uncapped and capped TCP with splice(2); off = buffered copy. Default on; the
-    /// environment variable `FWC_FORWARD_SPLICE=0` turns it off.
-    pub splice: bool,
-    /// Pipe capacity requested with F_SETPIPE_SZ (env `FWC_FORWARD_PIPE_SIZE` overrides the default).
-    pub pipe_size: usize,
-    /// Capacity a pipe grows to while a flow fills it (env `FWC_FORWARD_PIPE_MAX`; at least
-    /// `pipe_size`; equal to it: pipes never grow).
-    pub pipe_max: usize,
-    /// Empty pipes kept for reuse.
-    pub pipe_pool: usize,
-    /// UDP offload: `UDP_GRO` on receive, `UDP_SEGMENT` (GSO) on send, where the kernel has
-    /// them. Default on; `FWC_FORWARD_UDP_OFFLOAD=0` turns it off (one datagram per message).
-    pub udp_offload: bool,
-    /// How long connections of a removed listener may run before they are cut.
-    pub drain_timeout: Duration,
-    /// listen(2) backlog.
-    pub backlog: i32,
-    /// How long a client of an SNI-routed socket has to send its whole ClientHello before it
-    /// is closed (env `FWC_FORWARD_SNI_TIMEOUT_MS`; default 5 s).
-    pub sni_timeout: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        let splice = !matches!(std::env::var("FWC_FORWARD_SPLICE").as_deref(), Ok("0") | Ok("off") | Ok("false"));
-        Options {
-            splice,
-            pipe_size: std::env::var("FWC_FORWARD_PIPE_SIZE")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(DEFAULT_PIPE_SIZE),
-            pipe_max: std::env::var("FWC_FORWARD_PIPE_MAX")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(DEFAULT_PIPE_MAX),
-            pipe_pool: 256,
-            udp_offload: !matches!(std::env::var("FWC_FORWARD_UDP_OFFLOAD").as_deref(), Ok("0") | Ok("off") | Ok("false")),
-            drain_timeout: Duration::from_secs(30),
-            backlog: 4096,
-            sni_timeout: std::env::var("FWC_FORWARD_SNI_TIMEOUT_MS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map(Duration::from_millis)
-                .unwrap_or(DEFAULT_SNI_TIMEOUT),
-        }
-    }
-}
+pub use crate::options::{Options, DEFAULT_SNI_TIMEOUT};
+pub use crate::shared::SniStats;
 
 /// Identity of a listening socket: a listener whose key is unchanged keeps its socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -117,131 +65,6 @@ impl ListenerKey {
     }
 }
 
-/// Shared by every listener of one rule: counters, limits, the two caps and the round-robin
-/// cursor over the targets.
-#[derive(Debug)]
-pub(crate) struct RuleShared {
-    pub stats: Arc<RuleStats>,
-    pub limits: Limits,
-    pub up: Bucket,
-    pub down: Bucket,
-    pub rr: AtomicUsize,
-    /// Health of the targets (all up unless the rule has a health check).
-    pub health: Arc<crate::health::Health>,
-    /// Per-source limits (issue #26).
-    pub per_source: Arc<crate::persource::PerSource>,
-}
-
-impl RuleShared {
-    /// Is this target worth a connect? Down targets are skipped unless every target of the
-    /// rule is down (then all are tried: see [`crate::health`]).
-    pub fn usable(&self, targets: &[fwc_artifacts::ForwardTarget], t: &fwc_artifacts::ForwardTarget) -> bool {
-        self.health.is_up(t) || targets.iter().all(|x| !self.health.is_up(x))
-    }
-}
-
-impl RuleShared {
-    fn new(l: &Listener) -> RuleShared {
-        RuleShared {
-            stats: Arc::new(RuleStats::default()),
-            limits: Limits::new(l.max_conns, l.conn_rate),
-            up: Bucket::new(l.up_bytes_per_sec, l.burst_bytes),
-            down: Bucket::new(l.down_bytes_per_sec, l.burst_bytes),
-            rr: AtomicUsize::new(0),
-            health: Arc::default(),
-            per_source: crate::persource::PerSource::new(l.per_source),
-        }
-    }
-
-    /// The rule's counters with its per-source table's fill.
-    fn snapshot(&self, rule: &str) -> RuleStatsSnapshot {
-        let mut s = self.stats.snapshot(rule);
-        self.per_source.report(&mut s);
-        s
-    }
-
-    /// Apply a rule's limits and caps in place.
-    fn apply(&self, l: &Listener) {
-        self.limits.set(l.max_conns, l.conn_rate);
-        self.per_source.set(l.per_source);
-        self.up.set(l.up_bytes_per_sec, l.burst_bytes);
-        self.down.set(l.down_bytes_per_sec, l.burst_bytes);
-    }
-}
-
-/// What new connections of a listener use; swapped as a whole on reload.
-#[derive(Debug)]
-pub(crate) struct Current {
-    pub cfg: Listener,
-    pub rule: Arc<RuleShared>,
-    allow: Vec<IpNet>,
-}
-
-impl Current {
-    pub fn allowed(&self, ip: IpAddr) -> bool {
-        if self.allow.is_empty() {
-            return true;
-        }
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
-        };
-        self.allow.iter().any(|n| n.contains(&ip))
-    }
-}
-
-/// The routes of one listening socket: by TLS server name when several forwards share it
-/// (`sni=`), else just the fallback (the one forward of the socket).
-pub(crate) type Routes = crate::sni::Table<Arc<Current>>;
-
-/// Everything the tasks of one listening socket share.
-#[derive(Debug)]
-pub(crate) struct ListenerHandle {
-    cur: RwLock<Arc<Routes>>,
-    /// How connections of an SNI-routed socket were routed (cumulative while the socket lives).
-    pub sni: SniStats,
-    /// Connections accepted on this socket that are still open (for draining).
-    pub active: AtomicU64,
-    /// Set to true to cut every connection of this listener.
-    pub kill: watch::Sender<bool>,
-    pub ctx: Arc<Ctx>,
-}
-
-impl ListenerHandle {
-    /// The routes new connections use.
-    pub fn routes(&self) -> Arc<Routes> {
-        self.cur.read().unwrap().clone()
-    }
-
-    /// The forward of a socket without `sni=` routes (UDP, and TCP listeners of one forward).
-    pub fn fallback(&self) -> Option<Arc<Current>> {
-        self.cur.read().unwrap().fallback.clone()
-    }
-}
-
-/// Counters of an SNI-routed socket; per route (= per rule) counters are in [`RuleStats`].
-#[derive(Debug, Default)]
-pub struct SniStats {
-    /// An `sni=` route matched the server name.
-    pub routed: AtomicU64,
-    /// No route matched (or the hello named no server): sent to the fallback forward.
-    pub fallback: AtomicU64,
-    /// No route matched and there is no fallback: closed.
-    pub misses: AtomicU64,
-    /// Not a TLS ClientHello, malformed, over the size bound, or closed before it was
-    /// complete: closed.
-    pub parse_failures: AtomicU64,
-    /// No complete ClientHello within the peek timeout: closed.
-    pub timeouts: AtomicU64,
-}
-
-/// Process-wide resources.
-#[derive(Debug)]
-pub(crate) struct Ctx {
-    pub pool: PipePool,
-    pub resolver: Arc<Resolver>,
-    pub opts: Options,
-}
 
 struct Active {
     /// The forwards of this socket: one, or several sharing it by `sni=` (sorted by name).

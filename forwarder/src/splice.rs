@@ -19,7 +19,7 @@ use crate::bucket::Bucket;
 /// overrides it). Small, so that request/response traffic and idle pools cost little.
 pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
 /// Size a pipe grows to while a flow keeps filling it (`FWC_FORWARD_PIPE_MAX` overrides it).
-/// Picked by the 64 KiB - 4 MiB sweep of issue 24 (docs/performance.md): a bulk stream
+/// Picked by the 64 KiB - 4 MiB sweep in docs/performance.md: a bulk stream
 /// through 1 MiB pipes makes ~7x fewer splice(2) calls per GB than through 64 KiB ones, and
 /// whole-segment writes instead of a short segment at every 64 KiB boundary. Past
 /// `fs.pipe-max-size` (1 MiB by default) only a process with CAP_SYS_RESOURCE may grow a

@@ -66,7 +66,7 @@ pub struct RuleStatsSnapshot {
     pub udp_sessions_total: u64,
     pub udp_dropped: u64,
     pub idle_timeouts: u64,
-    /// Per-source limits (issue #26): sources tracked [IPv4, IPv6], the table's size per
+    /// Per-source limits: sources tracked [IPv4, IPv6], the table's size per
     /// family (0: no per-source limit), and which limits it tracks.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub per_source_size: u64,

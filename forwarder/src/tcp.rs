@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::proxy;
-use crate::server::{Current, ListenerHandle, Routes};
+use crate::shared::{Current, ListenerHandle, Routes};
 use crate::sni::{self, Route};
 use crate::splice::{self, End, Flow};
 
@@ -105,7 +105,7 @@ fn admit(cur: &Current, peer: SocketAddr) -> Option<(RuleGauge, Option<crate::pe
         stats.conns_refused.fetch_add(1, Relaxed);
         return None;
     }
-    // Per-source limits (issue #26), after the rule's own (the kernel's order).
+    // Per-source limits, after the rule's own (the kernel's order).
     let source = match cur.rule.per_source.admit(peer.ip()) {
         Ok(g) => g,
         Err(why) => {
@@ -264,7 +264,7 @@ async fn connect_any(h: &ListenerHandle, cur: &Current) -> io::Result<TcpStream>
             }
         };
         for addr in addrs.iter() {
-            match tokio::time::timeout(timeout, connect_marked(*addr)).await {
+            match tokio::time::timeout(timeout, crate::connect_marked(*addr)).await {
                 Ok(Ok(s)) => return Ok(s),
                 Ok(Err(e)) => last = io::Error::new(e.kind(), format!("connect {addr}: {e}")),
                 Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, format!("connect {addr}: timed out")),
@@ -272,13 +272,6 @@ async fn connect_any(h: &ListenerHandle, cur: &Current) -> io::Result<TcpStream>
         }
     }
     Err(last)
-}
-
-/// Connect with the forwarder's socket mark set before the SYN leaves.
-pub(crate) async fn connect_marked(addr: std::net::SocketAddr) -> io::Result<TcpStream> {
-    let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    crate::mark_upstream(std::os::fd::AsFd::as_fd(&sock));
-    sock.connect(addr).await
 }
 
 async fn write_all(s: &TcpStream, mut buf: &[u8]) -> io::Result<()> {

@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 
 use crate::bucket::Bucket;
 use crate::mmsg::{self, Dgram, RecvBatch};
-use crate::server::{Current, ListenerHandle};
+use crate::shared::{Current, ListenerHandle};
 use crate::stats::RuleStats;
 
 /// Session cap of a rule without `max-conns`.
@@ -49,7 +49,7 @@ struct Session {
     last: Arc<AtomicU64>,
     task: JoinHandle<()>,
     stats: Arc<RuleStats>,
-    /// The client's per-source slot (issue #26), given back when the session ends.
+    /// The client's per-source slot, given back when the session ends.
     source: Option<crate::persource::SourceGuard>,
 }
 
@@ -129,7 +129,7 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
                                 i += 1;
                                 continue;
                             }
-                            // Per-source limits (issue #26): sessions and new sessions per source.
+                            // Per-source limits: sessions and new sessions per source.
                             let source = match cur.rule.per_source.admit(peer.ip()) {
                                 Ok(g) => g,
                                 Err(_) => {

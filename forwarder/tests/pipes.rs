@@ -1,4 +1,4 @@
-//! Splice pipes that grow with the flow (issue 24): a bulk stream through the forwarder grows
+//! Splice pipes that grow with the flow: a bulk stream through the forwarder grows
 //! its pipes past the start size and stays byte-exact; request/response traffic leaves them
 //! at the start size; and where the kernel refuses a size (a process without
 //! CAP_SYS_RESOURCE asking past `fs.pipe-max-size`, as a non-root `fwc forward` past

@@ -118,7 +118,7 @@ async fn udp_slow_echo(delay: Duration) -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_to_an_evicted_session_are_counted_as_dropped() {
-    // Regression (#16): a reply reaching the socket of an evicted session vanished uncounted.
+    // Regression: a reply reaching the socket of an evicted session vanished uncounted.
     let be = udp_slow_echo(Duration::from_millis(300)).await;
     let mut l = udp("evict", &[be]);
     l.max_conns = Some(1);
@@ -419,7 +419,7 @@ async fn gso_batches_and_plain_datagrams_keep_their_boundaries_both_ways() {
     }
 }
 
-/// Per-source limits (issue #26) on UDP: `max-conns-per-source` counts sessions per source
+/// Per-source limits on UDP: `max-conns-per-source` counts sessions per source
 /// address. A second session (another port) of 127.0.0.1 is refused; 127.0.0.2 is another
 /// source and gets one; the status reports the table's fill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

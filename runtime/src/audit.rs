@@ -731,7 +731,7 @@ mod tests {
 
     #[test]
     fn deletion_of_the_newest_with_the_head_is_detected() {
-        // Regression (#11): deleting audit.head and the newest lines together said "chain intact".
+        // Regression: deleting audit.head and the newest lines together said "chain intact".
         let (_d, log) = log3();
         let mut l = lines(&log);
         l.pop();
@@ -745,7 +745,7 @@ mod tests {
 
     #[test]
     fn no_log_at_all_is_a_finding() {
-        // Regression (#11): with both files gone, verify said "chain intact".
+        // Regression: with both files gone, verify said "chain intact".
         let (_d, log) = log3();
         fs::remove_file(&log.path).unwrap();
         fs::remove_file(&log.head_path).unwrap();

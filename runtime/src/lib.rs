@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod engine;
+pub mod http;
 pub mod audit;
 pub mod backend;
 pub mod cli;

@@ -6,7 +6,7 @@
 //! `fwc_git_fetch_total{result}`, `fwc_rule_packets_total{rule,backend}`,
 //! `fwc_rule_bytes_total{rule,backend}`, `fwc_forward_connections_active{rule}`,
 //! `fwc_qos_packets_total{class,action}`, `fwc_forward_sni_connections_total{listener,result}`, `fwc_forward_target_up{rule,target}`,
-//! `fwc_quota_used_bytes{host,rule,kind,period}`, `fwc_quota_limit_bytes{…}` (quota, issue #26), plus `fwc_webhook_requests_total{result}`,
+//! `fwc_quota_used_bytes{host,rule,kind,period}`, `fwc_quota_limit_bytes{…}` (quota), plus `fwc_webhook_requests_total{result}`,
 //! `fwc_commit_refused_total{reason}`, `fwc_agent_degraded`, `fwc_build_info{version}`,
 //! `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` and the
 //! `fwc_last_*_timestamp_seconds` gauges. `rule` is always the rule's name as written in the
@@ -15,31 +15,30 @@
 //! the first event. `/metrics` speaks OpenMetrics 1.0 and, when the scraper prefers it, the
 //! Prometheus text format 0.0.4 ([`negotiate`]).
 //!
-//! ## The HTTP server
-//!
-//! hyper 1 (HTTP/1.1) on a single-threaded tokio runtime of its own thread. Every connection
-//! must send a complete request head within 10 s (also between keep-alive requests) and lives
-//! at most 60 s; heads are limited to 16 KiB and bodies to 1 MiB. There is no small connection
-//! cap an idle client could fill: the only cap ([`MAX_CONNS`]) guards the descriptor limit,
-//! which the server raises to its hard limit. TLS is out of scope: put a reverse proxy in
-//! front if the webhook must be reachable from outside.
+//! One job per file: the registry here, the exposition formats (`exposition`), the health
+//! probes' state (`health`), the webhook's authentication (`webhook`); the HTTP server and
+//! client that serve them are [`crate::http`] (re-exported here under their old paths).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
 
-use hmac::{Hmac, Mac};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use sha2::Sha256;
 
 use crate::backend::RuleCounter;
+
+mod exposition;
+mod health;
+mod webhook;
+
+pub use crate::http::{http_request, serve, Server, ServerState, MAX_CONNS};
+pub use exposition::{negotiate, openmetrics_to_prometheus_text, Exposition};
+pub use health::Health;
+pub use webhook::{fwc_signature, github_signature, WebhookSecret};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -180,17 +179,17 @@ pub struct Metrics {
     last_rule_counters: Mutex<HashMap<RuleBackendLabel, (u64, u64)>>,
     last_qos_counters: Mutex<HashMap<ClassActionLabel, u64>>,
     last_sni_counters: Mutex<HashMap<ListenerResultLabel, u64>>,
-    /// `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}` (issue #26):
+    /// `fwc_per_source_entries{rule,kind,limit,family}` / `fwc_per_source_size{…}`:
     /// sources tracked by a per-source limit, and how many fit (then new sources are refused).
     pub per_source_entries: Family<PerSourceLabel, Gauge>,
     pub per_source_size: Family<PerSourceLabel, Gauge>,
-    /// quota (issue #26): `fwc_quota_used_bytes{host,rule,kind,period}` and
+    /// quota: `fwc_quota_used_bytes{host,rule,kind,period}` and
     /// `fwc_quota_limit_bytes{host,rule,kind,period}`.
     pub quota_used_bytes: Family<QuotaLabel, Gauge>,
     pub quota_limit_bytes: Family<QuotaLabel, Gauge>,
 }
 
-/// Labels of the per-source gauges (issue #26).
+/// Labels of the per-source gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PerSourceLabel {
     pub rule: String,
@@ -201,7 +200,7 @@ pub struct PerSourceLabel {
     pub family: String,
 }
 
-/// quota (issue #26): the labels of the quota gauges.
+/// quota: the labels of the quota gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QuotaLabel {
     /// The agent's `--host`, as on the fleet series (the alert rules group by it).
@@ -483,7 +482,7 @@ impl Metrics {
         self.forward_target_up.get_or_create(&RuleTargetLabel { rule: rule.to_string(), target: target.to_string() }).set(up as i64);
     }
 
-    /// The fill of the per-source sets (issue #26); sets gone since the last reading are
+    /// The fill of the per-source sets; sets gone since the last reading are
     /// dropped from the families.
     pub fn observe_per_source(&self, fills: &[crate::backend::PerSourceFill]) {
         self.per_source_entries.clear();
@@ -495,7 +494,7 @@ impl Metrics {
         }
     }
 
-    /// quota (issue #26): the gauges of every quota of the applied rules (quotas no longer
+    /// quota: the gauges of every quota of the applied rules (quotas no longer
     /// applied disappear).
     pub fn observe_quotas(&self, quotas: &[crate::quota::QuotaStatus]) {
         self.quota_used_bytes.clear();
@@ -527,469 +526,11 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
-// ---------------------------------------------------------------------------------------------
-// exposition formats
-
-/// The two text formats `/metrics` serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exposition {
-    /// `application/openmetrics-text; version=1.0.0`
-    OpenMetrics,
-    /// `text/plain; version=0.0.4`, the classic Prometheus format (`promtool check metrics`).
-    PrometheusText,
-}
-
-impl Exposition {
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Exposition::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            Exposition::PrometheusText => "text/plain; version=0.0.4; charset=utf-8",
-        }
-    }
-}
-
-/// Choose the format from an `Accept` header: the media range with the highest `q` among
-/// `application/openmetrics-text` and `text/plain` wins (OpenMetrics on a tie); no header,
-/// `*/*` or nothing recognised means OpenMetrics.
-pub fn negotiate(accept: Option<&str>) -> Exposition {
-    let Some(accept) = accept else { return Exposition::OpenMetrics };
-    let mut best: Option<(f32, Exposition)> = None;
-    for range in accept.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("").to_ascii_lowercase();
-        let mut q = 1.0f32;
-        for p in parts {
-            if let Some(v) = p.strip_prefix("q=").or_else(|| p.strip_prefix("Q=")) {
-                q = v.trim().parse().unwrap_or(0.0);
-            }
-        }
-        let format = match media.as_str() {
-            "application/openmetrics-text" => Exposition::OpenMetrics,
-            "text/plain" => Exposition::PrometheusText,
-            _ => continue,
-        };
-        let better = match best {
-            None => q > 0.0,
-            Some((bq, bf)) => q > bq || (q == bq && format == Exposition::OpenMetrics && bf != Exposition::OpenMetrics),
-        };
-        if better {
-            best = Some((q, format));
-        }
-    }
-    best.map(|(_, f)| f).unwrap_or(Exposition::OpenMetrics)
-}
-
-/// Rewrite prometheus-client's OpenMetrics text as Prometheus text 0.0.4: `# HELP`/`# TYPE`
-/// name the sample (`fwc_apply_total`, not the family `fwc_apply`), `info` becomes a gauge
-/// named `<family>_info`, `unknown` becomes `untyped`, and `# UNIT`, `# EOF`, `_created`
-/// samples and exemplars go.
-pub fn openmetrics_to_prometheus_text(om: &str) -> String {
-    let mut out = String::with_capacity(om.len());
-    // HELP precedes TYPE in a family: hold it until the type says what the sample name is.
-    let mut help: Option<(&str, &str)> = None;
-    let mut created: Option<String> = None;
-    for line in om.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
-            help = Some((name, text));
-        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
-            let (sample, kind) = match kind {
-                "counter" => (format!("{name}_total"), "counter"),
-                "info" => (format!("{name}_info"), "gauge"),
-                "gauge" | "histogram" | "summary" => (name.to_string(), kind),
-                _ => (name.to_string(), "untyped"),
-            };
-            created = (kind == "counter" || kind == "histogram" || kind == "summary").then(|| format!("{name}_created"));
-            if let Some((_, text)) = help.take().filter(|(h, _)| *h == name) {
-                out.push_str(&format!("# HELP {sample} {}\n", text.replace("\\\"", "\"")));
-            }
-            out.push_str(&format!("# TYPE {sample} {kind}\n"));
-        } else if line.starts_with("# UNIT ") || line == "# EOF" {
-            continue;
-        } else if line.starts_with('#') {
-            out.push_str(line);
-            out.push('\n');
-        } else {
-            if created.as_deref().is_some_and(|c| line.starts_with(c) && line[c.len()..].starts_with([' ', '{'])) {
-                continue;
-            }
-            // An exemplar follows the value after " # ".
-            let sample = line.split_once(" # ").map(|(s, _)| s).unwrap_or(line);
-            out.push_str(sample);
-            out.push('\n');
-        }
-    }
-    out
-}
-
-// ---------------------------------------------------------------------------------------------
-// health
-
-/// What `/healthz` and `/readyz` report; updated by the reconcile loop.
-#[derive(Debug)]
-pub struct Health {
-    started: Instant,
-    /// Milliseconds since `started` of the last reconcile loop tick.
-    last_tick_ms: AtomicU64,
-    /// The loop is considered stuck after this long without a tick.
-    pub stall_after: Duration,
-    /// Set once a commit has been applied or the existing state adopted.
-    pub ready: AtomicBool,
-    pub degraded: AtomicBool,
-    pub status: Mutex<String>,
-}
-
-impl Health {
-    pub fn new(stall_after: Duration) -> Health {
-        Health {
-            started: Instant::now(),
-            last_tick_ms: AtomicU64::new(0),
-            stall_after,
-            ready: AtomicBool::new(false),
-            degraded: AtomicBool::new(false),
-            status: Mutex::new("starting".into()),
-        }
-    }
-
-    pub fn tick(&self) {
-        self.last_tick_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-
-    pub fn set_status(&self, s: impl Into<String>) {
-        *self.status.lock().unwrap() = s.into();
-    }
-
-    fn alive(&self) -> bool {
-        let last = Duration::from_millis(self.last_tick_ms.load(Ordering::Relaxed));
-        self.started.elapsed().saturating_sub(last) < self.stall_after
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// webhook authentication
-
-/// The shared secret of `POST /hooks/git`.
-#[derive(Clone)]
-pub struct WebhookSecret(Vec<u8>);
-
-impl std::fmt::Debug for WebhookSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WebhookSecret(..)")
-    }
-}
-
-impl WebhookSecret {
-    /// The secret, without surrounding whitespace (files usually end with a newline).
-    pub fn new(secret: &[u8]) -> WebhookSecret {
-        let s = std::str::from_utf8(secret).map(|s| s.trim().as_bytes().to_vec()).unwrap_or_else(|_| secret.to_vec());
-        WebhookSecret(s)
-    }
-
-    /// Is the request authentic? Accepts `X-Hub-Signature-256: sha256=<hex hmac>` (GitHub,
-    /// Gitea, Forgejo, Gogs), `X-Gitea-Signature: <hex hmac>` and `X-Gitlab-Token: <secret>`.
-    /// All comparisons are constant time.
-    pub fn check(&self, headers: &[(String, String)], body: &[u8]) -> bool {
-        if self.0.is_empty() {
-            return false;
-        }
-        let get = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim());
-        let hmac_ok = |hexsig: &str| -> bool {
-            let Ok(sig) = hex::decode(hexsig) else { return false };
-            let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("hmac takes any key length");
-            mac.update(body);
-            mac.verify_slice(&sig).is_ok()
-        };
-        if let Some(v) = get("x-fwc-signature") {
-            // fwc's own scheme: the timestamp is signed with the body (see agent::replay).
-            let Some(ts) = get("x-fwc-timestamp") else { return false };
-            let Some(hexsig) = v.strip_prefix("sha256=") else { return false };
-            let Ok(sig) = hex::decode(hexsig) else { return false };
-            let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("hmac takes any key length");
-            mac.update(ts.as_bytes());
-            mac.update(b".");
-            mac.update(body);
-            return mac.verify_slice(&sig).is_ok();
-        }
-        if let Some(v) = get("x-hub-signature-256") {
-            return v.strip_prefix("sha256=").is_some_and(hmac_ok);
-        }
-        if let Some(v) = get("x-gitea-signature") {
-            return hmac_ok(v);
-        }
-        if let Some(v) = get("x-gitlab-token") {
-            return constant_time_eq(v.as_bytes(), &self.0);
-        }
-        false
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    // Hash both sides first so the comparison time does not depend on the length either.
-    use sha2::Digest;
-    use subtle::ConstantTimeEq;
-    Sha256::digest(a).as_slice().ct_eq(Sha256::digest(b).as_slice()).into()
-}
-
-/// `sha256=<hex>` for a body, as GitHub sends it (for tests and the bench).
-pub fn github_signature(secret: &[u8], body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("hmac takes any key length");
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-/// `X-Fwc-Signature` of fwc's own webhook scheme: `sha256=<hex HMAC of "<timestamp>.<body>">`,
-/// sent with `X-Fwc-Timestamp: <timestamp>` (unix seconds).
-pub fn fwc_signature(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("hmac takes any key length");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-// ---------------------------------------------------------------------------------------------
-// the HTTP server
-
-/// Largest request head (request line + headers) read before the connection is closed.
-const MAX_HEADER: usize = 16 * 1024;
-/// Largest webhook body.
-const MAX_BODY: usize = 1024 * 1024;
-/// A client must send a complete request head within this time (also between requests on a
-/// kept-alive connection), or the connection is closed.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest life of one connection, whatever it does (slow bodies, endless keep-alive).
-const CONN_LIFETIME: Duration = Duration::from_secs(60);
-/// Connections served at once. Only a guard against running out of file descriptors: idle
-/// connections cost a few KiB and are closed after [`HEADER_READ_TIMEOUT`], so an idle client
-/// cannot starve the probes (the agent raises its descriptor limit to fit).
-pub const MAX_CONNS: usize = 16 * 1024;
-
-/// Everything the server needs.
-#[derive(Clone)]
-pub struct ServerState {
-    pub metrics: Arc<Metrics>,
-    pub health: Arc<Health>,
-    /// None = the webhook is disabled (every POST is answered 404 and counted `disabled`).
-    pub webhook: Option<WebhookSecret>,
-    /// Replay protection of authentic webhook requests (None: every authentic one is accepted).
-    pub deliveries: Option<Arc<crate::agent::replay::DeliveryGuard>>,
-    /// Called for every authentic webhook request: wakes the reconcile loop.
-    pub on_push: Arc<dyn Fn() + Send + Sync>,
-}
-
-/// A running server; stops when dropped.
-pub struct Server {
-    pub addr: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Raise the soft limit of open files to the hard limit (the listener's connections count
-/// against it). Best effort.
-fn raise_nofile_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
-
-/// Bind `addr` (port 0 = any) and serve HTTP/1.1 with hyper on a thread of its own (a
-/// single-threaded tokio runtime), so a busy reconcile loop never delays a scrape or a probe.
-pub fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<Server> {
-    raise_nofile_limit();
-    let std_listener = std::net::TcpListener::bind(addr)?;
-    std_listener.set_nonblocking(true)?;
-    let local = std_listener.local_addr()?;
-    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::Builder::new().name("fwc-http".into()).spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
-            let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNS));
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .max_buf_size(MAX_HEADER.max(8192));
-            loop {
-                let (stream, _) = tokio::select! {
-                    _ = &mut rx => break,
-                    acc = listener.accept() => match acc {
-                        Ok(a) => a,
-                        Err(e) => {
-                            // EMFILE and friends: back off instead of spinning.
-                            tracing::warn!("metrics listener: accept failed: {e}");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    },
-                };
-                let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
-                let st = state.clone();
-                let conn = http.serve_connection(
-                    hyper_util::rt::TokioIo::new(stream),
-                    hyper::service::service_fn(move |req| {
-                        let st = st.clone();
-                        async move { Ok::<_, std::convert::Infallible>(respond(&st, req).await) }
-                    }),
-                );
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(CONN_LIFETIME, conn).await;
-                    drop(permit);
-                });
-            }
-        });
-    })?;
-    Ok(Server { addr: local, shutdown: Some(tx), thread: Some(thread) })
-}
-
-type Response = hyper::Response<http_body_util::Full<bytes::Bytes>>;
-
-fn reply(status: u16, ctype: &str, body: impl Into<bytes::Bytes>) -> Response {
-    hyper::Response::builder()
-        .status(status)
-        .header(hyper::header::CONTENT_TYPE, ctype)
-        .body(http_body_util::Full::new(body.into()))
-        .expect("static response parts are valid")
-}
-
-const TEXT: &str = "text/plain; charset=utf-8";
-
-/// Read the body (at most [`MAX_BODY`]) and answer.
-async fn respond(st: &ServerState, req: hyper::Request<hyper::body::Incoming>) -> Response {
-    use http_body_util::BodyExt;
-    let (parts, body) = req.into_parts();
-    if parts.headers.get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok()).is_some_and(|n| n > MAX_BODY) {
-        return reply(413, TEXT, "too large\n");
-    }
-    let body = match http_body_util::Limited::new(body, MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return reply(413, TEXT, "too large\n"),
-        Err(_) => return reply(400, TEXT, "could not read the body\n"),
-    };
-    let headers: Vec<(String, String)> = parts
-        .headers
-        .iter()
-        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
-        .collect();
-    let (status, ctype, text) = route(st, parts.method.as_str(), parts.uri.path(), parts.uri.query(), &headers, &body);
-    reply(status, ctype, text)
-}
-
-/// The routes, without I/O: (status, content type, body).
-fn route(st: &ServerState, method: &str, path: &str, query: Option<&str>, headers: &[(String, String)], body: &[u8]) -> (u16, &'static str, String) {
-    match (method, path) {
-        ("GET", "/metrics") => {
-            let accept = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("accept")).map(|(_, v)| v.as_str());
-            let format = negotiate(accept);
-            (200, format.content_type(), st.metrics.encode_as(format))
-        }
-        ("GET", "/healthz") => {
-            if st.health.alive() {
-                (200, TEXT, "ok\n".into())
-            } else {
-                (503, TEXT, "reconcile loop stalled\n".into())
-            }
-        }
-        ("GET", "/readyz") => {
-            let status = st.health.status.lock().unwrap().clone();
-            // `?strict=1`: degraded is not ready (a DaemonSet's rolling upgrade gates on it).
-            let strict = query.is_some_and(|q| q.split('&').any(|kv| matches!(kv, "strict" | "strict=1" | "strict=true")));
-            let degraded = st.health.degraded.load(Ordering::Relaxed);
-            if strict && degraded {
-                (503, TEXT, format!("not ready (strict): degraded: {status}\n"))
-            } else if st.health.ready.load(Ordering::Relaxed) {
-                let d = if st.health.degraded.load(Ordering::Relaxed) { "degraded: " } else { "" };
-                (200, TEXT, format!("ready {d}{status}\n"))
-            } else {
-                (503, TEXT, format!("not ready: {status}\n"))
-            }
-        }
-        ("POST", "/hooks/git") => {
-            let count = |r: &str| Metrics::inc(&st.metrics.webhook_requests_total, r);
-            match &st.webhook {
-                None => {
-                    count("disabled");
-                    (404, TEXT, "webhook disabled (start the agent with --webhook-secret-file)\n".into())
-                }
-                Some(secret) if secret.check(headers, body) => {
-                    match st.deliveries.as_ref().map(|g| g.admit(headers, body)).unwrap_or(Ok(())) {
-                        Ok(()) => {
-                            count("accepted");
-                            (st.on_push)();
-                            (202, TEXT, "fetch scheduled\n".into())
-                        }
-                        Err(r) => {
-                            count(match r {
-                                crate::agent::replay::Refusal::Replayed => "replayed",
-                                crate::agent::replay::Refusal::Stale(_) => "stale",
-                            });
-                            tracing::warn!("webhook refused: {r}");
-                            (409, TEXT, format!("{r}\n"))
-                        }
-                    }
-                }
-                Some(_) => {
-                    count("unauthorized");
-                    (401, TEXT, "missing or wrong signature\n".into())
-                }
-            }
-        }
-        (_, "/metrics" | "/healthz" | "/readyz" | "/hooks/git") => (405, TEXT, "method not allowed\n".into()),
-        _ => (404, TEXT, "not found: /metrics /healthz /readyz POST /hooks/git\n".into()),
-    }
-}
-
-/// One blocking HTTP/1.1 request (the tests' client for this endpoint): hyper's client on a
-/// current-thread tokio runtime of its own, so chunked bodies, keep-alive and header parsing
-/// are hyper's, not hand-written. 5 s to connect, 10 s for the answer. Returns (status, body).
-/// Not for use inside a tokio runtime (it blocks).
-pub fn http_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> std::io::Result<(u16, String)> {
-    use http_body_util::BodyExt;
-    let timed_out = |what: &str| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{what} timed out"));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
-        let stream = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr)).await.map_err(|_| timed_out("connect"))??;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(std::io::Error::other)?;
-        let conn = tokio::spawn(conn);
-        let mut req = hyper::Request::builder().method(method).uri(path).header(hyper::header::HOST, addr.to_string());
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let req = req.body(http_body_util::Full::new(bytes::Bytes::copy_from_slice(body))).map_err(std::io::Error::other)?;
-        let exchange = async {
-            let resp = sender.send_request(req).await?;
-            let status = resp.status().as_u16();
-            let body = resp.into_body().collect().await?.to_bytes();
-            Ok::<_, hyper::Error>((status, String::from_utf8_lossy(&body).into_owned()))
-        };
-        let out = tokio::time::timeout(Duration::from_secs(10), exchange).await.map_err(|_| timed_out("request"))?.map_err(std::io::Error::other);
-        conn.abort();
-        out
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use fwc_compiler::artifacts::BackendKind;
     use fwc_compiler::model::RuleKind;
-    use std::sync::atomic::AtomicUsize;
 
     #[test]
     fn names_are_the_documented_ones() {
@@ -1069,7 +610,7 @@ mod tests {
         }
     }
 
-    /// Issue 23: `fwc_agent_degraded` names the commit its failure belongs to (and the host),
+    /// `fwc_agent_degraded` names the commit its failure belongs to (and the host),
     /// so a controller rolling out a fix is not halted by the canary's old failure; it stays
     /// one series, and healthy names the applied commit with value 0.
     #[test]
@@ -1157,76 +698,7 @@ mod tests {
         assert!(!WebhookSecret::new(b"").check(&h("X-Gitlab-Token", ""), body));
     }
 
-    #[test]
-    fn server_routes() {
-        let metrics = Arc::new(Metrics::new());
-        let health = Arc::new(Health::new(Duration::from_secs(60)));
-        let pushes = Arc::new(AtomicUsize::new(0));
-        let p = pushes.clone();
-        let srv = serve(
-            "127.0.0.1:0".parse().unwrap(),
-            ServerState {
-                metrics: metrics.clone(),
-                health: health.clone(),
-                webhook: Some(WebhookSecret::new(b"k")),
-                deliveries: Some(Arc::new(crate::agent::replay::DeliveryGuard::in_memory())),
-                on_push: Arc::new(move || {
-                    p.fetch_add(1, Ordering::SeqCst);
-                }),
-            },
-        )
-        .unwrap();
-        let a = srv.addr;
-        health.tick();
-        assert_eq!(http_request(a, "GET", "/healthz", &[], b"").unwrap().0, 200);
-        assert_eq!(http_request(a, "GET", "/readyz", &[], b"").unwrap().0, 503);
-        health.ready.store(true, Ordering::SeqCst);
-        assert_eq!(http_request(a, "GET", "/readyz", &[], b"").unwrap().0, 200);
-        assert_eq!(http_request(a, "GET", "/readyz?strict=1", &[], b"").unwrap().0, 200);
-        // Strict readiness: degraded is not ready (plain /readyz still is: it serves a known state).
-        health.degraded.store(true, Ordering::SeqCst);
-        assert_eq!(http_request(a, "GET", "/readyz", &[], b"").unwrap().0, 200);
-        let (code, text) = http_request(a, "GET", "/readyz?strict=1", &[], b"").unwrap();
-        assert_eq!((code, text.starts_with("not ready (strict): degraded")), (503, true), "{text}");
-        health.degraded.store(false, Ordering::SeqCst);
-        let body = b"{}";
-        let sig = github_signature(b"k", body);
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Hub-Signature-256", &sig)], body).unwrap().0, 202);
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Hub-Signature-256", "sha256=00")], body).unwrap().0, 401);
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[], body).unwrap().0, 401);
-        // The same signed delivery again is a replay: 409, no fetch.
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Hub-Signature-256", &sig)], body).unwrap().0, 409);
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Gitlab-Token", "k")], br#"{"after":"1"}"#).unwrap().0, 202);
-        // fwc's timestamped scheme: fresh accepted, stale refused, a forged timestamp unauthorized.
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-        let fwc = |ts: i64| (ts.to_string(), fwc_signature(b"k", ts, body));
-        let (ts, sig) = fwc(now);
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Fwc-Timestamp", &ts), ("X-Fwc-Signature", &sig)], body).unwrap().0, 202);
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Fwc-Timestamp", &ts), ("X-Fwc-Signature", &sig)], body).unwrap().0, 409);
-        let (old, old_sig) = fwc(now - 3600);
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Fwc-Timestamp", &old), ("X-Fwc-Signature", &old_sig)], body).unwrap().0, 409);
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[("X-Fwc-Timestamp", &(now + 1).to_string()), ("X-Fwc-Signature", &sig)], body).unwrap().0, 401);
-        assert_eq!(http_request(a, "GET", "/nope", &[], b"").unwrap().0, 404);
-        assert_eq!(http_request(a, "GET", "/hooks/git", &[], b"").unwrap().0, 405);
-        assert_eq!(pushes.load(Ordering::SeqCst), 3);
-        let (code, text) = http_request(a, "GET", "/metrics", &[], b"").unwrap();
-        assert_eq!(code, 200);
-        assert!(text.ends_with("# EOF\n"), "{text}");
-        let (code, plain) = http_request(a, "GET", "/metrics", &[("Accept", "text/plain;version=0.0.4")], b"").unwrap();
-        assert_eq!(code, 200);
-        assert!(plain.contains("# TYPE fwc_webhook_requests_total counter") && !plain.contains("# EOF"), "{plain}");
-        assert!(text.contains("fwc_webhook_requests_total{result=\"accepted\"} 3"), "{text}");
-        assert!(text.contains("fwc_webhook_requests_total{result=\"unauthorized\"} 3"), "{text}");
-        assert!(text.contains("fwc_webhook_requests_total{result=\"replayed\"} 2"), "{text}");
-        assert!(text.contains("fwc_webhook_requests_total{result=\"stale\"} 1"), "{text}");
-        // Oversized body is refused without reading it.
-        let big = vec![b'x'; MAX_BODY + 1];
-        assert_eq!(http_request(a, "POST", "/hooks/git", &[], &big).map(|r| r.0).unwrap_or(413), 413);
-        drop(srv);
-        assert!(std::net::TcpStream::connect(a).is_err());
-    }
-
-    /// quota (issue #26): one used and one limit gauge per quota; a quota no longer applied
+    /// quota: one used and one limit gauge per quota; a quota no longer applied
     /// disappears.
     #[test]
     fn quota_gauges() {

@@ -1,4 +1,4 @@
-//! SIGTERM mid-reconcile (#11): a real `fwc agent` busy compiling a huge-but-legal commit (a
+//! SIGTERM mid-reconcile: a real `fwc agent` busy compiling a huge-but-legal commit (a
 //! set file of millions of addresses) exits within the documented bound, and its state dir and
 //! audit log are consistent afterwards (nothing of the abandoned commit recorded, no pending
 //! intent, the chain verifies). Applies inside a scratch namespace, never the root namespace.

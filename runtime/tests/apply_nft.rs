@@ -425,7 +425,7 @@ fn killed_reverter_is_reverted_by_the_next_command() {
     assert_eq!(audit.matches("reverter gone").count(), 3, "{audit}");
 }
 
-/// The forms imported rulesets use (issue 25: ICMP types, reject kinds, log rules with a rate,
+/// The forms imported rulesets use (ICMP types, reject kinds, log rules with a rate,
 /// states, policy=reject, masquerade and snat in nat postrouting) load into a real kernel and
 /// list back as compiled: no drift after apply, nothing to change in a fresh plan; a rule
 /// someone adds to the nat postrouting chain is drift, and the next apply heals it.

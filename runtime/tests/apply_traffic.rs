@@ -397,7 +397,7 @@ fn start_forwarder(t: &mut Topology, state: &Path) {
     t.host.spawn_forwarder(env!("CARGO_BIN_EXE_fwc"), state);
 }
 
-/// Issue #14: forwards obey the filter policy. A blocklisted client (198.18.1.3) reaches
+/// Forwards obey the filter policy. A blocklisted client (198.18.1.3) reaches
 /// neither a kernel forward (denied in `forward`, the chain its DNATed connection passes) nor
 /// a userspace forward (denied in `input`, where the forwarder's socket is); another client
 /// (198.18.1.2) reaches both. Before the fix, fwc's `ct status dnat accept` and the userspace
@@ -449,9 +449,9 @@ fn dynamic_elements(t: &Topology, set: &str) -> String {
     t.host.exec(&["nft", "list", "set", "inet", "fwc", set])
 }
 
-/// Issue #14: a dynamic set keeps what other programs (fail2ban, CrowdSec: `nft add element
+/// A dynamic set keeps what other programs (fail2ban, CrowdSec: `nft add element
 /// … timeout`) put into it across ten applies, is never reported as drift, bans by traffic,
-/// and its elements still expire on time. Issue #27: no wall-clock budget (it failed under
+/// and its elements still expire on time. No wall-clock budget (it failed under
 /// load); the expiry is read back from the kernel instead of raced.
 #[test]
 fn dynamic_set_keeps_external_elements_across_ten_applies() {
@@ -546,7 +546,7 @@ fn expires_of(listed: &str, addr: &str) -> Option<Duration> {
     Some(total)
 }
 
-/// Issue #14: `fwc apply` over an SSH session (SSH_CONNECTION) refuses a ruleset that would
+/// `fwc apply` over an SSH session (SSH_CONNECTION) refuses a ruleset that would
 /// drop that session's next connection, applies nothing, and goes ahead with --allow-lockout;
 /// a ruleset that allows the session's peer applies without the flag.
 #[test]
@@ -597,7 +597,7 @@ fn apply_over_ssh_refuses_lockout_unless_allowed() {
     assert_eq!(tcp(&t.client, "198.18.1.1", 22, None), Probe::Timeout, "applied with --allow-lockout");
 }
 
-// Per-source limits (issue #26). Rates are per hour so no token comes back while the test
+// Per-source limits. Rates are per hour so no token comes back while the test
 // runs, however slow the machine; held connections are held for minutes.
 const PER_SOURCE: &str = r#"
 fwc 1

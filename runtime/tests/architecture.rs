@@ -1,8 +1,13 @@
-//! Dependency rules of the runtime (docs/architecture.md "Inside the runtime"): the engine is
-//! the library; the CLI only parses arguments, calls it and renders.
+//! The house rules (docs/architecture.md "Rules that hold"), checked from `cargo metadata` and
+//! the sources:
 //! - nothing outside `cli/` (engine, agent, backends, state) uses `crate::cli`;
 //! - integration tests do not import `fwc_runtime::cli::apply`;
-//! - `cli/apply.rs` defines no public type other than clap argument structs.
+//! - `cli/apply.rs` defines no public type other than clap argument structs;
+//! - the crate dependency rules (the compiler is pure, the dataplanes never depend on it, the
+//!   contract crate stays small);
+//! - no import cycles between files of one crate, but for the named ones of `KNOWN_CYCLES`,
+//!   a list that only shrinks;
+//! - decision modules are pure (`PURE`), and so is the compiler but for reading rule files.
 
 use std::path::{Path, PathBuf};
 
@@ -143,4 +148,249 @@ fn crate_dependency_rules_hold() {
         }
     }
     assert!(bad.is_empty(), "dependency rules broken:\n{}", bad.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// File rules (docs/architecture.md "Rules that hold"), from the sources.
+
+#[path = "architecture/modgraph.rs"]
+mod modgraph;
+
+/// The crates whose files are checked for import cycles, by their directory in the workspace.
+const CRATES: &[&str] = &["artifacts", "compiler", "runtime", "forwarder", "ebpf", "testkit", "bench"];
+
+/// Import cycles that exist today, each named by the knot it is. This list only shrinks: a
+/// new cycle fails the test, and so does an entry that no longer matches (a cycle untied, or
+/// one that grew), so that the list is edited with the code.
+const KNOWN_CYCLES: &[(&str, &[&str], &str)] = &[
+    ("artifacts", &["files.rs", "nftdoc.rs"], "the artifact files and the nftables document use each other's helpers"),
+    ("compiler", &["diag.rs", "limits.rs", "source.rs"], "diagnostics name source files, and source reading reports limits as diagnostics"),
+    (
+        "compiler",
+        &[
+            "emit/nft/containers.rs",
+            "emit/nft/expr.rs",
+            "emit/nft/family.rs",
+            "emit/nft/filters.rs",
+            "emit/nft/forwards.rs",
+            "emit/nft/mod.rs",
+            "emit/nft/out.rs",
+            "emit/nft/persource.rs",
+            "emit/nft/qos_marks.rs",
+            "emit/nft/quota.rs",
+            "emit/nft/schedule.rs",
+            "emit/nft/snat.rs",
+            "emit/nft/writer.rs",
+        ],
+        "the nft emitter's mod.rs both drives its concern files and holds the helpers they share",
+    ),
+    (
+        "compiler",
+        &["eval/mod.rs", "lib.rs", "lint.rs", "lint/shadow_index.rs", "rollout.rs", "syntax.rs"],
+        "the pipeline's entry points (lib.rs) are called back by stages; syntax and rollout each hold the other's parsers",
+    ),
+    ("runtime", &["backend/nft.rs", "backend/nft/diff.rs", "quota/kernel.rs"], "the nft backend and the quota code share one nft runner the wrong way round"),
+    (
+        "runtime",
+        &[
+            "cli/agent.rs",
+            "cli/apply.rs",
+            "cli/compile.rs",
+            "cli/explain.rs",
+            "cli/forward.rs",
+            "cli/import.rs",
+            "cli/man.rs",
+            "cli/mod.rs",
+            "cli/qos.rs",
+            "cli/rollout.rs",
+            "cli/test.rs",
+        ],
+        "cli/mod.rs dispatches to the subcommands and holds the helpers they share; fwc plan is split across apply.rs and compile.rs",
+    ),
+    ("runtime", &["engine/load.rs", "engine/plan.rs"], "the loaded source and the plan refer to each other"),
+    (
+        "runtime",
+        &["import/firewalld.rs", "import/firewalld_source.rs", "import/mod.rs", "import/proof.rs", "import/source.rs", "import/translate.rs"],
+        "the importers share the chain walk and naming through translate.rs and mod.rs",
+    ),
+    ("runtime", &["state.rs", "state/parts.rs"], "the state dir and its chunk store use each other"),
+    ("ebpf", &["lib.rs", "pin_root.rs"], "the pin root resolver uses the crate root's error type and default"),
+];
+
+#[test]
+fn no_import_cycles_between_files_of_one_crate() {
+    let ws = root().join("..");
+    let mut problems = vec![];
+    let mut seen = vec![];
+    for krate in CRATES {
+        let graph = modgraph::Graph::read(&ws.join(krate).join("src"));
+        for cycle in graph.cycles() {
+            let known = KNOWN_CYCLES.iter().find(|(k, files, _)| k == krate && files.iter().copied().eq(cycle.iter().map(String::as_str)));
+            match known {
+                Some((_, _, name)) => seen.push(*name),
+                None => problems.push(format!(
+                    "{krate}: import cycle between {}:\n    {}",
+                    cycle.join(", "),
+                    graph.explain(&cycle).join("\n    ")
+                )),
+            }
+        }
+    }
+    for (krate, files, name) in KNOWN_CYCLES {
+        if !seen.contains(name) {
+            problems.push(format!("{krate}: the known cycle \"{name}\" ({}) is gone or changed: remove or update its entry in KNOWN_CYCLES", files.join(", ")));
+        }
+    }
+    assert!(problems.is_empty(), "files of one crate must not import each other, directly or in a loop (cut one edge: move the shared type down, or pass it in):\n{}", problems.join("\n"));
+}
+
+/// Decision modules: the pure cores that decide, with table tests; the I/O around them lives
+/// in other files. They name no git, filesystem, process, socket or async crate, read no
+/// clock (`now` is an input), and record no metric or audit entry.
+const PURE: &[(&str, &[&str])] = &[
+    (
+        "runtime",
+        &[
+            "rollout/controller.rs",
+            "rollout/follow.rs",
+            "rollout/window.rs",
+            "quota/decide.rs",
+            "backend/nft/diff.rs",
+            "backend/nft/lazy.rs",
+            "backend/published.rs",
+            "import/translate.rs",
+            "import/render.rs",
+        ],
+    ),
+];
+
+/// What a pure file may not name: token sequences of its code (comments and strings left out).
+const IMPURE: &[&[&str]] = &[
+    &["git2"],
+    &["tokio"],
+    &["hyper"],
+    &["std", "::", "fs"],
+    &["std", "::", "process"],
+    &["TcpStream"],
+    &["TcpListener"],
+    &["UdpSocket"],
+    &["ToSocketAddrs"],
+    &["Command", "::", "new"],
+    &["::", "now"],
+    &["metrics", "::"],
+    &["audit", "::"],
+];
+
+fn impure_uses(tokens: &[String]) -> Vec<String> {
+    let mut found = vec![];
+    for bad in IMPURE {
+        if tokens.windows(bad.len()).any(|w| w.iter().map(String::as_str).eq(bad.iter().copied())) {
+            found.push(bad.concat());
+        }
+    }
+    found
+}
+
+#[test]
+fn decision_modules_are_pure() {
+    let ws = root().join("..");
+    let mut bad = vec![];
+    for (krate, files) in PURE {
+        let graph = modgraph::Graph::read(&ws.join(krate).join("src"));
+        for f in *files {
+            let i = graph.files.iter().position(|g| g == f).unwrap_or_else(|| panic!("{krate}/src/{f} is listed as a decision module but does not exist"));
+            let found = impure_uses(&graph.tokens[i]);
+            if !found.is_empty() {
+                bad.push(format!("{krate}/src/{f}: {}", found.join(", ")));
+            }
+        }
+    }
+    // The compiler as a whole: its one reader of files is source.rs; it never reads the clock.
+    let graph = modgraph::Graph::read(&ws.join("compiler/src"));
+    for (f, tokens) in graph.files.iter().zip(&graph.tokens) {
+        let found: Vec<String> = impure_uses(tokens).into_iter().filter(|u| !(f == "source.rs" && u == "std::fs")).collect();
+        if !found.is_empty() {
+            bad.push(format!("compiler/src/{f}: {}", found.join(", ")));
+        }
+    }
+    assert!(bad.is_empty(), "decision modules must be pure (take the I/O's result as an argument, do the I/O in the caller):\n{}", bad.join("\n"));
+}
+
+/// Files whose comments still name an issue number instead of the concept (other work was
+/// changing them). This list only shrinks, like `KNOWN_CYCLES`.
+const ISSUE_NUMBER_COMMENTS: &[&str] = &[
+    "bench/src/bin/fwc-fleet-sim.rs",
+    "bench/src/bin/fwc-udpflood.rs",
+    "compiler/src/emit/forward.rs",
+    "compiler/src/emit/manifest.rs",
+    "compiler/src/emit/nft/containers.rs",
+    "compiler/src/emit/nft/filters.rs",
+    "compiler/src/emit/nft/forwards.rs",
+    "compiler/src/emit/nft/mod.rs",
+    "compiler/src/emit/nft/persource.rs",
+    "compiler/src/emit/nft/qos_marks.rs",
+    "compiler/src/emit/nft/quota.rs",
+    "compiler/src/emit/nft/schedule.rs",
+    "compiler/src/eval/effects.rs",
+    "compiler/src/eval/mod.rs",
+    "compiler/src/eval/nft.rs",
+    "compiler/src/eval/tests.rs",
+    "compiler/src/setlayout.rs",
+    "compiler/src/syntax.rs",
+    "compiler/tests/set_layout.rs",
+    "runtime/src/agent/mod.rs",
+    "runtime/src/agent/schedule.rs",
+    "runtime/src/agent/selfcheck.rs",
+    "runtime/src/backend/nft.rs",
+    "runtime/src/backend/nft/diff.rs",
+    "runtime/src/backend/nft/lazy.rs",
+    "runtime/src/cli/apply.rs",
+    "runtime/src/engine/observe.rs",
+    "runtime/src/engine/status.rs",
+    "runtime/src/rollout/mod.rs",
+    "runtime/tests/apply_nft_diff.rs",
+    "runtime/tests/big_set_changes.rs",
+    "runtime/tests/fleet_agent.rs",
+    "runtime/tests/import_real.rs",
+];
+
+/// Does this comment name an issue by its number (the word followed by a number, with or
+/// without `#`; a `#` and a number in parentheses; a `#` number followed by "item")?
+fn names_an_issue(comment: &str) -> bool {
+    let lower = comment.to_ascii_lowercase();
+    let digit_after = |s: &str, at: usize| s[at..].trim_start_matches('#').starts_with(|c: char| c.is_ascii_digit());
+    lower.match_indices("issue ").any(|(i, _)| (i == 0 || !lower.as_bytes()[i - 1].is_ascii_alphanumeric()) && digit_after(&lower, i + 6))
+        || lower.match_indices("(#").any(|(i, _)| digit_after(&lower, i + 2))
+        || lower.match_indices('#').any(|(i, _)| {
+            let rest = &lower[i + 1..];
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            digits > 0 && rest[digits..].starts_with(" item")
+        })
+}
+
+#[test]
+fn comments_name_concepts_not_issue_numbers() {
+    let ws = root().join("..");
+    let mut found = std::collections::BTreeMap::new();
+    for krate in CRATES {
+        let mut files = vec![];
+        for dir in ["src", "tests"] {
+            if ws.join(krate).join(dir).is_dir() {
+                rust_files(&ws.join(krate).join(dir), &mut files);
+            }
+        }
+        for f in files {
+            let rel = f.strip_prefix(&ws).unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if line.find("//").is_some_and(|i| names_an_issue(&line[i..])) {
+                    found.entry(rel.clone()).or_insert_with(|| format!("{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    let new: Vec<&String> = found.iter().filter(|(f, _)| !ISSUE_NUMBER_COMMENTS.contains(&f.as_str())).map(|(_, l)| l).collect();
+    let clean: Vec<&&str> = ISSUE_NUMBER_COMMENTS.iter().filter(|f| !found.contains_key(**f)).collect();
+    assert!(new.is_empty(), "comments name the concept they explain, not an issue number:\n{}", new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"));
+    assert!(clean.is_empty(), "these files no longer name issue numbers: remove them from ISSUE_NUMBER_COMMENTS: {clean:?}");
 }

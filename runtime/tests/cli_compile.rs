@@ -399,7 +399,7 @@ fn completions_for_bash() {
     assert_ne!(code(&o), 0);
 }
 
-/// Issue #14: sets from files. `file=` (repeatable) reads lists/ of the repository, combined
+/// Sets from files. `file=` (repeatable) reads lists/ of the repository, combined
 /// with inline elements, in the work tree (`compile`) and in a git commit (`plan --from/--to`):
 /// a change of the set file alone is a change of the set.
 #[test]
@@ -450,7 +450,7 @@ fn set_files_in_the_work_tree_and_in_git() {
     assert!(text(&o.stderr).contains("lists/firehol.netset:2:1"), "{}", shown(&o));
 }
 
-/// Issue #14: lints are warnings (exit 0, with file:line:col and a hint); `--deny-warnings`
+/// Lints are warnings (exit 0, with file:line:col and a hint); `--deny-warnings`
 /// makes them fail CI (exit 1).
 #[test]
 fn check_deny_warnings_fails_on_lints() {

@@ -1,4 +1,4 @@
-//! fwc next to Docker (#14 "Containers"): Docker's real rule layout, loaded with iptables-nft
+//! fwc next to Docker: Docker's real rule layout, loaded with iptables-nft
 //! into a test namespace (the tables, chains and a published-port DNAT exactly as a Docker
 //! host's `iptables-save` shows them), a bridge `docker0` with a "container" namespace behind
 //! it, and clients in their own namespaces. fwc's `containers` rules decide who reaches the

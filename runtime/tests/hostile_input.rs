@@ -1,4 +1,4 @@
-//! Hostile and clumsy input (#11): what a commit contains must never crash, hang or wedge fwc.
+//! Hostile and clumsy input: what a commit contains must never crash, hang or wedge fwc.
 //! Each case is a reproduction from the issue: the command must end by itself, with exit 1 and
 //! a diagnostic that has file:line:column — never an abort (134), a panic (101) or a hang.
 

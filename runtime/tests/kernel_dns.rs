@@ -1,4 +1,4 @@
-//! DNS-named targets (#16 item 3), privileged, real traffic: a forward to a DNS name with
+//! DNS-named targets, privileged, real traffic: a forward to a DNS name with
 //! nothing else needing userspace is nftables DNAT; the forwarder (in the fwc host's namespace,
 //! `/etc/netns/<ns>/resolv.conf` pointing at a dnsmasq in the backend's) resolves the name and
 //! installs its address. When the name's address changes, new connections follow within the

@@ -310,7 +310,7 @@ fn golden_cases_and_examples_agree_with_the_kernel() {
             for host in fwc_compiler::host_names(&rs) {
                 let Ok(view) = fwc_compiler::load_host(&tree, Some(&host)) else { continue };
                 hosts += 1;
-                // Schedules (issue #26): the kernel matches the real clock, so the rules are
+                // Schedules: the kernel matches the real clock, so the rules are
                 // compiled and evaluated at the time the packets are sent; a flow whose answer
                 // changes while they are (a window's edge) is not compared.
                 let before = jiff::Timestamp::now();
@@ -345,7 +345,7 @@ fn golden_cases_and_examples_agree_with_the_kernel() {
     assert!(disagreements.is_empty(), "{} disagreements; first:\n{}", disagreements.len(), disagreements.iter().take(3).cloned().collect::<Vec<_>>().join("\n\n"));
 }
 
-/// What imported rulesets use behaves in the kernel as the evaluator says (issue 25): ICMP
+/// What imported rulesets use behaves in the kernel as the evaluator says: ICMP
 /// types (an echo reply without its request is `invalid`), the ways to reject, a log rule that
 /// lets matching go on, `state=`, `policy=reject` with a kernel forward still passing, and
 /// source NAT of a network (masquerade to the out interface's address, snat to a fixed one:
@@ -429,7 +429,7 @@ forward "web" listen=":8080" to="10.0.0.5:80"
     assert!(scratch_namespaces().is_empty());
 }
 
-/// Issue #27: a big set as hash sets per prefix length with masked lookups. Real packets from
+/// A big set as hash sets per prefix length with masked lookups. Real packets from
 /// a sample of addresses (every boundary of a sample of the set's networks and ranges, both
 /// families, and random ones) get the same answer from the kernel as from the pure evaluator,
 /// and that answer is what the set as written says (the reference model).

@@ -1,4 +1,4 @@
-//! Health checks on the kernel path (#16 item 2): a health-checked forward to IP literals stays
+//! Health checks on the kernel path: a health-checked forward to IP literals stays
 //! on nftables DNAT; the forwarder (`fwc forward --state-dir`, in the host's namespace) probes
 //! the targets and rewrites the forward's dispatch chain. Real connections through the DNAT
 //! show a stopped target taken out within interval × fall and back after rise; the rewrite is
@@ -78,7 +78,7 @@ fn kernel_forward_fails_over_by_health_checks() {
     // B stops: out within interval × fall (+ one interval for the probe phase, + slack for nft).
     let stop = Instant::now();
     t.backend.exec(&["kill", &b.to_string()]);
-    // A deadline, not a budget (issue #27): the time it took is printed, never asserted.
+    // A deadline, not a budget: the time it took is printed, never asserted.
     until_only(&t, "A", Duration::from_secs(60));
     eprintln!("B taken out after {:?} (interval {INTERVAL_MS} ms × fall {FALL})", stop.elapsed());
     assert!(!dispatch_rule(&t).contains("fhc4_web_t1"), "{}", dispatch_rule(&t));

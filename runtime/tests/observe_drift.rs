@@ -1,4 +1,4 @@
-//! Complete observation (#12 item 3): drift of the eBPF QoS dataplane (`fwc qos detach`, a TCX
+//! Complete observation: drift of the eBPF QoS dataplane (`fwc qos detach`, a TCX
 //! link detached with `bpftool link detach`) and of the userspace forwarder (a listener removed
 //! over its control socket, the forwarder killed) is reported per object by `fwc status` (exit
 //! 2) and `fwc plan` (exit 2 with --detailed-exitcode), and healed by `fwc apply` although the

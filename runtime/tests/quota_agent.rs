@@ -1,4 +1,4 @@
-//! quota (issue #26) under the real agent: `fwc agent` applies a kernel forward with
+//! quota under the real agent: `fwc agent` applies a kernel forward with
 //! `quota="2MB/day"` from a git repository into the fwc-host namespace of a [`Topology`]; after
 //! a download past it the agent exports `fwc_quota_used_bytes` / `fwc_quota_limit_bytes` and
 //! logs the 80 % and used-up warnings once; an unrelated commit and an agent restart keep it

@@ -1,4 +1,4 @@
-//! quota (issue #26) with real traffic: a kernel forward with `quota="2MB/day"` inside the
+//! quota with real traffic: a kernel forward with `quota="2MB/day"` inside the
 //! fwc-host namespace of a [`Topology`] stops a download past 2 MB; an unrelated commit,
 //! `fwc rollback`, a new fwc process and a "reboot" (the table gone, the state dir kept) do not
 //! reset it; the next day does — the clock is `FWC_TEST_NOW`, never a sleep. Nothing is loaded

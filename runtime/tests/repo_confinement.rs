@@ -1,4 +1,4 @@
-//! Repository confinement (#11): fwc reads files only inside the rule repository. A symlink
+//! Repository confinement: fwc reads files only inside the rule repository. A symlink
 //! whose target leaves it is refused with a diagnostic and its target is never read — on the
 //! work-tree path (`fwc check`) and on the git-object path (`fwc plan --from`, the agent) with
 //! the same verdict. Symlinks that stay inside are followed on both paths. Bytes that are not

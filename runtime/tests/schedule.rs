@@ -1,4 +1,4 @@
-//! Schedules (issue #26) with real packets: `during=` windows (Europe/Berlin) around "now"
+//! Schedules with real packets: `during=` windows (Europe/Berlin) around "now"
 //! admit and windows outside refuse, on filter rules and port forwards, and `fwc explain`
 //! agrees with the kernel; an `until=` in the past removes the rule (`fwc apply`, and the
 //! agent's reconcile once its clock passes the date); the agent compiles again when the

@@ -1,4 +1,4 @@
-//! The state dir can be trusted (#12 item 6): it is 0700 with 0600 files whatever the umask,
+//! The state dir can be trusted: it is 0700 with 0600 files whatever the umask,
 //! no other user can take its lock, and a generation whose files no longer match the digests in
 //! its `applied.json` is refused by `fwc rollback` and `fwc status` with nothing changed.
 //! Privileged: real `fwc apply` into a namespace of the test's own.

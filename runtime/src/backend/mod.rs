@@ -68,11 +68,11 @@ pub struct Observation {
     pub sni: Vec<SniConnections>,
     /// Health of health-checked forward targets: (rule, `host:port`, up).
     pub target_health: Vec<(String, String, bool)>,
-    /// Fill of the per-source limits' tracking sets (issue #26).
+    /// Fill of the per-source limits' tracking sets.
     pub per_source: Vec<PerSourceFill>,
 }
 
-/// One per-source tracking set (issue #26): a rule's rate or connection limit, one address
+/// One per-source tracking set: a rule's rate or connection limit, one address
 /// family; `entries` of at most `size` sources (new sources are refused when they are equal).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct PerSourceFill {

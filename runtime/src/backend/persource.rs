@@ -1,4 +1,4 @@
-//! The fill of the per-source limits' tracking tables (issue #26, `fwc_compiler::persource`):
+//! The fill of the per-source limits' tracking tables (`fwc_compiler::persource`):
 //! the kernel sets, counted from the full listing the drift check takes anyway (no extra
 //! kernel round trip), and the forwarder's tables, from its status. Exported as
 //! `fwc_per_source_entries` / `fwc_per_source_size`.

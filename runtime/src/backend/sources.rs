@@ -22,7 +22,7 @@ fn mention_end(line: &str, r: &ManifestRule) -> Option<(usize, bool)> {
     let inside = |e: Option<usize>| e.map(|e| (e - 1, true));
     match r.kind {
         // nftables objects: `set office_v4: …`, `set office_v6 was deleted`.
-        // A big set's hash sets: `set blocklist_v4_24: …` (issue #27).
+        // A big set's hash sets: `set blocklist_v4_24: …`.
         RuleKind::Set => outside(["_v4", "_v6", ""].iter().find_map(|sfx| {
             let pat = format!("set {n}{sfx}");
             let rest = line.strip_prefix(&pat)?;

@@ -99,21 +99,7 @@ fn kernel_check(tree: &SourceTree, report: &mut Report) -> Result<()> {
         let (artifacts, _) = fwc_compiler::compile_at(tree, Some(&host), None, jiff::Timestamp::now()).map_err(|d| miette::miette!("{}", d.render(false)))?;
         let idx: Vec<usize> = (0..report.results.len()).filter(|&i| report.results[i].host == host).collect();
         let flows: Vec<_> = idx.iter().map(|&i| report.results[i].flow.clone()).collect();
-        let kernel_err = |e: crate::kernel_eval::KernelError| miette::miette!(help = "run fwc test --kernel as root; it only touches namespaces it creates", "kernel mode: {e}");
-        let mut outcomes = crate::kernel_eval::evaluate_all(&artifacts, &flows).map_err(kernel_err)?;
-        // A disagreement is confirmed before it is reported: its flows are sent once more, in a
-        // fresh namespace. On a busy machine an ICMPv6 echo request was seen `ct state invalid`
-        // about one run in three (golden 29, cause not found yet); a real disagreement repeats.
-        let disagreeing: Vec<usize> = (0..flows.len())
-            .filter(|&j| report.results[idx[j]].at.is_none())
-            .filter(|&j| outcomes[j].as_ref().is_some_and(|k| !crate::kernel_eval::agree(&flows[j], &report.results[idx[j]].explanation, k)))
-            .collect();
-        if !disagreeing.is_empty() {
-            let again: Vec<_> = disagreeing.iter().map(|&j| flows[j].clone()).collect();
-            for (j, k) in disagreeing.into_iter().zip(crate::kernel_eval::evaluate_all(&artifacts, &again).map_err(kernel_err)?) {
-                outcomes[j] = k;
-            }
-        }
+        let outcomes = crate::kernel_eval::evaluate_all(&artifacts, &flows).map_err(|e| miette::miette!(help = "run fwc test --kernel as root; it only touches namespaces it creates", "kernel mode: {e}"))?;
         for (i, k) in idx.into_iter().zip(outcomes) {
             let r = &mut report.results[i];
             match k {
@@ -160,7 +146,7 @@ fn human(r: &Report, dir: &str, color: bool) -> String {
         let _ = writeln!(out, "{status} {} [{}] {}", loc(&t.location), t.host, t.name);
         if t.passed {
             let _ = writeln!(out, "     {}: {}{decided_at}", t.expected, t.decided_by);
-            // Per-source limits (issue #26): an accept holds only within them; say so.
+            // Per-source limits: an accept holds only within them; say so.
             for l in &t.explanation.limits {
                 let _ = writeln!(out, "     limit: {l}");
             }

@@ -1,4 +1,4 @@
-//! Traffic quotas at run time (issue #26): the usage ledger persisted in the state dir
+//! Traffic quotas at run time: the usage ledger persisted in the state dir
 //! (`ledger`), the pure bookkeeping decision per quota (`decide`: period, reset, restore, the
 //! 80 % warning), and the thin I/O around the kernel's quota objects (`kernel`: read usage,
 //! reset, restore `used` into a batch that (re)creates an object, sync).

@@ -1,4 +1,4 @@
-//! A big `nftables.json` of a generation stored in pieces (issue #27): the text outside the
+//! A big `nftables.json` of a generation stored in pieces: the text outside the
 //! element lists inline, each element list cut into chunks at element lines chosen by their
 //! content (adding or removing one element changes the one chunk around it), each chunk a
 //! content-addressed file `D/blobs/<sha256>` shared by every generation that has it. So a

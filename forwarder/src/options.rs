@@ -1,0 +1,60 @@
+//! Process-level settings of the forwarder (not part of `forward.json`): splice, pipe sizes,
+//! UDP offload, draining, the SNI peek timeout, each with its environment override.
+
+use std::time::Duration;
+
+use crate::splice::{DEFAULT_PIPE_MAX, DEFAULT_PIPE_SIZE};
+
+/// Default time a client has to send its ClientHello on an SNI-routed socket.
+pub const DEFAULT_SNI_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Process-level settings of the forwarder (not part of `forward.json`).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Move uncapped and capped TCP with splice(2); off = buffered copy. Default on; the
+    /// environment variable `FWC_FORWARD_SPLICE=0` turns it off.
+    pub splice: bool,
+    /// Pipe capacity requested with F_SETPIPE_SZ (env `FWC_FORWARD_PIPE_SIZE` overrides the default).
+    pub pipe_size: usize,
+    /// Capacity a pipe grows to while a flow fills it (env `FWC_FORWARD_PIPE_MAX`; at least
+    /// `pipe_size`; equal to it: pipes never grow).
+    pub pipe_max: usize,
+    /// Empty pipes kept for reuse.
+    pub pipe_pool: usize,
+    /// UDP offload: `UDP_GRO` on receive, `UDP_SEGMENT` (GSO) on send, where the kernel has
+    /// them. Default on; `FWC_FORWARD_UDP_OFFLOAD=0` turns it off (one datagram per message).
+    pub udp_offload: bool,
+    /// How long connections of a removed listener may run before they are cut.
+    pub drain_timeout: Duration,
+    /// listen(2) backlog.
+    pub backlog: i32,
+    /// How long a client of an SNI-routed socket has to send its whole ClientHello before it
+    /// is closed (env `FWC_FORWARD_SNI_TIMEOUT_MS`; default 5 s).
+    pub sni_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let splice = !matches!(std::env::var("FWC_FORWARD_SPLICE").as_deref(), Ok("0") | Ok("off") | Ok("false"));
+        Options {
+            splice,
+            pipe_size: std::env::var("FWC_FORWARD_PIPE_SIZE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_PIPE_SIZE),
+            pipe_max: std::env::var("FWC_FORWARD_PIPE_MAX")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_PIPE_MAX),
+            pipe_pool: 256,
+            udp_offload: !matches!(std::env::var("FWC_FORWARD_UDP_OFFLOAD").as_deref(), Ok("0") | Ok("off") | Ok("false")),
+            drain_timeout: Duration::from_secs(30),
+            backlog: 4096,
+            sni_timeout: std::env::var("FWC_FORWARD_SNI_TIMEOUT_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis)
+                .unwrap_or(DEFAULT_SNI_TIMEOUT),
+        }
+    }
+}
