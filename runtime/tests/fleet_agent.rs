@@ -242,7 +242,7 @@ fn replayed_deleted_and_bypassed_rollout_states_are_not_followed() {
 
     // Deleted ref, and a tip without a `rollout` block: the host holds on c3.
     git(&repo.bare, &["update-ref", "-d", "refs/heads/fwc-rollout"]);
-    let c4 = repo.commit("fwc 1\ninput policy=drop {\n    allow \"p84\" proto=tcp port=84\n}\n", "v4 drops the rollout block", None, false);
+    let c4 = repo.commit("fwc 1\nhost \"canary-1\" {\n    labels role=canary\n}\ninput policy=drop {\n    allow \"p84\" proto=tcp port=84\n}\n", "v4 drops the rollout block", None, false);
     assert!(wait_until(Duration::from_secs(15), || held(&agent, "state_missing")), "{}\n{}", agent.scrape(), agent.log_text());
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(applied(&sc), Some(c3.clone()), "the tip was applied without a rollout state");
@@ -260,7 +260,7 @@ fn replayed_deleted_and_bypassed_rollout_states_are_not_followed() {
     done.policy_commit = Some(c3.clone());
     push_state(&repo, &done);
     wait_entry(&sc, &c4, "apply", &agent);
-    let c5 = repo.commit("fwc 1\ninput policy=drop {\n    allow \"p85\" proto=tcp port=85\n}\n", "v5", None, false);
+    let c5 = repo.commit("fwc 1\nhost \"canary-1\" {\n    labels role=canary\n}\ninput policy=drop {\n    allow \"p85\" proto=tcp port=85\n}\n", "v5", None, false);
     wait_entry(&sc, &c5, "apply", &agent);
     assert_audit_verifies(&sc);
 }
