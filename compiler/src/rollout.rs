@@ -219,14 +219,12 @@ pub fn render_waves(plan: &FleetPlan) -> String {
         s.push_str("No rollout policy: every agent applies the branch tip as soon as it sees it.\n");
         return s;
     };
-    let _ = writeln!(
-        s,
-        "Rollout policy: {} wave(s), {} declared host(s); on failure: {}; missing hosts pause the rollout after {}.",
-        policy.waves.len(),
-        plan.hosts.len(),
-        policy.on_failure.as_str(),
-        format_secs(policy.missing_timeout_secs)
-    );
+    let _ = writeln!(s, "Rollout policy: {} wave(s), {} declared host(s).", policy.waves.len(), plan.hosts.len());
+    let on_failure = match policy.on_failure {
+        fwc_artifacts::rollout::OnFailure::Halt => "halt (promoted hosts keep the commit)",
+        fwc_artifacts::rollout::OnFailure::Rollback => "rollback (promoted hosts go back to the stable commit)",
+    };
+    let _ = writeln!(s, "On failure: {on_failure}; missing hosts of the wave being promoted pause the rollout after {}.", format_secs(policy.missing_timeout_secs));
     for (i, w) in policy.waves.iter().enumerate() {
         let hosts: Vec<&str> = plan.hosts_of(i).map(|h| h.name.as_str()).collect();
         let _ = write!(s, "\nwave {} \"{}\": {}; {} host(s)", i + 1, w.name, describe_select(&w.select), hosts.len());
@@ -353,6 +351,18 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
             _ => {}
         }
         for g in &w.gates {
+            if let Some(q) = g.query.as_ref().filter(|q| !q.value.trim().is_empty()) {
+                if let Err(why) = promql_parser::parser::parse(&q.value) {
+                    out.push(err(
+                        "rollout-bad-query",
+                        &format!("gate \"{}\" of {rule}", g.name.value),
+                        format!("this gate's query is not PromQL: {}", why.trim()),
+                        q.span,
+                        "does not parse",
+                        "the controller would count this gate as failing at every step; fix the expression (try it in Prometheus' expression browser), e.g. query=\"sum(rate(http_requests_errors_total[5m])) / sum(rate(http_requests_total[5m]))\"".into(),
+                    ));
+                }
+            }
             if let Some(q) = g.query.as_ref().filter(|q| q.value.trim().is_empty()) {
                 out.push(err(
                     "rollout-empty-query",
@@ -544,6 +554,30 @@ host "web-4" { labels role=web; }
         let json = serde_json::to_string(&p).unwrap();
         assert!(!json.contains("on_failure") && !json.contains("missing_timeout") && !json.contains("max_parallel"), "{json}");
         assert!(render_waves(&fleet_plan(&tree(&text)).unwrap()).contains("max-parallel 25%"));
+    }
+
+    /// Every gate's query is parsed as PromQL: a typo is an error at the query, with what the
+    /// parser says; valid expressions (the documented ones among them) pass.
+    #[test]
+    fn gate_queries_are_parsed_as_promql() {
+        let gate = |q: &str| format!("{FLEET}rollout {{\n    wave \"canary\" on=\"role=canary\" {{\n        gate \"errors\" query={} max=0.01\n    }}\n    wave \"all\"\n}}\n", serde_json::to_string(q).unwrap());
+        for good in [
+            "sum(rate(http_requests_errors_total[5m])) / sum(rate(http_requests_total[5m]))",
+            "min(up{job=\"web\"})",
+            "histogram_quantile(0.99, sum by (le) (rate(http_request_duration_seconds_bucket[5m])))",
+            "max(test_error_ratio)",
+        ] {
+            assert!(fleet_plan(&tree(&gate(good))).is_ok(), "{good}");
+        }
+        for bad in ["sum(rate(http_requests_total[5m])", "rate(x[5q])", "max by (host test_error_ratio)", "sum(x) +"] {
+            let d = match crate::check_all(&tree(&gate(bad))) {
+                Ok(w) | Err(w) => w,
+            };
+            let e = d.0.iter().find(|d| d.code == "fwc::rollout-bad-query").unwrap_or_else(|| panic!("{bad}: {d:?}"));
+            let at = e.location.as_ref().unwrap_or_else(|| panic!("{e:?}"));
+            assert_eq!((at.file.as_str(), at.line), ("fwc.kdl", 9), "{e:?}");
+            assert!(e.message.starts_with("this gate's query is not PromQL: "), "{e:?}");
+        }
     }
 
     #[test]

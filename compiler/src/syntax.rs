@@ -1473,37 +1473,38 @@ fn parse_soak(s: &str) -> Result<u64, UnitError> {
     Ok(ms / 1000)
 }
 
-/// `max-unavailable=2` (hosts) or `max-unavailable="10%"` (of the wave's hosts).
-fn parse_max_unavailable(s: &str) -> Result<fwc_artifacts::rollout::MaxUnavailable, UnitError> {
-    use fwc_artifacts::rollout::MaxUnavailable;
-    let help = "write max-unavailable=2 (hosts of the wave that may be missing) or max-unavailable=\"10%\" (of the wave's hosts)";
+/// A count of hosts (`2`) or a share of a wave (`"10%"`, from `min_percent` to 100%): the value
+/// of `max-unavailable=` and `max-parallel=`. Ok(Err(n)) is a count, Ok(Ok(p)) a percentage.
+fn parse_count_or_percent(s: &str, min_percent: u32, help: &str) -> Result<Result<u8, u32>, UnitError> {
     let bad = |m: String| UnitError { message: m, help: help.into() };
     let t = s.trim();
     if let Some(p) = t.strip_suffix('%') {
         return match p.trim().parse::<u32>() {
-            Ok(n @ 0..=100) => Ok(MaxUnavailable::Percent(n as u8)),
-            _ => Err(bad(format!("\"{s}\" is not a percentage from 0% to 100%"))),
+            Ok(n) if (min_percent..=100).contains(&n) => Ok(Ok(n as u8)),
+            _ => Err(bad(format!("\"{s}\" is not a percentage from {min_percent}% to 100%"))),
         };
     }
-    t.parse::<u32>().map(MaxUnavailable::Hosts).map_err(|_| bad(format!("\"{s}\" is not a number of hosts or a percentage")))
+    t.parse::<u32>().map(Err).map_err(|_| bad(format!("\"{s}\" is not a number of hosts or a percentage")))
+}
+
+/// `max-unavailable=2` (hosts) or `max-unavailable="10%"` (of the wave's hosts).
+fn parse_max_unavailable(s: &str) -> Result<fwc_artifacts::rollout::MaxUnavailable, UnitError> {
+    use fwc_artifacts::rollout::MaxUnavailable;
+    let help = "write max-unavailable=2 (hosts of the wave that may be missing) or max-unavailable=\"10%\" (of the wave's hosts)";
+    Ok(match parse_count_or_percent(s, 0, help)? {
+        Ok(p) => MaxUnavailable::Percent(p),
+        Err(n) => MaxUnavailable::Hosts(n),
+    })
 }
 
 /// `max-parallel=50` (hosts of the wave applying at once) or `max-parallel="25%"` (of the wave).
 fn parse_max_parallel(s: &str) -> Result<fwc_artifacts::rollout::MaxParallel, UnitError> {
     use fwc_artifacts::rollout::MaxParallel;
     let help = "write max-parallel=50 (at most 50 hosts of the wave apply at once) or max-parallel=\"25%\" (of the wave's hosts)";
-    let bad = |m: String| UnitError { message: m, help: help.into() };
-    let t = s.trim();
-    if let Some(p) = t.strip_suffix('%') {
-        return match p.trim().parse::<u32>() {
-            Ok(n @ 1..=100) => Ok(MaxParallel::Percent(n as u8)),
-            _ => Err(bad(format!("\"{s}\" is not a percentage from 1% to 100%"))),
-        };
-    }
-    match t.parse::<u32>() {
-        Ok(0) => Err(bad("max-parallel=0 would never apply the wave".into())),
-        Ok(n) => Ok(MaxParallel::Hosts(n)),
-        Err(_) => Err(bad(format!("\"{s}\" is not a number of hosts or a percentage"))),
+    match parse_count_or_percent(s, 1, help)? {
+        Ok(p) => Ok(MaxParallel::Percent(p)),
+        Err(0) => Err(UnitError { message: "max-parallel=0 would never apply the wave".into(), help: help.into() }),
+        Err(n) => Ok(MaxParallel::Hosts(n)),
     }
 }
 
