@@ -44,6 +44,51 @@ pub struct RolloutPolicy {
     /// included). Empty = any time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<Window>,
+    /// `on-failure=`: whether a halt for a host's failure sends the promoted hosts back to
+    /// `stable` (`rollback`) or lets them keep the commit (`halt`, the default; a host that
+    /// failed has already reverted itself).
+    #[serde(default, skip_serializing_if = "OnFailure::is_default")]
+    pub on_failure: OnFailure,
+    /// `missing-timeout=`: how long the controller waits for the missing hosts of the wave
+    /// being promoted (beyond `max-unavailable`) before it pauses the rollout, naming them
+    /// (seconds). A missing host never halts a rollout.
+    #[serde(default = "default_missing_timeout", skip_serializing_if = "is_default_missing_timeout")]
+    pub missing_timeout_secs: u64,
+}
+
+/// Default of `missing-timeout=`: 10 minutes.
+pub const DEFAULT_MISSING_TIMEOUT_SECS: u64 = 600;
+
+fn default_missing_timeout() -> u64 {
+    DEFAULT_MISSING_TIMEOUT_SECS
+}
+
+fn is_default_missing_timeout(s: &u64) -> bool {
+    *s == DEFAULT_MISSING_TIMEOUT_SECS
+}
+
+/// `rollout on-failure=…`: what an automatic halt does to the promoted hosts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFailure {
+    /// Stop promoting; every host keeps what it has (a host that failed reverted itself).
+    #[default]
+    Halt,
+    /// Stop promoting and send every promoted host back to `stable`.
+    Rollback,
+}
+
+impl OnFailure {
+    pub fn is_default(&self) -> bool {
+        *self == OnFailure::Halt
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Halt => "halt",
+            OnFailure::Rollback => "rollback",
+        }
+    }
 }
 
 /// A promotion window: on `days`, from `start_min` to `end_min` (minutes after local midnight,
@@ -82,6 +127,30 @@ pub struct Wave {
     /// PromQL gates that must hold before the *next* wave is promoted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<Gate>,
+    /// `max-parallel=`: at most this many of the wave's hosts apply at once, in stable-hash
+    /// order; the next batch when the previous one reports applied and healthy. None: the
+    /// whole wave at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel: Option<MaxParallel>,
+}
+
+/// `max-parallel=`: a count of hosts or a percentage of the wave (at least one host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum MaxParallel {
+    Hosts(u32),
+    Percent(u8),
+}
+
+impl MaxParallel {
+    /// The batch size for a wave of `hosts` hosts (at least 1).
+    pub fn batch(self, hosts: usize) -> usize {
+        match self {
+            MaxParallel::Hosts(n) => n as usize,
+            MaxParallel::Percent(p) => hosts * p as usize / 100,
+        }
+        .max(1)
+    }
 }
 
 /// How a wave picks its hosts (among the hosts no earlier wave took).
@@ -170,6 +239,31 @@ pub struct RolloutState {
     pub since: String,
     /// RFC 3339 UTC time the `promoted` wave was promoted (the soak clock).
     pub promoted_at: Option<String>,
+    /// Counts the transitions: every state has a higher generation than the one it was built
+    /// on. Agents accept a new state only when its commit descends from the last state they
+    /// accepted and its generation is higher (a replayed older state is refused).
+    #[serde(default)]
+    pub generation: u64,
+    /// The state commit this state was decided from (None: the first state).
+    #[serde(default)]
+    pub predecessor: Option<String>,
+    /// The commit whose `rollout` policy governs this rollout (its waves, batches and
+    /// timeouts): the stable commit's when it has one, so a commit that drops or weakens the
+    /// policy is itself rolled out wave by wave. None: `commit`'s own (states written before
+    /// this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_commit: Option<String>,
+    /// `max-parallel` of the promoted wave: hosts of that wave whose [`host_bucket`] is below
+    /// this may apply; None: every host of the wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_below: Option<u32>,
+}
+
+impl RolloutState {
+    /// The commit whose policy places hosts in waves.
+    pub fn policy_commit(&self) -> &str {
+        self.policy_commit.as_deref().unwrap_or(&self.commit)
+    }
 }
 
 /// The state of a rollout.
@@ -228,6 +322,10 @@ mod tests {
             reason: "new tip".into(),
             since: "2026-11-26T12:00:00Z".into(),
             promoted_at: Some("2026-11-26T12:00:00Z".into()),
+            generation: 3,
+            predecessor: Some("b".repeat(40)),
+            policy_commit: None,
+            batch_below: None,
         };
         let text = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<RolloutState>(&text).unwrap(), s);

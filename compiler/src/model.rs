@@ -696,12 +696,16 @@ pub struct RolloutDecl {
     pub probes: Vec<ProbeDecl>,
     /// `window allow=… / deny=…` nodes that parsed (span: the node).
     pub windows: Vec<Spanned<fwc_artifacts::rollout::Window>>,
+    /// `on-failure="halt"|"rollback"`.
+    pub on_failure: Option<Spanned<fwc_artifacts::rollout::OnFailure>>,
+    /// `missing-timeout="10m"`, in seconds.
+    pub missing_timeout_secs: Option<Spanned<u64>>,
     /// The `rollout` node's name.
     #[serde(skip)]
     pub span: Span,
 }
 
-/// `wave "canary" on="role=canary" soak="10m" max-unavailable=1 { gate … }`
+/// `wave "canary" on="role=canary" soak="10m" max-unavailable=1 max-parallel="25%" { gate … }`
 #[derive(Debug, Clone, Serialize)]
 pub struct WaveDecl {
     pub name: Spanned<String>,
@@ -710,6 +714,7 @@ pub struct WaveDecl {
     pub percent: Option<Spanned<u8>>,
     pub soak_secs: Option<Spanned<u64>>,
     pub max_unavailable: Option<Spanned<fwc_artifacts::rollout::MaxUnavailable>>,
+    pub max_parallel: Option<Spanned<fwc_artifacts::rollout::MaxParallel>>,
     pub gates: Vec<GateDecl>,
     #[serde(skip)]
     pub span: Span,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxUnavailable, RolloutPolicy, Wave, WaveSelect, Window};
+use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxParallel, MaxUnavailable, RolloutPolicy, Wave, WaveSelect, Window, DEFAULT_MISSING_TIMEOUT_SECS};
 use serde::Serialize;
 
 use crate::diag::{Diagnostic, Diagnostics};
@@ -104,12 +104,15 @@ pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
                     Some(Gate { name: g.name.value.clone(), query: g.query.as_ref()?.value.clone(), op, threshold, allow_empty: g.allow_empty })
                 })
                 .collect(),
+            max_parallel: w.max_parallel.as_ref().map(|m| m.value),
         })
         .collect();
     RolloutPolicy {
         waves,
         probes: decl.probes.iter().filter_map(|p| p.probe.as_ref().map(|p| p.value.clone())).collect(),
         windows: decl.windows.iter().map(|w| w.value.clone()).collect(),
+        on_failure: decl.on_failure.as_ref().map(|o| o.value).unwrap_or_default(),
+        missing_timeout_secs: decl.missing_timeout_secs.as_ref().map_or(DEFAULT_MISSING_TIMEOUT_SECS, |m| m.value),
     }
 }
 
@@ -190,7 +193,7 @@ impl FleetPlan {
 pub fn describe_select(select: &WaveSelect) -> String {
     match select {
         WaveSelect::On(s) => format!("on=\"{s}\""),
-        WaveSelect::Percent(p) => format!("{p}% of the hosts left, by a stable hash of the name"),
+        WaveSelect::Percent(p) => format!("the first {p}% of the fleet by a stable hash of the name (cumulative; hosts of earlier waves excluded)"),
         WaveSelect::Rest => "every host left".into(),
     }
 }
@@ -217,6 +220,11 @@ pub fn render_waves(plan: &FleetPlan) -> String {
         return s;
     };
     let _ = writeln!(s, "Rollout policy: {} wave(s), {} declared host(s).", policy.waves.len(), plan.hosts.len());
+    let on_failure = match policy.on_failure {
+        fwc_artifacts::rollout::OnFailure::Halt => "halt (promoted hosts keep the commit)",
+        fwc_artifacts::rollout::OnFailure::Rollback => "rollback (promoted hosts go back to the stable commit)",
+    };
+    let _ = writeln!(s, "On failure: {on_failure}; missing hosts of the wave being promoted pause the rollout after {}.", format_secs(policy.missing_timeout_secs));
     for (i, w) in policy.waves.iter().enumerate() {
         let hosts: Vec<&str> = plan.hosts_of(i).map(|h| h.name.as_str()).collect();
         let _ = write!(s, "\nwave {} \"{}\": {}; {} host(s)", i + 1, w.name, describe_select(&w.select), hosts.len());
@@ -230,6 +238,15 @@ pub fn render_waves(plan: &FleetPlan) -> String {
             }
             MaxUnavailable::Percent(p) => {
                 let _ = write!(s, "; max-unavailable {p}%");
+            }
+        }
+        match w.max_parallel {
+            None => {}
+            Some(MaxParallel::Hosts(n)) => {
+                let _ = write!(s, "; max-parallel {n}");
+            }
+            Some(MaxParallel::Percent(p)) => {
+                let _ = write!(s, "; max-parallel {p}%");
             }
         }
         s.push('\n');
@@ -334,6 +351,18 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
             _ => {}
         }
         for g in &w.gates {
+            if let Some(q) = g.query.as_ref().filter(|q| !q.value.trim().is_empty()) {
+                if let Err(why) = promql_parser::parser::parse(&q.value) {
+                    out.push(err(
+                        "rollout-bad-query",
+                        &format!("gate \"{}\" of {rule}", g.name.value),
+                        format!("this gate's query is not PromQL: {}", why.trim()),
+                        q.span,
+                        "does not parse",
+                        "the controller would count this gate as failing at every step; fix the expression (try it in Prometheus' expression browser), e.g. query=\"sum(rate(http_requests_errors_total[5m])) / sum(rate(http_requests_total[5m]))\"".into(),
+                    ));
+                }
+            }
             if let Some(q) = g.query.as_ref().filter(|q| q.value.trim().is_empty()) {
                 out.push(err(
                     "rollout-empty-query",
@@ -507,6 +536,68 @@ host "web-4" { labels role=web; }
         }
     }
 
+    /// The form of the policy with its failure handling, missing-host timeout and batches,
+    /// exactly as documented.
+    #[test]
+    fn the_policy_properties_compile_exactly_as_written() {
+        let text = format!(
+            "{FLEET}rollout on-failure=\"halt\" missing-timeout=\"10m\" {{\n    wave \"canary\" on=\"role=canary\"\n    wave \"early\" percent=50 max-parallel=\"25%\"\n    wave \"all\" max-parallel=50\n}}\n"
+        );
+        let p = fleet_plan(&tree(&text)).unwrap().policy.unwrap();
+        assert_eq!((p.on_failure, p.missing_timeout_secs), (fwc_artifacts::rollout::OnFailure::Halt, 600));
+        assert_eq!(p.waves.iter().map(|w| w.max_parallel).collect::<Vec<_>>(), [None, Some(MaxParallel::Percent(25)), Some(MaxParallel::Hosts(50))]);
+        let p = fleet_plan(&tree(&format!("{FLEET}rollout on-failure=\"rollback\" missing-timeout=\"90s\" {{\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
+        assert_eq!((p.on_failure, p.missing_timeout_secs), (fwc_artifacts::rollout::OnFailure::Rollback, 90));
+        // Defaults, and the policy serialises as before without them.
+        let p = fleet_plan(&tree(&format!("{FLEET}rollout {{\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
+        assert_eq!((p.on_failure, p.missing_timeout_secs), (fwc_artifacts::rollout::OnFailure::Halt, 600));
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(!json.contains("on_failure") && !json.contains("missing_timeout") && !json.contains("max_parallel"), "{json}");
+        assert!(render_waves(&fleet_plan(&tree(&text)).unwrap()).contains("max-parallel 25%"));
+    }
+
+    /// Every gate's query is parsed as PromQL: a typo is an error at the query, with what the
+    /// parser says; valid expressions (the documented ones among them) pass.
+    #[test]
+    fn gate_queries_are_parsed_as_promql() {
+        let gate = |q: &str| format!("{FLEET}rollout {{\n    wave \"canary\" on=\"role=canary\" {{\n        gate \"errors\" query={} max=0.01\n    }}\n    wave \"all\"\n}}\n", serde_json::to_string(q).unwrap());
+        for good in [
+            "sum(rate(http_requests_errors_total[5m])) / sum(rate(http_requests_total[5m]))",
+            "min(up{job=\"web\"})",
+            "histogram_quantile(0.99, sum by (le) (rate(http_request_duration_seconds_bucket[5m])))",
+            "max(test_error_ratio)",
+        ] {
+            assert!(fleet_plan(&tree(&gate(good))).is_ok(), "{good}");
+        }
+        for bad in ["sum(rate(http_requests_total[5m])", "rate(x[5q])", "max by (host test_error_ratio)", "sum(x) +"] {
+            let d = match crate::check_all(&tree(&gate(bad))) {
+                Ok(w) | Err(w) => w,
+            };
+            let e = d.0.iter().find(|d| d.code == "fwc::rollout-bad-query").unwrap_or_else(|| panic!("{bad}: {d:?}"));
+            let at = e.location.as_ref().unwrap_or_else(|| panic!("{e:?}"));
+            assert_eq!((at.file.as_str(), at.line), ("fwc.kdl", 9), "{e:?}");
+            assert!(e.message.starts_with("this gate's query is not PromQL: "), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn bad_policy_properties_say_where_and_what() {
+        let cases = [
+            ("rollout on-failure=\"revert\" {\n wave \"all\"\n}\n", "fwc::rollout-bad-on-failure", "not halt or rollback"),
+            ("rollout missing-timeout=\"soon\" {\n wave \"all\"\n}\n", "fwc::rollout-bad-missing-timeout", ""),
+            ("rollout {\n wave \"all\" max-parallel=0\n}\n", "fwc::rollout-bad-max-parallel", "never apply"),
+            ("rollout {\n wave \"all\" max-parallel=\"0%\"\n}\n", "fwc::rollout-bad-max-parallel", "1% to 100%"),
+            ("rollout on-falure=\"halt\" {\n wave \"all\"\n}\n", "", "on-failure"),
+        ];
+        for (text, code, msg) in cases {
+            let d = match crate::check_all(&tree(&format!("{FLEET}{text}"))) {
+                Ok(w) | Err(w) => w,
+            };
+            let e = d.0.iter().find(|d| d.code.contains(code) && (d.message.contains(msg) || d.help.as_deref().unwrap_or("").contains(msg))).unwrap_or_else(|| panic!("{text}: {d:?}"));
+            assert!(e.location.is_some(), "{e:?}");
+        }
+    }
+
     #[test]
     fn without_rollout_there_is_no_policy_and_no_wave() {
         let plan = fleet_plan(&tree(FLEET)).unwrap();
@@ -598,10 +689,12 @@ host "web-4" { labels role=web; }
             waves: [WaveSelect::Percent(10), WaveSelect::Percent(50), WaveSelect::Rest]
                 .into_iter()
                 .enumerate()
-                .map(|(i, select)| Wave { name: format!("w{i}"), select, soak_secs: 0, max_unavailable: MaxUnavailable::default(), gates: vec![] })
+                .map(|(i, select)| Wave { name: format!("w{i}"), select, soak_secs: 0, max_unavailable: MaxUnavailable::default(), gates: vec![], max_parallel: None })
                 .collect(),
             probes: vec![],
             windows: vec![],
+            on_failure: Default::default(),
+            missing_timeout_secs: DEFAULT_MISSING_TIMEOUT_SECS,
         };
         let none = BTreeMap::new();
         let mut counts = [0usize; 3];

@@ -60,7 +60,8 @@ const SET_PROPS: &[&str] = &["file", "dynamic", "timeout", "size"];
 pub const MAX_DYNAMIC_SET_SIZE: i128 = 16_777_216;
 const ROLLOUT_CHILDREN: &[&str] = &["wave", "probe", "window"];
 const WINDOW_PROPS: &[&str] = &["allow", "deny", "tz"];
-const WAVE_PROPS: &[&str] = &["on", "percent", "soak", "max-unavailable"];
+const WAVE_PROPS: &[&str] = &["on", "percent", "soak", "max-unavailable", "max-parallel"];
+const ROLLOUT_PROPS: &[&str] = &["on-failure", "missing-timeout"];
 const GATE_PROPS: &[&str] = &["query", "max", "min", "allow-empty"];
 const PROBE_PROPS: &[&str] = &["tcp", "http"];
 const SHAPE_PROPS: &[&str] = &[
@@ -1141,13 +1142,10 @@ impl Parser<'_, '_> {
     /// [`crate::rollout::check`].
     fn rollout(&mut self, node: &KdlNode) -> RolloutDecl {
         let rule = "rollout";
-        if let Some(e) = node.entries().first() {
-            let span = self.span(e.span());
-            self.error("unexpected-argument", "`rollout` takes no name or properties", span, "not expected here")
-                .rule(rule)
-                .help("the policy is its block: rollout { wave \"canary\" on=\"role=canary\"; wave \"all\" }");
-        }
-        let mut decl = RolloutDecl { waves: Vec::new(), probes: Vec::new(), windows: Vec::new(), span: self.span(node.name().span()) };
+        let mut p = self.props(node, rule, ROLLOUT_PROPS, 0);
+        let on_failure = self.text(&mut p, "on-failure").and_then(|(t, s)| self.rollout_value(rule, "on-failure", &t, s, parse_on_failure));
+        let missing_timeout_secs = self.text(&mut p, "missing-timeout").and_then(|(t, s)| self.rollout_value(rule, "missing-timeout", &t, s, parse_soak));
+        let mut decl = RolloutDecl { waves: Vec::new(), probes: Vec::new(), windows: Vec::new(), on_failure, missing_timeout_secs, span: self.span(node.name().span()) };
         for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
             match child.name().value() {
                 "wave" => {
@@ -1187,6 +1185,7 @@ impl Parser<'_, '_> {
         let percent = self.text(&mut p, "percent").and_then(|(t, s)| self.rollout_value(&rule, "percent", &t, s, parse_percent));
         let soak_secs = self.text(&mut p, "soak").and_then(|(t, s)| self.rollout_value(&rule, "soak", &t, s, parse_soak));
         let max_unavailable = self.text(&mut p, "max-unavailable").and_then(|(t, s)| self.rollout_value(&rule, "max-unavailable", &t, s, parse_max_unavailable));
+        let max_parallel = self.text(&mut p, "max-parallel").and_then(|(t, s)| self.rollout_value(&rule, "max-parallel", &t, s, parse_max_parallel));
         let mut gates = Vec::new();
         for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
             if child.name().value() == "gate" {
@@ -1202,7 +1201,7 @@ impl Parser<'_, '_> {
             };
             self.error("unknown-node", format!("unknown node `{other}` in a wave"), span, "here").rule(&rule).help(help);
         }
-        Some(WaveDecl { name, on, percent, soak_secs, max_unavailable, gates, span: self.span(node.span()) })
+        Some(WaveDecl { name, on, percent, soak_secs, max_unavailable, max_parallel, gates, span: self.span(node.span()) })
     }
 
     fn gate(&mut self, node: &KdlNode, wave: &str) -> Option<GateDecl> {
@@ -1474,19 +1473,52 @@ fn parse_soak(s: &str) -> Result<u64, UnitError> {
     Ok(ms / 1000)
 }
 
-/// `max-unavailable=2` (hosts) or `max-unavailable="10%"` (of the wave's hosts).
-fn parse_max_unavailable(s: &str) -> Result<fwc_artifacts::rollout::MaxUnavailable, UnitError> {
-    use fwc_artifacts::rollout::MaxUnavailable;
-    let help = "write max-unavailable=2 (hosts of the wave that may be missing) or max-unavailable=\"10%\" (of the wave's hosts)";
+/// A count of hosts (`2`) or a share of a wave (`"10%"`, from `min_percent` to 100%): the value
+/// of `max-unavailable=` and `max-parallel=`. Ok(Err(n)) is a count, Ok(Ok(p)) a percentage.
+fn parse_count_or_percent(s: &str, min_percent: u32, help: &str) -> Result<Result<u8, u32>, UnitError> {
     let bad = |m: String| UnitError { message: m, help: help.into() };
     let t = s.trim();
     if let Some(p) = t.strip_suffix('%') {
         return match p.trim().parse::<u32>() {
-            Ok(n @ 0..=100) => Ok(MaxUnavailable::Percent(n as u8)),
-            _ => Err(bad(format!("\"{s}\" is not a percentage from 0% to 100%"))),
+            Ok(n) if (min_percent..=100).contains(&n) => Ok(Ok(n as u8)),
+            _ => Err(bad(format!("\"{s}\" is not a percentage from {min_percent}% to 100%"))),
         };
     }
-    t.parse::<u32>().map(MaxUnavailable::Hosts).map_err(|_| bad(format!("\"{s}\" is not a number of hosts or a percentage")))
+    t.parse::<u32>().map(Err).map_err(|_| bad(format!("\"{s}\" is not a number of hosts or a percentage")))
+}
+
+/// `max-unavailable=2` (hosts) or `max-unavailable="10%"` (of the wave's hosts).
+fn parse_max_unavailable(s: &str) -> Result<fwc_artifacts::rollout::MaxUnavailable, UnitError> {
+    use fwc_artifacts::rollout::MaxUnavailable;
+    let help = "write max-unavailable=2 (hosts of the wave that may be missing) or max-unavailable=\"10%\" (of the wave's hosts)";
+    Ok(match parse_count_or_percent(s, 0, help)? {
+        Ok(p) => MaxUnavailable::Percent(p),
+        Err(n) => MaxUnavailable::Hosts(n),
+    })
+}
+
+/// `max-parallel=50` (hosts of the wave applying at once) or `max-parallel="25%"` (of the wave).
+fn parse_max_parallel(s: &str) -> Result<fwc_artifacts::rollout::MaxParallel, UnitError> {
+    use fwc_artifacts::rollout::MaxParallel;
+    let help = "write max-parallel=50 (at most 50 hosts of the wave apply at once) or max-parallel=\"25%\" (of the wave's hosts)";
+    match parse_count_or_percent(s, 1, help)? {
+        Ok(p) => Ok(MaxParallel::Percent(p)),
+        Err(0) => Err(UnitError { message: "max-parallel=0 would never apply the wave".into(), help: help.into() }),
+        Err(n) => Ok(MaxParallel::Hosts(n)),
+    }
+}
+
+/// `on-failure="halt"` (hosts keep what they have) or `"rollback"` (promoted hosts go back to stable).
+fn parse_on_failure(s: &str) -> Result<fwc_artifacts::rollout::OnFailure, UnitError> {
+    use fwc_artifacts::rollout::OnFailure;
+    match s.trim() {
+        "halt" => Ok(OnFailure::Halt),
+        "rollback" => Ok(OnFailure::Rollback),
+        other => Err(UnitError {
+            message: format!("\"{other}\" is not halt or rollback"),
+            help: "write on-failure=\"halt\" (a failure stops the rollout; promoted hosts keep the commit) or on-failure=\"rollback\" (they go back to the stable commit)".into(),
+        }),
+    }
 }
 
 /// `tcp="198.18.0.1:443"`, `"[2001:db8::1]:443"` or `"git.example.com:22"`.

@@ -512,7 +512,7 @@ fn plan_waves_lists_the_fleet_by_wave() {
     assert_eq!(code(&o), 0, "{}", shown(&o));
     let out = text(&o.stdout);
     // web-2's stable bucket is 3591 (< 5000: early), web-1's 9545 (the rest).
-    for want in ["Rollout policy: 3 wave(s), 3 declared host(s).", "wave 1 \"canary\": on=\"role=canary\"; 1 host(s)\n  canary-1\n", "wave 2 \"early\": 50% of the hosts left, by a stable hash of the name; 1 host(s)\n  web-2\n", "wave 3 \"all\": every host left; 1 host(s)\n  web-1\n"] {
+    for want in ["Rollout policy: 3 wave(s), 3 declared host(s).", "wave 1 \"canary\": on=\"role=canary\"; 1 host(s)\n  canary-1\n", "wave 2 \"early\": the first 50% of the fleet by a stable hash of the name (cumulative; hosts of earlier waves excluded); 1 host(s)\n  web-2\n", "wave 3 \"all\": every host left; 1 host(s)\n  web-1\n"] {
         assert!(out.contains(want), "want {want:?}:\n{}", shown(&o));
     }
     let o = fwc(&["plan", d, "--waves", "--json"]);
@@ -522,7 +522,7 @@ fn plan_waves_lists_the_fleet_by_wave() {
     assert_eq!(waves, [("canary-1", 0), ("web-1", 2), ("web-2", 1)], "{v:#}");
     assert_eq!(v["policy"]["waves"][1]["select"], serde_json::json!({"percent": 50}), "{v:#}");
     let o = fwc(&["plan", d, "--waves", "--host", "web-2"]);
-    assert_eq!(text(&o.stdout), "Rollout: host web-2 is in wave \"early\", 2 of 3 (50% of the hosts left, by a stable hash of the name). `fwc plan --waves` lists the fleet.\n", "{}", shown(&o));
+    assert_eq!(text(&o.stdout), "Rollout: host web-2 is in wave \"early\", 2 of 3 (the first 50% of the fleet by a stable hash of the name (cumulative; hosts of earlier waves excluded)). `fwc plan --waves` lists the fleet.\n", "{}", shown(&o));
     // Without a policy: said so, exit 0.
     let plain = repo(&[("fwc.kdl", "fwc 1\n")]);
     let o = fwc(&["plan", s(plain.path()), "--waves"]);

@@ -29,6 +29,14 @@ fn allow_port(port: u16) -> String {
 /// Commit `state` as `rollout.json` on `fwc-rollout` (parent: its current tip) and push it,
 /// as the controller does. Returns the state commit.
 fn push_state(repo: &Repo, state: &RolloutState) -> String {
+    let bare = repo.bare.to_str().unwrap();
+    let parent = Command::new("git").args(["--git-dir", bare, "rev-parse", "--verify", "-q", "refs/heads/fwc-rollout"]).output().unwrap();
+    push_state_on(repo, state, Some(String::from_utf8_lossy(&parent.stdout).trim()).filter(|p| !p.is_empty()))
+}
+
+/// [`push_state`] on top of the state commit `parent` (None: a first state), which the work
+/// repository has; a forced update of the ref.
+fn push_state_on(repo: &Repo, state: &RolloutState, parent: Option<&str>) -> String {
     let json = serde_json::to_string_pretty(state).unwrap();
     let blob_file = repo.root.join("rollout.json.tmp");
     std::fs::write(&blob_file, json).unwrap();
@@ -47,15 +55,15 @@ fn push_state(repo: &Repo, state: &RolloutState) -> String {
         String::from_utf8(o.stdout).unwrap().trim().to_string()
     };
     let bare = repo.bare.to_str().unwrap();
-    let parent = Command::new("git").args(["--git-dir", bare, "rev-parse", "--verify", "-q", "refs/heads/fwc-rollout"]).output().unwrap();
-    let parent = String::from_utf8_lossy(&parent.stdout).trim().to_string();
     let mut args = vec!["commit-tree", tree.as_str(), "-m", "rollout state"];
-    if !parent.is_empty() {
-        git(&repo.work, &["fetch", "-q", bare, "refs/heads/fwc-rollout"]);
-        args.extend(["-p", parent.as_str()]);
+    if let Some(p) = parent {
+        if !Command::new("git").args(["cat-file", "-e", p]).current_dir(&repo.work).status().unwrap().success() {
+            git(&repo.work, &["fetch", "-q", bare, "refs/heads/fwc-rollout"]);
+        }
+        args.extend(["-p", p]);
     }
     let c = git(&repo.work, &args);
-    git(&repo.work, &["push", "-q", bare, &format!("{c}:refs/heads/fwc-rollout")]);
+    git(&repo.work, &["push", "-q", "--force", bare, &format!("{c}:refs/heads/fwc-rollout")]);
     c
 }
 
@@ -76,8 +84,15 @@ fn state(commit: &str, stable: Option<&str>, promoted: Option<usize>, phase: Rol
         reason: format!("test: {}", phase.as_str()),
         since: "2026-11-26T12:00:00Z".into(),
         promoted_at: None,
+        // Each state made here is pushed after the one made before it: a higher generation.
+        generation: GENERATION.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+        predecessor: None,
+        policy_commit: None,
+        batch_below: None,
     }
 }
+
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn applied(state_dir: &Path) -> Option<String> {
     fwc_runtime::state::StateDir::new(state_dir).current().unwrap().and_then(|g| g.meta.commit)
@@ -183,6 +198,71 @@ fn an_unsigned_rollout_state_is_not_followed_when_signatures_are_required() {
     let status = journal().unwrap();
     assert_eq!(status["rollout"]["held"], "unverified_state", "{status:#}");
     assert!(status["rollout"]["detail"].as_str().unwrap().contains("not signed"), "{status:#}");
+}
+
+/// The rollout state cannot be replayed or made to disappear, and a tip that drops the policy
+/// does not bypass it (with a real agent and a real file:// remote):
+/// - the ref set back to an older "halted, roll back" state: the host holds (`state_rewound`,
+///   audited) instead of going back to that state's old stable commit;
+/// - the ref deleted: the host holds (`state_missing`), never falls back to the tip, even one
+///   without a `rollout` block;
+/// - a state that succeeds the last one, halted: a tip without a policy is not applied.
+#[test]
+fn replayed_deleted_and_bypassed_rollout_states_are_not_followed() {
+    if !privileged("replayed_deleted_and_bypassed_rollout_states_are_not_followed") {
+        return;
+    }
+    let ns = Netns::new("fr");
+    let repo = Repo::new();
+    let held = |a: &AgentProc, r: &str| a.scrape().contains(&format!("fwc_rollout_held{{host=\"canary-1\",reason=\"{r}\"}} 1"));
+    let c1 = repo.commit(&allow_port(80), "v1", None, false);
+    push_state(&repo, &state(&c1, Some(&c1), Some(1), RolloutPhase::Complete, false));
+    let sc = repo.root.join("canary");
+    let agent = AgentProc::start_as("canary-1", &sc, &repo.url(), &ns.name, &["--no-forwarder"], &[]);
+    wait_entry(&sc, &c1, "apply", &agent);
+    // c2 halted with rollback to c1 (this state is what gets replayed later) ...
+    let c2 = repo.commit(&allow_port(81), "v2", None, false);
+    let old = push_state(&repo, &state(&c2, Some(&c1), Some(0), RolloutPhase::Halted, true));
+    assert!(wait_until(Duration::from_secs(15), || held(&agent, "halted")), "{}", agent.log_text());
+    // ... then c3 rolled out everywhere.
+    let c3 = repo.commit(&allow_port(82), "v3", None, false);
+    let good = push_state(&repo, &state(&c3, Some(&c3), Some(1), RolloutPhase::Complete, false));
+    wait_entry(&sc, &c3, "apply", &agent);
+
+    // Replay: the ref set back to the old state.
+    git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &old]);
+    assert!(wait_until(Duration::from_secs(15), || held(&agent, "state_rewound")), "{}\n{}", agent.scrape(), agent.log_text());
+    std::thread::sleep(Duration::from_millis(2500)); // two polls
+    assert_eq!(applied(&sc), Some(c3.clone()), "a replayed state moved the host");
+    let hold = audit(&sc).into_iter().rev().find(|e| e["action"] == "hold").expect("a hold entry");
+    assert!(hold["detail"].as_str().unwrap().contains("state_rewound") && hold["detail"].as_str().unwrap().contains("does not descend"), "{hold:#}");
+    // Put back: followed again.
+    git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &good]);
+    assert!(wait_until(Duration::from_secs(15), || !held(&agent, "state_rewound")), "{}", agent.scrape());
+
+    // Deleted ref, and a tip without a `rollout` block: the host holds on c3.
+    git(&repo.bare, &["update-ref", "-d", "refs/heads/fwc-rollout"]);
+    let c4 = repo.commit("fwc 1\nhost \"canary-1\" {\n    labels role=canary\n}\ninput policy=drop {\n    allow \"p84\" proto=tcp port=84\n}\n", "v4 drops the rollout block", None, false);
+    assert!(wait_until(Duration::from_secs(15), || held(&agent, "state_missing")), "{}\n{}", agent.scrape(), agent.log_text());
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(applied(&sc), Some(c3.clone()), "the tip was applied without a rollout state");
+
+    // A successor of the last state, halted without rollback, with that tip: still held.
+    let mut halted = state(&c4, Some(&c3), Some(0), RolloutPhase::Halted, false);
+    halted.policy_commit = Some(c3.clone()); // the policy in force: the stable commit's
+    push_state_on(&repo, &halted, Some(&good));
+    assert!(wait_until(Duration::from_secs(15), || held(&agent, "halted")), "{}\n{}", agent.scrape(), agent.log_text());
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(applied(&sc), Some(c3.clone()), "a tip without a policy bypassed a halted rollout");
+    assert!(!audit(&sc).iter().any(|e| e["commit"] == c4.as_str() && e["action"] == "apply"), "{:#?}", audit(&sc));
+    // Its rollout completing hands the repository back to the tip.
+    let mut done = state(&c4, Some(&c4), Some(1), RolloutPhase::Complete, false);
+    done.policy_commit = Some(c3.clone());
+    push_state(&repo, &done);
+    wait_entry(&sc, &c4, "apply", &agent);
+    let c5 = repo.commit("fwc 1\nhost \"canary-1\" {\n    labels role=canary\n}\ninput policy=drop {\n    allow \"p85\" proto=tcp port=85\n}\n", "v5", None, false);
+    wait_entry(&sc, &c5, "apply", &agent);
+    assert_audit_verifies(&sc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -321,7 +401,7 @@ fn advance_until(url: &str, prom: &Prometheus, what: &str, want: impl Fn(&serde_
 
 fn fleet_rules(marker: &str, port: u16) -> String {
     format!(
-        "fwc 1\n// {marker}\nhost \"canary-1\" {{\n    labels role=canary\n}}\nhost \"web-1\" {{\n    labels role=web\n}}\nrollout {{\n    wave \"canary\" on=\"role=canary\"\n    wave \"all\" max-unavailable=1\n}}\ninput policy=drop {{\n    allow \"p{port}\" proto=tcp port={port}\n}}\n"
+        "fwc 1\n// {marker}\nhost \"canary-1\" {{\n    labels role=canary\n}}\nhost \"web-1\" {{\n    labels role=web\n}}\nrollout on-failure=\"rollback\" {{\n    wave \"canary\" on=\"role=canary\"\n    wave \"all\" max-unavailable=1\n}}\ninput policy=drop {{\n    allow \"p{port}\" proto=tcp port={port}\n}}\n"
     )
 }
 

@@ -28,11 +28,19 @@ fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 struct Policy {
     canary_gate: Option<(&'static str, f64)>,
     soak: u64,
+    /// The `rollout` node's properties, e.g. `on-failure="rollback"`.
+    props: &'static str,
+    /// false: the commit has no `rollout` block at all.
+    rollout: bool,
 }
 
 impl Policy {
     fn plain() -> Policy {
-        Policy { canary_gate: None, soak: 0 }
+        Policy { canary_gate: None, soak: 0, props: "", rollout: true }
+    }
+
+    fn with(props: &'static str) -> Policy {
+        Policy { props, ..Policy::plain() }
     }
 
     fn kdl(&self, marker: &str) -> String {
@@ -42,9 +50,12 @@ impl Policy {
         };
         let soak = if self.soak > 0 { format!(" soak=\"{}s\"", self.soak) } else { String::new() };
         let mut s = format!("fwc 1\n// {marker}\n");
-        s.push_str(&format!(
-            "rollout {{\n    wave \"canary\" on=\"role=canary\"{soak}{gate}\n    wave \"early\" on=\"role=early\" max-unavailable=1\n    wave \"all\"\n}}\n"
-        ));
+        if self.rollout {
+            s.push_str(&format!(
+                "rollout {}{{\n    wave \"canary\" on=\"role=canary\"{soak}{gate}\n    wave \"early\" on=\"role=early\" max-unavailable=1\n    wave \"all\"\n}}\n",
+                if self.props.is_empty() { String::new() } else { format!("{} ", self.props) }
+            ));
+        }
         for (h, role) in [("c1", "canary"), ("e1", "early"), ("e2", "early"), ("a1", "web"), ("a2", "web")] {
             s.push_str(&format!("host \"{h}\" {{\n    labels role={role}\n}}\n"));
         }
@@ -214,10 +225,11 @@ const HOSTS: [&str; 5] = ["c1", "e1", "e2", "a1", "a2"];
 
 /// A repository whose first commit (v1, with the policy) is rolled out to every host and
 /// complete: (repo, its URL, v1, the simulated fleet, Prometheus scraping it).
-fn rolled_out_v1() -> (Repo, String, String, Fleet, Prometheus) {
+/// The policy in force for the next rollout is v1's (`policy`).
+fn rolled_out_v1(policy: &Policy) -> (Repo, String, String, Fleet, Prometheus) {
     let repo = Repo::new();
     let url = repo.url();
-    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let c1 = push(&repo, &policy.kdl("v1"), "v1");
     let fleet = Fleet::new(&HOSTS, &c1);
     let prom = Prometheus::start(fleet.serve());
     advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
@@ -231,7 +243,9 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     }
     let repo = Repo::new();
     let url = repo.url();
-    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    // The policy in force for a rollout is the stable commit's: v1's gate and soak govern v2's.
+    let gated = Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 2, ..Policy::plain() };
+    let c1 = push(&repo, &gated.kdl("v1"), "v1");
     let fleet = Fleet::new(&HOSTS, &c1);
     let prom = Prometheus::start(fleet.serve());
     // The first advance starts a rollout of the tip; the hosts already run it: it completes.
@@ -241,7 +255,7 @@ fn happy_path_canary_soaks_then_every_wave_then_complete() {
     advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
     assert_eq!(status(&url)["state"]["stable"], c1.as_str());
 
-    let c2 = push(&repo, &Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 2 }.kdl("v2"), "v2");
+    let c2 = push(&repo, &gated.kdl("v2"), "v2");
     let o = advance(&url, &prom);
     assert_eq!(o["message"].as_str().unwrap().contains("start"), true, "{o}");
     assert_eq!(o["state"]["stable"], c1.as_str());
@@ -302,9 +316,9 @@ fn a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_fail
     if !have_tools("a_degraded_canary_halts_with_rollback_and_a_fix_is_not_halted_by_the_old_failure") {
         return;
     }
-    let (repo, url, c1, fleet, prom) = rolled_out_v1();
+    let (repo, url, c1, fleet, prom) = rolled_out_v1(&Policy::with("on-failure=\"rollback\""));
 
-    let bad = push(&repo, &Policy::plain().kdl("bad"), "bad");
+    let bad = push(&repo, &Policy::with("on-failure=\"rollback\"").kdl("bad"), "bad");
     advance_until(&url, &prom, "bad started", |s| s["commit"] == bad.as_str());
     // The canary's apply fails; it stays on v1 and says the failure belongs to `bad`.
     fleet.fail("c1", &c1, &bad, "apply_failed");
@@ -343,9 +357,10 @@ fn a_failing_gate_halts_once_the_canary_applied() {
     if !have_tools("a_failing_gate_halts_once_the_canary_applied") {
         return;
     }
-    let (repo, url, _, fleet, prom) = rolled_out_v1();
+    let gated = Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 0, props: "on-failure=\"rollback\"", rollout: true };
+    let (repo, url, _, fleet, prom) = rolled_out_v1(&gated);
     *fleet.error_ratio.lock().unwrap() = 0.5;
-    let c2 = push(&repo, &Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 0 }.kdl("v2"), "v2");
+    let c2 = push(&repo, &gated.kdl("v2"), "v2");
     advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
     fleet.set("c1", &c2);
     prom.wait_applied("c1", &c2);
@@ -389,7 +404,7 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     if !have_tools("missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave") {
         return;
     }
-    let (repo, url, _, fleet, prom) = rolled_out_v1();
+    let (repo, url, _, fleet, prom) = rolled_out_v1(&Policy::with("missing-timeout=\"3s\""));
     let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
     advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
     fleet.set("c1", &c2);
@@ -412,14 +427,24 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("cannot pause"), "{err}");
 
-    // A new tip starts a new rollout; now two early hosts are missing (one allowed): halt.
+    // A new tip starts a new rollout; now two early hosts are missing (one allowed). Missing is
+    // not the commit's fault: the controller waits, and past missing-timeout (3 s, v1's
+    // policy) it pauses, naming them; it never halts or rolls back for it.
     let c3 = push(&repo, &Policy::plain().kdl("v3"), "v3");
     advance_until(&url, &prom, "v3 started", |s| s["commit"] == c3.as_str());
     fleet.set("c1", &c3);
     advance_until(&url, &prom, "v3 early promoted", |s| s["promoted"] == 1);
     fleet.offline("e1");
-    let o = advance_until(&url, &prom, "halt on missing hosts", |s| s["phase"] == "halted");
-    assert!(o["state"]["reason"].as_str().unwrap().contains("2 host(s) not reporting, 1 allowed"), "{o}");
+    let o = advance_until(&url, &prom, "paused on missing hosts", |s| s["phase"] != "progressing");
+    let reason = o["state"]["reason"].as_str().unwrap();
+    assert_eq!((o["state"]["phase"].as_str(), o["state"]["rollback"].as_bool()), (Some("paused"), Some(false)), "{o}");
+    assert!(reason.contains("2 host(s) not reporting, 1 allowed") && reason.contains("e1, e2") && reason.contains("missing-timeout"), "{reason}");
+    assert!(!rollout_log(&repo).iter().any(|l| l.contains("halt")), "{:#?}", rollout_log(&repo));
+    // They come back: the rollout goes on by itself.
+    for h in ["e1", "e2"] {
+        fleet.set(h, &c3);
+    }
+    advance_until(&url, &prom, "v3 all promoted", |s| s["promoted"] == 2 && s["phase"] == "progressing");
 
     // Prometheus seeing no agent at all (a scrape or relabelling outage) is an error, never
     // "every host is missing": nothing is decided, nothing committed.
@@ -433,6 +458,118 @@ fn missing_hosts_count_against_max_unavailable_and_stop_ends_a_wave() {
     });
     assert!(err.contains("reports no fwc agent"), "{err}");
     assert_eq!(rollout_log(&repo).len(), commits);
+}
+
+/// A host of a finished wave away (a reboot) while the next wave rolls out: the rollout goes
+/// on. It used to count against the finished wave's max-unavailable (0) and halt with rollback,
+/// sending every promoted host back to stable.
+#[test]
+fn a_host_of_a_finished_wave_away_neither_halts_nor_rolls_back() {
+    if !have_tools("a_host_of_a_finished_wave_away_neither_halts_nor_rolls_back") {
+        return;
+    }
+    let (repo, url, _, fleet, prom) = rolled_out_v1(&Policy::plain());
+    let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
+    advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
+    fleet.set("c1", &c2);
+    advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
+    // The canary reboots for a while; early rolls out meanwhile.
+    fleet.offline("c1");
+    for h in ["e1", "e2"] {
+        fleet.set(h, &c2);
+    }
+    prom.wait_applied("e2", &c2);
+    std::thread::sleep(Duration::from_secs(4)); // past --missing-after: c1 counts as missing
+    let o = advance_until(&url, &prom, "all promoted, c1 still away", |s| s["promoted"] == 2 || s["phase"] != "progressing");
+    assert_eq!((o["state"]["phase"].as_str(), o["state"]["rollback"].as_bool()), (Some("progressing"), Some(false)), "{o}");
+    for h in ["a1", "a2"] {
+        fleet.set(h, &c2);
+    }
+    let o = advance_until(&url, &prom, "complete", |s| s["phase"] != "progressing");
+    assert_eq!(o["state"]["phase"], "complete", "{o}");
+    assert!(!rollout_log(&repo).iter().any(|l| l.contains("halt")), "{:#?}", rollout_log(&repo));
+}
+
+/// A degraded canary halts the rollout even when a gate's query cannot be evaluated (here it
+/// returns a range vector): the gate counts as failing, it no longer aborts the step. With the
+/// default on-failure="halt" the promoted hosts keep the commit (no rollback).
+#[test]
+fn a_broken_gate_never_stops_a_degraded_canary_from_halting() {
+    if !have_tools("a_broken_gate_never_stops_a_degraded_canary_from_halting") {
+        return;
+    }
+    let broken = Policy { canary_gate: Some(("test_error_ratio[1m]", 0.1)), ..Policy::plain() };
+    let (repo, url, _, fleet, prom) = rolled_out_v1(&Policy::plain());
+    // v2 brings the broken gate (rolled out under v1's policy, which has none).
+    let c1 = push(&repo, &broken.kdl("v2"), "v2");
+    advance_until(&url, &prom, "v2 started", |s| s["commit"] == c1.as_str());
+    for h in HOSTS {
+        fleet.set(h, &c1);
+    }
+    advance_until(&url, &prom, "v2 complete", |s| s["phase"] == "complete");
+    let c2 = push(&repo, &broken.kdl("v3"), "v3");
+    advance_until(&url, &prom, "v3 started", |s| s["commit"] == c2.as_str());
+    fleet.fail("c1", &c1, &c2, "self_check");
+    let o = advance_until(&url, &prom, "halted", |s| s["phase"] == "halted");
+    let st = &o["state"];
+    assert_eq!(st["rollback"], false, "on-failure defaults to halt: {st}");
+    assert!(st["reason"].as_str().unwrap().contains("c1 (self_check)") && st["reason"].as_str().unwrap().contains("keep what they have"), "{st}");
+
+    // The canary applied and healthy, the gate's query still failing: a halt, not an abort.
+    let c3 = push(&repo, &broken.kdl("v4"), "v4");
+    advance_until(&url, &prom, "v4 started", |s| s["commit"] == c3.as_str());
+    fleet.set("c1", &c3);
+    prom.wait_applied("c1", &c3);
+    let o = advance_until(&url, &prom, "halted by the broken gate", |s| s["phase"] == "halted");
+    assert!(o["state"]["reason"].as_str().unwrap().contains("the query failed"), "{o}");
+}
+
+/// The policy in force is the stable commit's: a commit that drops the `rollout` block is
+/// rolled out wave by wave under the policy it removes, and the repository leaves rollouts
+/// only when that rollout completes.
+#[test]
+fn a_commit_that_drops_the_policy_is_rolled_out_under_the_stable_policy() {
+    if !have_tools("a_commit_that_drops_the_policy_is_rolled_out_under_the_stable_policy") {
+        return;
+    }
+    let (repo, url, c1, fleet, prom) = rolled_out_v1(&Policy::plain());
+    let no_policy = Policy { rollout: false, ..Policy::plain() };
+    let c2 = push(&repo, &no_policy.kdl("v2 drops the rollout block"), "v2");
+    let o = advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
+    assert_eq!((o["state"]["promoted"].as_u64(), o["state"]["policy_commit"].as_str()), (Some(0), Some(c1.as_str())), "{o}");
+    for _ in 0..2 {
+        assert_eq!(advance(&url, &prom)["result"], "nothing", "the canary has not applied v2");
+    }
+    fleet.set("c1", &c2);
+    advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
+    for h in HOSTS {
+        fleet.set(h, &c2);
+    }
+    let o = advance_until(&url, &prom, "v2 complete", |s| s["phase"] == "complete");
+    assert_eq!(o["state"]["stable"], c2.as_str());
+    // Now out of rollouts: a new tip starts none.
+    push(&repo, &no_policy.kdl("v3"), "v3");
+    let o = advance(&url, &prom);
+    assert_eq!(o["result"], "nothing", "{o}");
+    assert!(o["message"].as_str().unwrap().contains("no `rollout` policy"), "{o}");
+}
+
+/// `halt --rollback` during the first rollout (no stable commit): refused, saying so.
+#[test]
+fn halt_rollback_on_a_first_rollout_says_there_is_no_stable_commit() {
+    if !have_tools("halt_rollback_on_a_first_rollout_says_there_is_no_stable_commit") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, "0000000000000000000000000000000000000000");
+    let prom = Prometheus::start(fleet.serve());
+    advance_until(&url, &prom, "v1 started", |s| s["commit"] == c1.as_str());
+    let (code, out, err) = fwc(&["rollout", "halt", "--rollback", "--repo", &url]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(err.contains("no stable commit to return to") && err.contains("revert commit"), "{err}");
+    assert_eq!(status(&url)["state"]["phase"], "progressing");
 }
 
 #[test]

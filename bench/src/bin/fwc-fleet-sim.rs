@@ -253,13 +253,23 @@ impl Agent {
             }
         }
         let tip_plan = sh.plan(&self.mirror, tip);
-        let wave = state.as_ref().and_then(|s| git2::Oid::from_str(&s.commit).ok()).map(|c| sh.plan(&self.mirror, c)).and_then(|p| p.waves.get(&self.name).copied());
+        let wave = state.as_ref().and_then(|s| git2::Oid::from_str(s.policy_commit()).ok()).map(|c| sh.plan(&self.mirror, c)).and_then(|p| p.waves.get(&self.name).copied());
+        let left_rollouts = state.as_ref().is_some_and(|s| s.phase == RolloutPhase::Complete && git2::Oid::from_str(&s.commit).is_ok_and(|c| !sh.plan(&self.mirror, c).has_policy));
         let tip_s = tip.to_string();
         let view = match &state {
             Some(s) => StateView::Verified(s),
             None => StateView::Absent,
         };
-        let d = decide(&FollowInput { branch: "main", tip: &tip_s, tip_has_policy: tip_plan.has_policy, state: view, wave, applied: self.applied.as_deref() });
+        let d = decide(&FollowInput {
+            branch: "main",
+            tip: &tip_s,
+            tip_has_policy: tip_plan.has_policy,
+            left_rollouts,
+            bucket: fwc_compiler::artifacts::rollout::host_bucket(&self.name),
+            state: view,
+            wave,
+            applied: self.applied.as_deref(),
+        });
         let target = match d {
             FollowDecision::Tip => Some(tip_s),
             FollowDecision::Apply { commit, .. } => Some(commit),
@@ -294,10 +304,12 @@ fn advance(url: &str, sh: &Shared) -> Option<String> {
     let snap = remote.fetch().ok()?;
     let tip = snap.tip.to_string();
     let reports = sh.reports.lock().unwrap().clone();
-    let subject = controller::subject(snap.state.as_ref(), &tip, &Ctl::Advance);
-    let fleet = fwc_runtime::rollout::advance::load_fleet(&remote, git2::Oid::from_str(&subject).ok()?, &reports).ok()?;
+    let candidates = controller::policy_candidates(snap.state.as_ref(), &tip, &Ctl::Advance);
+    let fleet = fwc_runtime::rollout::advance::load_fleet(&remote, &candidates, &reports).ok()?;
+    let state_commit = snap.state_commit.map(|c| c.to_string());
     let d = controller::decide(&ControllerInput {
         state: snap.state.as_ref(),
+        state_commit: state_commit.as_deref(),
         branch: "main",
         tip: &tip,
         fleet: fleet.as_ref(),

@@ -202,6 +202,18 @@ impl Mirror {
                     miette!("fetch from {} failed: {}", self.url, e.message())
                 }
             })?;
+        // The rollout ref deleted on the remote is deleted here too (the agent then holds with
+        // `state_missing`, never follows a stale or absent state as if nothing happened). The
+        // remote's advertisement stays readable after the fetch.
+        let rollout_ref = format!("refs/heads/{ROLLOUT_BRANCH}");
+        if let Ok(heads) = remote.list() {
+            if !heads.iter().any(|h| h.name() == rollout_ref) {
+                if let Ok(mut r) = self.repo.find_reference(&format!("refs/remotes/origin/{ROLLOUT_BRANCH}")) {
+                    tracing::warn!("the rollout ref {rollout_ref} is gone from {}", self.url);
+                    r.delete().into_diagnostic()?;
+                }
+            }
+        }
         let new = self.tip().ok_or_else(|| miette!("branch {} does not exist in {}", self.branch, self.url))?;
         let forced = match old {
             Some(o) if o != new => !self.repo.graph_descendant_of(new, o).unwrap_or(false),

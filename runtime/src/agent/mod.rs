@@ -121,6 +121,10 @@ pub struct Journal {
     /// The fleet rollout the agent follows, and why it holds back (`fwc status` shows it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<FollowStatus>,
+    /// The last rollout state this host accepted: a later one must succeed it
+    /// ([`crate::rollout::follow::succession`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_state: Option<crate::rollout::follow::Accepted>,
 }
 
 /// The agent's view of the fleet rollout, as of its last reconcile (in `agent.json`).
@@ -330,8 +334,9 @@ struct FollowCache {
     tip_policy: Option<(git2::Oid, Option<bool>)>,
     /// rollout ref commit -> the state, or why it is not trusted.
     state: Option<(git2::Oid, std::result::Result<fwc_compiler::artifacts::rollout::RolloutState, String>)>,
-    /// rollout commit -> this host's wave (index, name) and the policy's probes.
-    wave: Option<(String, Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>)>,
+    /// "rollout-commit policy-commit" -> this host's wave (index, name) in the policy in force, the policy's
+    /// probes, and whether the rollout commit has a policy of its own.
+    wave: Option<(String, Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>, bool)>,
 }
 
 fn short(c: &str) -> &str {
@@ -552,8 +557,9 @@ impl Agent {
     /// it is the state's stable commit, why a rewind to it is allowed; None: keep what is
     /// applied.
     fn follow(&mut self, tip: git2::Oid, applied: Option<&str>) -> Option<(git2::Oid, Option<String>)> {
-        use crate::rollout::follow::{decide, FollowDecision, FollowInput, StateView};
-        let state = self.mirror.rollout_tip().map(|r| {
+        use crate::rollout::follow::{decide, succession, Accepted, FollowDecision, FollowInput, StateView};
+        let rollout_tip = self.mirror.rollout_tip();
+        let state = rollout_tip.map(|r| {
             if self.follow_cache.state.as_ref().map(|(o, _)| *o) != Some(r) {
                 let read = verify::verify_commit(&self.mirror.repo, r, &self.cfg.signatures)
                     .map_err(|e| format!("the rollout state commit {}: {e}", short(&r.to_string())))
@@ -572,29 +578,75 @@ impl Agent {
         // A tip whose policy does not parse counts as a rollout repository when a state exists
         // (a broken commit must not skip the waves).
         let tip_has_policy = self.follow_cache.tip_policy.and_then(|(_, h)| h).unwrap_or(state.is_some());
+        // Only a successor of the last accepted state is followed; the ref gone after a state
+        // was accepted is a hold, never a return to the tip.
+        let accepted = self.journal.accepted_state.clone();
+        let mut state = state;
+        let mut rewound = None;
+        if let (Some(r), Some(Ok(s))) = (rollout_tip, &state) {
+            let descends = git2::Oid::from_str(accepted.as_ref().map_or("", |a| a.commit.as_str())).is_ok_and(|a| self.mirror.repo.graph_descendant_of(r, a).unwrap_or(false));
+            match succession(accepted.as_ref(), &r.to_string(), s.generation, descends) {
+                Ok(()) => {
+                    let now_accepted = Some(Accepted { commit: r.to_string(), generation: s.generation });
+                    if self.journal.accepted_state != now_accepted {
+                        self.journal.accepted_state = now_accepted;
+                        if let Err(e) = self.journal.save(&self.cfg.state_dir) {
+                            tracing::error!("{e}");
+                        }
+                    }
+                }
+                Err(why) => {
+                    tracing::warn!("{why}");
+                    rewound = Some(why.clone());
+                    state = Some(Err(why));
+                }
+            }
+        }
+        let missing = rollout_tip.is_none() && accepted.is_some();
         let wave = match &state {
             Some(Ok(s)) => {
-                if self.follow_cache.wave.as_ref().map(|w| w.0.as_str()) != Some(s.commit.as_str()) {
-                    let (w, probes) = self.placement(&s.commit);
-                    self.follow_cache.wave = Some((s.commit.clone(), w, probes));
+                let key = format!("{} {}", s.commit, s.policy_commit());
+                if self.follow_cache.wave.as_ref().map(|w| w.0.as_str()) != Some(key.as_str()) {
+                    let (w, probes, has) = self.placement(s.policy_commit(), &s.commit);
+                    self.follow_cache.wave = Some((key, w, probes, has));
                 }
                 self.follow_cache.wave.as_ref().and_then(|w| w.1.clone())
             }
             _ => None,
         };
+        let left_rollouts = match &state {
+            Some(Ok(s)) => s.phase == fwc_compiler::artifacts::rollout::RolloutPhase::Complete && self.follow_cache.wave.as_ref().is_some_and(|w| !w.3),
+            _ => false,
+        };
         let view = match &state {
+            None if missing => StateView::Missing,
             None => StateView::Absent,
+            Some(Err(_)) if rewound.is_some() => StateView::Rewound,
             Some(Err(_)) => StateView::Unverified,
             Some(Ok(s)) => StateView::Verified(s),
         };
         let tip_s = tip.to_string();
-        let d = decide(&FollowInput { branch: &self.cfg.branch, tip: &tip_s, tip_has_policy, state: view, wave: wave.as_ref().map(|w| w.0), applied });
+        let bucket = fwc_compiler::artifacts::rollout::host_bucket(&self.cfg.host);
+        let d = decide(&FollowInput { branch: &self.cfg.branch, tip: &tip_s, tip_has_policy, left_rollouts, bucket, state: view, wave: wave.as_ref().map(|w| w.0), applied });
         // report
         let held = d.held();
         self.metrics.set_held(held);
         let st = match (&d, &state) {
             (FollowDecision::Tip, _) => None,
+            (_, None) if missing => Some(FollowStatus {
+                phase: "missing".into(),
+                commit: None,
+                stable: None,
+                wave: None,
+                target: None,
+                held: held.map(|h| h.as_str().into()),
+                detail: format!(
+                    "the rollout ref is gone from the remote (the last state accepted was {}); keeping what is applied until a state that succeeds it is pushed",
+                    accepted.as_ref().map_or("-", |a| short(&a.commit))
+                ),
+            }),
             (_, None) => Some(FollowStatus { phase: "none".into(), commit: None, stable: None, wave: None, target: None, held: held.map(|h| h.as_str().into()), detail: "no rollout state yet: the first rollout has not started".into() }),
+            (_, Some(Err(e))) if rewound.is_some() => Some(FollowStatus { phase: "rewound".into(), commit: None, stable: None, wave: None, target: None, held: held.map(|h| h.as_str().into()), detail: e.clone() }),
             (_, Some(Err(e))) => Some(FollowStatus { phase: "unverified".into(), commit: None, stable: None, wave: None, target: None, held: held.map(|h| h.as_str().into()), detail: e.clone() }),
             (_, Some(Ok(s))) => Some(FollowStatus {
                 phase: s.phase.as_str().into(),
@@ -663,17 +715,19 @@ impl Agent {
         }
     }
 
-    /// This host's wave (index, name) in the rollout policy of `commit`, and the policy's
-    /// probes; (None, []) without a policy there.
-    fn placement(&self, commit: &str) -> (Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>) {
-        let plan = git2::Oid::from_str(commit)
-            .ok()
-            .and_then(|o| self.mirror.source_tree(o).ok())
-            .and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok());
-        let Some((policy, hosts)) = plan.and_then(|p| Some((p.policy?, p.hosts))) else { return (None, vec![]) };
+    /// This host's wave (index, name) in the rollout policy of `policy_commit` (the policy in
+    /// force), the policy's probes, and whether `commit` (the one rolled out) has a policy of
+    /// its own; (None, [], _) without a policy in force.
+    fn placement(&self, policy_commit: &str, commit: &str) -> (Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>, bool) {
+        let plan_of = |c: &str| {
+            git2::Oid::from_str(c).ok().and_then(|o| self.mirror.source_tree(o).ok()).and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok())
+        };
+        // A commit whose policy does not parse counts as having one (it never leaves rollouts).
+        let commit_has_policy = plan_of(commit).is_none_or(|p| p.policy.is_some());
+        let Some((policy, hosts)) = plan_of(policy_commit).and_then(|p| Some((p.policy?, p.hosts))) else { return (None, vec![], commit_has_policy) };
         let labels = hosts.iter().find(|h| h.name == self.cfg.host).map(|h| h.labels.clone()).unwrap_or_default();
         let w = fwc_compiler::rollout::wave_of(&policy, &self.cfg.host, &labels);
-        (policy.waves.get(w).map(|x| (w, x.name.clone())), policy.probes.clone())
+        (policy.waves.get(w).map(|x| (w, x.name.clone())), policy.probes.clone(), commit_has_policy)
     }
 
     fn is_refused(&self, commit: &str) -> bool {
@@ -949,7 +1003,7 @@ impl Agent {
         // git remote (or a probe of the rollout policy fails) is reverted at once.
         let mut self_check: Option<String> = None;
         if action == Action::Apply && done.result.is_ok() {
-            let probes = commit.as_deref().map(|c| self.placement(c).1).unwrap_or_default();
+            let probes = commit.as_deref().map(|c| self.placement(c, c).1).unwrap_or_default();
             if let Err(why) = selfcheck::run(&self.mirror, &probes, self.cfg.fetch_timeout.min(selfcheck::SELF_CHECK_TIMEOUT)) {
                 tracing::error!("self-check failed after applying {}: {why}; reverting", commit.as_deref().map(short).unwrap_or("-"));
                 self.metrics.self_check_failed();
@@ -1393,6 +1447,7 @@ mod tests {
             pending: Some(Pending { seq: 3, commit: Some("abc".into()), action: Action::Apply }),
             handled: Some(Handled { commit: "abc".into(), outcome: "applied".into(), reason: None, degraded: None }),
             rollout: None,
+            accepted_state: Some(crate::rollout::follow::Accepted { commit: "def".into(), generation: 4 }),
         };
         j.save(d.path()).unwrap();
         assert_eq!(Journal::load(d.path()).unwrap(), j);

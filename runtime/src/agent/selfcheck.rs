@@ -13,11 +13,37 @@ use super::git::Mirror;
 /// Deadline of each step of the self-check (the fetch, each probe).
 pub const SELF_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Run the self-check; Err says what failed.
+/// How often the whole self-check is tried before the apply is reverted, and the pause before
+/// the second attempt (doubling after each failure): a git blip or a busy server must not
+/// revert a good commit for good.
+pub const SELF_CHECK_ATTEMPTS: u32 = 3;
+pub const SELF_CHECK_SPACING: Duration = Duration::from_secs(1);
+
+/// The pauses between the attempts: `spacing`, then twice as long each time.
+pub fn retry_pauses(attempts: u32, spacing: Duration) -> Vec<Duration> {
+    (1..attempts.max(1)).map(|i| spacing * 2u32.pow(i - 1)).collect()
+}
+
+/// Run the self-check, retrying with backoff; Err says what failed on the last attempt (and
+/// how many were made).
 pub fn run(mirror: &Mirror, probes: &[Probe], timeout: Duration) -> Result<(), String> {
-    // Two attempts: one lost packet must not revert a good commit.
-    let fetched = mirror.fetch(timeout).or_else(|_| mirror.fetch(timeout));
-    if let Err(e) = fetched {
+    run_with(mirror, probes, timeout, &retry_pauses(SELF_CHECK_ATTEMPTS, SELF_CHECK_SPACING))
+}
+
+/// [`run`] with the pauses between attempts given.
+pub fn run_with(mirror: &Mirror, probes: &[Probe], timeout: Duration, pauses: &[Duration]) -> Result<(), String> {
+    let mut last = once(mirror, probes, timeout);
+    for (i, pause) in pauses.iter().enumerate() {
+        let Err(why) = &last else { break };
+        tracing::warn!("self-check attempt {} failed: {why}; trying again in {pause:?}", i + 1);
+        std::thread::sleep(*pause);
+        last = once(mirror, probes, timeout);
+    }
+    last.map_err(|why| if pauses.is_empty() { why } else { format!("{why} ({} attempts)", pauses.len() + 1) })
+}
+
+fn once(mirror: &Mirror, probes: &[Probe], timeout: Duration) -> Result<(), String> {
+    if let Err(e) = mirror.fetch(timeout) {
         return Err(format!("the git remote is unreachable after the apply: {e}"));
     }
     for p in probes {
@@ -63,6 +89,42 @@ pub fn probe(p: &Probe, timeout: Duration) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pauses_double() {
+        assert_eq!(retry_pauses(3, Duration::from_secs(1)), [Duration::from_secs(1), Duration::from_secs(2)]);
+        assert!(retry_pauses(1, Duration::from_secs(1)).is_empty());
+        assert!(retry_pauses(0, Duration::from_secs(1)).is_empty());
+    }
+
+    /// A git remote that is away for a moment during the self-check (moved away, and back
+    /// while the agent waits to try again): the self-check passes; away for good, it fails
+    /// after every attempt.
+    #[test]
+    fn a_transient_git_failure_is_retried() {
+        if !fwc_testkit::which("git") {
+            eprintln!("SKIP a_transient_git_failure_is_retried: git missing");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        fwc_testkit::sh(&format!("cd '{}' && git init -q --bare r.git && git init -q -b main w && cd w && echo 'fwc 1' > fwc.kdl && git add . && git -c user.name=a -c user.email=a@b -c commit.gpgsign=false commit -qm one && git push -q ../r.git HEAD:main", p.display()));
+        let url = format!("file://{}/r.git", p.display());
+        let m = Mirror::open(&p.join("state"), &url, "main", Duration::from_secs(5)).unwrap();
+        m.fetch(Duration::from_secs(5)).unwrap();
+        std::fs::rename(p.join("r.git"), p.join("away.git")).unwrap();
+        let (from, to) = (p.join("away.git"), p.join("r.git"));
+        let back = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::rename(from, to).unwrap();
+        });
+        // The first attempt fails at once (the remote is away); the second comes after 2 s.
+        assert_eq!(run_with(&m, &[], Duration::from_secs(5), &[Duration::from_secs(2)]), Ok(()));
+        back.join().unwrap();
+        std::fs::rename(p.join("r.git"), p.join("away.git")).unwrap();
+        let e = run_with(&m, &[], Duration::from_secs(5), &[Duration::from_millis(10), Duration::from_millis(10)]).unwrap_err();
+        assert!(e.contains("the git remote is unreachable") && e.contains("(3 attempts)"), "{e}");
+    }
 
     #[test]
     fn probes_pass_and_fail() {

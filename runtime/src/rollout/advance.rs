@@ -10,7 +10,7 @@ use fwc_artifacts::rollout::{RolloutPhase, RolloutState};
 use git2::Oid;
 use serde::Serialize;
 
-use super::controller::{decide, gates_wanted, subject, Command, ControllerInput, Decision, Fleet, HostReport, Member};
+use super::controller::{decide, gates_wanted, policy_candidates, subject, Command, ControllerInput, Decision, Fleet, GateResult, HostReport, Member};
 use super::prometheus::Prometheus;
 use super::state_ref::{HistoryEntry, Pushed, Remote, Signer};
 use super::RolloutError;
@@ -43,18 +43,23 @@ pub struct Outcome {
     pub tip: String,
 }
 
-/// The fleet of `commit` (None without a `rollout` policy); hosts that report without being
-/// declared get the wave their name falls in.
-pub fn load_fleet(remote: &Remote, commit: Oid, reports: &BTreeMap<String, HostReport>) -> Result<Option<Fleet>, RolloutError> {
-    let tree = remote.source_tree(commit).map_err(|d| policy_error(commit, &d))?;
-    let plan = fwc_compiler::rollout::fleet_plan(&tree).map_err(|d| policy_error(commit, &d))?;
-    let Some(policy) = plan.policy else { return Ok(None) };
-    let mut members: Vec<Member> = plan.hosts.iter().map(|h| Member { name: h.name.clone(), wave: h.wave.unwrap_or(0), declared: true }).collect();
-    let declared: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
-    for name in reports.keys().filter(|h| !declared.contains(*h)) {
-        members.push(Member { name: name.clone(), wave: fwc_compiler::rollout::wave_of(&policy, name, &BTreeMap::new()), declared: false });
+/// The fleet under the policy in force: the first of `candidates` (commit ids,
+/// [`policy_candidates`]) that has a `rollout` policy (None: none has). Hosts that report
+/// without being declared get the wave their name falls in.
+pub fn load_fleet(remote: &Remote, candidates: &[String], reports: &BTreeMap<String, HostReport>) -> Result<Option<Fleet>, RolloutError> {
+    for c in candidates {
+        let commit = Oid::from_str(c).map_err(|_| RolloutError::new(format!("the rollout state names {c:?}, which is not a commit id"), "fix or restart the rollout (fwc rollout start)"))?;
+        let tree = remote.source_tree(commit).map_err(|d| policy_error(commit, &d))?;
+        let plan = fwc_compiler::rollout::fleet_plan(&tree).map_err(|d| policy_error(commit, &d))?;
+        let Some(policy) = plan.policy else { continue };
+        let mut members: Vec<Member> = plan.hosts.iter().map(|h| Member { name: h.name.clone(), wave: h.wave.unwrap_or(0), declared: true }).collect();
+        let declared: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
+        for name in reports.keys().filter(|h| !declared.contains(*h)) {
+            members.push(Member { name: name.clone(), wave: fwc_compiler::rollout::wave_of(&policy, name, &BTreeMap::new()), declared: false });
+        }
+        return Ok(Some(Fleet { policy, members, policy_commit: c.clone() }));
     }
-    Ok(Some(Fleet { policy, members }))
+    Ok(None)
 }
 
 fn policy_error(commit: Oid, d: &fwc_compiler::diag::Diagnostics) -> RolloutError {
@@ -92,8 +97,7 @@ pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus
             _ => BTreeMap::new(),
         };
         let subj = subject(snap.state.as_ref(), &tip, &command);
-        let subj_oid = Oid::from_str(&subj).map_err(|_| RolloutError::new(format!("the rollout state names {subj:?}, which is not a commit id"), "fix or restart the rollout (fwc rollout start)"))?;
-        let fleet = load_fleet(&remote, subj_oid, &reports)?;
+        let fleet = load_fleet(remote, &policy_candidates(snap.state.as_ref(), &tip, &command), &reports)?;
         if let (Command::Advance, Some(p), Some(_)) = (&command, prometheus, &fleet) {
             // A monitoring outage must not read as "every host is gone" (and halt + roll back),
             // nor a fleet that reports nothing as "every wave applied".
@@ -109,12 +113,15 @@ pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus
             if snap.state.as_ref().is_some_and(|s| s.commit == subj && matches!(s.phase, RolloutPhase::Progressing | RolloutPhase::Paused)) {
                 for w in gates_wanted(snap.state.as_ref(), f) {
                     for g in &f.policy.waves[w].gates {
-                        gates.push(p.gate(w, g)?);
+                        // A gate that cannot be evaluated fails (fail safe): it never stops
+                        // the decision, so a degraded host still halts the rollout.
+                        gates.push(p.gate(w, g).unwrap_or_else(|e| GateResult { wave: w, gate: g.name.clone(), failure: Some(format!("gate {:?}: the query failed: {}", g.name, e.what)) }));
                     }
                 }
             }
         }
-        let input = ControllerInput { state: snap.state.as_ref(), branch: &opts.branch, tip: &tip, fleet: fleet.as_ref(), reports: &reports, gates: &gates, command: command.clone(), now: now() };
+        let state_commit = snap.state_commit.map(|c| c.to_string());
+        let input = ControllerInput { state: snap.state.as_ref(), state_commit: state_commit.as_deref(), branch: &opts.branch, tip: &tip, fleet: fleet.as_ref(), reports: &reports, gates: &gates, command: command.clone(), now: now() };
         match decide(&input) {
             Decision::Nothing { why } => return Ok(Outcome { result: "nothing", message: why, state: snap.state, pushed: None, lost_races: lost, tip }),
             Decision::Refused { why } => return Ok(Outcome { result: "refused", message: why, state: snap.state, pushed: None, lost_races: lost, tip }),
@@ -212,11 +219,11 @@ pub fn hosts(opts: &Options, prometheus: &Prometheus) -> Result<FleetView, Rollo
     let snap = remote.fetch()?;
     let reports = prometheus.host_reports()?;
     let commit = match &snap.state {
-        Some(s) => Oid::from_str(&s.commit).unwrap_or(snap.tip),
-        None => snap.tip,
+        Some(s) => s.policy_commit().to_string(),
+        None => snap.tip.to_string(),
     };
-    let fleet = load_fleet(&remote, commit, &reports)?;
-    Ok(FleetView { tip: snap.tip.to_string(), policy_commit: commit.to_string(), hosts: host_rows(snap.state.as_ref(), fleet.as_ref(), &reports), state: snap.state })
+    let fleet = load_fleet(&remote, std::slice::from_ref(&commit), &reports)?;
+    Ok(FleetView { tip: snap.tip.to_string(), policy_commit: commit, hosts: host_rows(snap.state.as_ref(), fleet.as_ref(), &reports), state: snap.state })
 }
 
 /// Join the fleet (declared hosts and waves) with what Prometheus reports.

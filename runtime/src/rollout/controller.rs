@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use fwc_artifacts::rollout::{Gate, GateOp, MaxUnavailable, RolloutPhase, RolloutPolicy, RolloutState, ROLLOUT_STATE_VERSION};
+use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxUnavailable, OnFailure, RolloutPhase, RolloutPolicy, RolloutState, ROLLOUT_STATE_VERSION};
 
 /// One host of the fleet and its wave in the rollout commit's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,11 +18,14 @@ pub struct Member {
     pub declared: bool,
 }
 
-/// The policy of the commit being rolled out and every host's wave.
+/// The policy in force and every host's wave in it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fleet {
     pub policy: RolloutPolicy,
     pub members: Vec<Member>,
+    /// The commit the policy was read from (the stable commit's policy governs a rollout when
+    /// it has one: [`policy_candidates`]).
+    pub policy_commit: String,
 }
 
 impl Fleet {
@@ -107,6 +110,8 @@ pub enum Command {
 #[derive(Debug, Clone)]
 pub struct ControllerInput<'a> {
     pub state: Option<&'a RolloutState>,
+    /// The state commit `state` was read from (the next state names it as its predecessor).
+    pub state_commit: Option<&'a str>,
     pub branch: &'a str,
     pub tip: &'a str,
     /// The fleet of [`subject`]'s commit; None when that commit has no `rollout` policy.
@@ -140,6 +145,22 @@ pub fn subject(state: Option<&RolloutState>, tip: &str, command: &Command) -> St
     }
 }
 
+/// Which commits' policies may govern the rollout [`subject`] names, in order of preference:
+/// the policy the running rollout was started under; for a new rollout the stable commit's
+/// (the policy the fleet runs), then the new commit's own (the first rollout). A commit that
+/// drops or weakens the policy is so rolled out under the policy it replaces.
+pub fn policy_candidates(state: Option<&RolloutState>, tip: &str, command: &Command) -> Vec<String> {
+    let subj = subject(state, tip, command);
+    match state {
+        Some(s) if s.commit == subj && !matches!(command, Command::Start { .. }) => vec![s.policy_commit().to_string()],
+        Some(s) => {
+            let stable = if s.phase == RolloutPhase::Complete { Some(s.commit.clone()) } else { s.stable.clone() };
+            stable.into_iter().chain([subj]).collect()
+        }
+        None => vec![subj],
+    }
+}
+
 /// Does a new tip start a new rollout (the current one is over)?
 fn starts_new(s: &RolloutState, tip: &str) -> bool {
     s.commit != tip && matches!(s.phase, RolloutPhase::Complete | RolloutPhase::Stopped | RolloutPhase::Halted)
@@ -163,8 +184,20 @@ fn short(c: &str) -> &str {
     &c[..c.len().min(12)]
 }
 
-/// The one decision function.
+/// The one decision function. Every new state counts one generation more than the state it was
+/// decided from and names that state's commit as its predecessor.
 pub fn decide(inp: &ControllerInput) -> Decision {
+    match decide_phase(inp) {
+        Decision::Transition { mut state, summary } => {
+            state.generation = inp.state.map_or(0, |s| s.generation) + 1;
+            state.predecessor = inp.state_commit.map(str::to_string);
+            Decision::Transition { state, summary }
+        }
+        d => d,
+    }
+}
+
+fn decide_phase(inp: &ControllerInput) -> Decision {
     let now = rfc3339(inp.now);
     match (&inp.command, inp.state) {
         (Command::Start { commit }, st) => start(inp, st, commit, &now, true),
@@ -194,6 +227,12 @@ pub fn decide(inp: &ControllerInput) -> Decision {
             p => Decision::Refused {
                 why: format!("cannot resume: the rollout of {} is {}; start a new one with `fwc rollout start [COMMIT]`", short(&s.commit), p.as_str()),
             },
+        },
+        (Command::Halt { rollback: true, .. }, Some(s)) if s.stable.is_none() && s.phase != RolloutPhase::Complete && s.phase != RolloutPhase::Stopped => Decision::Refused {
+            why: format!(
+                "cannot roll back: this is the first rollout ({} has no stable commit to return to); `fwc rollout halt` without --rollback stops it where it is, and a revert commit rolled out next undoes it",
+                short(&s.commit)
+            ),
         },
         (Command::Halt { rollback, reason }, Some(s)) => match s.phase {
             RolloutPhase::Progressing | RolloutPhase::Paused => transition(s, RolloutPhase::Halted, *rollback, reason, if *rollback { "halt --rollback" } else { "halt" }, &now),
@@ -257,18 +296,62 @@ fn start(inp: &ControllerInput, st: Option<&RolloutState>, commit: &str, now: &s
         reason,
         since: now.to_string(),
         promoted_at: Some(now.to_string()),
+        generation: 0,
+        predecessor: None,
+        policy_commit: Some(fleet.policy_commit.clone()),
+        batch_below: next_batch(fleet, 0, None),
     };
     Decision::Transition { summary: format!("rollout {}: start, promote wave {}", short(commit), fleet.policy.waves[0].name), state }
 }
 
-fn halt(s: &RolloutState, why: String, now: &str) -> Decision {
+/// Halt for a failure of the commit; the policy's `on-failure` says whether promoted hosts go
+/// back to `stable` (only when there is one).
+fn halt(s: &RolloutState, policy: &RolloutPolicy, why: String, now: &str) -> Decision {
+    let rollback = policy.on_failure == OnFailure::Rollback && s.stable.is_some();
     let mut n = s.clone();
     n.phase = RolloutPhase::Halted;
-    n.rollback = true;
-    n.reason = why;
+    n.rollback = rollback;
+    n.reason = match (policy.on_failure, rollback) {
+        (OnFailure::Halt, _) => format!("{why}; promoted hosts keep what they have (on-failure=\"halt\")"),
+        (OnFailure::Rollback, true) => format!("{why}; promoted hosts go back to the stable commit (on-failure=\"rollback\")"),
+        (OnFailure::Rollback, false) => format!("{why}; no stable commit to roll back to (first rollout): hosts keep what they have"),
+    };
     n.since = now.to_string();
-    Decision::Transition { summary: format!("rollout {}: halt and roll back", short(&s.commit)), state: n }
+    let verb = if rollback { "halt and roll back" } else { "halt" };
+    Decision::Transition { summary: format!("rollout {}: {verb}", short(&s.commit)), state: n }
 }
+
+/// The members of wave `wave` in stable-hash order (the order batches take them).
+fn by_bucket<'f>(fleet: &'f Fleet, wave: usize) -> Vec<(u32, &'f Member)> {
+    let mut v: Vec<(u32, &Member)> = fleet.in_wave(wave).map(|m| (host_bucket(&m.name), m)).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    v
+}
+
+/// `batch_below` for the next batch of wave `wave` after the hosts below `current` (None: the
+/// first batch): the bucket of the first host the batch leaves out; None when the batch
+/// reaches every host of the wave (or the wave has no `max-parallel`).
+fn next_batch(fleet: &Fleet, wave: usize, current: Option<u32>) -> Option<u32> {
+    let size = fleet.policy.waves.get(wave)?.max_parallel?;
+    let hosts = by_bucket(fleet, wave);
+    let admitted = current.map_or(0, |b| hosts.iter().filter(|(k, _)| *k < b).count());
+    let upto = admitted + size.batch(hosts.len());
+    let below = hosts.get(upto).map(|(k, _)| *k)?;
+    // Hosts sharing a bucket go together; a batch always takes at least one more host.
+    match current {
+        Some(c) if below <= c => hosts.iter().map(|(k, _)| *k).find(|k| *k > c),
+        _ => Some(below),
+    }
+}
+
+/// Is `m` (of the promoted wave) in the batches admitted so far?
+fn admitted(s: &RolloutState, m: &Member) -> bool {
+    s.batch_below.is_none_or(|b| host_bucket(&m.name) < b)
+}
+
+/// The reason of a pause for missing hosts starts with this (such a pause ends by itself once
+/// the hosts are back).
+const MISSING_PAUSE: &str = "missing hosts: ";
 
 fn allowed_missing(m: MaxUnavailable, hosts: usize) -> usize {
     match m {
@@ -298,9 +381,14 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
     let k = s.promoted.unwrap_or(0).min(last);
     let mut pending: Vec<&str> = vec![];
     let mut fully_applied: BTreeSet<usize> = BTreeSet::new();
+    let mut missing_now: Vec<&str> = vec![];
+    let mut unadmitted = 0usize;
     for j in 0..=k {
         let wave = &fleet.policy.waves[j];
-        let hosts: Vec<&Member> = fleet.in_wave(j).collect();
+        let hosts: Vec<&Member> = fleet.in_wave(j).filter(|m| j < k || admitted(s, m)).collect();
+        if j == k {
+            unadmitted = fleet.in_wave(j).count() - hosts.len();
+        }
         let mut degraded = vec![];
         let mut missing = vec![];
         let mut waiting = vec![];
@@ -320,23 +408,52 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
                 }
             }
         }
+        // A host that applied the commit and failed halts the rollout: the commit's fault.
         if !degraded.is_empty() {
             let names: Vec<&str> = degraded.iter().map(String::as_str).collect();
-            return halt(s, format!("wave {}: degraded for {}: {}", wave.name, short(&s.commit), list(&names)), now);
+            return halt(s, &fleet.policy, format!("wave {}: degraded for {}: {}", wave.name, short(&s.commit), list(&names)), now);
         }
-        let allowed = allowed_missing(wave.max_unavailable, hosts.len());
-        if missing.len() > allowed {
-            return halt(s, format!("wave {}: {} host(s) not reporting, {allowed} allowed (max-unavailable): {}", wave.name, missing.len(), list(&missing)), now);
+        // A missing host is not the commit's fault. It counts against max-unavailable only in
+        // the wave being promoted; the hosts of finished waves are never waited for.
+        if j == k && missing.len() > allowed_missing(wave.max_unavailable, hosts.len()) {
+            missing_now = missing;
         }
-        if waiting.is_empty() {
+        if waiting.is_empty() && (j < k || missing_now.is_empty()) {
             fully_applied.insert(j);
         }
         pending.extend(waiting);
     }
     for g in inp.gates.iter().filter(|g| g.wave <= k && g.wave < last && fully_applied.contains(&g.wave)) {
         if let Some(why) = &g.failure {
-            return halt(s, format!("wave {}: {why}", fleet.policy.waves[g.wave].name), now);
+            return halt(s, &fleet.policy, format!("wave {}: {why}", fleet.policy.waves[g.wave].name), now);
         }
+    }
+    let wave = &fleet.policy.waves[k];
+    if !missing_now.is_empty() {
+        let allowed = allowed_missing(wave.max_unavailable, fleet.in_wave(k).filter(|m| admitted(s, m)).count());
+        let timeout = Duration::from_secs(fleet.policy.missing_timeout_secs);
+        let start = humantime::parse_rfc3339_weak(&s.since).unwrap_or(SystemTime::UNIX_EPOCH);
+        let waited = inp.now.duration_since(start).unwrap_or(Duration::ZERO);
+        let what = format!("wave {}: {} host(s) not reporting, {allowed} allowed (max-unavailable): {}", wave.name, missing_now.len(), list(&missing_now));
+        if s.phase == RolloutPhase::Progressing && waited >= timeout {
+            let mut n = s.clone();
+            n.phase = RolloutPhase::Paused;
+            n.reason = format!(
+                "{MISSING_PAUSE}{what}, for more than {} (missing-timeout); the rollout goes on by itself when they report again, or `fwc rollout resume` after removing them from the host blocks",
+                fwc_compiler::rollout::format_secs(timeout.as_secs())
+            );
+            n.since = now.to_string();
+            return Decision::Transition { summary: format!("rollout {}: pause, hosts missing", short(&s.commit)), state: n };
+        }
+        if s.phase == RolloutPhase::Progressing {
+            return Decision::Nothing { why: format!("{what}; waiting for them ({}s of {}s missing-timeout, then the rollout pauses)", waited.as_secs(), timeout.as_secs()) };
+        }
+    } else if s.phase == RolloutPhase::Paused && s.reason.starts_with(MISSING_PAUSE) {
+        let mut n = s.clone();
+        n.phase = RolloutPhase::Progressing;
+        n.reason = format!("the missing hosts of wave {} report again: the rollout goes on", wave.name);
+        n.since = now.to_string();
+        return Decision::Transition { summary: format!("rollout {}: resume, hosts back", short(&s.commit)), state: n };
     }
     if s.phase == RolloutPhase::Paused {
         return Decision::Nothing { why: format!("the rollout of {} is paused ({}); `fwc rollout resume` continues it", short(&s.commit), s.reason) };
@@ -344,7 +461,14 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
     if !pending.is_empty() {
         return Decision::Nothing { why: format!("waiting for {} host(s) to apply {}: {}", pending.len(), short(&s.commit), list(&pending)) };
     }
-    let wave = &fleet.policy.waves[k];
+    if unadmitted > 0 {
+        let mut n = s.clone();
+        n.batch_below = next_batch(fleet, k, s.batch_below);
+        let now_in = fleet.in_wave(k).filter(|m| admitted(&n, m)).count();
+        n.reason = format!("wave {}: the batch applied and healthy; {now_in} of {} host(s) may apply now (max-parallel)", wave.name, fleet.in_wave(k).count());
+        n.since = now.to_string();
+        return Decision::Transition { summary: format!("rollout {}: wave {} next batch", short(&s.commit), wave.name), state: n };
+    }
     if k == last {
         let mut n = s.clone();
         n.phase = RolloutPhase::Complete;
@@ -378,6 +502,7 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
     }
     let mut n = s.clone();
     n.promoted = Some(k + 1);
+    n.batch_below = next_batch(fleet, k + 1, None);
     n.promoted_at = Some(now.to_string());
     n.reason = format!("wave {} applied and healthy{}: {} promoted", wave.name, if wave.soak_secs > 0 { format!(" for {}s", wave.soak_secs) } else { String::new() }, next.name);
     n.since = now.to_string();
@@ -398,7 +523,7 @@ mod tests {
     }
 
     fn wave(name: &str, soak: u64, max_unavailable: u32) -> Wave {
-        Wave { name: name.into(), select: WaveSelect::Rest, soak_secs: soak, max_unavailable: MaxUnavailable::Hosts(max_unavailable), gates: vec![] }
+        Wave { name: name.into(), select: WaveSelect::Rest, soak_secs: soak, max_unavailable: MaxUnavailable::Hosts(max_unavailable), gates: vec![], max_parallel: None }
     }
 
     /// canary (c1), early (e1, e2; one may be missing), all (a1, a2, a3).
@@ -411,7 +536,17 @@ mod tests {
         for (w, names) in [(0, &["c1"][..]), (1, &["e1", "e2"]), (2, &["a1", "a2", "a3"])] {
             members.extend(names.iter().map(|n| Member { name: n.to_string(), wave: w, declared: true }));
         }
-        Fleet { policy: RolloutPolicy { waves: vec![wave("canary", 60, 0), wave("early", 0, 1), wave("all", 0, 0)], probes: vec![], windows }, members }
+        Fleet {
+            policy: RolloutPolicy {
+                waves: vec![wave("canary", 60, 0), wave("early", 0, 1), wave("all", 0, 0)],
+                probes: vec![],
+                windows,
+                on_failure: OnFailure::Rollback,
+                missing_timeout_secs: 600,
+            },
+            members,
+            policy_commit: C1.into(),
+        }
     }
 
     fn state(commit: &str, promoted: usize, phase: RolloutPhase, promoted_at: u64) -> RolloutState {
@@ -427,6 +562,10 @@ mod tests {
             reason: "r".into(),
             since: rfc3339(at(promoted_at)),
             promoted_at: Some(rfc3339(at(promoted_at))),
+            generation: 7,
+            predecessor: None,
+            policy_commit: None,
+            batch_below: None,
         }
     }
 
@@ -434,6 +573,19 @@ mod tests {
     fn soaking(mut s: RolloutState, t: u64) -> RolloutState {
         s.since = rfc3339(at(t));
         assert_ne!(Some(&s.since), s.promoted_at.as_ref(), "the soak starts after the promotion");
+        s
+    }
+
+    fn missing_paused() -> RolloutState {
+        let mut s = state(C2, 1, Paused, 60);
+        s.reason = format!("{MISSING_PAUSE}wave early: 2 host(s) not reporting");
+        s.since = rfc3339(at(660));
+        s
+    }
+
+    fn first_rollout() -> RolloutState {
+        let mut s = state(C2, 1, Progressing, 0);
+        s.stable = None;
         s
     }
 
@@ -536,9 +688,25 @@ mod tests {
                 .want(Progressing, 2, false, "all promoted"),
             case("the canary between scrapes (grace period): wait, no halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(HostReport::default()))]), Command::Advance, 5)
                 .nothing("waiting for 1 host(s)"),
-            case("the canary missing, none allowed: halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", None)]), Command::Advance, 5).want(Halted, 0, true, "not reporting, 0 allowed"),
-            case("two early hosts missing, one allowed: halt", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", None), ("e2", None)]), Command::Advance, 70)
-                .want(Halted, 1, true, "2 host(s) not reporting, 1 allowed"),
+            case("the canary missing, none allowed: wait for it, never halt", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", None)]), Command::Advance, 5)
+                .nothing("not reporting, 0 allowed (max-unavailable): c1; waiting for them (5s of 600s"),
+            case("two early hosts missing, one allowed: wait", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", None), ("e2", None)]), Command::Advance, 70)
+                .nothing("2 host(s) not reporting, 1 allowed"),
+            case("missing past missing-timeout: pause, naming them", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", None), ("e2", None)]), Command::Advance, 660)
+                .want(Paused, 1, false, "missing hosts: wave early: 2 host(s) not reporting, 1 allowed (max-unavailable): e1, e2, for more than 10m"),
+            case("paused for missing hosts, still missing: nothing", Some(missing_paused()), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", None), ("e2", None)]), Command::Advance, 900)
+                .nothing("paused"),
+            case("paused for missing hosts, back: the rollout goes on", Some(missing_paused()), C2, reports(C1, &[("c1", Some(on(C2))), ("e1", Some(on(C1)))]), Command::Advance, 900)
+                .want(Progressing, 1, false, "report again"),
+            case("paused for missing hosts, a degraded host: halt", Some(missing_paused()), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "self_check"))), ("e1", None), ("e2", None)]), Command::Advance, 900)
+                .want(Halted, 1, true, "self_check"),
+            case("a host of a finished wave missing (a reboot): the next wave goes on", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[("c1", None)]), Command::Advance, 70)
+                .want(Complete, 2, false, "is stable"),
+            case("a host of a finished wave missing for hours: never a halt", Some(state(C2, 1, Progressing, 60)), C2, reports(C1, &[("c1", None), ("e1", None), ("e2", Some(on(C2)))]), Command::Advance, 99_999)
+                .want(Progressing, 2, false, "all promoted"),
+            case("halt --rollback on a first rollout: refused, no stable commit", Some(first_rollout()), C2, c2_early(), Command::Halt { rollback: true, reason: String::new() }, 5)
+                .nothing("no stable commit to return to"),
+            case("halt on a first rollout: fine", Some(first_rollout()), C2, c2_early(), Command::Halt { rollback: false, reason: String::new() }, 5).want(Halted, 1, false, "halt by the operator"),
             case("missing hosts of unpromoted waves do not count", Some(soaking(state(C2, 0, Progressing, 0), 1)), C2, reports(C1, &[("c1", Some(on(C2))), ("a1", None), ("a2", None)]), Command::Advance, 61)
                 .want(Progressing, 1, false, "early promoted"),
             case("the last wave applied: complete, stable", Some(state(C2, 2, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 70).want(Complete, 2, false, "is stable"),
@@ -618,6 +786,7 @@ mod tests {
         for c in cases {
             let inp = ControllerInput {
                 state: c.state.as_ref(),
+                state_commit: Some("5555555555555555555555555555555555555555"),
                 branch: "main",
                 tip: c.tip,
                 fleet: Some(f),
@@ -652,11 +821,101 @@ mod tests {
     }
 
     #[test]
+    fn on_failure_halt_lets_promoted_hosts_keep_the_commit() {
+        let mut f = fleet();
+        f.policy.on_failure = OnFailure::Halt;
+        let c2_canary = || reports(C1, &[("c1", Some(on(C2)))]);
+        run(&f, vec![
+            case("degraded canary, on-failure=halt: halt, no rollback", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "apply_failed")))]), Command::Advance, 5)
+                .want(Halted, 0, false, "keep what they have (on-failure=\"halt\")"),
+            case("failing gate, on-failure=halt: halt, no rollback", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60)
+                .gate(0, Some("gate \"errors\": the query failed"))
+                .want(Halted, 0, false, "the query failed"),
+            case("the operator's halt --rollback stays possible", Some(state(C2, 0, Halted, 0)), C2, c2_canary(), Command::Halt { rollback: true, reason: String::new() }, 60)
+                .want(Halted, 0, true, "halt --rollback"),
+        ]);
+        // on-failure="rollback" on a first rollout: nothing to return to.
+        let mut first = state(C2, 0, Progressing, 0);
+        first.stable = None;
+        let r = reports(C1, &[("c1", Some(degraded(C1, C2, "apply_failed")))]);
+        let d = decide(&ControllerInput { state: Some(&first), state_commit: None, branch: "main", tip: C2, fleet: Some(&fleet()), reports: &r, gates: &[], command: Command::Advance, now: at(5) });
+        let Decision::Transition { state: n, .. } = d else { panic!("{d:?}") };
+        assert!(n.phase == Halted && !n.rollback && n.reason.contains("no stable commit"), "{n:?}");
+    }
+
+    /// wave "all" of 10 hosts with max-parallel=3: batches of 3, 3, 3, 1 in stable-hash order,
+    /// each admitted when the previous one applied and is healthy.
+    #[test]
+    fn max_parallel_batches_a_wave() {
+        use fwc_artifacts::rollout::MaxParallel;
+        let mut f = fleet();
+        f.members.retain(|m| m.wave < 2);
+        f.members.extend((0..10).map(|i| Member { name: format!("a{i}"), wave: 2, declared: true }));
+        f.policy.waves[2].max_parallel = Some(MaxParallel::Hosts(3));
+        let order: Vec<String> = by_bucket(&f, 2).iter().map(|(_, m)| m.name.clone()).collect();
+        let mut st = state(C2, 1, Progressing, 0);
+        let mut seen = vec![];
+        let mut reports: BTreeMap<String, HostReport> = f.members.iter().map(|m| (m.name.clone(), on(if m.wave < 2 { C2 } else { C1 }))).collect();
+        for round in 0..8 {
+            let d = decide(&ControllerInput { state: Some(&st), state_commit: None, branch: "main", tip: C2, fleet: Some(&f), reports: &reports, gates: &[], command: Command::Advance, now: at(100 + round) });
+            match d {
+                Decision::Transition { state: n, .. } => st = n,
+                Decision::Nothing { why } => panic!("round {round}: {why}"),
+                Decision::Refused { why } => panic!("{why}"),
+            }
+            if st.phase == Complete {
+                break;
+            }
+            let now_in: Vec<String> = f.in_wave(2).filter(|m| admitted(&st, m)).map(|m| m.name.clone()).collect();
+            seen.push(now_in.len());
+            // The admitted hosts are a prefix of the stable-hash order.
+            let mut sorted = now_in.clone();
+            sorted.sort_by_key(|n| order.iter().position(|o| o == n));
+            assert_eq!(sorted, order[..now_in.len()], "round {round}");
+            // Not yet applied: nothing happens; a degraded one halts.
+            let d = decide(&ControllerInput { state: Some(&st), state_commit: None, branch: "main", tip: C2, fleet: Some(&f), reports: &reports, gates: &[], command: Command::Advance, now: at(200) });
+            assert!(matches!(&d, Decision::Nothing { why } if why.contains("waiting for")), "{d:?}");
+            for n in &now_in {
+                reports.insert(n.clone(), on(C2));
+            }
+        }
+        assert_eq!(seen, [3, 6, 9, 10], "batches");
+        assert_eq!(st.phase, Complete);
+    }
+
+    #[test]
+    fn every_state_counts_a_generation_and_names_its_predecessor() {
+        let f = fleet();
+        let st = state(C2, 0, Progressing, 0);
+        let r = reports(C1, &[]);
+        let d = decide(&ControllerInput { state: Some(&st), state_commit: Some("abc"), branch: "main", tip: C2, fleet: Some(&f), reports: &r, gates: &[], command: Command::Pause { reason: String::new() }, now: at(5) });
+        let Decision::Transition { state: n, .. } = d else { panic!("{d:?}") };
+        assert_eq!((n.generation, n.predecessor.as_deref()), (8, Some("abc")));
+        let d = decide(&ControllerInput { state: None, state_commit: None, branch: "main", tip: C2, fleet: Some(&f), reports: &r, gates: &[], command: Command::Advance, now: at(5) });
+        let Decision::Transition { state: n, .. } = d else { panic!("{d:?}") };
+        assert_eq!((n.generation, n.predecessor, n.policy_commit.as_deref()), (1, None, Some(C1)));
+    }
+
+    #[test]
+    fn the_policy_in_force_is_the_stable_commits() {
+        let done = state(C1, 2, Complete, 0);
+        assert_eq!(policy_candidates(Some(&done), C2, &Command::Advance), [C1, C2]);
+        let mut running = state(C2, 1, Progressing, 0);
+        running.policy_commit = Some(C1.into());
+        assert_eq!(policy_candidates(Some(&running), C2, &Command::Advance), [C1]);
+        running.policy_commit = None;
+        assert_eq!(policy_candidates(Some(&running), C2, &Command::Advance), [C2]);
+        assert_eq!(policy_candidates(None, C2, &Command::Advance), [C2]);
+        let halted = state(C2, 0, Halted, 0);
+        assert_eq!(policy_candidates(Some(&halted), "3333333333333333333333333333333333333333", &Command::Advance), [C1, "3333333333333333333333333333333333333333"]);
+    }
+
+    #[test]
     fn a_new_rollout_keeps_stable_and_a_complete_one_sets_it() {
         let f = fleet();
         let st = state(C1, 2, Complete, 0);
         let r = reports(C1, &[]);
-        let d = decide(&ControllerInput { state: Some(&st), branch: "main", tip: C2, fleet: Some(&f), reports: &r, gates: &[], command: Command::Advance, now: at(5) });
+        let d = decide(&ControllerInput { state: Some(&st), state_commit: None, branch: "main", tip: C2, fleet: Some(&f), reports: &r, gates: &[], command: Command::Advance, now: at(5) });
         let Decision::Transition { state: n, summary } = d else { panic!("{d:?}") };
         assert_eq!((n.commit.as_str(), n.stable.as_deref()), (C2, Some(C1)));
         assert_eq!(n.waves, ["canary", "early", "all"]);
@@ -664,7 +923,7 @@ mod tests {
         // A halted rollout's commit never becomes stable: the fix keeps the old stable.
         let mut h = state(C2, 0, Halted, 0);
         h.stable = Some(C1.into());
-        let d = decide(&ControllerInput { state: Some(&h), branch: "main", tip: "3333333333333333333333333333333333333333", fleet: Some(&f), reports: &r, gates: &[], command: Command::Advance, now: at(5) });
+        let d = decide(&ControllerInput { state: Some(&h), state_commit: None, branch: "main", tip: "3333333333333333333333333333333333333333", fleet: Some(&f), reports: &r, gates: &[], command: Command::Advance, now: at(5) });
         let Decision::Transition { state: n, .. } = d else { panic!("{d:?}") };
         assert_eq!(n.stable.as_deref(), Some(C1));
     }
@@ -672,9 +931,9 @@ mod tests {
     #[test]
     fn without_a_policy_nothing_starts() {
         let r = BTreeMap::new();
-        let d = decide(&ControllerInput { state: None, branch: "main", tip: C1, fleet: None, reports: &r, gates: &[], command: Command::Advance, now: at(0) });
+        let d = decide(&ControllerInput { state: None, state_commit: None, branch: "main", tip: C1, fleet: None, reports: &r, gates: &[], command: Command::Advance, now: at(0) });
         assert!(matches!(&d, Decision::Nothing { why } if why.contains("no `rollout` policy")), "{d:?}");
-        let d = decide(&ControllerInput { state: None, branch: "main", tip: C1, fleet: None, reports: &r, gates: &[], command: Command::Start { commit: C1.into() }, now: at(0) });
+        let d = decide(&ControllerInput { state: None, state_commit: None, branch: "main", tip: C1, fleet: None, reports: &r, gates: &[], command: Command::Start { commit: C1.into() }, now: at(0) });
         assert!(matches!(d, Decision::Refused { .. }), "{d:?}");
     }
 

@@ -1,17 +1,23 @@
 //! The agent's pure decision on the fleet rollout: given the branch tip, the rollout state read
-//! from the same fetch (verified or not), this host's wave and what is applied, which commit to
-//! apply — or why to hold. No I/O here; the agent loop gathers the inputs and executes.
+//! from the same fetch (verified or not, and whether it succeeds the last state this host
+//! accepted), this host's wave and what is applied, which commit to apply — or why to hold. No
+//! I/O here; the agent loop gathers the inputs and executes.
 //!
 //! The semantics (docs/fleet.md "What the agent does"):
-//! - the tip has no `rollout` policy: as today, the agent follows the branch tip;
+//! - no rollout state ever seen and no `rollout` policy at the tip: as without fleet
+//!   rollouts, the agent follows the branch tip; a state whose commit completed without a
+//!   policy also hands the repository back to the tip (it left rollouts, wave by wave);
 //! - otherwise the agent applies only a commit the state names: `commit` when its wave is
-//!   promoted and the phase is progressing, paused or complete; else it stays on (or goes to)
-//!   `stable`; halted with rollback takes every host to `stable` (an allowed rewind); halted
-//!   without rollback, paused and stopped keep what is applied (a host not promoted never
-//!   applies `commit`); `stable = None` means "keep what you have";
-//! - no state yet (the first rollout has not started), or a state about another branch: hold
-//!   (`not_promoted`); an unsigned or unverifiable state when signatures are required: hold
-//!   (`unverified_state`).
+//!   promoted (and, in a wave with `max-parallel`, its batch admitted) and the phase is
+//!   progressing, paused or complete; else it stays on (or goes to) `stable`; halted with
+//!   rollback takes every host to `stable` (an allowed rewind); halted without rollback,
+//!   paused and stopped keep what is applied (a host not promoted never applies `commit`);
+//!   `stable = None` means "keep what you have";
+//! - no state yet while the tip has a policy (the first rollout has not started), or a state
+//!   about another branch: hold (`not_promoted`); an unsigned or unverifiable state when
+//!   signatures are required: hold (`unverified_state`); a state that does not succeed the
+//!   last one accepted ([`succession`]): hold (`state_rewound`); the rollout ref gone after a
+//!   state was accepted: hold (`state_missing`), never the tip.
 
 use fwc_compiler::artifacts::rollout::{RolloutPhase, RolloutState};
 use serde::Serialize;
@@ -26,6 +32,46 @@ pub enum StateView<'a> {
     Unverified,
     /// Present and (when signatures are required) verified.
     Verified(&'a RolloutState),
+    /// Verified, but not a successor of the last state this host accepted ([`succession`]).
+    Rewound,
+    /// The rollout ref is gone (deleted, pruned) although this host accepted a state before.
+    Missing,
+}
+
+/// The last rollout state a host accepted (kept across restarts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Accepted {
+    /// The state commit.
+    pub commit: String,
+    pub generation: u64,
+}
+
+/// May a host that accepted `accepted` accept the state in commit `commit` with `generation`?
+/// Only a successor: the same commit, or one that descends from it (`descends`, from git) with
+/// a higher generation. States written before generations (0 after 0) need descent only.
+/// Err: why not, for the audit log.
+pub fn succession(accepted: Option<&Accepted>, commit: &str, generation: u64, descends: bool) -> Result<(), String> {
+    let Some(a) = accepted else { return Ok(()) };
+    if a.commit == commit {
+        return Ok(());
+    }
+    let short = |c: &str| c[..c.len().min(12)].to_string();
+    if !descends {
+        return Err(format!(
+            "the rollout state {} does not descend from {}, the last state this host accepted: a replayed or rewritten state is not followed",
+            short(commit),
+            short(&a.commit)
+        ));
+    }
+    if generation <= a.generation && !(generation == 0 && a.generation == 0) {
+        return Err(format!(
+            "the rollout state {} has generation {generation}, not above {} of {}, the last state this host accepted: a replayed state is not followed",
+            short(commit),
+            a.generation,
+            short(&a.commit)
+        ));
+    }
+    Ok(())
 }
 
 /// Everything the decision depends on.
@@ -37,6 +83,11 @@ pub struct FollowInput<'a> {
     pub tip: &'a str,
     /// Does the tip commit declare a `rollout` policy?
     pub tip_has_policy: bool,
+    /// The state says complete and its commit has no `rollout` policy: the repository left
+    /// rollouts (the commit that dropped the policy was itself rolled out wave by wave).
+    pub left_rollouts: bool,
+    /// This host's [`host_bucket`](fwc_compiler::artifacts::rollout::host_bucket) (batches).
+    pub bucket: u32,
     pub state: StateView<'a>,
     /// This host's wave index in the policy of the state's `commit` (None: that commit has no
     /// policy this host could be placed by).
@@ -54,11 +105,20 @@ pub enum HoldReason {
     Paused,
     Stopped,
     UnverifiedState,
+    StateRewound,
+    StateMissing,
 }
 
 /// Every hold reason, in the order the metric lists them.
-pub const HOLD_REASONS: [HoldReason; 5] =
-    [HoldReason::NotPromoted, HoldReason::Halted, HoldReason::Paused, HoldReason::Stopped, HoldReason::UnverifiedState];
+pub const HOLD_REASONS: [HoldReason; 7] = [
+    HoldReason::NotPromoted,
+    HoldReason::Halted,
+    HoldReason::Paused,
+    HoldReason::Stopped,
+    HoldReason::UnverifiedState,
+    HoldReason::StateRewound,
+    HoldReason::StateMissing,
+];
 
 impl HoldReason {
     pub fn as_str(self) -> &'static str {
@@ -68,6 +128,8 @@ impl HoldReason {
             HoldReason::Paused => "paused",
             HoldReason::Stopped => "stopped",
             HoldReason::UnverifiedState => "unverified_state",
+            HoldReason::StateRewound => "state_rewound",
+            HoldReason::StateMissing => "state_missing",
         }
     }
 }
@@ -98,16 +160,19 @@ impl FollowDecision {
 
 /// The decision. See the module documentation for the rules.
 pub fn decide(i: &FollowInput) -> FollowDecision {
-    if !i.tip_has_policy {
-        return FollowDecision::Tip;
-    }
     let s = match i.state {
+        StateView::Missing => return FollowDecision::Hold { reason: HoldReason::StateMissing },
+        StateView::Rewound => return FollowDecision::Hold { reason: HoldReason::StateRewound },
+        StateView::Absent if !i.tip_has_policy => return FollowDecision::Tip,
         StateView::Absent => return FollowDecision::Hold { reason: HoldReason::NotPromoted },
         StateView::Unverified => return FollowDecision::Hold { reason: HoldReason::UnverifiedState },
+        StateView::Verified(s) if s.branch != i.branch && !i.tip_has_policy => return FollowDecision::Tip,
         StateView::Verified(s) if s.branch != i.branch => return FollowDecision::Hold { reason: HoldReason::NotPromoted },
+        StateView::Verified(_) if i.left_rollouts && !i.tip_has_policy => return FollowDecision::Tip,
         StateView::Verified(s) => s,
     };
-    let promoted = matches!((i.wave, s.promoted), (Some(w), Some(p)) if w <= p);
+    let admitted = s.batch_below.is_none_or(|b| i.bucket < b);
+    let promoted = matches!((i.wave, s.promoted), (Some(w), Some(p)) if w < p || (w == p && admitted));
     // Keep what is applied: a host already on `commit` is on the rollout's commit (no hold).
     let stay = |reason: HoldReason| {
         if i.applied == Some(s.commit.as_str()) {
@@ -161,6 +226,10 @@ mod tests {
             reason: "test".into(),
             since: "2026-11-26T12:00:00Z".into(),
             promoted_at: None,
+            generation: 1,
+            predecessor: None,
+            policy_commit: None,
+            batch_below: None,
         }
     }
 
@@ -175,7 +244,7 @@ mod tests {
     }
 
     fn run(st: StateView, wave: Option<usize>, applied: Option<&str>) -> FollowDecision {
-        decide(&FollowInput { branch: "main", tip: TIP, tip_has_policy: true, state: st, wave, applied })
+        decide(&FollowInput { branch: "main", tip: TIP, tip_has_policy: true, left_rollouts: false, bucket: 5000, state: st, wave, applied })
     }
 
     use HoldReason as H;
@@ -236,12 +305,63 @@ mod tests {
     }
 
     #[test]
-    fn no_policy_at_the_tip_is_as_today() {
+    fn without_a_state_and_a_policy_the_tip_is_followed_as_today() {
+        let d = decide(&FollowInput { branch: "main", tip: TIP, tip_has_policy: false, left_rollouts: false, bucket: 0, state: StateView::Absent, wave: None, applied: Some(S) });
+        assert_eq!(d, FollowDecision::Tip);
+        assert_eq!(d.held(), None);
+    }
+
+    /// The policy in force is the one the fleet runs: a tip that drops the `rollout` block does
+    /// not bypass a state (halted here: nobody takes the tip); only a state that completed a
+    /// commit without a policy hands the repository back to the tip.
+    #[test]
+    fn a_tip_without_a_policy_does_not_bypass_the_state() {
         let s = state(Halted, Some(0), Some(S), true);
-        for st in [StateView::Absent, StateView::Unverified, StateView::Verified(&s)] {
-            let d = decide(&FollowInput { branch: "main", tip: TIP, tip_has_policy: false, state: st, wave: Some(0), applied: Some(S) });
-            assert_eq!(d, FollowDecision::Tip);
-            assert_eq!(d.held(), None);
+        let run = |st: StateView, left: bool, tip_policy: bool| decide(&FollowInput { branch: "main", tip: TIP, tip_has_policy: tip_policy, left_rollouts: left, bucket: 0, state: st, wave: Some(0), applied: Some(S) });
+        assert_eq!(run(StateView::Verified(&s), false, false), stable(H::Halted));
+        assert_eq!(run(StateView::Unverified, false, false), hold(H::UnverifiedState));
+        assert_eq!(run(StateView::Missing, false, false), hold(H::StateMissing));
+        assert_eq!(run(StateView::Rewound, false, false), hold(H::StateRewound));
+        let done = state(Complete, Some(2), Some(C), false);
+        assert_eq!(run(StateView::Verified(&done), true, false), FollowDecision::Tip);
+        // ... until a tip brings a policy back: then the state rules again (the next rollout).
+        assert_eq!(run(StateView::Verified(&done), true, true), apply(C));
+    }
+
+    /// A promoted wave with `max-parallel`: only hosts of the admitted batches take the commit.
+    #[test]
+    fn batches_admit_hosts_below_the_bucket() {
+        let mut s = state(Progressing, Some(1), Some(S), false);
+        s.batch_below = Some(3000);
+        let run = |bucket: u32, wave: usize| decide(&FollowInput { branch: "main", tip: TIP, tip_has_policy: true, left_rollouts: false, bucket, state: StateView::Verified(&s), wave: Some(wave), applied: Some(S) });
+        assert_eq!(run(2999, 1), apply(C));
+        assert_eq!(run(3000, 1), stable(H::NotPromoted));
+        assert_eq!(run(9999, 0), apply(C), "earlier waves are whole");
+    }
+
+    #[test]
+    fn succession_accepts_only_fast_forwards_with_a_higher_generation() {
+        let acc = Accepted { commit: "a".repeat(40), generation: 5 };
+        let legacy = Accepted { commit: "a".repeat(40), generation: 0 };
+        let b = "b".repeat(40);
+        #[allow(clippy::type_complexity)]
+        let rows: Vec<(Option<&Accepted>, &str, u64, bool, Result<(), &str>)> = vec![
+            (None, &b, 0, false, Ok(())),
+            (Some(&acc), &acc.commit, 5, true, Ok(())),
+            (Some(&acc), &b, 6, true, Ok(())),
+            (Some(&acc), &b, 6, false, Err("does not descend")),
+            (Some(&acc), &b, 5, true, Err("generation 5, not above 5")),
+            (Some(&acc), &b, 0, true, Err("generation 0")),
+            (Some(&legacy), &b, 0, true, Ok(())),
+            (Some(&legacy), &b, 0, false, Err("does not descend")),
+        ];
+        for (n, (a, c, g, d, want)) in rows.into_iter().enumerate() {
+            let got = succession(a, c, g, d);
+            match (&got, want) {
+                (Ok(()), Ok(())) => {}
+                (Err(e), Err(w)) if e.contains(w) => {}
+                _ => panic!("row {n}: {got:?}, want {want:?}"),
+            }
         }
     }
 

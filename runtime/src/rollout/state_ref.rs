@@ -314,6 +314,10 @@ mod tests {
             reason: reason.into(),
             since: "2026-11-26T12:00:00Z".into(),
             promoted_at: None,
+            generation: 1,
+            predecessor: None,
+            policy_commit: None,
+            batch_below: None,
         }
     }
 
