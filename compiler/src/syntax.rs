@@ -1142,7 +1142,16 @@ impl Parser<'_, '_> {
     /// [`crate::rollout::check`].
     fn rollout(&mut self, node: &KdlNode) -> RolloutDecl {
         let rule = "rollout";
-        let mut p = self.props(node, rule, ROLLOUT_PROPS, 0);
+        // A name is a mistake of its own (the policy is one per repository); the properties
+        // are read below, so only the positional arguments are reported here.
+        let names: Vec<_> = node.entries().iter().filter(|e| e.name().is_none()).collect();
+        for e in &names {
+            let span = self.span(e.span());
+            self.error("unexpected-argument", "`rollout` takes no name", span, "not expected here")
+                .rule(rule)
+                .help("the policy is its properties and its block: rollout on-failure=\"halt\" { wave \"canary\" on=\"role=canary\"; wave \"all\" }");
+        }
+        let mut p = self.props(node, rule, ROLLOUT_PROPS, names.len());
         let on_failure = self.text(&mut p, "on-failure").and_then(|(t, s)| self.rollout_value(rule, "on-failure", &t, s, parse_on_failure));
         let missing_timeout_secs = self.text(&mut p, "missing-timeout").and_then(|(t, s)| self.rollout_value(rule, "missing-timeout", &t, s, parse_soak));
         let mut decl = RolloutDecl { waves: Vec::new(), probes: Vec::new(), windows: Vec::new(), on_failure, missing_timeout_secs, span: self.span(node.name().span()) };
