@@ -184,6 +184,14 @@ impl Mirror {
         fo.download_tags(git2::AutotagOption::None);
         fo.prune(git2::FetchPrune::Off);
         let mut remote = self.repo.remote_anonymous(&self.url).into_diagnostic()?;
+        // FETCH_HEAD says which of the two refs this fetch found on the remote; libgit2 leaves
+        // it as it was when nothing matched, so an old one must not speak for this fetch.
+        let fetch_head = self.repo.path().join("FETCH_HEAD");
+        match std::fs::remove_file(&fetch_head) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(miette!("cannot remove {}: {e}", fetch_head.display())),
+        }
         let (spec, rollout) = (refspec(&self.branch), refspec(ROLLOUT_BRANCH));
         remote
             .fetch(&[spec.as_str(), rollout.as_str()], Some(&mut fo), Some("fwc agent fetch"))
@@ -204,14 +212,20 @@ impl Mirror {
             })?;
         // The rollout ref deleted on the remote is deleted here too (the agent then holds with
         // `state_missing`, never follows a stale or absent state as if nothing happened). The
-        // remote's advertisement stays readable after the fetch.
+        // fetch wrote FETCH_HEAD with the refs it found. (Not `Remote::list`: git2 0.20 builds a
+        // slice from libgit2's null pointer when the remote has no refs at all, which is
+        // undefined behaviour and aborts debug builds.)
         let rollout_ref = format!("refs/heads/{ROLLOUT_BRANCH}");
-        if let Ok(heads) = remote.list() {
-            if !heads.iter().any(|h| h.name() == rollout_ref) {
-                if let Ok(mut r) = self.repo.find_reference(&format!("refs/remotes/origin/{ROLLOUT_BRANCH}")) {
-                    tracing::warn!("the rollout ref {rollout_ref} is gone from {}", self.url);
-                    r.delete().into_diagnostic()?;
-                }
+        let mut advertised = false;
+        // No FETCH_HEAD: the remote had neither ref.
+        let _ = self.repo.fetchhead_foreach(|name, _, _, _| {
+            advertised |= name == rollout_ref;
+            true
+        });
+        if !advertised {
+            if let Ok(mut r) = self.repo.find_reference(&format!("refs/remotes/origin/{ROLLOUT_BRANCH}")) {
+                tracing::warn!("the rollout ref {rollout_ref} is gone from {}", self.url);
+                r.delete().into_diagnostic()?;
             }
         }
         let new = self.tip().ok_or_else(|| miette!("branch {} does not exist in {}", self.branch, self.url))?;

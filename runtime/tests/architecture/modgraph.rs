@@ -24,7 +24,8 @@ pub struct Graph {
     pub tokens: Vec<Vec<String>>,
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every `.rs` file below `dir`, in directory order.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.is_dir() {
