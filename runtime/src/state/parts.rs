@@ -18,10 +18,11 @@ use crate::backend::nft::lazy;
 pub const PARTS_FILE: &str = "nftables.json.parts";
 /// Shared chunks of element lists, by sha256 of their bytes.
 pub const BLOBS_DIR: &str = "blobs";
-/// Documents smaller than this are stored whole.
-const MIN_SPLIT: usize = 1 << 20;
+/// Documents smaller than this are stored whole (the compiler's compact text: one element a
+/// line).
+const MIN_SPLIT: usize = 512 << 10;
 /// A chunk ends before an element line whose content hash has these bits clear, once it holds
-/// at least `MIN_CHUNK` bytes: about 8192 elements (~250 KB) per chunk.
+/// at least `MIN_CHUNK` bytes: on average 8,192 element lines after those bytes.
 const CUT_MASK: u64 = (1 << 13) - 1;
 const MIN_CHUNK: usize = 64 << 10;
 
@@ -48,7 +49,7 @@ fn sig(c: &str) -> (usize, &[u8], &[u8]) {
 }
 
 /// The pieces of `text` as (piece, bytes) where a blob's bytes are its chunk; None: store it
-/// whole (small, or not the compiler's pretty form).
+/// whole (small, or not the compiler's form).
 pub fn cut(text: &str) -> Option<Vec<(bool, &str)>> {
     if text.len() < MIN_SPLIT {
         return None;

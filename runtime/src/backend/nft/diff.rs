@@ -142,7 +142,7 @@ struct Objects<'a> {
     sets: BTreeMap<&'a str, (&'a str, &'a Value)>,
     chains: BTreeMap<&'a str, &'a Value>,
     rules: BTreeMap<&'a str, Vec<&'a Value>>,
-    /// quota (issue #26): named quota objects.
+    /// quota: named quota objects.
     quotas: BTreeMap<&'a str, &'a Value>,
     /// Kinds fwc never creates (counter, quota, flowtable, …): (kind, name).
     other: Vec<(&'a str, &'a str)>,
@@ -287,7 +287,7 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
             elements_add.push(json!({"add": {*kind: decl}}));
         }
     }
-    // quota (issue #26): an unchanged quota object is left alone (its count goes on); a
+    // quota: an unchanged quota object is left alone (its count goes on); a
     // changed limit is an `add` of the existing object, which the kernel applies as an update
     // that keeps the count; a new one is created (the commit restores its `used`).
     let limit = |q: &Value| (q.get("bytes").cloned(), q.get("inv").and_then(Value::as_bool).unwrap_or(false));
@@ -623,7 +623,7 @@ mod tests {
         assert_eq!(common_subsequence(&v(&[2, 1]), &v(&[1, 2])).len(), 1);
     }
 
-    /// quota (issue #26): an unchanged quota object is not in the batch (it keeps counting), a
+    /// quota: an unchanged quota object is not in the batch (it keeps counting), a
     /// changed limit is one `add quota` (the kernel updates it in place, keeping the count), a
     /// new one is added before the rules, a gone one deleted after them.
     #[test]

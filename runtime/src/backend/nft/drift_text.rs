@@ -108,7 +108,7 @@ pub(super) fn describe_object_change(kind: &str, name: &str, w: &Value, l: &Valu
             v.get("elem").and_then(Value::as_array).map(|a| a.iter().map(elem_text).collect()).unwrap_or_default()
         };
         let (ew, el) = (elems(w), elems(l));
-        // Hash sets of the texts: linear in the set size (issue #27: `Vec::contains` made
+        // Hash sets of the texts: linear in the set size (`Vec::contains` made
         // this quadratic, and drift in a 1M-element set was never reported).
         let (hw, hl): (HashSet<&str>, HashSet<&str>) = (ew.iter().map(String::as_str).collect(), el.iter().map(String::as_str).collect());
         let added: Vec<_> = el.iter().filter(|e| !hw.contains(e.as_str())).cloned().collect();
@@ -210,7 +210,7 @@ mod tests {
     use crate::backend::nft::normalize::normalize;
     use serde_json::json;
 
-    /// Issue #27: one element deleted behind fwc's back from a 200,000-element set is named
+    /// A big set: one element deleted behind fwc's back from a 200,000-element set is named
     /// (the comparison was quadratic: `Vec::contains` per element; bench/sets has the times).
     #[test]
     fn drift_in_a_big_set_names_the_element() {

@@ -1,4 +1,4 @@
-//! `nftables.json` with its element lists left as text (issue #27): the document's skeleton
+//! `nftables.json` with its element lists left as text: the document's skeleton
 //! (every object, without the `elem` arrays of its sets and maps) parsed, each set's `elem`
 //! array kept as a byte range of the file. Two generations then differ by a comparison of
 //! bytes and the parse of the few elements around the change, not a parse of every element.

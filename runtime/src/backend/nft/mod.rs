@@ -120,7 +120,7 @@ pub struct NftBackend {
     /// without it such an apply is refused and nothing changes.
     allow_replace: bool,
     staged: Option<Staged>,
-    /// quota (issue #26): the quotas of the ruleset being applied (from its manifest), whose
+    /// quota: the quotas of the ruleset being applied (from its manifest), whose
     /// objects get their `used` restored when a batch (re)creates them ([`crate::quota`]).
     quota_policies: Vec<fwc_artifacts::quota::QuotaPolicy>,
     committed: bool,
@@ -253,7 +253,7 @@ impl NftBackend {
     /// Compare `live` with the kernel's rendering of `expected`; `terse`: `live` was listed
     /// without set elements, so they are left out of the comparison.
     fn compare(&mut self, expected: &NftDoc, live: Option<&Value>, terse: bool) -> Result<Observation> {
-        // A big set's hash sets (issue #27) are left out of the scratch-namespace rendering
+        // A big set's hash sets are left out of the scratch-namespace rendering
         // (a million elements loaded and listed back on every plan after a change): the
         // kernel lists their elements as emitted, so they are compared as text. Terse: the
         // skeleton (no element is compared).
@@ -301,7 +301,7 @@ impl NftBackend {
                         // The diff assumes the live elements are the applied ones: when they
                         // are not, the next apply of this backend replaces the table whole.
                         if let Some(set) = elements_drifted(&want, &live) {
-                            // Naming the elements (issue #27), from the drift description.
+                            // Naming the elements, from the drift description.
                             let what = obs.drift.iter().find_map(|d| d.strip_prefix(&format!("{set}: ")));
                             self.full_replace = Some(match what {
                                 Some(w) => format!("the elements of {set} were changed outside fwc ({w})"),
@@ -531,7 +531,7 @@ impl NftBackend {
         })
     }
 
-    /// quota (issue #26): restore the usage of every quota object `tx` (re)creates, from the
+    /// quota: restore the usage of every quota object `tx` (re)creates, from the
     /// live count or the ledger in the state dir (`<state dir>/cache`'s parent); see
     /// [`crate::quota::restore_used`]. Costs one `nft list quotas` when `tx` adds a quota.
     fn restore_quotas(&self, tx: &mut Value, policies: &[fwc_artifacts::quota::QuotaPolicy]) {

@@ -140,7 +140,7 @@ pub(super) fn normalize_with(listing: &Value, elements: bool) -> Normalized {
         strip_volatile(&mut body);
         if let Value::Object(b) = &mut body {
             if kind == "quota" {
-                b.remove("used"); // quota (issue #26): the count is not drift
+                b.remove("used"); // quota: the count is not drift
             }
             b.remove("handle");
             b.remove("family");
