@@ -201,6 +201,8 @@ impl Drop for Netns {
         });
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
         let _ = std::fs::remove_dir_all(std::path::Path::new("/etc/netns").join(&self.name));
+        // What `fwc apply --netns NAME` pinned for the namespace's QoS maps and programs.
+        let _ = std::fs::remove_dir_all(std::path::Path::new("/sys/fs/bpf").join(format!("fwc-netns-{}", self.name)));
     }
 }
 
