@@ -7,14 +7,6 @@ use std::process::Command;
 
 use fwc_testkit::{privileged, Topology};
 
-/// Removes the namespace's pin root (pins outlive the namespace otherwise).
-struct PinGuard(String);
-impl Drop for PinGuard {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn fwc(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_fwc")).args(args).output().expect("fwc runs")
 }
@@ -26,7 +18,6 @@ fn capped_forward_is_shaped_by_the_ebpf_program_inside_the_namespace() {
     }
     let mut t = Topology::new();
     let pins = format!("/sys/fs/bpf/fwc-netns-{}", t.host.name);
-    let _pins = PinGuard(pins.clone());
     // A sink on the backend that counts bytes and reports them when the sender closes.
     t.backend.spawn(&["socat", "-u", "TCP-LISTEN:5001,bind=198.18.2.2,reuseaddr,fork", "OPEN:/dev/null"]);
     let repo = tempfile::tempdir().unwrap();
@@ -85,7 +76,6 @@ fn a_failed_first_apply_leaves_no_qos_pins() {
     }
     let t = Topology::new();
     let pins = format!("/sys/fs/bpf/fwc-netns-{}", t.host.name);
-    let _pins = PinGuard(pins.clone());
     let repo = tempfile::tempdir().unwrap();
     std::fs::write(repo.path().join("fwc.kdl"), "fwc 1\nforward \"bulk\" listen=\":5000\" to=\"198.18.2.2:5001\" bandwidth=\"10mbit\"\n").unwrap();
     let state = repo.path().join("state");

@@ -31,14 +31,6 @@ fn text(o: &Output) -> String {
     all.replace('│', " ").split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Removes a namespace's pin root (pins outlive the namespace otherwise).
-struct PinGuard(String);
-impl Drop for PinGuard {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Kills the forwarder `fwc apply` started for a state dir (its pid file), on drop.
 struct StartedForwarder(PathBuf);
 impl Drop for StartedForwarder {
@@ -120,7 +112,6 @@ fn qos_drift_is_reported_and_healed_by_apply() {
     }
     let t = Topology::new();
     let pins = format!("/sys/fs/bpf/fwc-netns-{}", t.host.name);
-    let _pins = PinGuard(pins.clone());
     let repo = tempfile::tempdir().unwrap();
     std::fs::write(repo.path().join("fwc.kdl"), capped_rules()).unwrap();
     let state = repo.path().join("state");
@@ -208,7 +199,6 @@ fn agent_heals_qos_and_forwarder_drift_without_restart() {
     }
     let t = Topology::new();
     let pins = format!("/sys/fs/bpf/fwc-netns-{}", t.host.name);
-    let _pins = PinGuard(pins.clone());
     let repo = Repo::new();
     let rules = format!("{}{}", capped_rules(), userspace_rules().trim_start_matches("fwc 1\n"));
     repo.commit(&rules, "cap and forwards", None, false);
@@ -253,7 +243,6 @@ fn a_cap_applied_under_ip_netns_exec_outlives_the_process() {
     }
     let mut t = Topology::new();
     let pins = format!("/sys/fs/bpf/fwc-netns-{}", t.host.name);
-    let _pins = PinGuard(pins.clone());
     let repo = tempfile::tempdir().unwrap();
     std::fs::write(repo.path().join("fwc.kdl"), capped_rules()).unwrap();
     let state = repo.path().join("state");
@@ -290,8 +279,6 @@ fn a_second_state_dir_on_the_same_namespace_is_refused() {
         return;
     }
     let t = Topology::new();
-    let pins = format!("/sys/fs/bpf/fwc-netns-{}", t.host.name);
-    let _pins = PinGuard(pins.clone());
     let repo = tempfile::tempdir().unwrap();
     std::fs::write(repo.path().join("fwc.kdl"), capped_rules()).unwrap();
     let (a, b) = (repo.path().join("state-a"), repo.path().join("state-b"));
@@ -365,7 +352,6 @@ fn a_cap_without_a_persistent_bpffs_is_refused_before_anything_changes() {
     std::fs::write(repo.path().join("fwc.kdl"), capped_rules()).unwrap();
     let state = repo.path().join("state");
     let pins = format!("/sys/fs/bpf/fwc-netns-{}", ns.name);
-    let _pins = PinGuard(pins.clone());
     // pid 1 (sh) -> sh -> ip netns exec -> fwc: fwc's ancestors see only the tmpfs.
     let inner = format!(
         "ip netns exec {} {} apply {} --state-dir {} --auto-approve; echo \"rc=$?\"",

@@ -218,14 +218,6 @@ fn stops_then_resets(h: &Host, what: &str) {
     assert!(got > 0 && got <= LIMIT, "{what}: after the reset the download should flow up to the quota again, got {got}");
 }
 
-/// Removes the namespace's QoS pin root (pins outlive the namespace otherwise).
-struct PinGuard(String);
-impl Drop for PinGuard {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A shape's quota is charged by the packets its QoS class takes (here: the downloads leaving
 /// towards the client), with the real eBPF program attached: it stops a download past it, and
 /// the next day resets it.
@@ -235,7 +227,6 @@ fn a_shapes_quota_stops_a_transfer_and_resets() {
         return;
     }
     let mut t = Topology::new();
-    let _pins = PinGuard(format!("/sys/fs/bpf/fwc-netns-{}", t.host.name));
     serve(&mut t);
     let dir = tempfile::tempdir().unwrap();
     let h = Host { t: &t, repo: dir.path().join("repo"), state: dir.path().join("state"), log: dir.path().join("batches.jsonl") };
