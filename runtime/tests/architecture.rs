@@ -346,7 +346,6 @@ const ISSUE_NUMBER_COMMENTS: &[&str] = &[
     "compiler/src/eval/mod.rs",
     "compiler/src/eval/nft/expr.rs",
     "compiler/src/eval/nft/packet.rs",
-    "compiler/src/eval/nft/rule.rs",
     "compiler/src/eval/nft/table.rs",
     "compiler/src/eval/tests.rs",
     "compiler/src/setlayout.rs",
