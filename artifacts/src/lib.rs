@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod digest;
 mod files;
 mod forward;
 pub mod identity;
@@ -19,6 +20,7 @@ pub mod quota;
 pub mod rollout;
 mod schema;
 
+pub use digest::*;
 pub use files::*;
 pub use forward::*;
 pub use identity::{parse_rule_comment, rule_comment, RuleId, COMMENT_PREFIX, MAX_COMMENT};
