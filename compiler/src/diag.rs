@@ -9,7 +9,7 @@ use miette::{LabeledSpan, SourceCode};
 use serde::Serialize;
 
 use crate::model::Span;
-use crate::source::SourceMap;
+use crate::sourcemap::SourceMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -26,6 +26,7 @@ pub mod select;
 pub mod setfile;
 pub mod setlayout;
 pub mod source;
+pub mod sourcemap;
 pub mod suggest;
 pub mod syntax;
 pub mod syntax_hints;

@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::limits;
+pub use crate::sourcemap::{SourceFile, SourceMap};
 
 /// The root file of a rule repository.
 pub const ROOT_FILE: &str = "fwc.kdl";
@@ -360,48 +360,6 @@ fn not_utf8(path: &str, e: std::string::FromUtf8Error) -> Diagnostic {
     Diagnostic::error("not-utf8", format!("the file is not UTF-8 text (byte 0x{byte:02x})"))
         .at(&map, crate::model::Span { file: id, offset: at as u32, len: '\u{FFFD}'.len_utf8() as u32 }, "not UTF-8")
         .help("save the file as UTF-8 (rule files and set files are text)")
-}
-
-/// A file as diagnostics see it: its display path and the exact text that was parsed (for a
-/// template, the text rendered for one host).
-#[derive(Debug, Clone)]
-pub struct SourceFile {
-    pub path: String,
-    pub text: Arc<str>,
-    /// Byte offset of every line's start, built on the first lookup (diagnostics of a large
-    /// file would otherwise each count lines from its start).
-    line_starts: Arc<std::sync::OnceLock<Vec<usize>>>,
-}
-
-impl SourceFile {
-    /// Byte offset (clamped to a character boundary) -> 1-based (line, column in chars), as
-    /// [`crate::diag::line_col`] counts them.
-    pub fn line_col(&self, offset: usize) -> (usize, usize) {
-        let text: &str = &self.text;
-        let mut offset = offset.min(text.len());
-        while !text.is_char_boundary(offset) {
-            offset -= 1;
-        }
-        let starts = self.line_starts.get_or_init(|| std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect());
-        let line = starts.partition_point(|&s| s <= offset);
-        (line, text[starts[line - 1]..offset].chars().count() + 1)
-    }
-}
-
-/// Every text parsed in one run; spans index into it by `file`.
-#[derive(Debug, Clone, Default)]
-pub struct SourceMap {
-    files: Vec<SourceFile>,
-}
-
-impl SourceMap {
-    pub fn add(&mut self, path: impl Into<String>, text: &str) -> u32 {
-        self.files.push(SourceFile { path: path.into(), text: Arc::from(text), line_starts: Default::default() });
-        (self.files.len() - 1) as u32
-    }
-    pub fn file(&self, id: u32) -> &SourceFile {
-        &self.files[id as usize]
-    }
 }
 
 #[cfg(test)]
