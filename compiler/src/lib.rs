@@ -32,20 +32,13 @@ pub mod syntax;
 pub mod syntax_hints;
 pub mod timewindow;
 pub mod units;
+pub mod view;
 
 use artifacts::Artifacts;
 use diag::{Diagnostic, Diagnostics};
 use model::{Host, Ruleset};
 use source::{SourceMap, SourceTree};
-
-/// One host's view of a repository, parsed and checked (warnings may remain).
-#[derive(Debug)]
-pub struct HostView {
-    pub host: Host,
-    pub ruleset: Ruleset,
-    pub map: SourceMap,
-    pub warnings: Diagnostics,
-}
+pub use view::HostView;
 
 /// Parse and check `host`'s view of the repository (None = the only host). Templates are
 /// rendered for that host. All errors found are returned together.

@@ -19,7 +19,9 @@ use crate::model::*;
 use crate::select::place_forward;
 use crate::source::SourceMap;
 
+mod hull;
 mod shadow_index;
+use hull::{proto_covers, selector_key, AddrHull, Hull};
 use shadow_index::ShadowIndex;
 
 /// The chains the `shadowed-rule` lint looks at.
@@ -89,14 +91,6 @@ fn intersects(a: &Intervals, b: &Intervals) -> bool {
     })
 }
 
-fn proto_covers(a: Option<Proto>, b: Option<Proto>) -> bool {
-    match (a, b) {
-        (None, _) => true,
-        (Some(_), None) => false,
-        (Some(x), Some(y)) => x == y || (x == Proto::Both && matches!(y, Proto::Tcp | Proto::Udp)),
-    }
-}
-
 fn ports_cover(a: Option<&[PortRange]>, b: Option<&[PortRange]>) -> bool {
     match (a, b) {
         (None, _) => true,
@@ -116,52 +110,6 @@ fn ports_cover(a: Option<&[PortRange]>, b: Option<&[PortRange]>) -> bool {
     }
 }
 
-/// Bounds of a rule's match properties, computed once per rule: a rule can only cover
-/// another whose bounds lie inside its own, so most pairs are rejected by a few compares
-/// before the exact test ([`Linter::covers`]).
-struct Hull {
-    rate: bool,
-    proto: Option<Proto>,
-    ports: Option<(u16, u16)>,
-    sports: Option<(u16, u16)>,
-    from: AddrHull,
-    to: AddrHull,
-}
-
-enum AddrHull {
-    Any,
-    /// A dynamic set: only the exact test knows.
-    Unknown,
-    /// Lowest and highest address per family (None: no address of that family).
-    Bounds([Option<(u128, u128)>; 2]),
-}
-
-impl Hull {
-    /// False only when `self` cannot cover `b` (a necessary condition of `covers`).
-    fn may_cover(&self, b: &Hull) -> bool {
-        let range = |a: Option<(u16, u16)>, b: Option<(u16, u16)>| match (a, b) {
-            (None, _) => true,
-            (Some(_), None) => false,
-            (Some(a), Some(b)) => a.0 <= b.0 && b.1 <= a.1,
-        };
-        let addr = |a: &AddrHull, b: &AddrHull| match (a, b) {
-            (AddrHull::Any, _) | (AddrHull::Unknown, _) | (_, AddrHull::Unknown) => true,
-            (_, AddrHull::Any) => false,
-            (AddrHull::Bounds(a), AddrHull::Bounds(b)) => (0..2).all(|f| match (a[f], b[f]) {
-                (_, None) => true,
-                (None, Some(_)) => false,
-                (Some(a), Some(b)) => a.0 <= b.0 && b.1 <= a.1,
-            }),
-        };
-        !self.rate
-            && proto_covers(self.proto, b.proto)
-            && range(self.ports, b.ports)
-            && range(self.sports, b.sports)
-            && addr(&self.from, &b.from)
-            && addr(&self.to, &b.to)
-    }
-}
-
 /// A rule that stops matching over a rate, narrows by ICMP type or connection state, holds
 /// only at times (`during=`, `until=`), or decides nothing (`log`): counted as covering no
 /// other rule (conservative: no false alarm).
@@ -175,10 +123,6 @@ fn same_or_any<T: PartialEq>(a: Option<&T>, b: Option<&T>) -> bool {
         (Some(x), Some(y)) => x == y,
         (Some(_), None) => false,
     }
-}
-
-fn selector_key(s: &Option<Spanned<Selector>>) -> Option<String> {
-    s.as_ref().map(|s| format!("{:?}", s.value))
 }
 
 impl<'a> Linter<'a> {

@@ -40,11 +40,13 @@ impl FleetPlan {
 /// assign every declared host its wave. Errors (of the parse or of the policy) are returned
 /// together, as `compile` does; the rule checks of each host are `check`'s job, not this.
 pub fn fleet_plan(tree: &SourceTree) -> Result<FleetPlan, Diagnostics> {
-    let repo = crate::ParsedRepo::parse(tree)?;
-    if repo.rollout.has_errors() {
-        return Err(repo.rollout);
+    let mut map = SourceMap::default();
+    let plain = crate::syntax::parse_plain(tree, &mut map)?;
+    let diags = check(&map, &plain);
+    if diags.has_errors() {
+        return Err(diags);
     }
-    Ok(plan_of(&repo.plain))
+    Ok(plan_of(&plain))
 }
 
 /// The plan of an already checked ruleset.

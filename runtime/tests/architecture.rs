@@ -174,11 +174,6 @@ const KNOWN_CYCLES: &[(&str, &[&str], &str)] = &[
         "the nft emitter's mod.rs both drives its concern files and holds the helpers they share",
     ),
     (
-        "compiler",
-        &["eval/mod.rs", "lib.rs", "lint.rs", "lint/shadow_index.rs", "rollout.rs"],
-        "the pipeline's entry points (lib.rs) are called back by stages",
-    ),
-    (
         "runtime",
         &[
             "cli/agent.rs",

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{selector_key, AddrHull, Hull};
+use super::hull::{selector_key, AddrHull, Hull};
 use crate::model::{FilterRule, Proto};
 
 /// The exact-match properties a covering rule must have (its own, or "any").
