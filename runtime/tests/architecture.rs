@@ -192,7 +192,6 @@ const KNOWN_CYCLES: &[(&str, &[&str], &str)] = &[
         ],
         "cli/mod.rs dispatches to the subcommands and holds the helpers they share",
     ),
-    ("runtime", &["engine/load.rs", "engine/plan.rs"], "the loaded source and the plan refer to each other"),
     (
         "runtime",
         &[

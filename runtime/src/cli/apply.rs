@@ -14,7 +14,7 @@ use super::host::default_state_dir;
 use super::plan::{render_plan, short, Paint};
 use super::Global;
 use crate::audit;
-use crate::engine::load::load;
+use crate::engine::load::{load, plan_loaded};
 use crate::engine::plan;
 use crate::engine::transaction::{self, ApplyOptions};
 use crate::engine::{confirm, record, status, target};
@@ -130,7 +130,7 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
             p.deadline_unix.saturating_sub(state::now_unix())
         ));
     }
-    let plan = plan::plan_loaded(&state, netns.as_deref(), loaded)?;
+    let plan = plan_loaded(&state, netns.as_deref(), loaded)?;
     if !a.json {
         print!("{}", render_plan(&plan, color));
     }

@@ -1,12 +1,13 @@
 //! Loading what to apply: compile a rule repository, read an artifact dir (`fwc compile --out`)
-//! or a saved plan (`fwc plan --out`).
+//! or a saved plan (`fwc plan --out`); and the plan of what was loaded.
 
 use std::path::Path;
 
 use fwc_compiler::artifacts::{Artifacts, MANIFEST_FILE, NFTABLES_FILE};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 
-use super::plan::{LivePlan, PLAN_VERSION};
+use super::plan::{live_hash, make_plan, LivePlan, PLAN_VERSION};
+use crate::state::StateDir;
 
 /// Where the artifacts came from.
 pub enum Loaded {
@@ -53,4 +54,28 @@ pub fn load(path: &Path, host: Option<&str>, color: bool) -> Result<Loaded> {
     }
     let (artifacts, source) = load_artifacts(path, host, color)?;
     Ok(Loaded::Artifacts { artifacts: Box::new(artifacts), source })
+}
+
+/// The plan of what was loaded: a fresh plan of loaded artifacts, or a saved plan re-planned
+/// after checking that the live state is still the one it was made against (stale plans are
+/// refused).
+pub fn plan_loaded(state: &StateDir, netns: Option<&str>, loaded: Loaded) -> Result<LivePlan> {
+    match loaded {
+        Loaded::Plan(saved) => {
+            let now = live_hash(state, netns)?;
+            if now != saved.live_hash {
+                return Err(miette!(
+                    "the plan file is stale: the live state changed since it was made ({}).\n\
+                     It was planned against {} (live hash {}), the live hash is now {}.\n\
+                     Run `fwc plan --out FILE` again and review the new plan.",
+                    saved.created_at,
+                    saved.applied_generation.as_deref().unwrap_or("an empty host"),
+                    &saved.live_hash[..12],
+                    &now[..12]
+                ));
+            }
+            make_plan(state, netns, saved.artifacts, saved.source)
+        }
+        Loaded::Artifacts { artifacts, source } => make_plan(state, netns, *artifacts, source),
+    }
 }

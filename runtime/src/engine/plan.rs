@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 
 use fwc_compiler::artifacts::{sha256_hex, sha256_pretty, Artifacts, FORWARD_FILE, NFTABLES_FILE, QOS_FILE};
-use miette::{miette, Result};
+use miette::Result;
 use serde::{Deserialize, Serialize};
 
-use super::load::Loaded;
 use super::transaction::{self, SysctlStatus};
 use crate::backend::nft::{lazy, NftBackend, NftChange, NftMode};
 use crate::backend::published;
@@ -167,28 +166,4 @@ pub fn make_plan(state: &StateDir, netns: Option<&str>, next: Artifacts, source:
         host_needs,
         artifacts: next,
     })
-}
-
-/// The plan of what was loaded: a fresh plan of loaded artifacts, or a saved plan re-planned
-/// after checking that the live state is still the one it was made against (stale plans are
-/// refused).
-pub fn plan_loaded(state: &StateDir, netns: Option<&str>, loaded: Loaded) -> Result<LivePlan> {
-    match loaded {
-        Loaded::Plan(saved) => {
-            let now = live_hash(state, netns)?;
-            if now != saved.live_hash {
-                return Err(miette!(
-                    "the plan file is stale: the live state changed since it was made ({}).\n\
-                     It was planned against {} (live hash {}), the live hash is now {}.\n\
-                     Run `fwc plan --out FILE` again and review the new plan.",
-                    saved.created_at,
-                    saved.applied_generation.as_deref().unwrap_or("an empty host"),
-                    &saved.live_hash[..12],
-                    &now[..12]
-                ));
-            }
-            make_plan(state, netns, saved.artifacts, saved.source)
-        }
-        Loaded::Artifacts { artifacts, source } => make_plan(state, netns, *artifacts, source),
-    }
 }
