@@ -43,6 +43,10 @@ use miette::{miette, IntoDiagnostic, Result, WrapErr};
 use serde::{Deserialize, Serialize};
 
 pub mod parts;
+mod private_dir;
+
+pub use private_dir::create_private_dir;
+use private_dir::euid;
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/fwc";
 const STATE_FILE: &str = "state.json";
@@ -413,30 +417,6 @@ fn next_gen_name(dir: &Path, ptr: &StatePointer) -> Result<String> {
         }
     }
     Ok(format!("gen-{:06}", max + 1))
-}
-
-/// The effective uid of this process.
-fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Create `path` (and missing parents) with mode 0700 whatever the umask, and make an
-/// existing `path` 0700 when it is ours.
-pub fn create_private_dir(path: &Path) -> Result<()> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .into_diagnostic()
-        .wrap_err_with(|| format!("cannot create state dir {}", path.display()))?;
-    let meta = fs::metadata(path).into_diagnostic()?;
-    if meta.uid() == euid() && meta.permissions().mode() & 0o7777 != 0o700 {
-        fs::set_permissions(path, fs::Permissions::from_mode(0o700))
-            .into_diagnostic()
-            .wrap_err_with(|| format!("cannot make {} private (0700)", path.display()))?;
-    }
-    Ok(())
 }
 
 /// The state dir must belong to the user running fwc: anyone else who owns it could replace

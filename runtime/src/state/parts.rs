@@ -122,7 +122,7 @@ pub fn store(text: &str, prev: Option<(&str, &Path)>, gen: &Path, blobs: &Path, 
             at += len;
         }
     }
-    crate::state::create_private_dir(blobs)?;
+    super::private_dir::create_private_dir(blobs)?;
     let mut parts = Parts { version: 1, pieces: Vec::with_capacity(pieces.len()) };
     let mut wrote_blob = false;
     for (blob, bytes) in pieces {
