@@ -18,28 +18,15 @@ use aya::programs::tc::{self, SchedClassifier, TcAttachOptions, TcAttachType};
 use aya::programs::LinkOrder;
 use aya::{Ebpf, EbpfLoader};
 
+mod error;
 pub mod maps;
 pub mod pin_root;
 pub mod rtnl;
 pub mod sys;
 
+pub use error::QosError;
 pub use maps::{ClassCfg, ClassState, Glob, Stats};
-
-/// Where fwc pins its program, maps and links unless told otherwise.
-pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/fwc";
-/// The pin root of the QoS dataplane `fwc apply` manages: [`DEFAULT_PIN_ROOT`], or
-/// `/sys/fs/bpf/fwc-netns-NS` for `fwc apply --netns NS` (bpffs is shared by every network
-/// namespace, so each namespace's program and maps need a root of their own).
-///
-/// The root is on a bpffs that outlives this process ([`pin_root::resolve`]); when there is
-/// none, the plain `/sys/fs/bpf/...` path is returned and loading refuses later
-/// (`fwc apply` asks [`pin_root::resolve`] itself, to refuse before changing anything).
-pub fn pin_root_for(netns: Option<&str>) -> std::path::PathBuf {
-    pin_root::resolve(netns).unwrap_or_else(|_| match netns {
-        None => DEFAULT_PIN_ROOT.into(),
-        Some(ns) => format!("{DEFAULT_PIN_ROOT}-netns-{ns}").into(),
-    })
-}
+pub use pin_root::{pin_root_for, DEFAULT_PIN_ROOT};
 
 /// Pin name of the program inside the pin root.
 pub const PROG_PIN: &str = "prog";
@@ -68,11 +55,6 @@ static OBJECT: &AlignedAs<u64, [u8]> =
 pub fn object() -> &'static [u8] {
     &OBJECT.bytes
 }
-
-/// Any failure of the loader, with a message that says what was being done.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct QosError(pub String);
 
 type Result<T> = std::result::Result<T, QosError>;
 

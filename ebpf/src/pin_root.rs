@@ -19,9 +19,26 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::{sys, QosError, DEFAULT_PIN_ROOT};
+use crate::{sys, QosError};
 
 const BPFFS: &str = "/sys/fs/bpf";
+
+/// Where fwc pins its program, maps and links unless told otherwise.
+pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/fwc";
+
+/// The pin root of the QoS dataplane `fwc apply` manages: [`DEFAULT_PIN_ROOT`], or
+/// `/sys/fs/bpf/fwc-netns-NS` for `fwc apply --netns NS` (bpffs is shared by every network
+/// namespace, so each namespace's program and maps need a root of their own).
+///
+/// The root is on a bpffs that outlives this process ([`resolve`]); when there is
+/// none, the plain `/sys/fs/bpf/...` path is returned and loading refuses later
+/// (`fwc apply` asks [`resolve`] itself, to refuse before changing anything).
+pub fn pin_root_for(netns: Option<&str>) -> std::path::PathBuf {
+    resolve(netns).unwrap_or_else(|_| match netns {
+        None => DEFAULT_PIN_ROOT.into(),
+        Some(ns) => format!("{DEFAULT_PIN_ROOT}-netns-{ns}").into(),
+    })
+}
 
 /// The pin root for `netns` (`None`: the calling thread's namespace), on a bpffs that outlives
 /// this process; an error says why there is none and what to do.

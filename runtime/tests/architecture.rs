@@ -209,7 +209,6 @@ const KNOWN_CYCLES: &[(&str, &[&str], &str)] = &[
         ],
         "the importers share the chain walk and naming through translate/ and mod.rs",
     ),
-    ("ebpf", &["lib.rs", "pin_root.rs"], "the pin root resolver uses the crate root's error type and default"),
 ];
 
 #[test]
