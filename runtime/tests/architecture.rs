@@ -176,25 +176,6 @@ const KNOWN_CYCLES: &[(&str, &[&str], &str)] = &[
     (
         "runtime",
         &[
-            "cli/agent.rs",
-            "cli/apply.rs",
-            "cli/compile.rs",
-            "cli/explain.rs",
-            "cli/forward.rs",
-            "cli/host.rs",
-            "cli/import.rs",
-            "cli/man.rs",
-            "cli/mod.rs",
-            "cli/plan.rs",
-            "cli/qos.rs",
-            "cli/rollout.rs",
-            "cli/test.rs",
-        ],
-        "cli/mod.rs dispatches to the subcommands and holds the helpers they share",
-    ),
-    (
-        "runtime",
-        &[
             "import/firewalld.rs",
             "import/firewalld_source.rs",
             "import/mod.rs",

@@ -354,16 +354,15 @@ pub fn schema(a: SchemaArgs, _g: &Global) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn completions(a: CompletionsArgs) -> Result<ExitCode> {
-    let mut cmd = completion_command();
+pub fn completions(a: CompletionsArgs, full: clap::Command) -> Result<ExitCode> {
+    let mut cmd = completion_command(full);
     clap_complete::generate(a.shell, &mut cmd, "fwc", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
 }
 
 /// The CLI as shells should see it: clap_complete offers hidden subcommands (`__confirm-watch`,
-/// `man`) too, so they are left out of a copy of the command tree.
-pub fn completion_command() -> clap::Command {
-    let full = <super::Cli as clap::CommandFactory>::command();
+/// `man`) too, so they are left out of a copy of the command tree `full` (the whole CLI).
+pub fn completion_command(full: clap::Command) -> clap::Command {
     let visible: Vec<clap::Command> = full.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
     let mut cmd = clap::Command::new("fwc").subcommand_required(true);
     if let Some(about) = full.get_about() {

@@ -15,9 +15,9 @@ pub struct ManArgs {
     pub out: PathBuf,
 }
 
-pub fn run(a: ManArgs) -> Result<ExitCode> {
+/// Write the pages of `cmd`, the whole CLI.
+pub fn run(a: ManArgs, mut cmd: clap::Command) -> Result<ExitCode> {
     std::fs::create_dir_all(&a.out).into_diagnostic().wrap_err_with(|| format!("cannot create {}", a.out.display()))?;
-    let mut cmd = <super::Cli as clap::CommandFactory>::command();
     cmd.build();
     for name in write_pages(&cmd, "fwc", &a.out)? {
         println!("{}", a.out.join(name).display());
