@@ -1,4 +1,4 @@
-//! How a static address set is laid out in the kernel (issue #27), chosen from its data: small
+//! How a static address set is laid out in the kernel, chosen from its data: small
 //! sets stay one interval set per family; big ones become plain hash sets, one per prefix
 //! length (after controlled prefix expansion), matched with masked lookups. Pure.
 //!

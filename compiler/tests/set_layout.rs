@@ -1,4 +1,4 @@
-//! Issue #27: a big static set compiles to hash sets per prefix length matched by masked
+//! Big static sets: a big static set compiles to hash sets per prefix length matched by masked
 //! lookups; the evaluator (`fwc explain`/`fwc test`) must match exactly what the set says. The
 //! set as written (addresses, networks of every length, ranges, overlaps; both families) is
 //! the reference model; random and boundary addresses of every element are checked.

@@ -1,4 +1,4 @@
-//! Privileged tests of the nftables diff transaction (issue #12): an apply changes only what
+//! Privileged tests of the nftables diff transaction: an apply changes only what
 //! changed, in one `nft -j -f` batch, so unchanged rules keep their counters, `limit` buckets
 //! and `ct count` lists; set changes go in as element adds and deletes; a changed rule is
 //! replaced alone; dynamic sets keep what other programs wrote; rollback is a diff too; set
@@ -273,7 +273,7 @@ fn failed_apply_rollback_keeps_ct_count_and_counters() {
     assert!(!handles(&t.host).iter().any(|(c, _)| c.contains("other")), "the failed apply's rule is still there");
 }
 
-/// The imported forms through the diff transaction (issue 25): a first masquerade brings the
+/// The imported forms through the diff transaction (imported masquerade and snat forms): a first masquerade brings the
 /// nat postrouting chain, a changed snat is one replaced rule, `policy=reject` adds its final
 /// rules, removing every source NAT takes the chain away; after each apply the live table is
 /// what was compiled (no drift).
@@ -327,7 +327,7 @@ fn source_nat_and_policy_reject_apply_as_diffs() {
     no_drift("source NAT removed");
 }
 
-/// Issue #27: a big static set is loaded as hash sets per prefix length, so another program's
+/// Big static sets: a big static set is loaded as hash sets per prefix length, so another program's
 /// `nft add element` (fail2ban into its own table, CrowdSec into fwc's dynamic set) no longer
 /// makes nft read it back — proven by what nft reads (`nft --debug=netlink` prints every set
 /// it dumps), not by a clock. CIDR bans in the dynamic set still match the whole network

@@ -1,4 +1,4 @@
-//! Privileged tests of issue #27, item 2: a change of a big static set costs what it changes.
+//! Privileged tests of big static set changes: a change of a big static set costs what it changes.
 //! A one-element change of a 60,000-element set file is one element delta in the nft batch
 //! (applied from an artifact dir, from the repository, and rolled back); generations store
 //! the big `nftables.json` in content-defined chunks that the next generation shares except

@@ -1,4 +1,4 @@
-//! Fleet rollout simulation (issue 23, bench/fleet/run.sh): N simulated agents running the
+//! Fleet rollout simulation (bench/fleet/run.sh): N simulated agents running the
 //! agent's real follow core (`rollout::follow::decide`) on real libgit2 fetches (each its own
 //! bare mirror, `agent::git::Mirror`), against a local git smart-HTTP server (`git
 //! http-backend` behind a counting HTTP/1.1 front), with per-host jitter; the dataplane is

@@ -1,4 +1,4 @@
-//! UDP flood for the per-packet cost of a ruleset (bench/sets/flood.sh, issue #27 item 5).
+//! UDP flood for the per-packet cost of a ruleset (bench/sets/flood.sh): what a packet costs against big sets.
 //!
 //! `fwc-udpflood ADDR:PORT SECONDS [SIZE] [BATCH]` sends SIZE-byte datagrams (default 64) from
 //! one unconnected socket with `sendmmsg(2)`, BATCH (default 64) per call, for SECONDS,

@@ -114,7 +114,7 @@ pub(crate) fn cidrs(e: &AddrElem) -> Vec<IpNet> {
     }
 }
 
-/// A forward's per-source limits for the forwarder (issue #26): the same burst as the kernel's.
+/// A forward's per-source limits for the forwarder: the same burst as the kernel's.
 fn per_source_limit(p: &crate::model::PerSource) -> fwc_artifacts::PerSourceLimit {
     fwc_artifacts::PerSourceLimit {
         conn_rate: p.rate.as_ref().map(|r| ConnRateLimit { count: r.count, period_secs: r.per.seconds() as u32, burst: crate::persource::burst(&r.value) }),

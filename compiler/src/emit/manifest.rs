@@ -108,7 +108,7 @@ fn setup(plan: &HostPlan, qos: &QosArtifact) -> HostSetup {
         sysctls.push(SysctlSetting::route_localnet());
     }
     let interfaces: std::collections::BTreeSet<&String> = qos.classes.iter().flat_map(|c| &c.interfaces).collect();
-    // quota (issue #26): counted by kernel quota objects, for userspace forwards too (by port).
+    // Quotas are counted by kernel quota objects, for userspace forwards too (by port).
     let mut quotas: Vec<_> =
         plan.kernel_forwards.iter().chain(&plan.userspace_forwards).filter_map(|f| crate::quota::forward_policy(f, BackendKind::Nftables)).collect();
     quotas.extend(plan.shapes.iter().filter_map(|s| crate::quota::shape_policy(s)));
@@ -293,7 +293,7 @@ fn filter_summary(r: &FilterRule) -> String {
         out.push_str(&crate::persource::summary(p));
     }
     if let Some(s) = &r.schedule {
-        out.push_str(&crate::schedule::summary(s)); // schedules (issue #26)
+        out.push_str(&crate::schedule::summary(s));
     }
     comment(&mut out, &r.comment);
     out
@@ -390,7 +390,7 @@ fn forward_summary(f: &ForwardRule) -> String {
         out.push_str(&crate::persource::summary(p));
     }
     if let Some(s) = &f.schedule {
-        out.push_str(&crate::schedule::summary(s)); // schedules (issue #26)
+        out.push_str(&crate::schedule::summary(s));
     }
     if let Some(q) = &f.quota {
         out.push_str(&format!(" {}", crate::quota::describe(&q.value)));

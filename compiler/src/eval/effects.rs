@@ -321,7 +321,7 @@ pub fn flow_effects(
     flow_effects_at(old_view, old, new_view, new, tests, jiff::Timestamp::UNIX_EPOCH)
 }
 
-/// [`flow_effects`] with the flows evaluated at `at` (schedules, issue #26).
+/// [`flow_effects`] with the flows evaluated at `at` (schedules).
 pub fn flow_effects_at(
     old_view: Option<&HostView>,
     old: Option<&Artifacts>,
@@ -417,7 +417,7 @@ pub fn between_trees(old: Option<&SourceTree>, new: &SourceTree, host: Option<&s
     between_trees_at(old, new, host, jiff::Timestamp::UNIX_EPOCH)
 }
 
-/// [`between_trees`] compiled and evaluated at `at` (schedules, issue #26).
+/// [`between_trees`] compiled and evaluated at `at` (schedules).
 pub fn between_trees_at(old: Option<&SourceTree>, new: &SourceTree, host: Option<&str>, at: jiff::Timestamp) -> Option<Result<FlowEffects, super::EvalError>> {
     let nv = crate::load_host(new, host).ok()?;
     let na = crate::emit_view_at(&nv, None, at);
@@ -433,7 +433,7 @@ pub fn against_applied(applied: Option<&Artifacts>, new: &SourceTree, host: Opti
     against_applied_at(applied, new, host, jiff::Timestamp::UNIX_EPOCH)
 }
 
-/// [`against_applied`] compiled and evaluated at `at` (schedules, issue #26).
+/// [`against_applied`] compiled and evaluated at `at` (schedules).
 pub fn against_applied_at(applied: Option<&Artifacts>, new: &SourceTree, host: Option<&str>, at: jiff::Timestamp) -> Option<Result<FlowEffects, super::EvalError>> {
     let nv = crate::load_host(new, host).ok()?;
     let na = crate::emit_view_at(&nv, None, at);

@@ -30,7 +30,7 @@ pub struct Evaluator {
     table: nft::Table,
     qos: QosArtifact,
     forward: ForwardArtifact,
-    /// The time flows are evaluated at (schedules' `meta day` / `meta hour`; issue #26).
+    /// The time flows are evaluated at (schedules' `meta day` / `meta hour`).
     at: Option<jiff::Timestamp>,
 }
 
@@ -116,7 +116,7 @@ pub struct Explanation {
     pub userspace: Option<UserspaceHit>,
     /// Classes charged (original direction first, then replies).
     pub qos: Vec<QosHit>,
-    /// Per-source limits (issue #26) on the flow's way, in words: the evaluator assumes the
+    /// Per-source limits on the flow's way, in words: the evaluator assumes the
     /// source is within them (it cannot know the source's other connections).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<String>,
@@ -278,7 +278,7 @@ impl Evaluator {
         })
     }
 
-    /// The per-source limits of userspace forward `rule`, in words (issue #26).
+    /// The per-source limits of userspace forward `rule`, in words.
     fn userspace_per_source(&self, rule: &str) -> Option<String> {
         let l = self.forward.listeners.iter().find(|l| l.rule == rule)?;
         let p = l.per_source?;

@@ -169,7 +169,7 @@ fn a_dns_named_kernel_forward_is_followed_to_its_name() {
     assert!(e.masquerade);
 }
 
-/// Per-source limits (issue #26): the evaluator passes the source's element through the
+/// Per-source limits: the evaluator passes the source's element through the
 /// fail-closed lookup (it was just added), accepts, and says which limits apply — for a filter
 /// rule, a kernel forward and a userspace forward; a source the rule does not take gets no note.
 #[test]

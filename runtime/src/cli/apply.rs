@@ -336,7 +336,7 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
         if let Some(p) = &st.previous_generation {
             println!("Previous:   {} ({}) — `fwc rollback` returns to it", short(&st.previous_commit), p);
         }
-        // Schedules (issue #26).
+        // Schedules: when the applied rules change next.
         if let Some(vu) = &st.valid_until {
             if crate::agent::schedule::recompile_due(Some(vu), jiff::Timestamp::now()) {
                 println!("Schedules:  {} since {vu} (a clock change or an until= passed): the agent compiles again; without it run `fwc apply`", paint.c("33", "out of date"));
@@ -354,7 +354,6 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
         println!("Drift:      no");
     }
     if !st.quotas.is_empty() {
-        // quota (issue #26)
         println!("Quotas:");
         for q in &st.quotas {
             let pct = if q.limit_bytes == 0 { 0.0 } else { q.used_bytes as f64 * 100.0 / q.limit_bytes as f64 };

@@ -15,7 +15,7 @@ pub struct Observed {
     pub counters: Vec<RuleCounter>,
     /// Health-checked targets (forwarder): (rule, target, up).
     pub target_health: Vec<(String, String, bool)>,
-    /// Fill of the forwarder's per-source tables (issue #26).
+    /// Fill of the forwarder's per-source tables.
     pub per_source: Vec<crate::backend::PerSourceFill>,
 }
 

@@ -39,15 +39,15 @@ pub struct Status {
     /// agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentView>,
-    /// Per-source limits (issue #26): sources tracked per limit and family, and how many fit
+    /// Per-source limits: sources tracked per limit and family, and how many fit
     /// (at the size, new sources are refused).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub per_source: Vec<crate::backend::PerSourceFill>,
-    /// Schedules (issue #26): the applied rules are right until then (the manifest's
+    /// Schedules: the applied rules are right until then (the manifest's
     /// `valid_until`: a time zone's clock change, an `until=`); the agent compiles again then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub valid_until: Option<String>,
-    /// quota (issue #26): used/limit/period per quota of the applied rules. Absent when none.
+    /// Quotas: used/limit/period per quota of the applied rules. Absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quotas: Vec<crate::quota::QuotaStatus>,
 }
@@ -121,7 +121,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
             let other = observe::besides_nft(netns, &state.path, &g.artifacts);
             st.drift_details.extend(crate::backend::sources::locate(other.drift, &g.artifacts.manifest));
             st.counters.extend(other.counters);
-            // quota (issue #26): read the counts, reset quotas whose period is over, persist.
+            // Quotas: read the counts, reset quotas whose period is over, persist.
             // A failure here (nft cannot list the quotas) does not hide the rest of the status.
             st.quotas = crate::quota::sync(&nft.cmd, &state.path, &g.artifacts.manifest.setup.quotas, crate::quota::now())
                 .unwrap_or_else(|e| {

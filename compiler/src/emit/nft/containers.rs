@@ -78,7 +78,7 @@ fn container_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                     }
                 }
                 match time_match(r.schedule.as_ref()) {
-                    // schedules (issue #26)
+                    // schedules
                     Some(t) => out_rules_timed(out, chains::CONTAINERS_RULES, expr, rule_tails(r, proto == &Some(ForwardProto::Tcp), fam), &comment, &t),
                     None => out_rules(out, chains::CONTAINERS_RULES, expr, rule_tails(r, proto == &Some(ForwardProto::Tcp), fam), &comment),
                 }

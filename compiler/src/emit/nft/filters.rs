@@ -52,7 +52,7 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                 }
                 persource::filter_guards(out, r, fam, &expr, &comment);
                 match time_match(r.schedule.as_ref()) {
-                    // schedules (issue #26)
+                    // schedules
                     Some(t) => out_rules_timed(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment, &t),
                     None => out_rules(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment),
                 }

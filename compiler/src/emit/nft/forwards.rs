@@ -222,7 +222,7 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
             let mut expr = base.clone();
             expr.extend(r);
             match &time {
-                // schedules (issue #26): DNAT only inside the windows
+                // schedules: DNAT only inside the windows
                 Some(t) => out.rule_with(chains::FWD_DNAT, expr, Some(comment.clone()), base.len(), t),
                 None => out.rule(chains::FWD_DNAT, expr, Some(comment.clone())),
             }
@@ -408,7 +408,7 @@ pub(super) fn forward_guards(plan: &HostPlan) -> Vec<(Vec<S>, String, Option<Val
                 e.push(drop_());
                 guards.push((e, comment.clone(), None));
             }
-            // per-source limits (issue #26), after the forward's own limits
+            // per-source limits, after the forward's own limits
             if let Some(p) = &f.per_source {
                 for g in super::persource::guards(&matches, fam, "fwd", &f.name.value, p, proto == ForwardProto::Tcp) {
                     guards.push((g.expr, comment.clone(), g.elem_stmts));

@@ -48,7 +48,7 @@
 //!   chain qos_c<id>                   (regular) meta mark set meta mark & ~MASK | id<<16
 //!   chain qos_apply    filter/postrouting/-150 forwards: ct direction {original,reply}
 //!                                     ct mark & MASK vmap {…}; then shapes, per packet
-//!   -- only with traffic quotas (`quota=`, issue #26; see `quota`):
+//!   -- only with traffic quotas (`quota=`; see `quota`):
 //!   quota quota_<forward> / qshape_<shape>   over N bytes (the runtime restores `used`)
 //!   chain quota_in / quota_fwd / quota_out   filter/{input,forward,output}/-10: ct status dnat
 //!                                     jump fwd_quota; userspace forwards by listen port
@@ -196,7 +196,7 @@ mod names;
 mod out;
 mod persource;
 mod qos_marks;
-/// Schedules (issue #26): the `meta day . meta hour` match of `during=`.
+/// Schedules: the `meta day . meta hour` match of `during=`.
 mod schedule;
 mod quota;
 mod snat;

@@ -1,4 +1,4 @@
-//! Per-source limits in nft (issue #26, see [`crate::persource`] for the design): the dynamic
+//! Per-source limits in nft (see [`crate::persource`] for the design): the dynamic
 //! sets that track sources, and the guard rules — `update`/`add` with a `limit`/`ct count`
 //! per element, then a fail-closed rule for a source the full set could not take.
 

@@ -119,7 +119,7 @@ pub(super) fn qos(out: &mut Out, plan: &HostPlan) {
 
     // Per class: OR its mark into the packet mark.
     for c in &plan.qos_classes {
-        super::quota::shape_class_rule(out, plan, c); // quota (issue #26)
+        super::quota::shape_class_rule(out, plan, c); // traffic quotas
         let expr = vec![set_mark_bits(meta(MetaKey::Mark), c.mark), counter()];
         out.rule(&class_chain(c.id), expr, Some(rule_comment(c.kind, &c.rule)));
     }

@@ -1,4 +1,4 @@
-//! Traffic quotas of kernel forwards (issue #26, `quota="500GB/month"`): one named nft quota
+//! Traffic quotas of kernel forwards (`quota="500GB/month"`): one named nft quota
 //! object per forward, `quota_<rule>` (`quota quota_game { over 500000000000 bytes }`), and
 //! the rules that charge every packet of the forward's DNATed flows to it, both directions,
 //! and act once it is used up.

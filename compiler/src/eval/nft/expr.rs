@@ -204,7 +204,7 @@ impl Cx<'_> {
                 "iif" | "iifname" => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "oif" | "oifname" => Val::Str(p.oifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "mark" => Val::Int(u64::from(p.meta_mark)),
-                // Schedules (issue #26): the kernel's UTC weekday (0 = Sunday) and seconds
+                // Schedules: the kernel's UTC weekday (0 = Sunday) and seconds
                 // since UTC midnight.
                 // Without a time: the Unix epoch, the time `emit_view` compiles for.
                 "day" | "hour" => {

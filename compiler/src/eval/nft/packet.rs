@@ -32,10 +32,10 @@ pub struct Packet {
     /// Elements the packet's `add`/`update @set` statements put into dynamic sets (per-source
     /// limits): a later `ip saddr != @set` sees them.
     pub dyn_elems: Vec<(String, Val)>,
-    /// Per-source limits the packet passed (issue #26), in words: the evaluator cannot know a
+    /// Per-source limits the packet passed, in words: the evaluator cannot know a
     /// source's history, so it assumes the source is within them and says so.
     pub limits: Vec<String>,
-    /// When the packet passes (Unix seconds): `meta day` / `meta hour` (issue #26).
+    /// When the packet passes (Unix seconds): `meta day` / `meta hour` (schedules).
     pub at: Option<i64>,
 }
 

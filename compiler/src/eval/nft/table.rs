@@ -91,7 +91,7 @@ impl SetDef {
 pub struct Table {
     pub chains: BTreeMap<String, ChainDef>,
     pub(super) sets: BTreeMap<String, SetDef>,
-    /// quota (issue #26): named quota objects, name -> limit in bytes.
+    /// Quotas: named quota objects, name -> limit in bytes.
     pub(super) quotas: BTreeMap<String, u64>,
 }
 
@@ -162,7 +162,7 @@ impl Table {
                     let expr = o.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
                     c.rules.push(RuleDef { comment: o.get("comment").and_then(Value::as_str).map(str::to_string), expr });
                 }
-                // quota (issue #26): a named quota object (`over N bytes`).
+                // A named quota object (`over N bytes`).
                 "quota" => {
                     t.quotas.insert(name, o.get("bytes").and_then(Value::as_u64).unwrap_or(0));
                 }
