@@ -120,7 +120,7 @@ pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
 
 /// A window for people: `allow Mon-Fri 09:00-17:00 UTC+01:00`.
 pub fn describe_window(w: &Window) -> String {
-    let window = crate::timewindow::DayWindow { days: w.days.clone(), start_min: w.start_min, end_min: w.end_min % 1440 };
+    let (window, _) = crate::timewindow::promotion_window(w);
     let tz = match w.offset_min {
         _ if w.tz.is_some() => w.tz.clone().unwrap_or_default(),
         0 => "UTC".to_string(),

@@ -12,6 +12,29 @@ use crate::units::UnitError;
 
 pub use crate::model::window::{DayWindow, UtcPiece, Zone};
 
+/// A rollout promotion window as the policy artifact carries it ([`fwc_artifacts::rollout::Window`]:
+/// `end_min` up to 1440, the zone as `offset_min` or a tz name) in the shape every window here
+/// has: the weekly window (24:00 as 0) and its zone. A named zone this host's tz database
+/// lacks reads as UTC. The one way between the two shapes, with [`promotion_zone_fields`].
+pub fn promotion_window(w: &fwc_artifacts::rollout::Window) -> (DayWindow, Zone) {
+    let window = DayWindow { days: w.days.clone(), start_min: w.start_min, end_min: w.end_min % 1440 };
+    let zone = match &w.tz {
+        Some(name) => parse_zone(name).unwrap_or(Zone::Utc),
+        None if w.offset_min == 0 => Zone::Utc,
+        None => Zone::Fixed(w.offset_min),
+    };
+    (window, zone)
+}
+
+/// A zone as the policy artifact's window carries it: (`offset_min`, `tz`).
+pub fn promotion_zone_fields(zone: &Zone) -> (i16, Option<String>) {
+    match zone {
+        Zone::Utc => (0, None),
+        Zone::Fixed(m) => (*m, None),
+        Zone::Named(n, _) => (0, Some(n.clone())),
+    }
+}
+
 /// Day names, index 0 = Monday.
 pub const DAY_NAMES: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 const WEEK_S: i64 = 7 * 86_400;

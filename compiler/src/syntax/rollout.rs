@@ -349,11 +349,7 @@ pub(crate) fn parse_window_spec(s: &str) -> Result<(Vec<u8>, u16, u16), crate::u
 /// a named zone of the tz database (`"Europe/Berlin"`, daylight saving followed), read by the
 /// shared [`crate::timewindow::parse_zone`]: (offset, zone name).
 pub(crate) fn parse_window_tz(s: &str) -> Result<(i16, Option<String>), crate::units::UnitError> {
-    Ok(match crate::timewindow::parse_zone(s)? {
-        crate::timewindow::Zone::Utc => (0, None),
-        crate::timewindow::Zone::Fixed(m) => (m, None),
-        crate::timewindow::Zone::Named(n, _) => (0, Some(n)),
-    })
+    Ok(crate::timewindow::promotion_zone_fields(&crate::timewindow::parse_zone(s)?))
 }
 
 #[cfg(test)]

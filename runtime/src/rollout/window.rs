@@ -24,14 +24,9 @@ struct Compiled {
 fn compile(windows: &[Window]) -> Vec<Compiled> {
     windows
         .iter()
-        .map(|w| Compiled {
-            allow: w.allow,
-            window: [DayWindow { days: w.days.clone(), start_min: w.start_min, end_min: w.end_min % 1440 }],
-            zone: match &w.tz {
-                Some(name) => timewindow::parse_zone(name).unwrap_or(Zone::Utc),
-                None if w.offset_min == 0 => Zone::Utc,
-                None => Zone::Fixed(w.offset_min),
-            },
+        .map(|w| {
+            let (window, zone) = timewindow::promotion_window(w);
+            Compiled { allow: w.allow, window: [window], zone }
         })
         .collect()
 }
