@@ -6,6 +6,11 @@
 //! The controller is the real decision core (`rollout::controller::decide`) and the real state
 //! ref I/O (`rollout::state_ref`), fed the agents' reports directly (no Prometheus scrape delay).
 //!
+//! `FWC_SIM_SERVER=nginx` serves the repository with Debian's nginx and fcgiwrap in front of
+//! `git http-backend` instead (a real web server stack; its processes' CPU is read from /proc),
+//! and `FWC_SIM_POLL=refs` makes the agents poll the static `info/refs` that nginx serves
+//! (`fwc agent --refs-url`), fetching with git only when a ref moved.
+//!
 //! `fwc-fleet-sim HOSTS POLL_SECS` -> a report on stdout (JSON): git server requests/s, bytes/s,
 //! CPU; push -> canary applied; each wave's duration; time to 100 %; canary failure -> halt
 //! commit -> last agent seeing it; hosts that applied the halted commit; applies after seeing
@@ -97,6 +102,9 @@ fn handle(mut c: TcpStream, root: &Path, stats: &GitStats) -> std::io::Result<()
         }
     }
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    if std::env::var_os("FWC_SIM_TRACE").is_some() {
+        eprintln!("{method} {target}");
+    }
     let mut cmd = Command::new("git");
     cmd.arg("http-backend")
         .env_clear()
@@ -161,6 +169,155 @@ fn serve_git(root: PathBuf, stats: Arc<GitStats>) -> u16 {
         }
     });
     port
+}
+
+/// nginx + fcgiwrap + `git http-backend` on 127.0.0.1 (Debian's packages): smart HTTP under
+/// `/rules.git/`, the static `info/refs` under `/static/rules.git/info/refs`. Stopped on drop.
+struct Nginx {
+    /// A cpuacct (cgroup v1) group holding the server's processes, when one can be made.
+    acct: Option<PathBuf>,
+    nginx: std::process::Child,
+    fcgiwrap: std::process::Child,
+    port: u16,
+    log: PathBuf,
+}
+
+/// A server process that dies with the simulation (also when it is killed), in the cpuacct
+/// cgroup `acct` when there is one (so that every descendant's CPU counts, reaped or not).
+fn child<'a>(c: &'a mut Command, acct: &Option<PathBuf>) -> &'a mut Command {
+    use std::os::unix::process::CommandExt;
+    c.stdin(Stdio::null()).process_group(0);
+    let procs = acct.as_ref().map(|d| std::ffi::CString::new(d.join("cgroup.procs").to_string_lossy().as_bytes()).unwrap());
+    // SAFETY: prctl and a write to a cgroup file between fork and exec (no allocation).
+    unsafe {
+        c.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(p) = &procs {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY);
+                if fd >= 0 {
+                    let mut buf = [0u8; 12];
+                    let mut n = libc::getpid() as u32;
+                    let mut i = buf.len();
+                    loop {
+                        i -= 1;
+                        buf[i] = b'0' + (n % 10) as u8;
+                        n /= 10;
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                    libc::write(fd, buf[i..].as_ptr().cast(), buf.len() - i);
+                    libc::close(fd);
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Nginx {
+    fn start(root: &Path) -> Nginx {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = root.join("nginx");
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("fcgiwrap.sock");
+        let acct = Path::new("/sys/fs/cgroup/cpuacct").join(format!("fwc-sim-{}", std::process::id()));
+        let acct = std::fs::create_dir(&acct).is_ok().then_some(acct);
+        // The servers' workers outlive their masters by a moment: they are reparented to this
+        // process (not to an init that may not reap them) and reaped on drop.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
+        let fcgiwrap = child(Command::new("fcgiwrap").args(["-c", "8", "-s"]).arg(format!("unix:{}", sock.display())), &acct).spawn().expect("fcgiwrap (apt install fcgiwrap)");
+        let log = dir.join("access.log");
+        let conf = format!(
+            "daemon off;\n{user}worker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{ worker_connections 4096; }}\n\
+             http {{\n access_log {log} combined;\n client_body_temp_path {d}/body;\n fastcgi_temp_path {d}/fcgi;\n proxy_temp_path {d}/proxy;\n\
+             uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
+             server {{\n  listen 127.0.0.1:{port};\n\
+              location = /static/rules.git/info/refs {{ alias {root}/rules.git/info/refs; default_type text/plain; }}\n\
+              location /rules.git/ {{\n   client_max_body_size 0;\n   include /etc/nginx/fastcgi_params;\n\
+               fastcgi_param SCRIPT_FILENAME /usr/lib/git-core/git-http-backend;\n   fastcgi_param GIT_PROJECT_ROOT {root};\n\
+               fastcgi_param GIT_HTTP_EXPORT_ALL \"\";\n   fastcgi_param PATH_INFO $uri;\n   fastcgi_param GIT_PROTOCOL $http_git_protocol;\n\
+               fastcgi_pass unix:{sock};\n  }}\n }}\n}}\n",
+            user = if unsafe { libc::geteuid() } == 0 { "user root;\n" } else { "" },
+            d = dir.display(),
+            log = log.display(),
+            root = root.display(),
+            sock = sock.display(),
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let nginx = child(Command::new("nginx").arg("-c").arg(dir.join("nginx.conf")).arg("-e").arg(dir.join("error.log")), &acct).spawn().expect("nginx (apt install nginx-light)");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() || !sock.exists() {
+            assert!(Instant::now() < deadline, "nginx/fcgiwrap did not start: {}", std::fs::read_to_string(dir.join("error.log")).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Nginx { acct, nginx, fcgiwrap, port, log }
+    }
+
+    /// CPU seconds of nginx, fcgiwrap and every process below them: the cgroup's
+    /// `cpuacct.usage`, or else the live process tree's times (which miss children reaped
+    /// with SIGCHLD ignored: a lower bound).
+    fn cpu_s(&self) -> f64 {
+        if let Some(ns) = self.acct.as_ref().and_then(|d| std::fs::read_to_string(d.join("cpuacct.usage")).ok()).and_then(|v| v.trim().parse::<f64>().ok()) {
+            return ns / 1e9;
+        }
+        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let mut procs: Vec<(u32, u32, f64)> = vec![];
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            // after the comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
+            procs.push((pid, num(1) as u32, (num(11) + num(12) + num(13) + num(14)) / tick));
+        }
+        let roots = [self.nginx.id(), self.fcgiwrap.id()];
+        let mut ours: Vec<u32> = roots.to_vec();
+        let mut grew = true;
+        while grew {
+            grew = false;
+            for (pid, ppid, _) in &procs {
+                if ours.contains(ppid) && !ours.contains(pid) {
+                    ours.push(*pid);
+                    grew = true;
+                }
+            }
+        }
+        procs.iter().filter(|(pid, _, _)| ours.contains(pid)).map(|p| p.2).sum()
+    }
+
+    /// Requests so far: (static refs GETs, smart-HTTP requests).
+    fn requests(&self) -> (u64, u64) {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let stat = text.lines().filter(|l| l.contains("GET /static/")).count() as u64;
+        (stat, text.lines().count() as u64 - stat)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // Each server is its own process group: its workers go with it.
+        for c in [&mut self.nginx, &mut self.fcgiwrap] {
+            unsafe { libc::kill(-(c.id() as i32), libc::SIGTERM) };
+            let _ = c.wait();
+        }
+        if let Some(d) = &self.acct {
+            for pid in std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.parse::<i32>().ok()) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            // The group empties when the last worker has exited.
+            for _ in 0..50 {
+                while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+                if std::fs::remove_dir(d).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -323,6 +480,11 @@ fn advance(url: &str, sh: &Shared) -> Option<String> {
             let id = remote.write(snap.state_commit, &state, &summary, None).ok()?;
             match remote.push(id).ok()? {
                 Pushed::Ok => {
+                    // libgit2's local transport runs no hooks; a git server runs post-update
+                    // on the controller's push.
+                    if let Some(dir) = url.strip_prefix("file://") {
+                        git(Path::new(dir), &["update-server-info"]);
+                    }
                     sh.event("controller", &state.commit, match state.phase {
                         RolloutPhase::Halted => "halt",
                         RolloutPhase::Complete => "complete",
@@ -356,9 +518,20 @@ fn main() {
         git(&work, &["push", "-q", bare.to_str().unwrap(), "HEAD:main"]);
         git(&work, &["rev-parse", "HEAD"])
     };
+    // The stock post-update hook: `info/refs` follows every push (the static refs file).
+    let hook = bare.join("hooks").join("post-update");
+    std::fs::write(&hook, "#!/bin/sh\nexec git update-server-info\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let stats = Arc::new(GitStats::default());
-    let port = serve_git(root.clone(), stats.clone());
+    let nginx = (std::env::var("FWC_SIM_SERVER").as_deref() == Ok("nginx")).then(|| Nginx::start(&root));
+    let port = match &nginx {
+        Some(n) => n.port,
+        None => serve_git(root.clone(), stats.clone()),
+    };
     let url = format!("http://127.0.0.1:{port}/rules.git");
+    let refs_poll = std::env::var("FWC_SIM_POLL").as_deref() == Ok("refs");
+    assert!(!refs_poll || nginx.is_some(), "FWC_SIM_POLL=refs needs FWC_SIM_SERVER=nginx (the static file)");
+    let refs_url = format!("http://127.0.0.1:{port}/static/rules.git/info/refs");
     let file_url = format!("file://{}", bare.display());
     let c1 = commit("v1", "v1");
     let sh = Arc::new(Shared { plans: Mutex::default(), reports: Mutex::default(), events: Mutex::default(), t0: Instant::now() });
@@ -368,7 +541,10 @@ fn main() {
     let agents: Vec<Arc<Mutex<Agent>>> = (0..hosts)
         .map(|i| {
             let name = format!("host-{i:04}");
-            let m = Mirror::open(&root.join("agents").join(&name), &url, "main", Duration::from_secs(20)).unwrap();
+            let mut m = Mirror::open(&root.join("agents").join(&name), &url, "main", Duration::from_secs(20)).unwrap();
+            if refs_poll {
+                m.refs_poll = Some(fwc_runtime::agent::refs_poll::RefsPoll::new(&refs_url, fwc_runtime::agent::refs_poll::DEFAULT_FULL_EVERY).unwrap());
+            }
             Arc::new(Mutex::new(Agent { name, mirror: m, applied: None, saw_halt: vec![], last_state: None }))
         })
         .collect();
@@ -414,7 +590,7 @@ fn main() {
         }));
     }
     let rss1 = rss_kib();
-    eprintln!("{hosts} agents, poll {poll:?}, {workers} workers; url {url}");
+    eprintln!("{hosts} agents, poll {poll:?}, {workers} workers; url {url}; server {}; refs poll {refs_poll}", if nginx.is_some() { "nginx" } else { "builtin" });
 
     // Every agent reports (as to Prometheus) before the controller first runs.
     while sh.reports.lock().unwrap().len() < hosts {
@@ -425,6 +601,14 @@ fn main() {
     let all_on = |c: &str| sh.reports.lock().unwrap().values().filter(|r| r.applied.as_deref() == Some(c)).count();
     let tick = Duration::from_secs(2);
     let t_push1 = sh.t0.elapsed().as_secs_f64();
+    let server = || match &nginx {
+        Some(n) => {
+            let (st, smart) = n.requests();
+            (n.cpu_s(), st, smart)
+        }
+        None => (0.0, 0, 0),
+    };
+    let srv0 = server();
     let cpu0 = (children_cpu_s(), stats.thread_cpu_ns.load(Ordering::Relaxed), stats.requests.load(Ordering::Relaxed), stats.bytes_out.load(Ordering::Relaxed), Instant::now());
     while all_on(&c1) < hosts {
         if let Some(t) = advance(&file_url, &sh) {
@@ -436,7 +620,25 @@ fn main() {
     while advance(&file_url, &sh).is_some() {}
     let t_full1 = sh.t0.elapsed().as_secs_f64();
     let cpu1 = (children_cpu_s(), stats.thread_cpu_ns.load(Ordering::Relaxed), stats.requests.load(Ordering::Relaxed), stats.bytes_out.load(Ordering::Relaxed), Instant::now());
+    let srv1 = server();
     eprintln!("{t_full1:7.1}s all {hosts} on v1");
+
+    // Idle: two poll intervals in which no ref moves (what a fleet does most of the time),
+    // after one interval in which every agent has fetched the completed state.
+    std::thread::sleep(poll + Duration::from_secs(1));
+    let idle0 = (server(), stats.requests.load(Ordering::Relaxed), children_cpu_s(), stats.thread_cpu_ns.load(Ordering::Relaxed), polls.load(Ordering::Relaxed), Instant::now());
+    std::thread::sleep(poll * 2);
+    let idle1 = (server(), stats.requests.load(Ordering::Relaxed), children_cpu_s(), stats.thread_cpu_ns.load(Ordering::Relaxed), polls.load(Ordering::Relaxed), Instant::now());
+    let idle_s = (idle1.5 - idle0.5).as_secs_f64();
+    let idle_polls = (idle1.4 - idle0.4).max(1) as f64;
+    let idle = serde_json::json!({
+        "seconds": idle_s,
+        "polls_per_s": idle_polls / idle_s,
+        "server_cpu_cores": if nginx.is_some() { (idle1.0 .0 - idle0.0 .0) / idle_s } else { (idle1.2 - idle0.2) / idle_s + (idle1.3 - idle0.3) as f64 / 1e9 / idle_s },
+        "static_refs_requests_per_poll": (idle1.0 .1 - idle0.0 .1) as f64 / idle_polls,
+        "smart_http_requests_per_poll": if nginx.is_some() { (idle1.0 .2 - idle0.0 .2) as f64 / idle_polls } else { (idle1.1 - idle0.1) as f64 / idle_polls },
+    });
+    eprintln!("{:7.1}s idle: {idle}", sh.t0.elapsed().as_secs_f64());
 
     // Scenario 2: a commit that fails on the canary: halt, nobody else applies it.
     let c2 = commit("v2", "v2 [sim: fail]");
@@ -484,7 +686,14 @@ fn main() {
         "poll_s": poll.as_secs_f64(),
         "wave_sizes": waves,
         "agent_polls": polls.load(Ordering::Relaxed),
+        "server": if nginx.is_some() { "nginx+fcgiwrap+git-http-backend" } else { "builtin front+git-http-backend" },
+        "refs_poll": refs_poll,
+        "nginx_cpu_cores": (srv1.0 - srv0.0) / secs,
+        "nginx_cpu_source": match &nginx { Some(n) if n.acct.is_some() => "cgroup cpuacct", Some(_) => "process tree (lower bound)", None => "-" },
+        "nginx_static_refs_requests_per_s": (srv1.1 - srv0.1) as f64 / secs,
+        "nginx_smart_http_requests_per_s": (srv1.2 - srv0.2) as f64 / secs,
         "git_requests_per_s": (cpu1.2 - cpu0.2) as f64 / secs,
+        "idle": idle,
         "git_bytes_out_per_s": (cpu1.3 - cpu0.3) as f64 / secs,
         "git_cpu_cores_http_backend": (cpu1.0 - cpu0.0) / secs,
         "git_cpu_cores_front": (cpu1.1 - cpu0.1) as f64 / 1e9 / secs,

@@ -42,6 +42,7 @@
 //!   `agent.json` makes the next start redo and audit the interrupted action.
 
 pub mod git;
+pub mod refs_poll;
 pub mod replay;
 /// Schedules (issue #26): recompiling when the applied artifacts' `valid_until` passes.
 pub mod schedule;
@@ -101,6 +102,10 @@ pub struct AgentConfig {
     /// `--allow-rewind`: apply a tip that is not a descendant of the applied commit
     /// (force-push, history rewrite) without a one-shot allow file.
     pub allow_rewind: bool,
+    /// `--refs-url`: poll this static `info/refs` and fetch with git only when a followed ref
+    /// moved, with a full fetch every `refs_full_every` polls.
+    pub refs_url: Option<String>,
+    pub refs_full_every: u32,
 }
 
 /// One-shot permission for one rewind, in the state dir: the file holds the full id of the
@@ -364,7 +369,10 @@ impl Agent {
         crate::state::create_private_dir(&cfg.state_dir)?;
         let state = StateDir::new(&cfg.state_dir);
         let audit = AuditLog::in_state_dir(&cfg.state_dir);
-        let mirror = Mirror::open(&cfg.state_dir, &cfg.repo_url, &cfg.branch, cfg.fetch_timeout)?;
+        let mut mirror = Mirror::open(&cfg.state_dir, &cfg.repo_url, &cfg.branch, cfg.fetch_timeout)?;
+        if let Some(url) = &cfg.refs_url {
+            mirror.refs_poll = Some(refs_poll::RefsPoll::new(url, cfg.refs_full_every).map_err(|e| miette!("{e}"))?);
+        }
         let hooks = std::env::var("FWC_AGENT_TEST_HOOKS").as_deref() == Ok("1");
         let fail_commit = Arc::new(AtomicBool::new(false));
         let slow = std::env::var("FWC_AGENT_TEST_SLOW_COMMIT_MS").ok().and_then(|v| v.parse().ok()).map(Duration::from_millis);
