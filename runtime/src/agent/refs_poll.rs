@@ -203,6 +203,11 @@ fn http_get(url: &str, etag: Option<&str>, timeout: Duration) -> std::io::Result
         if let Some(e) = etag {
             req = req.header(hyper::header::IF_NONE_MATCH, e);
         }
+        // The credentials of https repositories (docs/operations.md, "Git access").
+        if let (Ok(user), Ok(pass)) = (std::env::var("FWC_GIT_USERNAME"), std::env::var("FWC_GIT_PASSWORD")) {
+            use base64::Engine;
+            req = req.header(hyper::header::AUTHORIZATION, format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))));
+        }
         let req = req.body(http_body_util::Empty::<bytes::Bytes>::new()).map_err(std::io::Error::other)?;
         async fn send<S>(io: S, req: hyper::Request<http_body_util::Empty<bytes::Bytes>>) -> std::io::Result<(u16, Option<String>, Vec<u8>)>
         where
