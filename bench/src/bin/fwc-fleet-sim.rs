@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime};
 use fwc_compiler::artifacts::rollout::{RolloutPhase, RolloutState};
 use fwc_runtime::agent::git::Mirror;
 use fwc_runtime::rollout::controller::{self, Command as Ctl, ControllerInput, Decision, Degraded, HostReport};
-use fwc_runtime::rollout::follow::{decide, FollowDecision, FollowInput, StateView};
+use fwc_runtime::rollout::follow::{decide, succession, Accepted, FollowDecision, FollowInput, StateView};
 use fwc_runtime::rollout::state_ref::{Pushed, Remote};
 
 #[derive(Default)]
@@ -332,7 +332,9 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 fn rules(hosts: usize, marker: &str) -> String {
-    let mut s = format!("fwc 1\n// {marker}\nrollout {{\n    wave \"canary\" on=\"role=canary\"\n    wave \"early\" percent=10\n    wave \"all\"\n}}\n");
+    let policy = "rollout {\n    wave \"canary\" on=\"role=canary\"\n    wave \"early\" percent=10\n    wave \"all\"\n}\n";
+    // A marker starting with "nopolicy" drops the rollout block (a commit that removes the policy).
+    let mut s = format!("fwc 1\n// {marker}\n{}", if marker.starts_with("nopolicy") { "" } else { policy });
     for i in 0..hosts {
         let role = if i < 10 { "canary" } else { "web" };
         s.push_str(&format!("host \"host-{i:04}\" {{\n    labels role={role}\n}}\n"));
@@ -387,10 +389,27 @@ struct Agent {
     /// Halted commits this agent has seen the halt of.
     saw_halt: Vec<String>,
     last_state: Option<git2::Oid>,
+    /// The last rollout state this host accepted (the agent's succession check).
+    accepted: Option<Accepted>,
+    /// The state this host follows (the last accepted one).
+    following: Option<RolloutState>,
+    /// Chaos: away (no poll, no report) until then.
+    away_until: Option<Instant>,
+    /// Chaos: the next self-check sees a git failure once (the retry passes).
+    selfcheck_blip: bool,
 }
 
 impl Agent {
     fn poll(&mut self, sh: &Shared) {
+        if let Some(until) = self.away_until {
+            if Instant::now() < until {
+                // Away: no poll, and Prometheus loses the host's series.
+                sh.reports.lock().unwrap().remove(&self.name);
+                return;
+            }
+            self.away_until = None;
+            sh.event(&self.name, "", "back");
+        }
         if self.mirror.fetch(Duration::from_secs(20)).is_err() {
             sh.event(&self.name, "", "fetch_error");
             return;
@@ -399,7 +418,24 @@ impl Agent {
         sh.reports.lock().unwrap().entry(self.name.clone()).or_default().current = true;
         let Some(tip) = self.mirror.tip() else { return };
         let rtip = self.mirror.rollout_tip();
-        let state: Option<RolloutState> = rtip.and_then(|r| self.mirror.rollout_state(r).ok());
+        let fetched: Option<RolloutState> = rtip.and_then(|r| self.mirror.rollout_state(r).ok());
+        // The agent's succession check: a state is followed only when it descends from the last
+        // one this host accepted, with a higher generation (else held `state_rewound`).
+        if let (Some(r), Some(s)) = (rtip, &fetched) {
+            let descends = self.accepted.as_ref().is_none_or(|a| git2::Oid::from_str(&a.commit).is_ok_and(|a| a == r || self.mirror.repo.graph_descendant_of(r, a).unwrap_or(false)));
+            match succession(self.accepted.as_ref(), &r.to_string(), s.generation, descends) {
+                Ok(()) => {
+                    self.accepted = Some(Accepted { commit: r.to_string(), generation: s.generation });
+                    self.following = Some(s.clone());
+                }
+                Err(_) => {
+                    if rtip != self.last_state {
+                        sh.event(&self.name, &s.commit, "held_state_rewound");
+                    }
+                }
+            }
+        }
+        let state = self.following.clone();
         if rtip != self.last_state {
             self.last_state = rtip;
             if let Some(s) = &state {
@@ -442,6 +478,20 @@ impl Agent {
         if self.saw_halt.contains(&target) {
             sh.event(&self.name, &target, "apply_after_halt");
         }
+        // The wave this host is in under the policy in force, and whether the state promoted it.
+        let promoted_ok = match &state {
+            None => true,
+            Some(s) => wave.is_none_or(|w| s.promoted.is_some_and(|p| w <= p)) || s.stable.as_deref() == Some(target.as_str()),
+        };
+        if !promoted_ok {
+            sh.event(&self.name, &target, "applied_before_its_wave");
+        }
+        if self.selfcheck_blip {
+            // A git failure during the self-check: the agent retries (3 attempts by default)
+            // and the second attempt passes; nothing is reverted.
+            self.selfcheck_blip = false;
+            sh.event(&self.name, &target, "selfcheck_retried");
+        }
         if plan.fail && plan.waves.get(&self.name) == Some(&0) {
             rep.degraded = vec![Degraded { commit: target.clone(), reason: "rolled_back".into() }];
             sh.event(&self.name, &target, "apply_failed");
@@ -457,11 +507,16 @@ impl Agent {
 
 /// One controller step (`fwc rollout advance`, without Prometheus): decide and push.
 fn advance(url: &str, sh: &Shared) -> Option<String> {
+    step(url, sh, Ctl::Advance)
+}
+
+/// One controller step with an operator's command.
+fn step(url: &str, sh: &Shared, command: Ctl) -> Option<String> {
     let remote = Remote::open(url, "main", "fwc-rollout").ok()?;
     let snap = remote.fetch().ok()?;
     let tip = snap.tip.to_string();
     let reports = sh.reports.lock().unwrap().clone();
-    let candidates = controller::policy_candidates(snap.state.as_ref(), &tip, &Ctl::Advance);
+    let candidates = controller::policy_candidates(snap.state.as_ref(), &tip, &command);
     let fleet = fwc_runtime::rollout::advance::load_fleet(&remote, &candidates, &reports).ok()?;
     let state_commit = snap.state_commit.map(|c| c.to_string());
     let d = controller::decide(&ControllerInput {
@@ -472,7 +527,7 @@ fn advance(url: &str, sh: &Shared) -> Option<String> {
         fleet: fleet.as_ref(),
         reports: &reports,
         gates: &[],
-        command: Ctl::Advance,
+        command,
         now: SystemTime::now(),
     });
     match d {
@@ -545,7 +600,7 @@ fn main() {
             if refs_poll {
                 m.refs_poll = Some(fwc_runtime::agent::refs_poll::RefsPoll::new(&refs_url, fwc_runtime::agent::refs_poll::DEFAULT_FULL_EVERY).unwrap());
             }
-            Arc::new(Mutex::new(Agent { name, mirror: m, applied: None, saw_halt: vec![], last_state: None }))
+            Arc::new(Mutex::new(Agent { name, mirror: m, applied: None, saw_halt: vec![], last_state: None, accepted: None, following: None, away_until: None, selfcheck_blip: false }))
         })
         .collect();
     // Per-host jitter: each host's first poll at a random offset in the interval.
@@ -659,6 +714,98 @@ fn main() {
     while seen(&sh) < hosts && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
+
+    // Scenario 3 (FWC_SIM_CHAOS=1): everyday faults during a rollout. The operator first halts
+    // the failed rollout with rollback, so that an old "halted, roll back" state exists; then a
+    // fixed commit rolls out while 5 % of the hosts go away for 4 poll intervals (2 minutes at
+    // 30 s), 1 % see a git failure in their self-check, and the rollout ref is set back to the
+    // old state once; then a commit that drops the policy rolls out.
+    let chaos = std::env::var("FWC_SIM_CHAOS").as_deref() == Ok("1");
+    let mut chaos_report = serde_json::Value::Null;
+    if chaos {
+        let ref_of = |r: &str| git(&bare, &["rev-parse", r]);
+        let state_now = || -> Option<RolloutState> { serde_json::from_str(&git(&bare, &["show", "refs/heads/fwc-rollout:rollout.json"])).ok() };
+        let set_ref = |id: &str| {
+            git(&bare, &["update-ref", "refs/heads/fwc-rollout", id]);
+            git(&bare, &["update-server-info"]);
+        };
+        if let Some(t) = step(&file_url, &sh, Ctl::Halt { rollback: true, reason: "sim: roll the failed commit back".into() }) {
+            eprintln!("{:7.1}s operator: {t}", sh.t0.elapsed().as_secs_f64());
+        }
+        let old_state = ref_of("refs/heads/fwc-rollout");
+        std::thread::sleep(poll + Duration::from_secs(1));
+        let c3 = commit("v3", "v3: the fix");
+        let t3 = sh.t0.elapsed().as_secs_f64();
+        let deadline = Instant::now() + poll * 40;
+        let (mut faults_at, mut replayed_at) = (None, None);
+        let mut away = vec![];
+        while all_on(&c3) < hosts && Instant::now() < deadline {
+            if let Some(t) = advance(&file_url, &sh) {
+                eprintln!("{:7.1}s controller: {t}", sh.t0.elapsed().as_secs_f64());
+            }
+            let st = state_now();
+            let promoted = st.as_ref().filter(|s| s.commit == c3).and_then(|s| s.promoted);
+            if faults_at.is_none() && promoted.is_some() {
+                faults_at = Some(sh.t0.elapsed().as_secs_f64());
+                for (i, a) in agents.iter().enumerate() {
+                    let mut a = a.lock().unwrap();
+                    if i >= 10 && i % 20 == 7 {
+                        a.away_until = Some(Instant::now() + poll * 4);
+                        away.push(a.name.clone());
+                    }
+                    if i % 100 == 3 {
+                        a.selfcheck_blip = true;
+                    }
+                }
+                eprintln!("{:7.1}s chaos: {} hosts away for {:?}, self-check blips armed", sh.t0.elapsed().as_secs_f64(), away.len(), poll * 4);
+            }
+            if replayed_at.is_none() && promoted >= Some(1) {
+                replayed_at = Some(sh.t0.elapsed().as_secs_f64());
+                set_ref(&old_state);
+                eprintln!("{:7.1}s chaos: the rollout ref set back to {}", sh.t0.elapsed().as_secs_f64(), &old_state[..12]);
+            }
+            std::thread::sleep(tick);
+        }
+        let t3_done = (all_on(&c3) == hosts).then(|| sh.t0.elapsed().as_secs_f64() - t3);
+        while advance(&file_url, &sh).is_some() {}
+        eprintln!("{:7.1}s chaos: {} of {hosts} on v3", sh.t0.elapsed().as_secs_f64(), all_on(&c3));
+        // The policy dropped: rolled out under the stable commit's policy, wave by wave.
+        let c4 = commit("nopolicy v4", "v4: no rollout block");
+        let t4 = sh.t0.elapsed().as_secs_f64();
+        let deadline = Instant::now() + poll * 30;
+        while all_on(&c4) < hosts && Instant::now() < deadline {
+            if let Some(t) = advance(&file_url, &sh) {
+                eprintln!("{:7.1}s controller: {t}", sh.t0.elapsed().as_secs_f64());
+            }
+            std::thread::sleep(tick);
+        }
+        let t4_done = (all_on(&c4) == hosts).then(|| sh.t0.elapsed().as_secs_f64() - t4);
+        let ev = sh.events.lock().unwrap().clone();
+        let after = |t: Option<f64>| t.unwrap_or(f64::INFINITY);
+        // A host "moved by the replayed state" applied something other than v3 after the replay
+        // and before v4 (the old state would send it back to stable).
+        let moved: std::collections::BTreeSet<&String> = ev.iter().filter(|e| e.3 == "applied" && e.0 >= after(replayed_at) && e.0 < t4 && e.2 != c3).map(|e| &e.1).collect();
+        let rollbacks_to: std::collections::BTreeSet<&String> = ev.iter().filter(|e| e.3 == "applied" && e.0 >= t3 && e.2 == c1).map(|e| &e.1).collect();
+        chaos_report = serde_json::json!({
+            "hosts_away": away.len(),
+            "away_for_s": (poll * 4).as_secs_f64(),
+            "selfcheck_blips": ev.iter().filter(|e| e.3 == "selfcheck_retried").count(),
+            "faults_from_push_s": faults_at.map(|t| t - t3),
+            "replay_from_push_s": replayed_at.map(|t| t - t3),
+            "hosts_that_held_the_replayed_state": ev.iter().filter(|e| e.3 == "held_state_rewound" && e.0 >= t3).map(|e| &e.1).collect::<std::collections::BTreeSet<_>>().len(),
+            "hosts_moved_by_the_replayed_state": moved.len(),
+            "hosts_rolled_back_during_v3": rollbacks_to.len(),
+            "v3_time_to_100pct_s": t3_done,
+            "v3_hosts_on_it_at_the_end": all_on(&c3),
+            "policy_drop_time_to_100pct_s": t4_done,
+            "policy_drop_hosts_on_it_at_the_end": all_on(&c4),
+            "hosts_that_took_the_policy_drop_before_their_wave": ev.iter().filter(|e| e.3 == "applied_before_its_wave" && e.2 == c4).count(),
+            "applies_before_their_wave_any_commit": ev.iter().filter(|e| e.3 == "applied_before_its_wave").count(),
+            "halts_during_v3": ev.iter().filter(|e| e.1 == "controller" && e.3 == "halt" && e.2 == c3).count(),
+        });
+        eprintln!("{:7.1}s chaos: {chaos_report}", sh.t0.elapsed().as_secs_f64());
+    }
+
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         let _ = t.join();
@@ -694,6 +841,7 @@ fn main() {
         "nginx_smart_http_requests_per_s": (srv1.2 - srv0.2) as f64 / secs,
         "git_requests_per_s": (cpu1.2 - cpu0.2) as f64 / secs,
         "idle": idle,
+        "chaos": chaos_report,
         "git_bytes_out_per_s": (cpu1.3 - cpu0.3) as f64 / secs,
         "git_cpu_cores_http_backend": (cpu1.0 - cpu0.0) / secs,
         "git_cpu_cores_front": (cpu1.1 - cpu0.1) as f64 / 1e9 / secs,
