@@ -29,6 +29,7 @@ use fwc_compiler::artifacts::rollout::{RolloutPhase, RolloutState};
 use fwc_runtime::agent::git::Mirror;
 use fwc_runtime::rollout::controller::{self, Command as Ctl, ControllerInput, Decision, Degraded, HostReport};
 use fwc_runtime::rollout::follow::{decide, succession, Accepted, FollowDecision, FollowInput, StateView};
+use fwc_runtime::rollout::rewind::{behind_the_fleet, AcceptedReport};
 use fwc_runtime::rollout::state_ref::{Pushed, Remote};
 
 #[derive(Default)]
@@ -357,6 +358,10 @@ struct Shared {
     /// host -> its report (what Prometheus would hold).
     reports: Mutex<BTreeMap<String, HostReport>>,
     events: Mutex<Vec<(f64, String, String, &'static str)>>,
+    /// host -> the last rollout state it accepted (`fwc_rollout_accepted_state`).
+    accepted: Mutex<BTreeMap<String, AcceptedReport>>,
+    /// The controller's last refusal to build on a state behind the fleet.
+    refused: Mutex<Option<String>>,
     t0: Instant,
 }
 
@@ -426,6 +431,7 @@ impl Agent {
             match succession(self.accepted.as_ref(), &r.to_string(), s.generation, descends) {
                 Ok(()) => {
                     self.accepted = Some(Accepted { commit: r.to_string(), generation: s.generation });
+                    sh.accepted.lock().unwrap().insert(self.name.clone(), AcceptedReport { host: self.name.clone(), state: r.to_string(), generation: s.generation });
                     self.following = Some(s.clone());
                 }
                 Err(_) => {
@@ -519,6 +525,17 @@ fn step(url: &str, sh: &Shared, command: Ctl) -> Option<String> {
     let candidates = controller::policy_candidates(snap.state.as_ref(), &tip, &command);
     let fleet = fwc_runtime::rollout::advance::load_fleet(&remote, &candidates, &reports).ok()?;
     let state_commit = snap.state_commit.map(|c| c.to_string());
+    let accepted: Vec<AcceptedReport> = sh.accepted.lock().unwrap().values().cloned().collect();
+    if let Some(why) = behind_the_fleet(snap.state.as_ref(), state_commit.as_deref(), &accepted, "fwc-rollout") {
+        let mut last = sh.refused.lock().unwrap();
+        if last.as_deref() != Some(why.as_str()) {
+            eprintln!("{:7.1}s controller refuses: {why}", sh.t0.elapsed().as_secs_f64());
+            sh.event("controller", "", "refused_rewound");
+        }
+        *last = Some(why);
+        return None;
+    }
+    *sh.refused.lock().unwrap() = None;
     let d = controller::decide(&ControllerInput {
         state: snap.state.as_ref(),
         state_commit: state_commit.as_deref(),
@@ -589,7 +606,7 @@ fn main() {
     let refs_url = format!("http://127.0.0.1:{port}/static/rules.git/info/refs");
     let file_url = format!("file://{}", bare.display());
     let c1 = commit("v1", "v1");
-    let sh = Arc::new(Shared { plans: Mutex::default(), reports: Mutex::default(), events: Mutex::default(), t0: Instant::now() });
+    let sh = Arc::new(Shared { plans: Mutex::default(), reports: Mutex::default(), events: Mutex::default(), accepted: Mutex::default(), refused: Mutex::default(), t0: Instant::now() });
 
     // The agents, each with its own mirror; memory measured around their creation.
     let rss0 = rss_kib();
@@ -737,7 +754,7 @@ fn main() {
         let c3 = commit("v3", "v3: the fix");
         let t3 = sh.t0.elapsed().as_secs_f64();
         let deadline = Instant::now() + poll * 40;
-        let (mut faults_at, mut replayed_at) = (None, None);
+        let (mut faults_at, mut replayed_at, mut restored_at, mut legit_state, mut restored_to) = (None, None, None::<f64>, None::<String>, None::<String>);
         let mut away = vec![];
         while all_on(&c3) < hosts && Instant::now() < deadline {
             if let Some(t) = advance(&file_url, &sh) {
@@ -759,7 +776,21 @@ fn main() {
                 }
                 eprintln!("{:7.1}s chaos: {} hosts away for {:?}, self-check blips armed", sh.t0.elapsed().as_secs_f64(), away.len(), poll * 4);
             }
+            // The operator reads the controller's refusal (an alert) and restores the ref as it
+            // says, one poll interval later.
+            if let (Some(t), None) = (replayed_at, restored_at) {
+                if sh.t0.elapsed().as_secs_f64() - t > poll.as_secs_f64() {
+                    let why = sh.refused.lock().unwrap().clone();
+                    if let Some(c) = why.as_deref().and_then(|w| w.split("git push --force origin ").nth(1)).and_then(|w| w.split(':').next()) {
+                        set_ref(c);
+                        restored_to = Some(c.to_string());
+                        restored_at = Some(sh.t0.elapsed().as_secs_f64());
+                        eprintln!("{:7.1}s operator: the rollout ref restored to {}", sh.t0.elapsed().as_secs_f64(), &c[..12]);
+                    }
+                }
+            }
             if replayed_at.is_none() && promoted >= Some(1) {
+                legit_state = Some(ref_of("refs/heads/fwc-rollout"));
                 replayed_at = Some(sh.t0.elapsed().as_secs_f64());
                 set_ref(&old_state);
                 eprintln!("{:7.1}s chaos: the rollout ref set back to {}", sh.t0.elapsed().as_secs_f64(), &old_state[..12]);
@@ -792,6 +823,9 @@ fn main() {
             "selfcheck_blips": ev.iter().filter(|e| e.3 == "selfcheck_retried").count(),
             "faults_from_push_s": faults_at.map(|t| t - t3),
             "replay_from_push_s": replayed_at.map(|t| t - t3),
+            "controller_refused_the_replayed_state": ev.iter().any(|e| e.3 == "refused_rewound"),
+            "operator_restored_after_s": restored_at.zip(replayed_at).map(|(r, p)| r - p),
+            "restored_to_the_state_before_the_replay": restored_to.is_some() && restored_to == legit_state,
             "hosts_that_held_the_replayed_state": ev.iter().filter(|e| e.3 == "held_state_rewound" && e.0 >= t3).map(|e| &e.1).collect::<std::collections::BTreeSet<_>>().len(),
             "hosts_moved_by_the_replayed_state": moved.len(),
             "hosts_rolled_back_during_v3": rollbacks_to.len(),

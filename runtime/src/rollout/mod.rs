@@ -6,6 +6,7 @@
 pub mod advance;
 pub mod controller;
 pub mod follow;
+pub mod rewind;
 pub mod prometheus;
 pub mod state_ref;
 pub mod window;
