@@ -41,6 +41,7 @@
 //!   [`STOP_GRACE`] after the signal, it exits anyway, exactly as after a crash: the intent in
 //!   `agent.json` makes the next start redo and audit the interrupted action.
 
+pub mod decide;
 pub mod git;
 pub mod replay;
 /// Schedules (issue #26): recompiling when the applied artifacts' `valid_until` passes.
@@ -66,6 +67,7 @@ use crate::audit::{self, Action, AuditLog, Outcome, Record};
 use crate::backend::{Backend, Observation};
 use crate::metrics::{self, Health, Metrics, WebhookSecret};
 use crate::state::{StateDir, StateLock};
+pub use decide::{Backoff, RETRY_MIN};
 use git::Mirror;
 use verify::SignaturePolicy;
 
@@ -200,38 +202,6 @@ pub enum Wake {
     Push,
     /// SIGTERM / SIGINT.
     Stop,
-}
-
-/// Exponential backoff: `base`, 2 × base, 4 × base, … up to `cap` (fetches: 0.5 s doubling).
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    pub failures: u32,
-    pub base: Duration,
-    pub cap: Duration,
-}
-
-/// Shortest delay before a failed apply or heal is tried again.
-pub const RETRY_MIN: Duration = Duration::from_secs(10);
-
-impl Backoff {
-    pub fn new(interval: Duration) -> Backoff {
-        Backoff { failures: 0, base: Duration::from_millis(500), cap: (interval * 4).clamp(Duration::from_secs(1), Duration::from_secs(300)).max(interval) }
-    }
-    /// Retries of a failed apply or heal: the interval (at least [`RETRY_MIN`]), doubling, at
-    /// most 32 times that and 1 h.
-    pub fn for_retries(interval: Duration) -> Backoff {
-        let base = interval.max(RETRY_MIN);
-        Backoff { failures: 0, base, cap: (base * 32).min(Duration::from_secs(3600)).max(base) }
-    }
-    /// Delay before the next attempt after one more failure.
-    pub fn fail(&mut self) -> Duration {
-        self.failures = self.failures.saturating_add(1);
-        let d = self.base.saturating_mul(1u32 << (self.failures - 1).min(20));
-        d.min(self.cap)
-    }
-    pub fn reset(&mut self) {
-        self.failures = 0;
-    }
 }
 
 /// Test hooks, active only with `FWC_AGENT_TEST_HOOKS=1`: a commit whose message contains
@@ -1427,17 +1397,6 @@ fn spawn_signal_thread(tx: mpsc::Sender<Wake>, stop: Arc<AtomicBool>, grace: Dur
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_grows_and_caps() {
-        let mut b = Backoff::new(Duration::from_secs(2));
-        let d: Vec<_> = (0..6).map(|_| b.fail().as_millis()).collect();
-        assert_eq!(d, vec![500, 1000, 2000, 4000, 8000, 8000]);
-        b.reset();
-        assert_eq!(b.fail().as_millis(), 500);
-        let mut b = Backoff::new(Duration::from_millis(200));
-        assert_eq!((0..4).map(|_| b.fail().as_millis()).collect::<Vec<_>>(), vec![500, 1000, 1000, 1000]);
-    }
 
     #[test]
     fn journal_round_trip() {
