@@ -255,6 +255,7 @@ const PURE: &[(&str, &[&str])] = &[
     (
         "runtime",
         &[
+            "agent/decide.rs",
             "rollout/controller.rs",
             "rollout/follow.rs",
             "rollout/window.rs",
