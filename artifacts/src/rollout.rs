@@ -257,6 +257,21 @@ pub struct RolloutState {
     /// this may apply; None: every host of the wave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_below: Option<u32>,
+    /// The last operator `resume` of this rollout: a host whose self-check reverted `commit`
+    /// before it tries the commit again, and the controller waits for it (until
+    /// `missing-timeout` after the resume) instead of halting on its old failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<Resumed>,
+}
+
+/// When a rollout was resumed by an operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resumed {
+    /// The generation of the state the resume wrote.
+    pub generation: u64,
+    /// RFC 3339 UTC time of the resume.
+    pub at: String,
 }
 
 impl RolloutState {
@@ -326,6 +341,7 @@ mod tests {
             predecessor: Some("b".repeat(40)),
             policy_commit: None,
             batch_below: None,
+            resumed: None,
         };
         let text = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<RolloutState>(&text).unwrap(), s);

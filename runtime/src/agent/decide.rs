@@ -379,6 +379,7 @@ mod tests {
             predecessor: None,
             policy_commit: Some(S.into()),
             batch_below: None,
+            resumed: None,
         }
     }
 

@@ -819,7 +819,11 @@ impl Agent {
 
     /// The generation of the last operator `resume` of the rollout state this host accepted.
     fn resumed(&self) -> Option<u64> {
-        None
+        let accepted = self.journal.accepted_state.as_ref()?;
+        match &self.follow_cache.state {
+            Some((o, Ok(s))) if o.to_string() == accepted.commit => s.resumed.as_ref().map(|r| r.generation),
+            _ => None,
+        }
     }
 
     /// Compile `tree` for this host on a worker thread, so that SIGTERM need not wait for it
