@@ -572,6 +572,49 @@ fn halt_rollback_on_a_first_rollout_says_there_is_no_stable_commit() {
     assert_eq!(status(&url)["state"]["phase"], "progressing");
 }
 
+/// The compare-and-swap on a `file://` remote: two controllers that decided from the same state
+/// both push; exactly one wins, the other is told it lost the race (not last-writer-wins), for a
+/// first state as for a later one. A push refused by a hook is an error saying so, not a race.
+#[test]
+fn compare_and_swap_on_a_file_remote_and_a_hook_that_refuses() {
+    use fwc_runtime::rollout::state_ref::{Pushed, Remote};
+    if !fwc_testkit::tool("compare_and_swap_on_a_file_remote_and_a_hook_that_refuses", "git", "git") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let state = |reason: &str| -> fwc_compiler::artifacts::rollout::RolloutState {
+        serde_json::from_value(serde_json::json!({
+            "version": 1, "branch": "main", "commit": c1, "stable": null, "waves": ["canary", "all"],
+            "promoted": 0, "phase": "progressing", "reason": reason, "since": "2026-11-26T12:00:00Z",
+        }))
+        .unwrap()
+    };
+    for round in 0..2 {
+        let (a, b) = (Remote::open(&url, "main", "fwc-rollout").unwrap(), Remote::open(&url, "main", "fwc-rollout").unwrap());
+        let (sa, sb) = (a.fetch().unwrap(), b.fetch().unwrap());
+        assert_eq!(sa.state_commit, sb.state_commit);
+        let ia = a.write(sa.state_commit, &state(&format!("a{round}")), "a", None).unwrap();
+        let ib = b.write(sb.state_commit, &state(&format!("b{round}")), "b", None).unwrap();
+        assert_eq!(a.push(ia).unwrap(), Pushed::Ok, "round {round}");
+        let lost = b.push(ib).unwrap();
+        assert!(matches!(&lost, Pushed::Rejected(_)), "round {round}: the second writer overwrote the first: {lost:?}");
+        let tip = git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]);
+        assert_eq!(tip, ia.to_string(), "round {round}");
+    }
+    // A pre-receive hook that refuses (a protected ref): reported as what it is.
+    let hook = repo.bare.join("hooks/pre-receive");
+    std::fs::write(&hook, "#!/bin/sh\necho 'fwc-rollout is protected here'\nexit 1\n").unwrap();
+    std::fs::set_permissions(&hook, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755)).unwrap();
+    let before = rollout_log(&repo);
+    let (code, out, err) = fwc(&["rollout", "pause", "--repo", &url, "--reason", "freeze"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("refused") && err.contains("pre-receive hook declined") && err.contains("fwc-rollout is protected here") && err.contains("not a lost race"), "{err}");
+    assert!(!err.contains("lost the race"), "{err}");
+    assert_eq!(rollout_log(&repo), before);
+}
+
 #[test]
 fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_transition() {
     if !have_tools("a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_transition") {
