@@ -258,6 +258,7 @@ const PURE: &[(&str, &[&str])] = &[
             "agent/decide.rs",
             "rollout/controller.rs",
             "rollout/follow.rs",
+            "rollout/textfile.rs",
             "rollout/window.rs",
             "quota/decide.rs",
             "backend/nft/diff.rs",

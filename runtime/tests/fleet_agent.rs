@@ -145,6 +145,8 @@ fn agents_follow_the_rollout_state_canary_first_halt_rolls_back_later_waves_neve
     let o = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["status", "--state-dir", sw.to_str().unwrap(), "--netns", &ns_w.name]).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("Rollout:    progressing of") && text.contains("held back: not_promoted"), "{text}");
+    // Waves are numbered as `fwc plan --waves` numbers them (from 1).
+    assert!(text.contains(", wave 2 \"all\""), "{text}");
     // agent.json is written right after the audit entry: wait for it.
     let journal = || std::fs::read_to_string(sw.join("agent.json")).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
     assert!(wait_until(Duration::from_secs(10), || journal().is_some_and(|j| j["rollout"]["held"] == "not_promoted")), "{:?}", journal());

@@ -615,6 +615,77 @@ fn compare_and_swap_on_a_file_remote_and_a_hook_that_refuses() {
     assert_eq!(rollout_log(&repo), before);
 }
 
+/// `advance --watch` stopped by SIGTERM (systemd) or SIGINT (a terminal) removes its scratch
+/// clone of the repository.
+#[test]
+fn a_stopped_watch_removes_its_scratch_clone() {
+    if !fwc_testkit::tool("a_stopped_watch_removes_its_scratch_clone", "git", "git") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    push(&repo, &Policy::plain().kdl("v1"), "v1");
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let tmp = tempfile::tempdir().unwrap();
+        let scratch = || std::fs::read_dir(tmp.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with("fwc-rollout-")).count();
+        let mut child = Command::new(FWC)
+            .args(["rollout", "advance", "--watch", "--interval", "1h", "--repo", &url, "--prometheus", "http://127.0.0.1:9"])
+            .env("TMPDIR", tmp.path())
+            .env("FWC_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The first step fails (no Prometheus there) and the watch sleeps: its clone exists.
+        let mut err = child.stderr.take().unwrap();
+        let mut seen = String::new();
+        let mut buf = [0u8; 4096];
+        while !seen.contains("Prometheus") && !seen.contains("prometheus") {
+            let n = err.read(&mut buf).unwrap();
+            assert!(n > 0, "the watch ended early: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        assert_eq!(scratch(), 1, "the watch's clone in TMPDIR");
+        // SAFETY: signalling the child this test started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "signal {sig}: {status:?}");
+        assert_eq!(scratch(), 0, "signal {sig}: the scratch clone is left behind");
+    }
+}
+
+/// `start COMMIT` with an ancestor of `stable` (every agent would refuse it as a rewind): refused
+/// up front, saying how to go back; nothing is written to the rollout ref.
+#[test]
+fn start_of_an_ancestor_of_stable_is_refused_up_front() {
+    if !have_tools("start_of_an_ancestor_of_stable_is_refused_up_front") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let c0 = push(&repo, &Policy::plain().kdl("v0"), "v0");
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, &c1);
+    let prom = Prometheus::start(fleet.serve());
+    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    let before = rollout_log(&repo);
+    let (code, out, err) = fwc(&["rollout", "start", "--repo", &url, &c0]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(err.contains("ancestor of the stable commit") && err.contains("revert commit") && err.contains("halt --rollback"), "{err}");
+    assert_eq!(rollout_log(&repo), before, "nothing written");
+    assert_eq!(status(&url)["state"]["commit"], c1.as_str());
+    // The one-shot `advance --textfile`: the controller's metrics for node-exporter.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fwc-rollout.prom");
+    let (code, out, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--textfile", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    for want in ["fwc_rollout_controller_last_success_timestamp_seconds ", "fwc_rollout_controller_step{result=\"nothing\"} 1", "fwc_rollout_state_since_timestamp_seconds{commit=", "fwc_rollout_hosts{wave=\"canary\",state=\"applied\"} "] {
+        assert!(text.contains(want), "{want} in\n{text}");
+    }
+}
+
 #[test]
 fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_transition() {
     if !have_tools("a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_transition") {

@@ -632,7 +632,7 @@ impl Agent {
                     f.commit.as_deref().map(short).unwrap_or("-"),
                     f.held.as_deref().unwrap_or("-"),
                     f.target.as_deref().or(applied).map(short).unwrap_or("nothing"),
-                    f.wave.as_ref().map(|(i, n)| format!(" (wave {i} \"{n}\")")).unwrap_or_default(),
+                    f.wave.as_ref().map(|(i, n)| format!(" (wave {} \"{n}\")", i + 1)).unwrap_or_default(),
                     f.detail
                 );
                 tracing::info!("{text}");

@@ -8,6 +8,7 @@ pub mod controller;
 pub mod follow;
 pub mod prometheus;
 pub mod state_ref;
+pub mod textfile;
 pub mod window;
 
 /// Why a rollout command failed: what happened and what to do about it.
