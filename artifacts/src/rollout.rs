@@ -54,6 +54,35 @@ pub struct RolloutPolicy {
     /// (seconds). A missing host never halts a rollout.
     #[serde(default = "default_missing_timeout", skip_serializing_if = "is_default_missing_timeout")]
     pub missing_timeout_secs: u64,
+    /// `self-check-attempts=`: how often an agent tries its self-check after an apply before it
+    /// reverts the apply (at least 1).
+    #[serde(default = "default_self_check_attempts", skip_serializing_if = "is_default_self_check_attempts")]
+    pub self_check_attempts: u32,
+    /// `self-check-spacing=`: the pause before the self-check's second attempt, doubling after
+    /// each failure (milliseconds).
+    #[serde(default = "default_self_check_spacing", skip_serializing_if = "is_default_self_check_spacing")]
+    pub self_check_spacing_ms: u64,
+}
+
+/// Default of `self-check-attempts=`: 3.
+pub const DEFAULT_SELF_CHECK_ATTEMPTS: u32 = 3;
+/// Default of `self-check-spacing=`: 1 s (then 2 s).
+pub const DEFAULT_SELF_CHECK_SPACING_MS: u64 = 1000;
+
+fn default_self_check_attempts() -> u32 {
+    DEFAULT_SELF_CHECK_ATTEMPTS
+}
+
+fn is_default_self_check_attempts(n: &u32) -> bool {
+    *n == DEFAULT_SELF_CHECK_ATTEMPTS
+}
+
+fn default_self_check_spacing() -> u64 {
+    DEFAULT_SELF_CHECK_SPACING_MS
+}
+
+fn is_default_self_check_spacing(ms: &u64) -> bool {
+    *ms == DEFAULT_SELF_CHECK_SPACING_MS
 }
 
 /// Default of `missing-timeout=`: 10 minutes.

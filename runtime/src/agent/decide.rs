@@ -263,10 +263,10 @@ impl Default for SelfCheckPolicy {
     }
 }
 
-/// Defaults of the self-check's retries: a git blip or a busy server must not revert a good
-/// commit for good.
-pub const DEFAULT_SELF_CHECK_ATTEMPTS: u32 = 3;
-pub const DEFAULT_SELF_CHECK_SPACING: Duration = Duration::from_secs(1);
+/// Defaults of the self-check's retries (as the policy's): a git blip or a busy server must
+/// not revert a good commit for good.
+pub const DEFAULT_SELF_CHECK_ATTEMPTS: u32 = fwc_compiler::artifacts::rollout::DEFAULT_SELF_CHECK_ATTEMPTS;
+pub const DEFAULT_SELF_CHECK_SPACING: Duration = Duration::from_millis(fwc_compiler::artifacts::rollout::DEFAULT_SELF_CHECK_SPACING_MS);
 
 /// After a self-check attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]

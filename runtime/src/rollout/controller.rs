@@ -560,6 +560,8 @@ mod tests {
                 windows,
                 on_failure: OnFailure::Rollback,
                 missing_timeout_secs: 600,
+                self_check_attempts: 3,
+                self_check_spacing_ms: 1000,
             },
             members,
             policy_commit: C1.into(),

@@ -114,7 +114,7 @@ mod tests {
     fn a_step_as_prometheus_text() {
         let wave = |name: &str| Wave { name: name.into(), select: WaveSelect::Rest, soak_secs: 0, max_unavailable: MaxUnavailable::Hosts(0), gates: vec![], max_parallel: None };
         let fleet = Fleet {
-            policy: RolloutPolicy { waves: vec![wave("canary"), wave("all")], probes: vec![], windows: vec![], on_failure: OnFailure::Halt, missing_timeout_secs: 600 },
+            policy: RolloutPolicy { waves: vec![wave("canary"), wave("all")], probes: vec![], windows: vec![], on_failure: OnFailure::Halt, missing_timeout_secs: 600, self_check_attempts: 3, self_check_spacing_ms: 1000 },
             members: ["c1", "a1", "a2", "a3"].iter().enumerate().map(|(i, n)| Member { name: n.to_string(), wave: usize::from(i > 0), declared: true }).collect(),
             policy_commit: "p".into(),
         };
