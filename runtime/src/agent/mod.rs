@@ -296,9 +296,9 @@ struct FollowCache {
     tip_policy: Option<(git2::Oid, Option<bool>)>,
     /// rollout ref commit -> the state, or why it is not trusted.
     state: Option<(git2::Oid, std::result::Result<fwc_compiler::artifacts::rollout::RolloutState, String>)>,
-    /// "rollout-commit policy-commit" -> this host's wave (index, name) in the policy in force, the policy's
-    /// probes, and whether the rollout commit has a policy of its own.
-    wave: Option<(String, Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>, bool)>,
+    /// "rollout-commit policy-commit" -> this host's wave (index, name) in the policy in force,
+    /// and whether the rollout commit has a policy of its own.
+    wave: Option<(String, Option<(usize, String)>, bool)>,
 }
 
 fn short(c: &str) -> &str {
@@ -569,15 +569,15 @@ impl Agent {
             Some(Ok(s)) => {
                 let key = format!("{} {}", s.commit, s.policy_commit());
                 if self.follow_cache.wave.as_ref().map(|w| w.0.as_str()) != Some(key.as_str()) {
-                    let (w, probes, has) = self.placement(s.policy_commit(), &s.commit);
-                    self.follow_cache.wave = Some((key, w, probes, has));
+                    let (w, has) = self.placement(s.policy_commit(), &s.commit);
+                    self.follow_cache.wave = Some((key, w, has));
                 }
                 self.follow_cache.wave.as_ref().and_then(|w| w.1.clone())
             }
             _ => None,
         };
         let left_rollouts = match &state {
-            Some(Ok(s)) => s.phase == fwc_compiler::artifacts::rollout::RolloutPhase::Complete && self.follow_cache.wave.as_ref().is_some_and(|w| !w.3),
+            Some(Ok(s)) => s.phase == fwc_compiler::artifacts::rollout::RolloutPhase::Complete && self.follow_cache.wave.as_ref().is_some_and(|w| !w.2),
             _ => false,
         };
         let view = match &state {
@@ -677,18 +677,18 @@ impl Agent {
     }
 
     /// This host's wave (index, name) in the rollout policy of `policy_commit` (the policy in
-    /// force), the policy's probes, and whether `commit` (the one rolled out) has a policy of
-    /// its own; (None, [], _) without a policy in force.
-    fn placement(&self, policy_commit: &str, commit: &str) -> (Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>, bool) {
+    /// force), and whether `commit` (the one rolled out) has a policy of its own; (None, _)
+    /// without a policy in force.
+    fn placement(&self, policy_commit: &str, commit: &str) -> (Option<(usize, String)>, bool) {
         let plan_of = |c: &str| {
             git2::Oid::from_str(c).ok().and_then(|o| self.mirror.source_tree(o).ok()).and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok())
         };
         // A commit whose policy does not parse counts as having one (it never leaves rollouts).
         let commit_has_policy = plan_of(commit).is_none_or(|p| p.policy.is_some());
-        let Some((policy, hosts)) = plan_of(policy_commit).and_then(|p| Some((p.policy?, p.hosts))) else { return (None, vec![], commit_has_policy) };
+        let Some((policy, hosts)) = plan_of(policy_commit).and_then(|p| Some((p.policy?, p.hosts))) else { return (None, commit_has_policy) };
         let labels = hosts.iter().find(|h| h.name == self.cfg.host).map(|h| h.labels.clone()).unwrap_or_default();
         let w = fwc_compiler::rollout::wave_of(&policy, &self.cfg.host, &labels);
-        (policy.waves.get(w).map(|x| (w, x.name.clone())), policy.probes.clone(), commit_has_policy)
+        (policy.waves.get(w).map(|x| (w, x.name.clone())), commit_has_policy)
     }
 
     fn is_refused(&self, commit: &str) -> bool {
