@@ -753,9 +753,11 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
 
     // A watching controller killed mid-wave: the next advance goes on from the ref.
     let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let mut watch = Kill(
         Command::new(FWC)
-            .args(["rollout", "advance", "--watch", "--interval", "200ms", "--repo", &url, "--prometheus", &prom.url])
+            .args(["rollout", "advance", "--watch", "--interval", "200ms", "--repo", &url, "--prometheus", &prom.url, "--metrics", &metrics_addr])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -763,6 +765,12 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
     );
     fleet.set("c1", &c2);
     wait_until("the watcher to promote early", || (status(&url)["state"]["promoted"] == 1 && status(&url)["state"]["commit"] == c2.as_str()).then_some(()));
+    // The watching controller serves its metrics (as of its last step).
+    let scrape = || fwc_runtime::metrics::http_request(metrics_addr.parse().unwrap(), "GET", "/metrics", &[], b"").ok().filter(|(code, _)| *code == 200).map(|(_, body)| body);
+    let body = wait_until("the controller's /metrics", || scrape().filter(|b| b.contains("fwc_rollout_hosts{wave=\"early\"")));
+    for want in ["fwc_rollout_controller_last_success_timestamp_seconds ", "fwc_rollout_controller_step{result=", &format!("fwc_rollout_state_generation{{commit=\"{c2}\"}}")] {
+        assert!(body.contains(want), "{want} in\n{body}");
+    }
     watch.0.kill().unwrap();
     let _ = watch.0.wait();
     for h in ["e1", "e2"] {

@@ -128,6 +128,9 @@ pub struct AdvanceArgs {
     /// Time between steps with --watch.
     #[arg(long, default_value = "30s", value_parser = super::parse_duration, requires = "watch")]
     pub interval: Duration,
+    /// With --watch: serve the controller's metrics on http://ADDR/metrics (e.g. 127.0.0.1:9465).
+    #[arg(long, value_name = "ADDR", requires = "watch")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// After each step that decided, write the controller's metrics to this file (atomically),
     /// for node-exporter's textfile collector (e.g. /var/lib/node_exporter/textfile/fwc-rollout.prom).
     #[arg(long, value_hint = clap::ValueHint::FilePath)]
@@ -259,11 +262,19 @@ fn advance(a: AdvanceArgs, _g: &Global) -> Result<ExitCode> {
     // One local copy for the whole watch: each step fetches only what is new. It is a scratch
     // directory, removed when the watch ends (SIGTERM from systemd, SIGINT from a terminal).
     let remote = advance::open(&opts)?;
+    let exposition = crate::rollout::endpoint::Exposition::default();
+    if let Some(addr) = a.metrics {
+        let bound = crate::rollout::endpoint::serve(addr, exposition.clone()).map_err(|e| miette::miette!("cannot listen on {addr} (--metrics): {e}"))?;
+        eprintln!("controller metrics on http://{bound}/metrics");
+    }
     loop {
         match advance::step_with(&remote, &opts, Some(&p), &Step::Advance, SystemTime::now) {
             Ok(out) => {
                 if let Err(e) = write_textfile(a.textfile.as_deref(), &out) {
                     eprintln!("{e:?}");
+                }
+                if !out.metrics.is_empty() {
+                    exposition.set(out.metrics.clone());
                 }
                 render(&out, &opts, a.json)
             }

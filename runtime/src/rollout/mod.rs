@@ -5,6 +5,7 @@
 
 pub mod advance;
 pub mod controller;
+pub mod endpoint;
 pub mod follow;
 pub mod prometheus;
 pub mod state_ref;
