@@ -298,8 +298,11 @@ struct FollowCache {
     state: Option<(git2::Oid, std::result::Result<fwc_compiler::artifacts::rollout::RolloutState, String>)>,
     /// "rollout-commit policy-commit" -> this host's wave (index, name) in the policy in force,
     /// and whether the rollout commit has a policy of its own.
-    wave: Option<(String, Option<(usize, String)>, bool)>,
+    wave: Option<(String, Wave, bool)>,
 }
+
+/// This host's wave: its index and name.
+type Wave = Option<(usize, String)>;
 
 fn short(c: &str) -> &str {
     &c[..c.len().min(12)]
