@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxParallel, MaxUnavailable, RolloutPolicy, Wave, WaveSelect, Window, DEFAULT_MISSING_TIMEOUT_SECS};
+use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxParallel, MaxUnavailable, RolloutPolicy, Wave, WaveSelect, Window, DEFAULT_MISSING_TIMEOUT_SECS, DEFAULT_SELF_CHECK_ATTEMPTS, DEFAULT_SELF_CHECK_SPACING_MS};
 use serde::Serialize;
 
 use crate::diag::{Diagnostic, Diagnostics};
@@ -113,38 +113,9 @@ pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
         windows: decl.windows.iter().map(|w| w.value.clone()).collect(),
         on_failure: decl.on_failure.as_ref().map(|o| o.value).unwrap_or_default(),
         missing_timeout_secs: decl.missing_timeout_secs.as_ref().map_or(DEFAULT_MISSING_TIMEOUT_SECS, |m| m.value),
+        self_check_attempts: decl.self_check_attempts.as_ref().map_or(DEFAULT_SELF_CHECK_ATTEMPTS, |m| m.value as u32),
+        self_check_spacing_ms: decl.self_check_spacing_ms.as_ref().map_or(DEFAULT_SELF_CHECK_SPACING_MS, |m| m.value),
     }
-}
-
-/// A window's `allow=`/`deny=` text, `"Mon-Fri 09:00-17:00"`: (days 0 = Monday, ascending;
-/// start and end in minutes after midnight, `24:00` = 1440 allowed as the end). Read by the
-/// shared [`crate::timewindow`] parser; a promotion window is one window within one day.
-pub(crate) fn parse_window_spec(s: &str) -> Result<(Vec<u8>, u16, u16), crate::units::UnitError> {
-    let bad = |m: String, help: &str| crate::units::UnitError { message: m, help: help.into() };
-    let windows = crate::timewindow::parse_windows(s)?;
-    let [w] = windows.as_slice() else {
-        return Err(bad(format!("\"{s}\" holds {} windows", windows.len()), "a window node holds one window: write one `window allow=\"…\"` per window"));
-    };
-    let end = if w.end_min == 0 { 1440 } else { w.end_min };
-    if end <= w.start_min {
-        let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
-        return Err(bad(
-            format!("the window {}-{} ends before it starts", hm(w.start_min), hm(w.end_min)),
-            "a window lies within one day; for one that crosses midnight write two: window allow=\"Fri 22:00-24:00\" and window allow=\"Sat 00:00-02:00\"",
-        ));
-    }
-    Ok((w.days.clone(), w.start_min, end))
-}
-
-/// A window's `tz=`: `"UTC"`, a fixed offset `"+01:00"` / `"-05:30"` (minutes east of UTC), or
-/// a named zone of the tz database (`"Europe/Berlin"`, daylight saving followed), read by the
-/// shared [`crate::timewindow::parse_zone`]: (offset, zone name).
-pub(crate) fn parse_window_tz(s: &str) -> Result<(i16, Option<String>), crate::units::UnitError> {
-    Ok(match crate::timewindow::parse_zone(s)? {
-        crate::timewindow::Zone::Utc => (0, None),
-        crate::timewindow::Zone::Fixed(m) => (m, None),
-        crate::timewindow::Zone::Named(n, _) => (0, Some(n)),
-    })
 }
 
 /// A window for people: `allow Mon-Fri 09:00-17:00 UTC+01:00`.
@@ -548,6 +519,10 @@ host "web-4" { labels role=web; }
         assert_eq!(p.waves.iter().map(|w| w.max_parallel).collect::<Vec<_>>(), [None, Some(MaxParallel::Percent(25)), Some(MaxParallel::Hosts(50))]);
         let p = fleet_plan(&tree(&format!("{FLEET}rollout on-failure=\"rollback\" missing-timeout=\"90s\" {{\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
         assert_eq!((p.on_failure, p.missing_timeout_secs), (fwc_artifacts::rollout::OnFailure::Rollback, 90));
+        // The self-check's retries: 3 attempts, 1 s apart (doubling) unless the policy says.
+        assert_eq!((p.self_check_attempts, p.self_check_spacing_ms), (3, 1000));
+        let p = fleet_plan(&tree(&format!("{FLEET}rollout self-check-attempts=5 self-check-spacing=\"500ms\" {{\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
+        assert_eq!((p.self_check_attempts, p.self_check_spacing_ms), (5, 500));
         // Defaults, and the policy serialises as before without them.
         let p = fleet_plan(&tree(&format!("{FLEET}rollout {{\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
         assert_eq!((p.on_failure, p.missing_timeout_secs), (fwc_artifacts::rollout::OnFailure::Halt, 600));
@@ -585,6 +560,8 @@ host "web-4" { labels role=web; }
         let cases = [
             ("rollout on-failure=\"revert\" {\n wave \"all\"\n}\n", "fwc::rollout-bad-on-failure", "not halt or rollback"),
             ("rollout missing-timeout=\"soon\" {\n wave \"all\"\n}\n", "fwc::rollout-bad-missing-timeout", ""),
+            ("rollout self-check-attempts=0 {\n wave \"all\"\n}\n", "fwc::bad-self-check-attempts", "from 1 to 10"),
+            ("rollout self-check-spacing=\"2h\" {\n wave \"all\"\n}\n", "fwc::rollout-bad-self-check-spacing", "from 100ms to 1m"),
             ("rollout {\n wave \"all\" max-parallel=0\n}\n", "fwc::rollout-bad-max-parallel", "never apply"),
             ("rollout {\n wave \"all\" max-parallel=\"0%\"\n}\n", "fwc::rollout-bad-max-parallel", "1% to 100%"),
             ("rollout on-falure=\"halt\" {\n wave \"all\"\n}\n", "", "on-failure"),
@@ -657,22 +634,6 @@ host "web-4" { labels role=web; }
         assert!(!serde_json::to_string(&none).unwrap().contains("windows"));
     }
 
-    #[test]
-    fn window_values() {
-        assert!(parse_window_spec("Mon 00:00-24:00").is_ok());
-        for bad in ["Mon", "Mon 9:00-17:00", "Mon 09:00-17:00 x", "Mun 09:00-17:00", "Mon 17:00-09:00", "Mon 09:00-09:00", "Mon 24:00-24:00", "Mon 09:00-24:01", "Mon 09:60-10:00"] {
-            assert!(parse_window_spec(bad).is_err(), "{bad}");
-        }
-        assert_eq!(parse_window_tz("UTC").unwrap(), (0, None));
-        assert_eq!(parse_window_tz("+01:00").unwrap(), (60, None));
-        assert_eq!(parse_window_tz("-05:30").unwrap(), (-330, None));
-        assert!(parse_window_tz("+0530").is_err());
-        assert!(parse_window_tz("+15:00").is_err());
-        // Named zones (daylight saving followed), with a suggestion for a misspelled one.
-        assert_eq!(parse_window_tz("Europe/Berlin").unwrap(), (0, Some("Europe/Berlin".to_string())));
-        let e = parse_window_tz("Europe/Berln").unwrap_err();
-        assert!(e.message.contains("unknown time zone") && e.help.contains("did you mean \"Europe/Berlin\""), "{e:?}");
-    }
 
     #[test]
     fn wave_of_an_undeclared_host() {
@@ -695,6 +656,8 @@ host "web-4" { labels role=web; }
             windows: vec![],
             on_failure: Default::default(),
             missing_timeout_secs: DEFAULT_MISSING_TIMEOUT_SECS,
+            self_check_attempts: DEFAULT_SELF_CHECK_ATTEMPTS,
+            self_check_spacing_ms: DEFAULT_SELF_CHECK_SPACING_MS,
         };
         let none = BTreeMap::new();
         let mut counts = [0usize; 3];
