@@ -89,6 +89,8 @@ struct Host {
 struct Fleet {
     hosts: Arc<Mutex<BTreeMap<String, Host>>>,
     error_ratio: Arc<Mutex<f64>>,
+    /// The rollout state every host accepted last (`fwc_rollout_accepted_state`), if any.
+    accepted: Arc<Mutex<Option<(String, u64)>>>,
 }
 
 impl Fleet {
@@ -123,6 +125,12 @@ impl Fleet {
             match &st.degraded {
                 Some((c, r)) => s.push_str(&format!("fwc_agent_degraded{{host=\"{h}\",commit=\"{c}\",reason=\"{r}\"}} 1\n")),
                 None => s.push_str(&format!("fwc_agent_degraded{{host=\"{h}\",commit=\"{}\",reason=\"\"}} 0\n", st.applied)),
+            }
+        }
+        if let Some((state, generation)) = self.accepted.lock().unwrap().clone() {
+            s.push_str("# TYPE fwc_rollout_accepted_state gauge\n");
+            for h in hosts.keys() {
+                s.push_str(&format!("fwc_rollout_accepted_state{{host=\"{h}\",state=\"{state}\"}} {generation}\n"));
             }
         }
         s.push_str(&format!("# TYPE test_error_ratio gauge\ntest_error_ratio {}\n", self.error_ratio.lock().unwrap()));
@@ -488,6 +496,45 @@ fn a_host_of_a_finished_wave_away_neither_halts_nor_rolls_back() {
     let o = advance_until(&url, &prom, "complete", |s| s["phase"] != "progressing");
     assert_eq!(o["state"]["phase"], "complete", "{o}");
     assert!(!rollout_log(&repo).iter().any(|l| l.contains("halt")), "{:#?}", rollout_log(&repo));
+}
+
+/// The rollout ref set back to an older state (a replay, a restore from an old copy) behind
+/// what the hosts accepted: the agents refuse every state built on it, so the controller
+/// builds nothing on it and says which state to restore; restored, the rollout goes on.
+#[test]
+fn a_rollout_ref_set_back_behind_the_fleet_is_refused_with_the_state_to_restore() {
+    if !have_tools("a_rollout_ref_set_back_behind_the_fleet_is_refused_with_the_state_to_restore") {
+        return;
+    }
+    let (repo, url, _, fleet, prom) = rolled_out_v1(&Policy::plain());
+    let old = git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]);
+    let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
+    let o = advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
+    let newest = git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]);
+    let generation = o["state"]["generation"].as_u64().unwrap();
+    *fleet.accepted.lock().unwrap() = Some((newest.clone(), generation));
+    let q = format!("fwc_rollout_accepted_state{{state=\"{newest}\"}}");
+    let path = format!("/api/v1/query?query={}", q.bytes().map(|b| format!("%{b:02X}")).collect::<String>());
+    wait_until("prometheus to see the accepted state", || {
+        let (_, body) = fwc_runtime::metrics::http_request(prom.server.addr, "GET", &path, &[], b"").ok()?;
+        body.contains(&newest).then_some(())
+    });
+    git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &old]);
+    let (code, out, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "3s"]);
+    assert_eq!(code, 4, "{out}{err}");
+    let restore = format!("git push --force origin {newest}:refs/heads/fwc-rollout");
+    assert!(err.contains("the ref was set back") && err.contains(&restore), "{err}");
+    assert_eq!(git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]), old, "nothing was built on the old state");
+    // Deleted: the same refusal.
+    git(&repo.bare, &["update-ref", "-d", "refs/heads/fwc-rollout"]);
+    let (code, _, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "3s"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("the rollout ref is gone") && err.contains(&restore), "{err}");
+    // Restored as the refusal says: the rollout goes on from the newest state.
+    git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &newest]);
+    fleet.set("c1", &c2);
+    let o = advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
+    assert_eq!(o["state"]["predecessor"].as_str(), Some(newest.as_str()), "{o}");
 }
 
 /// A degraded canary halts the rollout even when a gate's query cannot be evaluated (here it

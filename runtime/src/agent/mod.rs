@@ -575,6 +575,7 @@ impl Agent {
                 }
             }
         }
+        self.metrics.set_accepted_state(self.journal.accepted_state.as_ref().map(|a| (a.commit.as_str(), a.generation)));
         let missing = rollout_tip.is_none() && accepted.is_some();
         let wave = match &state {
             Some(Ok(s)) => {

@@ -116,6 +116,14 @@ pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus
         if let Some(why) = snap.state.as_ref().and_then(|s| rewinds_stable(remote, s, &command)) {
             return Ok(Outcome { result: "refused", message: why, state: snap.state, pushed: None, lost_races: lost, tip, metrics: String::new() });
         }
+        // A state behind what the hosts accepted (the ref set back or deleted): every state
+        // built on it would be refused by every agent, so nothing is decided.
+        if let Some(p) = prometheus {
+            let state_commit = snap.state_commit.map(|c| c.to_string());
+            if let Some(why) = super::rewind::behind_the_fleet(snap.state.as_ref(), state_commit.as_deref(), &p.accepted_states()?, &opts.rollout_branch) {
+                return Ok(Outcome { result: "refused", message: why, state: snap.state, pushed: None, lost_races: lost, tip, metrics: String::new() });
+            }
+        }
         let subj = subject(snap.state.as_ref(), &tip, &command);
         let fleet = load_fleet(remote, &policy_candidates(snap.state.as_ref(), &tip, &command), &reports)?;
         if let (Command::Advance, Some(p), Some(_)) = (&command, prometheus, &fleet) {

@@ -73,6 +73,7 @@ mod tests {
             predecessor: None,
             policy_commit: None,
             batch_below: None,
+            resumed: None,
         }
     }
 
