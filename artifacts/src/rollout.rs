@@ -54,6 +54,35 @@ pub struct RolloutPolicy {
     /// (seconds). A missing host never halts a rollout.
     #[serde(default = "default_missing_timeout", skip_serializing_if = "is_default_missing_timeout")]
     pub missing_timeout_secs: u64,
+    /// `self-check-attempts=`: how often an agent tries its self-check after an apply before it
+    /// reverts the apply (at least 1).
+    #[serde(default = "default_self_check_attempts", skip_serializing_if = "is_default_self_check_attempts")]
+    pub self_check_attempts: u32,
+    /// `self-check-spacing=`: the pause before the self-check's second attempt, doubling after
+    /// each failure (milliseconds).
+    #[serde(default = "default_self_check_spacing", skip_serializing_if = "is_default_self_check_spacing")]
+    pub self_check_spacing_ms: u64,
+}
+
+/// Default of `self-check-attempts=`: 3.
+pub const DEFAULT_SELF_CHECK_ATTEMPTS: u32 = 3;
+/// Default of `self-check-spacing=`: 1 s (then 2 s).
+pub const DEFAULT_SELF_CHECK_SPACING_MS: u64 = 1000;
+
+fn default_self_check_attempts() -> u32 {
+    DEFAULT_SELF_CHECK_ATTEMPTS
+}
+
+fn is_default_self_check_attempts(n: &u32) -> bool {
+    *n == DEFAULT_SELF_CHECK_ATTEMPTS
+}
+
+fn default_self_check_spacing() -> u64 {
+    DEFAULT_SELF_CHECK_SPACING_MS
+}
+
+fn is_default_self_check_spacing(ms: &u64) -> bool {
+    *ms == DEFAULT_SELF_CHECK_SPACING_MS
 }
 
 /// Default of `missing-timeout=`: 10 minutes.
@@ -257,6 +286,21 @@ pub struct RolloutState {
     /// this may apply; None: every host of the wave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_below: Option<u32>,
+    /// The last operator `resume` of this rollout: a host whose self-check reverted `commit`
+    /// before it tries the commit again, and the controller waits for it (until
+    /// `missing-timeout` after the resume) instead of halting on its old failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<Resumed>,
+}
+
+/// When a rollout was resumed by an operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resumed {
+    /// The generation of the state the resume wrote.
+    pub generation: u64,
+    /// RFC 3339 UTC time of the resume.
+    pub at: String,
 }
 
 impl RolloutState {
@@ -326,6 +370,7 @@ mod tests {
             predecessor: Some("b".repeat(40)),
             policy_commit: None,
             batch_below: None,
+            resumed: None,
         };
         let text = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<RolloutState>(&text).unwrap(), s);

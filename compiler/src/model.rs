@@ -700,6 +700,10 @@ pub struct RolloutDecl {
     pub on_failure: Option<Spanned<fwc_artifacts::rollout::OnFailure>>,
     /// `missing-timeout="10m"`, in seconds.
     pub missing_timeout_secs: Option<Spanned<u64>>,
+    /// `self-check-attempts=3`.
+    pub self_check_attempts: Option<Spanned<u64>>,
+    /// `self-check-spacing="1s"`, in milliseconds.
+    pub self_check_spacing_ms: Option<Spanned<u64>>,
     /// The `rollout` node's name.
     #[serde(skip)]
     pub span: Span,

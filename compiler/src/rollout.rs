@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxParallel, MaxUnavailable, RolloutPolicy, Wave, WaveSelect, Window, DEFAULT_MISSING_TIMEOUT_SECS};
+use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxParallel, MaxUnavailable, RolloutPolicy, Wave, WaveSelect, Window, DEFAULT_MISSING_TIMEOUT_SECS, DEFAULT_SELF_CHECK_ATTEMPTS, DEFAULT_SELF_CHECK_SPACING_MS};
 use serde::Serialize;
 
 use crate::diag::{Diagnostic, Diagnostics};
@@ -115,6 +115,8 @@ pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
         windows: decl.windows.iter().map(|w| w.value.clone()).collect(),
         on_failure: decl.on_failure.as_ref().map(|o| o.value).unwrap_or_default(),
         missing_timeout_secs: decl.missing_timeout_secs.as_ref().map_or(DEFAULT_MISSING_TIMEOUT_SECS, |m| m.value),
+        self_check_attempts: decl.self_check_attempts.as_ref().map_or(DEFAULT_SELF_CHECK_ATTEMPTS, |m| m.value as u32),
+        self_check_spacing_ms: decl.self_check_spacing_ms.as_ref().map_or(DEFAULT_SELF_CHECK_SPACING_MS, |m| m.value),
     }
 }
 
@@ -519,6 +521,10 @@ host "web-4" { labels role=web; }
         assert_eq!(p.waves.iter().map(|w| w.max_parallel).collect::<Vec<_>>(), [None, Some(MaxParallel::Percent(25)), Some(MaxParallel::Hosts(50))]);
         let p = fleet_plan(&tree(&format!("{FLEET}rollout on-failure=\"rollback\" missing-timeout=\"90s\" {{\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
         assert_eq!((p.on_failure, p.missing_timeout_secs), (fwc_artifacts::rollout::OnFailure::Rollback, 90));
+        // The self-check's retries: 3 attempts, 1 s apart (doubling) unless the policy says.
+        assert_eq!((p.self_check_attempts, p.self_check_spacing_ms), (3, 1000));
+        let p = fleet_plan(&tree(&format!("{FLEET}rollout self-check-attempts=5 self-check-spacing=\"500ms\" {{\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
+        assert_eq!((p.self_check_attempts, p.self_check_spacing_ms), (5, 500));
         // Defaults, and the policy serialises as before without them.
         let p = fleet_plan(&tree(&format!("{FLEET}rollout {{\n wave \"all\"\n}}\n"))).unwrap().policy.unwrap();
         assert_eq!((p.on_failure, p.missing_timeout_secs), (fwc_artifacts::rollout::OnFailure::Halt, 600));
@@ -556,6 +562,8 @@ host "web-4" { labels role=web; }
         let cases = [
             ("rollout on-failure=\"revert\" {\n wave \"all\"\n}\n", "fwc::rollout-bad-on-failure", "not halt or rollback"),
             ("rollout missing-timeout=\"soon\" {\n wave \"all\"\n}\n", "fwc::rollout-bad-missing-timeout", ""),
+            ("rollout self-check-attempts=0 {\n wave \"all\"\n}\n", "fwc::bad-self-check-attempts", "from 1 to 10"),
+            ("rollout self-check-spacing=\"2h\" {\n wave \"all\"\n}\n", "fwc::rollout-bad-self-check-spacing", "from 100ms to 1m"),
             ("rollout {\n wave \"all\" max-parallel=0\n}\n", "fwc::rollout-bad-max-parallel", "never apply"),
             ("rollout {\n wave \"all\" max-parallel=\"0%\"\n}\n", "fwc::rollout-bad-max-parallel", "1% to 100%"),
             ("rollout on-falure=\"halt\" {\n wave \"all\"\n}\n", "", "on-failure"),
@@ -650,6 +658,8 @@ host "web-4" { labels role=web; }
             windows: vec![],
             on_failure: Default::default(),
             missing_timeout_secs: DEFAULT_MISSING_TIMEOUT_SECS,
+            self_check_attempts: DEFAULT_SELF_CHECK_ATTEMPTS,
+            self_check_spacing_ms: DEFAULT_SELF_CHECK_SPACING_MS,
         };
         let none = BTreeMap::new();
         let mut counts = [0usize; 3];

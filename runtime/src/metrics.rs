@@ -79,6 +79,13 @@ pub struct HostWaveLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostStateLabel {
+    pub host: String,
+    /// A rollout state commit.
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostReasonLabel {
     pub host: String,
     pub reason: String,
@@ -162,6 +169,9 @@ pub struct Metrics {
     pub rollout_info: Family<RolloutInfoLabel, Gauge>,
     /// `fwc_rollout_wave{host, wave}`: this host's wave index.
     pub rollout_wave: Family<HostWaveLabel, Gauge>,
+    /// `fwc_rollout_accepted_state{host,state}`: the generation of the last rollout state this
+    /// host accepted (the controller refuses to build on an older state at the ref).
+    pub rollout_accepted_state: Family<HostStateLabel, Gauge>,
     /// `fwc_rollout_held{host, reason}`: 1 for why the host is not on the rollout's commit.
     pub rollout_held: Family<HostReasonLabel, Gauge>,
     pub self_check_failures_total: Family<HostLabel, Counter>,
@@ -242,6 +252,7 @@ impl Metrics {
             agent_degraded: Family::default(),
             rollout_info: Family::default(),
             rollout_wave: Family::default(),
+            rollout_accepted_state: Family::default(),
             rollout_held: Family::default(),
             self_check_failures_total: Family::default(),
             host: host.to_string(),
@@ -306,6 +317,11 @@ impl Metrics {
             m.rollout_info.clone(),
         );
         registry.register("fwc_rollout_wave", "This host's wave in the rollout policy (value = 0-based index, wave = its name)", m.rollout_wave.clone());
+        registry.register(
+            "fwc_rollout_accepted_state",
+            "The generation of the last rollout state this host accepted (state = its commit); the controller refuses to build on an older state",
+            m.rollout_accepted_state.clone(),
+        );
         registry.register(
             "fwc_rollout_held",
             "1 for the reason the host is not on the rollout's commit (not_promoted, halted, paused, stopped, unverified_state), 0 for the others",
@@ -416,6 +432,14 @@ impl Metrics {
             None => (applied.unwrap_or(""), "", 0),
         };
         self.agent_degraded.get_or_create(&DegradedLabel { host: self.host.clone(), commit: commit.to_string(), reason: reason.to_string() }).set(v);
+    }
+
+    /// `fwc_rollout_accepted_state` of the last rollout state this host accepted.
+    pub fn set_accepted_state(&self, accepted: Option<(&str, u64)>) {
+        self.rollout_accepted_state.clear();
+        if let Some((state, generation)) = accepted {
+            self.rollout_accepted_state.get_or_create(&HostStateLabel { host: self.host.clone(), state: state.to_string() }).set(generation as i64);
+        }
     }
 
     /// `fwc_rollout_info` and `fwc_rollout_wave` of the rollout state followed (None: no rollout).

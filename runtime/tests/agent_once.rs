@@ -60,6 +60,13 @@ fn once_exit_codes_for_every_failure() {
     code(&once(&st("s1"), &repo.url(), &ns, &[], &[]), 0);
     code(&once(&st("s1"), &repo.url(), &ns, &[], &[]), 0);
     assert_eq!(entries(&st("s1"), &c1, "apply").len(), 1);
+    // --refs-url: a URL that cannot be one is a configuration error, 1; a refs file that
+    // cannot be read falls back to a git fetch (nothing to do: 0).
+    let o = once(&st("s1"), &repo.url(), &ns, &["--refs-url", "auto"], &[]);
+    code(&o, 1);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--refs-url auto needs an http:// or https:// --repo"), "{}", String::from_utf8_lossy(&o.stderr));
+    code(&once(&st("s1"), &repo.url(), &ns, &["--refs-url", "ftp://h/info/refs"], &[]), 1);
+    code(&once(&st("s1"), &repo.url(), &ns, &["--refs-url", "http://127.0.0.1:1/rules.git/info/refs"], &[]), 0);
     // Compile error: 4, and still 4 on the next run without a second audit entry.
     let c2 = repo.commit("fwc 1\ninput policy=drop {\n    allow \"bad\" proto=tcp port=99999\n}\n", "typo", None, false);
     code(&once(&st("s1"), &repo.url(), &ns, &[], &[]), 4);

@@ -226,8 +226,11 @@ const PURE: &[(&str, &[&str])] = &[
     (
         "runtime",
         &[
+            "agent/decide.rs",
             "rollout/controller.rs",
+            "rollout/rewind.rs",
             "rollout/follow.rs",
+            "rollout/textfile.rs",
             "rollout/window.rs",
             "quota/decide.rs",
             "backend/nft/diff.rs",

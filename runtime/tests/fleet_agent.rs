@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use fwc_compiler::artifacts::rollout::{RolloutPhase, RolloutState, ROLLOUT_STATE_VERSION};
+use fwc_compiler::artifacts::rollout::{Resumed, RolloutPhase, RolloutState, ROLLOUT_STATE_VERSION};
 use fwc_testkit::{privileged, Netns, Topology};
 
 mod agent_common;
@@ -89,6 +89,7 @@ fn state(commit: &str, stable: Option<&str>, promoted: Option<usize>, phase: Rol
         predecessor: None,
         policy_commit: None,
         batch_below: None,
+        resumed: None,
     }
 }
 
@@ -144,6 +145,8 @@ fn agents_follow_the_rollout_state_canary_first_halt_rolls_back_later_waves_neve
     let o = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["status", "--state-dir", sw.to_str().unwrap(), "--netns", &ns_w.name]).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("Rollout:    progressing of") && text.contains("held back: not_promoted"), "{text}");
+    // Waves are numbered as `fwc plan --waves` numbers them (from 1).
+    assert!(text.contains(", wave 2 \"all\""), "{text}");
     // agent.json is written right after the audit entry: wait for it.
     let journal = || std::fs::read_to_string(sw.join("agent.json")).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
     assert!(wait_until(Duration::from_secs(10), || journal().is_some_and(|j| j["rollout"]["held"] == "not_promoted")), "{:?}", journal());
@@ -338,6 +341,20 @@ fn self_check_reverts_a_commit_that_cuts_the_agent_off_from_git() {
     let o = once_in(&t.host, &state, &url);
     assert_eq!(o.status.code(), Some(5), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(audit(&state).iter().filter(|e| e["commit"] == c2.as_str() && e["action"] == "apply").count(), 1);
+    // An operator resumes the rollout (after its halt): the host tries the commit again (here
+    // it still cuts git off, so it is reverted again), and then it is final again.
+    let mut resumed = state_of(&c2, Some(&c1), Some(0), RolloutPhase::Progressing, false);
+    resumed.resumed = Some(Resumed { generation: resumed.generation, at: "2026-11-26T12:05:00Z".into() });
+    push_state(&repo, &resumed);
+    let o = once_in(&t.host, &state, &url);
+    let log = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(5), "{log}");
+    assert!(log.contains("self-check failed"), "tried again after the resume:\n{log}");
+    assert_eq!(applied(&state), Some(c1.clone()), "{log}");
+    assert_eq!(audit(&state).iter().filter(|e| e["commit"] == c2.as_str() && e["action"] == "apply").count(), 2);
+    let o = once_in(&t.host, &state, &url);
+    assert_eq!(o.status.code(), Some(5), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(audit(&state).iter().filter(|e| e["commit"] == c2.as_str() && e["action"] == "apply").count(), 2, "once per resume");
     assert_audit_verifies(&state);
 }
 

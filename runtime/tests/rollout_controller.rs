@@ -89,6 +89,8 @@ struct Host {
 struct Fleet {
     hosts: Arc<Mutex<BTreeMap<String, Host>>>,
     error_ratio: Arc<Mutex<f64>>,
+    /// The rollout state every host accepted last (`fwc_rollout_accepted_state`), if any.
+    accepted: Arc<Mutex<Option<(String, u64)>>>,
 }
 
 impl Fleet {
@@ -123,6 +125,12 @@ impl Fleet {
             match &st.degraded {
                 Some((c, r)) => s.push_str(&format!("fwc_agent_degraded{{host=\"{h}\",commit=\"{c}\",reason=\"{r}\"}} 1\n")),
                 None => s.push_str(&format!("fwc_agent_degraded{{host=\"{h}\",commit=\"{}\",reason=\"\"}} 0\n", st.applied)),
+            }
+        }
+        if let Some((state, generation)) = self.accepted.lock().unwrap().clone() {
+            s.push_str("# TYPE fwc_rollout_accepted_state gauge\n");
+            for h in hosts.keys() {
+                s.push_str(&format!("fwc_rollout_accepted_state{{host=\"{h}\",state=\"{state}\"}} {generation}\n"));
             }
         }
         s.push_str(&format!("# TYPE test_error_ratio gauge\ntest_error_ratio {}\n", self.error_ratio.lock().unwrap()));
@@ -490,6 +498,45 @@ fn a_host_of_a_finished_wave_away_neither_halts_nor_rolls_back() {
     assert!(!rollout_log(&repo).iter().any(|l| l.contains("halt")), "{:#?}", rollout_log(&repo));
 }
 
+/// The rollout ref set back to an older state (a replay, a restore from an old copy) behind
+/// what the hosts accepted: the agents refuse every state built on it, so the controller
+/// builds nothing on it and says which state to restore; restored, the rollout goes on.
+#[test]
+fn a_rollout_ref_set_back_behind_the_fleet_is_refused_with_the_state_to_restore() {
+    if !have_tools("a_rollout_ref_set_back_behind_the_fleet_is_refused_with_the_state_to_restore") {
+        return;
+    }
+    let (repo, url, _, fleet, prom) = rolled_out_v1(&Policy::plain());
+    let old = git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]);
+    let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
+    let o = advance_until(&url, &prom, "v2 started", |s| s["commit"] == c2.as_str());
+    let newest = git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]);
+    let generation = o["state"]["generation"].as_u64().unwrap();
+    *fleet.accepted.lock().unwrap() = Some((newest.clone(), generation));
+    let q = format!("fwc_rollout_accepted_state{{state=\"{newest}\"}}");
+    let path = format!("/api/v1/query?query={}", q.bytes().map(|b| format!("%{b:02X}")).collect::<String>());
+    wait_until("prometheus to see the accepted state", || {
+        let (_, body) = fwc_runtime::metrics::http_request(prom.server.addr, "GET", &path, &[], b"").ok()?;
+        body.contains(&newest).then_some(())
+    });
+    git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &old]);
+    let (code, out, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "3s"]);
+    assert_eq!(code, 4, "{out}{err}");
+    let restore = format!("git push --force origin {newest}:refs/heads/fwc-rollout");
+    assert!(err.contains("the ref was set back") && err.contains(&restore), "{err}");
+    assert_eq!(git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]), old, "nothing was built on the old state");
+    // Deleted: the same refusal.
+    git(&repo.bare, &["update-ref", "-d", "refs/heads/fwc-rollout"]);
+    let (code, _, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "3s"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("the rollout ref is gone") && err.contains(&restore), "{err}");
+    // Restored as the refusal says: the rollout goes on from the newest state.
+    git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &newest]);
+    fleet.set("c1", &c2);
+    let o = advance_until(&url, &prom, "early promoted", |s| s["promoted"] == 1);
+    assert_eq!(o["state"]["predecessor"].as_str(), Some(newest.as_str()), "{o}");
+}
+
 /// A degraded canary halts the rollout even when a gate's query cannot be evaluated (here it
 /// returns a range vector): the gate counts as failing, it no longer aborts the step. With the
 /// default on-failure="halt" the promoted hosts keep the commit (no rollback).
@@ -572,6 +619,120 @@ fn halt_rollback_on_a_first_rollout_says_there_is_no_stable_commit() {
     assert_eq!(status(&url)["state"]["phase"], "progressing");
 }
 
+/// The compare-and-swap on a `file://` remote: two controllers that decided from the same state
+/// both push; exactly one wins, the other is told it lost the race (not last-writer-wins), for a
+/// first state as for a later one. A push refused by a hook is an error saying so, not a race.
+#[test]
+fn compare_and_swap_on_a_file_remote_and_a_hook_that_refuses() {
+    use fwc_runtime::rollout::state_ref::{Pushed, Remote};
+    if !fwc_testkit::tool("compare_and_swap_on_a_file_remote_and_a_hook_that_refuses", "git", "git") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let state = |reason: &str| -> fwc_compiler::artifacts::rollout::RolloutState {
+        serde_json::from_value(serde_json::json!({
+            "version": 1, "branch": "main", "commit": c1, "stable": null, "waves": ["canary", "all"],
+            "promoted": 0, "phase": "progressing", "reason": reason, "since": "2026-11-26T12:00:00Z",
+        }))
+        .unwrap()
+    };
+    for round in 0..2 {
+        let (a, b) = (Remote::open(&url, "main", "fwc-rollout").unwrap(), Remote::open(&url, "main", "fwc-rollout").unwrap());
+        let (sa, sb) = (a.fetch().unwrap(), b.fetch().unwrap());
+        assert_eq!(sa.state_commit, sb.state_commit);
+        let ia = a.write(sa.state_commit, &state(&format!("a{round}")), "a", None).unwrap();
+        let ib = b.write(sb.state_commit, &state(&format!("b{round}")), "b", None).unwrap();
+        assert_eq!(a.push(ia).unwrap(), Pushed::Ok, "round {round}");
+        let lost = b.push(ib).unwrap();
+        assert!(matches!(&lost, Pushed::Rejected(_)), "round {round}: the second writer overwrote the first: {lost:?}");
+        let tip = git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]);
+        assert_eq!(tip, ia.to_string(), "round {round}");
+    }
+    // A pre-receive hook that refuses (a protected ref): reported as what it is.
+    let hook = repo.bare.join("hooks/pre-receive");
+    std::fs::write(&hook, "#!/bin/sh\necho 'fwc-rollout is protected here'\nexit 1\n").unwrap();
+    std::fs::set_permissions(&hook, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755)).unwrap();
+    let before = rollout_log(&repo);
+    let (code, out, err) = fwc(&["rollout", "pause", "--repo", &url, "--reason", "freeze"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("refused") && err.contains("pre-receive hook declined") && err.contains("fwc-rollout is protected here") && err.contains("not a lost race"), "{err}");
+    assert!(!err.contains("lost the race"), "{err}");
+    assert_eq!(rollout_log(&repo), before);
+}
+
+/// `advance --watch` stopped by SIGTERM (systemd) or SIGINT (a terminal) removes its scratch
+/// clone of the repository.
+#[test]
+fn a_stopped_watch_removes_its_scratch_clone() {
+    if !fwc_testkit::tool("a_stopped_watch_removes_its_scratch_clone", "git", "git") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    push(&repo, &Policy::plain().kdl("v1"), "v1");
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let tmp = tempfile::tempdir().unwrap();
+        let scratch = || std::fs::read_dir(tmp.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with("fwc-rollout-")).count();
+        let mut child = Command::new(FWC)
+            .args(["rollout", "advance", "--watch", "--interval", "1h", "--repo", &url, "--prometheus", "http://127.0.0.1:9"])
+            .env("TMPDIR", tmp.path())
+            .env("FWC_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The first step fails (no Prometheus there) and the watch sleeps: its clone exists.
+        let mut err = child.stderr.take().unwrap();
+        let mut seen = String::new();
+        let mut buf = [0u8; 4096];
+        while !seen.contains("Prometheus") && !seen.contains("prometheus") {
+            let n = err.read(&mut buf).unwrap();
+            assert!(n > 0, "the watch ended early: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        assert_eq!(scratch(), 1, "the watch's clone in TMPDIR");
+        // SAFETY: signalling the child this test started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "signal {sig}: {status:?}");
+        assert_eq!(scratch(), 0, "signal {sig}: the scratch clone is left behind");
+    }
+}
+
+/// `start COMMIT` with an ancestor of `stable` (every agent would refuse it as a rewind): refused
+/// up front, saying how to go back; nothing is written to the rollout ref.
+#[test]
+fn start_of_an_ancestor_of_stable_is_refused_up_front() {
+    if !have_tools("start_of_an_ancestor_of_stable_is_refused_up_front") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let c0 = push(&repo, &Policy::plain().kdl("v0"), "v0");
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, &c1);
+    let prom = Prometheus::start(fleet.serve());
+    advance_until(&url, &prom, "v1 complete", |s| s["phase"] == "complete");
+    let before = rollout_log(&repo);
+    let (code, out, err) = fwc(&["rollout", "start", "--repo", &url, &c0]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(err.contains("ancestor of the stable commit") && err.contains("revert commit") && err.contains("halt --rollback"), "{err}");
+    assert_eq!(rollout_log(&repo), before, "nothing written");
+    assert_eq!(status(&url)["state"]["commit"], c1.as_str());
+    // The one-shot `advance --textfile`: the controller's metrics for node-exporter.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fwc-rollout.prom");
+    let (code, out, err) = fwc(&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--textfile", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    for want in ["fwc_rollout_controller_last_success_timestamp_seconds ", "fwc_rollout_controller_step{result=\"nothing\"} 1", "fwc_rollout_state_since_timestamp_seconds{commit=", "fwc_rollout_hosts{wave=\"canary\",state=\"applied\"} "] {
+        assert!(text.contains(want), "{want} in\n{text}");
+    }
+}
+
 #[test]
 fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_transition() {
     if !have_tools("a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_transition") {
@@ -639,9 +800,11 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
 
     // A watching controller killed mid-wave: the next advance goes on from the ref.
     let c2 = push(&repo, &Policy::plain().kdl("v2"), "v2");
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let mut watch = Kill(
         Command::new(FWC)
-            .args(["rollout", "advance", "--watch", "--interval", "200ms", "--repo", &url, "--prometheus", &prom.url])
+            .args(["rollout", "advance", "--watch", "--interval", "200ms", "--repo", &url, "--prometheus", &prom.url, "--metrics", &metrics_addr])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -649,6 +812,12 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
     );
     fleet.set("c1", &c2);
     wait_until("the watcher to promote early", || (status(&url)["state"]["promoted"] == 1 && status(&url)["state"]["commit"] == c2.as_str()).then_some(()));
+    // The watching controller serves its metrics (as of its last step).
+    let scrape = || fwc_runtime::metrics::http_request(metrics_addr.parse().unwrap(), "GET", "/metrics", &[], b"").ok().filter(|(code, _)| *code == 200).map(|(_, body)| body);
+    let body = wait_until("the controller's /metrics", || scrape().filter(|b| b.contains("fwc_rollout_hosts{wave=\"early\"")));
+    for want in ["fwc_rollout_controller_last_success_timestamp_seconds ", "fwc_rollout_controller_step{result=", &format!("fwc_rollout_state_generation{{commit=\"{c2}\"}}")] {
+        assert!(body.contains(want), "{want} in\n{body}");
+    }
     watch.0.kill().unwrap();
     let _ = watch.0.wait();
     for h in ["e1", "e2"] {

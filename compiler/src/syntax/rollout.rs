@@ -17,7 +17,7 @@ pub(super) const WINDOW_PROPS: &[&str] = &["allow", "deny", "tz"];
 
 pub(super) const WAVE_PROPS: &[&str] = &["on", "percent", "soak", "max-unavailable", "max-parallel"];
 
-pub(super) const ROLLOUT_PROPS: &[&str] = &["on-failure", "missing-timeout"];
+pub(super) const ROLLOUT_PROPS: &[&str] = &["on-failure", "missing-timeout", "self-check-attempts", "self-check-spacing"];
 
 pub(super) const GATE_PROPS: &[&str] = &["query", "max", "min", "allow-empty"];
 
@@ -41,7 +41,18 @@ impl Parser<'_, '_> {
         let mut p = self.props(node, rule, ROLLOUT_PROPS, names.len());
         let on_failure = self.text(&mut p, "on-failure").and_then(|(t, s)| self.rollout_value(rule, "on-failure", &t, s, parse_on_failure));
         let missing_timeout_secs = self.text(&mut p, "missing-timeout").and_then(|(t, s)| self.rollout_value(rule, "missing-timeout", &t, s, parse_soak));
-        let mut decl = RolloutDecl { waves: Vec::new(), probes: Vec::new(), windows: Vec::new(), on_failure, missing_timeout_secs, span: self.span(node.name().span()) };
+        let self_check_attempts = self.number(&mut p, "self-check-attempts", 1, 10);
+        let self_check_spacing_ms = self.text(&mut p, "self-check-spacing").and_then(|(t, s)| self.rollout_value(rule, "self-check-spacing", &t, s, parse_self_check_spacing));
+        let mut decl = RolloutDecl {
+            waves: Vec::new(),
+            probes: Vec::new(),
+            windows: Vec::new(),
+            on_failure,
+            missing_timeout_secs,
+            self_check_attempts,
+            self_check_spacing_ms,
+            span: self.span(node.name().span()),
+        };
         for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
             match child.name().value() {
                 "wave" => {
@@ -241,6 +252,19 @@ pub(super) fn parse_soak(s: &str) -> Result<u64, UnitError> {
         return Err(UnitError { message: format!("\"{s}\" is not a whole number of seconds"), help: "write soak=\"30s\", \"10m\" or \"1h\"".into() });
     }
     Ok(ms / 1000)
+}
+
+/// `self-check-spacing="1s"`: the pause before the self-check's second attempt (it doubles after
+/// each failure), from 100 ms to 1 min; in milliseconds.
+pub(super) fn parse_self_check_spacing(s: &str) -> Result<u64, UnitError> {
+    let ms = units::parse_duration_ms(s)?;
+    if !(100..=60_000).contains(&ms) {
+        return Err(UnitError {
+            message: format!("\"{s}\" is not from 100ms to 1m"),
+            help: "write self-check-spacing=\"1s\" (the pause before the second attempt; it doubles after each failure)".into(),
+        });
+    }
+    Ok(ms)
 }
 
 /// A count of hosts (`2`) or a share of a wave (`"10%"`, from `min_percent` to 100%): the value

@@ -27,6 +27,8 @@ use fwc_compiler::artifacts::rollout::{RolloutState, DEFAULT_ROLLOUT_BRANCH as R
 use git2::{Oid, Repository};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 
+use super::refs_poll::{self, Got, PollFacts, PollStep, RefsPoll};
+
 /// Directory of the mirror inside the state dir.
 pub const MIRROR_DIR: &str = "mirror.git";
 
@@ -72,6 +74,9 @@ pub struct Mirror {
     /// ssh: the known_hosts file the server's host key must be in (`FWC_GIT_KNOWN_HOSTS`,
     /// default `~/.ssh/known_hosts`).
     pub known_hosts: PathBuf,
+    /// Cheap polls: read the refs from a static `info/refs` first and fetch only when a
+    /// followed ref moved (`fwc agent --refs-url`; see [`super::refs_poll`]).
+    pub refs_poll: Option<RefsPoll>,
 }
 
 static GIT_TIMEOUTS: Once = Once::new();
@@ -114,7 +119,7 @@ impl Mirror {
             .filter(|k| !k.is_empty())
             .map(PathBuf::from)
             .unwrap_or_else(|| home_dir().join(".ssh").join("known_hosts"));
-        Ok(Mirror { repo, path, url: url.to_string(), branch: branch.to_string(), ssh_key, known_hosts })
+        Ok(Mirror { repo, path, url: url.to_string(), branch: branch.to_string(), ssh_key, known_hosts, refs_poll: None })
     }
 
     fn tracking_ref(&self) -> String {
@@ -147,8 +152,53 @@ impl Mirror {
         Ok(state)
     }
 
-    /// Fetch the branch; fails after `timeout` (whole fetch) or when the branch is missing.
+    /// The refs this mirror follows, with the commit it holds for each.
+    fn followed(&self) -> [(String, Option<String>); 2] {
+        [
+            (format!("refs/heads/{}", self.branch), self.tip().map(|o| o.to_string())),
+            (format!("refs/heads/{ROLLOUT_BRANCH}"), self.rollout_tip().map(|o| o.to_string())),
+        ]
+    }
+
+    /// One poll: with a refs file ([`Mirror::refs_poll`]) a git fetch only when a followed ref
+    /// moved (or the periodic full fetch is due); without one, a git fetch. Fails after
+    /// `timeout` or when the branch is missing.
     pub fn fetch(&self, timeout: Duration) -> Result<FetchOutcome> {
+        let Some(poll) = &self.refs_poll else { return self.fetch_git(timeout) };
+        let got = poll.get(timeout);
+        let refs = match &got {
+            Got::Refs(r) => Some(r),
+            Got::Failed(why) => {
+                tracing::warn!("refs file {why}; fetching with git");
+                None
+            }
+        };
+        let followed = self.followed();
+        let followed: Vec<(&str, Option<String>)> = followed.iter().map(|(n, o)| (n.as_str(), o.clone())).collect();
+        let facts = PollFacts { refs, followed: &followed, polls_since_full: poll.polls_since_full(), full_every: poll.full_every };
+        let reason = match refs_poll::decide(&facts) {
+            PollStep::Skip => {
+                poll.polled(false);
+                let (tip, rollout) = (self.tip().ok_or_else(|| miette!("branch {} was never fetched", self.branch))?, self.rollout_tip());
+                return Ok(FetchOutcome { old: Some(tip), new: tip, forced: false, rollout_old: rollout, rollout_new: rollout });
+            }
+            PollStep::Fetch(reason) => reason,
+        };
+        let out = self.fetch_git(timeout)?;
+        poll.polled(true);
+        let found = self.followed();
+        let found: Vec<(&str, Option<String>)> = found.iter().map(|(n, o)| (n.as_str(), o.clone())).collect();
+        if poll.check_stale(&reason, &found) {
+            tracing::warn!(
+                "the refs file {} is stale: a full fetch found refs it did not list (is `git update-server-info` in the repository's post-update hook, or does a cache keep an old copy?)",
+                poll.url
+            );
+        }
+        Ok(out)
+    }
+
+    /// Fetch the branch and the rollout ref with git.
+    fn fetch_git(&self, timeout: Duration) -> Result<FetchOutcome> {
         let old = self.tip();
         let rollout_old = self.rollout_tip();
         let deadline = Instant::now() + timeout;
@@ -469,6 +519,113 @@ mod tests {
         assert_eq!(base64(&blob).trim_end_matches('='), b64);
         assert_eq!(blob_key_type(&blob), Some("ssh-ed25519"));
         assert_eq!(ssh_fingerprint(&blob), "SHA256:rIDEYwnlZD5lbN7dYpYf465yxOSgmqe+c/MCmzLxqq4");
+    }
+
+    /// A static file server for `<bare>/info/refs` (ETag = the content's length and hash;
+    /// `If-None-Match` answered with 304), counting its GETs.
+    fn serve_info_refs(bare: PathBuf) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{BufRead, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let gets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let g = gets.clone();
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                let mut r = std::io::BufReader::new(c.try_clone().unwrap());
+                let mut inm = None;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("if-none-match:") {
+                        inm = Some(v.trim().to_string());
+                    }
+                }
+                g.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let body = std::fs::read(bare.join("info/refs")).unwrap_or_default();
+                let etag = format!("\"{}-{}\"", body.len(), body.iter().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(*b as u64)));
+                let mut c = c;
+                if inm.as_deref() == Some(etag.as_str()) {
+                    let _ = write!(c, "HTTP/1.1 304 Not Modified\r\nETag: {etag}\r\nConnection: close\r\n\r\n");
+                } else {
+                    let _ = write!(c, "HTTP/1.1 200 OK\r\nETag: {etag}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                    let _ = c.write_all(&body);
+                }
+            }
+        });
+        (port, gets)
+    }
+
+    #[test]
+    fn refs_file_polls_skip_git_until_a_followed_ref_moves_and_a_stale_file_costs_at_most_full_every_polls() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (bare, work) = (tmp.path().join("rules.git"), tmp.path().join("work"));
+        std::fs::create_dir_all(&work).unwrap();
+        git(tmp.path(), &["init", "-q", "--bare", bare.to_str().unwrap()]);
+        git(&work, &["init", "-q"]);
+        let commit = |n: &str, server_info: bool| {
+            std::fs::write(work.join("fwc.kdl"), format!("fwc 1\n// {n}\n")).unwrap();
+            git(&work, &["add", "."]);
+            git(&work, &["commit", "-qm", n]);
+            git(&work, &["push", "-q", bare.to_str().unwrap(), "HEAD:main"]);
+            if server_info {
+                git(&bare, &["update-server-info"]);
+            }
+            git(&work, &["rev-parse", "HEAD"])
+        };
+        let c1 = commit("c1", true);
+        let (port, gets) = serve_info_refs(bare.clone());
+        let url = format!("file://{}", bare.display());
+        let mut m = Mirror::open(&tmp.path().join("state"), &url, "main", Duration::from_secs(10)).unwrap();
+        m.refs_poll = Some(RefsPoll::new(&format!("http://127.0.0.1:{port}/rules.git/info/refs"), 4).unwrap());
+        let t = Duration::from_secs(10);
+        // The first poll fetches (nothing fetched yet); then polls read only the file: with
+        // the repository moved away, they still succeed and report nothing changed.
+        assert!(m.fetch(t).unwrap().changed());
+        assert_eq!(m.tip().unwrap().to_string(), c1);
+        let hidden = tmp.path().join("moved-away.git");
+        std::fs::rename(&bare, &hidden).unwrap();
+        std::fs::create_dir_all(bare.join("info")).unwrap();
+        std::fs::copy(hidden.join("info/refs"), bare.join("info/refs")).unwrap();
+        for _ in 0..3 {
+            assert!(!m.fetch(t).unwrap().changed(), "an idle poll is the file alone");
+        }
+        assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), 4);
+        // The periodic full fetch (every 4th poll after a fetch) needs the repository.
+        assert!(m.fetch(t).is_err(), "the 4th poll after a fetch is a git fetch");
+        std::fs::remove_dir_all(&bare).unwrap();
+        std::fs::rename(&hidden, &bare).unwrap();
+        assert!(!m.fetch(t).unwrap().changed());
+        // A push with the hook: the next poll fetches it.
+        let c2 = commit("c2", true);
+        let f = m.fetch(t).unwrap();
+        assert!(f.changed());
+        assert_eq!(f.new.to_string(), c2);
+        // A push without the hook (a stale file): polls say nothing moved until the periodic
+        // full fetch, at most 4 polls later, finds it.
+        let c3 = commit("c3", false);
+        let mut polls = 0;
+        loop {
+            polls += 1;
+            let f = m.fetch(t).unwrap();
+            if f.changed() {
+                assert_eq!(f.new.to_string(), c3);
+                break;
+            }
+            assert!(polls < 4, "a stale refs file delays a change by at most --refs-full-every polls");
+        }
+        // A rollout state written: the file lists the new ref, the next poll fetches it.
+        git(&bare, &["update-ref", "refs/heads/fwc-rollout", &c1]);
+        git(&bare, &["update-server-info"]);
+        let f = m.fetch(t).unwrap();
+        assert!(f.changed());
+        assert_eq!(f.rollout_new.map(|o| o.to_string()), Some(c1.clone()));
+        // The file's server down: the poll falls back to git.
+        m.refs_poll = Some(RefsPoll::new("http://127.0.0.1:1/rules.git/info/refs", 4).unwrap());
+        git(&bare, &["update-ref", "-d", "refs/heads/fwc-rollout"]);
+        let f = m.fetch(t).unwrap();
+        assert!(f.changed() && f.rollout_new.is_none(), "{f:?}");
     }
 
     #[test]

@@ -41,7 +41,9 @@
 //!   [`STOP_GRACE`] after the signal, it exits anyway, exactly as after a crash: the intent in
 //!   `agent.json` makes the next start redo and audit the interrupted action.
 
+pub mod decide;
 pub mod git;
+pub mod refs_poll;
 pub mod replay;
 /// Schedules (issue #26): recompiling when the applied artifacts' `valid_until` passes.
 pub mod schedule;
@@ -66,15 +68,9 @@ use crate::audit::{self, Action, AuditLog, Outcome, Record};
 use crate::backend::{Backend, Observation};
 use crate::metrics::{self, Health, Metrics, WebhookSecret};
 use crate::state::{StateDir, StateLock};
+pub use decide::{Backoff, DriftMode, ALLOW_REWIND_FILE, RETRY_MIN};
 use git::Mirror;
 use verify::SignaturePolicy;
-
-/// `--drift`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DriftMode {
-    Heal,
-    Alert,
-}
 
 /// Everything `fwc agent` is told.
 #[derive(Debug, Clone)]
@@ -101,12 +97,11 @@ pub struct AgentConfig {
     /// `--allow-rewind`: apply a tip that is not a descendant of the applied commit
     /// (force-push, history rewrite) without a one-shot allow file.
     pub allow_rewind: bool,
+    /// `--refs-url`: poll this static `info/refs` and fetch with git only when a followed ref
+    /// moved, with a full fetch every `refs_full_every` polls.
+    pub refs_url: Option<String>,
+    pub refs_full_every: u32,
 }
-
-/// One-shot permission for one rewind, in the state dir: the file holds the full id of the
-/// commit that may replace the applied one although it does not descend from it. It is
-/// removed once that commit applied.
-pub const ALLOW_REWIND_FILE: &str = "allow-rewind";
 
 /// File of the agent's intent journal in the state dir.
 pub const JOURNAL_FILE: &str = "agent.json";
@@ -164,6 +159,10 @@ pub struct Handled {
     /// `apply_failed`, `rolled_back`, `self_check`), kept across adopts and restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub degraded: Option<String>,
+    /// The generation of the rollout state this host had accepted when this happened (a
+    /// commit reverted by its self-check is tried again once the rollout is resumed after it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_generation: Option<u64>,
 }
 
 impl Journal {
@@ -200,38 +199,6 @@ pub enum Wake {
     Push,
     /// SIGTERM / SIGINT.
     Stop,
-}
-
-/// Exponential backoff: `base`, 2 × base, 4 × base, … up to `cap` (fetches: 0.5 s doubling).
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    pub failures: u32,
-    pub base: Duration,
-    pub cap: Duration,
-}
-
-/// Shortest delay before a failed apply or heal is tried again.
-pub const RETRY_MIN: Duration = Duration::from_secs(10);
-
-impl Backoff {
-    pub fn new(interval: Duration) -> Backoff {
-        Backoff { failures: 0, base: Duration::from_millis(500), cap: (interval * 4).clamp(Duration::from_secs(1), Duration::from_secs(300)).max(interval) }
-    }
-    /// Retries of a failed apply or heal: the interval (at least [`RETRY_MIN`]), doubling, at
-    /// most 32 times that and 1 h.
-    pub fn for_retries(interval: Duration) -> Backoff {
-        let base = interval.max(RETRY_MIN);
-        Backoff { failures: 0, base, cap: (base * 32).min(Duration::from_secs(3600)).max(base) }
-    }
-    /// Delay before the next attempt after one more failure.
-    pub fn fail(&mut self) -> Duration {
-        self.failures = self.failures.saturating_add(1);
-        let d = self.base.saturating_mul(1u32 << (self.failures - 1).min(20));
-        d.min(self.cap)
-    }
-    pub fn reset(&mut self) {
-        self.failures = 0;
-    }
 }
 
 /// Test hooks, active only with `FWC_AGENT_TEST_HOOKS=1`: a commit whose message contains
@@ -334,10 +301,13 @@ struct FollowCache {
     tip_policy: Option<(git2::Oid, Option<bool>)>,
     /// rollout ref commit -> the state, or why it is not trusted.
     state: Option<(git2::Oid, std::result::Result<fwc_compiler::artifacts::rollout::RolloutState, String>)>,
-    /// "rollout-commit policy-commit" -> this host's wave (index, name) in the policy in force, the policy's
-    /// probes, and whether the rollout commit has a policy of its own.
-    wave: Option<(String, Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>, bool)>,
+    /// "rollout-commit policy-commit" -> this host's wave (index, name) in the policy in force,
+    /// and whether the rollout commit has a policy of its own.
+    wave: Option<(String, Wave, bool)>,
 }
+
+/// This host's wave: its index and name.
+type Wave = Option<(usize, String)>;
 
 fn short(c: &str) -> &str {
     &c[..c.len().min(12)]
@@ -364,7 +334,10 @@ impl Agent {
         crate::state::create_private_dir(&cfg.state_dir)?;
         let state = StateDir::new(&cfg.state_dir);
         let audit = AuditLog::in_state_dir(&cfg.state_dir);
-        let mirror = Mirror::open(&cfg.state_dir, &cfg.repo_url, &cfg.branch, cfg.fetch_timeout)?;
+        let mut mirror = Mirror::open(&cfg.state_dir, &cfg.repo_url, &cfg.branch, cfg.fetch_timeout)?;
+        if let Some(url) = &cfg.refs_url {
+            mirror.refs_poll = Some(refs_poll::RefsPoll::new(url, cfg.refs_full_every).map_err(|e| miette!("{e}"))?);
+        }
         let hooks = std::env::var("FWC_AGENT_TEST_HOOKS").as_deref() == Ok("1");
         let fail_commit = Arc::new(AtomicBool::new(false));
         let slow = std::env::var("FWC_AGENT_TEST_SLOW_COMMIT_MS").ok().and_then(|v| v.parse().ok()).map(Duration::from_millis);
@@ -457,7 +430,7 @@ impl Agent {
                         (_, Outcome::RolledBack) => Some("rolled_back"),
                         _ => Some("apply_failed"),
                     };
-                    self.journal.handled = Some(Handled { commit: c, outcome: outcome.into(), reason: e.detail.clone(), degraded: degraded.map(str::to_string) });
+                    self.journal.handled = Some(Handled { commit: c, outcome: outcome.into(), reason: e.detail.clone(), degraded: degraded.map(str::to_string), state_generation: None });
                 }
             }
             self.journal.pending = None;
@@ -602,20 +575,21 @@ impl Agent {
                 }
             }
         }
+        self.metrics.set_accepted_state(self.journal.accepted_state.as_ref().map(|a| (a.commit.as_str(), a.generation)));
         let missing = rollout_tip.is_none() && accepted.is_some();
         let wave = match &state {
             Some(Ok(s)) => {
                 let key = format!("{} {}", s.commit, s.policy_commit());
                 if self.follow_cache.wave.as_ref().map(|w| w.0.as_str()) != Some(key.as_str()) {
-                    let (w, probes, has) = self.placement(s.policy_commit(), &s.commit);
-                    self.follow_cache.wave = Some((key, w, probes, has));
+                    let (w, has) = self.placement(s.policy_commit(), &s.commit);
+                    self.follow_cache.wave = Some((key, w, has));
                 }
                 self.follow_cache.wave.as_ref().and_then(|w| w.1.clone())
             }
             _ => None,
         };
         let left_rollouts = match &state {
-            Some(Ok(s)) => s.phase == fwc_compiler::artifacts::rollout::RolloutPhase::Complete && self.follow_cache.wave.as_ref().is_some_and(|w| !w.3),
+            Some(Ok(s)) => s.phase == fwc_compiler::artifacts::rollout::RolloutPhase::Complete && self.follow_cache.wave.as_ref().is_some_and(|w| !w.2),
             _ => false,
         };
         let view = match &state {
@@ -670,7 +644,7 @@ impl Agent {
                     f.commit.as_deref().map(short).unwrap_or("-"),
                     f.held.as_deref().unwrap_or("-"),
                     f.target.as_deref().or(applied).map(short).unwrap_or("nothing"),
-                    f.wave.as_ref().map(|(i, n)| format!(" (wave {i} \"{n}\")")).unwrap_or_default(),
+                    f.wave.as_ref().map(|(i, n)| format!(" (wave {} \"{n}\")", i + 1)).unwrap_or_default(),
                     f.detail
                 );
                 tracing::info!("{text}");
@@ -699,16 +673,15 @@ impl Agent {
                 None
             }
         };
-        match d {
-            FollowDecision::Tip => Some((tip, None)),
-            FollowDecision::Apply { commit, rewind_to_stable, .. } => {
+        match decide::target(&d, &tip_s) {
+            Some((commit, rewind_to_stable)) => {
                 let why = rewind_to_stable.then(|| st.as_ref().map(|f| format!("{}: {}", f.phase, f.detail)).unwrap_or_default());
-                oid(&commit).map(|o| (o, why))
+                oid(commit).map(|o| (o, why))
             }
-            FollowDecision::Hold { reason } => {
+            None => {
                 let now = applied.map(short).unwrap_or("nothing");
                 if !self.health.degraded.load(Ordering::Relaxed) {
-                    self.health.set_status(format!("running {now}; rollout holds it ({})", reason.as_str()));
+                    self.health.set_status(format!("running {now}; rollout holds it ({})", held.map_or("-", |h| h.as_str())));
                 }
                 None
             }
@@ -716,38 +689,51 @@ impl Agent {
     }
 
     /// This host's wave (index, name) in the rollout policy of `policy_commit` (the policy in
-    /// force), the policy's probes, and whether `commit` (the one rolled out) has a policy of
-    /// its own; (None, [], _) without a policy in force.
-    fn placement(&self, policy_commit: &str, commit: &str) -> (Option<(usize, String)>, Vec<fwc_compiler::artifacts::rollout::Probe>, bool) {
+    /// force), and whether `commit` (the one rolled out) has a policy of its own; (None, _)
+    /// without a policy in force.
+    fn placement(&self, policy_commit: &str, commit: &str) -> (Option<(usize, String)>, bool) {
         let plan_of = |c: &str| {
             git2::Oid::from_str(c).ok().and_then(|o| self.mirror.source_tree(o).ok()).and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok())
         };
         // A commit whose policy does not parse counts as having one (it never leaves rollouts).
         let commit_has_policy = plan_of(commit).is_none_or(|p| p.policy.is_some());
-        let Some((policy, hosts)) = plan_of(policy_commit).and_then(|p| Some((p.policy?, p.hosts))) else { return (None, vec![], commit_has_policy) };
+        let Some((policy, hosts)) = plan_of(policy_commit).and_then(|p| Some((p.policy?, p.hosts))) else { return (None, commit_has_policy) };
         let labels = hosts.iter().find(|h| h.name == self.cfg.host).map(|h| h.labels.clone()).unwrap_or_default();
         let w = fwc_compiler::rollout::wave_of(&policy, &self.cfg.host, &labels);
-        (policy.waves.get(w).map(|x| (w, x.name.clone())), policy.probes.clone(), commit_has_policy)
+        (policy.waves.get(w).map(|x| (w, x.name.clone())), commit_has_policy)
     }
 
     fn is_refused(&self, commit: &str) -> bool {
         self.journal.handled.as_ref().is_some_and(|h| h.commit == commit && h.outcome != "applied")
     }
 
-    /// Take commit `tip` into account. Returns true when an apply ran.
+    /// Take commit `tip` into account: gather what the pure [`decide::decide`] asks for
+    /// (signature, rewind, compile) and execute its step. Returns true when an apply ran.
     fn consider(&mut self, lock: &StateLock, tip: git2::Oid, force: bool, by_state: Option<String>) -> Result<bool> {
+        use decide::Step;
         let tip_s = tip.to_string();
-        let allow_file = self.allow_file_names(&tip_s);
-        // A tip refused as a rewind is reconsidered once the rewind is allowed.
-        let refused_rewind = self.journal.handled.as_ref().is_some_and(|h| h.commit == tip_s && h.reason.as_deref() == Some("rewind"));
-        let rewind_allowed_now = allow_file || (self.cfg.allow_rewind && refused_rewind) || (by_state.is_some() && refused_rewind);
-        if !force && !rewind_allowed_now && self.is_refused(&tip_s) && !self.retry_due(&tip_s) {
+        let allow_path = self.cfg.state_dir.join(ALLOW_REWIND_FILE).display().to_string();
+        let mut facts = decide::Facts {
+            commit: &tip_s,
+            prior: self.prior(&tip_s),
+            now: Instant::now(),
+            force,
+            allow_file: self.allow_file_names(&tip_s),
+            allow_file_path: &allow_path,
+            allow_rewind: self.cfg.allow_rewind,
+            by_state: by_state.as_deref(),
+            resumed: self.resumed(),
+            signature: None,
+            rewind: None,
+            compiled: None,
+        };
+        let mut step = decide::decide(&facts);
+        if step == Step::Skip {
             return Ok(false);
         }
         let info = self.mirror.commit_info(tip)?;
         let current = lock.dir.current()?;
         let prev_commit = current.as_ref().and_then(|g| g.meta.commit.clone());
-        let rewind = prev_commit.as_deref().filter(|p| *p != tip_s).and_then(|p| self.rewind_from(tip, p));
         let forced_note = match &self.forced {
             Some((old, new)) if *new == tip_s => Some(format!("force-push: {} was replaced by {}", short(old), short(new))),
             _ => None,
@@ -759,81 +745,97 @@ impl Agent {
             author: Some(info.author.clone()),
             ..Default::default()
         };
-        // 1. signature
-        let signer = match verify::verify_commit(&self.mirror.repo, tip, &self.cfg.signatures) {
-            Ok(s) => s,
-            Err(refusal) => {
-                self.refuse(base, "signature", refusal.to_string())?;
-                return Ok(false);
-            }
-        };
-        // 1b. no rollback by force-push: the tip must descend from the applied commit
-        let mut rewind_note = None;
-        if let Some(why) = &rewind {
-            if !(self.cfg.allow_rewind || allow_file || by_state.is_some()) {
-                let detail = format!(
-                    "{why}; a force-push or history rewrite would roll the host back. To apply it anyway write its \
-                     id to {} (one-shot) or run the agent with --allow-rewind",
-                    self.cfg.state_dir.join(ALLOW_REWIND_FILE).display()
-                );
-                self.refuse(Record { signer, ..base }, "rewind", detail)?;
-                return Ok(false);
-            }
-            let by = match &by_state {
-                Some(st) => format!("the fleet rollout state ({st}): back to its stable commit"),
-                None if allow_file => format!("the one-shot {ALLOW_REWIND_FILE} file"),
-                None => "--allow-rewind".to_string(),
-            };
-            rewind_note = Some(format!("rewind allowed by {by}: {why}"));
-        }
-        // 2. compile
-        let t0 = Instant::now();
-        let tree = match self.mirror.source_tree(tip) {
-            Ok(t) => t,
-            Err(diags) => {
-                self.refuse(Record { signer, ..base }, "compile", diags.to_string().trim_end().to_string())?;
-                return Ok(false);
-            }
-        };
-        tracing::info!(commit = %short(&tip_s), "compiling");
-        let Some(compiled) = self.compile_unless_stopped(tree, &tip_s) else {
-            tracing::info!(commit = %short(&tip_s), "stopping: the compile is abandoned (nothing was applied or recorded)");
-            return Ok(false);
-        };
-        let artifacts = match compiled {
-            Ok((a, _warnings)) => a,
-            Err(diags) => {
-                self.refuse(Record { signer, ..base }, "compile", diags.to_string().trim_end().to_string())?;
-                return Ok(false);
-            }
-        };
-        // 3. adopt when nothing changed
-        if !force {
-            if let Some(cur) = &current {
-                if cur.meta.commit.as_deref() == Some(tip_s.as_str()) && cur.artifacts == artifacts {
+        let (mut signer, mut artifacts, mut t0) = (None, None, Instant::now());
+        loop {
+            match step {
+                Step::Skip => return Ok(false),
+                Step::VerifySignature => {
+                    facts.signature = Some(match verify::verify_commit(&self.mirror.repo, tip, &self.cfg.signatures) {
+                        Ok(s) => {
+                            signer = s;
+                            Ok(())
+                        }
+                        Err(refusal) => Err(refusal.to_string()),
+                    })
+                }
+                Step::CheckRewind => facts.rewind = Some(prev_commit.as_deref().filter(|p| *p != tip_s).and_then(|p| self.rewind_from(tip, p))),
+                Step::Compile => {
+                    t0 = Instant::now();
+                    facts.compiled = Some(match self.mirror.source_tree(tip) {
+                        Err(diags) => Err(diags.to_string().trim_end().to_string()),
+                        Ok(tree) => {
+                            tracing::info!(commit = %short(&tip_s), "compiling");
+                            match self.compile_unless_stopped(tree, &tip_s) {
+                                None => {
+                                    tracing::info!(commit = %short(&tip_s), "stopping: the compile is abandoned (nothing was applied or recorded)");
+                                    return Ok(false);
+                                }
+                                Some(Err(diags)) => Err(diags.to_string().trim_end().to_string()),
+                                Some(Ok((a, _warnings))) => {
+                                    let unchanged = current.as_ref().is_some_and(|cur| cur.meta.commit.as_deref() == Some(tip_s.as_str()) && cur.artifacts == a);
+                                    artifacts = Some(a);
+                                    Ok(unchanged)
+                                }
+                            }
+                        }
+                    })
+                }
+                Step::Refuse { reason, detail } => {
+                    self.refuse(Record { signer, ..base }, reason, detail)?;
+                    return Ok(false);
+                }
+                Step::Adopt => {
                     self.adopt(&tip_s);
                     return Ok(false);
                 }
+                Step::Apply { note } => {
+                    let artifacts = artifacts.take().expect("decide applies only a compiled commit");
+                    let detail = note.or(forced_note.clone()).or(self.schedule_note.take());
+                    let base = Record { signer, detail, ..base };
+                    tracing::info!(commit = %short(&tip_s), "applying");
+                    let ok = self.transaction(lock, &artifacts, Action::Apply, base, t0)?;
+                    if forced_note.is_some() {
+                        self.forced = None;
+                    }
+                    if ok && facts.allow_file {
+                        let p = self.cfg.state_dir.join(ALLOW_REWIND_FILE);
+                        if let Err(e) = std::fs::remove_file(&p) {
+                            tracing::warn!("cannot remove the used one-shot {}: {e}", p.display());
+                        }
+                    }
+                    return Ok(true);
+                }
             }
+            step = decide::decide(&facts);
         }
-        // 4. apply
-        let detail = match (rewind_note, forced_note.clone()) {
-            (Some(r), _) => Some(r),
-            (None, f) => f.or(self.schedule_note.take()),
-        };
-        let base = Record { signer, detail, ..base };
-        tracing::info!(commit = %short(&tip_s), "applying");
-        let ok = self.transaction(lock, &artifacts, Action::Apply, base, t0)?;
-        if forced_note.is_some() {
-            self.forced = None;
+    }
+
+    /// What the journal remembers of `commit`, for [`decide::decide`].
+    fn prior(&self, commit: &str) -> decide::Prior {
+        use decide::Prior;
+        match self.journal.handled.as_ref().filter(|h| h.commit == commit) {
+            None => Prior::New,
+            Some(h) => match h.outcome.as_str() {
+                "applied" => Prior::Applied,
+                "refused" => Prior::Refused { rewind: h.reason.as_deref() == Some("rewind") },
+                "self_check" => Prior::SelfCheck { generation: h.state_generation },
+                _ => Prior::Failed {
+                    retry_at: match &self.apply_retry {
+                        Some((c, _, at)) if c == commit => Some(*at),
+                        _ => None,
+                    },
+                },
+            },
         }
-        if ok && allow_file {
-            let p = self.cfg.state_dir.join(ALLOW_REWIND_FILE);
-            if let Err(e) = std::fs::remove_file(&p) {
-                tracing::warn!("cannot remove the used one-shot {}: {e}", p.display());
-            }
+    }
+
+    /// The generation of the last operator `resume` of the rollout state this host accepted.
+    fn resumed(&self) -> Option<u64> {
+        let accepted = self.journal.accepted_state.as_ref()?;
+        match &self.follow_cache.state {
+            Some((o, Ok(s))) if o.to_string() == accepted.commit => s.resumed.as_ref().map(|r| r.generation),
+            _ => None,
         }
-        Ok(true)
     }
 
     /// Compile `tree` for this host on a worker thread, so that SIGTERM need not wait for it
@@ -860,19 +862,6 @@ impl Agent {
                     )))
                 }
             }
-        }
-    }
-
-    /// A failed apply of `commit` (not a refusal) is due for another attempt. After a restart
-    /// the first attempt is immediate.
-    fn retry_due(&mut self, commit: &str) -> bool {
-        let failed = self.journal.handled.as_ref().is_some_and(|h| h.commit == commit && h.outcome == "failed");
-        if !failed {
-            return false;
-        }
-        match &self.apply_retry {
-            Some((c, _, at)) if c == commit => Instant::now() >= *at,
-            _ => true,
         }
     }
 
@@ -914,7 +903,7 @@ impl Agent {
                 self.set_degraded(Some((&h.commit, degraded_reason(&h))), format!("{} {} ({}); running {}", h.outcome, short(&h.commit), h.reason.as_deref().unwrap_or("-"), short(commit)));
             }
             None => {
-                self.journal.handled = Some(Handled { commit: commit.into(), outcome: "applied".into(), reason: None, degraded: None });
+                self.journal.handled = Some(Handled { commit: commit.into(), outcome: "applied".into(), reason: None, degraded: None, state_generation: None });
                 let _ = self.journal.save(&self.cfg.state_dir);
                 self.set_degraded(None, format!("running {}", short(commit)));
             }
@@ -950,7 +939,7 @@ impl Agent {
             ..rec
         })?;
         self.journal.pending = None;
-        self.journal.handled = Some(Handled { commit: commit.clone(), outcome: "refused".into(), reason: Some(reason.into()), degraded: Some("refused".into()) });
+        self.journal.handled = Some(Handled { commit: commit.clone(), outcome: "refused".into(), reason: Some(reason.into()), degraded: Some("refused".into()), state_generation: None });
         self.journal.save(&self.cfg.state_dir)?;
         self.metrics.refused(reason);
         self.set_degraded(Some((&commit, "refused")), format!("refused {} ({reason})", short(&commit)));
@@ -1003,8 +992,8 @@ impl Agent {
         // git remote (or a probe of the rollout policy fails) is reverted at once.
         let mut self_check: Option<String> = None;
         if action == Action::Apply && done.result.is_ok() {
-            let probes = commit.as_deref().map(|c| self.placement(c, c).1).unwrap_or_default();
-            if let Err(why) = selfcheck::run(&self.mirror, &probes, self.cfg.fetch_timeout.min(selfcheck::SELF_CHECK_TIMEOUT)) {
+            let (probes, policy) = commit.as_deref().map(|c| self.self_check_policy(c)).unwrap_or_default();
+            if let Err(why) = selfcheck::run(&self.mirror, &probes, self.cfg.fetch_timeout.min(selfcheck::SELF_CHECK_TIMEOUT), policy) {
                 tracing::error!("self-check failed after applying {}: {why}; reverting", commit.as_deref().map(short).unwrap_or("-"));
                 self.metrics.self_check_failed();
                 let back = engine::confirm::rollback_target(&lock.dir, "self-check failed").and_then(|(prev, source)| {
@@ -1027,12 +1016,19 @@ impl Agent {
         };
         let elapsed = t0.elapsed();
         let outcome = done.record.result.unwrap_or(Outcome::Failed);
-        let (detail, ok) = match &r {
-            Ok(_) => (base.detail.clone(), true),
-            Err(f) => (Some(f.to_string()), false),
+        let settled = decide::settle(decide::Ended {
+            kind: if action == Action::Heal { decide::Kind::Heal } else { decide::Kind::Apply },
+            ok: r.is_ok(),
+            self_check_failed,
+            rolled_back: outcome == Outcome::RolledBack,
+            replace_refused: r.as_ref().is_err_and(|f| f.contains(crate::backend::nft::REPLACE_REFUSED)),
+        });
+        let detail = match &r {
+            Ok(_) => base.detail.clone(),
+            Err(f) => Some(f.to_string()),
         };
         // A heal that keeps failing is audited once; its recovery always.
-        if audit_it || ok {
+        if audit_it || r.is_ok() {
             self.append(Record { action: done.record.action, changes: done.record.changes, result: Some(outcome), detail, duration_ms: elapsed.as_millis() as u64, ..base })?;
         }
         self.journal.pending = None;
@@ -1040,15 +1036,10 @@ impl Agent {
             if action == Action::Apply {
                 self.journal.handled = Some(Handled {
                     commit: c.clone(),
-                    outcome: if ok { "applied" } else if self_check_failed { "self_check" } else { "failed" }.into(),
+                    outcome: settled.outcome.into(),
                     reason: r.as_ref().err().map(|f| f.to_string()),
-                    degraded: match (ok, self_check_failed, outcome) {
-                        (true, _, _) => None,
-                        (_, true, _) => Some("self_check".into()),
-                        (_, _, Outcome::RolledBack) => Some("rolled_back".into()),
-                        _ if r.as_ref().is_err_and(|f| f.contains(crate::backend::nft::REPLACE_REFUSED)) => Some("replace_refused".into()),
-                        _ => Some("apply_failed".into()),
-                    },
+                    degraded: settled.degraded.map(str::to_string),
+                    state_generation: self.journal.accepted_state.as_ref().map(|a| a.generation),
                 });
             }
         }
@@ -1074,21 +1065,16 @@ impl Agent {
                 // Apply and heal failures may be transient (a busy kernel, a port in use, the
                 // forwarder restarting): retried with exponential backoff.
                 let retry_in = match action {
-                    // Final, like a refusal: re-applying would cut the host off again.
-                    Action::Apply if self_check_failed => None,
+                    _ if !settled.retry => None,
                     Action::Apply => {
                         let c = commit.clone().unwrap_or_default();
-                        let mut b = match self.apply_retry.take() {
-                            Some((rc, b, _)) if rc == c => b,
-                            _ => Backoff::for_retries(self.cfg.interval),
-                        };
-                        let d = b.fail();
+                        let previous = self.apply_retry.take().filter(|(rc, _, _)| *rc == c).map(|(_, b, _)| b);
+                        let (b, d) = decide::retry(previous, self.cfg.interval);
                         self.apply_retry = Some((c, b, Instant::now() + d));
                         Some(d)
                     }
                     Action::Heal => {
-                        let mut b = self.heal_retry.take().map(|(b, _)| b).unwrap_or_else(|| Backoff::for_retries(self.cfg.interval));
-                        let d = b.fail();
+                        let (b, d) = decide::retry(self.heal_retry.take().map(|(b, _)| b), self.cfg.interval);
                         self.heal_retry = Some((b, Instant::now() + d));
                         Some(d)
                     }
@@ -1101,20 +1087,24 @@ impl Agent {
                 }
                 let now = lock.dir.current()?.and_then(|g| g.meta.commit);
                 self.metrics.set_applied_commit(now.as_deref());
-                let reason = match (action, outcome) {
-                    _ if self_check_failed => "self_check",
-                    (Action::Heal, _) => "heal_failed",
-                    (_, Outcome::RolledBack) => "rolled_back",
-                    _ => "apply_failed",
-                };
                 self.set_degraded(
-                    Some((commit.as_deref().unwrap_or(""), reason)),
+                    Some((commit.as_deref().unwrap_or(""), settled.reason.unwrap_or("apply_failed"))),
                     format!("{} of {} failed; running {}", action.as_str(), commit.as_deref().map(short).unwrap_or("-"), now.as_deref().map(short).unwrap_or("nothing")),
                 );
                 // Ready = serving a known state, even if it is the previous one.
                 self.health.ready.store(now.is_some(), Ordering::Relaxed);
                 Ok(false)
             }
+        }
+    }
+
+    /// The self-check of `commit`: the probes and retry policy of the rollout policy in its
+    /// tree (none and the defaults without one).
+    fn self_check_policy(&self, commit: &str) -> (Vec<fwc_compiler::artifacts::rollout::Probe>, decide::SelfCheckPolicy) {
+        let policy = git2::Oid::from_str(commit).ok().and_then(|o| self.mirror.source_tree(o).ok()).and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok()).and_then(|p| p.policy);
+        match policy {
+            Some(p) => (p.probes, decide::SelfCheckPolicy { attempts: p.self_check_attempts, spacing: Duration::from_millis(p.self_check_spacing_ms) }),
+            None => (vec![], decide::SelfCheckPolicy::default()),
         }
     }
 
@@ -1165,48 +1155,46 @@ impl Agent {
             }
             self.health.ready.store(true, Ordering::Relaxed);
         }
-        if drift.is_empty() {
-            self.last_drift = None;
-            if self.heal_retry.take().is_some() {
-                tracing::info!("the drift that failed to heal is gone");
-                if self.journal.handled.as_ref().is_none_or(|h| h.outcome == "applied") {
-                    self.set_degraded(None, format!("running {}", cur.meta.commit.as_deref().map(short).unwrap_or("-")));
-                }
-            }
-            return Ok(());
-        }
-        let text = drift.join("\n");
+        let text = (!drift.is_empty()).then(|| drift.join("\n"));
+        let heal_at = self.heal_retry.as_ref().map(|(_, at)| *at);
+        let step = decide::drift_step(text.as_deref(), self.cfg.drift, self.last_drift.as_deref(), heal_at, Instant::now());
         let base = Record {
             host: self.cfg.host.clone(),
             commit: cur.meta.commit.clone(),
             previous_commit: cur.meta.commit.clone(),
             ..Default::default()
         };
-        match self.cfg.drift {
-            DriftMode::Alert => {
-                if self.last_drift.as_deref() != Some(text.as_str()) {
-                    self.metrics.drift_total.inc();
-                    tracing::warn!("drift (alert only):\n{text}");
-                    let seq = self.next_seq()?;
-                    self.journal.pending = Some(Pending { seq, commit: cur.meta.commit.clone(), action: Action::Drift });
-                    self.journal.save(&self.cfg.state_dir)?;
-                    self.append(Record { action: Some(Action::Drift), result: Some(Outcome::Reported), detail: Some(text.clone()), ..base })?;
-                    self.journal.pending = None;
-                    self.journal.save(&self.cfg.state_dir)?;
-                    self.last_drift = Some(text);
+        let text = text.unwrap_or_default();
+        match step {
+            decide::DriftStep::Clean { recovered } => {
+                self.last_drift = None;
+                if recovered {
+                    self.heal_retry = None;
+                    tracing::info!("the drift that failed to heal is gone");
+                    if self.journal.handled.as_ref().is_none_or(|h| h.outcome == "applied") {
+                        self.set_degraded(None, format!("running {}", cur.meta.commit.as_deref().map(short).unwrap_or("-")));
+                    }
                 }
             }
-            DriftMode::Heal => {
+            decide::DriftStep::Reported | decide::DriftStep::Wait => {}
+            decide::DriftStep::Report => {
+                self.metrics.drift_total.inc();
+                tracing::warn!("drift (alert only):\n{text}");
+                let seq = self.next_seq()?;
+                self.journal.pending = Some(Pending { seq, commit: cur.meta.commit.clone(), action: Action::Drift });
+                self.journal.save(&self.cfg.state_dir)?;
+                self.append(Record { action: Some(Action::Drift), result: Some(Outcome::Reported), detail: Some(text.clone()), ..base })?;
+                self.journal.pending = None;
+                self.journal.save(&self.cfg.state_dir)?;
+                self.last_drift = Some(text);
+            }
+            decide::DriftStep::Heal { retry } => {
                 // A failing heal backs off, and only its first failure is audited (and the
                 // recovery): not an entry every interval.
-                let failing = self.heal_retry.as_ref().map(|(_, at)| *at);
-                if failing.is_some_and(|at| Instant::now() < at) {
-                    return Ok(());
-                }
                 self.metrics.drift_total.inc();
-                tracing::warn!("drift, healing{}:\n{text}", if failing.is_some() { " (retry)" } else { "" });
+                tracing::warn!("drift, healing{}:\n{text}", if retry { " (retry)" } else { "" });
                 let t0 = Instant::now();
-                self.transaction_audited(lock, &cur.artifacts, Action::Heal, Record { detail: Some(text), ..base }, t0, failing.is_none())?;
+                self.transaction_audited(lock, &cur.artifacts, Action::Heal, Record { detail: Some(text), ..base }, t0, !retry)?;
             }
         }
         Ok(())
@@ -1429,23 +1417,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_grows_and_caps() {
-        let mut b = Backoff::new(Duration::from_secs(2));
-        let d: Vec<_> = (0..6).map(|_| b.fail().as_millis()).collect();
-        assert_eq!(d, vec![500, 1000, 2000, 4000, 8000, 8000]);
-        b.reset();
-        assert_eq!(b.fail().as_millis(), 500);
-        let mut b = Backoff::new(Duration::from_millis(200));
-        assert_eq!((0..4).map(|_| b.fail().as_millis()).collect::<Vec<_>>(), vec![500, 1000, 1000, 1000]);
-    }
-
-    #[test]
     fn journal_round_trip() {
         let d = tempfile::tempdir().unwrap();
         assert_eq!(Journal::load(d.path()).unwrap(), Journal::default());
         let j = Journal {
             pending: Some(Pending { seq: 3, commit: Some("abc".into()), action: Action::Apply }),
-            handled: Some(Handled { commit: "abc".into(), outcome: "applied".into(), reason: None, degraded: None }),
+            handled: Some(Handled { commit: "abc".into(), outcome: "applied".into(), reason: None, degraded: None, state_generation: None }),
             rollout: None,
             accepted_state: Some(crate::rollout::follow::Accepted { commit: "def".into(), generation: 4 }),
         };

@@ -8,38 +8,28 @@ use std::time::Duration;
 
 use fwc_compiler::artifacts::rollout::Probe;
 
+use super::decide::{self_check_step, SelfCheckPolicy, SelfCheckStep};
 use super::git::Mirror;
 
 /// Deadline of each step of the self-check (the fetch, each probe).
 pub const SELF_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How often the whole self-check is tried before the apply is reverted, and the pause before
-/// the second attempt (doubling after each failure): a git blip or a busy server must not
-/// revert a good commit for good.
-pub const SELF_CHECK_ATTEMPTS: u32 = 3;
-pub const SELF_CHECK_SPACING: Duration = Duration::from_secs(1);
-
-/// The pauses between the attempts: `spacing`, then twice as long each time.
-pub fn retry_pauses(attempts: u32, spacing: Duration) -> Vec<Duration> {
-    (1..attempts.max(1)).map(|i| spacing * 2u32.pow(i - 1)).collect()
-}
-
-/// Run the self-check, retrying with backoff; Err says what failed on the last attempt (and
-/// how many were made).
-pub fn run(mirror: &Mirror, probes: &[Probe], timeout: Duration) -> Result<(), String> {
-    run_with(mirror, probes, timeout, &retry_pauses(SELF_CHECK_ATTEMPTS, SELF_CHECK_SPACING))
-}
-
-/// [`run`] with the pauses between attempts given.
-pub fn run_with(mirror: &Mirror, probes: &[Probe], timeout: Duration, pauses: &[Duration]) -> Result<(), String> {
-    let mut last = once(mirror, probes, timeout);
-    for (i, pause) in pauses.iter().enumerate() {
-        let Err(why) = &last else { break };
-        tracing::warn!("self-check attempt {} failed: {why}; trying again in {pause:?}", i + 1);
-        std::thread::sleep(*pause);
-        last = once(mirror, probes, timeout);
+/// Run the self-check, retrying with backoff as `policy` says
+/// ([`self_check_step`](super::decide::self_check_step)); Err says what failed on the last
+/// attempt (and how many were made).
+pub fn run(mirror: &Mirror, probes: &[Probe], timeout: Duration, policy: SelfCheckPolicy) -> Result<(), String> {
+    let mut attempt = 1;
+    loop {
+        match self_check_step(policy, attempt, once(mirror, probes, timeout)) {
+            SelfCheckStep::Pass => return Ok(()),
+            SelfCheckStep::Revert { why } => return Err(why),
+            SelfCheckStep::RetryAfter(pause) => {
+                tracing::warn!("self-check attempt {attempt} failed; trying again in {pause:?}");
+                std::thread::sleep(pause);
+                attempt += 1;
+            }
+        }
     }
-    last.map_err(|why| if pauses.is_empty() { why } else { format!("{why} ({} attempts)", pauses.len() + 1) })
 }
 
 fn once(mirror: &Mirror, probes: &[Probe], timeout: Duration) -> Result<(), String> {
@@ -90,13 +80,6 @@ pub fn probe(p: &Probe, timeout: Duration) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn pauses_double() {
-        assert_eq!(retry_pauses(3, Duration::from_secs(1)), [Duration::from_secs(1), Duration::from_secs(2)]);
-        assert!(retry_pauses(1, Duration::from_secs(1)).is_empty());
-        assert!(retry_pauses(0, Duration::from_secs(1)).is_empty());
-    }
-
     /// A git remote that is away for a moment during the self-check (moved away, and back
     /// while the agent waits to try again): the self-check passes; away for good, it fails
     /// after every attempt.
@@ -119,10 +102,10 @@ mod tests {
             std::fs::rename(from, to).unwrap();
         });
         // The first attempt fails at once (the remote is away); the second comes after 2 s.
-        assert_eq!(run_with(&m, &[], Duration::from_secs(5), &[Duration::from_secs(2)]), Ok(()));
+        assert_eq!(run(&m, &[], Duration::from_secs(5), SelfCheckPolicy { attempts: 2, spacing: Duration::from_secs(2) }), Ok(()));
         back.join().unwrap();
         std::fs::rename(p.join("r.git"), p.join("away.git")).unwrap();
-        let e = run_with(&m, &[], Duration::from_secs(5), &[Duration::from_millis(10), Duration::from_millis(10)]).unwrap_err();
+        let e = run(&m, &[], Duration::from_secs(5), SelfCheckPolicy { attempts: 3, spacing: Duration::from_millis(10) }).unwrap_err();
         assert!(e.contains("the git remote is unreachable") && e.contains("(3 attempts)"), "{e}");
     }
 

@@ -69,6 +69,16 @@ pub struct AgentArgs {
     /// rewind only, write the new tip's commit id to STATE_DIR/allow-rewind instead.
     #[arg(long)]
     pub allow_rewind: bool,
+    /// Cheap polls for big fleets: read the repository's refs from this static file (git's
+    /// `info/refs`, kept current by `git update-server-info` in the post-update hook, served by
+    /// any web server or CDN) and fetch with git only when the branch or the rollout ref moved.
+    /// `auto`: `<--repo>/info/refs` (http/https repositories). Off by default.
+    #[arg(long, value_name = "URL|auto")]
+    pub refs_url: Option<String>,
+    /// With --refs-url: every Nth poll is a full git fetch whatever the file says, which bounds
+    /// how long a stale or withheld refs file can delay a change (N × --interval).
+    #[arg(long, default_value_t = crate::agent::refs_poll::DEFAULT_FULL_EVERY, value_name = "N")]
+    pub refs_full_every: u32,
 }
 
 
@@ -96,6 +106,17 @@ pub fn agent(a: AgentArgs, _g: &Global) -> Result<ExitCode> {
     if a.interval.is_zero() {
         return Err(miette!("--interval must be more than 0"));
     }
+    let refs_url = match a.refs_url.as_deref() {
+        None => None,
+        Some("auto") => Some(
+            crate::agent::refs_poll::RefsPoll::default_url(&a.repo)
+                .ok_or_else(|| miette!("--refs-url auto needs an http:// or https:// --repo (this one is {}); give the refs file's URL", a.repo))?,
+        ),
+        Some(u) => Some(u.to_string()),
+    };
+    if let Some(u) = &refs_url {
+        crate::agent::refs_poll::RefsPoll::new(u, a.refs_full_every).map_err(|e| miette!("{e}"))?;
+    }
     let cfg = AgentConfig {
         repo_url: a.repo,
         host: a.host,
@@ -112,6 +133,8 @@ pub fn agent(a: AgentArgs, _g: &Global) -> Result<ExitCode> {
         once: a.once,
         forwarder: !a.no_forwarder,
         allow_rewind: a.allow_rewind,
+        refs_url,
+        refs_full_every: a.refs_full_every,
     };
     let code = crate::agent::run(cfg)?;
     Ok(ExitCode::from(code))

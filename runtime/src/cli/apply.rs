@@ -389,7 +389,8 @@ pub fn status(a: StatusArgs, g: &Global) -> Result<ExitCode> {
             println!("Agent:      {} {} ({})", paint.c("1;31", &h.outcome), short(&Some(h.commit.clone())), h.reason.as_deref().unwrap_or("-"));
         }
         if let Some(r) = &a.rollout {
-            let wave = r.wave.as_ref().map(|(i, n)| format!(", wave {i} \"{n}\"")).unwrap_or_default();
+            // Numbered from 1, as `fwc plan --waves` does.
+            let wave = r.wave.as_ref().map(|(i, n)| format!(", wave {} \"{n}\"", i + 1)).unwrap_or_default();
             println!("Rollout:    {} of {} (stable {}){wave}", r.phase, short(&r.commit), short(&r.stable));
             if let Some(h) = &r.held {
                 println!("  held back: {} — {}", paint.c("33", h), r.detail);

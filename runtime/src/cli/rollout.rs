@@ -1,11 +1,12 @@
 //! `fwc rollout start|advance|status|pause|resume|halt|stop` and `fwc fleet hosts`: parse the
 //! arguments, call `crate::rollout` and render. The decisions live in `rollout::controller`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
-use miette::Result;
+use miette::{IntoDiagnostic, Result};
 
 use super::output;
 use super::Global;
@@ -127,6 +128,13 @@ pub struct AdvanceArgs {
     /// Time between steps with --watch.
     #[arg(long, default_value = "30s", value_parser = super::parse_duration, requires = "watch")]
     pub interval: Duration,
+    /// With --watch: serve the controller's metrics on http://ADDR/metrics (e.g. 127.0.0.1:9465).
+    #[arg(long, value_name = "ADDR", requires = "watch")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// After each step that decided, write the controller's metrics to this file (atomically),
+    /// for node-exporter's textfile collector (e.g. /var/lib/node_exporter/textfile/fwc-rollout.prom).
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub textfile: Option<PathBuf>,
     #[command(flatten)]
     pub remote: RemoteArgs,
     /// One JSON document per step on stdout.
@@ -218,28 +226,101 @@ pub fn rollout(a: RolloutArgs, g: &Global) -> Result<ExitCode> {
 }
 
 fn once(r: &RemoteArgs, p: Option<&Prometheus>, step: Step, json: bool, _g: &Global) -> Result<ExitCode> {
+    once_to(r, p, step, json, None)
+}
+
+fn once_to(r: &RemoteArgs, p: Option<&Prometheus>, step: Step, json: bool, textfile: Option<&Path>) -> Result<ExitCode> {
     let opts = options(r)?;
     let out = advance::step(&opts, p, &step, SystemTime::now)?;
+    write_textfile(textfile, &out)?;
     render(&out, &opts, json);
     Ok(if out.result == "refused" { ExitCode::from(4) } else { ExitCode::SUCCESS })
 }
 
-fn advance(a: AdvanceArgs, g: &Global) -> Result<ExitCode> {
+/// `--textfile`: the controller's metrics for node-exporter's textfile collector, replaced
+/// atomically (the collector never reads half a file).
+fn write_textfile(path: Option<&Path>, out: &Outcome) -> Result<()> {
+    match path {
+        Some(p) if !out.metrics.is_empty() => {
+            crate::state::write_atomic(p, out.metrics.as_bytes())?;
+            // node-exporter runs as its own user: the metrics are not secret.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).into_diagnostic()
+        }
+        _ => Ok(()),
+    }
+}
+
+fn advance(a: AdvanceArgs, _g: &Global) -> Result<ExitCode> {
     let mut p = Prometheus::new(&a.prometheus)?;
     p.missing_after = a.missing_after;
     if !a.watch {
-        return once(&a.remote, Some(&p), Step::Advance, a.json, g);
+        return once_to(&a.remote, Some(&p), Step::Advance, a.json, a.textfile.as_deref());
     }
     let opts = options(&a.remote)?;
-    // One local copy for the whole watch: each step fetches only what is new.
+    let stop = stop_signals()?;
+    // One local copy for the whole watch: each step fetches only what is new. It is a scratch
+    // directory, removed when the watch ends (SIGTERM from systemd, SIGINT from a terminal).
     let remote = advance::open(&opts)?;
+    let exposition = crate::rollout::endpoint::Exposition::default();
+    if let Some(addr) = a.metrics {
+        let bound = crate::rollout::endpoint::serve(addr, exposition.clone()).map_err(|e| miette::miette!("cannot listen on {addr} (--metrics): {e}"))?;
+        eprintln!("controller metrics on http://{bound}/metrics");
+    }
     loop {
         match advance::step_with(&remote, &opts, Some(&p), &Step::Advance, SystemTime::now) {
-            Ok(out) => render(&out, &opts, a.json),
+            Ok(out) => {
+                if let Err(e) = write_textfile(a.textfile.as_deref(), &out) {
+                    eprintln!("{e:?}");
+                }
+                if !out.metrics.is_empty() {
+                    exposition.set(out.metrics.clone());
+                }
+                render(&out, &opts, a.json)
+            }
             // A watching controller outlives a Prometheus or git outage: say so and retry.
             Err(e) => eprintln!("{:?}", miette::Report::new(e)),
         }
-        std::thread::sleep(a.interval);
+        match stop.recv_timeout(a.interval) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                drop(remote);
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+    }
+}
+
+/// SIGTERM and SIGINT as a message (the handlers are installed when this returns): the watch
+/// ends after its step in progress, and its scratch clone is removed.
+fn stop_signals() -> Result<mpsc::Receiver<()>> {
+    let (tx, rx) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel::<bool>();
+    std::thread::Builder::new()
+        .name("fwc-signals".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                let _ = ready_tx.send(false);
+                return;
+            };
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                    let _ = ready_tx.send(false);
+                    return;
+                };
+                let _ = ready_tx.send(true);
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+                let _ = tx.send(());
+            });
+        })
+        .into_diagnostic()?;
+    match ready_rx.recv() {
+        Ok(true) => Ok(rx),
+        _ => Err(miette::miette!("cannot install the SIGTERM / SIGINT handlers")),
     }
 }
 

@@ -41,6 +41,9 @@ pub struct Outcome {
     pub lost_races: usize,
     /// The branch tip seen.
     pub tip: String,
+    /// The controller's metrics after this step (Prometheus text, [`super::textfile`]).
+    #[serde(skip)]
+    pub metrics: String,
 }
 
 /// The fleet under the policy in force: the first of `candidates` (commit ids,
@@ -60,6 +63,20 @@ pub fn load_fleet(remote: &Remote, candidates: &[String], reports: &BTreeMap<Str
         return Ok(Some(Fleet { policy, members, policy_commit: c.clone() }));
     }
     Ok(None)
+}
+
+/// `fwc rollout start COMMIT` with an ancestor of `stable`: every agent would refuse it as a
+/// rewind (and the rollout would halt), so it is refused up front, saying how to go back.
+fn rewinds_stable(remote: &Remote, s: &RolloutState, command: &Command) -> Option<String> {
+    let Command::Start { commit } = command else { return None };
+    let stable = s.stable.as_deref().filter(|st| *st != commit)?;
+    let (c, st) = (Oid::from_str(commit).ok()?, Oid::from_str(stable).ok()?);
+    remote.repo.graph_descendant_of(st, c).ok().filter(|d| *d)?;
+    Some(format!(
+        "{} is an ancestor of the stable commit {}: agents refuse a commit that would roll them back, so this rollout would halt at the canary. To go back to it, push a revert commit (rolled out like any other), or `fwc rollout halt --rollback` while a rollout is in progress (back to stable)",
+        &commit[..12.min(commit.len())],
+        &stable[..12.min(stable.len())]
+    ))
 }
 
 fn policy_error(commit: Oid, d: &fwc_compiler::diag::Diagnostics) -> RolloutError {
@@ -96,6 +113,17 @@ pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus
             (Command::Advance, None) => return Err(RolloutError::new("advance needs --prometheus", "give the Prometheus server that scrapes the agents: --prometheus http://HOST:9090")),
             _ => BTreeMap::new(),
         };
+        if let Some(why) = snap.state.as_ref().and_then(|s| rewinds_stable(remote, s, &command)) {
+            return Ok(Outcome { result: "refused", message: why, state: snap.state, pushed: None, lost_races: lost, tip, metrics: String::new() });
+        }
+        // A state behind what the hosts accepted (the ref set back or deleted): every state
+        // built on it would be refused by every agent, so nothing is decided.
+        if let Some(p) = prometheus {
+            let state_commit = snap.state_commit.map(|c| c.to_string());
+            if let Some(why) = super::rewind::behind_the_fleet(snap.state.as_ref(), state_commit.as_deref(), &p.accepted_states()?, &opts.rollout_branch) {
+                return Ok(Outcome { result: "refused", message: why, state: snap.state, pushed: None, lost_races: lost, tip, metrics: String::new() });
+            }
+        }
         let subj = subject(snap.state.as_ref(), &tip, &command);
         let fleet = load_fleet(remote, &policy_candidates(snap.state.as_ref(), &tip, &command), &reports)?;
         if let (Command::Advance, Some(p), Some(_)) = (&command, prometheus, &fleet) {
@@ -122,14 +150,28 @@ pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus
         }
         let state_commit = snap.state_commit.map(|c| c.to_string());
         let input = ControllerInput { state: snap.state.as_ref(), state_commit: state_commit.as_deref(), branch: &opts.branch, tip: &tip, fleet: fleet.as_ref(), reports: &reports, gates: &gates, command: command.clone(), now: now() };
+        let metrics = |result: &str, state: Option<&RolloutState>| {
+            let since = state.and_then(|s| humantime::parse_rfc3339_weak(&s.since).ok()).and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map(|d| d.as_secs_f64());
+            let at = now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+            super::textfile::render(&super::textfile::StepView { result, state, since, fleet: fleet.as_ref(), reports: &reports, gates: &gates, now: at })
+        };
         match decide(&input) {
-            Decision::Nothing { why } => return Ok(Outcome { result: "nothing", message: why, state: snap.state, pushed: None, lost_races: lost, tip }),
-            Decision::Refused { why } => return Ok(Outcome { result: "refused", message: why, state: snap.state, pushed: None, lost_races: lost, tip }),
+            Decision::Nothing { why } => {
+                let metrics = metrics("nothing", snap.state.as_ref());
+                return Ok(Outcome { result: "nothing", message: why, state: snap.state, pushed: None, lost_races: lost, tip, metrics });
+            }
+            Decision::Refused { why } => {
+                let metrics = metrics("refused", snap.state.as_ref());
+                return Ok(Outcome { result: "refused", message: why, state: snap.state, pushed: None, lost_races: lost, tip, metrics });
+            }
             Decision::Transition { state, summary } => {
                 let message = format!("{summary}\n\n{}\n\nphase: {}\ncommit: {}\nstable: {}\npromoted: {}\n", state.reason, state.phase.as_str(), state.commit, state.stable.as_deref().unwrap_or("none"), promoted_name(&state));
                 let id = remote.write(snap.state_commit, &state, &message, opts.signer.as_ref())?;
                 match remote.push(id)? {
-                    Pushed::Ok => return Ok(Outcome { result: "transition", message: summary, state: Some(state), pushed: Some(id.to_string()), lost_races: lost, tip }),
+                    Pushed::Ok => {
+                        let metrics = metrics("transition", Some(&state));
+                        return Ok(Outcome { result: "transition", message: summary, state: Some(state), pushed: Some(id.to_string()), lost_races: lost, tip, metrics });
+                    }
                     Pushed::Rejected(why) => {
                         lost += 1;
                         tracing::info!("another controller moved {} first ({why}); deciding again", opts.rollout_branch);

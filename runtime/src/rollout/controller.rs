@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxUnavailable, OnFailure, RolloutPhase, RolloutPolicy, RolloutState, ROLLOUT_STATE_VERSION};
+use fwc_artifacts::rollout::{host_bucket, Gate, GateOp, MaxUnavailable, OnFailure, RolloutPhase, RolloutPolicy, RolloutState, Resumed, ROLLOUT_STATE_VERSION};
 
 /// One host of the fleet and its wave in the rollout commit's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,7 +222,14 @@ fn decide_phase(inp: &ControllerInput) -> Decision {
             p => Decision::Refused { why: format!("cannot pause: the rollout of {} is {}", short(&s.commit), p.as_str()) },
         },
         (Command::Resume { reason }, Some(s)) => match s.phase {
-            RolloutPhase::Paused | RolloutPhase::Halted => transition(s, RolloutPhase::Progressing, false, reason, "resume", &now),
+            RolloutPhase::Paused | RolloutPhase::Halted => match transition(s, RolloutPhase::Progressing, false, reason, "resume", &now) {
+                // Hosts whose self-check reverted the commit try it again after a resume.
+                Decision::Transition { mut state, summary } => {
+                    state.resumed = Some(Resumed { generation: s.generation + 1, at: now.clone() });
+                    Decision::Transition { state, summary }
+                }
+                d => d,
+            },
             RolloutPhase::Progressing => Decision::Nothing { why: "the rollout is already progressing".into() },
             p => Decision::Refused {
                 why: format!("cannot resume: the rollout of {} is {}; start a new one with `fwc rollout start [COMMIT]`", short(&s.commit), p.as_str()),
@@ -300,8 +307,18 @@ fn start(inp: &ControllerInput, st: Option<&RolloutState>, commit: &str, now: &s
         predecessor: None,
         policy_commit: Some(fleet.policy_commit.clone()),
         batch_below: next_batch(fleet, 0, None),
+        resumed: None,
     };
     Decision::Transition { summary: format!("rollout {}: start, promote wave {}", short(commit), fleet.policy.waves[0].name), state }
+}
+
+/// A host whose self-check reverted the commit before an operator resumed the rollout tries
+/// it again: its old failure is waited for like a host that has not applied yet, until
+/// `missing-timeout` after the resume (then it counts again).
+fn retrying_after_resume(s: &RolloutState, d: &Degraded, timeout_secs: u64, now: SystemTime) -> bool {
+    let Some(r) = &s.resumed else { return false };
+    let at = humantime::parse_rfc3339_weak(&r.at).unwrap_or(SystemTime::UNIX_EPOCH);
+    d.reason == "self_check" && now.duration_since(at).unwrap_or_default() < Duration::from_secs(timeout_secs)
 }
 
 /// Halt for a failure of the commit; the policy's `on-failure` says whether promoted hosts go
@@ -400,7 +417,7 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
                     }
                 }
                 Some(r) => {
-                    if let Some(d) = r.degraded_for(&s.commit) {
+                    if let Some(d) = r.degraded_for(&s.commit).filter(|d| !retrying_after_resume(s, d, fleet.policy.missing_timeout_secs, inp.now)) {
                         degraded.push(format!("{} ({})", h.name, d.reason));
                     } else if r.applied.as_deref() != Some(s.commit.as_str()) {
                         waiting.push(h.name.as_str());
@@ -543,6 +560,8 @@ mod tests {
                 windows,
                 on_failure: OnFailure::Rollback,
                 missing_timeout_secs: 600,
+                self_check_attempts: 3,
+                self_check_spacing_ms: 1000,
             },
             members,
             policy_commit: C1.into(),
@@ -566,6 +585,7 @@ mod tests {
             predecessor: None,
             policy_commit: None,
             batch_below: None,
+            resumed: None,
         }
     }
 
@@ -894,6 +914,26 @@ mod tests {
         let d = decide(&ControllerInput { state: None, state_commit: None, branch: "main", tip: C2, fleet: Some(&f), reports: &r, gates: &[], command: Command::Advance, now: at(5) });
         let Decision::Transition { state: n, .. } = d else { panic!("{d:?}") };
         assert_eq!((n.generation, n.predecessor, n.policy_commit.as_deref()), (1, None, Some(C1)));
+    }
+
+    /// `fwc rollout resume` after a self-check halt: the resume is recorded (hosts try the
+    /// commit again); the canary's old `self_check` failure is waited for, not halted on, until
+    /// `missing-timeout` after the resume; a failure of another kind still halts.
+    #[test]
+    fn after_a_resume_hosts_try_a_self_check_failure_again() {
+        let f = fleet();
+        let halted = state(C2, 0, Halted, 0);
+        let r = reports(C1, &[("c1", Some(degraded(C1, C2, "self_check")))]);
+        let input = |st, command, now| ControllerInput { state: Some(st), state_commit: None, branch: "main", tip: C2, fleet: Some(&f), reports: &r, gates: &[], command, now: at(now) };
+        let Decision::Transition { state: resumed, .. } = decide(&input(&halted, Command::Resume { reason: String::new() }, 100)) else { panic!("resume") };
+        assert_eq!(resumed.resumed, Some(Resumed { generation: resumed.generation, at: rfc3339(at(100)) }));
+        let d = decide(&input(&resumed, Command::Advance, 160));
+        assert!(matches!(&d, Decision::Nothing { why } if why.contains("waiting for 1 host(s)")), "{d:?}");
+        let d = decide(&input(&resumed, Command::Advance, 100 + 600));
+        assert!(matches!(&d, Decision::Transition { state, .. } if state.phase == Halted), "past missing-timeout the failure counts: {d:?}");
+        let r = reports(C1, &[("c1", Some(degraded(C1, C2, "apply_failed")))]);
+        let d = decide(&ControllerInput { state: Some(&resumed), state_commit: None, branch: "main", tip: C2, fleet: Some(&f), reports: &r, gates: &[], command: Command::Advance, now: at(160) });
+        assert!(matches!(&d, Decision::Transition { state, .. } if state.phase == Halted), "{d:?}");
     }
 
     #[test]

@@ -230,6 +230,7 @@ mod tests {
             predecessor: None,
             policy_commit: None,
             batch_below: None,
+            resumed: None,
         }
     }
 

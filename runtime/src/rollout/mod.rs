@@ -5,9 +5,12 @@
 
 pub mod advance;
 pub mod controller;
+pub mod endpoint;
 pub mod follow;
+pub mod rewind;
 pub mod prometheus;
 pub mod state_ref;
+pub mod textfile;
 pub mod window;
 
 /// Why a rollout command failed: what happened and what to do about it.

@@ -11,6 +11,7 @@ use fwc_artifacts::rollout::Gate;
 use serde_json::Value;
 
 use super::controller::{judge_gate, Degraded, GateResult, HostReport};
+use super::rewind::AcceptedReport;
 use super::RolloutError;
 
 /// A Prometheus server: `http://host:port[/path-prefix]`.
@@ -112,6 +113,20 @@ impl Prometheus {
         for r in out.values_mut() {
             r.degraded.sort();
             r.degraded.dedup();
+        }
+        Ok(out)
+    }
+
+    /// The last rollout state each host accepted, as reported within the last hour (a host
+    /// away for a while still counts).
+    pub fn accepted_states(&self) -> Result<Vec<AcceptedReport>, RolloutError> {
+        let mut out = vec![];
+        for s in self.query("max_over_time(fwc_rollout_accepted_state[1h])")? {
+            if let (Some(h), Some(st)) = (s.labels.get("host"), s.labels.get("state")) {
+                if s.value.is_finite() && s.value >= 0.0 {
+                    out.push(AcceptedReport { host: h.clone(), state: st.clone(), generation: s.value as u64 });
+                }
+            }
         }
         Ok(out)
     }

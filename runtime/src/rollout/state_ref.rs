@@ -2,7 +2,8 @@
 //! rule repository. The controller fetches the branch and the rollout ref in one fetch (into a
 //! throw-away bare repository), writes each transition as one commit whose parent is the previous
 //! state commit (signed when asked), and pushes it WITHOUT force: the fast-forward-only push is
-//! the compare-and-swap that serialises concurrent controllers.
+//! the compare-and-swap that serialises concurrent controllers (on local repositories a
+//! `git push --force-with-lease` naming the state it was decided from).
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,29 @@ pub struct Remote {
     pub rollout_branch: String,
     ssh_key: Option<PathBuf>,
     known_hosts: PathBuf,
+}
+
+/// A `file://` URL or a local path (libgit2's local transport, which does not compare and swap).
+fn is_local(url: &str) -> bool {
+    url.starts_with("file://") || url.starts_with('/') || url.starts_with("./") || url.starts_with("../") || !url.contains(':')
+}
+
+/// Does a push's refusal say another writer moved the ref first (re-read and decide again)?
+/// (`git receive-pack` reports a ref that moved between its check and its lock as "failed to
+/// update ref".)
+fn lost_race(why: &str) -> bool {
+    let m = why.to_ascii_lowercase();
+    ["non-fast-forward", "fastforward", "fast-forward", "fetch first", "stale info", "failed to lock", "cannot lock", "failed to update ref", "reference already exists", "not present locally"].iter().any(|w| m.contains(w))
+}
+
+/// The `remote:` lines of git's output (what a hook said).
+fn remote_lines(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("remote: ")).map(str::trim).filter(|l| !l.is_empty()).collect();
+    if lines.is_empty() {
+        "-".into()
+    } else {
+        lines.join("; ")
+    }
 }
 
 fn git_err(what: impl Into<String>, e: git2::Error) -> RolloutError {
@@ -190,10 +214,19 @@ impl Remote {
         Ok(id)
     }
 
-    /// Push `id` to the rollout branch, fast-forward only.
+    /// Push `id` to the rollout branch, fast-forward only: a compare-and-swap whose expected
+    /// old value is `id`'s parent (the state it was decided from; none for a first state).
+    /// On `file://` URLs and local paths `git push --force-with-lease` does it (libgit2's local
+    /// transport would force-create the ref: last writer wins); elsewhere the server refuses a
+    /// push that is not a fast-forward. A refusal that is not a lost race (a hook, a
+    /// permission) is an error saying so, never retried.
     pub fn push(&self, id: Oid) -> Result<Pushed, RolloutError> {
         let local = "refs/fwc/rollout-next";
         self.repo.reference(local, id, true, "fwc rollout").map_err(|e| git_err("cannot prepare the push", e))?;
+        if is_local(&self.url) {
+            let expected = self.repo.find_commit(id).ok().and_then(|c| c.parent_id(0).ok());
+            return self.push_local(local, expected);
+        }
         let refusal = RefCell::new(None);
         let rejected = RefCell::new(None);
         let mut po = git2::PushOptions::new();
@@ -203,23 +236,51 @@ impl Remote {
         match remote.push(&[spec.as_str()], Some(&mut po)) {
             Ok(()) => {}
             Err(e) => {
-                let m = e.message().to_ascii_lowercase();
-                if e.code() == git2::ErrorCode::NotFastForward || m.contains("fastforward") || m.contains("fast-forward") || m.contains("not present locally") || m.contains("failed to lock") || m.contains("reference already exists") || m.contains("stale") {
+                if e.code() == git2::ErrorCode::NotFastForward || lost_race(e.message()) {
                     return Ok(Pushed::Rejected(e.message().to_string()));
                 }
                 return Err(match refusal.borrow_mut().take() {
                     Some(why) => RolloutError::new(format!("push to {} refused: {why}", self.url), "add the server's host key to known_hosts (FWC_GIT_KNOWN_HOSTS)"),
-                    None => RolloutError::new(
-                        format!("push of the rollout state to {} failed: {}", self.url, e.message()),
-                        format!("the controller needs push access to refs/heads/{} (and only there; protect the rule branch)", self.rollout_branch),
-                    ),
+                    None => self.refused(e.message()),
                 });
             }
         }
         if let Some(why) = rejected.borrow_mut().take() {
-            return Ok(Pushed::Rejected(why));
+            return if lost_race(&why) { Ok(Pushed::Rejected(why)) } else { Err(self.refused(&why)) };
         }
         Ok(Pushed::Ok)
+    }
+
+    fn refused(&self, why: &str) -> RolloutError {
+        RolloutError::new(
+            format!("push of the rollout state to {} refused: {why}", self.url),
+            format!("not a lost race: the server refused the update (a hook, a protected branch, a permission). The controller needs push access to refs/heads/{} (and only there; protect the rule branch)", self.rollout_branch),
+        )
+    }
+
+    /// [`Self::push`] on a local repository: `git push --force-with-lease` (the receiving side
+    /// updates the ref under its lock only if it still has the expected value; hooks run).
+    fn push_local(&self, local: &str, expected: Option<Oid>) -> Result<Pushed, RolloutError> {
+        let dst = format!("refs/heads/{}", self.rollout_branch);
+        let lease = format!("--force-with-lease={dst}:{}", expected.map(|o| o.to_string()).unwrap_or_default());
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(self.repo.path())
+            .args(["push", "--porcelain", "--quiet", &lease, &self.url, &format!("{local}:{dst}")])
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .output()
+            .map_err(|e| RolloutError::new(format!("cannot run git to push to {}: {e}", self.url), "install git: the controller pushes to file:// and local repositories with it"))?;
+        if out.status.success() {
+            return Ok(Pushed::Ok);
+        }
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        // Porcelain: "!<TAB>from:to<TAB>[rejected] (stale info)" for a lost lease.
+        let line = text.lines().find(|l| l.starts_with('!')).map(|l| l.split('\t').next_back().unwrap_or(l).to_string());
+        match line {
+            Some(why) if lost_race(&why) => Ok(Pushed::Rejected(why)),
+            Some(why) => Err(self.refused(&format!("{why}: {}", remote_lines(&text)))),
+            None => Err(self.refused(text.trim())),
+        }
     }
 
     /// The rollout branch's latest `n` commits, newest first.
@@ -318,6 +379,7 @@ mod tests {
             predecessor: None,
             policy_commit: None,
             batch_below: None,
+            resumed: None,
         }
     }
 
