@@ -238,3 +238,22 @@ fn verdict_maps_are_flattened() {
         assert!(input.contains(want), "{want} in\n{input}");
     }
 }
+
+/// ICMP matches iptables-nft keeps as `xt match icmp6`/`icmp` (numeric types, type/code: every
+/// stock ufw's before6.rules) are read from the original line as nftables matches: the
+/// evaluator runs them (the proof exists) and the import translates them.
+#[test]
+fn iptables_icmp_xt_matches_are_read_as_native_matches() {
+    if !privileged("iptables_icmp_xt_matches_are_read_as_native_matches") {
+        return;
+    }
+    let r = import("iptables", "xticmp.v6", &["--verify"]);
+    faithful(&r);
+    assert!(r.text.contains("xticmp.v6:9: an on-link accept (hop limit) of ICMPv6 ind-neighbor-solicit"), "{}", r.text);
+    let input = std::fs::read_to_string(r.out.join("rules/10-input.kdl")).unwrap();
+    assert!(input.contains("icmp-type=\"mld-listener-query\" from=\"fe80::/10\""), "{input}");
+    // A type with a code: refused by name and line until fwc has ICMP codes, never "xt".
+    let r = import("iptables", "xticmp.v4", &["--verify"]);
+    refused(&r, &["xticmp.v4:7: the match on icmp code"]);
+    assert!(!r.text.contains("xt match"), "{}", r.text);
+}

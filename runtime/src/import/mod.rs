@@ -13,6 +13,7 @@ pub mod proof;
 pub mod render;
 pub mod source;
 pub mod translate;
+pub mod xt_icmp;
 
 use std::path::{Path, PathBuf};
 

@@ -59,6 +59,8 @@ pub struct Rule {
     pub cond: Cond,
     /// `rate="…"` (allow rules: new connections per time unit).
     pub rate: Option<String>,
+    /// The rate counts each source address apart (`rate-per-source=`, ufw's `limit`).
+    pub per_source: bool,
     pub log: bool,
     pub log_prefix: Option<String>,
     pub log_rate: Option<String>,
