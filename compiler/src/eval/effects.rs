@@ -330,6 +330,22 @@ pub fn flow_effects_at(
     tests: &[crate::policytest::PolicyTest],
     at: jiff::Timestamp,
 ) -> Result<FlowEffects, super::EvalError> {
+    effects_beside(old_view, old, new_view, new, tests, at, None)
+}
+
+/// [`flow_effects_at`] on a host that also runs other tables (`foreign`: their listing, fwc's
+/// own tables left out): both sides are evaluated with them loaded, so a flow's fate is what
+/// the host does before and after — an original firewall still loaded beside fwc (the import's
+/// migration step) decides as much as fwc's rules do.
+fn effects_beside(
+    old_view: Option<&HostView>,
+    old: Option<&Artifacts>,
+    new_view: &HostView,
+    new: &Artifacts,
+    tests: &[crate::policytest::PolicyTest],
+    at: jiff::Timestamp,
+    foreign: Option<&serde_json::Value>,
+) -> Result<FlowEffects, super::EvalError> {
     let changed = changed_identities(old, new);
     let mut elems = all_elems(&new_view.ruleset);
     if let Some(ov) = old_view {
@@ -340,9 +356,17 @@ pub fn flow_effects_at(
     if let Some(ov) = old_view {
         probes_for(&ov.ruleset, &changed, &elems, &mut probes);
     }
-    let new_ev = Evaluator::new(new)?.at(at);
-    let old_ev = old.map(|o| Evaluator::new(o).map(|e| e.at(at))).transpose()?;
-    let empty = Evaluator { table: super::nft::Table::default(), qos: Default::default(), forward: Default::default(), at: Some(at) };
+    let evaluator = |a: &Artifacts| match foreign {
+        Some(l) => Evaluator::beside(a, l),
+        None => Evaluator::new(a),
+    };
+    let new_ev = evaluator(new)?.at(at);
+    let old_ev = old.map(|o| evaluator(o).map(|e| e.at(at))).transpose()?;
+    let nothing = match foreign {
+        Some(l) => super::foreign::table_from_listing(l)?,
+        None => super::nft::Table::default(),
+    };
+    let empty = Evaluator { table: nothing, qos: Default::default(), forward: Default::default(), at: Some(at) };
     let old_ev = old_ev.as_ref().unwrap_or(&empty);
     let mut out = FlowEffects::default();
     let mut seen = BTreeSet::new();
@@ -439,6 +463,15 @@ pub fn against_applied_at(applied: Option<&Artifacts>, new: &SourceTree, host: O
     let na = crate::emit_view_at(&nv, None, at);
     let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
     Some(flow_effects_at(None, applied, &nv, &na, &tests, at))
+}
+
+/// [`against_applied_at`] on a host that runs other tables beside fwc's (`foreign`: their
+/// `nft -j list ruleset` listing without fwc's tables).
+pub fn against_applied_beside(applied: Option<&Artifacts>, new: &SourceTree, host: Option<&str>, at: jiff::Timestamp, foreign: &serde_json::Value) -> Option<Result<FlowEffects, super::EvalError>> {
+    let nv = crate::load_host(new, host).ok()?;
+    let na = crate::emit_view_at(&nv, None, at);
+    let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
+    Some(effects_beside(None, applied, &nv, &na, &tests, at, Some(foreign)))
 }
 
 /// The flow-effects section of a plan, as text.
