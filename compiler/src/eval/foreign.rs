@@ -96,6 +96,7 @@ fn listing_commands(v: &Value) -> Result<Vec<Value>, EvalError> {
                 body.insert("chain".into(), Value::String(qualified(&family, &table, &chain)));
                 if let Some(expr) = body.get_mut("expr") {
                     rewrite(expr, &family, &table, &sets);
+                    super::listing_forms::normalize(expr);
                 }
                 if !body.contains_key("comment") {
                     let handle = body.get("handle").and_then(Value::as_u64).map_or(String::new(), |h| format!(" handle {h}"));

@@ -288,6 +288,22 @@ pub fn live(netns: Option<&str>) -> Result<Value, ImportError> {
     first_json(&out)
 }
 
+/// [`live`] with native expressions only: rules iptables-nft added are listed by `nft -j` with
+/// opaque `xt` statements (even `-m conntrack`); their text is loaded again into a scratch
+/// namespace, as an iptables file's is. A match nftables cannot read back stays a rule marked
+/// [`XT_MARK`].
+pub fn live_native(netns: Option<&str>) -> Result<Value, ImportError> {
+    let v = live(netns)?;
+    if !v.to_string().contains("{\"xt\":") {
+        return Ok(v);
+    }
+    let text = match netns {
+        Some(ns) => run(Command::new("ip").args(["netns", "exec", ns, "nft", "list", "ruleset"]), &format!("nft list ruleset in network namespace {ns}"))?,
+        None => run(Command::new("nft").args(["list", "ruleset"]), "nft list ruleset")?,
+    };
+    first_json(&reload(&text, &BTreeMap::new(), &BTreeMap::new())?)
+}
+
 fn file_label(p: &Path) -> String {
     p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
 }

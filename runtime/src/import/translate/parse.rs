@@ -52,6 +52,8 @@ impl Tx<'_> {
                     match (lk.as_str(), key.as_str()) {
                         ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", crate::import::describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
                         ("meta", "nfproto") => c.family = Some(if right == "ipv6" { Family::V6 } else { Family::V4 }),
+                        // The ethertype: `ip`/`ip6` are the two families of IP packets.
+                        ("meta", "protocol") if right == "ip" || right == "ip6" => c.family = Some(if right == "ip6" { Family::V6 } else { Family::V4 }),
                         ("meta", "iifname" | "iif") => set_once(&mut c.iif, iface(&right)?)?,
                         ("meta", "oifname" | "oif") => set_once(&mut c.oif, iface(&right)?)?,
                         ("ct", "state") => set_once(&mut c.state, strings(&right).join(","))?,
