@@ -116,37 +116,6 @@ pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
     }
 }
 
-/// A window's `allow=`/`deny=` text, `"Mon-Fri 09:00-17:00"`: (days 0 = Monday, ascending;
-/// start and end in minutes after midnight, `24:00` = 1440 allowed as the end). Read by the
-/// shared [`crate::timewindow`] parser; a promotion window is one window within one day.
-pub(crate) fn parse_window_spec(s: &str) -> Result<(Vec<u8>, u16, u16), crate::units::UnitError> {
-    let bad = |m: String, help: &str| crate::units::UnitError { message: m, help: help.into() };
-    let windows = crate::timewindow::parse_windows(s)?;
-    let [w] = windows.as_slice() else {
-        return Err(bad(format!("\"{s}\" holds {} windows", windows.len()), "a window node holds one window: write one `window allow=\"…\"` per window"));
-    };
-    let end = if w.end_min == 0 { 1440 } else { w.end_min };
-    if end <= w.start_min {
-        let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
-        return Err(bad(
-            format!("the window {}-{} ends before it starts", hm(w.start_min), hm(w.end_min)),
-            "a window lies within one day; for one that crosses midnight write two: window allow=\"Fri 22:00-24:00\" and window allow=\"Sat 00:00-02:00\"",
-        ));
-    }
-    Ok((w.days.clone(), w.start_min, end))
-}
-
-/// A window's `tz=`: `"UTC"`, a fixed offset `"+01:00"` / `"-05:30"` (minutes east of UTC), or
-/// a named zone of the tz database (`"Europe/Berlin"`, daylight saving followed), read by the
-/// shared [`crate::timewindow::parse_zone`]: (offset, zone name).
-pub(crate) fn parse_window_tz(s: &str) -> Result<(i16, Option<String>), crate::units::UnitError> {
-    Ok(match crate::timewindow::parse_zone(s)? {
-        crate::timewindow::Zone::Utc => (0, None),
-        crate::timewindow::Zone::Fixed(m) => (m, None),
-        crate::timewindow::Zone::Named(n, _) => (0, Some(n)),
-    })
-}
-
 /// A window for people: `allow Mon-Fri 09:00-17:00 UTC+01:00`.
 pub fn describe_window(w: &Window) -> String {
     let window = crate::timewindow::DayWindow { days: w.days.clone(), start_min: w.start_min, end_min: w.end_min % 1440 };
@@ -657,22 +626,6 @@ host "web-4" { labels role=web; }
         assert!(!serde_json::to_string(&none).unwrap().contains("windows"));
     }
 
-    #[test]
-    fn window_values() {
-        assert!(parse_window_spec("Mon 00:00-24:00").is_ok());
-        for bad in ["Mon", "Mon 9:00-17:00", "Mon 09:00-17:00 x", "Mun 09:00-17:00", "Mon 17:00-09:00", "Mon 09:00-09:00", "Mon 24:00-24:00", "Mon 09:00-24:01", "Mon 09:60-10:00"] {
-            assert!(parse_window_spec(bad).is_err(), "{bad}");
-        }
-        assert_eq!(parse_window_tz("UTC").unwrap(), (0, None));
-        assert_eq!(parse_window_tz("+01:00").unwrap(), (60, None));
-        assert_eq!(parse_window_tz("-05:30").unwrap(), (-330, None));
-        assert!(parse_window_tz("+0530").is_err());
-        assert!(parse_window_tz("+15:00").is_err());
-        // Named zones (daylight saving followed), with a suggestion for a misspelled one.
-        assert_eq!(parse_window_tz("Europe/Berlin").unwrap(), (0, Some("Europe/Berlin".to_string())));
-        let e = parse_window_tz("Europe/Berln").unwrap_err();
-        assert!(e.message.contains("unknown time zone") && e.help.contains("did you mean \"Europe/Berlin\""), "{e:?}");
-    }
 
     #[test]
     fn wave_of_an_undeclared_host() {

@@ -1,0 +1,306 @@
+//! Chain blocks and their filter rules (`input`/`forward`/`output`/`containers`), `masquerade` /
+//! `snat`, and `shape`.
+
+use std::net::IpAddr;
+
+use crate::kdl_reader::Node as KdlNode;
+use crate::model::*;
+use crate::suggest::did_you_mean;
+use crate::units::{self, UnitError};
+
+use super::parser::{Parser, Props};
+use super::values::{parse_ifname, valid_ifname};
+
+pub(super) const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject", "log"];
+
+pub(super) const FILTER_PROPS: &[&str] = &[
+    "proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "icmp-type", "reject-with", "log-prefix", "log-rate", "state", "on", "comment",
+    // per-source limits (issue #26, crate::persource)
+    "rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "conn-rate-per-source",
+    // schedules (issue #26, crate::schedule)
+    "during", "tz", "until",
+];
+
+/// A `log` rule logs and matching goes on: no verdict options (`log`, `rate`, `reject-with`).
+pub(super) const LOG_RULE_PROPS: &[&str] = &[
+    "proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "log-prefix", "log-rate", "state", "on", "comment",
+    // schedules (issue #26, crate::schedule)
+    "during", "tz", "until",
+];
+
+pub(super) const MASQUERADE_PROPS: &[&str] = &["from", "to", "out", "proto", "port", "on", "comment"];
+
+/// snat's `to` is the new source address, so its destination filter is `dst`.
+pub(super) const SNAT_PROPS: &[&str] = &["from", "dst", "to", "out", "proto", "port", "on", "comment"];
+
+/// A `containers` rule matches a published port as the client addressed it: no `sport`/`out`
+/// (the output interface is the bridge).
+pub(super) const CONTAINER_RULE_PROPS: &[&str] = &[
+    "proto", "port", "from", "to", "in", "log", "rate", "reject-with", "log-prefix", "log-rate", "on", "comment",
+    // schedules (issue #26, crate::schedule)
+    "during", "tz", "until",
+];
+
+pub(super) const SHAPE_PROPS: &[&str] = &[
+    "from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment",
+    // quota (issue #26)
+    "quota", "quota-reset-day", "over-quota",
+];
+
+impl Parser<'_, '_> {
+    pub(super) fn chain(&mut self, node: &KdlNode) -> Option<Chain> {
+        let kind = match node.name().value() {
+            "input" => ChainKind::Input,
+            "output" => ChainKind::Output,
+            "containers" => ChainKind::Containers,
+            _ => ChainKind::Forward,
+        };
+        let rule = format!("{} chain", kind.as_str());
+        let allowed: &[&str] = if kind == ChainKind::Containers { &["policy", "bridges"] } else { &["policy", "reject-with"] };
+        let mut props = self.props(node, &rule, allowed, 0);
+        let policy = if kind == ChainKind::Containers {
+            self.choice(&mut props, "policy", &[("accept", Policy::Accept), ("drop", Policy::Drop)])
+        } else {
+            self.choice(&mut props, "policy", &[("accept", Policy::Accept), ("drop", Policy::Drop), ("reject", Policy::Reject)])
+        };
+        let bridges = self.parsed(&mut props, "bridges", parse_bridges);
+        let reject_with = self.parsed(&mut props, "reject-with", units::parse_reject_with);
+        if let (Some(r), false) = (&reject_with, policy.as_ref().is_some_and(|p| p.value == Policy::Reject)) {
+            self.error("reject-with-without-reject", "reject-with on a chain block whose policy is not reject", r.span, "no policy=reject here")
+                .rule(&rule)
+                .help(format!("add policy=reject to this block ({} policy=reject reject-with=\"{}\" {{ … }}), or remove reject-with", kind.as_str(), r.value.as_str()));
+        }
+        let mut rules = Vec::new();
+        for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
+            let action = match child.name().value() {
+                "allow" => Action::Allow,
+                "deny" => Action::Deny,
+                "reject" => Action::Reject,
+                "log" if kind == ChainKind::Containers => {
+                    let span = self.span(child.name().span());
+                    self.error("log-in-containers", "`log` rules are not for the containers block", span, "here")
+                        .rule(&rule)
+                        .help("log in the forward chain (forward { log \"x\" … }), or add log=#true to a containers rule");
+                    continue;
+                }
+                "log" => Action::Log,
+                other => {
+                    let span = self.span(child.name().span());
+                    let help = match did_you_mean(other, FILTER_ACTIONS.iter().copied()) {
+                        Some(s) => format!("did you mean `{s}`?"),
+                        None if other == "drop" || other == "accept" => {
+                            format!("fwc says allow/deny/reject: write `{}`", if other == "drop" { "deny" } else { "allow" })
+                        }
+                        None => "chain blocks hold allow, deny, reject and log rules".into(),
+                    };
+                    self.error("unknown-node", format!("unknown rule `{other}` in the {} chain", kind.as_str()), span, "here").help(help);
+                    continue;
+                }
+            };
+            if let Some(r) = self.filter_rule(child, kind, action) {
+                rules.push(r);
+            }
+        }
+        Some(Chain { kind, policy, bridges, reject_with, rules, span: self.span(node.span()) })
+    }
+
+    pub(super) fn filter_rule(&mut self, node: &KdlNode, chain: ChainKind, action: Action) -> Option<FilterRule> {
+        let name = self.name(node, "rule")?;
+        let rule = format!("{} \"{}\"", action.as_str(), name.value);
+        let allowed = match (chain, action) {
+            (ChainKind::Containers, _) => CONTAINER_RULE_PROPS,
+            (_, Action::Log) => LOG_RULE_PROPS,
+            _ => FILTER_PROPS,
+        };
+        let mut p = self.props(node, &rule, allowed, 1);
+        self.no_children(node, &rule);
+        let proto = self.choice(
+            &mut p,
+            "proto",
+            &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)],
+        );
+        let icmp_types = self.icmp_types(&mut p, proto.as_ref());
+        let log_given = p.values.contains_key("log");
+        let log = self.bool(&mut p, "log");
+        let log_prefix = self.parsed(&mut p, "log-prefix", units::parse_log_prefix);
+        let log_rate = self.parsed(&mut p, "log-rate", units::parse_event_rate);
+        if log_given && !log {
+            if let Some(span) = log_prefix.as_ref().map(|x| x.span).or(log_rate.as_ref().map(|x| x.span)) {
+                self.error("log-options-without-log", "log-prefix/log-rate on a rule that says log=#false", span, "nothing is logged")
+                    .rule(&rule)
+                    .help("remove log=#false (log-prefix and log-rate turn logging on), or remove log-prefix/log-rate");
+            }
+        }
+        let reject_with = self.parsed(&mut p, "reject-with", units::parse_reject_with);
+        if let Some(r) = &reject_with {
+            if action != Action::Reject {
+                self.error("reject-with-without-reject", format!("reject-with on a `{}` rule", action.as_str()), r.span, "only reject rules answer")
+                    .rule(&rule)
+                    .help(format!("make it a reject rule (reject \"{}\" … reject-with=\"{}\"), or remove reject-with", name.value, r.value.as_str()));
+            } else if r.value == RejectWith::TcpReset && proto.as_ref().is_none_or(|p| p.value != Proto::Tcp) {
+                self.error("tcp-reset-without-tcp", "reject-with=\"tcp-reset\" answers TCP only, and this rule is not proto=tcp", r.span, "TCP reset")
+                    .rule(&rule)
+                    .help("add proto=tcp, or reject with an ICMP code (reject-with=\"port-unreachable\", \"admin-prohibited\", …)");
+            }
+        }
+        let r = FilterRule {
+            chain,
+            action,
+            proto,
+            icmp_types,
+            reject_with,
+            log: log || log_prefix.is_some() || log_rate.is_some() || action == Action::Log,
+            log_prefix,
+            log_rate,
+            state: self.parsed(&mut p, "state", units::parse_ct_states),
+            ports: self.parsed(&mut p, "port", units::parse_port_list),
+            sports: self.parsed(&mut p, "sport", units::parse_port_list),
+            from: self.addr_match(&mut p, "from"),
+            to: self.addr_match(&mut p, "to"),
+            iif: self.parsed(&mut p, "in", parse_ifname),
+            oif: self.parsed(&mut p, "out", parse_ifname),
+            rate: self.parsed(&mut p, "rate", units::parse_event_rate),
+            on: self.selector(&mut p),
+            comment: self.comment(&mut p),
+            span: self.span(node.span()),
+            per_source: self.per_source(&mut p, Some(action)),
+            schedule: self.schedule(&mut p),
+            name,
+        };
+        Some(r)
+    }
+
+    /// `icmp-type=`: names of the rule's ICMP family (`proto=icmp` or `proto=icmpv6`), or numbers.
+    pub(super) fn icmp_types(&mut self, p: &mut Props, proto: Option<&Spanned<Proto>>) -> Option<Spanned<Vec<u8>>> {
+        let (text, span) = self.text(p, "icmp-type")?;
+        let rule = p.rule.clone();
+        let v6 = match proto.map(|p| p.value) {
+            Some(Proto::Icmp) => false,
+            Some(Proto::Icmpv6) => true,
+            other => {
+                // Suggest the family the names belong to.
+                let names: Vec<&str> = text.split(',').map(str::trim).collect();
+                let v4 = names.iter().all(|n| n.parse::<u8>().is_ok() || units::icmp_type_code(false, n).is_some());
+                let v6 = names.iter().all(|n| n.parse::<u8>().is_ok() || units::icmp_type_code(true, n).is_some());
+                let fix = match (v4, v6) {
+                    (true, false) => "add proto=icmp".to_string(),
+                    (false, true) => "add proto=icmpv6".to_string(),
+                    _ => "add proto=icmp (IPv4) or proto=icmpv6 (IPv6); for both, write two rules".to_string(),
+                };
+                let what = match other {
+                    Some(p) => format!("icmp-type on a proto={} rule", p.as_str()),
+                    None => "icmp-type without proto=icmp or proto=icmpv6".to_string(),
+                };
+                self.error("icmp-type-without-icmp", what, span, "ICMP types need an ICMP protocol").rule(rule).help(fix);
+                return None;
+            }
+        };
+        self.convert(&rule, "icmp-type", &text, span, |s| units::parse_icmp_types(s, v6))
+    }
+
+    /// `masquerade "lan-out" from=… out=…` and `snat "office-out" from=… out=… to="198.18.0.1"`.
+    pub(super) fn snat(&mut self, node: &KdlNode) -> Option<SnatRule> {
+        let kind = if node.name().value() == "snat" { SnatKind::Snat } else { SnatKind::Masquerade };
+        let name = self.name(node, kind.as_str())?;
+        let rule = format!("{} \"{}\"", kind.as_str(), name.value);
+        let allowed = match kind {
+            SnatKind::Masquerade => MASQUERADE_PROPS,
+            SnatKind::Snat => SNAT_PROPS,
+        };
+        let mut p = self.props(node, &rule, allowed, 1);
+        self.no_children(node, &rule);
+        let (dst, to_addr) = match kind {
+            SnatKind::Masquerade => (self.addr_match(&mut p, "to"), None),
+            SnatKind::Snat => {
+                let dst = self.addr_match(&mut p, "dst");
+                let to = if p.values.contains_key("to") {
+                    self.parsed(&mut p, "to", parse_snat_addr)
+                } else {
+                    let span = self.span(node.name().span());
+                    self.error("snat-without-to", "snat needs to=, the new source address", span, "no to=")
+                        .rule(&rule)
+                        .help("add to=\"198.18.0.1\" (an address of this host), or use masquerade to take the out interface's address");
+                    None
+                };
+                (dst, Some(to?))
+            }
+        };
+        let s = SnatRule {
+            kind,
+            from: self.addr_match(&mut p, "from"),
+            dst,
+            to_addr,
+            oif: self.parsed(&mut p, "out", parse_ifname),
+            proto: self.choice(&mut p, "proto", &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)]),
+            ports: self.parsed(&mut p, "port", units::parse_port_list),
+            on: self.selector(&mut p),
+            comment: self.comment(&mut p),
+            span: self.span(node.span()),
+            name,
+        };
+        Some(s)
+    }
+
+    pub(super) fn shape(&mut self, node: &KdlNode) -> Option<ShapeRule> {
+        let name = self.name(node, "shape")?;
+        let rule = format!("shape \"{}\"", name.value);
+        let mut p = self.props(node, &rule, SHAPE_PROPS, 1);
+        self.no_children(node, &rule);
+        let rate = self.required(&mut p, "rate", "\"20mbit\"").and_then(|(t, s)| self.convert(&rule, "rate", &t, s, units::parse_bandwidth));
+        let devs = match self.text(&mut p, "dev") {
+            Some((t, s)) => t.split(',').map(|d| Spanned::new(d.trim().to_string(), s)).collect(),
+            None => Vec::new(),
+        };
+        for d in &devs {
+            if !valid_ifname(&d.value) {
+                self.error("bad-dev", format!("\"{}\" is not an interface name", d.value), d.span, "this value")
+                    .rule(&rule)
+                    .help("interface names are 1-15 characters without spaces or `/`, e.g. dev=eth1 or dev=\"eth1,eth2\"");
+            }
+        }
+        let s = ShapeRule {
+            from: self.addr_match(&mut p, "from"),
+            to: self.addr_match(&mut p, "to"),
+            proto: self.choice(&mut p, "proto", &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)]),
+            ports: self.parsed(&mut p, "port", units::parse_port_list),
+            devs,
+            burst: self.parsed(&mut p, "burst", units::parse_size),
+            direction: self
+                .choice(&mut p, "direction", &[("egress", Direction::Egress), ("ingress", Direction::Ingress)])
+                .map_or(Direction::Egress, |d| d.value),
+            quota: self.quota(&mut p, &rule),
+            on: self.selector(&mut p),
+            comment: self.comment(&mut p),
+            span: self.span(node.span()),
+            rate: rate?,
+            name,
+        };
+        Some(s)
+    }
+}
+
+/// snat's `to=`: one IP address (the new source).
+pub(super) fn parse_snat_addr(s: &str) -> Result<IpAddr, UnitError> {
+    s.trim().parse::<IpAddr>().map_err(|_| UnitError {
+        message: format!("\"{s}\" is not an IP address"),
+        help: "snat's to= is the new source address, e.g. to=\"198.18.0.1\" (to filter by destination, use dst=)".into(),
+    })
+}
+
+/// `bridges="docker0,br-*"`: interface names, each may end in `*` (a prefix wildcard).
+pub(super) fn parse_bridges(s: &str) -> Result<Vec<String>, UnitError> {
+    let help = "a comma-separated list of interface names, each may end in `*`: bridges=\"docker0,br-*,podman*\"";
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let stem = part.strip_suffix('*').unwrap_or(part);
+        if part.is_empty() || !valid_ifname(part) || stem.contains('*') || (stem.is_empty() && part != "*") {
+            let what = if part.is_empty() { "an empty entry".to_string() } else { format!("\"{part}\"") };
+            return Err(UnitError { message: format!("{what} is not an interface name or pattern"), help: help.into() });
+        }
+        if part == "*" {
+            return Err(UnitError { message: "\"*\" would make every interface a container bridge".into(), help: help.into() });
+        }
+        out.push(part.to_string());
+    }
+    Ok(out)
+}
