@@ -257,3 +257,16 @@ fn iptables_icmp_xt_matches_are_read_as_native_matches() {
     refused(&r, &["xticmp.v4:7: the match on icmp code"]);
     assert!(!r.text.contains("xt match"), "{}", r.text);
 }
+
+/// `iif "wan0"` (an interface index, resolved by nft when it loads the file) loads in the
+/// scratch namespace: the import creates a link of each name the file gives `iif`/`oif`.
+#[test]
+fn interfaces_named_by_index_exist_in_the_scratch_namespace() {
+    if !privileged("interfaces_named_by_index_exist_in_the_scratch_namespace") {
+        return;
+    }
+    let r = import("nft", "iif.nft", &["--verify"]);
+    faithful(&r);
+    let input = std::fs::read_to_string(r.out.join("rules/10-input.kdl")).unwrap();
+    assert!(input.contains("in=\"wan0\""), "{input}");
+}

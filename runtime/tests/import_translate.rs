@@ -348,3 +348,12 @@ fn firewalld_rich_rules_services_and_policies_table() {
         check_repo(&rendered);
     }
 }
+
+/// A firewalld.conf option the proof's firewalld does not know (firewalld 2.x's ReloadPolicy on
+/// an older firewalld) is reported as a version difference, not as a bare "Invalid option".
+#[test]
+fn an_unknown_firewalld_option_is_a_version_difference() {
+    let n = import::firewalld_source::version_difference("ERROR: Invalid option: 'ReloadPolicy=INPUT:DROP'", Some("1.3.3"));
+    assert!(n.starts_with("firewalld.conf: `ReloadPolicy=INPUT:DROP` is not an option of this host's firewalld 1.3.3: a setting of another firewalld version"), "{n}");
+    assert_eq!(import::firewalld_source::version_difference("WARNING: something", None), "WARNING: something");
+}

@@ -7,6 +7,7 @@
 
 pub mod firewalld;
 pub mod firewalld_source;
+pub mod ifnames;
 pub mod model;
 pub mod ports;
 pub mod proof;

@@ -36,8 +36,12 @@ fn first_json(text: &str) -> Result<Value, ImportError> {
 /// Load an `nft -f` file in a scratch namespace and list it as JSON.
 pub fn nft_file(path: &Path) -> Result<(Value, Origins), ImportError> {
     let text = std::fs::read_to_string(path).map_err(|e| ImportError::Source { what: format!("cannot read {}: {e}", path.display()), hint: "give the ruleset file (e.g. /etc/nftables.conf)".into() })?;
+    // Interfaces named by index (`iif "wan0"`) must exist for nft to load the file: links of
+    // those names in the scratch namespace stand in for the host's.
+    // A dummy link where the kernel has the module, else a bridge (always built in).
+    let script = "f=\"$1\"; shift; for n in \"$@\"; do ip link add \"$n\" type dummy 2>/dev/null || ip link add \"$n\" type bridge 2>/dev/null; done; nft -f \"$f\" && nft -j list ruleset";
     let out = run(
-        Command::new("unshare").args(["-n", "sh", "-c", "nft -f \"$1\" && nft -j list ruleset", "sh"]).arg(path),
+        Command::new("unshare").args(["-n", "sh", "-c", script, "sh"]).arg(path).args(super::ifnames::by_index(&text)),
         &format!("nft -f {} (in a scratch network namespace)", path.display()),
     )?;
     let listing = first_json(&out)?;
