@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use fwc_testkit::{output_text as text, privileged};
+use fwc_testkit::{output_text as text, privileged, Netns};
 
 fn case(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/import/cases").join(name)
@@ -269,4 +269,30 @@ fn interfaces_named_by_index_exist_in_the_scratch_namespace() {
     faithful(&r);
     let input = std::fs::read_to_string(r.out.join("rules/10-input.kdl")).unwrap();
     assert!(input.contains("in=\"wan0\""), "{input}");
+}
+
+/// `--live` on a host whose rules iptables-nft loaded: `nft -j` lists them with opaque `xt`
+/// statements (even `-m conntrack`); the import reads them back as native nftables and keeps
+/// the host's handles as origins.
+#[test]
+fn a_live_iptables_nft_ruleset_imports_with_its_handles() {
+    if !privileged("a_live_iptables_nft_ruleset_imports_with_its_handles") {
+        return;
+    }
+    let ns = Netns::new("lx");
+    let load = Command::new("ip").args(["netns", "exec", &ns.name, "iptables-nft-restore", case("brmoyo.v4").to_str().unwrap()]).output().unwrap();
+    assert!(load.status.success(), "{}", text(&load));
+    let listing = Command::new("ip").args(["netns", "exec", &ns.name, "nft", "-a", "list", "ruleset"]).output().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let o = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["import", "--from", "nft", "--live", "--netns", &ns.name, "--out", out.to_str().unwrap(), "--verify"]).output().unwrap();
+    assert!(o.status.success() && text(&o).contains(" 0 differ"), "{}", text(&o));
+    // Every origin names a handle the host's own listing has.
+    let rules: String = std::fs::read_dir(out.join("rules")).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect();
+    let host = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let handles: Vec<&str> = rules.split("handle ").skip(1).map(|r| r.split('"').next().unwrap()).collect();
+    assert!(!handles.is_empty(), "{rules}");
+    for h in handles {
+        assert!(host.contains(&format!("# handle {h}\n")), "handle {h} is not the host's:\n{host}\n{rules}");
+    }
 }

@@ -262,7 +262,7 @@ pub fn read(kind: Kind, path: Option<&Path>, live: bool, netns: Option<&str>) ->
                 Some(ns) => format!("the live ruleset of network namespace {ns}"),
                 None => "the live ruleset of this host".into(),
             };
-            Ok((source::live(netns)?, Default::default(), label, Vec::new()))
+            Ok((source::live_native(netns)?, Default::default(), label, Vec::new()))
         }
         (Kind::Nft, false) => {
             let p = path.ok_or_else(need_path)?;

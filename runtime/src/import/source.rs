@@ -305,7 +305,27 @@ pub fn live_native(netns: Option<&str>) -> Result<Value, ImportError> {
         Some(ns) => run(Command::new("ip").args(["netns", "exec", ns, "nft", "list", "ruleset"]), &format!("nft list ruleset in network namespace {ns}"))?,
         None => run(Command::new("nft").args(["list", "ruleset"]), "nft list ruleset")?,
     };
-    first_json(&reload(&text, &BTreeMap::new(), &BTreeMap::new())?)
+    let mut native = first_json(&reload(&text, &BTreeMap::new(), &BTreeMap::new())?)?;
+    keep_handles(&v, &mut native);
+    Ok(native)
+}
+
+/// The copy read back gets handles of its own: give each rule the handle of the rule at the
+/// same place in the host's listing (same table, chain and position), which is how a `--live`
+/// import names a rule's origin.
+fn keep_handles(host: &Value, copy: &mut Value) {
+    let key = |r: &Value| ["family", "table", "chain"].map(|k| r.get(k).and_then(Value::as_str).unwrap_or_default().to_string());
+    let mut handles: BTreeMap<[String; 3], std::collections::VecDeque<Value>> = BTreeMap::new();
+    for r in host.get("nftables").and_then(Value::as_array).into_iter().flatten().filter_map(|o| o.get("rule")) {
+        handles.entry(key(r)).or_default().push_back(r.get("handle").cloned().unwrap_or(Value::Null));
+    }
+    for o in copy.get_mut("nftables").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(r) = o.get_mut("rule") {
+            if let Some(h) = handles.get_mut(&key(r)).and_then(|q| q.pop_front()) {
+                r["handle"] = h;
+            }
+        }
+    }
 }
 
 fn file_label(p: &Path) -> String {
