@@ -234,6 +234,23 @@ mod tests {
         assert_eq!(x("tcp 192.0.2.5 -> 198.18.1.1:23"), Verdict::Drop);
     }
 
+    /// A router's `ip protocol igmp accept`, `meta l4proto { gre, esp }`: protocols the
+    /// evaluator's flows never are, so the match is false, not an error.
+    #[test]
+    fn other_ip_protocols_by_name_do_not_match_tcp_flows() {
+        let proto = |right: Value| serde_json::json!({"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": right}});
+        let v = serde_json::json!({"nftables": [
+            {"table": {"family": "inet", "name": "f", "handle": 1}},
+            {"chain": {"family": "inet", "table": "f", "name": "in", "handle": 2, "type": "filter", "hook": "input", "prio": 0, "policy": "drop"}},
+            {"rule": {"family": "inet", "table": "f", "chain": "in", "handle": 3, "expr": [proto(Value::from("igmp")), {"accept": null}]}},
+            {"rule": {"family": "inet", "table": "f", "chain": "in", "handle": 4, "expr": [proto(serde_json::json!({"set": ["gre", "esp"]})), {"accept": null}]}},
+            {"rule": {"family": "inet", "table": "f", "chain": "in", "handle": 5, "expr": [proto(Value::from("tcp")), {"accept": null}]}},
+        ]});
+        let ev = Evaluator::from_table(table_from_listing(&v).unwrap());
+        let e = ev.explain(&Flow::parse("tcp 192.0.2.5 -> 198.18.1.1:22").unwrap()).unwrap();
+        assert_eq!((e.verdict, e.decided_by.identity.as_deref()), (Verdict::Accept, Some("inet f in handle 5")));
+    }
+
     #[test]
     fn bridge_tables_are_refused() {
         let v = serde_json::json!({"nftables": [{"table": {"family": "bridge", "name": "f", "handle": 1}}]});
