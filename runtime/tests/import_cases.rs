@@ -296,3 +296,16 @@ fn a_live_iptables_nft_ruleset_imports_with_its_handles() {
         assert!(host.contains(&format!("# handle {h}\n")), "handle {h} is not the host's:\n{host}\n{rules}");
     }
 }
+
+/// A user the importing host does not have (`-m owner --uid-owner debian-tor-x`): iptables
+/// resolves it while loading, so the import gives it an id in a scratch mount namespace; the
+/// owner match is then refused by name and line, not a load failure.
+#[test]
+fn owner_names_this_host_lacks_load_and_are_refused_by_line() {
+    if !privileged("owner_names_this_host_lacks_load_and_are_refused_by_line") {
+        return;
+    }
+    let r = import("iptables", "owner.v4", &[]);
+    refused(&r, &["owner.v4:7: the match on meta skuid"]);
+    assert!(!r.text.contains("must load with its own tool"), "{}", r.text);
+}

@@ -9,6 +9,7 @@ pub mod firewalld;
 pub mod firewalld_source;
 pub mod ifnames;
 pub mod model;
+pub mod owners;
 pub mod ports;
 pub mod proof;
 pub mod render;

@@ -39,14 +39,51 @@ pub fn nft_file(path: &Path) -> Result<(Value, Origins), ImportError> {
     // Interfaces named by index (`iif "wan0"`) must exist for nft to load the file: links of
     // those names in the scratch namespace stand in for the host's.
     // A dummy link where the kernel has the module, else a bridge (always built in).
-    let script = "f=\"$1\"; shift; for n in \"$@\"; do ip link add \"$n\" type dummy 2>/dev/null || ip link add \"$n\" type bridge 2>/dev/null; done; nft -f \"$f\" && nft -j list ruleset";
+    let script = format!("{BIND_IDS}f=\"$1\"; shift; for n in \"$@\"; do ip link add \"$n\" type dummy 2>/dev/null || ip link add \"$n\" type bridge 2>/dev/null; done; nft -f \"$f\" && nft -j list ruleset");
+    let ids = ScratchIds::for_text(&text)?;
     let out = run(
-        Command::new("unshare").args(["-n", "sh", "-c", script, "sh"]).arg(path).args(super::ifnames::by_index(&text)),
+        ids.apply(Command::new("unshare").args(["-m", "-n", "sh", "-c", &script, "sh"]).arg(path).args(super::ifnames::by_index(&text))),
         &format!("nft -f {} (in a scratch network namespace)", path.display()),
     )?;
     let listing = first_json(&out)?;
     let origins = nft_origins(&text, &file_label(path), &listing);
     Ok((listing, origins))
+}
+
+/// Shell lines that bind the import's own `/etc/passwd` and `/etc/group` (with the names the
+/// original refers to and this host lacks) over the real ones, in the scratch mount namespace.
+const BIND_IDS: &str = "[ -n \"$FWC_IMPORT_PASSWD\" ] && mount --bind \"$FWC_IMPORT_PASSWD\" /etc/passwd; [ -n \"$FWC_IMPORT_GROUP\" ] && mount --bind \"$FWC_IMPORT_GROUP\" /etc/group; ";
+
+/// The user and group databases of the scratch mount namespace, when the original names users
+/// or groups this host does not have (see [`super::owners`]).
+struct ScratchIds {
+    _dir: Option<tempfile::TempDir>,
+    passwd: Option<std::path::PathBuf>,
+    group: Option<std::path::PathBuf>,
+}
+
+impl ScratchIds {
+    fn for_text(text: &str) -> Result<ScratchIds, ImportError> {
+        let (users, groups) = super::owners::named(text);
+        let passwd = super::owners::with_entries(&std::fs::read_to_string("/etc/passwd").unwrap_or_default(), &users, false);
+        let group = super::owners::with_entries(&std::fs::read_to_string("/etc/group").unwrap_or_default(), &groups, true);
+        if passwd.is_none() && group.is_none() {
+            return Ok(ScratchIds { _dir: None, passwd: None, group: None });
+        }
+        let dir = tempfile::tempdir().map_err(|e| ImportError::Source { what: format!("cannot create a temporary directory: {e}"), hint: String::new() })?;
+        let write = |name: &str, text: Option<String>| -> Result<Option<std::path::PathBuf>, ImportError> {
+            let Some(t) = text else { return Ok(None) };
+            let p = dir.path().join(name);
+            std::fs::write(&p, t).map_err(|e| ImportError::Source { what: format!("cannot write {}: {e}", p.display()), hint: String::new() })?;
+            Ok(Some(p))
+        };
+        let (passwd, group) = (write("passwd", passwd)?, write("group", group)?);
+        Ok(ScratchIds { _dir: Some(dir), passwd, group })
+    }
+
+    fn apply<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        cmd.env("FWC_IMPORT_PASSWD", self.passwd.as_deref().unwrap_or(Path::new(""))).env("FWC_IMPORT_GROUP", self.group.as_deref().unwrap_or(Path::new("")))
+    }
 }
 
 /// Load iptables-save / ip6tables-save output with iptables-nft in a scratch namespace; the
@@ -60,7 +97,10 @@ pub fn iptables_files(files: &[(std::path::PathBuf, bool)]) -> Result<(Value, Or
         args.push(p.clone());
     }
     script.push_str("nft list ruleset");
-    let text = run(Command::new("unshare").args(["-n", "sh", "-c", &script, "sh"]).args(&args), "iptables-nft-restore (in a scratch network namespace)")?;
+    let all: String = files.iter().filter_map(|(p, _)| std::fs::read_to_string(p).ok()).collect::<Vec<_>>().join("\n");
+    let ids = ScratchIds::for_text(&all)?;
+    let script = format!("{BIND_IDS}{script}");
+    let text = run(ids.apply(Command::new("unshare").args(["-m", "-n", "sh", "-c", &script, "sh"]).args(&args)), "iptables-nft-restore (in a scratch network namespace)")?;
     let mut origins = BTreeMap::new();
     let mut originals = BTreeMap::new();
     for (p, v6) in files {
