@@ -9,6 +9,7 @@
 pub mod effects;
 pub mod flow;
 pub mod foreign;
+pub mod headers;
 pub mod listing_forms;
 pub mod nft;
 pub mod render;
