@@ -253,10 +253,11 @@ fn iptables_icmp_xt_matches_are_read_as_native_matches() {
     assert!(r.text.contains("xticmp.v6:9: an on-link accept (hop limit) of ICMPv6 ind-neighbor-solicit"), "{}", r.text);
     let input = std::fs::read_to_string(r.out.join("rules/10-input.kdl")).unwrap();
     assert!(input.contains("icmp-type=\"mld-listener-query\" from=\"fe80::/10\""), "{input}");
-    // A type with a code: refused by name and line until fwc has ICMP codes, never "xt".
+    // A type with a code: `icmp-type=3 icmp-code=4`.
     let r = import("iptables", "xticmp.v4", &["--verify"]);
-    refused(&r, &["xticmp.v4:7: the match on icmp code"]);
-    assert!(!r.text.contains("xt match"), "{}", r.text);
+    faithful(&r);
+    let fwd = std::fs::read_to_string(r.out.join("rules/20-forward.kdl")).unwrap();
+    assert!(fwd.contains("icmp-type=\"destination-unreachable\" icmp-code=\"frag-needed\""), "{fwd}");
 }
 
 /// `iif "wan0"` (an interface index, resolved by nft when it loads the file) loads in the

@@ -36,6 +36,8 @@ pub struct Cond {
     pub oif: Option<String>,
     /// ICMP types as nft names them.
     pub icmp_type: Option<String>,
+    /// ICMP codes (numbers, comma separated), with one ICMP type.
+    pub icmp_code: Option<String>,
     /// ct states, comma separated (`new`, `invalid`).
     pub state: Option<String>,
     pub family: Option<Family>,

@@ -55,6 +55,9 @@ fn rule_line(r: &Rule) -> String {
     if let Some(x) = &c.icmp_type {
         p.push(format!("icmp-type={}", q(x)));
     }
+    if let Some(x) = &c.icmp_code {
+        p.push(format!("icmp-code={}", q(x)));
+    }
     if let Some(x) = &c.port {
         p.push(if x.chars().all(|d| d.is_ascii_digit()) { format!("port={x}") } else { format!("port={}", q(x)) });
     }

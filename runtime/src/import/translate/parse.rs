@@ -94,6 +94,10 @@ impl Tx<'_> {
                                     c.proto = Some(proto.clone());
                                     set_once(&mut c.icmp_type, strings(&right).join(","))?;
                                 }
+                                ("icmp" | "icmpv6", "code") => {
+                                    c.proto = Some(proto.clone());
+                                    set_once(&mut c.icmp_code, strings(&right).join(","))?;
+                                }
                                 _ => return refuse(format!("the match on {proto} {field}"), "fwc matches addresses, ports, protocols, interfaces, ICMP types and ct state"),
                             }
                         }
@@ -237,6 +241,7 @@ pub(super) fn merge(a: &Cond, b: &Cond) -> Result<Cond, String> {
         iif: one(&a.iif, &b.iif, "the input interface")?,
         oif: one(&a.oif, &b.oif, "the output interface")?,
         icmp_type: one(&a.icmp_type, &b.icmp_type, "ICMP types")?,
+        icmp_code: one(&a.icmp_code, &b.icmp_code, "ICMP codes")?,
         state: one(&a.state, &b.state, "ct state")?,
         family: one(&a.family, &b.family, "the address family")?,
     })
