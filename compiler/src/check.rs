@@ -106,6 +106,26 @@ impl Checker<'_> {
         }
     }
 
+    /// `tcp-flags=` needs `proto=tcp`; `icmp-code=` one ICMP type (a code means something only
+    /// within its type).
+    fn header_matches(&mut self, rule: &str, r: &FilterRule) {
+        if let Some(f) = &r.tcp_flags {
+            if r.proto.as_ref().is_none_or(|p| p.value != Proto::Tcp) {
+                let what = match &r.proto {
+                    Some(p) => format!("tcp-flags on a proto={} rule", p.value.as_str()),
+                    None => "tcp-flags without proto=tcp".to_string(),
+                };
+                self.err("tcp-flags-without-tcp", rule, what, f.span, "TCP flags need proto=tcp", "add proto=tcp (TCP flags exist only in TCP packets)");
+            }
+        }
+        if let Some(c) = &r.icmp_codes {
+            if r.icmp_types.as_ref().is_none_or(|t| t.value.len() != 1) {
+                let help = "name one ICMP type, e.g. icmp-type=\"destination-unreachable\" icmp-code=\"frag-needed\"; for codes of several types write one rule per type";
+                self.err("icmp-code-without-one-type", rule, "icmp-code needs exactly one icmp-type", c.span, "codes of which type?", help);
+            }
+        }
+    }
+
     fn ports_need_proto(&mut self, rule: &str, proto: Option<&Spanned<Proto>>, ports: Option<&Spanned<Vec<PortRange>>>, key: &str) {
         let Some(ports) = ports else { return };
         match proto {
@@ -163,6 +183,7 @@ impl Checker<'_> {
             if let (ChainKind::Input, Some(o)) = (r.chain, &r.oif) {
                 self.err("oif-in-input", &rule, "packets for this host have no output interface", o.span, "`out` in the input chain", "use `in=` in the input chain");
             }
+            self.header_matches(&rule, r);
             self.family_mix(&rule, &r.from, &r.to);
             if let (ChainKind::Containers, Some(p)) = (r.chain, &r.proto) {
                 if !p.value.has_ports() {

@@ -12,6 +12,7 @@ pub mod diff;
 pub mod emit;
 pub mod eval;
 pub mod format;
+pub mod headers;
 pub mod kdl_reader;
 pub mod limits;
 pub mod lint;

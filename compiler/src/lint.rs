@@ -114,7 +114,14 @@ fn ports_cover(a: Option<&[PortRange]>, b: Option<&[PortRange]>) -> bool {
 /// only at times (`during=`, `until=`), or decides nothing (`log`): counted as covering no
 /// other rule (conservative: no false alarm).
 fn never_covers(r: &FilterRule) -> bool {
-    r.rate.is_some() || r.icmp_types.is_some() || r.state.is_some() || !r.action.is_terminal() || r.schedule.is_some()
+    r.rate.is_some() || r.icmp_types.is_some() || r.state.is_some() || !r.action.is_terminal() || r.schedule.is_some() || narrows_headers(r)
+}
+
+/// A rule with a header match the coverage test does not model (ICMP codes, TCP flags,
+/// packet types) or a negated list: it neither covers another (it may match less than its
+/// other properties say) nor is covered (a negated list matches more than the list).
+fn narrows_headers(r: &FilterRule) -> bool {
+    r.icmp_codes.is_some() || r.tcp_flags.is_some() || r.pkttypes.is_some() || r.negate.any()
 }
 
 fn same_or_any<T: PartialEq>(a: Option<&T>, b: Option<&T>) -> bool {
@@ -186,6 +193,7 @@ impl<'a> Linter<'a> {
     /// Does rule `a` match every packet rule `b` matches?
     fn covers(&mut self, a: &'a FilterRule, b: &'a FilterRule) -> bool {
         !never_covers(a)
+            && !b.negate.any()
             && selector_key(&a.on).is_none_or(|k| Some(k) == selector_key(&b.on))
             && proto_covers(a.proto.as_ref().map(|p| p.value), b.proto.as_ref().map(|p| p.value))
             && ports_cover(a.ports.as_ref().map(|p| p.value.as_slice()), b.ports.as_ref().map(|p| p.value.as_slice()))
@@ -258,6 +266,8 @@ impl<'a> Linter<'a> {
                 && r.iif.is_none()
                 && r.sports.is_none()
                 && r.to.is_none()
+                && !r.negate.any()
+                && r.pkttypes.is_none()
         });
         if !allows_ssh {
             self.warn(
@@ -352,7 +362,7 @@ impl<'a> Linter<'a> {
                 ForwardProto::Both => Proto::Both,
             };
             for r in rules.into_iter().filter(|r| r.action.is_terminal()) {
-                let plain = r.rate.is_none() && r.schedule.is_none() && r.state.is_none() && r.icmp_types.is_none() && r.on.is_none() && r.iif.is_none() && r.oif.is_none() && r.sports.is_none() && r.ports.is_none() && r.to.is_none();
+                let plain = r.rate.is_none() && r.schedule.is_none() && r.state.is_none() && r.icmp_types.is_none() && !narrows_headers(r) && r.on.is_none() && r.iif.is_none() && r.oif.is_none() && r.sports.is_none() && r.ports.is_none() && r.to.is_none();
                 if r.action == Action::Allow {
                     if self.addr_meets(r.from.as_ref(), Some(from)) {
                         break; // an allow may let some of them through first

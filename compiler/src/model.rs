@@ -9,6 +9,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
+pub mod header;
 pub mod quota;
 pub mod window;
 
@@ -426,14 +427,31 @@ pub struct FilterRule {
     pub sports: Option<Spanned<Vec<PortRange>>>,
     pub from: Option<Spanned<AddrMatch>>,
     pub to: Option<Spanned<AddrMatch>>,
-    pub iif: Option<Spanned<String>>,
-    pub oif: Option<Spanned<String>>,
+    /// `in=`: input interface names (one or a list).
+    #[serde(serialize_with = "header::serialize_ifaces")]
+    pub iif: Option<Spanned<Vec<String>>>,
+    /// `out=`: output interface names.
+    #[serde(serialize_with = "header::serialize_ifaces")]
+    pub oif: Option<Spanned<Vec<String>>>,
+    /// `!` before `from`, `to`, `port`, `sport`, `in`, `out`: none of the list. Skipped when
+    /// nothing is negated (digests of other rules).
+    #[serde(skip_serializing_if = "header::Negations::none")]
+    pub negate: header::Negations,
     /// `log=#true`, or implied by `log-prefix`/`log-rate`, or a `log` rule.
     pub log: bool,
     pub rate: Option<Spanned<EventRate>>,
     /// `icmp-type=`: ICMP (proto=icmp) or ICMPv6 (proto=icmpv6) type numbers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub icmp_types: Option<Spanned<Vec<u8>>>,
+    /// `icmp-code=`: codes of the rule's one ICMP type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icmp_codes: Option<Spanned<Vec<u8>>>,
+    /// `tcp-flags=`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_flags: Option<Spanned<header::TcpFlags>>,
+    /// `pkttype=`: link-layer packet types.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pkttypes: Option<Spanned<Vec<header::PktType>>>,
     /// `reject-with=` (reject rules only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reject_with: Option<Spanned<RejectWith>>,

@@ -76,7 +76,7 @@ pub struct PolicyTest {
 }
 
 const OUTCOMES: &[&str] = &["accept", "drop", "reject", "forward", "shaped"];
-const PROPS: &[&str] = &["proto", "icmp-type", "from", "to", "chain", "in", "out", "host", "rule", "reaches", "via", "class", "at"];
+const PROPS: &[&str] = &["proto", "icmp-type", "icmp-code", "tcp-flags", "from", "to", "chain", "in", "out", "host", "rule", "reaches", "via", "class", "at"];
 
 /// Parse every test file of `tree` (files are added to `map`). All errors are returned together.
 pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, Diagnostics> {
@@ -269,6 +269,24 @@ impl FileParser<'_> {
                 Ok(t) => spec.icmp_type = Some(t),
                 Err(e) => {
                     bad(self, "icmp-type", span, e.message, "write proto=icmp icmp-type=\"echo-reply\" (or proto=icmpv6 …; nft's names or a number)".into());
+                    ok = false;
+                }
+            }
+        }
+        if let Some((v, span)) = take("icmp-code") {
+            match eval::flow::parse_icmp_code(spec.proto.unwrap_or(L4::Tcp), &v) {
+                Ok(c) => spec.icmp_code = Some(c),
+                Err(e) => {
+                    bad(self, "icmp-code", span, e.message, "write proto=icmp icmp-type=\"destination-unreachable\" icmp-code=\"frag-needed\" (nft's names or a number)".into());
+                    ok = false;
+                }
+            }
+        }
+        if let Some((v, span)) = take("tcp-flags") {
+            match eval::flow::parse_tcp_flag_bits(&v) {
+                Ok(f) => spec.tcp_flags = Some(f),
+                Err(e) => {
+                    bad(self, "tcp-flags", span, e.message, "write the packet's flags: tcp-flags=\"ack\", \"syn,ack\", \"none\"".into());
                     ok = false;
                 }
             }

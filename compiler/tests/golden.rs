@@ -73,6 +73,7 @@ golden_cases! {
     case_29_icmp_reject_log => "29-icmp-reject-log",
     case_30_source_nat => "30-source-nat",
     case_31_rollout => "31-rollout",
+    case_32_header_matches => "32-header-matches",
     case_40_per_source => "40-per-source",
     // schedules: compiled at the time in the case's `at` file
     case_50_schedule_summer => "50-schedule-summer",

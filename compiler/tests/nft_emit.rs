@@ -59,6 +59,10 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
         log: false,
         rate: None,
         icmp_types: None,
+        icmp_codes: None,
+        tcp_flags: None,
+        pkttypes: None,
+        negate: Default::default(),
         reject_with: None,
         log_prefix: None,
         log_rate: None,
@@ -221,11 +225,11 @@ fn kitchen_sink() -> Ruleset {
     let mut udprej = rule(ChainKind::Input, Action::Reject, "udp-reject");
     udprej.proto = Some(sp(Proto::Udp));
     udprej.sports = Some(sp(ports("1000-2000")));
-    udprej.iif = Some(sp("eth0".into()));
+    udprej.iif = Some(sp(vec!["eth0".into()]));
     udprej.to = addrs("192.0.2.1,2001:db8::1");
     let mut fwd_lan = rule(ChainKind::Forward, Action::Allow, "lan-out");
-    fwd_lan.iif = Some(sp("eth1".into()));
-    fwd_lan.oif = Some(sp("eth0".into()));
+    fwd_lan.iif = Some(sp(vec!["eth1".into()]));
+    fwd_lan.oif = Some(sp(vec!["eth0".into()]));
     fwd_lan.rate = rate(10, TimeUnit::Minute, Some(20));
     let mut out_smtp = rule(ChainKind::Output, Action::Deny, "no-smtp");
     out_smtp.proto = Some(sp(Proto::Tcp));

@@ -104,10 +104,11 @@ fn run(step: &str, argv: &[&str], stdin: Option<&str>) -> Result<String, KernelE
 /// Name of the host-side interface a flow arrives on (`fwck0` when the flow names none).
 const DEFAULT_IF: &str = "fwck0";
 
-/// Flows sent as packets: not the host's own, and of ICMP only echo requests and replies
-/// (their identifier carries the flow's source port, which names the packet in the trace).
+/// Flows sent as packets: not the host's own, and of ICMP only echo requests and replies and
+/// destination-unreachable errors (their identifier, or the error's unused word, carries the
+/// flow's source port, which names the packet in the trace).
 fn sends(f: &Flow) -> bool {
-    f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8 | 0) | (L4::Icmpv6, 128 | 129)))
+    f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8 | 0 | 3) | (L4::Icmpv6, 128 | 129 | 1)))
 }
 
 /// Evaluate `flows` in the kernel. Flows must have distinct source ports (they identify the
@@ -177,7 +178,9 @@ pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcom
             }
         }
     }
-    for a in &locals {
+    // Broadcast and multicast destinations are delivered without an address of their own
+    // (224.0.0.1 / ff02::1: every interface has joined the all-hosts group).
+    for a in locals.iter().filter(|a| !a.is_multicast() && *a != &IpAddr::from([255, 255, 255, 255])) {
         let cidr = if a.is_ipv4() { format!("{a}/32") } else { format!("{a}/128") };
         let mut argv = vec!["ip", "-n", &h, "addr", "add", &cidr, "dev", "lo"];
         if a.is_ipv6() {
@@ -212,7 +215,7 @@ pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcom
         .filter(|f| sends(f))
         .map(|f| {
             let (peer_if, mac) = &ifaces[f.iif.as_deref().unwrap_or(DEFAULT_IF)];
-            (peer_if.clone(), frame(f, PEER_MAC, *mac))
+            (peer_if.clone(), frame(f, PEER_MAC, link_dst(f.daddr, *mac)))
         })
         .collect();
     let (marker_if, marker_dst) = ifaces[DEFAULT_IF].clone();
@@ -294,6 +297,8 @@ fn marker_frame(n: u16, dst_mac: [u8; 6]) -> Vec<u8> {
         origin: Origin::Input,
         iif: None,
         oif: None,
+        tcp_flags: 0,
+        icmp_code: 0,
     };
     frame(&f, MARKER_MAC, dst_mac)
 }
@@ -391,7 +396,7 @@ fn frame(f: &Flow, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
     let mut l4 = Vec::new();
     if matches!(f.proto, L4::Icmp | L4::Icmpv6) {
         // Echo request or reply: type, code, checksum, identifier (the flow's source port), sequence.
-        l4.extend([f.dport as u8, 0, 0, 0]);
+        l4.extend([f.dport as u8, f.icmp_code, 0, 0]);
         l4.extend(f.sport.to_be_bytes());
         l4.extend(1u16.to_be_bytes());
         l4.extend(b"fwc!");
@@ -405,7 +410,7 @@ fn frame(f: &Flow, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
         L4::Tcp => {
             l4.extend(1u32.to_be_bytes()); // seq
             l4.extend(0u32.to_be_bytes()); // ack
-            l4.extend([5 << 4, 0x02]); // data offset, SYN
+            l4.extend([5 << 4, f.tcp_flags]); // data offset, flags (SYN unless the flow says)
             l4.extend(65535u16.to_be_bytes());
             l4.extend([0, 0, 0, 0]); // checksum, urgent
             6u8
@@ -460,6 +465,25 @@ fn frame(f: &Flow, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
     }
     out.extend(l4);
     out
+}
+
+/// The link-layer destination of a packet to `daddr`: the broadcast address for
+/// 255.255.255.255, the group's address for a multicast one (`01:00:5e` + 23 bits, `33:33` +
+/// 32 bits), else the receiving interface's `mac` — so the kernel's `meta pkttype` is what the
+/// pure evaluator takes from the destination.
+fn link_dst(daddr: IpAddr, mac: [u8; 6]) -> [u8; 6] {
+    match daddr {
+        IpAddr::V4(a) if a.is_broadcast() => [0xff; 6],
+        IpAddr::V4(a) if a.is_multicast() => {
+            let o = a.octets();
+            [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]
+        }
+        IpAddr::V6(a) if a.is_multicast() => {
+            let o = a.octets();
+            [0x33, 0x33, o[12], o[13], o[14], o[15]]
+        }
+        _ => mac,
+    }
 }
 
 fn ip_bytes(a: IpAddr) -> Vec<u8> {
@@ -519,7 +543,7 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
             // nft 1.0.6 prints an ICMPv6 echo's identifier and sequence as one 32-bit
             // `icmpv6 parameter-problem` word.
             .or_else(|| {
-                let echo = first.contains("icmpv6 type echo-");
+                let echo = first.contains("icmpv6 type echo-") || first.contains("icmpv6 type destination-unreachable");
                 word_after(first, "icmpv6 parameter-problem ").filter(|_| echo).and_then(|w| w.parse::<u32>().ok()).map(|n| (n >> 16) as u16)
             })
         else {

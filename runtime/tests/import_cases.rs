@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use fwc_testkit::{output_text as text, privileged};
+use fwc_testkit::{output_text as text, privileged, Netns};
 
 fn case(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/import/cases").join(name)
@@ -163,9 +163,10 @@ fn partial_verify_without_a_proof_says_what_the_evaluator_lacks() {
     if !privileged("partial_verify_without_a_proof_says_what_the_evaluator_lacks") {
         return;
     }
-    let r = import("nft", "fuzz/pkttype.nft", &["--partial", "--verify"]);
+    // (A construct the evaluator does not model: it once was `meta pkttype`, which it models now.)
+    let r = import("nft", "fuzz/meta-cpu.nft", &["--partial", "--verify"]);
     assert_eq!(r.code, Some(1), "{}", r.text);
-    assert!(r.text.contains("pkttype.nft:5") && r.text.contains("warning:") && !r.text.contains("import with --partial"), "{}", r.text);
+    assert!(r.text.contains("meta-cpu.nft:5") && r.text.contains("warning:") && !r.text.contains("import with --partial"), "{}", r.text);
     assert!(!r.out.exists(), "{}", r.text);
 }
 
@@ -237,4 +238,76 @@ fn verdict_maps_are_flattened() {
     for want in [r#"proto=tcp port=22 from="0.0.0.0/0" in="br0" comment="vmap.nft:4""#, r#"proto=udp port=53 from="0.0.0.0/0" in="br0""#, r#"port=80"#] {
         assert!(input.contains(want), "{want} in\n{input}");
     }
+}
+
+/// ICMP matches iptables-nft keeps as `xt match icmp6`/`icmp` (numeric types, type/code: every
+/// stock ufw's before6.rules) are read from the original line as nftables matches: the
+/// evaluator runs them (the proof exists) and the import translates them.
+#[test]
+fn iptables_icmp_xt_matches_are_read_as_native_matches() {
+    if !privileged("iptables_icmp_xt_matches_are_read_as_native_matches") {
+        return;
+    }
+    let r = import("iptables", "xticmp.v6", &["--verify"]);
+    faithful(&r);
+    assert!(r.text.contains("xticmp.v6:9: an on-link accept (hop limit) of ICMPv6 ind-neighbor-solicit"), "{}", r.text);
+    let input = std::fs::read_to_string(r.out.join("rules/10-input.kdl")).unwrap();
+    assert!(input.contains("icmp-type=\"mld-listener-query\" from=\"fe80::/10\""), "{input}");
+    // A type with a code: `icmp-type=3 icmp-code=4`.
+    let r = import("iptables", "xticmp.v4", &["--verify"]);
+    faithful(&r);
+    let fwd = std::fs::read_to_string(r.out.join("rules/20-forward.kdl")).unwrap();
+    assert!(fwd.contains("icmp-type=\"destination-unreachable\" icmp-code=\"frag-needed\""), "{fwd}");
+}
+
+/// `iif "wan0"` (an interface index, resolved by nft when it loads the file) loads in the
+/// scratch namespace: the import creates a link of each name the file gives `iif`/`oif`.
+#[test]
+fn interfaces_named_by_index_exist_in_the_scratch_namespace() {
+    if !privileged("interfaces_named_by_index_exist_in_the_scratch_namespace") {
+        return;
+    }
+    let r = import("nft", "iif.nft", &["--verify"]);
+    faithful(&r);
+    let input = std::fs::read_to_string(r.out.join("rules/10-input.kdl")).unwrap();
+    assert!(input.contains("in=\"wan0\""), "{input}");
+}
+
+/// `--live` on a host whose rules iptables-nft loaded: `nft -j` lists them with opaque `xt`
+/// statements (even `-m conntrack`); the import reads them back as native nftables and keeps
+/// the host's handles as origins.
+#[test]
+fn a_live_iptables_nft_ruleset_imports_with_its_handles() {
+    if !privileged("a_live_iptables_nft_ruleset_imports_with_its_handles") {
+        return;
+    }
+    let ns = Netns::new("lx");
+    let load = Command::new("ip").args(["netns", "exec", &ns.name, "iptables-nft-restore", case("brmoyo.v4").to_str().unwrap()]).output().unwrap();
+    assert!(load.status.success(), "{}", text(&load));
+    let listing = Command::new("ip").args(["netns", "exec", &ns.name, "nft", "-a", "list", "ruleset"]).output().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fw");
+    let o = Command::new(env!("CARGO_BIN_EXE_fwc")).args(["import", "--from", "nft", "--live", "--netns", &ns.name, "--out", out.to_str().unwrap(), "--verify"]).output().unwrap();
+    assert!(o.status.success() && text(&o).contains(" 0 differ"), "{}", text(&o));
+    // Every origin names a handle the host's own listing has.
+    let rules: String = std::fs::read_dir(out.join("rules")).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect();
+    let host = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let handles: Vec<&str> = rules.split("handle ").skip(1).map(|r| r.split('"').next().unwrap()).collect();
+    assert!(!handles.is_empty(), "{rules}");
+    for h in handles {
+        assert!(host.contains(&format!("# handle {h}\n")), "handle {h} is not the host's:\n{host}\n{rules}");
+    }
+}
+
+/// A user the importing host does not have (`-m owner --uid-owner debian-tor-x`): iptables
+/// resolves it while loading, so the import gives it an id in a scratch mount namespace; the
+/// owner match is then refused by name and line, not a load failure.
+#[test]
+fn owner_names_this_host_lacks_load_and_are_refused_by_line() {
+    if !privileged("owner_names_this_host_lacks_load_and_are_refused_by_line") {
+        return;
+    }
+    let r = import("iptables", "owner.v4", &[]);
+    refused(&r, &["owner.v4:7: the match on meta skuid"]);
+    assert!(!r.text.contains("must load with its own tool"), "{}", r.text);
 }

@@ -2,7 +2,9 @@
 //! stable Rust, without root: nftables listings (`nft -j list ruleset` of the import fixtures,
 //! tests/import/fuzz-seeds/, what every source becomes before translation) mutated in their
 //! structure and values, and firewalld configurations (tests/import/firewalld*, cases/)
-//! mutated line by line and in their attribute values. Each case runs the pure pipeline —
+//! mutated line by line and in their attribute values, and the iptables/nft files of cases/
+//! mutated the same way for the readers of an original's text (xt ICMP matches, interfaces
+//! named by index, ufw's `limit`). Each case runs the pure pipeline —
 //! translate (or read firewalld's XML), normalize, render, sample the proof, evaluate the
 //! original — then `fwc check` on what was written. A panic fails the run and prints the
 //! input; an error is a fine outcome, and so is a result `fwc check` refuses (reported).
@@ -166,6 +168,19 @@ fn firewalld_case(seed: &Path, rng: &mut Rng, last: &Mutex<String>) -> bool {
     }
 }
 
+/// The readers of an original's text before nft or iptables loads it: the interfaces an nft
+/// file names by index, iptables' ICMP matches, ufw's `limit` lines.
+fn text_case(seed: &Path, rng: &mut Rng, last: &Mutex<String>) -> bool {
+    let text = mutate_xml(&std::fs::read_to_string(seed).unwrap(), rng);
+    *last.lock().unwrap() = text.clone();
+    let _ = import::ifnames::by_index(&text);
+    for line in text.lines() {
+        let _ = import::xt_icmp::native(line);
+    }
+    let _ = import::source::ufw_limits(&text, "user.rules", &mut Vec::new());
+    true
+}
+
 #[test]
 fn import_readers_survive_mutated_configurations() {
     let secs: u64 = std::env::var("FWC_IMPORT_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
@@ -183,13 +198,19 @@ fn import_readers_survive_mutated_configurations() {
     let quiet: Box<dyn Fn(&std::panic::PanicHookInfo) + Sync + Send> = Box::new(|_| {});
     let old = std::panic::take_hook();
     std::panic::set_hook(quiet);
+    let mut text_seeds: Vec<PathBuf> = std::fs::read_dir(fixtures().join("cases")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "v4" || x == "v6" || x == "nft")).collect();
+    text_seeds.sort();
     while Instant::now() < deadline {
-        let listing = rng.next().is_multiple_of(2);
+        let kind = rng.next() % 3;
         let case_seed = rng.next();
         let last = Mutex::new(String::new());
         let run = std::panic::catch_unwind(|| {
             let mut r = Rng(case_seed | 1);
-            if listing { listing_case(&listings[r.below(listings.len())], &mut r, &last) } else { firewalld_case(&fw_seeds[r.below(fw_seeds.len())], &mut r, &last) }
+            match kind {
+                0 => listing_case(&listings[r.below(listings.len())], &mut r, &last),
+                1 => firewalld_case(&fw_seeds[r.below(fw_seeds.len())], &mut r, &last),
+                _ => text_case(&text_seeds[r.below(text_seeds.len())], &mut r, &last),
+            }
         });
         cases += 1;
         match run {
@@ -198,7 +219,7 @@ fn import_readers_survive_mutated_configurations() {
                 std::panic::set_hook(old);
                 let input = last.lock().map(|s| s.clone()).unwrap_or_default();
                 let msg = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-                panic!("fwc import panicked (FWC_FUZZ_SEED={seed}, case seed {case_seed}, {}): {msg}\ninput:\n{input}", if listing { "a listing" } else { "a firewalld configuration" });
+                panic!("fwc import panicked (FWC_FUZZ_SEED={seed}, case seed {case_seed}, {}): {msg}\ninput:\n{input}", ["a listing", "a firewalld configuration", "an iptables/nft file"][kind as usize]);
             }
         }
     }

@@ -171,7 +171,7 @@ fn verify_names_both_deciding_rules_of_a_difference() {
 }
 
 #[test]
-fn ufw_limit_becomes_a_rate_on_the_accept_with_a_note() {
+fn ufw_limit_becomes_a_rate_per_source_on_the_accept_with_a_note() {
     let text = "-A ufw-user-input -p tcp --dport 22 -m conntrack --ctstate NEW -m recent --set\n\
 -A ufw-user-input -p tcp --dport 22 -m conntrack --ctstate NEW -m recent --update --seconds 30 --hitcount 6 -j ufw-user-limit\n\
 -A ufw-user-input -p tcp --dport 22 -j ufw-user-limit-accept\n";
@@ -180,7 +180,10 @@ fn ufw_limit_becomes_a_rate_on_the_accept_with_a_note() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 3, "line numbers are kept: {out}");
     assert!(lines[0].starts_with('#') && lines[1].starts_with('#'));
-    assert_eq!(lines[2], "-A ufw-user-input -p tcp --dport 22 -m limit --limit 12/minute --limit-burst 6 -j ufw-user-limit-accept");
+    // ufw counts each source apart (`-m recent`): a rate per source address, never one rate
+    // shared by all clients (one attacker would throttle everyone's logins).
+    assert_eq!(lines[2], "-A ufw-user-input -p tcp --dport 22 -m hashlimit --hashlimit-upto 12/minute --hashlimit-burst 6 --hashlimit-mode srcip --hashlimit-name ufw-limit-3 -j ufw-user-limit-accept");
+    assert!(notes[0].contains("rate-per-source=\"12/minute burst 6\""), "{notes:?}");
     assert!(notes[0].starts_with("user.rules:3: ufw `limit` (6 new connections in 30 s per source address"), "{notes:?}");
 }
 
@@ -344,4 +347,13 @@ fn firewalld_rich_rules_services_and_policies_table() {
         }
         check_repo(&rendered);
     }
+}
+
+/// A firewalld.conf option the proof's firewalld does not know (firewalld 2.x's ReloadPolicy on
+/// an older firewalld) is reported as a version difference, not as a bare "Invalid option".
+#[test]
+fn an_unknown_firewalld_option_is_a_version_difference() {
+    let n = import::firewalld_source::version_difference("ERROR: Invalid option: 'ReloadPolicy=INPUT:DROP'", Some("1.3.3"));
+    assert!(n.starts_with("firewalld.conf: `ReloadPolicy=INPUT:DROP` is not an option of this host's firewalld 1.3.3: a setting of another firewalld version"), "{n}");
+    assert_eq!(import::firewalld_source::version_difference("WARNING: something", None), "WARNING: something");
 }

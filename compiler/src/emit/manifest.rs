@@ -236,8 +236,9 @@ struct Matches<'r> {
     sports: &'r Option<Spanned<Vec<PortRange>>>,
     from: &'r Option<Spanned<AddrMatch>>,
     to: &'r Option<Spanned<AddrMatch>>,
-    iif: &'r Option<Spanned<String>>,
-    oif: &'r Option<Spanned<String>>,
+    iif: Option<String>,
+    oif: Option<String>,
+    negate: crate::model::header::Negations,
 }
 
 impl Matches<'_> {
@@ -245,19 +246,21 @@ impl Matches<'_> {
         if let Some(p) = self.proto {
             out.push_str(&format!(" {}", p.value.as_str()));
         }
-        for (word, p) in [("port", self.ports), ("sport", self.sports)] {
+        let not = |negated: bool| if negated { "!" } else { "" };
+        let n = &self.negate;
+        for (word, p, negated) in [("port", self.ports, n.ports), ("sport", self.sports, n.sports)] {
             if let Some(p) = p {
-                out.push_str(&format!(" {word} {}", ports(&p.value)));
+                out.push_str(&format!(" {word} {}{}", not(negated), ports(&p.value)));
             }
         }
-        for (word, m) in [("from", self.from), ("to", self.to)] {
+        for (word, m, negated) in [("from", self.from, n.from), ("to", self.to, n.to)] {
             if let Some(m) = m {
-                out.push_str(&format!(" {word} {}", addr(&m.value)));
+                out.push_str(&format!(" {word} {}{}", not(negated), addr(&m.value)));
             }
         }
-        for (word, i) in [("in", self.iif), ("out", self.oif)] {
+        for (word, i, negated) in [("in", &self.iif, n.iif), ("out", &self.oif, n.oif)] {
             if let Some(i) = i {
-                out.push_str(&format!(" {word} {}", i.value));
+                out.push_str(&format!(" {word} {}{i}", not(negated)));
             }
         }
     }
@@ -265,11 +268,22 @@ impl Matches<'_> {
 
 fn filter_summary(r: &FilterRule) -> String {
     let mut out = format!("{} {}", r.chain.as_str(), r.action.as_str());
-    Matches { proto: &r.proto, ports: &r.ports, sports: &r.sports, from: &r.from, to: &r.to, iif: &r.iif, oif: &r.oif }.push(&mut out);
+    let ifs = |i: &Option<Spanned<Vec<String>>>| i.as_ref().map(|i| i.value.join(","));
+    Matches { proto: &r.proto, ports: &r.ports, sports: &r.sports, from: &r.from, to: &r.to, iif: ifs(&r.iif), oif: ifs(&r.oif), negate: r.negate }.push(&mut out);
+    let v6 = r.proto.as_ref().is_some_and(|p| p.value == Proto::Icmpv6);
     if let Some(t) = &r.icmp_types {
-        let v6 = r.proto.as_ref().is_some_and(|p| p.value == Proto::Icmpv6);
         let names: Vec<String> = t.value.iter().map(|&c| crate::units::icmp_type_name(v6, c).map_or(c.to_string(), str::to_string)).collect();
         out.push_str(&format!(" icmp-type {}", names.join(",")));
+    }
+    if let Some(c) = &r.icmp_codes {
+        let names: Vec<String> = c.value.iter().map(|&c| crate::headers::icmp_code_name_of(v6, r.icmp_types.as_ref().and_then(|t| t.value.first().copied()), c).map_or(c.to_string(), str::to_string)).collect();
+        out.push_str(&format!(" icmp-code {}", names.join(",")));
+    }
+    if let Some(f) = &r.tcp_flags {
+        out.push_str(&format!(" tcp-flags {}", f.value));
+    }
+    if let Some(p) = &r.pkttypes {
+        out.push_str(&format!(" pkttype {}", p.value.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",")));
     }
     if let Some(st) = &r.state {
         out.push_str(&format!(" state {}", st.value.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(",")));
@@ -301,7 +315,7 @@ fn filter_summary(r: &FilterRule) -> String {
 
 fn snat_summary(r: &SnatRule) -> String {
     let mut out = r.kind.as_str().to_string();
-    Matches { proto: &r.proto, ports: &r.ports, sports: &None, from: &r.from, to: &r.dst, iif: &None, oif: &r.oif }.push(&mut out);
+    Matches { proto: &r.proto, ports: &r.ports, sports: &None, from: &r.from, to: &r.dst, iif: None, oif: r.oif.as_ref().map(|o| o.value.clone()), negate: Default::default() }.push(&mut out);
     if let Some(a) = &r.to_addr {
         out.push_str(&format!(" -> source {}", a.value));
     }

@@ -123,13 +123,23 @@ fn l4s(p: Option<Proto>) -> Vec<L4> {
     }
 }
 
-/// What a rule admits, for probing: protocol, destination, port, input and output interface.
-type Service = (L4, Option<IpAddr>, Option<u16>, Option<String>, Option<String>);
+/// What a rule admits, for probing: protocol, destination, port (ICMP: type), input and output
+/// interface, ICMP code.
+type Service = (L4, Option<IpAddr>, Option<u16>, Option<String>, Option<String>, Option<u8>);
+
+/// Interfaces to probe for an `in=`/`out=` list: each name; negated, one no rule names.
+fn ifaces(m: Option<&crate::model::Spanned<Vec<String>>>, negated: bool) -> Vec<Option<String>> {
+    match m {
+        None => vec![None],
+        Some(_) if negated => vec![None],
+        Some(l) => l.value.iter().cloned().map(Some).collect(),
+    }
+}
 
 /// Probes for the named rules of one ruleset (`changed`: identities `fwc:<kind>:<name>`; a
 /// changed chain probes all its rules).
 fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out: &mut Vec<Probe>) {
-    let mut add = |proto: L4, src: (IpAddr, String), dst: Option<IpAddr>, port: Option<u16>, origin: Origin, iif: Option<String>, oif: Option<String>| {
+    let mut add = |proto: L4, src: (IpAddr, String), dst: Option<IpAddr>, port: Option<u16>, origin: Origin, iif: Option<String>, oif: Option<String>, icmp_code: Option<u8>| {
         let v6 = src.0.is_ipv6();
         if dst.is_some_and(|d| d.is_ipv6() != v6) || (proto == L4::Icmp && v6) || (proto == L4::Icmpv6 && !v6) {
             return;
@@ -152,6 +162,8 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             iif,
             oif,
             icmp_type,
+            icmp_code: icmp_code.filter(|_| !proto.has_ports()),
+            tcp_flags: None,
         };
         if let Ok(flow) = spec.build() {
             out.push(Probe { flow, from: if origin == Origin::Output { "this host".into() } else { src.1 } });
@@ -187,10 +199,20 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
                 (None, Some(t)) => t.value.iter().map(|&t| Some(u16::from(t))).collect(),
                 (None, None) => vec![None],
             };
+            let codes: Vec<Option<u8>> = match &r.icmp_codes {
+                Some(c) => c.value.iter().map(|&c| Some(c)).collect(),
+                None => vec![None],
+            };
             for proto in l4s(r.proto.as_ref().map(|p| p.value)) {
                 for dst in &dsts {
                     for port in &ports {
-                        services.insert((proto, *dst, *port, r.iif.as_ref().map(|i| i.value.clone()), r.oif.as_ref().map(|o| o.value.clone())));
+                        for iif in ifaces(r.iif.as_ref(), r.negate.iif) {
+                            for oif in ifaces(r.oif.as_ref(), r.negate.oif) {
+                                for code in &codes {
+                                    services.insert((proto, *dst, *port, iif.clone(), oif.clone(), *code));
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -200,9 +222,9 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
                 }
             }
         }
-        for (proto, dst, port, iif, oif) in &services {
+        for (proto, dst, port, iif, oif, code) in &services {
             for src in &srcs {
-                add(*proto, src.clone(), *dst, *port, origin, iif.clone(), oif.clone());
+                add(*proto, src.clone(), *dst, *port, origin, iif.clone(), oif.clone(), *code);
             }
         }
     }
@@ -219,7 +241,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
         for proto in protos {
             for src in sources(rs, f.from.as_ref().map(|m| &m.value), elems) {
                 for port in ports.iter().collect::<BTreeSet<_>>() {
-                    add(proto, src.clone(), f.listen.addr, Some(*port), Origin::Input, None, None);
+                    add(proto, src.clone(), f.listen.addr, Some(*port), Origin::Input, None, None, None);
                 }
             }
         }
@@ -242,7 +264,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             for src in sources(rs, sn.from.as_ref().map(|m| &m.value), elems) {
                 for dst in &dsts {
                     for port in &ports {
-                        add(proto, src.clone(), *dst, *port, Origin::Forward, None, sn.oif.as_ref().map(|o| o.value.clone()));
+                        add(proto, src.clone(), *dst, *port, Origin::Forward, None, sn.oif.as_ref().map(|o| o.value.clone()), None);
                     }
                 }
             }
@@ -330,6 +352,22 @@ pub fn flow_effects_at(
     tests: &[crate::policytest::PolicyTest],
     at: jiff::Timestamp,
 ) -> Result<FlowEffects, super::EvalError> {
+    effects_beside(old_view, old, new_view, new, tests, at, None)
+}
+
+/// [`flow_effects_at`] on a host that also runs other tables (`foreign`: their listing, fwc's
+/// own tables left out): both sides are evaluated with them loaded, so a flow's fate is what
+/// the host does before and after — an original firewall still loaded beside fwc (the import's
+/// migration step) decides as much as fwc's rules do.
+fn effects_beside(
+    old_view: Option<&HostView>,
+    old: Option<&Artifacts>,
+    new_view: &HostView,
+    new: &Artifacts,
+    tests: &[crate::policytest::PolicyTest],
+    at: jiff::Timestamp,
+    foreign: Option<&serde_json::Value>,
+) -> Result<FlowEffects, super::EvalError> {
     let changed = changed_identities(old, new);
     let mut elems = all_elems(&new_view.ruleset);
     if let Some(ov) = old_view {
@@ -340,9 +378,17 @@ pub fn flow_effects_at(
     if let Some(ov) = old_view {
         probes_for(&ov.ruleset, &changed, &elems, &mut probes);
     }
-    let new_ev = Evaluator::new(new)?.at(at);
-    let old_ev = old.map(|o| Evaluator::new(o).map(|e| e.at(at))).transpose()?;
-    let empty = Evaluator { table: super::nft::Table::default(), qos: Default::default(), forward: Default::default(), at: Some(at) };
+    let evaluator = |a: &Artifacts| match foreign {
+        Some(l) => Evaluator::beside(a, l),
+        None => Evaluator::new(a),
+    };
+    let new_ev = evaluator(new)?.at(at);
+    let old_ev = old.map(|o| evaluator(o).map(|e| e.at(at))).transpose()?;
+    let nothing = match foreign {
+        Some(l) => super::foreign::table_from_listing(l)?,
+        None => super::nft::Table::default(),
+    };
+    let empty = Evaluator { table: nothing, qos: Default::default(), forward: Default::default(), at: Some(at) };
     let old_ev = old_ev.as_ref().unwrap_or(&empty);
     let mut out = FlowEffects::default();
     let mut seen = BTreeSet::new();
@@ -439,6 +485,15 @@ pub fn against_applied_at(applied: Option<&Artifacts>, new: &SourceTree, host: O
     let na = crate::emit_view_at(&nv, None, at);
     let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
     Some(flow_effects_at(None, applied, &nv, &na, &tests, at))
+}
+
+/// [`against_applied_at`] on a host that runs other tables beside fwc's (`foreign`: their
+/// `nft -j list ruleset` listing without fwc's tables).
+pub fn against_applied_beside(applied: Option<&Artifacts>, new: &SourceTree, host: Option<&str>, at: jiff::Timestamp, foreign: &serde_json::Value) -> Option<Result<FlowEffects, super::EvalError>> {
+    let nv = crate::load_host(new, host).ok()?;
+    let na = crate::emit_view_at(&nv, None, at);
+    let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
+    Some(effects_beside(None, applied, &nv, &na, &tests, at, Some(foreign)))
 }
 
 /// The flow-effects section of a plan, as text.

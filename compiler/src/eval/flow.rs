@@ -100,6 +100,10 @@ pub struct Flow {
     pub iif: Option<String>,
     /// Interface it leaves by (`None`: one no rule names; to a local address: `lo`).
     pub oif: Option<String>,
+    /// TCP flag bits of the packet (`syn` = 0x02 unless the flow says `flags …`); 0 for others.
+    pub tcp_flags: u8,
+    /// ICMP / ICMPv6 code (0 unless the flow says `code …`).
+    pub icmp_code: u8,
 }
 
 /// A flow description that cannot be read.
@@ -169,6 +173,10 @@ pub struct FlowSpec {
     pub oif: Option<String>,
     /// ICMP / ICMPv6 type (default: echo-request).
     pub icmp_type: Option<u8>,
+    /// ICMP / ICMPv6 code (default 0).
+    pub icmp_code: Option<u8>,
+    /// TCP flags (default: SYN, the first packet of a connection).
+    pub tcp_flags: Option<u8>,
 }
 
 /// `echo-reply`, `nd-neighbor-solicit` (nft's names, in the family of `proto`) or a number.
@@ -185,6 +193,34 @@ pub fn parse_icmp_type(proto: L4, s: &str) -> Result<u8, FlowError> {
         || flow_err(format!("\"{s}\" is not one {} type (nft's names, e.g. echo-request, or a number)", proto.as_str())),
         Ok,
     )
+}
+
+/// `frag-needed` (nft's names, in the family of `proto`) or a number.
+pub fn parse_icmp_code(proto: L4, s: &str) -> Result<u8, FlowError> {
+    let v6 = match proto {
+        L4::Icmp => false,
+        L4::Icmpv6 => true,
+        _ => return flow_err(format!("an ICMP code on a {} flow (use icmp or icmpv6)", proto.as_str())),
+    };
+    match crate::headers::parse_icmp_codes(s, v6).ok().as_deref() {
+        Some([c]) => Ok(*c),
+        _ => flow_err(format!("\"{s}\" is not one {} code (nft's names, e.g. port-unreachable, or a number)", proto.as_str())),
+    }
+}
+
+/// `syn,ack` (flag names, comma separated, or `none`): the bits of a packet's TCP flags.
+pub fn parse_tcp_flag_bits(s: &str) -> Result<u8, FlowError> {
+    if s == "none" {
+        return Ok(0);
+    }
+    let mut bits = 0;
+    for part in s.split(',') {
+        match crate::model::header::TCP_FLAGS.iter().find(|(n, _)| *n == part) {
+            Some((_, b)) => bits |= b,
+            None => return flow_err(format!("\"{part}\" is not a TCP flag (fin, syn, rst, psh, ack, urg, ecn, cwr, or none)")),
+        }
+    }
+    Ok(bits)
 }
 
 /// The type of an ICMP flow that names none.
@@ -222,8 +258,11 @@ impl FlowSpec {
         if origin == Origin::Forward && self.to.0.is_none() {
             return flow_err("a routed (forward) flow needs a destination address that is not this host's");
         }
-        if self.icmp_type.is_some() && proto.has_ports() {
-            return flow_err(format!("a {} flow has no ICMP type", proto.as_str()));
+        if (self.icmp_type.is_some() || self.icmp_code.is_some()) && proto.has_ports() {
+            return flow_err(format!("a {} flow has no ICMP type or code", proto.as_str()));
+        }
+        if self.tcp_flags.is_some() && proto != L4::Tcp {
+            return flow_err(format!("a {} flow has no TCP flags", proto.as_str()));
         }
         let dport = match (proto.has_ports(), self.to.1) {
             (true, Some(p)) => p,
@@ -235,7 +274,8 @@ impl FlowSpec {
         if origin == Origin::Output && self.iif.is_some() {
             return flow_err("a flow sent by this host has no input interface");
         }
-        Ok(Flow { proto, saddr, sport, daddr, dport, origin, iif: self.iif, oif: self.oif })
+        let tcp_flags = if proto == L4::Tcp { self.tcp_flags.unwrap_or(crate::model::header::TCP_SYN) } else { 0 };
+        Ok(Flow { proto, saddr, sport, daddr, dport, origin, iif: self.iif, oif: self.oif, tcp_flags, icmp_code: self.icmp_code.unwrap_or(0) })
     }
 }
 
@@ -264,6 +304,14 @@ impl Flow {
                     let Some(t) = words.next() else { return flow_err("`type` needs an ICMP type") };
                     spec.icmp_type = Some(parse_icmp_type(proto, t)?);
                 }
+                "code" => {
+                    let Some(c) = words.next() else { return flow_err("`code` needs an ICMP code") };
+                    spec.icmp_code = Some(parse_icmp_code(proto, c)?);
+                }
+                "flags" => {
+                    let Some(f) = words.next() else { return flow_err("`flags` needs TCP flags (syn,ack)") };
+                    spec.tcp_flags = Some(parse_tcp_flag_bits(f)?);
+                }
                 "in" | "out" => {
                     let Some(name) = words.next() else { return flow_err(format!("`{w}` needs an interface name")) };
                     if w == "in" {
@@ -274,7 +322,7 @@ impl Flow {
                 }
                 other => match Origin::parse(other) {
                     Some(o) => spec.origin = Some(o),
-                    None => return flow_err(format!("unexpected \"{other}\" (type ICMP-TYPE, in IF, out IF, input, forward, output)")),
+                    None => return flow_err(format!("unexpected \"{other}\" (type ICMP-TYPE, code ICMP-CODE, flags TCP-FLAGS, in IF, out IF, input, forward, output)")),
                 },
             }
         }
@@ -308,6 +356,18 @@ impl fmt::Display for Flow {
                 None => write!(f, " type {}", self.dport)?,
             }
         }
+        if !ports && self.icmp_code != 0 {
+            match crate::headers::icmp_code_name_of(self.proto == L4::Icmpv6, u8::try_from(self.dport).ok(), self.icmp_code) {
+                Some(n) => write!(f, " code {n}")?,
+                None => write!(f, " code {}", self.icmp_code)?,
+            }
+        }
+        if self.proto == L4::Tcp && self.tcp_flags != crate::model::header::TCP_SYN {
+            match crate::model::header::tcp_flag_names(self.tcp_flags).join(",") {
+                n if n.is_empty() => f.write_str(" flags none")?,
+                n => write!(f, " flags {n}")?,
+            }
+        }
         if let Some(i) = &self.iif {
             write!(f, " in {i}")?;
         }
@@ -338,13 +398,20 @@ mod tests {
         assert_eq!(f.to_string(), "icmpv6 2001:db8:ffff::1 -> 2001:db8::1 type nd-neighbor-solicit (input)");
         let f = Flow::parse("icmp -> 198.18.1.1 type 200").unwrap();
         assert_eq!(f.to_string(), "icmp 198.18.200.1 -> 198.18.1.1 type 200 (input)");
+        let f = Flow::parse("icmp -> 198.18.1.1 type destination-unreachable code frag-needed").unwrap();
+        assert_eq!((f.dport, f.icmp_code), (3, 4));
+        assert_eq!(f.to_string(), "icmp 198.18.200.1 -> 198.18.1.1 type destination-unreachable code frag-needed (input)");
+        let f = Flow::parse("tcp -> :22 flags ack,psh").unwrap();
+        assert_eq!(f.tcp_flags, 0x18);
+        assert_eq!(f.to_string(), "tcp 198.18.200.1:40000 -> 198.18.1.1:22 flags psh,ack (input)");
+        assert_eq!(Flow::parse("tcp -> :22").unwrap().tcp_flags, 0x02);
         let f = Flow::parse("tcp -> 192.0.2.7:25 out eth0 output").unwrap();
         assert_eq!((f.origin, f.saddr), (Origin::Output, IpAddr::V4(DEFAULT_LOCAL_V4)));
     }
 
     #[test]
     fn refuses_what_does_not_fit() {
-        for bad in ["", "sctp -> :1", "tcp -> 1.2.3.4", "tcp 1.2.3.4 -> [2001:db8::1]:80", "icmp -> 1.2.3.4:5", "tcp -> :0", "icmp -> 2001:db8::1", "tcp -> :22 sideways", "tcp -> :22 forward", "tcp -> :22 type 8", "icmp -> 198.18.1.1 type nd-neighbor-solicit", "icmp -> 198.18.1.1 type"] {
+        for bad in ["", "sctp -> :1", "tcp -> 1.2.3.4", "tcp 1.2.3.4 -> [2001:db8::1]:80", "icmp -> 1.2.3.4:5", "tcp -> :0", "icmp -> 2001:db8::1", "tcp -> :22 sideways", "tcp -> :22 forward", "tcp -> :22 type 8", "icmp -> 198.18.1.1 type nd-neighbor-solicit", "icmp -> 198.18.1.1 type", "udp -> :53 flags syn", "tcp -> :22 code 3", "tcp -> :22 flags sin", "icmp -> 198.18.1.1 type 3 code no-route"] {
             assert!(Flow::parse(bad).is_err(), "{bad} parsed");
         }
         assert!(Flow::parse("tcp 1.2.3.4 ->").unwrap_err().help.contains("PROTO"));

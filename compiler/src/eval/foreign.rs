@@ -20,6 +20,20 @@ pub fn qualified(family: &str, table: &str, name: &str) -> String {
 /// Tables of the `arp` family are skipped (they never see IP packets); `bridge` and `netdev`
 /// tables are refused (the evaluator has no such hooks).
 pub fn table_from_listing(v: &Value) -> Result<Table, EvalError> {
+    Table::from_json(&serde_json::json!({ "nftables": listing_commands(v)? }))
+}
+
+/// fwc's own `nftables.json` and the host's other tables (a listing, fwc's tables left out by
+/// the caller) in one [`Table`]: a packet passes every base chain of a hook in priority order,
+/// so it is accepted only when both accept it — what the host does while both are loaded.
+pub fn beside_fwc(fwc: &Value, listing: &Value) -> Result<Table, EvalError> {
+    let mut cmds: Vec<Value> = fwc.get("nftables").and_then(Value::as_array).cloned().ok_or_else(|| EvalError::Malformed("no `nftables` array".into()))?;
+    cmds.extend(listing_commands(listing)?);
+    Table::from_json(&serde_json::json!({ "nftables": cmds }))
+}
+
+/// The listing as `add` commands of [`Table::from_json`], names qualified.
+fn listing_commands(v: &Value) -> Result<Vec<Value>, EvalError> {
     let objs = v.get("nftables").and_then(Value::as_array).ok_or_else(|| EvalError::Malformed("no `nftables` array".into()))?;
     // Sets per table first, so `@name` references can be rewritten whatever the order.
     let mut sets: std::collections::BTreeSet<(String, String, String)> = Default::default();
@@ -47,9 +61,22 @@ pub fn table_from_listing(v: &Value) -> Result<Table, EvalError> {
                 what: format!("a table of family {family} (table {})", s_of(body, if kind == "table" { "name" } else { "table" })),
             });
         }
+        // Stateful objects that decide nothing about a flow's first packet: named counters,
+        // conntrack helpers/timeouts/expectations, flowtables (offload after the connection is
+        // established), secmarks, synproxy settings. Their statements are read as what they
+        // do to the first packet (counted, helped, offloaded later: nothing).
+        if matches!(kind.as_str(), "counter" | "ct helper" | "ct timeout" | "ct expectation" | "flowtable" | "secmark" | "synproxy") {
+            continue;
+        }
         let mut body = body.as_object().cloned().unwrap_or_default();
         match kind.as_str() {
             "table" => {}
+            // A named quota: renamed like a set, so `quota "name"` in a rule finds it.
+            "quota" => {
+                let table = s_of_map(&body, "table");
+                let name = s_of_map(&body, "name");
+                body.insert("name".into(), Value::String(qualified(&family, &table, &name)));
+            }
             "chain" | "set" | "map" => {
                 let table = s_of_map(&body, "table");
                 let name = s_of_map(&body, "name");
@@ -69,6 +96,7 @@ pub fn table_from_listing(v: &Value) -> Result<Table, EvalError> {
                 body.insert("chain".into(), Value::String(qualified(&family, &table, &chain)));
                 if let Some(expr) = body.get_mut("expr") {
                     rewrite(expr, &family, &table, &sets);
+                    super::listing_forms::normalize(expr);
                 }
                 if !body.contains_key("comment") {
                     let handle = body.get("handle").and_then(Value::as_u64).map_or(String::new(), |h| format!(" handle {h}"));
@@ -81,7 +109,7 @@ pub fn table_from_listing(v: &Value) -> Result<Table, EvalError> {
         cmd.insert(kind.clone(), Value::Object(body));
         cmds.push(serde_json::json!({ "add": Value::Object(cmd) }));
     }
-    Table::from_json(&serde_json::json!({ "nftables": cmds }))
+    Ok(cmds)
 }
 
 fn s_of(v: &Value, key: &str) -> String {
@@ -97,6 +125,12 @@ fn rewrite(v: &mut Value, family: &str, table: &str, sets: &std::collections::BT
     match v {
         Value::Object(m) => {
             for (k, inner) in m.iter_mut() {
+                if k == "quota" {
+                    if let Value::String(q) = inner {
+                        *q = qualified(family, table, q);
+                        continue;
+                    }
+                }
                 if (k == "jump" || k == "goto") && inner.get("target").is_some() {
                     if let Some(Value::String(t)) = inner.get_mut("target") {
                         *t = qualified(family, table, t);
@@ -173,6 +207,48 @@ mod tests {
             let x = ev.explain(&Flow::parse("tcp 192.0.2.5 -> 198.18.1.1:22").unwrap()).unwrap();
             assert_eq!(x.verdict, verdict, "fib saddr . iif oif == {right}");
         }
+    }
+
+    /// What real listings hold beside tables, chains and rules: named counters (and their
+    /// `counter name` statements), a flowtable, a named quota used by a rule.
+    #[test]
+    fn named_counters_flowtables_and_quotas_are_read() {
+        let v = serde_json::json!({"nftables": [
+            {"table": {"family": "inet", "name": "f", "handle": 1}},
+            {"counter": {"family": "inet", "table": "f", "name": "ssh-in", "handle": 2, "packets": 0, "bytes": 0}},
+            {"flowtable": {"family": "inet", "table": "f", "name": "ft", "handle": 3, "hook": "ingress", "prio": 0, "dev": ["lo"]}},
+            {"quota": {"family": "inet", "table": "f", "name": "cap", "handle": 4, "bytes": 1000, "used": 0, "inv": true}},
+            {"chain": {"family": "inet", "table": "f", "name": "in", "handle": 5, "type": "filter", "hook": "input", "prio": 0, "policy": "drop"}},
+            {"rule": {"family": "inet", "table": "f", "chain": "in", "handle": 6, "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 22}},
+                {"counter": "ssh-in"}, {"accept": null}]}},
+            {"rule": {"family": "inet", "table": "f", "chain": "in", "handle": 7, "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 80}},
+                {"quota": "cap"}, {"drop": null}]}},
+        ]});
+        let ev = Evaluator::from_table(table_from_listing(&v).unwrap());
+        let x = |f: &str| ev.explain(&Flow::parse(f).unwrap()).unwrap().verdict;
+        assert_eq!(x("tcp 192.0.2.5 -> 198.18.1.1:22"), Verdict::Accept);
+        // `quota over 1000 bytes` is assumed not used up: the rule does nothing.
+        assert_eq!(x("tcp 192.0.2.5 -> 198.18.1.1:80"), Verdict::Drop);
+        assert_eq!(x("tcp 192.0.2.5 -> 198.18.1.1:23"), Verdict::Drop);
+    }
+
+    /// A router's `ip protocol igmp accept`, `meta l4proto { gre, esp }`: protocols the
+    /// evaluator's flows never are, so the match is false, not an error.
+    #[test]
+    fn other_ip_protocols_by_name_do_not_match_tcp_flows() {
+        let proto = |right: Value| serde_json::json!({"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": right}});
+        let v = serde_json::json!({"nftables": [
+            {"table": {"family": "inet", "name": "f", "handle": 1}},
+            {"chain": {"family": "inet", "table": "f", "name": "in", "handle": 2, "type": "filter", "hook": "input", "prio": 0, "policy": "drop"}},
+            {"rule": {"family": "inet", "table": "f", "chain": "in", "handle": 3, "expr": [proto(Value::from("igmp")), {"accept": null}]}},
+            {"rule": {"family": "inet", "table": "f", "chain": "in", "handle": 4, "expr": [proto(serde_json::json!({"set": ["gre", "esp"]})), {"accept": null}]}},
+            {"rule": {"family": "inet", "table": "f", "chain": "in", "handle": 5, "expr": [proto(Value::from("tcp")), {"accept": null}]}},
+        ]});
+        let ev = Evaluator::from_table(table_from_listing(&v).unwrap());
+        let e = ev.explain(&Flow::parse("tcp 192.0.2.5 -> 198.18.1.1:22").unwrap()).unwrap();
+        assert_eq!((e.verdict, e.decided_by.identity.as_deref()), (Verdict::Accept, Some("inet f in handle 5")));
     }
 
     #[test]

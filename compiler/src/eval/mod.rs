@@ -9,6 +9,8 @@
 pub mod effects;
 pub mod flow;
 pub mod foreign;
+pub mod headers;
+pub mod listing_forms;
 pub mod nft;
 pub mod render;
 
@@ -154,6 +156,12 @@ fn source_nat(h: &Hit) -> Option<SourceNat> {
 impl Evaluator {
     pub fn new(a: &Artifacts) -> Result<Evaluator, EvalError> {
         Ok(Evaluator { table: nft::Table::from_json(&a.nftables)?, qos: a.qos.clone(), forward: a.forward.clone(), at: None })
+    }
+
+    /// fwc's artifacts beside the host's other tables (`listing`: `nft -j list ruleset`
+    /// without fwc's own tables): what the host does to a flow while both are loaded.
+    pub fn beside(a: &Artifacts, listing: &serde_json::Value) -> Result<Evaluator, EvalError> {
+        Ok(Evaluator { table: foreign::beside_fwc(&a.nftables, listing)?, qos: a.qos.clone(), forward: a.forward.clone(), at: None })
     }
 
     /// An evaluator of a bare nftables table (a foreign ruleset read by

@@ -195,3 +195,26 @@ fn per_source_limits_are_assumed_and_said() {
     let e = x(&ev, "udp 192.0.2.7:40000 -> 198.18.1.1:53");
     assert!(e.limits.is_empty() && e.verdict == Verdict::Drop, "{e:?}");
 }
+
+/// A live plan on a host whose original firewall is still loaded: the flow effects are
+/// computed with its tables on both sides, so flows it already decides do not "change".
+#[test]
+fn flow_effects_beside_the_hosts_other_tables() {
+    let tree = SourceTree::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/edge-host")).unwrap();
+    let alone = effects::against_applied(None, &tree, Some("edge-1")).unwrap().unwrap();
+    assert!(alone.effects.iter().any(|e| e.effect == "closes"), "{alone:?}");
+    // An original that drops everything on every filter hook: whatever fwc adds, the host
+    // drops the same flows before and after.
+    let mut objs = vec![];
+    for fam in ["ip", "ip6"] {
+        objs.push(serde_json::json!({"table": {"family": fam, "name": "orig", "handle": 1}}));
+        for (i, hook) in ["input", "forward", "output"].into_iter().enumerate() {
+            objs.push(serde_json::json!({"chain": {"family": fam, "table": "orig", "name": hook, "handle": i + 2, "type": "filter", "hook": hook, "prio": 0, "policy": "drop"}}));
+        }
+    }
+    let foreign = serde_json::json!({ "nftables": objs });
+    let beside = effects::against_applied_beside(None, &tree, Some("edge-1"), jiff::Timestamp::UNIX_EPOCH, &foreign).unwrap().unwrap();
+    assert!(beside.effects.iter().all(|e| e.effect != "closes" && e.effect != "opens"), "{:#?}", beside.effects);
+    // Expectations naming fwc's own deciding rule (`by=`) may now pass; none fails.
+    assert!(beside.expectations.iter().all(|x| x.after), "{:#?}", beside.expectations);
+}

@@ -13,8 +13,8 @@ use crate::model::{FilterRule, Proto};
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct BucketKey<'a> {
     proto: Option<Proto>,
-    iif: Option<&'a str>,
-    oif: Option<&'a str>,
+    iif: Option<&'a [String]>,
+    oif: Option<&'a [String]>,
     on: Option<String>,
 }
 
@@ -99,8 +99,8 @@ impl<'a, 'h> ShadowIndex<'a, 'h> {
         for (i, (r, h)) in rules.iter().zip(hulls).enumerate() {
             let key = BucketKey {
                 proto: r.proto.as_ref().map(|p| p.value),
-                iif: r.iif.as_ref().map(|s| s.value.as_str()),
-                oif: r.oif.as_ref().map(|s| s.value.as_str()),
+                iif: r.iif.as_ref().map(|s| s.value.as_slice()),
+                oif: r.oif.as_ref().map(|s| s.value.as_slice()),
                 on: selector_key(&r.on),
             };
             if !h.rate {
@@ -140,7 +140,7 @@ impl<'a, 'h> ShadowIndex<'a, 'h> {
                 protos.push(Some(Proto::Both));
             }
         }
-        let opt = |v: Option<&'a str>| if v.is_some() { vec![None, v] } else { vec![None] };
+        let opt = |v: Option<&'a [String]>| if v.is_some() { vec![None, v] } else { vec![None] };
         let ons = if k.on.is_some() { vec![None, k.on.clone()] } else { vec![None] };
         let mut out = Vec::new();
         for &proto in &protos {

@@ -266,16 +266,34 @@ impl Parser<'_, '_> {
 
     pub(super) fn addr_match(&mut self, props: &mut Props, key: &str) -> Option<Spanned<AddrMatch>> {
         let sets = self.sets;
-        self.parsed(props, key, |s| {
-            parse_addr_match(s).map_err(|mut e| {
-                // `from="office"` with a set `office`: the `@` was forgotten.
-                if sets.iter().any(|n| n == s) {
-                    e.help = format!("did you mean \"@{s}\"? set \"{s}\" exists; sets are referenced with @");
-                }
-                e
-            })
-        })
+        self.parsed(props, key, |s| addr_match_of(sets, s))
     }
+
+    /// A list property that may start with `!` (none of the list): the parsed list, and
+    /// `negated` set when it did.
+    pub(super) fn parsed_not<T>(&mut self, props: &mut Props, key: &str, negated: &mut bool, f: impl Fn(&str) -> Result<T, UnitError>) -> Option<Spanned<T>> {
+        let (text, span) = self.text(props, key)?;
+        let (not, rest) = crate::headers::strip_not(&text);
+        *negated = not;
+        self.convert(&props.rule.clone(), key, rest, span, f)
+    }
+
+    /// [`Parser::addr_match`] that may start with `!`.
+    pub(super) fn addr_match_not(&mut self, props: &mut Props, key: &str, negated: &mut bool) -> Option<Spanned<AddrMatch>> {
+        let sets = self.sets;
+        self.parsed_not(props, key, negated, |s| addr_match_of(sets, s))
+    }
+}
+
+/// An address match (`@set` or literals); `from="office"` with a set `office`: the `@` was
+/// forgotten, and the hint says so.
+fn addr_match_of(sets: &[String], s: &str) -> Result<AddrMatch, UnitError> {
+    parse_addr_match(s).map_err(|mut e| {
+        if sets.iter().any(|n| n == s) {
+            e.help = format!("did you mean \"@{s}\"? set \"{s}\" exists; sets are referenced with @");
+        }
+        e
+    })
 }
 
 /// A diagnostic being built; pushed when dropped, so `.rule()` / `.help()` can be chained.

@@ -4,6 +4,8 @@
 use std::net::IpAddr;
 
 use crate::kdl_reader::Node as KdlNode;
+use crate::headers;
+use crate::model::header::Negations;
 use crate::model::*;
 use crate::suggest::did_you_mean;
 use crate::units::{self, UnitError};
@@ -14,7 +16,7 @@ use super::values::{parse_ifname, valid_ifname};
 pub(super) const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject", "log"];
 
 pub(super) const FILTER_PROPS: &[&str] = &[
-    "proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "icmp-type", "reject-with", "log-prefix", "log-rate", "state", "on", "comment",
+    "proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "reject-with", "log-prefix", "log-rate", "state", "on", "comment",
     // per-source limits (issue #26, crate::persource)
     "rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "conn-rate-per-source",
     // schedules (issue #26, crate::schedule)
@@ -23,7 +25,7 @@ pub(super) const FILTER_PROPS: &[&str] = &[
 
 /// A `log` rule logs and matching goes on: no verdict options (`log`, `rate`, `reject-with`).
 pub(super) const LOG_RULE_PROPS: &[&str] = &[
-    "proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "log-prefix", "log-rate", "state", "on", "comment",
+    "proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "log-prefix", "log-rate", "state", "on", "comment",
     // schedules (issue #26, crate::schedule)
     "during", "tz", "until",
 ];
@@ -120,6 +122,19 @@ impl Parser<'_, '_> {
             &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)],
         );
         let icmp_types = self.icmp_types(&mut p, proto.as_ref());
+        let icmp_codes = self.icmp_codes(&mut p, proto.as_ref());
+        let mut negate = Negations::default();
+        let (from, to) = (self.addr_match_not(&mut p, "from", &mut negate.from), self.addr_match_not(&mut p, "to", &mut negate.to));
+        let ports = self.parsed_not(&mut p, "port", &mut negate.ports, units::parse_port_list);
+        let sports = self.parsed_not(&mut p, "sport", &mut negate.sports, units::parse_port_list);
+        let iif = self.parsed_not(&mut p, "in", &mut negate.iif, |s| headers::parse_ifnames(s, parse_ifname));
+        let oif = self.parsed_not(&mut p, "out", &mut negate.oif, |s| headers::parse_ifnames(s, parse_ifname));
+        if chain == ChainKind::Containers && negate.any() {
+            let span = self.span(node.span());
+            self.error("negation-in-containers", "`!` (none of the list) in a containers rule", span, "here")
+                .rule(&rule)
+                .help("write the clients a containers rule admits positively (from=\"@clients\"), or deny the others in a rule before it");
+        }
         let log_given = p.values.contains_key("log");
         let log = self.bool(&mut p, "log");
         let log_prefix = self.parsed(&mut p, "log-prefix", units::parse_log_prefix);
@@ -148,17 +163,21 @@ impl Parser<'_, '_> {
             action,
             proto,
             icmp_types,
+            icmp_codes,
+            tcp_flags: self.parsed(&mut p, "tcp-flags", headers::parse_tcp_flags),
+            pkttypes: self.parsed(&mut p, "pkttype", headers::parse_pkttypes),
+            negate,
             reject_with,
             log: log || log_prefix.is_some() || log_rate.is_some() || action == Action::Log,
             log_prefix,
             log_rate,
             state: self.parsed(&mut p, "state", units::parse_ct_states),
-            ports: self.parsed(&mut p, "port", units::parse_port_list),
-            sports: self.parsed(&mut p, "sport", units::parse_port_list),
-            from: self.addr_match(&mut p, "from"),
-            to: self.addr_match(&mut p, "to"),
-            iif: self.parsed(&mut p, "in", parse_ifname),
-            oif: self.parsed(&mut p, "out", parse_ifname),
+            ports,
+            sports,
+            from,
+            to,
+            iif,
+            oif,
             rate: self.parsed(&mut p, "rate", units::parse_event_rate),
             on: self.selector(&mut p),
             comment: self.comment(&mut p),
@@ -196,6 +215,23 @@ impl Parser<'_, '_> {
             }
         };
         self.convert(&rule, "icmp-type", &text, span, |s| units::parse_icmp_types(s, v6))
+    }
+
+    /// `icmp-code=`: codes (nft's names of the rule's ICMP family, or numbers).
+    pub(super) fn icmp_codes(&mut self, p: &mut Props, proto: Option<&Spanned<Proto>>) -> Option<Spanned<Vec<u8>>> {
+        let (text, span) = self.text(p, "icmp-code")?;
+        let rule = p.rule.clone();
+        let v6 = match proto.map(|p| p.value) {
+            Some(Proto::Icmp) => false,
+            Some(Proto::Icmpv6) => true,
+            _ => {
+                self.error("icmp-type-without-icmp", "icmp-code without proto=icmp or proto=icmpv6", span, "ICMP codes need an ICMP protocol")
+                    .rule(rule)
+                    .help("add proto=icmp (IPv4) or proto=icmpv6 (IPv6) and the one icmp-type the codes belong to");
+                return None;
+            }
+        };
+        self.convert(&rule, "icmp-code", &text, span, |s| headers::parse_icmp_codes(s, v6))
     }
 
     /// `masquerade "lan-out" from=… out=…` and `snat "office-out" from=… out=… to="198.18.0.1"`.

@@ -160,15 +160,52 @@ fn locations(dir: &Path, host: Option<&str>, _g: &Global) -> Option<BTreeMap<Str
 
 /// Flow effects of a live plan (`fwc plan` without `--from`): the generation applied in
 /// `state` against the rules in `dir` (None when `dir` is not a rule repository or does not compile).
-pub fn live_flow_effects(state: &crate::state::StateDir, dir: &Path, host: Option<&str>) -> Result<Option<fwc_compiler::eval::effects::FlowEffects>> {
+pub fn live_flow_effects(state: &crate::state::StateDir, dir: &Path, host: Option<&str>, netns: Option<&str>) -> Result<Option<fwc_compiler::eval::effects::FlowEffects>> {
     if !dir.join(fwc_compiler::source::ROOT_FILE).is_file() {
         return Ok(None);
     }
     let Ok(tree) = SourceTree::from_dir(dir) else { return Ok(None) };
     let applied = state.current()?.map(|g| g.artifacts);
-    match fwc_compiler::eval::effects::against_applied_at(applied.as_ref(), &tree, host, jiff::Timestamp::now()) {
+    let now = jiff::Timestamp::now();
+    // The host's other tables (an original firewall still loaded beside fwc, Docker's, …)
+    // decide flows too: both sides are evaluated with them, so a flow's fate is what the host
+    // does now and after the apply. Tables the evaluator cannot run are left out, said so.
+    if let Some(foreign) = other_tables(netns) {
+        match fwc_compiler::eval::effects::against_applied_beside(applied.as_ref(), &tree, host, now, &foreign) {
+            Some(Ok(e)) => return Ok(Some(e)),
+            Some(Err(e)) => eprintln!("note: flow effects leave the host's other nftables tables out (fwc's evaluator cannot run them: {e})"),
+            None => return Ok(None),
+        }
+    }
+    match fwc_compiler::eval::effects::against_applied_at(applied.as_ref(), &tree, host, now) {
         None => Ok(None),
         Some(Ok(e)) => Ok(Some(e)),
         Some(Err(e)) => Err(miette!(help = "this is a bug in fwc's evaluator; please report it with the rules", "cannot compute flow effects: {e}")),
     }
+}
+
+/// This host's (or network namespace's) nftables tables other than fwc's own (`nft -j list
+/// ruleset`), or `None` when there are none or nft cannot list them (not root, no nft).
+fn other_tables(netns: Option<&str>) -> Option<serde_json::Value> {
+    let listing = match crate::import::source::live_native(netns) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("note: flow effects leave the host's other nftables tables out ({e})");
+            return None;
+        }
+    };
+    if listing.to_string().contains(crate::import::source::XT_MARK) {
+        eprintln!("note: flow effects leave the host's other nftables tables out (an iptables match nftables cannot express is loaded)");
+        return None;
+    }
+    let own = |o: &serde_json::Value| {
+        let body = o.as_object().and_then(|m| m.values().next());
+        let table = body.and_then(|b| b.get(if o.get("table").is_some() { "name" } else { "table" })).and_then(serde_json::Value::as_str);
+        table.is_some_and(|t| t == "fwc" || t.starts_with("fwc-") || t.starts_with("fwc_"))
+    };
+    let objs: Vec<serde_json::Value> = listing.get("nftables")?.as_array()?.iter().filter(|o| o.get("metainfo").is_none() && !own(o)).cloned().collect();
+    if !objs.iter().any(|o| o.get("chain").is_some()) {
+        return None;
+    }
+    Some(serde_json::json!({ "nftables": objs }))
 }

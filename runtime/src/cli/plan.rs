@@ -309,7 +309,7 @@ pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
     if let Some(out) = &req.out {
         state::write_atomic(out, fwc_compiler::artifacts::to_pretty(&plan).as_bytes())?;
     }
-    let effects = super::explain::live_flow_effects(&state, &req.dir, req.host.as_deref())?;
+    let effects = super::explain::live_flow_effects(&state, &req.dir, req.host.as_deref(), req.target.netns.as_deref())?;
     let rollout = fwc_compiler::source::SourceTree::from_dir(&req.dir).ok().and_then(|t| host_rollout(&t, &plan.host));
     if req.json {
         let mut v = super::output::versioned(&serde_json::json!({"mode": "live", "has_changes": plan.has_changes()}));

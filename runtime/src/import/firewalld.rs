@@ -323,7 +323,7 @@ impl<'a> Tx<'a> {
 
     fn rule(&mut self, verb: Verb, base: &str, cond: Cond, origin: &str) -> Rule {
         let name = self.unique(base);
-        Rule { name, verb, cond, rate: None, log: false, log_prefix: None, log_rate: None, comment: None, origin: origin.into() }
+        Rule { name, verb, cond, rate: None, per_source: false, log: false, log_prefix: None, log_rate: None, comment: None, origin: origin.into() }
     }
 
     /// ICMP rules of one firewalld ICMP type: one per family it exists in (and `family` allows).
@@ -808,6 +808,7 @@ pub fn translate(cfg: &Config) -> Imported {
                 verb: Verb::Reject(Some("host-unreachable".into())),
                 cond: Cond { to: Some(Addrs::List(RFC3964.split(',').map(str::to_string).collect())), ..Default::default() },
                 rate: None,
+                per_source: false,
                 log: false,
                 log_prefix: None,
                 log_rate: None,

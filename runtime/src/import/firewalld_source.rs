@@ -269,5 +269,18 @@ pub const NEED_FIREWALLD: &str = "the proof (tests/imported.kdl, --verify) compa
 pub fn ruleset(config: &Path, lib: &Path) -> Result<(Value, Vec<String>), ImportError> {
     let d = Daemon::start(config, lib, None)?;
     let listing = d.listing()?;
-    Ok((listing, d.complaints()))
+    let version = Command::new("firewalld").arg("--version").stdin(Stdio::null()).output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).filter(|v| !v.is_empty());
+    Ok((listing, d.complaints().iter().map(|c| version_difference(c, version.as_deref())).collect()))
+}
+
+/// firewalld ignores a `firewalld.conf` option it does not know (`Invalid option:
+/// 'ReloadPolicy=INPUT:DROP'`): a setting of another firewalld version, said so; other
+/// complaints as they are.
+pub fn version_difference(complaint: &str, version: Option<&str>) -> String {
+    let Some(opt) = complaint.split_once("Invalid option: '").and_then(|(_, r)| r.strip_suffix('\'')) else {
+        return complaint.to_string();
+    };
+    let key = opt.split('=').next().unwrap_or(opt).trim();
+    let this = version.map_or_else(|| "this host's firewalld".to_string(), |v| format!("this host's firewalld {v}"));
+    format!("firewalld.conf: `{opt}` is not an option of {this}: a setting of another firewalld version, which the proof's firewalld ignores — the original host's firewalld may apply it ({key}); compare its ruleset with `fwc import --from nft --live` there")
 }

@@ -7,12 +7,15 @@
 
 pub mod firewalld;
 pub mod firewalld_source;
+pub mod ifnames;
 pub mod model;
+pub mod owners;
 pub mod ports;
 pub mod proof;
 pub mod render;
 pub mod source;
 pub mod translate;
+pub mod xt_icmp;
 
 use std::path::{Path, PathBuf};
 
@@ -260,7 +263,7 @@ pub fn read(kind: Kind, path: Option<&Path>, live: bool, netns: Option<&str>) ->
                 Some(ns) => format!("the live ruleset of network namespace {ns}"),
                 None => "the live ruleset of this host".into(),
             };
-            Ok((source::live(netns)?, Default::default(), label, Vec::new()))
+            Ok((source::live_native(netns)?, Default::default(), label, Vec::new()))
         }
         (Kind::Nft, false) => {
             let p = path.ok_or_else(need_path)?;

@@ -36,6 +36,8 @@ pub struct Cond {
     pub oif: Option<String>,
     /// ICMP types as nft names them.
     pub icmp_type: Option<String>,
+    /// ICMP codes (numbers, comma separated), with one ICMP type.
+    pub icmp_code: Option<String>,
     /// ct states, comma separated (`new`, `invalid`).
     pub state: Option<String>,
     pub family: Option<Family>,
@@ -59,6 +61,8 @@ pub struct Rule {
     pub cond: Cond,
     /// `rate="…"` (allow rules: new connections per time unit).
     pub rate: Option<String>,
+    /// The rate counts each source address apart (`rate-per-source=`, ufw's `limit`).
+    pub per_source: bool,
     pub log: bool,
     pub log_prefix: Option<String>,
     pub log_rate: Option<String>,

@@ -296,6 +296,8 @@ fn flow(proto: L4, s: IpAddr, sport: u16, d: IpAddr, dport: u16, origin: Origin,
         origin,
         iif,
         oif,
+        tcp_flags: if proto == L4::Tcp { 0x02 } else { 0 },
+        icmp_code: 0,
     }
 }
 

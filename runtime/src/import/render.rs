@@ -55,6 +55,9 @@ fn rule_line(r: &Rule) -> String {
     if let Some(x) = &c.icmp_type {
         p.push(format!("icmp-type={}", q(x)));
     }
+    if let Some(x) = &c.icmp_code {
+        p.push(format!("icmp-code={}", q(x)));
+    }
     if let Some(x) = &c.port {
         p.push(if x.chars().all(|d| d.is_ascii_digit()) { format!("port={x}") } else { format!("port={}", q(x)) });
     }
@@ -78,8 +81,17 @@ fn rule_line(r: &Rule) -> String {
     if let Some(x) = &c.state {
         p.push(format!("state={}", q(x)));
     }
-    if let Some(x) = &r.rate {
-        p.push(format!("rate={}", q(x)));
+    match &r.rate {
+        Some(x) if r.per_source => {
+            p.push(format!("rate-per-source={}", q(x)));
+            // iptables' hashlimit and ufw's `limit` count each IPv6 address apart; fwc groups
+            // IPv6 sources by /64 unless told.
+            if c.family != Some(Family::V4) {
+                p.push("per-source-prefix6=128".into());
+            }
+        }
+        Some(x) => p.push(format!("rate={}", q(x))),
+        None => {}
     }
     // tcp-reset is already what `reject` does to TCP.
     if let Verb::Reject(Some(t)) = &r.verb.clone().filter_default(c) {

@@ -36,13 +36,54 @@ fn first_json(text: &str) -> Result<Value, ImportError> {
 /// Load an `nft -f` file in a scratch namespace and list it as JSON.
 pub fn nft_file(path: &Path) -> Result<(Value, Origins), ImportError> {
     let text = std::fs::read_to_string(path).map_err(|e| ImportError::Source { what: format!("cannot read {}: {e}", path.display()), hint: "give the ruleset file (e.g. /etc/nftables.conf)".into() })?;
+    // Interfaces named by index (`iif "wan0"`) must exist for nft to load the file: links of
+    // those names in the scratch namespace stand in for the host's.
+    // A dummy link where the kernel has the module, else a bridge (always built in).
+    let script = format!("{BIND_IDS}f=\"$1\"; shift; for n in \"$@\"; do ip link add \"$n\" type dummy 2>/dev/null || ip link add \"$n\" type bridge 2>/dev/null; done; nft -f \"$f\" && nft -j list ruleset");
+    let ids = ScratchIds::for_text(&text)?;
     let out = run(
-        Command::new("unshare").args(["-n", "sh", "-c", "nft -f \"$1\" && nft -j list ruleset", "sh"]).arg(path),
+        ids.apply(Command::new("unshare").args(["-m", "-n", "sh", "-c", &script, "sh"]).arg(path).args(super::ifnames::by_index(&text))),
         &format!("nft -f {} (in a scratch network namespace)", path.display()),
     )?;
     let listing = first_json(&out)?;
     let origins = nft_origins(&text, &file_label(path), &listing);
     Ok((listing, origins))
+}
+
+/// Shell lines that bind the import's own `/etc/passwd` and `/etc/group` (with the names the
+/// original refers to and this host lacks) over the real ones, in the scratch mount namespace.
+const BIND_IDS: &str = "[ -n \"$FWC_IMPORT_PASSWD\" ] && mount --bind \"$FWC_IMPORT_PASSWD\" /etc/passwd; [ -n \"$FWC_IMPORT_GROUP\" ] && mount --bind \"$FWC_IMPORT_GROUP\" /etc/group; ";
+
+/// The user and group databases of the scratch mount namespace, when the original names users
+/// or groups this host does not have (see [`super::owners`]).
+struct ScratchIds {
+    _dir: Option<tempfile::TempDir>,
+    passwd: Option<std::path::PathBuf>,
+    group: Option<std::path::PathBuf>,
+}
+
+impl ScratchIds {
+    fn for_text(text: &str) -> Result<ScratchIds, ImportError> {
+        let (users, groups) = super::owners::named(text);
+        let passwd = super::owners::with_entries(&std::fs::read_to_string("/etc/passwd").unwrap_or_default(), &users, false);
+        let group = super::owners::with_entries(&std::fs::read_to_string("/etc/group").unwrap_or_default(), &groups, true);
+        if passwd.is_none() && group.is_none() {
+            return Ok(ScratchIds { _dir: None, passwd: None, group: None });
+        }
+        let dir = tempfile::tempdir().map_err(|e| ImportError::Source { what: format!("cannot create a temporary directory: {e}"), hint: String::new() })?;
+        let write = |name: &str, text: Option<String>| -> Result<Option<std::path::PathBuf>, ImportError> {
+            let Some(t) = text else { return Ok(None) };
+            let p = dir.path().join(name);
+            std::fs::write(&p, t).map_err(|e| ImportError::Source { what: format!("cannot write {}: {e}", p.display()), hint: String::new() })?;
+            Ok(Some(p))
+        };
+        let (passwd, group) = (write("passwd", passwd)?, write("group", group)?);
+        Ok(ScratchIds { _dir: Some(dir), passwd, group })
+    }
+
+    fn apply<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        cmd.env("FWC_IMPORT_PASSWD", self.passwd.as_deref().unwrap_or(Path::new(""))).env("FWC_IMPORT_GROUP", self.group.as_deref().unwrap_or(Path::new("")))
+    }
 }
 
 /// Load iptables-save / ip6tables-save output with iptables-nft in a scratch namespace; the
@@ -56,13 +97,18 @@ pub fn iptables_files(files: &[(std::path::PathBuf, bool)]) -> Result<(Value, Or
         args.push(p.clone());
     }
     script.push_str("nft list ruleset");
-    let text = run(Command::new("unshare").args(["-n", "sh", "-c", &script, "sh"]).args(&args), "iptables-nft-restore (in a scratch network namespace)")?;
+    let all: String = files.iter().filter_map(|(p, _)| std::fs::read_to_string(p).ok()).collect::<Vec<_>>().join("\n");
+    let ids = ScratchIds::for_text(&all)?;
+    let script = format!("{BIND_IDS}{script}");
+    let text = run(ids.apply(Command::new("unshare").args(["-m", "-n", "sh", "-c", &script, "sh"]).args(&args)), "iptables-nft-restore (in a scratch network namespace)")?;
     let mut origins = BTreeMap::new();
+    let mut originals = BTreeMap::new();
     for (p, v6) in files {
         let content = std::fs::read_to_string(p).map_err(|e| ImportError::Source { what: format!("cannot read {}: {e}", p.display()), hint: String::new() })?;
         origins.extend(iptables_origins(&content, &file_label(p), if *v6 { "ip6" } else { "ip" }));
+        originals.insert(file_label(p), content);
     }
-    let out = reload(&text, &origins)?;
+    let out = reload(&text, &origins, &originals)?;
     let listing = first_json(&out)?;
     Ok((listing, origins))
 }
@@ -70,17 +116,22 @@ pub fn iptables_files(files: &[(std::path::PathBuf, bool)]) -> Result<(Value, Or
 /// Load `nft list ruleset` text again into a scratch namespace and list it as JSON: what
 /// iptables-nft and libxtables translated becomes native expressions (an `xt` match nft
 /// cannot print as nftables is refused by `nft -f`, naming it).
-fn reload(text: &str, origins: &Origins) -> Result<String, ImportError> {
+fn reload(text: &str, origins: &Origins, originals: &BTreeMap<String, String>) -> Result<String, ImportError> {
     let dir = tempfile::tempdir().map_err(|e| ImportError::Source { what: format!("cannot create a temporary directory: {e}"), hint: String::new() })?;
     let nftfile = dir.path().join("translated.nft");
-    // A match iptables-nft could not translate (`xt match icmp6` for a numeric ICMPv6 type,
-    // `xt match recent`, …) cannot be loaded again: keep its place as a rule that only counts,
-    // with the original in its comment, so the translation refuses it by name and the rules
-    // after it keep their positions (and origins).
+    // An ICMP match iptables-nft kept as `xt match icmp`/`icmp6` (a numeric type, a code) is
+    // read from the original line as the nftables match it is. Any other match iptables-nft
+    // could not translate (`xt match recent`, …) cannot be loaded again: keep its place as a
+    // rule that only counts, with the original in its comment, so the translation refuses it
+    // by name and the rules after it keep their positions (and origins).
+    let places = rule_places(text);
     let text: String = text
         .lines()
-        .map(|l| {
-            if l.contains(" xt match ") || l.contains(" xt target ") || l.trim_start().starts_with("xt ") {
+        .enumerate()
+        .map(|(n, l)| {
+            if let Some(native) = xt_icmp_line(l, places.get(n).cloned().flatten(), origins, originals) {
+                format!("{native}\n")
+            } else if l.contains(" xt match ") || l.contains(" xt target ") || l.trim_start().starts_with("xt ") {
                 let indent: String = l.chars().take_while(|c| c.is_whitespace()).collect();
                 let mut what: String = l.trim().replace('"', "'").replace("counter packets 0 bytes 0 ", "");
                 what.truncate(100);
@@ -111,11 +162,26 @@ fn unreadable_translation(text: &str, stderr: &str, origins: &Origins) -> Import
     let Some((line, why)) = first else {
         return ImportError::Source { what: format!("nftables cannot read back iptables-nft's translation: {}", stderr.trim()), hint: "iptables-restore loads the file, but fwc reads it through nftables: rewrite the rule nft names".into() };
     };
-    // Which table, chain and rule of the translation that line is.
+    let code = text.lines().nth(line.saturating_sub(1)).unwrap_or_default().trim().replace("counter packets 0 bytes 0 ", "");
+    let place = rule_places(text).get(line.saturating_sub(1)).cloned().flatten();
+    let at = match place {
+        Some(key) => origins.get(&key).cloned().unwrap_or_else(|| format!("chain {}", key.2)),
+        None => "the original".into(),
+    };
+    ImportError::Source {
+        what: format!("{at}: iptables-nft translates this to `{code}`, which nftables cannot read back: {why}"),
+        hint: "iptables-restore loads it, but fwc reads the rules through nftables: rewrite that rule or chain name (a range low-high, an ASCII chain name) and import again".into(),
+    }
+}
+
+/// For each line of `nft list ruleset` text: the rule it holds, as (family, table, chain,
+/// index in the chain) — the key of [`Origins`].
+fn rule_places(text: &str) -> Vec<Option<(String, String, String, usize)>> {
     let (mut table, mut chain, mut index) = (None::<(String, String)>, None::<String>, 0usize);
-    let mut place = None;
-    for (n, l) in text.lines().enumerate() {
+    let mut out = Vec::new();
+    for l in text.lines() {
         let w: Vec<&str> = l.split_whitespace().collect();
+        let mut place = None;
         match w.as_slice() {
             ["table", fam, name, "{"] => table = Some((fam.to_string(), name.to_string())),
             ["chain", name, "{"] => {
@@ -124,33 +190,31 @@ fn unreadable_translation(text: &str, stderr: &str, origins: &Origins) -> Import
             }
             ["type", ..] | ["policy", ..] | ["}"] | [] => {}
             _ => {
-                if n + 1 == line {
-                    place = Some(index);
+                if let (Some((f, t)), Some(c)) = (&table, &chain) {
+                    place = Some((f.clone(), t.clone(), c.clone(), index));
                 }
                 index += 1;
-                if n + 1 == line {
-                    break;
-                }
             }
         }
-        if n + 1 == line {
-            break;
-        }
+        out.push(place);
     }
-    let code = text.lines().nth(line.saturating_sub(1)).unwrap_or_default().trim().replace("counter packets 0 bytes 0 ", "");
-    let origin = match (&table, &chain, place) {
-        (Some((fam, t)), Some(c), Some(i)) => origins.get(&(fam.clone(), t.clone(), c.clone(), i)).cloned(),
-        _ => None,
-    };
-    let at = match (origin, &chain) {
-        (Some(o), _) => o,
-        (None, Some(c)) => format!("chain {c}"),
-        (None, None) => "the original".into(),
-    };
-    ImportError::Source {
-        what: format!("{at}: iptables-nft translates this to `{code}`, which nftables cannot read back: {why}"),
-        hint: "iptables-restore loads it, but fwc reads the rules through nftables: rewrite that rule or chain name (a range low-high, an ASCII chain name) and import again".into(),
+    out
+}
+
+/// A listed rule with iptables-nft's `xt match icmp`/`icmp6`, its ICMP match written as
+/// nftables from the original iptables line (see [`super::xt_icmp`]); `None` for any other line
+/// or one that cannot be read so.
+fn xt_icmp_line(l: &str, place: Option<(String, String, String, usize)>, origins: &Origins, originals: &BTreeMap<String, String>) -> Option<String> {
+    let xt = [" xt match \"icmp\"", " xt match \"icmp6\"", " xt match icmp ", " xt match icmp6 "].into_iter().find(|x| l.contains(x))?;
+    if l.matches(" xt ").count() != 1 {
+        return None;
     }
+    let origin = origins.get(&place?)?;
+    let (label, line) = origin.rsplit_once(':')?;
+    let line: usize = line.parse().ok()?;
+    let original = originals.get(label)?.lines().nth(line.checked_sub(1)?)?;
+    let native = super::xt_icmp::native(original)?;
+    Some(l.replacen(xt.trim_end(), &format!(" {native}"), 1))
 }
 
 /// The comment of a rule iptables-nft could not translate to nftables (see [`reload`]).
@@ -196,6 +260,7 @@ pub fn ufw_dir(dir: &Path) -> Result<(Value, Origins, Vec<String>), ImportError>
     default_text.push_str("\nIPT_SYSCTL=\nIPT_MODULES=\"\"\nMANAGE_BUILTINS=no\n");
     copy(Path::new(""), &root.join("etc/default/ufw"), Some(default_text))?;
     let mut origins = BTreeMap::new();
+    let mut originals = BTreeMap::new();
     let mut notes = Vec::new();
     let mut any = false;
     for (name, family) in [("before.rules", "ip"), ("after.rules", "ip"), ("user.rules", "ip"), ("before6.rules", "ip6"), ("after6.rules", "ip6"), ("user6.rules", "ip6")] {
@@ -204,7 +269,8 @@ pub fn ufw_dir(dir: &Path) -> Result<(Value, Origins, Vec<String>), ImportError>
         any = true;
         let text = if name.starts_with("user") { ufw_limits(&text, name, &mut notes) } else { text };
         origins.extend(iptables_origins(&text, name, family));
-        copy(&from, &root.join("etc/ufw").join(name), Some(text))?;
+        copy(&from, &root.join("etc/ufw").join(name), Some(text.clone()))?;
+        originals.insert(name.to_string(), text);
     }
     if !any {
         return Err(err(format!("{} holds no ufw rules (before.rules, user.rules, …)", dir.display()), "give ufw's directory, /etc/ufw"));
@@ -218,13 +284,15 @@ pub fn ufw_dir(dir: &Path) -> Result<(Value, Origins, Vec<String>), ImportError>
         Command::new("unshare").args(["-n", "sh", "-c", "\"$1\" --rootdir \"$2\" --datadir \"$2\" start >&2 && nft list ruleset", "sh"]).arg(&init).arg(root),
         "ufw-init start (in a scratch network namespace)",
     )?;
-    let listing = first_json(&reload(&text, &origins)?)?;
+    let listing = first_json(&reload(&text, &origins, &originals)?)?;
     Ok((listing, origins, notes))
 }
 
 /// ufw's `limit`: `-m recent --set` and `--update --seconds S --hitcount H -j ufw-user-limit`
-/// before `-j ufw-user-limit-accept` become `-m limit --limit H/S --limit-burst H` on the accept
-/// (line numbers kept: the removed lines become comments).
+/// before `-j ufw-user-limit-accept` become a rate per source address on the accept (`-m
+/// hashlimit --hashlimit-upto H/S --hashlimit-burst H --hashlimit-mode srcip`, which nftables
+/// lists as a meter keyed by the source), read as `rate-per-source=` (line numbers kept: the
+/// removed lines become comments).
 pub fn ufw_limits(text: &str, file: &str, notes: &mut Vec<String>) -> String {
     let mut out = Vec::new();
     let mut pending: Option<(u64, u64)> = None;
@@ -242,10 +310,11 @@ pub fn ufw_limits(text: &str, file: &str, notes: &mut Vec<String>) -> String {
         if let (Some((secs, hits)), true) = (pending, line.contains("-user-limit-accept")) {
             let rate = if (hits * 60) % secs.max(1) == 0 { format!("{}/minute", hits * 60 / secs.max(1)) } else { format!("{}/hour", hits * 3600 / secs.max(1)) };
             notes.push(format!(
-                "{file}:{}: ufw `limit` ({hits} new connections in {secs} s per source address, then reject) imported as rate=\"{rate} burst {hits}\" for all clients together (over it: the chain's policy)",
+                "{file}:{}: ufw `limit` ({hits} new connections in {secs} s per source address, then reject) imported as rate-per-source=\"{rate} burst {hits}\" (over it: dropped, where ufw rejects)",
                 n + 1
             ));
-            out.push(line.replacen(" -j ", &format!(" -m limit --limit {rate} --limit-burst {hits} -j "), 1));
+            let hashlimit = format!(" -m hashlimit --hashlimit-upto {rate} --hashlimit-burst {hits} --hashlimit-mode srcip --hashlimit-name ufw-limit-{} -j ", n + 1);
+            out.push(line.replacen(" -j ", &hashlimit, 1));
             pending = None;
             continue;
         }
@@ -261,6 +330,42 @@ pub fn live(netns: Option<&str>) -> Result<Value, ImportError> {
         None => run(Command::new("nft").args(["-j", "list", "ruleset"]), "nft -j list ruleset")?,
     };
     first_json(&out)
+}
+
+/// [`live`] with native expressions only: rules iptables-nft added are listed by `nft -j` with
+/// opaque `xt` statements (even `-m conntrack`); their text is loaded again into a scratch
+/// namespace, as an iptables file's is. A match nftables cannot read back stays a rule marked
+/// [`XT_MARK`].
+pub fn live_native(netns: Option<&str>) -> Result<Value, ImportError> {
+    let v = live(netns)?;
+    if !v.to_string().contains("{\"xt\":") {
+        return Ok(v);
+    }
+    let text = match netns {
+        Some(ns) => run(Command::new("ip").args(["netns", "exec", ns, "nft", "list", "ruleset"]), &format!("nft list ruleset in network namespace {ns}"))?,
+        None => run(Command::new("nft").args(["list", "ruleset"]), "nft list ruleset")?,
+    };
+    let mut native = first_json(&reload(&text, &BTreeMap::new(), &BTreeMap::new())?)?;
+    keep_handles(&v, &mut native);
+    Ok(native)
+}
+
+/// The copy read back gets handles of its own: give each rule the handle of the rule at the
+/// same place in the host's listing (same table, chain and position), which is how a `--live`
+/// import names a rule's origin.
+fn keep_handles(host: &Value, copy: &mut Value) {
+    let key = |r: &Value| ["family", "table", "chain"].map(|k| r.get(k).and_then(Value::as_str).unwrap_or_default().to_string());
+    let mut handles: BTreeMap<[String; 3], std::collections::VecDeque<Value>> = BTreeMap::new();
+    for r in host.get("nftables").and_then(Value::as_array).into_iter().flatten().filter_map(|o| o.get("rule")) {
+        handles.entry(key(r)).or_default().push_back(r.get("handle").cloned().unwrap_or(Value::Null));
+    }
+    for o in copy.get_mut("nftables").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(r) = o.get_mut("rule") {
+            if let Some(h) = handles.get_mut(&key(r)).and_then(|q| q.pop_front()) {
+                r["handle"] = h;
+            }
+        }
+    }
 }
 
 fn file_label(p: &Path) -> String {

@@ -61,7 +61,7 @@ fn container_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
             for port in &ports {
                 let mut expr = Vec::new();
                 if let Some(i) = &r.iif {
-                    expr.push(eq(meta(MetaKey::Iifname), s(i.value.clone())));
+                    expr.push(iface_match(MetaKey::Iifname, r.negate.iif, &i.value));
                 }
                 if let Some(p) = proto {
                     expr.push(l4proto_is(*p));

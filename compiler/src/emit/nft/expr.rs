@@ -123,6 +123,26 @@ pub(super) fn set_mark_bits(key: E, value: u32) -> S {
 /// tcp/udp with ports use `tcp dport …` (the implicit protocol dependency is what nft lists);
 /// `both` uses `meta l4proto {tcp, udp}` and `th dport …`. Ports without a protocol mean both.
 pub(super) fn l4_match(proto: Option<Proto>, dports: Option<&[PortRange]>, sports: Option<&[PortRange]>) -> Vec<S> {
+    l4_match_not(proto, dports, sports, (false, false))
+}
+
+/// The opposite match: `==` becomes `!=` (none of the list).
+pub(super) fn ne(left: E, right: E) -> S {
+    m(left, Operator::NEQ, right)
+}
+
+/// `==`, or `!=` when `negated`.
+pub(super) fn eq_or_ne(negated: bool, left: E, right: E) -> S {
+    if negated {
+        ne(left, right)
+    } else {
+        eq(left, right)
+    }
+}
+
+/// [`l4_match`] with its destination and source ports each possibly negated (`port="!22"`:
+/// `tcp dport != 22`).
+pub(super) fn l4_match_not(proto: Option<Proto>, dports: Option<&[PortRange]>, sports: Option<&[PortRange]>, not: (bool, bool)) -> Vec<S> {
     let dports = dports.and_then(ports_expr);
     let sports = sports.and_then(ports_expr);
     let has_ports = dports.is_some() || sports.is_some();
@@ -157,10 +177,10 @@ pub(super) fn l4_match(proto: Option<Proto>, dports: Option<&[PortRange]>, sport
         Some(Proto::Udp) => "udp",
     };
     if let Some(d) = dports {
-        out.push(eq(payload(hdr, "dport"), d));
+        out.push(eq_or_ne(not.0, payload(hdr, "dport"), d));
     }
     if let Some(sp) = sports {
-        out.push(eq(payload(hdr, "sport"), sp));
+        out.push(eq_or_ne(not.1, payload(hdr, "sport"), sp));
     }
     out
 }

@@ -102,9 +102,14 @@ impl AddrAlt {
     }
     /// The match statement on `left` (a payload or `ct original` address).
     pub(super) fn on(&self, left: E) -> S {
+        self.on_or_off(false, left)
+    }
+
+    /// [`Self::on`], or its opposite (`!=`: the address is not in this alternative).
+    pub(super) fn on_or_off(&self, negated: bool, left: E) -> S {
         match &self.mask {
-            Some(m) => eq(and(left, s(m.clone())), self.right.clone()),
-            None => eq(left, self.right.clone()),
+            Some(m) => eq_or_ne(negated, and(left, s(m.clone())), self.right.clone()),
+            None => eq_or_ne(negated, left, self.right.clone()),
         }
     }
 }
@@ -153,6 +158,19 @@ pub(super) fn one_alt(p: &AddrParts, fam: Fam) -> Option<&AddrAlt> {
     let v = &p[fam.idx()];
     assert!(v.len() <= 1, "a set used by a forward or shape has one lookup per family");
     v.first()
+}
+
+/// The ways an optional address match on `field` (`saddr`/`daddr`) holds in `fam`, each the
+/// statements of one nft rule: one per alternative; negated, one rule whose statements say
+/// the address is in none of them. `[[]]` without the match.
+pub(super) fn addr_ways(p: Option<&AddrParts>, negated: bool, fam: Fam, field: &'static str) -> Vec<Vec<S>> {
+    let Some(p) = p else { return vec![Vec::new()] };
+    let alts = &p[fam.idx()];
+    if negated {
+        vec![alts.iter().map(|a| a.on_or_off(true, payload(fam.proto(), field))).collect()]
+    } else {
+        alts.iter().map(|a| vec![a.on(payload(fam.proto(), field))]).collect()
+    }
 }
 
 /// The alternatives of an optional address match in `fam`: `[None]` without the match.

@@ -15,36 +15,44 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
         Some(Proto::Icmpv6) => Some(Fam::V6),
         _ => None,
     };
-    let l4 = l4_match(proto, r.ports.as_ref().map(|p| p.value.as_slice()), r.sports.as_ref().map(|p| p.value.as_slice()));
+    let neg = r.negate;
+    let l4 = l4_match_not(proto, r.ports.as_ref().map(|p| p.value.as_slice()), r.sports.as_ref().map(|p| p.value.as_slice()), (neg.ports, neg.sports));
     for fam in families(&parts, only) {
         // One nft rule per combination of the matches' alternatives (a big set is one hash set
         // per prefix length: `ip saddr & 255.255.255.0 @bl_v4_24`, then `ip saddr @bl_v4_32`).
-        // They never overlap, so a packet takes at most one of them.
+        // They never overlap, so a packet takes at most one of them. A negated match is one
+        // way: the address is in none of them.
         let (fa, ta) = match fam {
-            Some(fam) => (alts(from.as_ref(), fam), alts(to.as_ref(), fam)),
-            None => (vec![None], vec![None]),
+            Some(fam) => (addr_ways(from.as_ref(), neg.from, fam, "saddr"), addr_ways(to.as_ref(), neg.to, fam, "daddr")),
+            None => (vec![Vec::new()], vec![Vec::new()]),
         };
         for f in &fa {
             for t in &ta {
                 let mut expr = Vec::new();
                 if let Some(i) = &r.iif {
-                    expr.push(eq(meta(MetaKey::Iifname), s(i.value.clone())));
+                    expr.push(iface_match(MetaKey::Iifname, neg.iif, &i.value));
                 }
                 if let Some(o) = &r.oif {
-                    expr.push(eq(meta(MetaKey::Oifname), s(o.value.clone())));
+                    expr.push(iface_match(MetaKey::Oifname, neg.oif, &o.value));
+                }
+                if let Some(p) = &r.pkttypes {
+                    let right = one_or_set(p.value.iter().map(|t| s(t.as_str())).collect()).expect("pkttype lists at least one type");
+                    expr.push(eq(meta(MetaKey::Pkttype), right));
                 }
                 expr.extend(l4.iter().cloned());
+                let v6 = proto == Some(Proto::Icmpv6);
                 if let Some(t) = &r.icmp_types {
-                    expr.push(icmp_type_match(proto == Some(Proto::Icmpv6), &t.value));
+                    expr.push(icmp_type_match(v6, &t.value));
                 }
-                if let Some(fam) = fam {
-                    if let Some(a) = f {
-                        expr.push(a.on(payload(fam.proto(), "saddr")));
-                    }
-                    if let Some(a) = t {
-                        expr.push(a.on(payload(fam.proto(), "daddr")));
-                    }
+                if let Some(c) = &r.icmp_codes {
+                    let one_type = r.icmp_types.as_ref().and_then(|t| t.value.first().copied());
+                    expr.push(icmp_code_match(v6, one_type, &c.value));
                 }
+                if let Some(fl) = &r.tcp_flags {
+                    expr.push(tcp_flags_match(fl.value));
+                }
+                expr.extend(f.iter().cloned());
+                expr.extend(t.iter().cloned());
                 match &r.state {
                     Some(st) => expr.push(ct_state(&st.value.iter().map(|c| c.as_str()).collect::<Vec<_>>())),
                     None if r.rate.is_some() => expr.push(ct_state(&["new"])),
@@ -80,6 +88,36 @@ pub(super) fn icmp_type_match(v6: bool, types: &[u8]) -> S {
     });
     let right = one_or_set(items.collect()).expect("icmp-type lists at least one type");
     eq(payload(if v6 { "icmpv6" } else { "icmp" }, "type"), right)
+}
+
+/// `iifname "eth0"`, `iifname != { "eth0", "eth1" }`.
+pub(super) fn iface_match(key: MetaKey, negated: bool, names: &[String]) -> S {
+    let right = one_or_set(names.iter().map(|i| s(i.clone())).collect()).expect("an interface list names one at least");
+    eq_or_ne(negated, meta(key), right)
+}
+
+/// `icmp code frag-needed` / `icmpv6 code { 0, 4 }`: nft's names where a code of the type has one.
+fn icmp_code_match(v6: bool, icmp_type: Option<u8>, codes: &[u8]) -> S {
+    let items = codes.iter().map(|&c| match crate::headers::icmp_code_name_of(v6, icmp_type, c) {
+        Some(name) => s(name),
+        None => n(u32::from(c)),
+    });
+    let right = one_or_set(items.collect()).expect("icmp-code lists at least one code");
+    eq(payload(if v6 { "icmpv6" } else { "icmp" }, "code"), right)
+}
+
+/// `tcp flags & (fin|syn|rst|ack) == syn` (`!=` when negated): flag names as nft lists them,
+/// a single name alone, none as 0.
+fn tcp_flags_match(f: crate::model::header::TcpFlags) -> S {
+    let names = |bits: u8| {
+        let v = crate::model::header::tcp_flag_names(bits);
+        match v.as_slice() {
+            [] => n(0),
+            [one] => s(*one),
+            many => Expression::List(many.iter().map(|x| s(*x)).collect()),
+        }
+    };
+    eq_or_ne(f.negated, and(payload("tcp", "flags"), names(f.mask)), names(f.set))
 }
 
 /// The ends of the nft rules of a filter rule (also of a `containers` rule), each appended to

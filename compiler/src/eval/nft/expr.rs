@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use crate::eval::flow::L4;
+use crate::eval::headers;
 use super::packet::{Packet, Val};
 use super::table::{EvalError, Table};
 
@@ -16,19 +17,33 @@ pub(super) struct Cx<'a> {
     pub(super) t: &'a Table,
     pub(super) chain: &'a str,
     pub(super) index: usize,
-    /// Set while a match compares an ICMP (false) / ICMPv6 (true) type: names on the right
-    /// are read in that family's table (`echo-request` is 8 in ICMP, 128 in ICMPv6).
-    pub(super) icmp_v6: std::cell::Cell<Option<bool>>,
+    /// What the match being evaluated compares: names on the right are read as that field's
+    /// (`echo-request` is 8 in ICMP, 128 in ICMPv6; `syn` a TCP flag; `broadcast` a packet type).
+    pub(super) field: std::cell::Cell<headers::Field>,
 }
 
 pub(super) fn proto_number(s: &str) -> Option<u64> {
-    L4::parse(s).map(L4::number)
+    L4::parse(s).map(L4::number).or_else(|| OTHER_PROTOCOLS.iter().find(|(n, _)| *n == s).map(|(_, p)| *p))
 }
 
-/// An ICMP or ICMPv6 type name as nft spells it, in the family being compared.
-pub(super) fn icmp_type(s: &str, v6: Option<bool>) -> Option<u64> {
-    crate::units::icmp_type_code(v6?, s).map(u64::from)
-}
+/// IP protocols a flow never is, by the names nft prints for them (`ip protocol igmp accept` in
+/// a foreign ruleset): a match on them is decided (false), not an error.
+/// (`ipv6`, protocol 41, is left out: the same word is `meta nfproto ipv6`.)
+const OTHER_PROTOCOLS: [(&str, u64); 13] = [
+    ("igmp", 2),
+    ("ipip", 4),
+    ("gre", 47),
+    ("esp", 50),
+    ("ah", 51),
+    ("ospf", 89),
+    ("pim", 103),
+    ("vrrp", 112),
+    ("l2tp", 115),
+    ("sctp", 132),
+    ("udplite", 136),
+    ("dccp", 33),
+    ("comp", 108),
+];
 
 impl Cx<'_> {
     pub(super) fn unsupported(&self, what: String) -> EvalError {
@@ -38,15 +53,17 @@ impl Cx<'_> {
     pub(super) fn eval_match(&self, m: &Value, p: &Packet) -> Result<bool, EvalError> {
         let left_expr = m.get("left").unwrap_or(&Value::Null);
         let left = self.eval_expr(left_expr, p)?;
-        self.icmp_v6.set(match (left_expr.pointer("/payload/protocol").and_then(Value::as_str), left_expr.pointer("/payload/field").and_then(Value::as_str)) {
-            (Some("icmp"), Some("type")) => Some(false),
-            (Some("icmpv6"), Some("type")) => Some(true),
-            _ => None,
-        });
+        let field = headers::Field::of(left_expr);
+        self.field.set(field);
         let op = m.get("op").and_then(Value::as_str).unwrap_or("==");
         let right = m.get("right").unwrap_or(&Value::Null);
         if left == Val::Absent {
             return Ok(false);
+        }
+        // Flag lists are bit masks, not sets of alternatives.
+        if let (headers::Field::TcpFlags, Val::Int(v)) = (field, &left) {
+            let bits = headers::flag_bits(right).ok_or_else(|| self.unsupported(format!("tcp flags {right}")))?;
+            return headers::flags_match(op, *v, bits).ok_or_else(|| self.unsupported(format!("match operator `{op}` on tcp flags")));
         }
         let hit = match op {
             "==" | "in" => self.contains(right, &left, p)?,
@@ -180,7 +197,7 @@ impl Cx<'_> {
             (Value::Number(n), _) => Val::Int(n.as_u64().ok_or_else(|| self.unsupported(format!("number {n}")))?),
             // `exists` / `missing` (a fib lookup's result): 1 or 0.
             (Value::Bool(b), _) => Val::Int(u64::from(*b)),
-            (Value::String(s), Val::Int(_)) => match proto_number(s).or_else(|| icmp_type(s, self.icmp_v6.get())).or_else(|| s.parse().ok()).or(match s.as_str() {
+            (Value::String(s), Val::Int(_)) => match self.field.get().name_value(s).or_else(|| proto_number(s)).or_else(|| s.parse().ok()).or(match s.as_str() {
                 "ipv4" => Some(2),
                 "ipv6" => Some(10),
                 _ => None,
@@ -204,6 +221,7 @@ impl Cx<'_> {
                 "iif" | "iifname" => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "oif" | "oifname" => Val::Str(p.oifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "mark" => Val::Int(u64::from(p.meta_mark)),
+                "pkttype" => Val::Int(headers::pkttype_of(p.daddr).number()),
                 // Schedules: the kernel's UTC weekday (0 = Sunday) and seconds
                 // since UTC midnight.
                 // Without a time: the Unix epoch, the time `emit_view` compiles for.
@@ -245,13 +263,13 @@ impl Cx<'_> {
                             (true, _) => Val::Int(u64::from(p.sport)),
                         }
                     }
-                    ("icmp" | "icmpv6", "type") => {
-                        if L4::parse(proto) == Some(p.proto) {
-                            Val::Int(u64::from(p.dport))
-                        } else {
-                            Val::Absent
-                        }
-                    }
+                    ("icmp" | "icmpv6", "type" | "code") => match (L4::parse(proto) == Some(p.proto), field) {
+                        (false, _) => Val::Absent,
+                        (true, "type") => Val::Int(u64::from(p.dport)),
+                        (true, _) => Val::Int(u64::from(p.icmp_code)),
+                    },
+                    ("tcp", "flags") if p.proto == L4::Tcp => Val::Int(u64::from(p.tcp_flags)),
+                    ("tcp", "flags") => Val::Absent,
                     _ => return Err(self.unsupported(format!("payload {proto} {field}"))),
                 }
             }
@@ -304,6 +322,10 @@ impl Cx<'_> {
                         });
                     }
                 }
+                // `tcp flags & (…)` of a packet without TCP: the match fails.
+                if args[0].is_object() && self.eval_expr(&args[0], p)? == Val::Absent {
+                    return Ok(Val::Absent);
+                }
                 let a = self.eval_expr_or_literal(&args[0], p)?;
                 let b = self.eval_expr_or_literal(&args[1], p)?;
                 Val::Int(if kind == "&" { a & b } else { a | b })
@@ -336,6 +358,8 @@ impl Cx<'_> {
     pub(super) fn eval_expr_or_literal(&self, e: &Value, p: &Packet) -> Result<u64, EvalError> {
         match e {
             Value::Number(n) => n.as_u64().ok_or_else(|| self.unsupported(format!("number {n}"))),
+            // `tcp flags & (fin|syn|rst|ack)`: the mask is a flag list.
+            Value::Array(_) | Value::String(_) => headers::flag_bits(e).ok_or_else(|| self.unsupported(format!("value {e}"))),
             _ => match self.eval_expr(e, p)? {
                 Val::Int(n) => Ok(n),
                 other => Err(self.unsupported(format!("arithmetic on {other:?}"))),

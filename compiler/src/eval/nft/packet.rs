@@ -21,6 +21,10 @@ pub struct Packet {
     pub ct_state: &'static str,
     /// `original` or `reply`.
     pub ct_direction: &'static str,
+    /// TCP flag bits (0 for other protocols).
+    pub tcp_flags: u8,
+    /// ICMP / ICMPv6 code.
+    pub icmp_code: u8,
     pub ct_dnat: bool,
     /// The connection's original tuple (before any NAT).
     pub orig: (IpAddr, IpAddr, u16, u16),
@@ -53,6 +57,8 @@ impl Packet {
             ct_mark: 0,
             ct_state: first_packet_state(flow),
             ct_direction: "original",
+            tcp_flags: flow.tcp_flags,
+            icmp_code: flow.icmp_code,
             ct_dnat: false,
             orig: (flow.saddr, flow.daddr, flow.sport, flow.dport),
             local,
@@ -74,7 +80,8 @@ pub(super) fn first_packet_state(flow: &Flow) -> &'static str {
         L4::Icmp => matches!(flow.dport, 8 | 13 | 15 | 17),
         // echo request, node information query
         L4::Icmpv6 => matches!(flow.dport, 128 | 139),
-        L4::Tcp | L4::Udp => true,
+        L4::Tcp => return crate::eval::headers::first_tcp_state(flow.tcp_flags),
+        L4::Udp => true,
     };
     // MLD (130-132, 143) and neighbour discovery (133-136) are not tracked at all
     // (`noct_valid_new` in nf_conntrack_proto_icmpv6.c): `ct state untracked`, not invalid —

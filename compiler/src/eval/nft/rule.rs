@@ -60,7 +60,7 @@ enum Step {
 
 /// Evaluate one rule: `None` if a match failed (or a map lookup missed), else what it does.
 pub(super) fn eval_rule(t: &Table, chain: &ChainDef, index: usize, rule: &RuleDef, p: &mut Packet, hit: &mut Hit) -> Result<Option<Flowctl>, EvalError> {
-    let cx = Cx { t, chain: &chain.name, index, icmp_v6: std::cell::Cell::new(None) };
+    let cx = Cx { t, chain: &chain.name, index, field: std::cell::Cell::new(crate::eval::headers::Field::Other) };
     for stmt in &rule.expr {
         let (kind, body) = stmt.as_object().and_then(|m| m.iter().next()).ok_or_else(|| cx.unsupported(format!("statement {stmt}")))?;
         let verdict = |hit: &mut Hit, v: Verdict| Step::End(Some(done(hit, Flowctl::Verdict(v))));

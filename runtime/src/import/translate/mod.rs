@@ -282,7 +282,7 @@ impl Tx<'_> {
                 None => format!("no {label} chain on the {hook} hook: the kernel accepts {label}"),
             };
             let name = self.unique(&format!("{label}-{hook}-accept"));
-            rules.push(Rule { name, verb: Verb::Allow, cond: Cond { family: Some(fam), ..Cond::default() }, rate: None, log: false, log_prefix: None, log_rate: None, comment: None, origin });
+            rules.push(Rule { name, verb: Verb::Allow, cond: Cond { family: Some(fam), ..Cond::default() }, rate: None, per_source: false, log: false, log_prefix: None, log_rate: None, comment: None, origin });
         }
         self.merge_logs(&mut rules);
         // A last catch-all reject is the chain's policy (fwc's forwards stay accepted after it).

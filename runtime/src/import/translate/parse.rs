@@ -15,6 +15,8 @@ pub(super) struct Stmts {
     pub(super) log_prefix: Option<String>,
     pub(super) limit: Option<String>,
     pub(super) limit_over: bool,
+    /// The limit counts each source address apart (a meter / dynamic set keyed by it).
+    pub(super) per_source: bool,
     pub(super) dnat: Option<(String, Option<u64>)>,
     pub(super) masquerade: bool,
     pub(super) snat: Option<String>,
@@ -50,6 +52,8 @@ impl Tx<'_> {
                     match (lk.as_str(), key.as_str()) {
                         ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", crate::import::describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
                         ("meta", "nfproto") => c.family = Some(if right == "ipv6" { Family::V6 } else { Family::V4 }),
+                        // The ethertype: `ip`/`ip6` are the two families of IP packets.
+                        ("meta", "protocol") if right == "ip" || right == "ip6" => c.family = Some(if right == "ip6" { Family::V6 } else { Family::V4 }),
                         ("meta", "iifname" | "iif") => set_once(&mut c.iif, iface(&right)?)?,
                         ("meta", "oifname" | "oif") => set_once(&mut c.oif, iface(&right)?)?,
                         ("ct", "state") => set_once(&mut c.state, strings(&right).join(","))?,
@@ -90,6 +94,10 @@ impl Tx<'_> {
                                     c.proto = Some(proto.clone());
                                     set_once(&mut c.icmp_type, strings(&right).join(","))?;
                                 }
+                                ("icmp" | "icmpv6", "code") => {
+                                    c.proto = Some(proto.clone());
+                                    set_once(&mut c.icmp_code, strings(&right).join(","))?;
+                                }
                                 _ => return refuse(format!("the match on {proto} {field}"), "fwc matches addresses, ports, protocols, interfaces, ICMP types and ct state"),
                             }
                         }
@@ -118,6 +126,22 @@ impl Tx<'_> {
                     let burst = b.get("burst").and_then(Value::as_u64).unwrap_or(5);
                     st.limit = Some(if burst == 5 || burst == 0 { format!("{rate}/{per}") } else { format!("{rate}/{per} burst {burst}") });
                     st.limit_over = b.get("inv").and_then(Value::as_bool).unwrap_or(false);
+                }
+                // `meter NAME { ip saddr limit rate N/unit burst B }` (iptables' hashlimit per
+                // source, ufw's `limit` as the import reads it): a rate per source address.
+                "meter" => {
+                    let key = b.get("key").map(|k| k.get("elem").and_then(|e| e.get("val")).unwrap_or(k)).cloned().unwrap_or(Value::Null);
+                    let by_source = matches!(key.get("payload").map(|p| (s(p, "protocol"), s(p, "field"))), Some((ref pr, ref f)) if (pr == "ip" || pr == "ip6") && f == "saddr");
+                    let lim = b.get("stmt").and_then(|x| x.get("limit"));
+                    match lim {
+                        Some(l) if by_source && !l.get("inv").and_then(Value::as_bool).unwrap_or(false) && l.get("rate_unit").and_then(Value::as_str).is_none_or(|u| u == "packets") => {
+                            let rate = l.get("rate").and_then(Value::as_u64).unwrap_or(0);
+                            let burst = l.get("burst").and_then(Value::as_u64).unwrap_or(5);
+                            st.limit = Some(if burst == 5 || burst == 0 { format!("{rate}/{}", s(l, "per")) } else { format!("{rate}/{} burst {burst}", s(l, "per")) });
+                            st.per_source = true;
+                        }
+                        _ => return refuse(format!("the meter `{}` (a per-key limit other than a rate per source address)", s(b, "name")), "fwc limits rates per source address (rate-per-source=); rewrite the rule so, or leave it out with --partial"),
+                    }
                 }
                 "dnat" => {
                     let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("dnat {}", crate::import::describe(b)), "fwc forwards to one address (and port)".to_string()))?;
@@ -217,6 +241,7 @@ pub(super) fn merge(a: &Cond, b: &Cond) -> Result<Cond, String> {
         iif: one(&a.iif, &b.iif, "the input interface")?,
         oif: one(&a.oif, &b.oif, "the output interface")?,
         icmp_type: one(&a.icmp_type, &b.icmp_type, "ICMP types")?,
+        icmp_code: one(&a.icmp_code, &b.icmp_code, "ICMP codes")?,
         state: one(&a.state, &b.state, "ct state")?,
         family: one(&a.family, &b.family, "the address family")?,
     })

@@ -65,7 +65,7 @@ pub fn probe_chains(listing: &Value) -> Vec<Chain> {
                 let chain = out.iter_mut().find(|x| x.kind == *kind).expect("three kinds");
                 for cond in expand_ifaces(&cond) {
                     if !chain.rules.iter().any(|r| r.cond == cond) {
-                        chain.rules.push(Rule { name: String::new(), verb: Verb::Deny, cond, rate: None, log: false, log_prefix: None, log_rate: None, comment: None, origin: String::new() });
+                        chain.rules.push(Rule { name: String::new(), verb: Verb::Deny, cond, rate: None, per_source: false, log: false, log_prefix: None, log_rate: None, comment: None, origin: String::new() });
                     }
                 }
             }

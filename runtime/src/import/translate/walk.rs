@@ -75,8 +75,15 @@ impl Tx<'_> {
             }
             if st.hoplimit {
                 let only_nd = cond.icmp_type.as_deref().is_some_and(|t| t.split(',').all(|x| ND.contains(&x)));
+                let only_ignored = cond.icmp_type.as_deref().is_some_and(|t| t.split(',').all(|x| KERNEL_IGNORES.contains(&x)));
                 if only_nd && accept && matches!(hook, "input" | "output") {
                     self.out.merged.push((origin, "neighbour discovery with hop limit 255: fwc accepts neighbour discovery itself".into()));
+                } else if only_ignored && accept && matches!(hook, "input" | "output") && cond.proto.as_deref() == Some("icmpv6") {
+                    // ufw's before6.rules: an on-link accept (hop limit 255 or 1) of ICMPv6
+                    // messages the kernel does not act on (inverse ND, SEND, multicast router
+                    // discovery: informational types icmpv6_rcv passes over). Routed ones the
+                    // original does not accept either; on-link ones now meet the policy.
+                    self.out.merged.push((origin, format!("an on-link accept (hop limit) of ICMPv6 {} (inverse ND, SEND, multicast router discovery), which the kernel does not act on: left to the chain's policy — add `allow proto=icmpv6 icmp-type=…` if a userspace daemon (SEND, mrd6) reads them", cond.icmp_type.clone().unwrap_or_default())));
                 } else {
                     self.out.refused.push(Refusal {
                         origin,
@@ -190,6 +197,7 @@ impl Tx<'_> {
                         for mut r in inner {
                             if r.verb == Verb::Allow && r.rate.is_none() {
                                 r.rate = st.limit.clone();
+                                r.per_source = st.per_source;
                                 out.push(r);
                             } else {
                                 self.out.refused.push(Refusal { origin: r.origin.clone(), what: "a rate limit on a jump to rules other than accepts".into(), hint: "fwc limits the rate of allow rules only".into() });
@@ -241,6 +249,7 @@ impl Tx<'_> {
                             verb: Verb::Log,
                             cond,
                             rate: None,
+                            per_source: false,
                             log: true,
                             log_prefix: st.log_prefix.clone(),
                             log_rate: st.limit.clone(),
@@ -297,6 +306,7 @@ impl Tx<'_> {
                             verb: verb.clone(),
                             cond,
                             rate: st.limit.clone(),
+                            per_source: st.per_source,
                             log: st.log,
                             log_prefix: st.log_prefix.clone(),
                             log_rate: None,
@@ -355,6 +365,11 @@ pub(super) fn untrackable_icmp(cond: &mut Cond) -> Option<String> {
 
 /// The neighbour-discovery types fwc accepts itself in input and output.
 const ND: [&str; 4] = ["nd-router-solicit", "nd-router-advert", "nd-neighbor-solicit", "nd-neighbor-advert"];
+
+/// ICMPv6 informational types Linux's `icmpv6_rcv` passes over (only a raw socket would read
+/// them): inverse neighbour discovery (141, 142), SEND (148, 149), multicast router discovery
+/// (151–153) — nft's names where it has them, else the number.
+const KERNEL_IGNORES: [&str; 9] = ["ind-neighbor-solicit", "ind-neighbor-advert", "141", "142", "148", "149", "151", "152", "153"];
 
 /// Does an accept let neighbour discovery through (some of its ICMPv6 types)?
 fn has_nd(c: &Cond) -> bool {

@@ -1,0 +1,124 @@
+//! The values of filter rules' packet-header matches, as the model holds them: TCP flags
+//! (`tcp-flags="syn"`), packet types (`pkttype="broadcast"`), and the negated form of a list
+//! (`from="!10.0.0.0/8"`). Parsing them is [`crate::headers`].
+
+use serde::Serialize;
+
+/// TCP flag bits as on the wire (and as nft and the evaluator's flows hold them).
+pub const TCP_FLAGS: &[(&str, u8)] = &[("fin", 0x01), ("syn", 0x02), ("rst", 0x04), ("psh", 0x08), ("ack", 0x10), ("urg", 0x20), ("ecn", 0x40), ("cwr", 0x80)];
+
+/// `fin,syn,rst,ack`: the mask of `tcp-flags="SET"` written without one (iptables' `--syn`).
+pub const DEFAULT_TCP_MASK: u8 = 0x01 | 0x02 | 0x04 | 0x10;
+
+/// The SYN bit: the flags of a flow's first TCP packet unless it says otherwise.
+pub const TCP_SYN: u8 = 0x02;
+
+/// `tcp-flags="SET/MASK"`: the flags in `mask` are exactly `set` (`negated`: they are not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct TcpFlags {
+    pub set: u8,
+    pub mask: u8,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub negated: bool,
+}
+
+impl TcpFlags {
+    /// Does a packet with `flags` match?
+    pub fn matches(self, flags: u8) -> bool {
+        (flags & self.mask == self.set) != self.negated
+    }
+}
+
+/// Names of the flags in `bits`, in wire order (`["syn", "ack"]`).
+pub fn tcp_flag_names(bits: u8) -> Vec<&'static str> {
+    TCP_FLAGS.iter().filter(|(_, b)| bits & b != 0).map(|(n, _)| *n).collect()
+}
+
+impl std::fmt::Display for TcpFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |bits: u8| if bits == 0 { "none".to_string() } else if bits == 0xff { "all".to_string() } else { tcp_flag_names(bits).join(",") };
+        if self.negated {
+            f.write_str("!")?;
+        }
+        f.write_str(&names(self.set))?;
+        if self.mask != DEFAULT_TCP_MASK {
+            write!(f, "/{}", names(self.mask))?;
+        }
+        Ok(())
+    }
+}
+
+/// `pkttype=`: how the link layer addressed the packet (nft `meta pkttype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PktType {
+    Host,
+    Broadcast,
+    Multicast,
+    Other,
+}
+
+impl PktType {
+    pub const ALL: [PktType; 4] = [PktType::Host, PktType::Broadcast, PktType::Multicast, PktType::Other];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PktType::Host => "host",
+            PktType::Broadcast => "broadcast",
+            PktType::Multicast => "multicast",
+            PktType::Other => "other",
+        }
+    }
+    /// The kernel's `PACKET_*` number (`meta pkttype` compares it).
+    pub fn number(self) -> u64 {
+        match self {
+            PktType::Host => 0,
+            PktType::Broadcast => 1,
+            PktType::Multicast => 2,
+            PktType::Other => 3,
+        }
+    }
+}
+
+/// Which of a filter rule's list matches are negated (`from="!…"`: none of the list).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Negations {
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub from: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub to: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ports: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sports: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub iif: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub oif: bool,
+}
+
+impl Negations {
+    pub fn any(&self) -> bool {
+        self.from || self.to || self.ports || self.sports || self.iif || self.oif
+    }
+    /// For serde: nothing negated.
+    pub fn none(&self) -> bool {
+        !self.any()
+    }
+}
+
+/// An interface list as rule digests have always held a single interface (`{"value": "eth0"}`),
+/// a list as a list: a rule's digest does not change because `in=` became a list type.
+pub fn serialize_ifaces<S: serde::Serializer>(v: &Option<super::Spanned<Vec<String>>>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    match v {
+        None => s.serialize_none(),
+        Some(sp) => {
+            let mut st = s.serialize_struct("Spanned", 1)?;
+            match sp.value.as_slice() {
+                [one] => st.serialize_field("value", one)?,
+                many => st.serialize_field("value", many)?,
+            }
+            st.end()
+        }
+    }
+}
