@@ -10,37 +10,11 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 pub mod header;
+pub mod span;
 pub mod quota;
 pub mod window;
 
-/// Where something came from: a file (index into [`crate::source::SourceMap`]) and a byte range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
-pub struct Span {
-    pub file: u32,
-    pub offset: u32,
-    pub len: u32,
-}
-
-/// A value and the span of the text it was read from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Spanned<T> {
-    pub value: T,
-    #[serde(skip)]
-    pub span: Span,
-}
-
-impl<T> Spanned<T> {
-    pub fn new(value: T, span: Span) -> Self {
-        Spanned { value, span }
-    }
-}
-
-impl<T> std::ops::Deref for Spanned<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.value
-    }
-}
+pub use span::{Span, Spanned};
 
 /// Everything the rule repository declares, for all hosts (before host selection).
 #[derive(Debug, Clone, Default, Serialize)]

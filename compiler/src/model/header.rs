@@ -108,7 +108,7 @@ impl Negations {
 
 /// An interface list as rule digests have always held a single interface (`{"value": "eth0"}`),
 /// a list as a list: a rule's digest does not change because `in=` became a list type.
-pub fn serialize_ifaces<S: serde::Serializer>(v: &Option<super::Spanned<Vec<String>>>, s: S) -> Result<S::Ok, S::Error> {
+pub fn serialize_ifaces<S: serde::Serializer>(v: &Option<super::span::Spanned<Vec<String>>>, s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeStruct;
     match v {
         None => s.serialize_none(),
