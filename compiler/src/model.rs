@@ -603,6 +603,10 @@ pub struct ForwardRule {
     pub listen: Spanned<Listen>,
     pub targets: Spanned<Vec<Target>>,
     pub from: Option<Spanned<AddrMatch>>,
+    /// `in=`: only connections arriving on these interfaces are forwarded (kernel path).
+    /// Skipped when absent (digests of other forwards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iif: Option<Spanned<Vec<String>>>,
     /// `bandwidth=` sets both directions; `up=` (client -> target) / `down=` override it.
     pub up: Option<Spanned<Bandwidth>>,
     pub down: Option<Spanned<Bandwidth>>,
