@@ -428,10 +428,10 @@ pub struct FilterRule {
     pub from: Option<Spanned<AddrMatch>>,
     pub to: Option<Spanned<AddrMatch>>,
     /// `in=`: input interface names (one or a list).
-    #[serde(serialize_with = "header::serialize_ifaces")]
+    #[serde(serialize_with = "serialize_ifaces")]
     pub iif: Option<Spanned<Vec<String>>>,
     /// `out=`: output interface names.
-    #[serde(serialize_with = "header::serialize_ifaces")]
+    #[serde(serialize_with = "serialize_ifaces")]
     pub oif: Option<Spanned<Vec<String>>>,
     /// `!` before `from`, `to`, `port`, `sport`, `in`, `out`: none of the list. Skipped when
     /// nothing is negated (digests of other rules).
@@ -793,5 +793,22 @@ pub struct Until {
 impl Serialize for Until {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.end.to_string())
+    }
+}
+
+/// An interface list as rule digests have always held a single interface (`{"value": "eth0"}`),
+/// a list as a list: a rule's digest does not change because `in=` became a list type.
+pub fn serialize_ifaces<S: serde::Serializer>(v: &Option<Spanned<Vec<String>>>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    match v {
+        None => s.serialize_none(),
+        Some(sp) => {
+            let mut st = s.serialize_struct("Spanned", 1)?;
+            match sp.value.as_slice() {
+                [one] => st.serialize_field("value", one)?,
+                many => st.serialize_field("value", many)?,
+            }
+            st.end()
+        }
     }
 }
