@@ -269,6 +269,17 @@ impl Checker<'_> {
                 let (_, reason) = place_forward(&ForwardRule { backend: Spanned::new(BackendChoice::Auto, f.backend.span), ..f.clone() }, on);
                 self.err("kernel-impossible", &rule, format!("backend=\"kernel\" was asked for, but {reason}"), f.backend.span, "kernel not possible", "remove backend=\"kernel\" or the option that needs userspace");
             }
+            if let (true, Some(i)) = (userspace, &f.iif) {
+                let (_, reason) = place_forward(f, on);
+                self.err(
+                    "in-on-userspace-forward",
+                    &rule,
+                    format!("in= restricts the kernel path's DNAT, but this forward is carried by the userspace forwarder: {reason}"),
+                    i.span,
+                    "input interface",
+                    "drop what needs userspace (the message says what), or restrict the listener in the input chain: allow … in=… before a deny of its port",
+                );
+            }
             if userspace && listen_len > MAX_USERSPACE_PORTS {
                 self.err(
                     "too-many-ports",

@@ -402,10 +402,10 @@ pub struct FilterRule {
     pub from: Option<Spanned<AddrMatch>>,
     pub to: Option<Spanned<AddrMatch>>,
     /// `in=`: input interface names (one or a list).
-    #[serde(serialize_with = "header::serialize_ifaces")]
+    #[serde(serialize_with = "serialize_ifaces")]
     pub iif: Option<Spanned<Vec<String>>>,
     /// `out=`: output interface names.
-    #[serde(serialize_with = "header::serialize_ifaces")]
+    #[serde(serialize_with = "serialize_ifaces")]
     pub oif: Option<Spanned<Vec<String>>>,
     /// `!` before `from`, `to`, `port`, `sport`, `in`, `out`: none of the list. Skipped when
     /// nothing is negated (digests of other rules).
@@ -577,6 +577,10 @@ pub struct ForwardRule {
     pub listen: Spanned<Listen>,
     pub targets: Spanned<Vec<Target>>,
     pub from: Option<Spanned<AddrMatch>>,
+    /// `in=`: only connections arriving on these interfaces are forwarded (kernel path).
+    /// Skipped when absent (digests of other forwards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iif: Option<Spanned<Vec<String>>>,
     /// `bandwidth=` sets both directions; `up=` (client -> target) / `down=` override it.
     pub up: Option<Spanned<Bandwidth>>,
     pub down: Option<Spanned<Bandwidth>>,
@@ -767,5 +771,22 @@ pub struct Until {
 impl Serialize for Until {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.end.to_string())
+    }
+}
+
+/// An interface list as rule digests have always held a single interface (`{"value": "eth0"}`),
+/// a list as a list: a rule's digest does not change because `in=` became a list type.
+pub fn serialize_ifaces<S: serde::Serializer>(v: &Option<Spanned<Vec<String>>>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    match v {
+        None => s.serialize_none(),
+        Some(sp) => {
+            let mut st = s.serialize_struct("Spanned", 1)?;
+            match sp.value.as_slice() {
+                [one] => st.serialize_field("value", one)?,
+                many => st.serialize_field("value", many)?,
+            }
+            st.end()
+        }
     }
 }

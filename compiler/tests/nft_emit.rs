@@ -104,6 +104,7 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
         })
         .collect();
     ForwardRule {
+        iif: None,
         sni: None,
         health: None,
         name: sp(name.into()),

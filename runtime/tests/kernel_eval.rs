@@ -448,8 +448,8 @@ forward "web" listen=":8080" to="10.0.0.5:80"
 /// The header matches routers and servers use behave in the kernel as the evaluator says: TCP
 /// flags (`--syn`, `! --syn`, NULL and Xmas scans; a first packet with ACK is a `new`
 /// connection picked up mid-stream, SYN+ACK or no flags `invalid`), ICMP codes, negated ports,
-/// addresses and interfaces, interface lists, and packet types (a broadcast and a multicast
-/// frame).
+/// addresses and interfaces, interface lists, packet types (a broadcast and a multicast
+/// frame), and a kernel forward restricted to an input interface (`in=`).
 #[test]
 fn header_matches_behave_in_the_kernel_as_the_evaluator_says() {
     if !fwc_testkit::privileged("header_matches_behave_in_the_kernel_as_the_evaluator_says") {
@@ -475,6 +475,7 @@ forward policy=drop {
     allow "frag-needed" proto=icmp icmp-type=3 icmp-code="frag-needed"
     allow "unreach6" proto=icmpv6 icmp-type="destination-unreachable" icmp-code="port-unreachable"
 }
+forward "web-lan" listen=":8080" to="10.0.0.5:80" in="eth1"
 "#;
     let tree = SourceTree::from_files([("fwc.kdl".to_string(), text.to_string())]);
     let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap_or_else(|d| panic!("{}", d.render(false)));
@@ -503,6 +504,10 @@ forward policy=drop {
         ("icmp 203.0.113.10 -> 192.168.1.5 type 3 code port-unreachable in eth0 out eth1 forward", "drop", None),
         ("icmpv6 2001:db8:9::1 -> 2001:db8:77::5 type 1 code port-unreachable in eth0 out eth1 forward", "accept", Some("fwc:filter:unreach6")),
         ("icmpv6 2001:db8:9::2 -> 2001:db8:77::5 type 1 code no-route in eth0 out eth1 forward", "drop", None),
+        // A kernel forward restricted to an input interface: DNATed from eth1 only; from eth0
+        // port 8080 is the host's own (a rule of the input chain decides, no DNAT).
+        ("tcp 192.168.1.5:31016 -> 198.18.1.1:8080 in eth1 out eth2", "accept", None),
+        ("tcp 203.0.113.7:31017 -> 198.18.1.1:8080 in eth0", "accept", Some("fwc:filter:web-not-eth1")),
     ];
     let flows: Vec<Flow> = cases.iter().map(|c| Flow::parse(c.0).unwrap_or_else(|e| panic!("{}: {e}", c.0))).collect();
     let ev = Evaluator::new(&art).unwrap();

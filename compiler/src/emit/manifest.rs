@@ -362,6 +362,9 @@ fn forward_summary(f: &ForwardRule) -> String {
     if let Some(s) = &f.sni {
         out = format!("{} {listen} sni {} -> {}", f.proto.as_str(), s.value, targets.join(","));
     }
+    if let Some(i) = &f.iif {
+        out.push_str(&format!(" in {}", i.value.join(",")));
+    }
     if let Some(m) = &f.from {
         out.push_str(&format!(" from {}", addr(&m.value)));
     }

@@ -241,7 +241,8 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
         for proto in protos {
             for src in sources(rs, f.from.as_ref().map(|m| &m.value), elems) {
                 for port in ports.iter().collect::<BTreeSet<_>>() {
-                    add(proto, src.clone(), f.listen.addr, Some(*port), Origin::Input, None, None, None);
+                    let iif = f.iif.as_ref().and_then(|i| i.value.first().cloned());
+                    add(proto, src.clone(), f.listen.addr, Some(*port), Origin::Input, iif, None, None);
                 }
             }
         }

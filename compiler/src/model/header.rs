@@ -105,20 +105,3 @@ impl Negations {
         !self.any()
     }
 }
-
-/// An interface list as rule digests have always held a single interface (`{"value": "eth0"}`),
-/// a list as a list: a rule's digest does not change because `in=` became a list type.
-pub fn serialize_ifaces<S: serde::Serializer>(v: &Option<super::span::Spanned<Vec<String>>>, s: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeStruct;
-    match v {
-        None => s.serialize_none(),
-        Some(sp) => {
-            let mut st = s.serialize_struct("Spanned", 1)?;
-            match sp.value.as_slice() {
-                [one] => st.serialize_field("value", one)?,
-                many => st.serialize_field("value", many)?,
-            }
-            st.end()
-        }
-    }
-}

@@ -7,10 +7,10 @@ use crate::model::*;
 use crate::units::{self, UnitError};
 
 use super::parser::{Parser, Props};
-use super::values::{looks_like_ipv4, valid_dns_name};
+use super::values::{looks_like_ipv4, parse_ifname, valid_dns_name};
 
 pub(super) const FORWARD_PROPS: &[&str] = &[
-    "proto", "listen", "to", "from", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
+    "proto", "listen", "to", "from", "in", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
     "idle-timeout", "sni", "health-check", "health-interval", "health-timeout", "health-rise", "health-fall", "backend", "on", "comment",
     // per-source limits (issue #26, crate::persource)
     "conn-rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "rate-per-source",
@@ -37,6 +37,7 @@ impl Parser<'_, '_> {
         let f = ForwardRule {
             proto,
             from: self.addr_match(&mut p, "from"),
+            iif: self.parsed(&mut p, "in", |s| crate::headers::parse_ifnames(s, parse_ifname)),
             up,
             down,
             burst: self.parsed(&mut p, "burst", units::parse_size),

@@ -77,7 +77,7 @@ pub(super) fn dns_chain(rule: &str, fam: Fam) -> String {
 }
 
 pub(super) fn is_map_forward(f: &ForwardRule) -> bool {
-    f.schedule.as_ref().is_none_or(|s| s.during.is_none()) && ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
+    f.schedule.as_ref().is_none_or(|s| s.during.is_none()) && ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.iif.is_none() && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
 }
 
 #[derive(Default)]
@@ -170,6 +170,9 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
             continue;
         }
         let mut base = l4_match(Some(fproto(f.proto)), None, None);
+        if let Some(i) = &f.iif {
+            base.push(iface_match(MetaKey::Iifname, false, &i.value));
+        }
         if let Some(a) = listen_addr(f) {
             base.push(eq(payload(fam.proto(), "daddr"), s(a.to_string())));
         }
