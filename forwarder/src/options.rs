@@ -8,12 +8,22 @@ use crate::splice::{DEFAULT_PIPE_MAX, DEFAULT_PIPE_SIZE};
 /// Default time a client has to send its ClientHello on an SNI-routed socket.
 pub const DEFAULT_SNI_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Default room of the sockmap, in connections.
+pub const DEFAULT_SOCKMAP_PAIRS: u32 = 32_768;
+
 /// Process-level settings of the forwarder (not part of `forward.json`).
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Move uncapped and capped TCP with splice(2); off = buffered copy. Default on; the
     /// environment variable `FWC_FORWARD_SPLICE=0` turns it off.
     pub splice: bool,
+    /// Hand established TCP connections that need no per-byte work (no cap) to the kernel:
+    /// a BPF sockmap program redirects each socket's bytes to its peer (module `sockmap`);
+    /// splice stays the fallback. Default off; `FWC_FORWARD_SOCKMAP=1` turns it on. Needs
+    /// root (CAP_BPF, CAP_NET_ADMIN); where the program cannot load, splice is used.
+    pub sockmap: bool,
+    /// Connections the sockmap holds at once (two sockets each); past it, splice.
+    pub sockmap_pairs: u32,
     /// Pipe capacity requested with F_SETPIPE_SZ (env `FWC_FORWARD_PIPE_SIZE` overrides the default).
     pub pipe_size: usize,
     /// Capacity a pipe grows to while a flow fills it (env `FWC_FORWARD_PIPE_MAX`; at least
@@ -38,6 +48,8 @@ impl Default for Options {
         let splice = !matches!(std::env::var("FWC_FORWARD_SPLICE").as_deref(), Ok("0") | Ok("off") | Ok("false"));
         Options {
             splice,
+            sockmap: matches!(std::env::var("FWC_FORWARD_SOCKMAP").as_deref(), Ok("1") | Ok("on") | Ok("true")),
+            sockmap_pairs: DEFAULT_SOCKMAP_PAIRS,
             pipe_size: std::env::var("FWC_FORWARD_PIPE_SIZE")
                 .ok()
                 .and_then(|v| v.parse().ok())
