@@ -1,13 +1,14 @@
-//! Compiles `qos.bpf.c` with clang (`-target bpf -O2 -g -mcpu=v3`) into `$OUT_DIR/qos.bpf.o`,
-//! which `src/lib.rs` embeds with `include_bytes!`. Set `CLANG` to use another compiler.
+//! Compiles `qos.bpf.c` and `sockmap.bpf.c` with clang (`-target bpf -O2 -g -mcpu=v3`) into
+//! `$OUT_DIR/NAME.bpf.o`, which `src/lib.rs` and `src/sockmap.rs` embed with `include_bytes!`.
+//! Set `CLANG` to use another compiler.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("qos.bpf.o");
-    for f in ["qos.bpf.c", "qos_maps.h"] {
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
+    for f in ["qos.bpf.c", "qos_maps.h", "sockmap.bpf.c"] {
         println!("cargo:rerun-if-changed={}", dir.join(f).display());
     }
     println!("cargo:rerun-if-env-changed=CLANG");
@@ -16,13 +17,19 @@ fn main() {
     let multiarch = ["/usr/include/x86_64-linux-gnu", "/usr/include/aarch64-linux-gnu"]
         .into_iter()
         .find(|d| std::path::Path::new(d).join("asm/types.h").exists());
-    let mut cmd = Command::new(&clang);
+    for name in ["qos", "sockmap"] {
+        compile(&clang, &dir, multiarch, &dir.join(format!("{name}.bpf.c")), &out_dir.join(format!("{name}.bpf.o")));
+    }
+}
+
+fn compile(clang: &str, dir: &std::path::Path, multiarch: Option<&str>, src: &std::path::Path, out: &std::path::Path) {
+    let mut cmd = Command::new(clang);
     cmd.args(["-target", "bpf", "-O2", "-g", "-mcpu=v3", "-Wall", "-Werror", "-Wno-unused-function"]);
-    cmd.arg("-I").arg(&dir);
+    cmd.arg("-I").arg(dir);
     if let Some(m) = multiarch {
         cmd.args(["-I", m]);
     }
-    cmd.arg("-c").arg(dir.join("qos.bpf.c")).arg("-o").arg(&out);
+    cmd.arg("-c").arg(src).arg("-o").arg(out);
     let status = match cmd.status() {
         Ok(s) => s,
         Err(e) => panic!(

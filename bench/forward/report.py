@@ -35,13 +35,14 @@ with open(os.path.join(raw, "cpu.jsonl")) as f:
 
 rows = []
 for v in variants:
-    gbps, pcpu, kcpu, scpu, gbytes, loads = [], [], [], [], [], []
+    gbps, pcpu, kcpu, scpu, gbytes, loads, sent, p50, p99 = [], [], [], [], [], [], [], [], []
     for r in range(1, repeats + 1):
         j = load(os.path.join(raw, f"{v}.{r}.json"))
         if not j or "end" not in j or "sum_received" not in j["end"]:
             continue
         recv = j["end"]["sum_received"]
         gbps.append(recv["bits_per_second"] / 1e9)
+        sent.append(j["end"]["sum_sent"]["bits_per_second"] / 1e9)
         gbytes.append(recv["bytes"] / 1e9)
         c = cpu.get((v, r), {})
         pcpu.append(c.get("proc_cpu_s", 0.0))
@@ -49,6 +50,9 @@ for v in variants:
         scpu.append(c.get("sys_cpu_s", 0.0))
         if "load1" in c:
             loads.append(c["load1"])
+        if c.get("lat_p50_us") is not None:
+            p50.append(c["lat_p50_us"])
+            p99.append(c["lat_p99_us"])
     if not gbps:
         rows.append({"variant": v, "runs": 0})
         continue
@@ -71,6 +75,11 @@ for v in variants:
         "sys_cpu_s_per_gb": per_gb(scpu),
         "sys_cpu_s_per_gb_all": [round(x / b, 3) for x, b in zip(scpu, gbytes) if b],
         "load1_all": loads,
+        # What the sender pushed: above the received rate when a relay queues without
+        # backpressure.
+        "sent_gbit_per_s_median": round(statistics.median(sent), 3),
+        "lat_p50_us_median": round(statistics.median(p50)) if p50 else None,
+        "lat_p99_us_median": round(statistics.median(p99)) if p99 else None,
     })
     # --counters: per GB medians of splice calls, TCP segments, veth packets.
     for key in ("splice_calls", "tcp_out_segs", "tcp_in_segs", "veth_tx_packets"):
@@ -143,6 +152,15 @@ for r in rows:
         f"{r['proc_kthread_cpu_s_per_gb']:.3f}" if r.get("proc_kthread_cpu_s_per_gb") is not None else "",
         r["sys_cpu_s_median"], r["sys_cpu_s_per_gb"], ", ".join(f"{x:.2f}" for x in r["gbit_per_s_all"]),
         ", ".join(f"{x:g}" for x in r["load1_all"])))
+if any(r.get("lat_p50_us_median") is not None for r in rows):
+    md.append("")
+    md.append("Sent vs received (a relay without backpressure lets the sender run ahead), and a new short connection's first byte under the elephant flow (medians over runs of each run's p50/p99).")
+    md.append("")
+    md.append("| variant | sent Gbit/s | received Gbit/s | first byte p50 µs | p99 µs |")
+    md.append("|---|---:|---:|---:|---:|")
+    for r in rows:
+        if r.get("runs"):
+            md.append(f"| {r['variant']} | {r['sent_gbit_per_s_median']:.2f} | {r['gbit_per_s_median']:.2f} | {r.get('lat_p50_us_median') or ''} | {r.get('lat_p99_us_median') or ''} |")
 if any("tcp_out_segs_per_gb" in r for r in rows):
     md.append("")
     md.append("Per GB forwarded (medians of the per-run ratios): splice(2) calls of the forwarding process, TCP segments sent/received in the forwarder's namespace (nstat), packets sent on the forwarder's veths.")

@@ -3,7 +3,7 @@
 # namespaces (deleted on exit). Needs root, iperf3, nft, ip, python3.
 #
 #   bench/forward/run.sh [--topology loopback|veth] [--repeats 5] [--time 5] [--out DIR]
-#                        [--fwc PATH] [--no-caps] [--no-copy] [--counters] [--peer NAME='CMD'] ...
+#                        [--fwc PATH] [--no-caps] [--no-copy] [--counters] [--latency] [--peer NAME='CMD'] ...
 #                        [--fwc-var NAME='[FWC=PATH] [ENV=VALUE ...]'] ...
 #
 # Topologies:
@@ -31,6 +31,11 @@
 # forwarding process (`perf stat -e syscalls:sys_enter_splice`), TCP segments sent and received
 # in the forwarder's namespace (`nstat` TcpOutSegs/TcpInSegs) and, on veth, the packets the
 # forwarder namespace sent on its two veths (tx_packets); reported per GB.
+# --latency measures, during every throughput run (the elephant flow), the time a new short
+# connection through the same forwarder takes to get its first byte back: the busy iperf3
+# server answers a second connection with one byte (ACCESS_DENIED) and closes it, so each
+# probe is connect + accept + the relay's setup (and hand-over) + one byte back, every 20 ms
+# from the client namespace; p50/p99 in µs per run.
 # CPU seconds of the forwarding process (utime+stime, children included) per run, of the
 # kernel's worker threads (kworker, ksoftirqd: work a peer defers to them) and of the whole
 # machine (/proc/stat busy time) are recorded, with the 1-minute load average before each run
@@ -52,6 +57,7 @@ PEERS=()
 FWCVARS=()
 COPY=1
 COUNTERS=0
+LATENCY=0
 TOPO=loopback
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -65,6 +71,7 @@ while [[ $# -gt 0 ]]; do
     --fwc-var) FWCVARS+=("$2"); shift 2;;
     --no-copy) COPY=0; shift;;
     --counters) COUNTERS=1; shift;;
+    --latency) LATENCY=1; shift;;
     -h|--help) sed -n '2,41p' "$0"; exit 0;;
     *) echo "unknown argument $1" >&2; exit 2;;
   esac
@@ -279,7 +286,32 @@ for r in $(seq 1 "$REPEATS"); do
         perf stat -x, -e syscalls:sys_enter_splice -p "${PID[$v]}" -o "$RAW/$v.$r.perf" & perfpid=$!
       fi
     fi
+    latpid=""
+    if [[ $LATENCY == 1 ]]; then
+      ip netns exec "$CNS" python3 - "${ADDR[$v]:-$LADDR}" "${PORT[$v]}" "$TIME" >"$RAW/$v.$r.lat" <<'PY' & latpid=$!
+import socket, statistics, sys, time
+addr, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+time.sleep(1.0)  # the elephant flow is up
+xs, errs, end = [], [], time.monotonic() + secs - 1.5
+while time.monotonic() < end:
+    t = time.perf_counter()
+    try:
+        s = socket.create_connection((addr, port), timeout=2)
+        s.recv(1)
+        xs.append((time.perf_counter() - t) * 1e6)
+        s.close()
+    except OSError as e:
+        errs.append(type(e).__name__)
+    time.sleep(0.02)
+xs.sort()
+q = lambda p: round(xs[min(len(xs) - 1, int(p * len(xs)))]) if xs else None
+print(f'"lat_n":{len(xs)},"lat_errors":{len(errs)},"lat_p50_us":{q(0.5) or "null"},"lat_p99_us":{q(0.99) or "null"}')
+if errs:
+    print(f"latency probe errors: {sorted(set(errs))}", file=sys.stderr)
+PY
+    fi
     ip netns exec "$CNS" iperf3 -c "${ADDR[$v]:-$LADDR}" -p "${PORT[$v]}" -t "$TIME" -J >"$RAW/$v.$r.json" || echo "iperf3 failed for $v" >&2
+    if [[ -n "$latpid" ]]; then wait "$latpid" 2>/dev/null || true; extra_lat=",$(cat "$RAW/$v.$r.lat" 2>/dev/null || echo '"lat_n":0')"; else extra_lat=""; fi
     sleep 0.3
     s1=$(sys_busy); c1=$(proc_cpu "${PID[$v]}"); kthread_snap "$RAW/k1.json"
     if [[ $COUNTERS == 1 ]]; then
@@ -289,7 +321,7 @@ for r in $(seq 1 "$REPEATS"); do
       segs=$(nsx nstat TcpOutSegs TcpInSegs 2>/dev/null | awk '/TcpOutSegs/{o=$2} /TcpInSegs/{i=$2} END{print (o+0)","(i+0)}' || true)
       extra=",\"splice_calls\":${splices:-null},\"tcp_out_segs\":${segs%,*},\"tcp_in_segs\":${segs#*,},\"veth_tx_packets\":$((tx1 - tx0))"
     fi
-    echo "{\"variant\":\"$v\",\"repeat\":$r,\"load1\":$load,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"kthread_cpu_s\":$(kthread_delta "$RAW/k0.json" "$RAW/k1.json"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")$extra}" >>"$RAW/cpu.jsonl"
+    echo "{\"variant\":\"$v\",\"repeat\":$r,\"load1\":$load,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"kthread_cpu_s\":$(kthread_delta "$RAW/k0.json" "$RAW/k1.json"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")$extra$extra_lat}" >>"$RAW/cpu.jsonl"
     echo "run $r $v done" >&2
   done
 done

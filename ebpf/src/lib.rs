@@ -22,6 +22,7 @@ mod error;
 pub mod maps;
 pub mod pin_root;
 pub mod rtnl;
+pub mod sockmap;
 pub mod sys;
 
 pub use error::QosError;
@@ -43,10 +44,11 @@ pub const DEFAULT_FP_THRESHOLD: u64 = 64 * 1024;
 /// Default sketch window: 2^27 ns = 134 ms; counts halve every window.
 pub const DEFAULT_FP_WINDOW_SHIFT: u32 = 27;
 
+/// Bytes aligned like `A` (BPF objects are ELF files aya reads in place).
 #[repr(C)]
-struct AlignedAs<A, B: ?Sized> {
-    _align: [A; 0],
-    bytes: B,
+pub(crate) struct AlignedAs<A, B: ?Sized> {
+    pub(crate) _align: [A; 0],
+    pub(crate) bytes: B,
 }
 static OBJECT: &AlignedAs<u64, [u8]> =
     &AlignedAs { _align: [], bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/qos.bpf.o")) };

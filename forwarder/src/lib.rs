@@ -21,6 +21,7 @@ pub mod options;
 pub mod server;
 pub(crate) mod shared;
 pub mod sni;
+mod sockmap;
 pub mod splice;
 pub mod stats;
 pub mod tcp;

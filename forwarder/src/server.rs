@@ -158,6 +158,9 @@ pub struct SniListenerStatus {
 pub struct Status {
     pub pid: u32,
     pub splice: bool,
+    /// Uncapped TCP connections are moved by BPF sockmap redirection (loaded and active).
+    #[serde(default)]
+    pub sockmap: bool,
     /// The committed config.
     pub config: ForwardArtifact,
     pub listeners: Vec<ListenerStatus>,
@@ -309,6 +312,9 @@ impl Forwarder {
     pub fn new(opts: Options) -> Forwarder {
         let ctx = Arc::new(Ctx {
             pool: PipePool::new(opts.pipe_size, opts.pipe_max, opts.pipe_pool),
+            sockmap: opts.sockmap.then(|| crate::sockmap::Engine::load(opts.sockmap_pairs)).and_then(|r| {
+                r.map_err(|e| tracing::warn!("sockmap redirection unavailable, using splice: {e}")).ok()
+            }),
             resolver: Resolver::new(),
             opts,
         });
@@ -324,6 +330,12 @@ impl Forwarder {
     /// Pipes created so far by the splice pool (test aid).
     pub fn pipes_created(&self) -> u64 {
         self.inner.ctx.pool.created.load(Relaxed)
+    }
+
+    /// Connections handed to the sockmap so far, and connections it did not take (they used
+    /// splice); `None` without the sockmap program (test aid).
+    pub fn sockmap_counts(&self) -> Option<(u64, u64)> {
+        self.inner.ctx.sockmap.as_ref().map(|e| (e.linked.load(Relaxed), e.fallbacks.load(Relaxed)))
     }
 
     /// Pipe sizes the kernel refused so far (start sizes and grows; test aid).
@@ -617,6 +629,7 @@ impl Forwarder {
             health,
             pid: std::process::id(),
             splice: self.inner.ctx.opts.splice,
+            sockmap: self.inner.ctx.sockmap.is_some(),
             config: st.config.clone(),
             listeners,
             sni_listeners,

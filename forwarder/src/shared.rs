@@ -140,6 +140,8 @@ pub struct SniStats {
 #[derive(Debug)]
 pub(crate) struct Ctx {
     pub pool: PipePool,
+    /// The sockmap program, when `Options::sockmap` asked for it and it loaded.
+    pub sockmap: Option<crate::sockmap::Engine>,
     pub resolver: Arc<Resolver>,
     pub opts: Options,
 }

@@ -1,7 +1,8 @@
 //! TCP listeners: the accept loop (admission, EMFILE backoff) and one task per connection
 //! that routes by TLS server name on a shared socket, connects to a target (round-robin,
 //! failover, connect timeout), writes the PROXY header and the peeked ClientHello, and hands
-//! both sockets to the [`crate::splice`] pump.
+//! both sockets to the kernel's sockmap (no cap, when loaded: module `sockmap`) or to the
+//! [`crate::splice`] pump.
 
 use std::io;
 use std::net::SocketAddr;
@@ -210,10 +211,13 @@ async fn serve(client: TcpStream, peer: SocketAddr, h: &ListenerHandle, cur: &Cu
         }
     };
     let _ = upstream.set_nodelay(true);
+    let mut pre = crate::sockmap::Prefix { written_up: 0, read_client: replay.len() as u64 };
     if let Some(v) = cfg.proxy_protocol {
         let hdr = proxy::header(v, proxy::Transport::Stream, peer, client.local_addr()?);
         write_all(&upstream, &hdr).await?;
+        pre.written_up += hdr.len() as u64;
     }
+    pre.written_up += replay.len() as u64;
     if !replay.is_empty() {
         cur.rule.up.ready().await;
         cur.rule.up.consume(replay.len());
@@ -226,6 +230,20 @@ async fn serve(client: TcpStream, peer: SocketAddr, h: &ListenerHandle, cur: &Cu
     } else {
         cfg.idle_timeout_ms
     });
+    // A connection with no per-byte work (no cap) goes to the kernel when the sockmap program
+    // is loaded; a pair the kernel does not take (map full, a socket no longer established)
+    // falls back to splice with nothing moved.
+    if let Some(engine) = h.ctx.sockmap.as_ref().filter(|_| !cur.rule.up.limited() && !cur.rule.down.limited()) {
+        let counters = (&stats.bytes_up, &stats.bytes_down);
+        match crate::sockmap::pump(engine, &client, &upstream, pre, counters, idle).await? {
+            Some(End::Idle) => {
+                stats.idle_timeouts.fetch_add(1, Relaxed);
+                return Ok(());
+            }
+            Some(End::Done) => return Ok(()),
+            None => {}
+        }
+    }
     let pool = if h.ctx.opts.splice { Some(&h.ctx.pool) } else { None };
     let up = Flow { counter: &stats.bytes_up, bucket: &cur.rule.up, activity: &activity };
     let down = Flow { counter: &stats.bytes_down, bucket: &cur.rule.down, activity: &activity };

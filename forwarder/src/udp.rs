@@ -7,6 +7,11 @@
 //! `sendmmsg`; a session drains its upstream socket the same way and sends the batch back to
 //! the client with one `sendmmsg` from the listening socket.
 //!
+//! Receive buffers: the listener and every session socket ask for `Options::udp_rcvbuf`
+//! (4 MiB by default, past `net.core.rmem_max` with CAP_NET_ADMIN): a sender faster than the
+//! forwarder's share of the CPU fills the buffer while the forwarder waits to be scheduled,
+//! instead of being dropped at the listener, and each wakeup then drains full batches.
+//!
 //! Offload (module `mmsg`): the listener and every session socket ask for `UDP_GRO` and send
 //! runs of equal-sized datagrams as one `UDP_SEGMENT` message, where the kernel supports them
 //! and `Options::udp_offload` is on; datagram boundaries, caps and counters stay per datagram.
@@ -96,6 +101,8 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
     if offload && !mmsg::enable_gro(sock.as_fd()) {
         tracing::debug!("udp listener: no UDP_GRO in this kernel");
     }
+    let rcvbuf = mmsg::set_rcvbuf(sock.as_fd(), h.ctx.opts.udp_rcvbuf);
+    tracing::debug!("udp listener: receive buffer {rcvbuf} bytes");
     loop {
         if *stop.borrow() {
             break;
@@ -272,6 +279,7 @@ async fn open(
     if offload {
         mmsg::enable_gro(upstream.as_fd());
     }
+    mmsg::set_rcvbuf(upstream.as_fd(), h.ctx.opts.udp_rcvbuf);
     let upstream = Arc::new(upstream);
     upstream.connect(target).await?;
     let last = Arc::new(AtomicU64::new(crate::now_ms()));

@@ -3,7 +3,8 @@
 //! several forwards sharing one listening socket by `sni=` (exact, `*.` wildcard, fallback).
 //! Also: a ClientHello split into 1-byte TCP segments (and into 1-byte TLS records) still
 //! routes and reaches the target byte for byte; a non-TLS client is closed within the peek
-//! timeout; PROXY protocol and limits on SNI routes.
+//! timeout; PROXY protocol and limits on SNI routes; the TLS session handed to the kernel's
+//! sockmap after the ClientHello was routed and replayed.
 
 mod common;
 
@@ -151,6 +152,33 @@ async fn routes_by_name_wildcard_and_fallback_with_curl_and_s_client() {
     assert_eq!(f.stats("web-wild").unwrap().conns_total, 2);
     assert_eq!(f.stats("web-default").unwrap().conns_total, 3);
     assert!(f.stats("web-api").unwrap().bytes_down > 0);
+    f.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routed_tls_session_runs_in_the_kernels_sockmap() {
+    if !fwc_testkit::privileged("a_routed_tls_session_runs_in_the_kernels_sockmap") {
+        return;
+    }
+    let api = tls_backend("api", "api.example.com");
+    let other = tls_backend("fallback", "default.test");
+    let f = Forwarder::new(fwc_forwarder::Options { sockmap: true, ..opts() });
+    f.reload(config(vec![sni(tcp("web-api", &[api.addr]), Some("api.example.com")), tcp("web-default", &[other.addr])]))
+        .await
+        .unwrap();
+    assert!(f.status().await.sockmap, "the sockmap program loaded");
+    let addr = shared(&f, "web-api").await;
+    // The hello is read and replayed in userspace, the rest of the handshake and the HTTP
+    // exchange move inside the kernel.
+    assert_eq!(curl("api.example.com", addr).await.as_deref(), Some("api"));
+    assert_eq!(curl("127.0.0.1", addr).await.as_deref(), Some("fallback"));
+    assert!(s_client("api.example.com", addr).await.contains("api"));
+    assert_eq!(f.sockmap_counts(), Some((3, 0)), "(linked, fallbacks)");
+    assert_eq!(f.pipes_created(), 0, "no byte went through a splice pipe");
+    assert!(eventually(Duration::from_secs(5), || f.stats("web-api").unwrap().conns_active == 0).await);
+    let st = f.stats("web-api").unwrap();
+    assert_eq!(st.conns_total, 2);
+    assert!(st.bytes_up > 0 && st.bytes_down > 0, "{st:?}");
     f.shutdown().await;
 }
 

@@ -1,5 +1,6 @@
-//! TCP through the forwarder with real sockets on loopback: byte-exact transfers (splice and
-//! copy), half-close, PROXY v1/v2, DNS targets, failover, limits, idle timeout, caps.
+//! TCP through the forwarder with real sockets on loopback: byte-exact transfers (splice,
+//! copy and the kernel's sockmap with its fallback to splice), half-close, PROXY v1/v2, DNS
+//! targets, failover, limits, idle timeout, caps.
 
 mod common;
 
@@ -28,7 +29,9 @@ async fn both_ways_backend(blocks: u64) -> SocketAddr {
 
 async fn transfer_both_ways(o: Options, blocks: u64) {
     let be = both_ways_backend(blocks).await;
+    let sockmap = o.sockmap;
     let (f, addr) = start(o, vec![tcp("big", &[be])]).await;
+    assert_eq!(f.status().await.sockmap, sockmap, "the sockmap program loaded");
     let t = Instant::now();
     let s = TcpStream::connect(addr).await.unwrap();
     let (mut r, mut w) = s.into_split();
@@ -38,7 +41,7 @@ async fn transfer_both_ways(o: Options, blocks: u64) {
     let bytes = blocks * BLOCK as u64;
     let secs = t.elapsed().as_secs_f64();
     eprintln!(
-        "splice={} {} MiB each way in {secs:.2}s ({:.0} MiB/s per direction), checksum {sum:#x}",
+        "splice={} sockmap={sockmap} {} MiB each way in {secs:.2}s ({:.0} MiB/s per direction), checksum {sum:#x}",
         f.options().splice,
         bytes >> 20,
         (bytes >> 20) as f64 / secs
@@ -48,6 +51,10 @@ async fn transfer_both_ways(o: Options, blocks: u64) {
     assert_eq!(st.bytes_up, bytes);
     assert_eq!(st.bytes_down, bytes);
     assert_eq!(st.conns_total, 1);
+    if sockmap {
+        assert_eq!(f.pipes_created(), 0, "no byte went through a splice pipe");
+        assert_eq!(f.sockmap_counts(), Some((1, 0)), "(linked, fallbacks)");
+    }
     f.shutdown().await;
 }
 
@@ -59,6 +66,103 @@ async fn one_gib_both_ways_splice_byte_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_mode_byte_exact() {
     transfer_both_ways(Options { splice: false, ..opts() }, 2 * 1024).await; // 128 MiB each way
+}
+
+/// Options with the sockmap on, when this test may load BPF (root).
+fn sockmap_opts(test: &str) -> Option<Options> {
+    fwc_testkit::privileged(test).then(|| Options { sockmap: true, ..opts() })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockmap_byte_exact_both_ways() {
+    let Some(o) = sockmap_opts("sockmap_byte_exact_both_ways") else { return };
+    transfer_both_ways(o, 4 * 1024).await; // 256 MiB each way
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockmap_small_flows_stay_exact_and_counted() {
+    let Some(o) = sockmap_opts("sockmap_small_flows_stay_exact_and_counted") else { return };
+    let be = echo_backend().await;
+    let (f, addr) = start(o, vec![tcp("small", &[be])]).await;
+    let mut total = 0u64;
+    for i in 0..200u32 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let msg = format!("request {i} ").repeat(1 + i as usize % 50);
+        s.write_all(msg.as_bytes()).await.unwrap();
+        // The echo first, then the half-close: the connection is established when it is
+        // handed over (the kernel takes only established sockets; a client that sends its
+        // FIN before the hand-over is moved by splice instead).
+        let mut v = vec![0u8; msg.len()];
+        s.read_exact(&mut v).await.unwrap();
+        assert_eq!(v, msg.as_bytes(), "flow {i}");
+        s.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "flow {i}: {} bytes after the echo", rest.len());
+        total += msg.len() as u64;
+    }
+    assert!(eventually(Duration::from_secs(5), || f.stats("small").unwrap().conns_active == 0).await);
+    assert_eq!(f.sockmap_counts(), Some((200, 0)), "(linked, fallbacks)");
+    assert_eq!(f.pipes_created(), 0, "no byte went through a splice pipe");
+    // Counted from TCP_INFO at each connection's end: exact, with no per-byte work.
+    let st = f.stats("small").unwrap();
+    assert_eq!((st.bytes_up, st.bytes_down), (total, total));
+    assert_eq!(st.conns_total, 200);
+    f.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockmap_falls_back_to_splice_when_full_or_capped() {
+    let Some(o) = sockmap_opts("sockmap_falls_back_to_splice_when_full_or_capped") else { return };
+    let be = echo_backend().await;
+    let mut capped = tcp("capped", &[be]);
+    capped.listen_addr = "127.0.0.2".into();
+    capped.up_bytes_per_sec = Some(1 << 30);
+    let (f, addr) = start(Options { sockmap_pairs: 1, ..o }, vec![tcp("full", &[be]), capped]).await;
+    // The first connection takes the map's only pair and stays open.
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first.write_all(b"first").await.unwrap();
+    let mut got = [0u8; 5];
+    first.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"first");
+    assert_eq!(f.sockmap_counts(), Some((1, 0)));
+    assert_eq!(f.pipes_created(), 0);
+    // The map is full: the next connection is refused by the kernel and moved by splice.
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    let msg = vec![9u8; 300_000];
+    second.write_all(&msg).await.unwrap();
+    second.shutdown().await.unwrap();
+    let mut v = Vec::new();
+    second.read_to_end(&mut v).await.unwrap();
+    assert_eq!(v, msg);
+    assert_eq!(f.sockmap_counts(), Some((1, 1)), "(linked, fallbacks)");
+    assert!(f.pipes_created() > 0, "the fallback used splice");
+    // A capped rule needs per-byte work in userspace: never offered to the kernel.
+    let caddr = f.local_addrs("capped").await[0];
+    let mut c = TcpStream::connect(caddr).await.unwrap();
+    c.write_all(b"capped").await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut v = Vec::new();
+    c.read_to_end(&mut v).await.unwrap();
+    assert_eq!(v, b"capped");
+    assert_eq!(f.sockmap_counts(), Some((1, 1)));
+    // The linked connection still works after the others, and its end frees the pair.
+    first.write_all(b"again").await.unwrap();
+    first.shutdown().await.unwrap();
+    let mut v = Vec::new();
+    first.read_to_end(&mut v).await.unwrap();
+    assert_eq!(v, b"again");
+    assert!(eventually(Duration::from_secs(5), || f.stats("full").unwrap().conns_active == 0).await);
+    let st = f.stats("full").unwrap();
+    assert_eq!((st.bytes_up, st.bytes_down), (300_010, 300_010));
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    third.write_all(b"third").await.unwrap();
+    third.shutdown().await.unwrap();
+    let mut v = Vec::new();
+    third.read_to_end(&mut v).await.unwrap();
+    assert_eq!(v, b"third");
+    assert_eq!(f.sockmap_counts(), Some((2, 1)), "the pair freed by the first connection was taken again");
+    f.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,14 +192,16 @@ async fn half_close_keeps_the_other_direction() {
         s.shutdown().await.unwrap();
     })
     .await;
-    for splice in [true, false] {
-        let (f, addr) = start(Options { splice, ..opts() }, vec![tcp("hc", &[be])]).await;
+    let sockmap = fwc_testkit::privileged("half_close_keeps_the_other_direction (sockmap)");
+    for (splice, sockmap) in [(true, false), (false, false), (true, sockmap)] {
+        let (f, addr) = start(Options { splice, sockmap, ..opts() }, vec![tcp("hc", &[be])]).await;
+        assert_eq!(f.status().await.sockmap, sockmap);
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(&vec![7u8; 100_000]).await.unwrap();
         s.shutdown().await.unwrap(); // client -> target EOF
         let mut v = Vec::new();
         s.read_to_end(&mut v).await.unwrap();
-        assert_eq!(String::from_utf8(v).unwrap(), "got 100000", "splice={splice}");
+        assert_eq!(String::from_utf8(v).unwrap(), "got 100000", "splice={splice} sockmap={sockmap}");
         f.shutdown().await;
     }
 }
@@ -104,10 +210,11 @@ async fn half_close_keeps_the_other_direction() {
 async fn proxy_protocol_v1_and_v2() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let be = capture_backend(tx).await;
-    for v in [1u8, 2] {
+    let sockmap = fwc_testkit::privileged("proxy_protocol_v1_and_v2 (sockmap)");
+    for (v, sockmap) in [(1u8, false), (2, false), (1, sockmap), (2, sockmap)] {
         let mut l = tcp("pp", &[be]);
         l.proxy_protocol = Some(v);
-        let (f, addr) = start(opts(), vec![l]).await;
+        let (f, addr) = start(Options { sockmap, ..opts() }, vec![l]).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         let me = s.local_addr().unwrap();
         s.write_all(b"payload").await.unwrap();
@@ -123,7 +230,10 @@ async fn proxy_protocol_v1_and_v2() {
             h
         };
         want.extend_from_slice(b"payload");
-        assert_eq!(got, want, "PROXY v{v}");
+        assert_eq!(got, want, "PROXY v{v} sockmap={sockmap}");
+        // The header is the forwarder's, not the client's: bytes_up counts the payload only.
+        assert!(eventually(Duration::from_secs(5), || f.stats("pp").unwrap().conns_active == 0).await);
+        assert_eq!(f.stats("pp").unwrap().bytes_up, 7, "sockmap={sockmap}");
         f.shutdown().await;
     }
 }
@@ -237,15 +347,22 @@ async fn allow_from_refuses_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_timeout_cuts_silent_peers() {
     let be = echo_backend().await;
-    let mut l = tcp("idle", &[be]);
-    l.idle_timeout_ms = 300;
-    let (f, addr) = start(opts(), vec![l]).await;
-    let mut s = served(addr).await.unwrap();
-    let t = Instant::now();
-    let mut v = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut v)).await.expect("closed by idle timeout");
-    assert!(t.elapsed() >= Duration::from_millis(250), "{:?}", t.elapsed());
-    assert_eq!(f.stats("idle").unwrap().idle_timeouts, 1);
+    let sockmap = fwc_testkit::privileged("idle_timeout_cuts_silent_peers (sockmap)");
+    for sockmap in [false, sockmap] {
+        let mut l = tcp("idle", &[be]);
+        l.idle_timeout_ms = 300;
+        let (f, addr) = start(Options { sockmap, ..opts() }, vec![l]).await;
+        let mut s = served(addr).await.unwrap();
+        let t = Instant::now();
+        let mut v = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut v)).await.expect("closed by idle timeout");
+        assert!(t.elapsed() >= Duration::from_millis(250), "{:?}", t.elapsed());
+        assert_eq!(f.stats("idle").unwrap().idle_timeouts, 1, "sockmap={sockmap}");
+        if sockmap {
+            assert_eq!(f.sockmap_counts().map(|c| c.0), Some(1), "the idle connection was in the kernel's map");
+        }
+        f.shutdown().await;
+    }
 }
 
 /// Send as fast as possible for `secs` through a rule capped at `rate` bytes/s (down and
