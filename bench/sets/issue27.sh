@@ -11,7 +11,9 @@
 # (min-max) in seconds:
 #   bare interval / bare hash   `nft -j -f` of each nftables.json into an empty namespace
 #   first apply                 `fwc apply` onto an empty namespace (engine: --json total_ms)
-#   +1 / -1 element             `fwc apply` of the set file with one /32 more, then back
+#   +1 / -1 element             `fwc apply` of the set file with one /32 more, then back;
+#                               from artifact dirs, then from the repositories (compiled in
+#                               the same process, as the agent's reconcile does)
 #   drift                       `fwc plan` after `nft delete element` of one /32 behind fwc's
 #                               back (checked: the plan names it), then `fwc status` (checked:
 #                               it names it too)
@@ -109,6 +111,10 @@ for i in $(seq "$REPEATS"); do
   fwc_apply "$work/art-base" minus-back
   fwc_apply "$work/art-minus" minus
   fwc_apply "$work/art-base" plus-back
+  # The same changes applied from the repository (compiled in-process, as the agent does).
+  fwc_apply "$work/repo-base" same-repo
+  fwc_apply "$work/repo-plus" plus-repo
+  fwc_apply "$work/repo-base" minus-repo
   ip netns exec "$ns" nft add table inet f2b
   ip netns exec "$ns" nft add set inet f2b s '{ type ipv4_addr; flags interval; }'
   secs ip netns exec "$ns" nft add element inet f2b s "{ 198.51.100.$i }" >> "$work/other-hash"
@@ -183,6 +189,9 @@ echo "| fwc apply, first: wall | $(median < "$work/first.wall") | |"
 echo "| fwc apply, first: engine | $(median < "$work/first.engine") | |"
 echo "| fwc apply +1 element: wall / engine | $(median < "$work/plus.wall") / $(median < "$work/plus.engine") | |"
 echo "| fwc apply -1 element: wall / engine | $(median < "$work/minus.wall") / $(median < "$work/minus.engine") | |"
+echo "| fwc apply REPO, nothing changed: wall / engine | $(median < "$work/same-repo.wall") / $(median < "$work/same-repo.engine") | |"
+echo "| fwc apply REPO +1 element: wall / engine | $(median < "$work/plus-repo.wall") / $(median < "$work/plus-repo.engine") | |"
+echo "| fwc apply REPO -1 element: wall / engine | $(median < "$work/minus-repo.wall") / $(median < "$work/minus-repo.engine") | |"
 echo "| fwc plan, one element deleted behind fwc's back (named) | $(median < "$work/drift") | |"
 echo "| fwc status, the same (named) | $(median < "$work/drift-status") | |"
 echo "| kernel's netlink dump of the /32 set alone (floor of a complete check) | $(median < "$work/kernel-dump") | |"
