@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::firewalld::Config;
-use super::ImportError;
+use super::error::ImportError;
 
 /// Where firewalld keeps its system definitions (services, zones, policies, icmptypes).
 pub const DEFAULT_LIB: &str = "/usr/lib/firewalld";

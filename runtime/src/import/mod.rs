@@ -5,16 +5,19 @@
 //! firewalld is translated from its XML (`firewalld`, read by `firewalld_source`), and proved
 //! against the ruleset firewalld itself builds from it.
 
+pub mod error;
 pub mod firewalld;
 pub mod firewalld_source;
 pub mod ifnames;
 pub mod model;
+pub mod naming;
 pub mod owners;
 pub mod ports;
 pub mod proof;
 pub mod render;
 pub mod source;
 pub mod translate;
+pub mod words;
 pub mod xt_icmp;
 
 use std::path::{Path, PathBuf};
@@ -22,7 +25,9 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use fwc_compiler::eval::{foreign, Evaluator, Flow};
+pub use error::ImportError;
 pub use model::{Imported, Refusal};
+pub use words::{describe, describe_rule};
 pub use proof::Difference;
 
 /// What the original is.
@@ -32,31 +37,6 @@ pub enum Kind {
     Iptables,
     Ufw,
     Firewalld,
-}
-
-/// Why an import stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ImportError {
-    #[error("{what}")]
-    Source { what: String, hint: String },
-    #[error("{} construct(s) of the original have no fwc form", .0.len())]
-    Refused(Vec<Refusal>),
-    /// The evaluator cannot run the original (the reason names the rule by its origin).
-    #[error("the evaluator cannot run the original ruleset: {0}")]
-    Eval(String),
-    #[error("cannot write {path}: {error}")]
-    Write { path: String, error: std::io::Error },
-}
-
-impl ImportError {
-    pub fn hint(&self) -> String {
-        match self {
-            ImportError::Source { hint, .. } => hint.clone(),
-            ImportError::Refused(_) => "change the original, or import with --partial (each is then a warning, left out of the import; add it by hand)".into(),
-            ImportError::Eval(_) => "the original uses something fwc's evaluator does not model, so nothing can prove the import: import with --partial (without --verify) to write the rules without tests/imported.kdl, and check them by hand".into(),
-            ImportError::Write { .. } => "choose another --out directory".into(),
-        }
-    }
 }
 
 /// A finished import, before it is written.
@@ -303,63 +283,6 @@ fn iptables_files(p: &Path) -> Result<Vec<(PathBuf, bool)>, ImportError> {
     let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let v6 = text.lines().take(3).any(|l| l.contains("ip6tables-save")) || name.ends_with(".v6") || name.contains("ip6");
     Ok(vec![(p.to_path_buf(), v6)])
-}
-
-/// An nftables expression in nft-like words, for messages (never raw JSON).
-pub fn describe(v: &Value) -> String {
-    let st = |b: &Value, k: &str| b.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-    match v {
-        Value::Object(o) => match o.iter().next() {
-            Some((k, b)) if b.get("key").and_then(Value::as_str).is_some() => format!("{k} {}", st(b, "key")),
-            Some((k, b)) if k == "payload" => format!("{} {}", st(b, "protocol"), st(b, "field")),
-            Some((k, b)) if k == "fib" => {
-                let flags: Vec<String> = b.get("flags").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect();
-                format!("fib {} {}", flags.join(" . "), st(b, "result"))
-            }
-            Some((k, b)) if k.ends_with("option") || k == "exthdr" => format!("{} {} {}", k, st(b, "name"), st(b, "field")).trim_end().to_string(),
-            Some((k, b)) if matches!(k.as_str(), "&" | "|" | "^") => match b.as_array().and_then(|a| a.first()) {
-                Some(first) => describe(first),
-                None => k.clone(),
-            },
-            Some((k, b)) if k == "prefix" => format!("{}/{}", st(b, "addr"), b.get("len").map(|l| l.to_string()).unwrap_or_default()),
-            Some((k, b)) if k == "range" => b.as_array().map(|a| a.iter().map(describe).collect::<Vec<_>>().join("-")).unwrap_or_else(|| k.clone()),
-            Some((k, b)) if k == "set" => match b.as_array() {
-                Some(a) => format!("{{ {} }}", a.iter().take(8).map(describe).collect::<Vec<_>>().join(", ") + if a.len() > 8 { ", …" } else { "" }),
-                None => describe(b),
-            },
-            Some((k, b)) if k == "elem" => b.get("val").map(describe).unwrap_or_else(|| k.clone()),
-            Some((k, b)) if k == "concat" => b.as_array().map(|a| a.iter().map(describe).collect::<Vec<_>>().join(" . ")).unwrap_or_else(|| k.clone()),
-            Some((k, _)) => k.clone(),
-            None => "{}".into(),
-        },
-        Value::Array(a) => a.iter().map(describe).collect::<Vec<_>>().join(", "),
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-/// One rule's expressions in nft-like words: `ip saddr 192.0.2.0/24 drop`,
-/// `tcp option maxseg size set rt mtu`.
-pub fn describe_rule(expr: &[Value]) -> String {
-    let mut parts = Vec::new();
-    for e in expr {
-        let Some((k, b)) = e.as_object().and_then(|m| m.iter().next()) else { continue };
-        match k.as_str() {
-            "counter" => {}
-            "match" => {
-                let op = b.get("op").and_then(Value::as_str).unwrap_or("==");
-                let op = if op == "==" || op == "in" { String::new() } else { format!("{op} ") };
-                parts.push(format!("{} {op}{}", describe(b.get("left").unwrap_or(&Value::Null)), describe(b.get("right").unwrap_or(&Value::Null))));
-            }
-            "mangle" => parts.push(format!("{} set {}", describe(b.get("key").unwrap_or(&Value::Null)), describe(b.get("value").unwrap_or(&Value::Null)))),
-            "jump" | "goto" => parts.push(format!("{k} {}", b.get("target").and_then(Value::as_str).unwrap_or_default())),
-            "log" => parts.push("log".into()),
-            other => parts.push(other.to_string()),
-        }
-    }
-    let text = parts.join(" ");
-    if text.chars().count() > 120 { format!("{}…", text.chars().take(120).collect::<String>()) } else { text }
 }
 
 /// The evaluator's identity of each foreign rule (`FAMILY TABLE CHAIN handle N`) -> its origin.

@@ -2,10 +2,14 @@
 //! its verb, its origin), sets, forwards and source NAT, and the import's account (imported,
 //! merged, refused, notes). Pure values; `translate` fills them, `render` writes them as KDL.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 /// Where a construct of the original came from: `nftables.conf:12` or `ip filter INPUT handle 7`.
 pub type Origin = String;
+
+/// Where each rule of the listing came from: (family, table, chain, index in chain) -> origin.
+pub type Origins = BTreeMap<(String, String, String, usize), Origin>;
 
 /// The address family a rule is limited to (a rule of an `ip` table sees only IPv4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -148,3 +152,7 @@ impl Imported {
         self.chains.iter().map(|c| c.rules.len()).sum::<usize>() + self.forwards.len() + self.nats.len()
     }
 }
+
+/// The comment of a rule iptables-nft could not translate to nftables (`source` marks such
+/// rules with it; the translation refuses them by name).
+pub const XT_MARK: &str = "fwc-import-xt: ";

@@ -10,8 +10,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use super::translate::Origins;
-use super::ImportError;
+use super::error::ImportError;
+pub use super::model::XT_MARK;
+use super::model::Origins;
 
 fn run(cmd: &mut Command, what: &str) -> Result<String, ImportError> {
     let out = cmd.stdin(Stdio::null()).output().map_err(|e| ImportError::Source { what: format!("cannot run {what}: {e}"), hint: "install nftables, iptables and util-linux (unshare)".into() })?;
@@ -217,8 +218,6 @@ fn xt_icmp_line(l: &str, place: Option<(String, String, String, usize)>, origins
     Some(l.replacen(xt.trim_end(), &format!(" {native}"), 1))
 }
 
-/// The comment of a rule iptables-nft could not translate to nftables (see [`reload`]).
-pub const XT_MARK: &str = "fwc-import-xt: ";
 
 /// ufw's configuration (`/etc/ufw`, with `/etc/default/ufw` beside it when present), loaded
 /// by ufw's own `ufw-init` into a scratch namespace, so its framework chains, before/after

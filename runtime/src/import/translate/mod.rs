@@ -9,65 +9,23 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::model::*;
+use super::naming::Names;
 
-/// Where each rule of the listing came from: (family, table, chain, index in chain) -> origin.
-pub type Origins = BTreeMap<(String, String, String, usize), Origin>;
-
-#[derive(Debug, Clone)]
-struct ChainInfo {
-    family: String,
-    table: String,
-    name: String,
-    hook: Option<String>,
-    kind: String,
-    /// The base chain's priority (0: the filter priority; mangle -150, raw -300).
-    prio: i64,
-    policy: String,
-    rules: Vec<Value>,
-    /// The origin of every rule (a verdict map's rules, flattened, are all its rule's).
-    origin: Option<Origin>,
-    handles: Vec<Option<u64>>,
-}
-
-#[derive(Debug, Clone)]
-struct SetInfo {
-    fwc_name: String,
-    /// `addr` (ipv4_addr/ipv6_addr), `port` (inet_service), anything else.
-    what: &'static str,
-    elems: Vec<Value>,
-}
-
-mod naming;
+mod chains;
 mod nat;
 mod other;
 mod owned;
-mod probes;
 mod parse;
+mod probes;
+mod tx;
 mod walk;
 
-pub(crate) use naming::{sanitize, unique_name, Names};
+pub use super::model::Origins;
 pub use owned::{owner, strip_owned};
 pub use parse::addr_elem;
 pub use probes::probe_chains;
 pub use walk::icmp_opens;
-use owned::*;
-use parse::*;
-
-struct Tx<'a> {
-    chains: BTreeMap<(String, String, String), ChainInfo>,
-    sets: BTreeMap<(String, String, String), SetInfo>,
-    origins: &'a Origins,
-    out: Imported,
-    names: Names,
-    notes: BTreeSet<String>,
-    /// Notes that name many places: one line each, listing them.
-    grouped: BTreeMap<String, Vec<String>>,
-    /// Base chains the filter hooks did not take (a mangle chain beside the filter chain):
-    /// their rules are refused by name with the other hooks'.
-    passed_over: Vec<ChainInfo>,
-    /// The unconditional `ct state invalid drop` met so far in the input chain being walked.
-    invalid_dropped: Option<Origin>,
-}
+use tx::*;
 
 /// Translate a listing. Never fails: every problem is a refusal in the result.
 pub fn translate(listing: &Value, origins: &Origins) -> Imported {
@@ -88,132 +46,7 @@ pub fn translate(listing: &Value, origins: &Origins) -> Imported {
     tx.out
 }
 
-fn s(v: &Value, k: &str) -> String {
-    v.get(k).and_then(Value::as_str).unwrap_or_default().to_string()
-}
-
 impl Tx<'_> {
-    fn note_at(&mut self, what: &str, place: &str) {
-        let v = self.grouped.entry(what.to_string()).or_default();
-        if !v.iter().any(|p| p == place) {
-            v.push(place.to_string());
-        }
-    }
-
-    fn unique(&mut self, base: &str) -> String {
-        unique_name(&mut self.names, base)
-    }
-
-    fn read(&mut self, listing: &Value) {
-        let objs = listing.get("nftables").and_then(Value::as_array).cloned().unwrap_or_default();
-        let mut set_names: BTreeSet<String> = BTreeSet::new();
-        for o in &objs {
-            if let Some(c) = o.get("chain") {
-                let key = (s(c, "family"), s(c, "table"), s(c, "name"));
-                self.chains.insert(
-                    key.clone(),
-                    ChainInfo {
-                        family: key.0,
-                        table: key.1,
-                        name: key.2,
-                        hook: c.get("hook").and_then(Value::as_str).map(str::to_string),
-                        kind: s(c, "type"),
-                        prio: c.get("prio").and_then(Value::as_i64).unwrap_or(0),
-                        policy: c.get("policy").and_then(Value::as_str).unwrap_or("accept").to_string(),
-                        rules: Vec::new(),
-                        origin: None,
-                        handles: Vec::new(),
-                    },
-                );
-            } else if let Some(r) = o.get("rule") {
-                let key = (s(r, "family"), s(r, "table"), s(r, "chain"));
-                if let Some(c) = self.chains.get_mut(&key) {
-                    c.rules.push(r.clone());
-                    c.handles.push(r.get("handle").and_then(Value::as_u64));
-                }
-            } else if let Some(st) = o.get("set").or_else(|| o.get("map")) {
-                let key = (s(st, "family"), s(st, "table"), s(st, "name"));
-                if owner(&key.0, &key.1, "").is_some() {
-                    continue;
-                }
-                let ty = st.get("type").cloned().unwrap_or(Value::Null);
-                let what = match ty.as_str() {
-                    Some("ipv4_addr" | "ipv6_addr") if o.get("set").is_some() => "addr",
-                    Some("inet_service") if o.get("set").is_some() => "port",
-                    _ => "other",
-                };
-                let mut fwc_name = sanitize(&key.2);
-                if !set_names.insert(fwc_name.clone()) {
-                    fwc_name = sanitize(&format!("{}-{}", key.2, key.0));
-                    set_names.insert(fwc_name.clone());
-                }
-                let dynamic = st.get("flags").and_then(Value::as_array).is_some_and(|f| f.iter().any(|x| x == "timeout" || x == "dynamic"));
-                if dynamic && what == "addr" {
-                    self.notes.insert(format!(
-                        "set {} {} {}: elements are added at run time (timeout/dynamic): imported as `dynamic=#true`, its current elements are not copied",
-                        key.0, key.1, key.2
-                    ));
-                }
-                let elems = if dynamic { Vec::new() } else { st.get("elem").and_then(Value::as_array).cloned().unwrap_or_default() };
-                self.sets.insert(key, SetInfo { fwc_name, what, elems: elems.clone() });
-                if dynamic && what == "addr" {
-                    self.sets.get_mut(&(s(st, "family"), s(st, "table"), s(st, "name"))).unwrap().what = "dynamic";
-                }
-            }
-        }
-    }
-
-    fn origin(&self, c: &ChainInfo, i: usize) -> Origin {
-        if let Some(o) = &c.origin {
-            return o.clone();
-        }
-        match self.origins.get(&(c.family.clone(), c.table.clone(), c.name.clone(), i)) {
-            Some(o) => o.clone(),
-            None => match c.handles.get(i).copied().flatten() {
-                Some(h) => format!("{} {} {} handle {h}", c.family, c.table, c.name),
-                None => format!("{} {} {} rule {}", c.family, c.table, c.name, i + 1),
-            },
-        }
-    }
-
-    fn sets_out(&mut self) {
-        for ((fam, table, name), si) in &self.sets {
-            if si.what != "addr" && si.what != "dynamic" {
-                continue;
-            }
-            let mut elems = Vec::new();
-            for e in &si.elems {
-                match addr_elem(e) {
-                    Some(x) => elems.push(x),
-                    None => self.out.refused.push(Refusal {
-                        origin: format!("set {fam} {table} {name}"),
-                        what: format!("element `{}` is not an address, network or range", crate::import::describe(e)),
-                        hint: "edit the set in the original and import again".into(),
-                    }),
-                }
-            }
-            self.out.sets.push(Set { name: si.fwc_name.clone(), elems, dynamic: si.what == "dynamic", origin: format!("set {fam} {table} {name}") });
-        }
-    }
-
-    /// The base chains of a hook of one type that are not owned by others.
-    fn base(&mut self, hook: &str, kind: &str) -> Vec<ChainInfo> {
-        let mut v = Vec::new();
-        for c in self.chains.values() {
-            if c.hook.as_deref() != Some(hook) || c.kind != kind {
-                continue;
-            }
-            if let Some(who) = owner(&c.family, &c.table, &c.name) {
-                self.notes.insert(format!("table {} {} (chain {}): {who}'s own, left out — fwc coexists with it", c.family, c.table, c.name));
-                continue;
-            }
-            if matches!(c.family.as_str(), "ip" | "ip6" | "inet") {
-                v.push(c.clone());
-            }
-        }
-        v
-    }
-
     fn filter_hook(&mut self, hook: &'static str) {
         let bases = self.base(hook, "filter");
         // One chain per address family (an inet chain serves both).

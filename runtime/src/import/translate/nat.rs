@@ -2,7 +2,10 @@
 
 use serde_json::Value;
 
-use super::*;
+use super::owned::*;
+use super::parse::*;
+use super::tx::*;
+use crate::import::model::*;
 
 impl Tx<'_> {
     /// nat chains: DNAT (prerouting) becomes forwards, masquerade/SNAT (postrouting) nodes.

@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::*;
+use super::owned::owner;
+use super::tx::*;
+use crate::import::model::*;
 
 /// Which hooks the filter and nat translations take: everything else comes here.
 fn handled(c: &ChainInfo) -> bool {
@@ -53,7 +55,7 @@ impl Tx<'_> {
         for (i, r) in c.rules.iter().enumerate() {
             let expr = r.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
             let origin = self.origin(c, i);
-            if let Some(what) = r.get("comment").and_then(Value::as_str).and_then(|c| c.strip_prefix(crate::import::source::XT_MARK)) {
+            if let Some(what) = r.get("comment").and_then(Value::as_str).and_then(|c| c.strip_prefix(crate::import::model::XT_MARK)) {
                 self.out.refused.push(Refusal { origin, what: format!("an iptables match nftables cannot express ({what}) on {place}"), hint: hint_for(hook, "xt") });
                 continue;
             }
@@ -80,7 +82,7 @@ impl Tx<'_> {
             let Some(kind) = effect else { continue };
             let fib = expr.iter().any(|e| e.pointer("/match/left/fib").is_some());
             let kind = if fib && kind == "drop" { "fib" } else { kind };
-            let text = crate::import::describe_rule(&expr);
+            let text = crate::import::words::describe_rule(&expr);
             self.out.refused.push(Refusal { origin, what: format!("`{text}` on {place}"), hint: hint_for(hook, kind) });
         }
     }

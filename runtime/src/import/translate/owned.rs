@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use super::*;
+use super::parse::strings;
+use super::tx::s;
 
 /// Who owns a table or chain the importer must leave alone.
 pub fn owner(family: &str, table: &str, chain: &str) -> Option<&'static str> {

@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 
-use super::*;
+use super::tx::*;
+use crate::import::model::*;
+use crate::import::words::describe;
 
 /// What a rule does besides matching.
 #[derive(Debug, Clone, Default)]
@@ -45,12 +47,12 @@ impl Tx<'_> {
                     let left = b.get("left").cloned().unwrap_or(Value::Null);
                     let right = b.get("right").cloned().unwrap_or(Value::Null);
                     if op != "==" && op != "in" {
-                        return refuse(format!("the match `{} {op} {}`", crate::import::describe(&left), crate::import::describe(&right)), "fwc rules have no negated or masked matches: list what is allowed instead, or deny the exception in a rule before");
+                        return refuse(format!("the match `{} {op} {}`", describe(&left), describe(&right)), "fwc rules have no negated or masked matches: list what is allowed instead, or deny the exception in a rule before");
                     }
                     let (lk, lb) = left.as_object().and_then(|m| m.iter().next()).map(|(a, b)| (a.clone(), b.clone())).unwrap_or_default();
                     let key = s(&lb, "key");
                     match (lk.as_str(), key.as_str()) {
-                        ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", crate::import::describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
+                        ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
                         ("meta", "nfproto") => c.family = Some(if right == "ipv6" { Family::V6 } else { Family::V4 }),
                         // The ethertype: `ip`/`ip6` are the two families of IP packets.
                         ("meta", "protocol") if right == "ip" || right == "ip6" => c.family = Some(if right == "ip6" { Family::V6 } else { Family::V4 }),
@@ -74,7 +76,7 @@ impl Tx<'_> {
                                 ("ip", "protocol") | ("ip6", "nexthdr") => {
                                     // `ip protocol` sees IPv4 packets only (`ip6 nexthdr` IPv6).
                                     c.family.get_or_insert(if proto == "ip" { Family::V4 } else { Family::V6 });
-                                    set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", crate::import::describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?
+                                    set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?
                                 }
                                 ("tcp" | "udp" | "th", "dport" | "sport") => {
                                     if proto != "th" {
@@ -101,7 +103,7 @@ impl Tx<'_> {
                                 _ => return refuse(format!("the match on {proto} {field}"), "fwc matches addresses, ports, protocols, interfaces, ICMP types and ct state"),
                             }
                         }
-                        _ => return refuse(format!("the match on {}", crate::import::describe(&left)), "fwc matches addresses, ports, protocols, interfaces, ICMP types and ct state"),
+                        _ => return refuse(format!("the match on {}", describe(&left)), "fwc matches addresses, ports, protocols, interfaces, ICMP types and ct state"),
                     }
                 }
                 "accept" | "drop" | "return" => st.verdict = Some(k.clone()),
@@ -144,7 +146,7 @@ impl Tx<'_> {
                     }
                 }
                 "dnat" => {
-                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("dnat {}", crate::import::describe(b)), "fwc forwards to one address (and port)".to_string()))?;
+                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("dnat {}", describe(b)), "fwc forwards to one address (and port)".to_string()))?;
                     st.dnat = Some((addr, b.get("port").and_then(Value::as_u64)));
                     st.verdict = Some("dnat".into());
                 }
@@ -153,7 +155,7 @@ impl Tx<'_> {
                     st.verdict = Some("masquerade".into());
                 }
                 "snat" => {
-                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("snat {}", crate::import::describe(b)), "fwc snats to one address".to_string()))?;
+                    let addr = b.get("addr").and_then(Value::as_str).map(str::to_string).ok_or_else(|| (format!("snat {}", describe(b)), "fwc snats to one address".to_string()))?;
                     st.snat = Some(addr);
                     st.verdict = Some("snat".into());
                 }
@@ -177,7 +179,7 @@ impl Tx<'_> {
         };
         let mut out = Vec::new();
         for i in &items {
-            out.push(addr_elem(i).ok_or_else(|| (format!("the address `{}`", crate::import::describe(i)), "fwc matches addresses, networks and ranges".to_string()))?);
+            out.push(addr_elem(i).ok_or_else(|| (format!("the address `{}`", describe(i)), "fwc matches addresses, networks and ranges".to_string()))?);
         }
         Ok(Addrs::List(out))
     }
@@ -200,7 +202,7 @@ impl Tx<'_> {
             match (i.as_u64(), i.get("range").and_then(Value::as_array)) {
                 (Some(p), _) => out.push(p.to_string()),
                 (None, Some(r)) if r.len() == 2 && r[0].is_u64() && r[1].is_u64() => out.push(format!("{}-{}", r[0], r[1])),
-                _ => return Err((format!("the port `{}`", crate::import::describe(i)), "fwc ports are numbers and ranges".into())),
+                _ => return Err((format!("the port `{}`", describe(i)), "fwc ports are numbers and ranges".into())),
             }
         }
         Ok(out.join(","))
@@ -286,7 +288,7 @@ pub(super) fn iface(v: &Value) -> Result<String, (String, String)> {
         _ => Vec::new(),
     };
     if names.is_empty() || names.iter().any(|n| n.is_empty() || n.contains(',')) {
-        return Err((format!("the interface match `{}`", crate::import::describe(v)), "fwc matches interfaces by name: write each interface by its name".into()));
+        return Err((format!("the interface match `{}`", describe(v)), "fwc matches interfaces by name: write each interface by its name".into()));
     }
     Ok(names.join(","))
 }

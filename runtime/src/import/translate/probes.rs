@@ -6,7 +6,12 @@
 
 use serde_json::Value;
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::parse::*;
+use super::tx::*;
+use crate::import::model::*;
+use crate::import::naming::Names;
 
 /// The fwc chains whose flows a hook's rules decide: a prerouting rule sees what is
 /// delivered here and what is routed through.

@@ -3,7 +3,11 @@
 
 use serde_json::Value;
 
-use super::*;
+use super::owned::*;
+use super::parse::*;
+use super::tx::*;
+use crate::import::model::*;
+use crate::import::naming::rule_name;
 
 impl Tx<'_> {
     /// Translate the rules of `c` (and of the user chains it jumps to, inlined) under `pre`.
@@ -22,7 +26,7 @@ impl Tx<'_> {
                 self.walk(&flat, pre, hook, depth, via, out);
                 continue;
             }
-            if let Some(what) = comment.as_deref().and_then(|c| c.strip_prefix(crate::import::source::XT_MARK)) {
+            if let Some(what) = comment.as_deref().and_then(|c| c.strip_prefix(crate::import::model::XT_MARK)) {
                 self.out.refused.push(Refusal {
                     origin,
                     what: format!("an iptables match nftables cannot express ({what})"),
@@ -243,7 +247,7 @@ impl Tx<'_> {
                 }
                 None if st.log => {
                     for cond in expand_ifaces(&cond) {
-                        let name = self.name_for(&Verb::Log, &cond);
+                        let name = rule_name(&mut self.names, &Verb::Log, &cond);
                         out.push(Rule {
                             name,
                             verb: Verb::Log,
@@ -300,7 +304,7 @@ impl Tx<'_> {
                     }
                     // An interface list (`iifname { "br0", "wbr0" }`): one rule per interface.
                     for cond in expand_ifaces(&cond) {
-                        let name = self.name_for(&verb, &cond);
+                        let name = rule_name(&mut self.names, &verb, &cond);
                         out.push(Rule {
                             name,
                             verb: verb.clone(),

@@ -1,7 +1,9 @@
-//! Names of imported rules: made from what a rule does (`ssh`, `from-admins-ssh`), sanitized
+//! Names of imported rules (every importer's): made from what a rule does (`ssh`, `from-admins-ssh`), sanitized
 //! and unique.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::model::{Addrs, Cond, Family, Verb};
 
 pub(crate) fn sanitize(raw: &str) -> String {
     let mut out = String::new();
@@ -49,57 +51,55 @@ pub(crate) fn unique_name(names: &mut Names, base: &str) -> String {
     }
 }
 
-impl Tx<'_> {
-    pub(super) fn name_for(&mut self, verb: &Verb, c: &Cond) -> String {
-        let mut parts: Vec<String> = Vec::new();
-        match verb {
-            Verb::Allow => {}
-            Verb::Deny => parts.push("deny".into()),
-            Verb::Reject(_) => parts.push("reject".into()),
-            Verb::Log => parts.push("log".into()),
-        }
-        if let Some(Addrs::Set(s)) = &c.from {
-            parts.push(format!("from-{s}"));
-        } else if let Some(Addrs::List(l)) = &c.from {
-            if l.len() == 1 && !matches!(l[0].as_str(), "0.0.0.0/0" | "::/0") {
-                parts.push(format!("from-{}", l[0]));
-            }
-        }
-        if let Some(Addrs::Set(s)) = &c.to {
-            parts.push(format!("to-{s}"));
-        }
-        if let Some(i) = &c.iif {
-            parts.push(format!("in-{i}"));
-        }
-        if let Some(o) = &c.oif {
-            parts.push(format!("out-{o}"));
-        }
-        match (&c.port, &c.proto) {
-            (Some(p), _) => parts.push(service(p, c.proto.as_deref())),
-            (None, Some(pr)) if pr.starts_with("icmp") => parts.push(match &c.icmp_type {
-                Some(t) if !t.contains(',') => t.clone(),
-                _ => pr.clone(),
-            }),
-            (None, Some(pr)) => parts.push(pr.clone()),
-            _ => {}
-        }
-        if let Some(st) = &c.state {
-            parts.push(st.replace(',', "-"));
-        }
-        if parts.iter().all(|p| matches!(p.as_str(), "deny" | "reject" | "log")) {
-            parts.push(match c.family {
-                Some(Family::V4) => "ipv4".into(),
-                Some(Family::V6) => "ipv6".into(),
-                None => "all".into(),
-            });
-        }
-        self.unique(&parts.join("-"))
+/// A unique name for a rule, from what it does (`deny-from-admins-ssh`).
+pub(crate) fn rule_name(names: &mut Names, verb: &Verb, c: &Cond) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    match verb {
+        Verb::Allow => {}
+        Verb::Deny => parts.push("deny".into()),
+        Verb::Reject(_) => parts.push("reject".into()),
+        Verb::Log => parts.push("log".into()),
     }
-
+    if let Some(Addrs::Set(s)) = &c.from {
+        parts.push(format!("from-{s}"));
+    } else if let Some(Addrs::List(l)) = &c.from {
+        if l.len() == 1 && !matches!(l[0].as_str(), "0.0.0.0/0" | "::/0") {
+            parts.push(format!("from-{}", l[0]));
+        }
+    }
+    if let Some(Addrs::Set(s)) = &c.to {
+        parts.push(format!("to-{s}"));
+    }
+    if let Some(i) = &c.iif {
+        parts.push(format!("in-{i}"));
+    }
+    if let Some(o) = &c.oif {
+        parts.push(format!("out-{o}"));
+    }
+    match (&c.port, &c.proto) {
+        (Some(p), _) => parts.push(service(p, c.proto.as_deref())),
+        (None, Some(pr)) if pr.starts_with("icmp") => parts.push(match &c.icmp_type {
+            Some(t) if !t.contains(',') => t.clone(),
+            _ => pr.clone(),
+        }),
+        (None, Some(pr)) => parts.push(pr.clone()),
+        _ => {}
+    }
+    if let Some(st) = &c.state {
+        parts.push(st.replace(',', "-"));
+    }
+    if parts.iter().all(|p| matches!(p.as_str(), "deny" | "reject" | "log")) {
+        parts.push(match c.family {
+            Some(Family::V4) => "ipv4".into(),
+            Some(Family::V6) => "ipv6".into(),
+            None => "all".into(),
+        });
+    }
+    unique_name(names, &parts.join("-"))
 }
 
 /// A name for ports: `ssh`, `web-80-443`, `tcp-8000-8100`.
-pub(super) fn service(ports: &str, proto: Option<&str>) -> String {
+fn service(ports: &str, proto: Option<&str>) -> String {
     let known = |p: &str| -> Option<&'static str> {
         Some(match p {
             "22" => "ssh",
