@@ -582,8 +582,8 @@ fn firewalld_live_reads_etc_firewalld_and_warns_about_runtime_changes() {
     assert!(text(&o).contains("--netns is for --from nft/iptables"), "{}", text(&o));
 }
 
-/// A shared import case that imports whole (tests/import/cases: an ICMP accept after the
-/// invalid drop), proven with traffic: the original
+/// The shared import cases that import whole (tests/import/cases: an ICMP accept after the
+/// invalid drop; tcp flags, negations and packet types), proven with traffic: the original
 /// loaded by nft in one namespace, the import applied by fwc in another, the same probes.
 #[test]
 fn import_cases_that_import_whole_decide_traffic_as_the_original() {
@@ -603,4 +603,22 @@ fn import_cases_that_import_whole_decide_traffic_as_the_original() {
         ns.exec(&["nft", "-f", conf.to_str().unwrap()]);
     };
     same_outcomes("nft", &conf, load, &probes, &[22, 80], &[53]);
+    // tcp flags, negated addresses, ports and interface sets (nft `!=`), packet types: the
+    // SYN of a connection meets `tcp flags syn / …`, `ip saddr != 10.0.0.0/8` and
+    // `iifname != { "eth0", "eth1" }` accept, `tcp dport != { 22, 80, 443 }` drops 8080.
+    let conf = fixture("cases").join("forms.nft");
+    let load = |ns: &Netns| {
+        ns.exec(&["nft", "-f", conf.to_str().unwrap()]);
+    };
+    let probes = [p(false, "198.18.1.1", 22, None), p(false, "198.18.1.1", 80, None), p(false, "198.18.1.1", 443, None), p(false, "198.18.1.1", 8080, None), p(true, "198.18.1.1", 53, None)];
+    same_outcomes("nft", &conf, load, &probes, &[22, 80, 443, 8080], &[53]);
+    // The same in iptables' words (`--syn`, `! -s`, `! --dport`, `-m pkttype`).
+    if fwc_testkit::tool("import_cases_that_import_whole_decide_traffic_as_the_original", "iptables-nft-restore", "iptables") {
+        let rules = fixture("cases").join("tcpflags.v4");
+        let load = |ns: &Netns| {
+            ns.exec(&["sh", "-c", &format!("iptables-nft-restore < {}", rules.display())]);
+        };
+        let probes = [p(false, "198.18.1.1", 22, None), p(false, "198.18.1.1", 8080, None), p(false, "198.18.1.1", 80, None), p(true, "198.18.1.1", 53, None)];
+        same_outcomes("iptables", &rules, load, &probes, &[22, 80, 8080], &[53]);
+    }
 }

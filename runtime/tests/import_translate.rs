@@ -68,15 +68,18 @@ fn jumps_are_inlined_logs_merged_and_negations_refused() {
         rule("inet", "filter", "admin", 5, json!([tcp_dport(json!(22)), {"log": {"prefix": "ssh "}}])),
         rule("inet", "filter", "admin", 6, json!([tcp_dport(json!(22)), {"accept": null}])),
         rule("inet", "filter", "input", 7, json!([{"match": {"op": "!=", "left": {"meta": {"key": "iifname"}}, "right": "eth0"}}, {"drop": null}])),
+        rule("inet", "filter", "input", 8, json!([{"match": {"op": "!=", "left": {"ct": {"key": "state"}}, "right": "new"}}, {"drop": null}])),
     ]);
     let imp = translate::translate(&l, &Default::default());
     let r = &imp.chains[0].rules;
-    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r.len(), 2, "{r:?}");
     assert_eq!(r[0].name, "from-192.0.2.0-24-ssh");
     assert!(r[0].log && r[0].log_prefix.as_deref() == Some("ssh "));
+    // A negated interface is fwc's `in="!eth0"`; a negated ct state has no fwc form.
+    assert_eq!((r[1].name.as_str(), r[1].cond.iif.as_deref(), r[1].cond.not.iif), ("deny-not-in-eth0", Some("eth0"), true));
     assert_eq!(imp.merged.len(), 2, "{:?}", imp.merged); // established/related + the log rule
     assert_eq!(imp.refused.len(), 1);
-    assert!(imp.refused[0].origin.contains("handle 7") && imp.refused[0].what.contains("!="), "{:?}", imp.refused);
+    assert!(imp.refused[0].origin.contains("handle 8") && imp.refused[0].what.contains("!="), "{:?}", imp.refused);
     // Without --partial the refusal stops the import; with it, the rest is written.
     assert!(matches!(import::import(l.clone(), &Default::default(), "t", false, &mut |_| {}), Err(import::ImportError::Refused(v)) if v.len() == 1));
     assert!(import::import(l, &Default::default(), "t", true, &mut |_| {}).is_ok());

@@ -45,6 +45,23 @@ pub struct Cond {
     /// ct states, comma separated (`new`, `invalid`).
     pub state: Option<String>,
     pub family: Option<Family>,
+    /// TCP flags as fwc writes them (`syn`, `!syn`, `none/fin,syn,rst,psh,ack,urg`).
+    pub tcp_flags: Option<String>,
+    /// Packet types (`broadcast,multicast`).
+    pub pkttype: Option<String>,
+    /// Which of the list matches are negated (`from="!…"`: none of the list).
+    pub not: Not,
+}
+
+/// The negated matches of a rule (nft `!=`, iptables `! -s`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Not {
+    pub from: bool,
+    pub to: bool,
+    pub port: bool,
+    pub sport: bool,
+    pub iif: bool,
+    pub oif: bool,
 }
 
 /// What a filter rule does.
@@ -106,6 +123,8 @@ pub struct Forward {
     pub listen: String,
     pub to: String,
     pub from: Option<Addrs>,
+    /// Input interfaces the DNAT is restricted to (`in=`), comma separated.
+    pub iif: Option<String>,
     pub origin: Origin,
 }
 
@@ -156,3 +175,6 @@ impl Imported {
 /// The comment of a rule iptables-nft could not translate to nftables (`source` marks such
 /// rules with it; the translation refuses them by name).
 pub const XT_MARK: &str = "fwc-import-xt: ";
+
+/// TCP flag names, in wire order (fin = 0x01 … cwr = 0x80), as nft and fwc write them.
+pub const TCP_FLAGS: [&str; 8] = ["fin", "syn", "rst", "psh", "ack", "urg", "ecn", "cwr"];

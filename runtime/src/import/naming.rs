@@ -53,6 +53,7 @@ pub(crate) fn unique_name(names: &mut Names, base: &str) -> String {
 
 /// A unique name for a rule, from what it does (`deny-from-admins-ssh`).
 pub(crate) fn rule_name(names: &mut Names, verb: &Verb, c: &Cond) -> String {
+    let not = |n: bool| if n { "not-" } else { "" };
     let mut parts: Vec<String> = Vec::new();
     match verb {
         Verb::Allow => {}
@@ -61,23 +62,23 @@ pub(crate) fn rule_name(names: &mut Names, verb: &Verb, c: &Cond) -> String {
         Verb::Log => parts.push("log".into()),
     }
     if let Some(Addrs::Set(s)) = &c.from {
-        parts.push(format!("from-{s}"));
+        parts.push(format!("{}from-{s}", not(c.not.from)));
     } else if let Some(Addrs::List(l)) = &c.from {
         if l.len() == 1 && !matches!(l[0].as_str(), "0.0.0.0/0" | "::/0") {
-            parts.push(format!("from-{}", l[0]));
+            parts.push(format!("{}from-{}", not(c.not.from), l[0]));
         }
     }
     if let Some(Addrs::Set(s)) = &c.to {
-        parts.push(format!("to-{s}"));
+        parts.push(format!("{}to-{s}", not(c.not.to)));
     }
     if let Some(i) = &c.iif {
-        parts.push(format!("in-{i}"));
+        parts.push(format!("{}in-{i}", not(c.not.iif)));
     }
     if let Some(o) = &c.oif {
-        parts.push(format!("out-{o}"));
+        parts.push(format!("{}out-{o}", not(c.not.oif)));
     }
     match (&c.port, &c.proto) {
-        (Some(p), _) => parts.push(service(p, c.proto.as_deref())),
+        (Some(p), _) => parts.push(format!("{}{}", not(c.not.port), service(p, c.proto.as_deref()))),
         (None, Some(pr)) if pr.starts_with("icmp") => parts.push(match &c.icmp_type {
             Some(t) if !t.contains(',') => t.clone(),
             _ => pr.clone(),

@@ -158,14 +158,16 @@ pub fn sample(imp: &Imported, original: &[Chain], random: usize, seed: u64) -> V
             // A port list that gives no number (a port fwc cannot read) samples the defaults.
             let dports: Vec<u16> = cond.port.as_deref().map(port_bounds).filter(|v| !v.is_empty()).unwrap_or_else(|| vec![22]);
             let sports: Vec<u16> = cond.sport.as_deref().map(port_bounds).filter(|v| !v.is_empty()).unwrap_or_else(|| vec![40000]);
-            let iifs: Vec<Option<String>> = vec![cond.iif.clone(), None];
-            let oifs: Vec<Option<String>> = vec![cond.oif.clone(), None];
+            // An interface list (`in="br0,wbr0"`) samples its first; the random flows the rest.
+            let first = |l: &Option<String>| l.as_deref().and_then(|l| l.split(',').next()).map(str::to_string);
+            let iifs: Vec<Option<String>> = vec![first(&cond.iif), None];
+            let oifs: Vec<Option<String>> = vec![first(&cond.oif), None];
             // The original's own rules add flows, not values for the random ones (those stay
             // the same from one version of the sampler to the next).
             if !probe {
                 addrs.extend(srcs.iter().chain(&dsts).copied());
                 ports.extend(&dports);
-                ifaces.extend(iifs.iter().chain(&oifs).cloned());
+                ifaces.extend([&cond.iif, &cond.oif].into_iter().flatten().flat_map(|l| l.split(',')).map(|i| Some(i.to_string())));
             }
             let origin = origin_of(c.kind);
             // ICMP rules: each of their types, and the next one, on the first source.
@@ -179,6 +181,27 @@ pub fn sample(imp: &Imported, original: &[Chain], random: usize, seed: u64) -> V
                         let mut f = flow(proto, src, 0, d, 0, origin, &iifs[0], &oifs[0]);
                         f.dport = u16::from(t);
                         push(f, &mut flows);
+                    }
+                }
+            }
+            // tcp flags: a first packet without SYN (an ACK: conntrack picks it up as `new`)
+            // and one with the rule's own flags, besides the SYN of every tcp flow.
+            if let Some(flags) = &cond.tcp_flags {
+                let s = srcs[0];
+                let d = pick_dst(origin, s, &dsts);
+                for bits in [0x10, set_bits(flags)] {
+                    let mut f = flow(L4::Tcp, s, sports[0], d, dports[0], origin, &iifs[0], &oifs[0]);
+                    f.tcp_flags = bits;
+                    push(f, &mut flows);
+                }
+            }
+            // Packet types follow the destination: a broadcast and a multicast one.
+            if cond.pkttype.is_some() {
+                let s = srcs[0];
+                let ds: [IpAddr; 2] = if s.is_ipv6() { [Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).into(), Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2).into()] } else { [Ipv4Addr::BROADCAST.into(), Ipv4Addr::new(224, 0, 0, 1).into()] };
+                for d in ds {
+                    for proto in [L4::Udp, L4::Icmp] {
+                        push(flow(proto, s, sports[0], d, dports[0], origin, &iifs[0], &oifs[0]), &mut flows);
                     }
                 }
             }
@@ -327,6 +350,14 @@ pub fn tests_file(source: &str, results: &[(Flow, Outcome)]) -> String {
         if !ports && f.dport != default_type {
             p.push(format!("icmp-type={}", q(&f.dport.to_string())));
         }
+        if f.icmp_code != 0 {
+            p.push(format!("icmp-code={}", q(&f.icmp_code.to_string())));
+        }
+        // A tcp flow's flags when they are not the SYN of a connection's first packet.
+        if f.proto == L4::Tcp && f.tcp_flags != 0x02 {
+            let names: Vec<&str> = TCP_FLAGS.iter().enumerate().filter(|(i, _)| f.tcp_flags & (1 << i) != 0).map(|(_, n)| *n).collect();
+            p.push(format!("tcp-flags={}", q(&if names.is_empty() { "none".to_string() } else { names.join(",") })));
+        }
         if let Some(i) = &f.iif {
             p.push(format!("in={}", q(i)));
         }
@@ -367,4 +398,10 @@ pub fn compare(original: &Evaluator, imported: &Evaluator, flows: &[Flow]) -> Re
         }
     }
     Ok(out)
+}
+
+/// The flags fwc's `tcp-flags=` value says are set (`syn,ack/…` -> 0x12; `none` -> 0).
+fn set_bits(flags: &str) -> u8 {
+    let set = flags.trim_start_matches('!').split('/').next().unwrap_or_default();
+    set.split(',').filter_map(|f| TCP_FLAGS.iter().position(|n| *n == f)).fold(0, |acc, i| acc | 1 << i)
 }

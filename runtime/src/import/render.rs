@@ -25,10 +25,21 @@ pub fn q(s: &str) -> String {
 }
 
 fn addrs(a: &Addrs) -> String {
+    not_addrs(a, false)
+}
+
+/// An address match, `!` first when negated (`from="!10.0.0.0/8"`: none of them).
+fn not_addrs(a: &Addrs, not: bool) -> String {
+    let bang = if not { "!" } else { "" };
     match a {
-        Addrs::Set(s) => q(&format!("@{s}")),
-        Addrs::List(l) => q(&l.join(",")),
+        Addrs::Set(s) => q(&format!("{bang}@{s}")),
+        Addrs::List(l) => q(&format!("{bang}{}", l.join(","))),
     }
+}
+
+/// A port list: a bare number, else quoted (`"80,443"`, `"!22"`).
+fn ports(p: &str, not: bool) -> String {
+    if !not && p.chars().all(|d| d.is_ascii_digit()) { p.to_string() } else { q(&format!("{}{p}", if not { "!" } else { "" })) }
 }
 
 /// `from=` standing in for a family limit when a rule names no address of its own.
@@ -58,25 +69,32 @@ fn rule_line(r: &Rule) -> String {
     if let Some(x) = &c.icmp_code {
         p.push(format!("icmp-code={}", q(x)));
     }
+    if let Some(x) = &c.tcp_flags {
+        p.push(format!("tcp-flags={}", q(x)));
+    }
     if let Some(x) = &c.port {
-        p.push(if x.chars().all(|d| d.is_ascii_digit()) { format!("port={x}") } else { format!("port={}", q(x)) });
+        p.push(format!("port={}", ports(x, c.not.port)));
     }
     if let Some(x) = &c.sport {
-        p.push(if x.chars().all(|d| d.is_ascii_digit()) { format!("sport={x}") } else { format!("sport={}", q(x)) });
+        p.push(format!("sport={}", ports(x, c.not.sport)));
     }
     if let Some(x) = &c.from {
-        p.push(format!("from={}", addrs(x)));
+        p.push(format!("from={}", not_addrs(x, c.not.from)));
     } else if let Some(f) = family_from(c) {
         p.push(format!("from={}", q(f)));
     }
     if let Some(x) = &c.to {
-        p.push(format!("to={}", addrs(x)));
+        p.push(format!("to={}", not_addrs(x, c.not.to)));
     }
+    let bang = |n: bool| if n { "!" } else { "" };
     if let Some(x) = &c.iif {
-        p.push(format!("in={}", q(x)));
+        p.push(format!("in={}", q(&format!("{}{x}", bang(c.not.iif)))));
     }
     if let Some(x) = &c.oif {
-        p.push(format!("out={}", q(x)));
+        p.push(format!("out={}", q(&format!("{}{x}", bang(c.not.oif)))));
+    }
+    if let Some(x) = &c.pkttype {
+        p.push(format!("pkttype={}", q(x)));
     }
     if let Some(x) = &c.state {
         p.push(format!("state={}", q(x)));
@@ -166,6 +184,9 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
         p.push(format!("to={}", q(&f.to)));
         if let Some(a) = &f.from {
             p.push(format!("from={}", addrs(a)));
+        }
+        if let Some(i) = &f.iif {
+            p.push(format!("in={}", q(i)));
         }
         p.push(format!("comment={}", q(&f.origin)));
         root.push_str(&p.join(" "));

@@ -78,8 +78,11 @@ impl Tx<'_> {
         let Some(lport) = cond.port.clone().filter(|p| !p.contains(',')) else {
             return refuse(self, "a DNAT without one destination port or range", "one forward per port or range");
         };
-        if cond.iif.is_some() || cond.oif.is_some() || cond.sport.is_some() || cond.state.is_some() {
-            return refuse(self, "a DNAT restricted to an interface, source port or ct state", "fwc forwards listen on every interface: restrict the clients with a deny in the forward chain, or with from= (edit the generated forward)");
+        if cond.not != Not::default() || cond.tcp_flags.is_some() || cond.pkttype.is_some() {
+            return refuse(self, "a DNAT with a negated match, tcp flags or a packet type", "fwc forwards take a protocol, a port, the addresses and in= (input interfaces): restrict the clients with a deny in the forward chain");
+        }
+        if cond.oif.is_some() || cond.sport.is_some() || cond.state.is_some() {
+            return refuse(self, "a DNAT restricted to an output interface, source port or ct state", "fwc forwards take in= (the input interfaces): restrict the clients with a deny in the forward chain, or with from= (edit the generated forward)");
         }
         let listen = match &cond.to {
             None => format!(":{lport}"),
@@ -94,12 +97,24 @@ impl Tx<'_> {
             (_, None) => addr.clone(),
         };
         let name = self.unique(&format!("fwd-{proto}-{lport}"));
-        self.out.forwards.push(Forward { name, proto, listen, to: target, from: cond.from.clone(), origin });
+        self.out.forwards.push(Forward { name, proto, listen, to: target, from: cond.from.clone(), iif: cond.iif.clone(), origin });
     }
 
     pub(super) fn snat(&mut self, origin: Origin, cond: Cond, st: Stmts) {
         if st.ct_dnat {
             self.out.merged.push((origin, "masquerade of DNATed connections: fwc masquerades its forwards itself".into()));
+            return;
+        }
+        if cond.not != Not::default() {
+            self.out.refused.push(Refusal {
+                origin,
+                what: "source NAT with a negated match (`! -d`, `ip daddr != …`)".into(),
+                hint: "fwc's masquerade/snat have no negated matches yet: list the destinations to masquerade, or keep this rule in an nftables table of your own".into(),
+            });
+            return;
+        }
+        if cond.tcp_flags.is_some() || cond.pkttype.is_some() || cond.icmp_type.is_some() {
+            self.out.refused.push(Refusal { origin, what: "source NAT restricted by tcp flags, packet type or ICMP type".into(), hint: "fwc's masquerade/snat take from, to, out, proto, port".into() });
             return;
         }
         if cond.iif.is_some() || cond.state.is_some() || cond.sport.is_some() {

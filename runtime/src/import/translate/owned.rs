@@ -56,8 +56,14 @@ pub(super) fn mentions_container_iface(expr: &[Value]) -> bool {
 
 /// Docker's hairpin masquerade of a published port: source and destination the same container.
 pub(super) fn is_hairpin(expr: &[Value]) -> bool {
+    // `ip saddr X ip daddr X` (Docker's), not `ip saddr X ip daddr != X` (a VPN gateway's
+    // masquerade of its clients' traffic leaving their network).
     let addr = |field: &str| {
-        expr.iter().filter_map(|e| e.get("match")).find(|m| m.pointer("/left/payload/field").and_then(Value::as_str) == Some(field)).and_then(|m| m.get("right").cloned())
+        expr.iter()
+            .filter_map(|e| e.get("match"))
+            .find(|m| m.pointer("/left/payload/field").and_then(Value::as_str) == Some(field))
+            .filter(|m| m.get("op").and_then(Value::as_str).is_none_or(|op| op == "==" || op == "in"))
+            .and_then(|m| m.get("right").cloned())
     };
     expr.iter().any(|e| e.get("masquerade").is_some()) && addr("saddr").is_some() && addr("saddr") == addr("daddr")
 }

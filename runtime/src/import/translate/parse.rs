@@ -46,18 +46,40 @@ impl Tx<'_> {
                     let op = b.get("op").and_then(Value::as_str).unwrap_or("==");
                     let left = b.get("left").cloned().unwrap_or(Value::Null);
                     let right = b.get("right").cloned().unwrap_or(Value::Null);
-                    if op != "==" && op != "in" {
-                        return refuse(format!("the match `{} {op} {}`", describe(&left), describe(&right)), "fwc rules have no negated or masked matches: list what is allowed instead, or deny the exception in a rule before");
+                    if let Some(flags) = tcp_flags(op, &left, &right) {
+                        let flags = flags.map_err(|what| (what, "fwc's tcp-flags= says which of a set of flags are set (`syn`, `!syn`, `none/all`, `syn,fin/syn,fin`)".to_string()))?;
+                        match c.proto.as_deref() {
+                            None | Some("tcp" | "both") => c.proto = Some("tcp".into()),
+                            Some(p) => return refuse(format!("tcp flags with protocol {p}"), "fix the original"),
+                        }
+                        set_once(&mut c.tcp_flags, flags)?;
+                        continue;
                     }
                     let (lk, lb) = left.as_object().and_then(|m| m.iter().next()).map(|(a, b)| (a.clone(), b.clone())).unwrap_or_default();
                     let key = s(&lb, "key");
+                    let negated = op == "!=";
+                    let negatable = matches!((lk.as_str(), key.as_str()), ("meta", "iifname" | "oifname" | "iif" | "oif"))
+                        || (lk == "payload" && matches!((s(&lb, "protocol").as_str(), s(&lb, "field").as_str()), ("ip" | "ip6", "saddr" | "daddr") | ("tcp" | "udp" | "th", "dport" | "sport")));
+                    if !(op == "==" || op == "in" || (negated && negatable)) {
+                        return refuse(
+                            format!("the match `{} {op} {}`", describe(&left), describe(&right)),
+                            "fwc negates addresses, ports and interfaces only (`from=\"!…\"`) and has no other masked or compared matches: list what is allowed instead, or deny the exception in a rule before",
+                        );
+                    }
                     match (lk.as_str(), key.as_str()) {
                         ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
                         ("meta", "nfproto") => c.family = Some(if right == "ipv6" { Family::V6 } else { Family::V4 }),
                         // The ethertype: `ip`/`ip6` are the two families of IP packets.
                         ("meta", "protocol") if right == "ip" || right == "ip6" => c.family = Some(if right == "ip6" { Family::V6 } else { Family::V4 }),
-                        ("meta", "iifname" | "iif") => set_once(&mut c.iif, iface(&right)?)?,
-                        ("meta", "oifname" | "oif") => set_once(&mut c.oif, iface(&right)?)?,
+                        ("meta", "iifname" | "iif") => {
+                            set_once(&mut c.iif, iface(&right)?)?;
+                            c.not.iif = negated;
+                        }
+                        ("meta", "oifname" | "oif") => {
+                            set_once(&mut c.oif, iface(&right)?)?;
+                            c.not.oif = negated;
+                        }
+                        ("meta", "pkttype") => set_once(&mut c.pkttype, strings(&right).join(","))?,
                         ("ct", "state") => set_once(&mut c.state, strings(&right).join(","))?,
                         ("ct", "status") if strings(&right) == ["dnat"] => st.ct_dnat = true,
                         ("fib", _) if lb.get("result").and_then(Value::as_str) == Some("type") && strings(&right) == ["local"] => st.fib_local = true,
@@ -70,7 +92,13 @@ impl Tx<'_> {
                                 ("ip" | "ip6", "saddr" | "daddr") => {
                                     let a = self.addrs(family, table, &right)?;
                                     c.family.get_or_insert(if proto == "ip" { Family::V4 } else { Family::V6 });
-                                    if field == "saddr" { set_once(&mut c.from, a)? } else { set_once(&mut c.to, a)? }
+                                    if field == "saddr" {
+                                        set_once(&mut c.from, a)?;
+                                        c.not.from = negated;
+                                    } else {
+                                        set_once(&mut c.to, a)?;
+                                        c.not.to = negated;
+                                    }
                                 }
                                 ("ip6", "hoplimit") | ("ip", "ttl") => st.hoplimit = true,
                                 ("ip", "protocol") | ("ip6", "nexthdr") => {
@@ -90,7 +118,13 @@ impl Tx<'_> {
                                         c.proto = Some("both".into());
                                     }
                                     let ports = self.ports(family, table, &right)?;
-                                    if field == "dport" { set_once(&mut c.port, ports)? } else { set_once(&mut c.sport, ports)? }
+                                    if field == "dport" {
+                                        set_once(&mut c.port, ports)?;
+                                        c.not.port = negated;
+                                    } else {
+                                        set_once(&mut c.sport, ports)?;
+                                        c.not.sport = negated;
+                                    }
                                 }
                                 ("icmp" | "icmpv6", "type") => {
                                     c.proto = Some(proto.clone());
@@ -100,10 +134,10 @@ impl Tx<'_> {
                                     c.proto = Some(proto.clone());
                                     set_once(&mut c.icmp_code, strings(&right).join(","))?;
                                 }
-                                _ => return refuse(format!("the match on {proto} {field}"), "fwc matches addresses, ports, protocols, interfaces, ICMP types and ct state"),
+                                _ => return refuse(format!("the match on {proto} {field}"), "fwc matches addresses, ports, protocols, interfaces, ICMP types and codes, tcp flags, packet types and ct state"),
                             }
                         }
-                        _ => return refuse(format!("the match on {}", describe(&left)), "fwc matches addresses, ports, protocols, interfaces, ICMP types and ct state"),
+                        _ => return refuse(format!("the match on {}", describe(&left)), "fwc matches addresses, ports, protocols, interfaces, ICMP types and codes, tcp flags, packet types and ct state"),
                     }
                 }
                 "accept" | "drop" | "return" => st.verdict = Some(k.clone()),
@@ -234,6 +268,23 @@ pub(super) fn merge(a: &Cond, b: &Cond) -> Result<Cond, String> {
         (Some(x), Some(y)) if y == "both" && (x == "tcp" || x == "udp") => Some(x.clone()),
         _ => one(&a.proto, &b.proto, "the protocol")?,
     };
+    // A negated match and a plain one on the same field differ even with the same values.
+    let (an, bn) = (a.not, b.not);
+    let side = |x: bool, y: bool, ax: bool, bx: bool, what: &str| -> Result<bool, String> {
+        match (ax, bx) {
+            (true, true) if x != y => Err(format!("the jump and the rule both match {what}, one of them negated")),
+            (true, _) => Ok(x),
+            (false, _) => Ok(y),
+        }
+    };
+    let not = Not {
+        from: side(an.from, bn.from, a.from.is_some(), b.from.is_some(), "the source")?,
+        to: side(an.to, bn.to, a.to.is_some(), b.to.is_some(), "the destination")?,
+        port: side(an.port, bn.port, a.port.is_some(), b.port.is_some(), "ports")?,
+        sport: side(an.sport, bn.sport, a.sport.is_some(), b.sport.is_some(), "source ports")?,
+        iif: side(an.iif, bn.iif, a.iif.is_some(), b.iif.is_some(), "the input interface")?,
+        oif: side(an.oif, bn.oif, a.oif.is_some(), b.oif.is_some(), "the output interface")?,
+    };
     Ok(Cond {
         proto,
         port: one(&a.port, &b.port, "ports")?,
@@ -246,6 +297,9 @@ pub(super) fn merge(a: &Cond, b: &Cond) -> Result<Cond, String> {
         icmp_code: one(&a.icmp_code, &b.icmp_code, "ICMP codes")?,
         state: one(&a.state, &b.state, "ct state")?,
         family: one(&a.family, &b.family, "the address family")?,
+        tcp_flags: one(&a.tcp_flags, &b.tcp_flags, "tcp flags")?,
+        pkttype: one(&a.pkttype, &b.pkttype, "packet types")?,
+        not,
     })
 }
 
@@ -375,4 +429,67 @@ pub(super) fn flatten_vmap(expr: &[Value]) -> Option<Vec<Vec<Value>>> {
         out.push(rule);
     }
     Some(out)
+}
+
+/// A value of tcp flags (`syn`, `["fin", "syn"]`, `{"|": ["syn", "ack"]}`, `0`) as bits.
+fn flag_bits(v: &Value) -> Option<u8> {
+    match v {
+        Value::String(x) => match TCP_FLAGS.iter().position(|f| f == x) {
+            Some(i) => Some(1 << i),
+            None => u8::from_str_radix(x.strip_prefix("0x")?, 16).ok(),
+        },
+        Value::Number(n) => n.as_u64().and_then(|n| u8::try_from(n).ok()),
+        Value::Array(a) => a.iter().try_fold(0u8, |acc, x| Some(acc | flag_bits(x)?)),
+        Value::Object(o) => match o.get("|").or_else(|| o.get("set")) {
+            Some(x) => flag_bits(x),
+            None => None,
+        },
+        _ => None,
+    }
+}
+
+/// Bits as fwc writes flags: `syn,ack`, `none`, `all`.
+fn flag_words(bits: u8, none: &str) -> String {
+    if bits == 0 {
+        return none.into();
+    }
+    if bits == 0xff {
+        return "all".into();
+    }
+    TCP_FLAGS.iter().enumerate().filter(|(i, _)| bits & (1 << i) != 0).map(|(_, f)| *f).collect::<Vec<_>>().join(",")
+}
+
+/// A match on TCP flags as fwc's `tcp-flags=` (`SET[/MASK]`, a leading `!` when negated; the
+/// mask defaults to fin,syn,rst,ack as iptables' `--syn`): `tcp flags & (fin|syn|rst|ack) ==
+/// syn` -> `syn`, `tcp flags ! fin,syn,rst,psh,ack,urg` (`--tcp-flags ALL NONE`) ->
+/// `none/fin,syn,rst,psh,ack,urg`, `tcp flags syn` (syn is set) -> `syn/syn`. `None` when
+/// `left` is not tcp flags; an error names what fwc cannot say.
+pub(super) fn tcp_flags(op: &str, left: &Value, right: &Value) -> Option<Result<String, String>> {
+    let is_flags = |v: &Value| v.get("payload").is_some_and(|p| s(p, "protocol") == "tcp" && s(p, "field") == "flags");
+    let mask = match left.get("&").and_then(Value::as_array) {
+        Some(a) if a.len() == 2 && is_flags(&a[0]) => Some(a[1].clone()),
+        _ if is_flags(left) => None,
+        _ => return None,
+    };
+    let unreadable = || Err(format!("the match `{} {op} {}`", describe(left), describe(right)));
+    let Some(value) = flag_bits(right) else { return Some(unreadable()) };
+    // (set, mask, negated): the flags in mask are exactly set (or not).
+    let (set, mask, negated) = match (mask.as_ref().map(flag_bits), op) {
+        (Some(None), _) => return Some(unreadable()),
+        (Some(Some(m)), "==" | "!=") => (value, m, op == "!="),
+        (None, "==" | "!=") => (value, 0xff, op == "!="),
+        // `tcp flags ! syn,ack`: none of them is set.
+        (None, "!") => (0, value, false),
+        // `tcp flags syn`: syn is set; `tcp flags syn,ack`: one of them is (not none of them).
+        (None, "in") if value.count_ones() == 1 => (value, value, false),
+        (None, "in") => (0, value, true),
+        _ => return Some(unreadable()),
+    };
+    if set & !mask != 0 {
+        return Some(Err(format!("the match `{} {op} {}`, whose flags lie outside its mask", describe(left), describe(right))));
+    }
+    let bang = if negated { "!" } else { "" };
+    let set = flag_words(set, "none");
+    // fin,syn,rst,ack is fwc's default mask (iptables' --syn).
+    Some(Ok(if mask == 0x17 { format!("{bang}{set}") } else { format!("{bang}{set}/{}", flag_words(mask, "none")) }))
 }

@@ -146,7 +146,19 @@ impl Tx<'_> {
                 cond.state = if hook == "input" && rest == ["new"] { None } else { Some(rest.join(",")) };
             }
             // A chain jumped to from input and output alike: in output there is no input
-            // interface (and in input no output interface), so such a rule never matches there.
+            // interface (and in input no output interface), so such a rule never matches there
+            // (and its negation, `iifname != "eth0"`, always does: it is no condition there).
+            match hook {
+                "output" if cond.not.iif => {
+                    cond.iif = None;
+                    cond.not.iif = false;
+                }
+                "input" if cond.not.oif => {
+                    cond.oif = None;
+                    cond.not.oif = false;
+                }
+                _ => {}
+            }
             let never = match hook {
                 "output" => cond.iif.clone().map(|i| format!("iif {i}")),
                 "input" => cond.oif.clone().map(|o| format!("oif {o}")),
@@ -156,11 +168,11 @@ impl Tx<'_> {
                 self.out.merged.push((origin, format!("`{m}` never matches in the {hook} hook (its packets have no such interface): nothing to import there")));
                 continue;
             }
-            if hook == "input" && cond.iif.as_deref() == Some("lo") && st.verdict.as_deref() == Some("accept") && (Cond { iif: None, ..cond.clone() }) == *pre {
+            if hook == "input" && cond.iif.as_deref() == Some("lo") && !cond.not.iif && st.verdict.as_deref() == Some("accept") && (Cond { iif: None, ..cond.clone() }) == *pre {
                 self.out.merged.push((origin, "`iif lo accept`: fwc accepts loopback itself".into()));
                 continue;
             }
-            if hook == "output" && cond.oif.as_deref() == Some("lo") && st.verdict.as_deref() == Some("accept") && (Cond { oif: None, ..cond.clone() }) == *pre {
+            if hook == "output" && cond.oif.as_deref() == Some("lo") && !cond.not.oif && st.verdict.as_deref() == Some("accept") && (Cond { oif: None, ..cond.clone() }) == *pre {
                 self.out.merged.push((origin, "`oif lo accept`: fwc accepts loopback itself".into()));
                 continue;
             }
@@ -246,21 +258,8 @@ impl Tx<'_> {
                     self.out.refused.push(Refusal { origin, what: "a conditional `return`".into(), hint: "rewrite the chain without it".into() });
                 }
                 None if st.log => {
-                    for cond in expand_ifaces(&cond) {
-                        let name = rule_name(&mut self.names, &Verb::Log, &cond);
-                        out.push(Rule {
-                            name,
-                            verb: Verb::Log,
-                            cond,
-                            rate: None,
-                            per_source: false,
-                            log: true,
-                            log_prefix: st.log_prefix.clone(),
-                            log_rate: st.limit.clone(),
-                            comment: comment.clone(),
-                            origin: origin.clone(),
-                        });
-                    }
+                    let name = rule_name(&mut self.names, &Verb::Log, &cond);
+                    out.push(Rule { name, verb: Verb::Log, cond, rate: None, per_source: false, log: true, log_prefix: st.log_prefix.clone(), log_rate: st.limit.clone(), comment, origin });
                 }
                 None => self.out.merged.push((origin, "a rule without verdict or log (a counter) does nothing fwc needs".into())),
                 Some(v) => {
@@ -302,22 +301,9 @@ impl Tx<'_> {
                             }
                         }
                     }
-                    // An interface list (`iifname { "br0", "wbr0" }`): one rule per interface.
-                    for cond in expand_ifaces(&cond) {
-                        let name = rule_name(&mut self.names, &verb, &cond);
-                        out.push(Rule {
-                            name,
-                            verb: verb.clone(),
-                            cond,
-                            rate: st.limit.clone(),
-                            per_source: st.per_source,
-                            log: st.log,
-                            log_prefix: st.log_prefix.clone(),
-                            log_rate: None,
-                            comment: comment.clone(),
-                            origin: origin.clone(),
-                        });
-                    }
+                    // An interface list (`iifname { "br0", "wbr0" }`) stays one rule (`in="br0,wbr0"`).
+                    let name = rule_name(&mut self.names, &verb, &cond);
+                    out.push(Rule { name, verb, cond, rate: st.limit.clone(), per_source: st.per_source, log: st.log, log_prefix: st.log_prefix.clone(), log_rate: None, comment, origin });
                 }
             }
         }
