@@ -40,14 +40,13 @@ pub fn describe(v: &Value) -> String {
 /// `tcp option maxseg size set rt mtu`.
 pub fn describe_rule(expr: &[Value]) -> String {
     let mut parts = Vec::new();
-    for e in expr {
-        let Some((k, b)) = e.as_object().and_then(|m| m.iter().next()) else { continue };
-        match k.as_str() {
+    for (k, b) in statements(expr) {
+        match k {
             "counter" => {}
             "match" => {
-                let op = b.get("op").and_then(Value::as_str).unwrap_or("==");
+                let (op, left, right) = match_parts(b);
                 let op = if op == "==" || op == "in" { String::new() } else { format!("{op} ") };
-                parts.push(format!("{} {op}{}", describe(b.get("left").unwrap_or(&Value::Null)), describe(b.get("right").unwrap_or(&Value::Null))));
+                parts.push(format!("{} {op}{}", describe(left), describe(right)));
             }
             "mangle" => parts.push(format!("{} set {}", describe(b.get("key").unwrap_or(&Value::Null)), describe(b.get("value").unwrap_or(&Value::Null)))),
             "jump" | "goto" => parts.push(format!("{k} {}", b.get("target").and_then(Value::as_str).unwrap_or_default())),
@@ -57,4 +56,15 @@ pub fn describe_rule(expr: &[Value]) -> String {
     }
     let text = parts.join(" ");
     if text.chars().count() > 120 { format!("{}…", text.chars().take(120).collect::<String>()) } else { text }
+}
+
+/// A rule's statements as (kind, body), in order: `("match", {…})`, `("accept", null)` — what
+/// reading a rule ([`describe_rule`], the translation's parse) walks.
+pub fn statements(expr: &[Value]) -> impl Iterator<Item = (&str, &Value)> {
+    expr.iter().filter_map(|e| e.as_object().and_then(|m| m.iter().next())).map(|(k, b)| (k.as_str(), b))
+}
+
+/// A match's operator (`==` when it has none), left and right.
+pub fn match_parts(b: &Value) -> (&str, &Value, &Value) {
+    (b.get("op").and_then(Value::as_str).unwrap_or("=="), b.get("left").unwrap_or(&Value::Null), b.get("right").unwrap_or(&Value::Null))
 }

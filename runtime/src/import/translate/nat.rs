@@ -34,6 +34,7 @@ impl Tx<'_> {
                             }
                         }
                         (_, Some("accept" | "return")) if cond == Cond::default() => {}
+                        (_, None) if st.log => self.out.merged.push((origin, format!("a log rule in a {hook} nat chain: left out (it decides nothing; fwc logs with log= on filter rules)"))),
                         (_, None) => {}
                         _ => self.out.refused.push(Refusal {
                             origin,

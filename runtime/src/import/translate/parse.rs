@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::tx::*;
 use crate::import::model::*;
-use crate::import::words::describe;
+use crate::import::words::{describe, match_parts, statements};
 
 /// What a rule does besides matching.
 #[derive(Debug, Clone, Default)]
@@ -38,14 +38,12 @@ impl Tx<'_> {
         let mut c = Cond::default();
         let mut st = Stmts::default();
         let refuse = |what: String, hint: &str| Err((what, hint.to_string()));
-        for e in expr {
-            let Some((k, b)) = e.as_object().and_then(|m| m.iter().next()) else { continue };
-            match k.as_str() {
+        for (k, b) in statements(expr) {
+            match k {
                 "counter" => {}
                 "match" => {
-                    let op = b.get("op").and_then(Value::as_str).unwrap_or("==");
-                    let left = b.get("left").cloned().unwrap_or(Value::Null);
-                    let right = b.get("right").cloned().unwrap_or(Value::Null);
+                    let (op, left, right) = match_parts(b);
+                    let (left, right) = (left.clone(), right.clone());
                     if let Some(flags) = tcp_flags(op, &left, &right) {
                         let flags = flags.map_err(|what| (what, "fwc's tcp-flags= says which of a set of flags are set (`syn`, `!syn`, `none/all`, `syn,fin/syn,fin`)".to_string()))?;
                         match c.proto.as_deref() {
@@ -140,13 +138,13 @@ impl Tx<'_> {
                         _ => return refuse(format!("the match on {}", describe(&left)), "fwc matches addresses, ports, protocols, interfaces, ICMP types and codes, tcp flags, packet types and ct state"),
                     }
                 }
-                "accept" | "drop" | "return" => st.verdict = Some(k.clone()),
+                "accept" | "drop" | "return" => st.verdict = Some(k.to_string()),
                 "reject" => {
                     st.verdict = Some("reject".into());
                     st.reject_type = reject_type(b);
                 }
                 "jump" | "goto" => {
-                    st.verdict = Some(k.clone());
+                    st.verdict = Some(k.to_string());
                     st.target = b.get("target").and_then(Value::as_str).map(str::to_string);
                 }
                 "log" => {
