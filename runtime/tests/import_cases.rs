@@ -171,7 +171,8 @@ fn tcp_flags_negations_and_packet_types_import() {
     }
 }
 
-/// A DNAT restricted to an input interface (`-i wan0 … -j DNAT`) is a forward with `in=`.
+/// A DNAT restricted to an input interface (`-i wan0 … -j DNAT`) is a forward with `in=`; a
+/// DNAT map keyed by port is one forward per element.
 #[test]
 fn a_dnat_on_an_input_interface_is_a_forward_with_in() {
     if !privileged("a_dnat_on_an_input_interface_is_a_forward_with_in") {
@@ -182,6 +183,13 @@ fn a_dnat_on_an_input_interface_is_a_forward_with_in() {
     let top = std::fs::read_to_string(r.out.join("fwc.kdl")).unwrap();
     assert!(top.contains(r#"forward "fwd-tcp-8443" listen=":8443" to="192.168.1.20:443" in="wan0""#), "{top}");
     assert!(top.contains(r#"listen=":5060" to="192.168.1.30:5062" in="wan0""#), "{top}");
+    // A DNAT map keyed by the destination port: one forward per element.
+    let r = import("nft", "dnatmap.nft", &["--verify"]);
+    faithful(&r);
+    let top = std::fs::read_to_string(r.out.join("fwc.kdl")).unwrap();
+    for want in [r#"listen=":80" to="192.168.1.20:8080" in="wan0""#, r#"listen=":443" to="192.168.1.20:8443" in="wan0""#, r#"proto=udp listen=":5060" to="192.168.1.30" in="wan0""#] {
+        assert!(top.contains(want), "{want} in\n{top}");
+    }
 }
 
 /// A VPN gateway's `-s 10.8.0.0/24 ! -d 10.8.0.0/24 -j MASQUERADE` is the user's (not Docker's

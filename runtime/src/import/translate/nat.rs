@@ -14,6 +14,11 @@ impl Tx<'_> {
             for c in self.base(hook, "nat") {
                 let mut flat = Vec::new();
                 self.flatten(&c, 0, &mut flat);
+                // A DNAT map (`dnat to tcp dport map { 80 : 10.0.0.5 . 8080 }`): one rule per element.
+                let flat = flat.into_iter().flat_map(|(origin, fam, table, expr)| match flatten_dnat_map(&expr) {
+                    Some(rules) => rules.into_iter().map(|e| (origin.clone(), fam.clone(), table.clone(), e)).collect(),
+                    None => vec![(origin, fam, table, expr)],
+                });
                 for (origin, fam, table, expr) in flat {
                     if mentions_container_iface(&expr) || is_hairpin(&expr) {
                         self.note_at("NAT rules about container bridges and published ports are Docker's/libvirt's own: left out", &origin);

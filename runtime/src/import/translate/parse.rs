@@ -491,3 +491,41 @@ pub(super) fn tcp_flags(op: &str, left: &Value, right: &Value) -> Option<Result<
     // fin,syn,rst,ack is fwc's default mask (iptables' --syn).
     Some(Ok(if mask == 0x17 { format!("{bang}{set}") } else { format!("{bang}{set}/{}", flag_words(mask, "none")) }))
 }
+
+/// A rule whose DNAT takes its target from a map keyed by the destination port (`dnat ip addr
+/// . port to tcp dport map { 80 : 10.0.0.5 . 8080, 443 : 10.0.0.5 }`) as one rule per element:
+/// the rule's matches, `tcp dport 80`, `dnat to 10.0.0.5:8080`. The keys are distinct ports, so
+/// at most one of the rules matches a packet, as the map did. `None` for any other rule (or a
+/// map with keys other than single ports: it is refused as before).
+pub(super) fn flatten_dnat_map(expr: &[Value]) -> Option<Vec<Vec<Value>>> {
+    let at = expr.iter().position(|e| e.pointer("/dnat/addr/map").is_some())?;
+    let dnat = &expr[at]["dnat"];
+    let map = &dnat["addr"]["map"];
+    let key = map.get("key")?;
+    let proto = key.pointer("/payload/protocol").and_then(Value::as_str).filter(|p| matches!(*p, "tcp" | "udp"))?;
+    (key.pointer("/payload/field").and_then(Value::as_str) == Some("dport")).then_some(())?;
+    let mut out = Vec::new();
+    for el in map.pointer("/data/set").and_then(Value::as_array)? {
+        let port = el.get(0)?.as_u64()?;
+        let (addr, to_port) = match el.get(1)? {
+            Value::String(a) => (a.clone(), None),
+            v => {
+                let parts = v.get("concat").and_then(Value::as_array)?;
+                (parts.first()?.as_str()?.to_string(), Some(parts.get(1)?.as_u64()?))
+            }
+        };
+        let mut rule: Vec<Value> = expr[..at].to_vec();
+        rule.push(serde_json::json!({ "match": { "op": "==", "left": { "payload": { "protocol": proto, "field": "dport" } }, "right": port } }));
+        let mut d = serde_json::json!({ "addr": addr });
+        if let Some(p) = to_port {
+            d["port"] = Value::from(p);
+        }
+        if let Some(f) = dnat.get("family") {
+            d["family"] = f.clone();
+        }
+        rule.push(serde_json::json!({ "dnat": d }));
+        rule.extend(expr[at + 1..].iter().cloned());
+        out.push(rule);
+    }
+    Some(out)
+}
