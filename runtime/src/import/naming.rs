@@ -89,6 +89,15 @@ pub(crate) fn rule_name(names: &mut Names, verb: &Verb, c: &Cond) -> String {
     if let Some(st) = &c.state {
         parts.push(st.replace(',', "-"));
     }
+    // `syn`, `not-syn`, `flags-none`, `flags-fin-syn` (the flags a rule wants set).
+    if let Some(f) = &c.tcp_flags {
+        let set = f.trim_start_matches('!').split('/').next().unwrap_or_default();
+        let word = if f.trim_start_matches('!') == "syn" { "syn".to_string() } else { format!("flags-{}", set.replace(',', "-")) };
+        parts.push(format!("{}{word}", not(f.starts_with('!'))));
+    }
+    if let Some(p) = &c.pkttype {
+        parts.push(p.replace(',', "-"));
+    }
     if parts.iter().all(|p| matches!(p.as_str(), "deny" | "reject" | "log")) {
         parts.push(match c.family {
             Some(Family::V4) => "ipv4".into(),

@@ -244,7 +244,10 @@ impl Tx<'_> {
 
 pub(super) fn set_once<T: PartialEq>(slot: &mut Option<T>, v: T) -> Result<(), (String, String)> {
     match slot {
-        Some(old) if *old != v => Err(("two different matches on the same field (e.g. from a jump and the rule it leads to)".into(), "merge them by hand".into())),
+        Some(old) if *old != v => Err((
+            "two different matches on the same field (`ip saddr A ip saddr != B` in one rule, or a jump's match and its rule's)".into(),
+            "fwc takes one match per field in a rule: split it by hand (a deny of the exception before an allow of the rest)".into(),
+        )),
         _ => {
             *slot = Some(v);
             Ok(())
