@@ -304,6 +304,13 @@ fn verdict_maps_are_flattened() {
     for want in [r#"proto=tcp port=22 from="0.0.0.0/0" in="br0" comment="vmap.nft:4""#, r#"proto=udp port=53 from="0.0.0.0/0" in="br0""#, r#"port=80"#] {
         assert!(input.contains(want), "{want} in\n{input}");
     }
+    // A concatenation matched against a set (named or not): one rule per element.
+    let r = import("nft", "concat.nft", &["--verify"]);
+    faithful(&r);
+    let input = std::fs::read_to_string(r.out.join("rules/10-input.kdl")).unwrap();
+    for want in [r#"proto=tcp port=53 from="10.0.0.0/8""#, r#"proto=udp port=53 from="10.0.0.0/8""#, r#"proto=tcp port=22"#, r#"proto=udp port=51820"#] {
+        assert!(input.contains(want), "{want} in\n{input}");
+    }
 }
 
 /// ICMP matches iptables-nft keeps as `xt match icmp6`/`icmp` (numeric types, type/code: every

@@ -532,3 +532,40 @@ pub(super) fn flatten_dnat_map(expr: &[Value]) -> Option<Vec<Vec<Value>>> {
     }
     Some(out)
 }
+
+/// A rule matching a concatenation against a set (`meta l4proto . th dport { tcp . 53, udp .
+/// 53 }`, or a named set of such elements) as one rule per element: the rule's other parts and
+/// each part of the key matched on its own (`meta l4proto tcp th dport 53`). The rules share
+/// the verdict, so together they decide as the set did. `None` when the rule has no such match,
+/// or carries a rate (one limit per element would be a different limit).
+pub(super) fn flatten_concat(expr: &[Value], named: impl Fn(&str) -> Option<Vec<Value>>) -> Option<Vec<Vec<Value>>> {
+    if expr.iter().any(|e| e.get("limit").is_some() || e.get("meter").is_some()) {
+        return None;
+    }
+    let at = expr.iter().position(|e| {
+        e.get("match").is_some_and(|m| matches!(m.get("op").and_then(Value::as_str), Some("==" | "in") | None) && m.pointer("/left/concat").is_some())
+    })?;
+    let m = &expr[at]["match"];
+    let lefts = m.pointer("/left/concat").and_then(Value::as_array)?;
+    let right = &m["right"];
+    let elems: Vec<Value> = match (right.as_str().and_then(|r| r.strip_prefix('@')), right.get("set").and_then(Value::as_array)) {
+        (Some(name), _) => named(name)?,
+        (None, Some(a)) => a.clone(),
+        (None, None) => vec![right.clone()],
+    };
+    let mut out = Vec::new();
+    for el in elems {
+        let el = el.get("elem").and_then(|e| e.get("val")).unwrap_or(&el);
+        let parts = el.get("concat").and_then(Value::as_array)?;
+        if parts.len() != lefts.len() {
+            return None;
+        }
+        let mut rule: Vec<Value> = expr[..at].to_vec();
+        for (l, r) in lefts.iter().zip(parts) {
+            rule.push(serde_json::json!({ "match": { "op": "==", "left": l, "right": r } }));
+        }
+        rule.extend(expr[at + 1..].iter().cloned());
+        out.push(rule);
+    }
+    Some(out)
+}

@@ -20,7 +20,8 @@ impl Tx<'_> {
             let r = &c.rules[i];
             let expr = r.get("expr").and_then(Value::as_array).cloned().unwrap_or_default();
             let comment = r.get("comment").and_then(Value::as_str).map(str::to_string);
-            if let Some(rules) = flatten_vmap(&expr) {
+            let named = |name: &str| self.sets.get(&(c.family.clone(), c.table.clone(), name.to_string())).map(|s| s.elems.clone());
+            if let Some(rules) = flatten_vmap(&expr).or_else(|| flatten_concat(&expr, named)) {
                 let rules: Vec<Value> = rules.into_iter().map(|e| serde_json::json!({ "expr": e })).collect();
                 let flat = ChainInfo { handles: vec![None; rules.len()], rules, origin: Some(origin), ..c.clone() };
                 self.walk(&flat, pre, hook, depth, via, out);
