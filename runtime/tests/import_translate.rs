@@ -360,3 +360,44 @@ fn an_unknown_firewalld_option_is_a_version_difference() {
     assert!(n.starts_with("firewalld.conf: `ReloadPolicy=INPUT:DROP` is not an option of this host's firewalld 1.3.3: a setting of another firewalld version"), "{n}");
     assert_eq!(import::firewalld_source::version_difference("WARNING: something", None), "WARNING: something");
 }
+
+/// nft's forms of a tcp flags match, each as fwc's `tcp-flags=` (SET[/MASK], `!` negated;
+/// the mask fin,syn,rst,ack is the default), and the import passes `fwc check`.
+#[test]
+fn tcp_flag_forms_become_tcp_flags() {
+    let flags = json!({"payload": {"protocol": "tcp", "field": "flags"}});
+    let masked = |mask: Value| json!({"&": [flags.clone(), mask]});
+    let fsra = json!(["fin", "syn", "rst", "ack"]);
+    let six = json!(["fin", "syn", "rst", "psh", "ack", "urg"]);
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"match": {"op": "==", "left": masked(fsra.clone()), "right": "syn"}}), "syn"),
+        (json!({"match": {"op": "!=", "left": masked(fsra.clone()), "right": "syn"}}), "!syn"),
+        (json!({"match": {"op": "==", "left": masked(six.clone()), "right": 0}}), "none/fin,syn,rst,psh,ack,urg"),
+        (json!({"match": {"op": "!", "left": flags.clone(), "right": six.clone()}}), "none/fin,syn,rst,psh,ack,urg"),
+        (json!({"match": {"op": "==", "left": masked(six.clone()), "right": ["fin", "psh", "urg"]}}), "fin,psh,urg/fin,syn,rst,psh,ack,urg"),
+        (json!({"match": {"op": "==", "left": masked(json!({"|": ["syn", "fin"]})), "right": {"|": ["syn", "fin"]}}}), "fin,syn/fin,syn"),
+        (json!({"match": {"op": "in", "left": flags.clone(), "right": "syn"}}), "syn/syn"),
+        (json!({"match": {"op": "in", "left": flags.clone(), "right": ["syn", "ack"]}}), "!none/syn,ack"),
+        (json!({"match": {"op": "==", "left": flags.clone(), "right": 0}}), "none/all"),
+    ];
+    let mut objs = vec![json!({"table": {"family": "inet", "name": "filter", "handle": 1}}), base("inet", "filter", "input", "input", "accept")];
+    for (i, (m, _)) in cases.iter().enumerate() {
+        objs.push(rule("inet", "filter", "input", 10 + i as u64, json!([m, {"drop": null}])));
+    }
+    let l = listing(objs);
+    let imp = translate::translate(&l, &Default::default());
+    assert!(imp.refused.is_empty(), "{:?}", imp.refused);
+    let got: Vec<&str> = imp.chains[0].rules.iter().map(|r| r.cond.tcp_flags.as_deref().unwrap_or_default()).collect();
+    assert_eq!(got, cases.iter().map(|(_, w)| *w).collect::<Vec<_>>());
+    assert!(imp.chains[0].rules.iter().all(|r| r.cond.proto.as_deref() == Some("tcp")));
+    // A mask that leaves out the flags it wants set never matches: refused by name.
+    let bad = listing(vec![
+        json!({"table": {"family": "inet", "name": "filter", "handle": 1}}),
+        base("inet", "filter", "input", "input", "accept"),
+        rule("inet", "filter", "input", 2, json!([{"match": {"op": "==", "left": masked(json!(["fin"])), "right": "syn"}}, {"drop": null}])),
+    ]);
+    let imp = translate::translate(&bad, &Default::default());
+    assert!(imp.refused.len() == 1 && imp.refused[0].what.contains("outside its mask"), "{:?}", imp.refused);
+    let out = import::import(l, &Default::default(), "test", false, &mut |_| {}).unwrap();
+    check_repo(&out.files);
+}
