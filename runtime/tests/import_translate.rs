@@ -401,3 +401,27 @@ fn tcp_flag_forms_become_tcp_flags() {
     let out = import::import(l, &Default::default(), "test", false, &mut |_| {}).unwrap();
     check_repo(&out.files);
 }
+
+/// IP protocols other than tcp/udp/ICMP (`meta l4proto gre`, `ip protocol 47`, iptables
+/// `-p esp`) become `proto=<name>` (a number when fwc has no name for it); `ip protocol` keeps
+/// its rule IPv4's; AH over IPv6 (an extension header there) is refused by name.
+#[test]
+fn other_ip_protocols_become_proto_names() {
+    let l4 = |p: Value| m(json!({"meta": {"key": "l4proto"}}), p);
+    let ipproto = |p: Value| m(json!({"payload": {"protocol": "ip", "field": "protocol"}}), p);
+    let l = listing(vec![
+        json!({"table": {"family": "inet", "name": "filter", "handle": 1}}),
+        base("inet", "filter", "input", "input", "drop"),
+        rule("inet", "filter", "input", 2, json!([l4(json!("gre")), {"accept": null}])),
+        rule("inet", "filter", "input", 3, json!([ipproto(json!(50)), {"accept": null}])),
+        rule("inet", "filter", "input", 4, json!([l4(json!("ipencap")), {"accept": null}])),
+        rule("inet", "filter", "input", 5, json!([l4(json!(253)), {"accept": null}])),
+        rule("inet", "filter", "input", 6, json!([m(json!({"payload": {"protocol": "ip6", "field": "nexthdr"}}), json!("ah")), {"accept": null}])),
+    ]);
+    let imp = translate::translate(&l, &Default::default());
+    let got: Vec<(Option<&str>, &str)> = imp.chains[0].rules.iter().map(|r| (r.cond.proto.as_deref(), r.name.as_str())).collect();
+    assert_eq!(got, [(Some("gre"), "gre"), (Some("esp"), "esp"), (Some("ipip"), "ipip"), (Some("253"), "proto-253")]);
+    assert!(imp.refused.len() == 1 && imp.refused[0].what.contains("`ah` over IPv6"), "{:?}", imp.refused);
+    let text = render::files(&imp, "test").into_iter().find(|(p, _)| p.ends_with("input.kdl")).unwrap().1;
+    assert!(text.contains(r#"allow "esp" proto=esp from="0.0.0.0/0""#) && text.contains("proto=253"), "{text}");
+}

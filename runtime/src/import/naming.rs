@@ -83,6 +83,7 @@ pub(crate) fn rule_name(names: &mut Names, verb: &Verb, c: &Cond) -> String {
             Some(t) if !t.contains(',') => t.clone(),
             _ => pr.clone(),
         }),
+        (None, Some(pr)) if pr.bytes().all(|b| b.is_ascii_digit()) => parts.push(format!("proto-{pr}")),
         (None, Some(pr)) => parts.push(pr.clone()),
         _ => {}
     }

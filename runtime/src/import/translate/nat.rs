@@ -102,6 +102,12 @@ impl Tx<'_> {
             (false, Some(p)) => format!("{addr}:{p}"),
             (_, None) => addr.clone(),
         };
+        if cond.to.is_none() {
+            self.note_at(
+                "DNAT without a destination address also rewrites packets routed through this host to other addresses; fwc's forwards take the packets addressed to this host (--verify shows such routed flows as differences)",
+                &origin,
+            );
+        }
         let name = self.unique(&format!("fwd-{proto}-{lport}"));
         self.out.forwards.push(Forward { name, proto, listen, to: target, from: cond.from.clone(), iif: cond.iif.clone(), origin });
     }

@@ -65,7 +65,7 @@ impl Tx<'_> {
                         );
                     }
                     match (lk.as_str(), key.as_str()) {
-                        ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?,
+                        ("meta", "l4proto") => set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", describe(&right)), "fwc matches tcp, udp, icmp, icmpv6 and IP protocols by name or number (gre, esp, 47)".into()))?)?,
                         ("meta", "nfproto") => c.family = Some(if right == "ipv6" { Family::V6 } else { Family::V4 }),
                         // The ethertype: `ip`/`ip6` are the two families of IP packets.
                         ("meta", "protocol") if right == "ip" || right == "ip6" => c.family = Some(if right == "ip6" { Family::V6 } else { Family::V4 }),
@@ -102,7 +102,7 @@ impl Tx<'_> {
                                 ("ip", "protocol") | ("ip6", "nexthdr") => {
                                     // `ip protocol` sees IPv4 packets only (`ip6 nexthdr` IPv6).
                                     c.family.get_or_insert(if proto == "ip" { Family::V4 } else { Family::V6 });
-                                    set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", describe(&right)), "fwc matches tcp, udp, icmp, icmpv6".into()))?)?
+                                    set_once(&mut c.proto, proto_of(&right).ok_or_else(|| (format!("the protocol `{}`", describe(&right)), "fwc matches tcp, udp, icmp, icmpv6 and IP protocols by name or number (gre, esp, 47)".into()))?)?
                                 }
                                 ("tcp" | "udp" | "th", "dport" | "sport") => {
                                     if proto != "th" {
@@ -194,6 +194,10 @@ impl Tx<'_> {
                 "xt" => return refuse(format!("the iptables extension `{}` ({}), which nftables cannot express", s(b, "name"), s(b, "type")), "rewrite the rule without it (iptables-translate shows the nftables form)"),
                 other => return refuse(format!("the statement `{other}`"), "fwc has no form for it; leave it out with --partial and add it by hand (e.g. in another nftables table)"),
             }
+        }
+        // fwc's proto=ah is IPv4's: in IPv6, AH is an extension header.
+        if c.proto.as_deref() == Some("ah") && (family == "ip6" || c.family == Some(Family::V6)) {
+            return refuse("the protocol `ah` over IPv6 (an extension header there)".into(), "fwc's proto=ah matches IPv4 only: leave the rule out with --partial, or keep it in an nftables table of your own");
         }
         Ok((c, st))
     }
@@ -330,8 +334,38 @@ pub(super) fn proto_of(v: &Value) -> Option<String> {
     match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["tcp"] | ["udp"] | ["icmp"] | ["icmpv6"] => Some(names[0].clone()),
         ["tcp", "udp"] => Some("both".into()),
+        [other] => ip_protocol(other),
         _ => None,
     }
+}
+
+/// Protocols other than tcp, udp and ICMP as fwc names them (`proto=gre`), with the names nft
+/// prints for them from /etc/protocols where those differ (`ipencap`, `ipcomp`, `ospfigp`).
+const IP_PROTOCOLS: [(u8, &str, &str); 14] = [
+    (2, "igmp", "igmp"),
+    (4, "ipip", "ipencap"),
+    (33, "dccp", "dccp"),
+    (41, "ipv6", "ipv6"),
+    (47, "gre", "gre"),
+    (50, "esp", "esp"),
+    (51, "ah", "ah"),
+    (89, "ospf", "ospfigp"),
+    (103, "pim", "pim"),
+    (108, "comp", "ipcomp"),
+    (112, "vrrp", "vrrp"),
+    (115, "l2tp", "l2tp"),
+    (132, "sctp", "sctp"),
+    (136, "udplite", "udplite"),
+];
+
+/// Another IP protocol by name or number as fwc's `proto=` (`gre`, `47` -> `gre`, `253`).
+fn ip_protocol(x: &str) -> Option<String> {
+    let by_name = IP_PROTOCOLS.iter().find(|(_, fwc, nft)| x.eq_ignore_ascii_case(fwc) || x.eq_ignore_ascii_case(nft));
+    if let Some((_, fwc, _)) = by_name {
+        return Some(fwc.to_string());
+    }
+    let n: u8 = x.parse().ok()?;
+    Some(IP_PROTOCOLS.iter().find(|(p, _, _)| *p == n).map_or(n.to_string(), |(_, fwc, _)| fwc.to_string()))
 }
 
 /// An interface name, or a list of them (`{ "br0", "wbr0" }`, kept as `br0,wbr0` until
