@@ -7,9 +7,13 @@
 //! ref I/O (`rollout::state_ref`), fed the agents' reports directly (no Prometheus scrape delay).
 //!
 //! `FWC_SIM_SERVER=nginx` serves the repository with Debian's nginx and fcgiwrap in front of
-//! `git http-backend` instead (a real web server stack; its processes' CPU is read from /proc),
-//! and `FWC_SIM_POLL=refs` makes the agents poll the static `info/refs` that nginx serves
-//! (`fwc agent --refs-url`), fetching with git only when a ref moved.
+//! `git http-backend` instead (a real web server stack; its processes' CPU is read from a
+//! cpuacct cgroup, else /proc), `FWC_SIM_SERVER=lighttpd` with Debian's lighttpd and mod_cgi
+//! (which waits for its CGIs, so that their CPU also reaches this process and `../shared/quiet`
+//! when the server is stopped: `server_cpu_total_s` gives both counts), and `FWC_SIM_POLL=refs`
+//! makes the agents poll the static `info/refs` that the web server serves (`fwc agent
+//! --refs-url`), fetching with git only when a ref moved. The report's `nginx_*` fields are the
+//! web server's, whichever it is.
 //!
 //! `fwc-fleet-sim HOSTS POLL_SECS` -> a report on stdout (JSON): git server requests/s, bytes/s,
 //! CPU; push -> canary applied; each wave's duration; time to 100 %; canary failure -> halt
@@ -36,7 +40,7 @@ use controller::{advance, step};
 use measure::{children_cpu_s, rss_kib};
 use repo::{git, rules};
 use server::builtin::{serve_git, GitStats};
-use server::nginx::Nginx;
+use server::Web;
 
 fn main() {
     let mut a = std::env::args().skip(1);
@@ -62,14 +66,14 @@ fn main() {
     std::fs::write(&hook, "#!/bin/sh\nexec git update-server-info\n").unwrap();
     std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let stats = Arc::new(GitStats::default());
-    let nginx = (std::env::var("FWC_SIM_SERVER").as_deref() == Ok("nginx")).then(|| Nginx::start(&root));
-    let port = match &nginx {
-        Some(n) => n.port,
+    let mut web = Web::from_env(&root);
+    let port = match &web {
+        Some(n) => n.port(),
         None => serve_git(root.clone(), stats.clone()),
     };
     let url = format!("http://127.0.0.1:{port}/rules.git");
     let refs_poll = std::env::var("FWC_SIM_POLL").as_deref() == Ok("refs");
-    assert!(!refs_poll || nginx.is_some(), "FWC_SIM_POLL=refs needs FWC_SIM_SERVER=nginx (the static file)");
+    assert!(!refs_poll || web.is_some(), "FWC_SIM_POLL=refs needs FWC_SIM_SERVER=nginx or lighttpd (the static file)");
     let refs_url = format!("http://127.0.0.1:{port}/static/rules.git/info/refs");
     let file_url = format!("file://{}", bare.display());
     let c1 = commit("v1", "v1");
@@ -129,7 +133,7 @@ fn main() {
         }));
     }
     let rss1 = rss_kib();
-    eprintln!("{hosts} agents, poll {poll:?}, {workers} workers; url {url}; server {}; refs poll {refs_poll}", if nginx.is_some() { "nginx" } else { "builtin" });
+    eprintln!("{hosts} agents, poll {poll:?}, {workers} workers; url {url}; server {}; refs poll {refs_poll}", web.as_ref().map_or("builtin", |n| n.name()));
 
     // Every agent reports (as to Prometheus) before the controller first runs.
     while sh.reports.lock().unwrap().len() < hosts {
@@ -140,7 +144,7 @@ fn main() {
     let all_on = |c: &str| sh.reports.lock().unwrap().values().filter(|r| r.applied.as_deref() == Some(c)).count();
     let tick = Duration::from_secs(2);
     let t_push1 = sh.t0.elapsed().as_secs_f64();
-    let server = || match &nginx {
+    let server = || match &web {
         Some(n) => {
             let (st, smart) = n.requests();
             (n.cpu_s(), st, smart)
@@ -173,9 +177,9 @@ fn main() {
     let idle = serde_json::json!({
         "seconds": idle_s,
         "polls_per_s": idle_polls / idle_s,
-        "server_cpu_cores": if nginx.is_some() { (idle1.0 .0 - idle0.0 .0) / idle_s } else { (idle1.2 - idle0.2) / idle_s + (idle1.3 - idle0.3) as f64 / 1e9 / idle_s },
+        "server_cpu_cores": if web.is_some() { (idle1.0 .0 - idle0.0 .0) / idle_s } else { (idle1.2 - idle0.2) / idle_s + (idle1.3 - idle0.3) as f64 / 1e9 / idle_s },
         "static_refs_requests_per_poll": (idle1.0 .1 - idle0.0 .1) as f64 / idle_polls,
-        "smart_http_requests_per_poll": if nginx.is_some() { (idle1.0 .2 - idle0.0 .2) as f64 / idle_polls } else { (idle1.1 - idle0.1) as f64 / idle_polls },
+        "smart_http_requests_per_poll": if web.is_some() { (idle1.0 .2 - idle0.0 .2) as f64 / idle_polls } else { (idle1.1 - idle0.1) as f64 / idle_polls },
     });
     eprintln!("{:7.1}s idle: {idle}", sh.t0.elapsed().as_secs_f64());
 
@@ -329,15 +333,19 @@ fn main() {
     let applied_c2: Vec<&String> = ev.iter().filter(|e| e.3 == "applied" && e.2 == c2).map(|e| &e.1).collect();
     let failed_c2 = ev.iter().filter(|e| e.3 == "apply_failed" && e.2 == c2).count();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    // The server stopped and waited for before the report: its whole CPU, as its cgroup counted
+    // it and as it reached this process (and `../shared/quiet`) through wait.
+    let stopped = web.as_mut().map(|n| n.stop());
     let report = serde_json::json!({
         "hosts": hosts,
         "poll_s": poll.as_secs_f64(),
         "wave_sizes": waves,
         "agent_polls": polls.load(Ordering::Relaxed),
-        "server": if nginx.is_some() { "nginx+fcgiwrap+git-http-backend" } else { "builtin front+git-http-backend" },
+        "server": web.as_ref().map_or("builtin front+git-http-backend", |n| n.name()),
         "refs_poll": refs_poll,
         "nginx_cpu_cores": (srv1.0 - srv0.0) / secs,
-        "nginx_cpu_source": match &nginx { Some(n) if n.acct.is_some() => "cgroup cpuacct", Some(_) => "process tree (lower bound)", None => "-" },
+        "nginx_cpu_source": match &web { Some(n) if n.acct().is_some() => "cgroup cpuacct", Some(_) => "process tree (lower bound)", None => "-" },
+        "server_cpu_total_s": stopped.map(|s| serde_json::json!({ "cgroup": s.cgroup_s, "waited": s.waited_s })),
         "nginx_static_refs_requests_per_s": (srv1.1 - srv0.1) as f64 / secs,
         "nginx_smart_http_requests_per_s": (srv1.2 - srv0.2) as f64 / secs,
         "git_requests_per_s": (cpu1.2 - cpu0.2) as f64 / secs,

@@ -3,8 +3,10 @@
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use super::{access_log_requests, acct_group, child, group_cpu_s, stop, Stopped};
 
 /// nginx + fcgiwrap + `git http-backend` on 127.0.0.1 (Debian's packages): smart HTTP under
 /// `/rules.git/`, the static `info/refs` under `/static/rules.git/info/refs`. Stopped on drop.
@@ -15,41 +17,7 @@ pub(crate) struct Nginx {
     fcgiwrap: std::process::Child,
     pub(crate) port: u16,
     log: PathBuf,
-}
-
-/// A server process that dies with the simulation (also when it is killed), in the cpuacct
-/// cgroup `acct` when there is one (so that every descendant's CPU counts, reaped or not).
-fn child<'a>(c: &'a mut Command, acct: &Option<PathBuf>) -> &'a mut Command {
-    use std::os::unix::process::CommandExt;
-    c.stdin(Stdio::null()).process_group(0);
-    let procs = acct.as_ref().map(|d| std::ffi::CString::new(d.join("cgroup.procs").to_string_lossy().as_bytes()).unwrap());
-    // SAFETY: prctl and a write to a cgroup file between fork and exec (no allocation).
-    unsafe {
-        c.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if let Some(p) = &procs {
-                let fd = libc::open(p.as_ptr(), libc::O_WRONLY);
-                if fd >= 0 {
-                    let mut buf = [0u8; 12];
-                    let mut n = libc::getpid() as u32;
-                    let mut i = buf.len();
-                    loop {
-                        i -= 1;
-                        buf[i] = b'0' + (n % 10) as u8;
-                        n /= 10;
-                        if n == 0 {
-                            break;
-                        }
-                    }
-                    libc::write(fd, buf[i..].as_ptr().cast(), buf.len() - i);
-                    libc::close(fd);
-                }
-            }
-            Ok(())
-        })
-    }
+    stopped: Option<Stopped>,
 }
 
 impl Nginx {
@@ -58,8 +26,7 @@ impl Nginx {
         let dir = root.join("nginx");
         std::fs::create_dir_all(&dir).unwrap();
         let sock = dir.join("fcgiwrap.sock");
-        let acct = Path::new("/sys/fs/cgroup/cpuacct").join(format!("fwc-sim-{}", std::process::id()));
-        let acct = std::fs::create_dir(&acct).is_ok().then_some(acct);
+        let acct = acct_group("nginx");
         // The servers' workers outlive their masters by a moment: they are reparented to this
         // process (not to an init that may not reap them) and reaped on drop.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
@@ -88,15 +55,15 @@ impl Nginx {
             assert!(Instant::now() < deadline, "nginx/fcgiwrap did not start: {}", std::fs::read_to_string(dir.join("error.log")).unwrap_or_default());
             std::thread::sleep(Duration::from_millis(50));
         }
-        Nginx { acct, nginx, fcgiwrap, port, log }
+        Nginx { acct, nginx, fcgiwrap, port, log, stopped: None }
     }
 
     /// CPU seconds of nginx, fcgiwrap and every process below them: the cgroup's
     /// `cpuacct.usage`, or else the live process tree's times (which miss children reaped
     /// with SIGCHLD ignored: a lower bound).
     pub(crate) fn cpu_s(&self) -> f64 {
-        if let Some(ns) = self.acct.as_ref().and_then(|d| std::fs::read_to_string(d.join("cpuacct.usage")).ok()).and_then(|v| v.trim().parse::<f64>().ok()) {
-            return ns / 1e9;
+        if let Some(s) = self.acct.as_ref().and_then(|d| group_cpu_s(d)) {
+            return s;
         }
         let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         let mut procs: Vec<(u32, u32, f64)> = vec![];
@@ -126,31 +93,22 @@ impl Nginx {
 
     /// Requests so far: (static refs GETs, smart-HTTP requests).
     pub(crate) fn requests(&self) -> (u64, u64) {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let stat = text.lines().filter(|l| l.contains("GET /static/")).count() as u64;
-        (stat, text.lines().count() as u64 - stat)
+        access_log_requests(&self.log)
+    }
+}
+
+impl Nginx {
+    /// Stops the servers and waits for them (see [`stop`]).
+    pub(crate) fn stop(&mut self) -> Stopped {
+        if self.stopped.is_none() {
+            self.stopped = Some(stop(&mut [&mut self.nginx, &mut self.fcgiwrap], &self.acct));
+        }
+        self.stopped.unwrap()
     }
 }
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        // Each server is its own process group: its workers go with it.
-        for c in [&mut self.nginx, &mut self.fcgiwrap] {
-            unsafe { libc::kill(-(c.id() as i32), libc::SIGTERM) };
-            let _ = c.wait();
-        }
-        if let Some(d) = &self.acct {
-            for pid in std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.parse::<i32>().ok()) {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            // The group empties when the last worker has exited.
-            for _ in 0..50 {
-                while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
-                if std::fs::remove_dir(d).is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
+        self.stop();
     }
 }
