@@ -173,6 +173,11 @@ impl Agent {
             rep.applied = Some(target.clone());
             rep.degraded.clear();
             sh.event(&self.name, &target, "applied");
+            // Which rollout state the apply followed (its state commit): the chaos report counts
+            // the applies made under a replayed state.
+            if let Some(a) = &self.accepted {
+                sh.event(&self.name, &a.commit, "applied_under_state");
+            }
         }
         rep.current = true;
     }

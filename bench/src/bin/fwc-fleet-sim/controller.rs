@@ -58,6 +58,9 @@ pub(crate) fn step(url: &str, sh: &Shared, command: Ctl) -> Option<String> {
                     if let Some(dir) = url.strip_prefix("file://") {
                         git(Path::new(dir), &["update-server-info"]);
                     }
+                    if state.phase == RolloutPhase::Halted && state.rollback {
+                        sh.event("controller", &state.commit, "fleet_rollback");
+                    }
                     sh.event("controller", &state.commit, match state.phase {
                         RolloutPhase::Halted => "halt",
                         RolloutPhase::Complete => "complete",

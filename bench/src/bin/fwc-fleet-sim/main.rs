@@ -286,8 +286,14 @@ fn main() {
         let after = |t: Option<f64>| t.unwrap_or(f64::INFINITY);
         // A host "moved by the replayed state" applied something other than v3 after the replay
         // and before v4 (the old state would send it back to stable).
-        let moved: std::collections::BTreeSet<&String> = ev.iter().filter(|e| e.3 == "applied" && e.0 >= after(replayed_at) && e.0 < t4 && e.2 != c3).map(|e| &e.1).collect();
-        let rollbacks_to: std::collections::BTreeSet<&String> = ev.iter().filter(|e| e.3 == "applied" && e.0 >= t3 && e.2 == c1).map(|e| &e.1).collect();
+        let not_v3: std::collections::BTreeSet<&String> = ev.iter().filter(|e| e.3 == "applied" && e.0 >= after(replayed_at) && e.0 < t4 && e.2 != c3).map(|e| &e.1).collect();
+        // Moved by the replayed state: an apply made while following it (a host reverting after
+        // its self-check, or coming back and applying what its wave allows, is not).
+        let moved: std::collections::BTreeSet<&String> = ev.iter().filter(|e| e.3 == "applied_under_state" && e.2 == old_state).map(|e| &e.1).collect();
+        let rollbacks_to: std::collections::BTreeSet<&String> = ev.iter().filter(|e| e.3 == "applied" && e.0 >= t3 && e.0 < t4 && e.2 == c1).map(|e| &e.1).collect();
+        let rollbacks_v4: std::collections::BTreeSet<&String> = ev.iter().filter(|e| e.3 == "applied" && e.0 >= t4 && e.2 == c3).map(|e| &e.1).collect();
+        let last_back = ev.iter().filter(|e| e.3 == "back" && e.0 >= t3 && away.contains(&e.1)).map(|e| e.0 - t3).fold(f64::NAN, f64::max);
+        let restore_wait = restored_at.zip(replayed_at).map(|(r, p)| r - p).unwrap_or(0.0);
         chaos_report = serde_json::json!({
             "hosts_away": away.len(),
             "away_for_s": (poll * 4).as_secs_f64(),
@@ -299,8 +305,13 @@ fn main() {
             "restored_to_the_state_before_the_replay": restored_to.is_some() && restored_to == legit_state,
             "hosts_that_held_the_replayed_state": ev.iter().filter(|e| e.3 == "held_state_rewound" && e.0 >= t3).map(|e| &e.1).collect::<std::collections::BTreeSet<_>>().len(),
             "hosts_moved_by_the_replayed_state": moved.len(),
+            "hosts_that_applied_other_than_v3_after_the_replay": not_v3.len(),
+            "fleet_wide_rollbacks": ev.iter().filter(|e| e.3 == "fleet_rollback" && e.0 >= t3).count(),
             "hosts_rolled_back_during_v3": rollbacks_to.len(),
+            "hosts_rolled_back_during_the_policy_drop": rollbacks_v4.len(),
             "v3_time_to_100pct_s": t3_done,
+            "v3_time_to_100pct_without_the_restore_wait_s": t3_done.map(|t| t - restore_wait),
+            "last_away_host_back_after_push_s": last_back,
             "v3_hosts_on_it_at_the_end": all_on(&c3),
             "policy_drop_time_to_100pct_s": t4_done,
             "policy_drop_hosts_on_it_at_the_end": all_on(&c4),
