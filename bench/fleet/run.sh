@@ -7,12 +7,15 @@
 # every 2 s. Scenario 1: a rollout from nothing to 100 %. Scenario 2: a commit that fails on
 # the canary wave: the halt, and how fast every agent sees it. Prints one JSON report.
 #
-# usage: [FWC_SIM_SERVER=nginx] [FWC_SIM_POLL=refs] bench/fleet/run.sh [HOSTS=1000] [POLL=30] [WORKERS=8]
-#        (needs git; nginx-light and fcgiwrap for FWC_SIM_SERVER=nginx; root only to count the
-#        server's CPU in a cpuacct cgroup, else the process tree's, a lower bound)
+# usage: [FWC_SIM_SERVER=nginx|lighttpd] [FWC_SIM_POLL=refs] bench/fleet/run.sh [HOSTS=1000] [POLL=30] [WORKERS=8]
+#        (needs git; nginx-light and fcgiwrap for FWC_SIM_SERVER=nginx, lighttpd for
+#        FWC_SIM_SERVER=lighttpd; root only to count the server's CPU in a cpuacct cgroup, else
+#        the process tree's, a lower bound). Under ../shared/quiet use lighttpd: it waits for
+#        its git CGIs, so their CPU is the benchmark's own (fcgiwrap lets the kernel reap them,
+#        and quiet then counts them as other work).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # A release build: the simulated agents must keep their poll rate (the git server side is the
-# system git, or nginx + fcgiwrap with FWC_SIM_SERVER=nginx; FWC_SIM_POLL=refs: static info/refs polls).
+# system git, or nginx + fcgiwrap / lighttpd with FWC_SIM_SERVER; FWC_SIM_POLL=refs: static info/refs polls).
 cargo build --release -p fwc-bench --bin fwc-fleet-sim >&2
 exec target/release/fwc-fleet-sim "${1:-1000}" "${2:-30}" "${3:-8}"

@@ -41,6 +41,10 @@ pub struct Options {
     /// Receive buffer asked for the UDP listener and every session socket, in bytes
     /// (`FWC_FORWARD_UDP_RCVBUF`; 0 keeps the kernel's default, `net.core.rmem_default`).
     pub udp_rcvbuf: usize,
+    /// A `recvmmsg` batch short of the batch size clears the socket's readiness at once (the
+    /// queue is empty), saving the `recvmmsg` that would find nothing. Default on;
+    /// `FWC_FORWARD_UDP_DRAIN=0` turns it off (for side-by-side measurements).
+    pub udp_drain: bool,
     /// How long connections of a removed listener may run before they are cut.
     pub drain_timeout: Duration,
     /// listen(2) backlog.
@@ -67,6 +71,7 @@ impl Default for Options {
                 .unwrap_or(DEFAULT_PIPE_MAX),
             pipe_pool: 256,
             udp_offload: !matches!(std::env::var("FWC_FORWARD_UDP_OFFLOAD").as_deref(), Ok("0") | Ok("off") | Ok("false")),
+            udp_drain: !matches!(std::env::var("FWC_FORWARD_UDP_DRAIN").as_deref(), Ok("0") | Ok("off") | Ok("false")),
             udp_rcvbuf: std::env::var("FWC_FORWARD_UDP_RCVBUF")
                 .ok()
                 .and_then(|v| v.parse().ok())

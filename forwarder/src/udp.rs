@@ -5,7 +5,10 @@
 //! Syscalls are batched (module `mmsg`): the listener drains up to 32 datagrams per
 //! `recvmmsg`, and consecutive datagrams of one client go to its upstream socket with one
 //! `sendmmsg`; a session drains its upstream socket the same way and sends the batch back to
-//! the client with one `sendmmsg` from the listening socket.
+//! the client with one `sendmmsg` from the listening socket. A batch short of 32 emptied the
+//! queue: it clears the socket's readiness at once (`drain`), so a wakeup costs one
+//! `recvmmsg`, not a second one that finds nothing; a session keeps one idle timer for its
+//! life instead of arming one per batch.
 //!
 //! Receive buffers: the listener and every session socket ask for `Options::udp_rcvbuf`
 //! (4 MiB by default, past `net.core.rmem_max` with CAP_NET_ADMIN): a sender faster than the
@@ -115,7 +118,7 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
                     sessions.remove(&addr);
                 }
             }
-            r = recv_batch(&sock, &mut batch) => match r {
+            r = recv_batch(&sock, &mut batch, h.ctx.opts.udp_drain) => match r {
                 Ok(n) => {
                     // UDP listeners have exactly one forward (sni= is TCP only).
                     let Some(cur) = h.fallback() else { continue };
@@ -188,13 +191,36 @@ pub(crate) async fn serve(sock: Arc<UdpSocket>, h: Arc<ListenerHandle>, mut stop
 /// Wait until `sock` is readable, then receive up to [`BATCH`] datagrams with one `recvmmsg`.
 /// A wakeup that finds nothing (`WouldBlock`) clears tokio's readiness and waits again.
 /// Cancel-safe: nothing is received before the last `.await`.
-async fn recv_batch(sock: &UdpSocket, batch: &mut RecvBatch) -> io::Result<usize> {
+async fn recv_batch(sock: &UdpSocket, batch: &mut RecvBatch, early_clear: bool) -> io::Result<usize> {
     loop {
         sock.readable().await?;
-        match sock.try_io(Interest::READABLE, || batch.recv(sock.as_fd())) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+        let mut drained = None;
+        match sock.try_io(Interest::READABLE, || drain(batch.recv(sock.as_fd()), early_clear, &mut drained)) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => match drained {
+                Some(n) => return Ok(n),
+                None => continue,
+            },
             r => return r,
         }
+    }
+}
+
+/// The result of a `recvmmsg` for tokio's `try_io`: a batch short of [`mmsg::BATCH`] emptied
+/// the socket's queue (`recvmmsg` stops at the first would-block), so it is handed over in
+/// `drained` and reported as `WouldBlock`, which clears tokio's readiness now. Otherwise the
+/// next wait would return at once and spend a `recvmmsg` only to learn that the queue is empty:
+/// one syscall more for every wakeup, and a wakeup is a few datagrams when the forwarder keeps
+/// up. A datagram that arrives meanwhile is not missed: tokio clears the readiness only if no
+/// new event came since it was read, and the socket is edge-triggered (a new datagram is a
+/// new event).
+/// (`Options::udp_drain` off: every result as it is.)
+fn drain(r: io::Result<usize>, early_clear: bool, drained: &mut Option<usize>) -> io::Result<usize> {
+    match r {
+        Ok(n) if early_clear && n < mmsg::BATCH => {
+            *drained = Some(n);
+            Err(io::ErrorKind::WouldBlock.into())
+        }
+        r => r,
     }
 }
 
@@ -299,6 +325,7 @@ async fn open(
         id,
         last.clone(),
         idle_ms,
+        h.ctx.opts.udp_drain,
         cur.clone(),
         expired,
     ));
@@ -314,16 +341,24 @@ async fn session_task(
     id: u64,
     last: Arc<AtomicU64>,
     idle_ms: u64,
+    early_clear: bool,
     cur: Arc<Current>,
     expired: mpsc::UnboundedSender<(SocketAddr, u64)>,
 ) {
     let stats = &cur.rule.stats;
+    // One timer for the session's life, set again only when it has fired: a new sleep per
+    // wakeup would put a timer into the runtime's wheel and take it out again for every batch.
+    let idle = tokio::time::sleep(Duration::from_millis(idle_ms));
+    tokio::pin!(idle);
     loop {
         let now = crate::now_ms();
         let deadline = last.load(Relaxed) + idle_ms;
         if now >= deadline {
             let _ = expired.send((peer, id));
             return;
+        }
+        if idle.is_elapsed() {
+            idle.as_mut().reset(tokio::time::Instant::now() + Duration::from_millis(deadline - now));
         }
         tokio::select! {
             r = upstream.readable() => {
@@ -333,17 +368,54 @@ async fn session_task(
                 SESSION_BATCH.with_borrow_mut(|b| {
                     let batch = b.get_or_insert_with(RecvBatch::new);
                     // An error is ECONNREFUSED from an ICMP port unreachable: keep the session,
-                    // the target may come back. WouldBlock: try_io cleared the readiness.
-                    let Ok(n) = upstream.try_io(Interest::READABLE, || batch.recv(upstream.as_fd())) else {
-                        return;
+                    // the target may come back. WouldBlock: try_io cleared the readiness (also
+                    // after a batch that emptied the queue: `drain`).
+                    let mut drained = None;
+                    let n = match upstream.try_io(Interest::READABLE, || drain(batch.recv(upstream.as_fd()), early_clear, &mut drained)) {
+                        Ok(n) => n,
+                        Err(_) => match drained {
+                            Some(n) => n,
+                            None => return,
+                        },
                     };
+                    if n == 0 {
+                        return;
+                    }
                     last.store(crate::now_ms(), Relaxed);
                     let (picks, refused) = under_cap(batch, 0..n, &cur.rule.down);
                     let sent = batch.send(listener.as_fd(), Some(peer), &picks, listener_gso);
                     count(stats, &stats.bytes_down, sent.bytes, refused + sent.dropped);
                 });
             },
-            _ = tokio::time::sleep(Duration::from_millis(deadline - now)) => {}
+            _ = &mut idle => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_batch_is_handed_over_as_would_block_so_the_readiness_clears() {
+        let kind = |r: &io::Result<usize>| r.as_ref().map_err(|e| e.kind()).copied();
+        // (recvmmsg's result, what try_io sees, what is handed over beside it)
+        let rows: [(io::Result<usize>, Result<usize, io::ErrorKind>, Option<usize>); 5] = [
+            (Ok(mmsg::BATCH), Ok(mmsg::BATCH), None),
+            (Ok(mmsg::BATCH - 1), Err(io::ErrorKind::WouldBlock), Some(mmsg::BATCH - 1)),
+            (Ok(1), Err(io::ErrorKind::WouldBlock), Some(1)),
+            (Err(io::ErrorKind::WouldBlock.into()), Err(io::ErrorKind::WouldBlock), None),
+            (Err(io::Error::from_raw_os_error(libc::ECONNREFUSED)), Err(io::ErrorKind::ConnectionRefused), None),
+        ];
+        for (r, seen, handed) in rows {
+            let mut drained = None;
+            let what = format!("{r:?}");
+            assert_eq!(kind(&drain(r, true, &mut drained)), seen, "{what}");
+            assert_eq!(drained, handed, "{what}");
+        }
+        // Turned off: a short batch is an ordinary result.
+        let mut drained = None;
+        assert_eq!(drain(Ok(3), false, &mut drained).ok(), Some(3));
+        assert_eq!(drained, None);
     }
 }
