@@ -1,6 +1,8 @@
 //! One host's four artifacts as a value ([`Artifacts`]), their file names, the exact bytes
-//! written for each, and reading an artifact directory back (content hashes: [`crate::digest`]).
+//! written for each (streamed into a writer, or as texts), and reading an artifact directory
+//! back (content hashes: [`crate::digest`]).
 
+use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -25,7 +27,27 @@ pub const QOS_FILE: &str = "qos.json";
 pub const FORWARD_FILE: &str = "forward.json";
 pub const MANIFEST_FILE: &str = "manifest.json";
 
+/// The artifact files in the order [`Artifacts::files`] gives them.
+pub const FILE_NAMES: [&str; 4] = [NFTABLES_FILE, QOS_FILE, FORWARD_FILE, MANIFEST_FILE];
+
 impl Artifacts {
+    /// Write the exact bytes of the artifact file `name` (one of [`FILE_NAMES`]) into `w`, as
+    /// they are produced: `nftables.json` from the text the document holds, the others
+    /// serialised straight into `w` (no text of the whole file is built). `w` need not be
+    /// buffered; it is flushed at the end.
+    pub fn write_file(&self, name: &str, w: &mut impl Write) -> std::io::Result<()> {
+        match name {
+            NFTABLES_FILE => {
+                w.write_all(self.nftables.text().as_bytes())?;
+                w.flush()
+            }
+            QOS_FILE => write_pretty(w, &self.qos),
+            FORWARD_FILE => write_pretty(w, &self.forward),
+            MANIFEST_FILE => write_pretty(w, &self.manifest),
+            _ => Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{name} is not an artifact file"))),
+        }
+    }
+
     /// The exact bytes of each artifact file, in a stable order. `nftables.json` is the
     /// compact, line-per-command text of [`crate::nfttext`], borrowed, not copied (it can be
     /// hundreds of MB); the others are pretty printed. All end with a newline.
@@ -78,6 +100,14 @@ impl Artifacts {
 pub struct ArtifactReadError {
     pub path: String,
     pub reason: String,
+}
+
+/// [`to_pretty`] of `v` written into `w` as it is serialised (buffered here), then flushed.
+pub fn write_pretty<T: Serialize>(w: &mut impl Write, v: &T) -> std::io::Result<()> {
+    let mut b = std::io::BufWriter::with_capacity(1 << 16, w);
+    serde_json::to_writer_pretty(&mut b, v)?;
+    b.write_all(b"\n")?;
+    b.flush()
 }
 
 pub fn to_pretty<T: Serialize>(v: &T) -> String {

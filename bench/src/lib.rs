@@ -4,12 +4,15 @@
 use fwc_compiler::source::SourceTree;
 
 /// A repository with `n` rules: per 20 rules, 2 sets of 8 addresses, 10 filter rules (set
-/// and literal matches, port lists, rates), 6 single-target kernel forwards, 1 multi-target
+/// and literal matches, port lists, rates) in three chains (6 in `input`, 2 in `forward`, 2
+/// in `output`), 6 single-target kernel forwards, 1 multi-target
 /// forward, 1 capped forward (QoS) — capped ones stop at 1,000 so the class space is not
 /// exceeded — and 1 userspace forward (DNS target) or shape every other block.
 pub fn generate(n: usize) -> SourceTree {
     let mut fwc = String::from("fwc 1\n");
     let mut filters = String::from("input policy=drop {\n");
+    let mut forward_chain = String::from("forward policy=drop {\n");
+    let mut output_chain = String::from("output policy=accept {\n");
     let mut forwards = String::new();
     let blocks = n.div_ceil(20);
     for b in 0..blocks {
@@ -28,7 +31,11 @@ pub fn generate(n: usize) -> SourceTree {
                 2 => format!("    deny \"f{b}-{r}\" from=\"172.{hi}.{lo}.0/24\" log=#true\n"),
                 _ => format!("    reject \"f{b}-{r}\" proto=tcp port=\"{}-{}\" from=\"2001:db8:{b:x}::/48\"\n", 1000 + r, 1100 + r),
             };
-            filters.push_str(&line);
+            match r {
+                4 | 7 => forward_chain.push_str(&line),
+                8 | 9 => output_chain.push_str(&line),
+                _ => filters.push_str(&line),
+            }
         }
         let port = |k: usize| 1024 + (b * 9 + k) % 60000;
         for k in 0..6 {
@@ -47,6 +54,10 @@ pub fn generate(n: usize) -> SourceTree {
         } else {
             forwards.push_str(&format!("forward \"u{b}\" proto=udp listen=\":{}\" to=\"10.204.{hi}.{lo}\"\n", port(8)));
         }
+    }
+    for chain in [forward_chain, output_chain] {
+        filters.push_str("}\n");
+        filters.push_str(&chain);
     }
     filters.push_str("}\n");
     SourceTree::from_files([

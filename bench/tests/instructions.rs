@@ -1,8 +1,10 @@
 //! The compiler's cost guard: `fwc-bench-compile` compiles the generated repository of
-//! [`RULES`] mixed rules under callgrind, and the instruction count it executes (which repeats
-//! exactly, whatever the machine's speed or load) may not rise more than 10 % over the count
-//! committed in `instructions.baseline`. A drop of more than 10 % passes and says to refresh
-//! the baseline.
+//! [`RULES`] mixed rules (`fwc_bench::generate`: sets, filter rules in the `input`, `forward`
+//! and `output` chains, kernel and userspace forwards, capped forwards, shapes — the mix of the
+//! benchmark's 90,000-rule figure) and streams its artifact files out, under callgrind; the
+//! instruction count it executes (which repeats exactly, whatever the machine's speed or load)
+//! may not rise more than 10 % over the count committed in `instructions.baseline`. A drop of
+//! more than 10 % passes and says to refresh the baseline.
 //!
 //! Refresh the baseline (after a deliberate change of the compiler's cost, or of the toolchain):
 //! `FWC_INSTRUCTIONS_UPDATE=1 cargo test -p fwc-bench --test instructions -- --nocapture`,
@@ -48,6 +50,25 @@ fn instructions(bin: &str, out_dir: &Path) -> u64 {
 /// `key=value` lines of the baseline file.
 fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// The guarded repository holds every part of the benchmark's mix, so a cost added to any of
+/// them shows in the count: filter rules in all three chains, sets, kernel, capped and
+/// userspace forwards, shapes.
+#[test]
+fn the_guarded_repository_holds_the_whole_mix() {
+    use fwc_compiler::artifacts::{BackendKind, RuleKind};
+    let (art, _) = fwc_compiler::compile(&fwc_bench::generate(RULES), None, None).expect("the generated repository compiles");
+    let rules = &art.manifest.rules;
+    for chain in ["input", "forward", "output"] {
+        assert!(rules.iter().any(|r| r.kind == RuleKind::Filter && r.chain.as_deref() == Some(chain)), "no filter rule in {chain}");
+    }
+    let has = |kind: RuleKind, backend: BackendKind| rules.iter().any(|r| r.kind == kind && r.backends.contains(&backend));
+    assert!(rules.iter().any(|r| r.kind == RuleKind::Set), "no set");
+    assert!(has(RuleKind::Forward, BackendKind::Nftables), "no kernel forward");
+    assert!(has(RuleKind::Forward, BackendKind::Qos), "no capped forward");
+    assert!(has(RuleKind::Forward, BackendKind::Userspace), "no userspace forward");
+    assert!(has(RuleKind::Shape, BackendKind::Qos), "no shape");
 }
 
 #[test]

@@ -150,6 +150,12 @@ fn golden_output_is_deterministic() {
         for host in hosts(&tree) {
             let (a, b) = (fwc_compiler::compile(&tree, Some(&host), None).unwrap().0, fwc_compiler::compile(&tree, Some(&host), None).unwrap().0);
             assert_eq!(a.files(), b.files(), "{} / {host} is not deterministic", case.display());
+            // The files as `fwc compile --out` streams them are the same bytes.
+            for (file, text) in a.files() {
+                let mut streamed = Vec::new();
+                a.write_file(file, &mut streamed).unwrap();
+                assert!(streamed == text.as_bytes(), "{} / {host}: {file} streamed differs from its text", case.display());
+            }
         }
     }
 }

@@ -11,9 +11,10 @@ fn main() {
     let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap_or_else(|e| panic!("{e:?}"));
     std::fs::create_dir_all(&out).expect("out dir");
     let mut bytes = 0;
-    for (name, text) in art.files() {
-        std::fs::write(std::path::Path::new(&out).join(name), text.as_bytes()).expect("write");
-        bytes += text.len();
+    for name in fwc_compiler::artifacts::FILE_NAMES {
+        let mut f = std::fs::File::create(std::path::Path::new(&out).join(name)).expect("create");
+        art.write_file(name, &mut f).expect("write");
+        bytes += f.metadata().expect("written file").len() as usize;
     }
     let elapsed = t.elapsed();
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };

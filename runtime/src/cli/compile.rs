@@ -204,12 +204,13 @@ fn compile_all_hosts(a: CompileArgs, g: &Global) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Write the four artifact files into `out` (created if needed); each file atomically.
+/// Write the four artifact files into `out` (created if needed); each file atomically, streamed
+/// into it as it is serialised (no text of a whole file is held).
 pub fn write_artifacts(out: &Path, artifacts: &Artifacts) -> Result<()> {
     std::fs::create_dir_all(out).into_diagnostic().wrap_err_with(|| format!("cannot create {}", out.display()))?;
-    for (name, text) in artifacts.files() {
+    for name in artifacts::FILE_NAMES {
         let mut tmp = tempfile::NamedTempFile::new_in(out).into_diagnostic()?;
-        tmp.write_all(text.as_bytes()).into_diagnostic()?;
+        artifacts.write_file(name, &mut tmp).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(name).display()))?;
         tmp.persist(out.join(name)).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(name).display()))?;
     }
     Ok(())
