@@ -137,13 +137,21 @@ impl Checker<'_> {
                 "ports without proto",
                 "add proto=\"tcp\", \"udp\" or \"both\"",
             ),
-            Some(p) if !p.value.has_ports() => self.err(
+            Some(p) if matches!(p.value, Proto::Icmp | Proto::Icmpv6) => self.err(
                 "port-with-icmp",
                 rule,
                 format!("{} has no ports", p.value.as_str()),
                 ports.span,
                 "ports on an ICMP rule",
                 "remove the port, or use proto=\"tcp\"/\"udp\"",
+            ),
+            Some(p) if !p.value.has_ports() => self.err(
+                "port-without-ports",
+                rule,
+                format!("proto={} has no ports fwc matches", p.value.as_str()),
+                ports.span,
+                "ports on a protocol without them",
+                "remove the port (the rule then matches every packet of the protocol), or use proto=\"tcp\"/\"udp\"/\"both\"",
             ),
             _ => {}
         }

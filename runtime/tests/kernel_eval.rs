@@ -449,7 +449,8 @@ forward "web" listen=":8080" to="10.0.0.5:80"
 /// flags (`--syn`, `! --syn`, NULL and Xmas scans; a first packet with ACK is a `new`
 /// connection picked up mid-stream, SYN+ACK or no flags `invalid`), ICMP codes, negated ports,
 /// addresses and interfaces, interface lists, packet types (a broadcast and a multicast
-/// frame), and a kernel forward restricted to an input interface (`in=`).
+/// frame), a kernel forward restricted to an input interface (`in=`), and protocols by name
+/// or number (GRE, ESP, IGMP, 253: raw IP packets of those protocols, both families).
 #[test]
 fn header_matches_behave_in_the_kernel_as_the_evaluator_says() {
     if !fwc_testkit::privileged("header_matches_behave_in_the_kernel_as_the_evaluator_says") {
@@ -467,8 +468,14 @@ input policy=drop {
     allow "dns-lists" proto=udp port=53 in="eth1,eth2" from="!10.0.0.0/8"
     deny "bcast" pkttype="broadcast,multicast"
     allow "any-udp" proto=udp
+    allow "gre" proto=gre from="203.0.113.0/24"
+    allow "ipsec6" proto=esp from="2001:db8:9::/48"
+    deny "esp" proto=esp
+    allow "igmp" proto=igmp in="eth0"
+    allow "p253" proto=253
 }
 forward policy=drop {
+    deny "no-gre-out" proto=47 out="eth0"
     deny "null-scan" proto=tcp tcp-flags="none/all"
     allow "xmas-seen" proto=tcp tcp-flags="fin,psh,urg/all"
     allow "lan-out" in="eth1,eth2" out="!eth1,eth2"
@@ -508,6 +515,16 @@ forward "web-lan" listen=":8080" to="10.0.0.5:80" in="eth1"
         // port 8080 is the host's own (a rule of the input chain decides, no DNAT).
         ("tcp 192.168.1.5:31016 -> 198.18.1.1:8080 in eth1 out eth2", "accept", None),
         ("tcp 203.0.113.7:31017 -> 198.18.1.1:8080 in eth0", "accept", Some("fwc:filter:web-not-eth1")),
+        // Protocols by name or number (GRE, ESP, IGMP, 253), sent from a raw packet socket.
+        ("gre 203.0.113.7 -> 198.18.1.1", "accept", Some("fwc:filter:gre")),
+        ("gre 192.0.2.7 -> 198.18.1.1", "drop", None),
+        ("esp 203.0.113.7 -> 198.18.1.1", "drop", Some("fwc:filter:esp")),
+        ("esp 2001:db8:9::1 -> 2001:db8::1", "accept", Some("fwc:filter:ipsec6")),
+        ("igmp 192.0.2.9 -> 198.18.1.1 in eth0", "accept", Some("fwc:filter:igmp")),
+        ("igmp 192.0.2.9 -> 198.18.1.1 in eth1", "drop", None),
+        ("253 203.0.113.7 -> 198.18.1.1", "accept", Some("fwc:filter:p253")),
+        ("gre 192.168.1.5 -> 203.0.113.9 in eth1 out eth0 forward", "drop", Some("fwc:filter:no-gre-out")),
+        ("esp 192.168.1.5 -> 203.0.113.9 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out")),
     ];
     let flows: Vec<Flow> = cases.iter().map(|c| Flow::parse(c.0).unwrap_or_else(|e| panic!("{}: {e}", c.0))).collect();
     let ev = Evaluator::new(&art).unwrap();

@@ -116,11 +116,7 @@ impl Parser<'_, '_> {
         };
         let mut p = self.props(node, &rule, allowed, 1);
         self.no_children(node, &rule);
-        let proto = self.choice(
-            &mut p,
-            "proto",
-            &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)],
-        );
+        let proto = self.parsed(&mut p, "proto", headers::parse_proto);
         let icmp_types = self.icmp_types(&mut p, proto.as_ref());
         let icmp_codes = self.icmp_codes(&mut p, proto.as_ref());
         let mut negate = Negations::default();
