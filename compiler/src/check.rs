@@ -210,6 +210,9 @@ impl Checker<'_> {
                 let clash = match (p.value, fam) {
                     (Proto::Icmp, Some(Family::V6)) => Some("icmp is IPv4; use proto=\"icmpv6\" for IPv6 addresses"),
                     (Proto::Icmpv6, Some(Family::V4)) => Some("icmpv6 is IPv6; use proto=\"icmp\" for IPv4 addresses"),
+                    (Proto::Other(crate::model::header::IPPROTO_AH), Some(Family::V6)) => {
+                        Some("proto=ah matches IPv4 only: in IPv6, AH is an extension header the kernel's protocol match skips (as ip6tables' -p ah)")
+                    }
                     _ => None,
                 };
                 if let Some(help) = clash {

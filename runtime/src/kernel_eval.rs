@@ -408,10 +408,16 @@ fn frame(f: &Flow, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
     let proto = match f.proto {
         L4::Other(n) => {
             // A few bytes of payload (for GRE: version 0, no options, an experimental
-            // ethertype); no checksum is computed.
+            // ethertype; for AH a header of 12 bytes, no next header); no checksum is computed.
             l4.clear();
-            l4.extend([0, 0, 0x88, 0xb5]);
-            l4.extend(b"fwc!");
+            if n == 51 {
+                l4.extend([59, 1, 0, 0]);
+                l4.extend(b"fwc!");
+                l4.extend(1u32.to_be_bytes());
+            } else {
+                l4.extend([0, 0, 0x88, 0xb5]);
+                l4.extend(b"fwc!");
+            }
             n
         }
         L4::Icmp => 1u8,

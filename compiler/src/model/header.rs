@@ -24,6 +24,10 @@ pub const IP_PROTOCOLS: &[(&str, u8)] = &[
     ("udplite", 136),
 ];
 
+/// AH: in IPv6 an extension header, which the kernel's `meta l4proto` (and ip6tables' `-p`)
+/// skips to the header after it; fwc's `proto=ah` is IPv4 only.
+pub const IPPROTO_AH: u8 = 51;
+
 /// The name of IP protocol `n` in [`IP_PROTOCOLS`], if it has one there.
 pub fn ip_protocol_name(n: u8) -> Option<&'static str> {
     IP_PROTOCOLS.iter().find(|(_, p)| *p == n).map(|(name, _)| *name)

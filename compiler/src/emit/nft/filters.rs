@@ -11,7 +11,8 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
     let to = r.to.as_ref().map(|m| addr_parts(plan, &m.value));
     let parts: Vec<&AddrParts> = from.iter().chain(to.iter()).collect();
     let only = match proto {
-        Some(Proto::Icmp) => Some(Fam::V4),
+        // AH over IPv6 is an extension header that nft's `meta l4proto` skips: IPv4 only.
+        Some(Proto::Icmp | Proto::Other(crate::model::header::IPPROTO_AH)) => Some(Fam::V4),
         Some(Proto::Icmpv6) => Some(Fam::V6),
         _ => None,
     };

@@ -199,7 +199,7 @@ impl Cx<'_> {
         let key = body.get("key").and_then(Value::as_str).unwrap_or_default();
         Ok(match kind.as_str() {
             "meta" => match key {
-                "l4proto" => Val::Int(p.proto.number()),
+                "l4proto" => Val::Int(headers::l4proto(p.proto, p.daddr.is_ipv6())),
                 "nfproto" => Val::Int(if p.daddr.is_ipv6() { 10 } else { 2 }),
                 "iif" | "iifname" => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "oif" | "oifname" => Val::Str(p.oifname.clone().unwrap_or_else(|| "(unnamed)".into())),

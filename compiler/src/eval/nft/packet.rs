@@ -81,6 +81,9 @@ pub(super) fn first_packet_state(flow: &Flow) -> &'static str {
         // echo request, node information query
         L4::Icmpv6 => matches!(flow.dport, 128 | 139),
         L4::Tcp => return crate::eval::headers::first_tcp_state(flow.tcp_flags),
+        // AH over IPv6 is an extension header conntrack skips; a flow's packet has nothing
+        // after it (no next header, 59), which conntrack cannot track: invalid.
+        L4::Other(crate::model::header::IPPROTO_AH) if flow.daddr.is_ipv6() => false,
         // UDP and the protocols conntrack tracks generically (or as GRE, SCTP, …): new.
         L4::Udp | L4::Other(_) => true,
     };
