@@ -120,6 +120,9 @@ pub enum ChainKind {
     Output,
     /// `containers { … }`: who reaches ports that Docker/Podman publish (DNAT into a bridge).
     Containers,
+    /// `prerouting { deny … }`: early drops, before routing and DNAT (iptables' raw/mangle
+    /// PREROUTING); only `deny` rules and the matches known before routing.
+    Prerouting,
 }
 
 impl ChainKind {
@@ -129,6 +132,14 @@ impl ChainKind {
             ChainKind::Forward => "forward",
             ChainKind::Output => "output",
             ChainKind::Containers => "containers",
+            ChainKind::Prerouting => "prerouting",
+        }
+    }
+    /// The nftables chain of the block (`prerouting` is the table's DNAT chain already).
+    pub fn nft_name(self) -> &'static str {
+        match self {
+            ChainKind::Prerouting => "prerouting_filter",
+            k => k.as_str(),
         }
     }
 }

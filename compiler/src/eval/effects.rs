@@ -180,7 +180,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             continue;
         }
         let origin = match c.kind {
-            ChainKind::Input => Origin::Input,
+            ChainKind::Input | ChainKind::Prerouting => Origin::Input,
             ChainKind::Forward => Origin::Forward,
             ChainKind::Output => Origin::Output,
             // Published ports are DNATed by Docker/Podman, whose tables fwc does not compile:
