@@ -52,6 +52,20 @@ fn ruleset(r: &mut Rng) -> String {
     elems.sort();
     elems.dedup();
     s += &format!("set \"a\" {}\n", elems.iter().map(|e| format!("\"{e}\"")).collect::<Vec<_>>().join(" "));
+    // Early drops before routing (and before the forwards' DNAT).
+    if r.chance(30) {
+        s += "prerouting {\n";
+        for i in 0..1 + r.below(2) {
+            let m = match r.below(4) {
+                0 => format!("from=\"{}\"", r.pick(V4_NETS)),
+                1 => format!("from=\"@a\" in=\"{}\"", r.pick(IFS)),
+                2 => format!("proto=tcp port=\"{}\"", r.pick(PORTS)),
+                _ => "state=\"invalid\"".to_string(),
+            };
+            s += &format!("    deny \"pre-{i}\" {m}\n");
+        }
+        s += "}\n";
+    }
     for (chain, n) in [("input", 2 + r.below(6)), ("forward", r.below(4))] {
         let policy = *r.pick(&["drop", "drop", "drop", "accept", "accept", "reject"]);
         let with = if policy == "reject" && r.chance(50) { format!(" reject-with=\"{}\"", r.pick(REJECT_WITH)) } else { String::new() };
@@ -71,6 +85,10 @@ fn ruleset(r: &mut Rng) -> String {
                         props.push(format!("icmp-code=\"{}\"", r.pick(&["0", "1", "0,1"])));
                     }
                 }
+            } else if r.chance(5) {
+                // Another IP protocol, by name or number.
+                proto = *r.pick(&["gre", "esp", "47", "igmp"]);
+                props.push(format!("proto={proto}"));
             } else if r.chance(85) {
                 proto = *r.pick(&["tcp", "udp"]);
                 props.push(format!("proto={proto}"));
@@ -153,6 +171,7 @@ fn flows(r: &mut Rng, n: usize) -> Vec<Flow> {
                 (false, _, true) => L4::Tcp,
                 (false, _, false) => L4::Udp,
             };
+            let proto = if r.chance(6) { *r.pick(&[L4::Other(47), L4::Other(50), L4::Other(2)]) } else { proto };
             let src: IpAddr = if v6 { r.pick(V6_SRC).parse().unwrap() } else { r.pick(V4_SRC).parse().unwrap() };
             let forward = r.chance(30);
             let oif = if forward && r.chance(60) { Some(r.pick(IFS).to_string()) } else { None };
@@ -175,11 +194,11 @@ fn flows(r: &mut Rng, n: usize) -> Vec<Flow> {
                 iif: if r.chance(60) { Some(r.pick(IFS).to_string()) } else { None },
                 oif,
                 // Echo requests, and replies (which open no connection: conntrack calls them invalid).
-                icmp_type: (!proto.has_ports() && r.chance(30)).then_some(if proto == L4::Icmp { 0 } else { 129 }),
+                icmp_type: (proto.is_icmp() && r.chance(30)).then_some(if proto == L4::Icmp { 0 } else { 129 }),
                 // Some first packets that are not a plain SYN (ACK: picked up mid-stream; the
                 // others are invalid), some echoes with a code.
                 tcp_flags: (proto == L4::Tcp && r.chance(20)).then(|| *r.pick(&[0x10, 0x18, 0x12, 0x00, 0x29])),
-                icmp_code: (!proto.has_ports() && r.chance(20)).then_some(1),
+                icmp_code: (proto.is_icmp() && r.chance(20)).then_some(1),
             };
             spec.build().unwrap()
         })
@@ -220,8 +239,14 @@ fn pure_and_kernel_evaluators_agree() {
             if f.daddr.is_ipv6() {
                 *verdicts.entry("ipv6").or_default() += 1;
             }
-            if !f.proto.has_ports() {
+            if f.proto.is_icmp() {
                 *verdicts.entry("icmp").or_default() += 1;
+            }
+            if matches!(f.proto, L4::Other(_)) {
+                *verdicts.entry("other protocols").or_default() += 1;
+            }
+            if x.steps.iter().any(|s| s.hook == "prerouting" && s.verdict != fwc_compiler::eval::Verdict::Accept) {
+                *verdicts.entry("dropped before routing").or_default() += 1;
             }
             let pure = kernel_eval::pure_comparable(f, &x);
             let Some(kr) = kr else {
