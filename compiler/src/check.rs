@@ -137,13 +137,21 @@ impl Checker<'_> {
                 "ports without proto",
                 "add proto=\"tcp\", \"udp\" or \"both\"",
             ),
-            Some(p) if !p.value.has_ports() => self.err(
+            Some(p) if matches!(p.value, Proto::Icmp | Proto::Icmpv6) => self.err(
                 "port-with-icmp",
                 rule,
                 format!("{} has no ports", p.value.as_str()),
                 ports.span,
                 "ports on an ICMP rule",
                 "remove the port, or use proto=\"tcp\"/\"udp\"",
+            ),
+            Some(p) if !p.value.has_ports() => self.err(
+                "port-without-ports",
+                rule,
+                format!("proto={} has no ports fwc matches", p.value.as_str()),
+                ports.span,
+                "ports on a protocol without them",
+                "remove the port (the rule then matches every packet of the protocol), or use proto=\"tcp\"/\"udp\"/\"both\"",
             ),
             _ => {}
         }
@@ -202,6 +210,9 @@ impl Checker<'_> {
                 let clash = match (p.value, fam) {
                     (Proto::Icmp, Some(Family::V6)) => Some("icmp is IPv4; use proto=\"icmpv6\" for IPv6 addresses"),
                     (Proto::Icmpv6, Some(Family::V4)) => Some("icmpv6 is IPv6; use proto=\"icmp\" for IPv4 addresses"),
+                    (Proto::Other(crate::model::header::IPPROTO_AH), Some(Family::V6)) => {
+                        Some("proto=ah matches IPv4 only: in IPv6, AH is an extension header the kernel's protocol match skips (as ip6tables' -p ah)")
+                    }
                     _ => None,
                 };
                 if let Some(help) = clash {

@@ -3,11 +3,40 @@
 //! interface lists (`eth0,eth1`) and the `!` that negates a list. Errors carry a message and a
 //! hint; the caller attaches the span.
 
-use crate::model::header::{PktType, TcpFlags, DEFAULT_TCP_MASK, TCP_FLAGS};
+use crate::model::header::{ip_protocol_number, PktType, TcpFlags, DEFAULT_TCP_MASK, IP_PROTOCOLS, TCP_FLAGS};
+use crate::model::Proto;
 use crate::units::UnitError;
 
 fn err<T>(message: impl Into<String>, help: impl Into<String>) -> Result<T, UnitError> {
     Err(UnitError { message: message.into(), help: help.into() })
+}
+
+/// `proto=` of a filter rule: `tcp`, `udp`, `both`, `icmp`, `icmpv6`, another IP protocol by
+/// name (`gre`, `esp`, … [`IP_PROTOCOLS`]) or any by number 0-255 (6, 17, 1 and 58 are tcp,
+/// udp, icmp and icmpv6, with their ports and types).
+pub fn parse_proto(s: &str) -> Result<Proto, UnitError> {
+    let named = [("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)];
+    let s = s.trim();
+    if let Some((_, p)) = named.iter().find(|(n, _)| *n == s) {
+        return Ok(*p);
+    }
+    let number = s.parse::<u8>().ok().or_else(|| ip_protocol_number(s));
+    match number {
+        Some(6) => Ok(Proto::Tcp),
+        Some(17) => Ok(Proto::Udp),
+        Some(1) => Ok(Proto::Icmp),
+        Some(58) => Ok(Proto::Icmpv6),
+        Some(n) => Ok(Proto::Other(n)),
+        None => {
+            let names: Vec<&str> = named.iter().map(|(n, _)| *n).chain(IP_PROTOCOLS.iter().map(|(n, _)| *n)).collect();
+            let list = format!("proto is one of {}, or an IP protocol number 0-255", names.join(", "));
+            let help = match crate::suggest::did_you_mean(s, names.iter().copied()) {
+                Some(m) => format!("did you mean \"{m}\"? {list}"),
+                None => list,
+            };
+            err(format!("\"{s}\" is not a protocol fwc knows"), help)
+        }
+    }
 }
 
 /// `"!…"` -> `(true, "…")`: a leading `!` negates a list (none of it).
@@ -191,6 +220,19 @@ mod tests {
         assert!(parse_icmp_codes("no-route", false).is_err());
         assert!(parse_icmp_codes("256", false).is_err());
         assert_eq!(icmp_code_name(false, 4), Some("frag-needed"));
+    }
+
+    #[test]
+    fn protocols_by_name_or_number() {
+        assert_eq!(parse_proto("gre").unwrap(), Proto::Other(47));
+        assert_eq!(parse_proto("47").unwrap(), Proto::Other(47));
+        assert_eq!(parse_proto("6").unwrap(), Proto::Tcp);
+        assert_eq!(parse_proto("ipv6").unwrap(), Proto::Other(41));
+        assert_eq!(parse_proto("0").unwrap(), Proto::Other(0));
+        assert_eq!(Proto::Other(50).as_str(), "esp");
+        assert_eq!(Proto::Other(253).as_str(), "253");
+        assert!(parse_proto("256").is_err());
+        assert!(parse_proto("gree").unwrap_err().help.contains("did you mean \"gre\""));
     }
 
     #[test]

@@ -120,6 +120,9 @@ pub enum ChainKind {
     Output,
     /// `containers { … }`: who reaches ports that Docker/Podman publish (DNAT into a bridge).
     Containers,
+    /// `prerouting { deny … }`: early drops, before routing and DNAT (iptables' raw/mangle
+    /// PREROUTING); only `deny` rules and the matches known before routing.
+    Prerouting,
 }
 
 impl ChainKind {
@@ -129,6 +132,14 @@ impl ChainKind {
             ChainKind::Forward => "forward",
             ChainKind::Output => "output",
             ChainKind::Containers => "containers",
+            ChainKind::Prerouting => "prerouting",
+        }
+    }
+    /// The nftables chain of the block (`prerouting` is the table's DNAT chain already).
+    pub fn nft_name(self) -> &'static str {
+        match self {
+            ChainKind::Prerouting => "prerouting_filter",
+            k => k.as_str(),
         }
     }
 }
@@ -272,16 +283,21 @@ pub enum Proto {
     Both,
     Icmp,
     Icmpv6,
+    /// Another IP protocol, by number (`proto=gre` is 47): no ports, no ICMP types.
+    Other(u8),
 }
 
 impl Proto {
-    pub fn as_str(self) -> &'static str {
+    /// The protocol as a rule writes it: `tcp`, …, `gre` (names of [`header::IP_PROTOCOLS`]),
+    /// or the number of one without a name there.
+    pub fn as_str(self) -> std::borrow::Cow<'static, str> {
         match self {
-            Proto::Tcp => "tcp",
-            Proto::Udp => "udp",
-            Proto::Both => "both",
-            Proto::Icmp => "icmp",
-            Proto::Icmpv6 => "icmpv6",
+            Proto::Tcp => "tcp".into(),
+            Proto::Udp => "udp".into(),
+            Proto::Both => "both".into(),
+            Proto::Icmp => "icmp".into(),
+            Proto::Icmpv6 => "icmpv6".into(),
+            Proto::Other(n) => header::ip_protocol_name(n).map_or_else(|| n.to_string().into(), Into::into),
         }
     }
     pub fn has_ports(self) -> bool {

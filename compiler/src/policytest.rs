@@ -238,7 +238,7 @@ impl FileParser<'_> {
             match L4::parse(&v) {
                 Some(p) => spec.proto = Some(p),
                 None => {
-                    bad(self, "proto", span, format!("unknown protocol \"{v}\""), "one of tcp, udp, icmp, icmpv6".into());
+                    bad(self, "proto", span, format!("unknown protocol \"{v}\""), "one of tcp, udp, icmp, icmpv6, another IP protocol's name (gre, esp, igmp, …) or a number 0-255".into());
                     ok = false;
                 }
             }

@@ -74,6 +74,8 @@ golden_cases! {
     case_30_source_nat => "30-source-nat",
     case_31_rollout => "31-rollout",
     case_32_header_matches => "32-header-matches",
+    case_33_protocols => "33-protocols",
+    case_34_prerouting => "34-prerouting",
     case_40_per_source => "40-per-source",
     // schedules: compiled at the time in the case's `at` file
     case_50_schedule_summer => "50-schedule-summer",

@@ -106,9 +106,10 @@ const DEFAULT_IF: &str = "fwck0";
 
 /// Flows sent as packets: not the host's own, and of ICMP only echo requests and replies and
 /// destination-unreachable errors (their identifier, or the error's unused word, carries the
-/// flow's source port, which names the packet in the trace).
+/// flow's source port, which names the packet in the trace). A packet of another protocol
+/// (GRE, ESP, …) carries it as its IPv4 identification or IPv6 flow label.
 fn sends(f: &Flow) -> bool {
-    f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8 | 0 | 3) | (L4::Icmpv6, 128 | 129 | 1)))
+    f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8 | 0 | 3) | (L4::Icmpv6, 128 | 129 | 1) | (L4::Other(_), _)))
 }
 
 /// Evaluate `flows` in the kernel. Flows must have distinct source ports (they identify the
@@ -405,6 +406,20 @@ fn frame(f: &Flow, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
         l4.extend(f.dport.to_be_bytes());
     }
     let proto = match f.proto {
+        L4::Other(n) => {
+            // A few bytes of payload (for GRE: version 0, no options, an experimental
+            // ethertype; for AH a header of 12 bytes, no next header); no checksum is computed.
+            l4.clear();
+            if n == 51 {
+                l4.extend([59, 1, 0, 0]);
+                l4.extend(b"fwc!");
+                l4.extend(1u32.to_be_bytes());
+            } else {
+                l4.extend([0, 0, 0x88, 0xb5]);
+                l4.extend(b"fwc!");
+            }
+            n
+        }
         L4::Icmp => 1u8,
         L4::Icmpv6 => 58u8,
         L4::Tcp => {
@@ -436,12 +451,18 @@ fn frame(f: &Flow, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
     // ICMP (v4) has no pseudo header; TCP, UDP and ICMPv6 do.
     let pre: u32 = if proto == 1 { 0 } else { pseudo.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum() };
     let c = csum(&l4, pre);
-    let at = match proto {
-        6 => 16,
-        17 => 6,
-        _ => 2,
+    let at = match f.proto {
+        L4::Tcp => Some(16),
+        L4::Udp => Some(6),
+        L4::Icmp | L4::Icmpv6 => Some(2),
+        L4::Other(_) => None,
     };
-    l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    if let Some(at) = at {
+        l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    }
+    // The packet's name in the trace (its source port, ICMP identifier, or for another
+    // protocol the IPv4 identification / IPv6 flow label).
+    let id = if matches!(f.proto, L4::Other(_)) { f.sport } else { 1 };
     let mut out = Vec::new();
     out.extend(dst_mac);
     out.extend(src_mac);
@@ -449,7 +470,8 @@ fn frame(f: &Flow, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
         out.extend([0x08, 0x00]);
         let mut ip = vec![0x45, 0];
         ip.extend(((20 + l4.len()) as u16).to_be_bytes());
-        ip.extend([0, 1, 0x40, 0, 64, proto, 0, 0]);
+        ip.extend(id.to_be_bytes());
+        ip.extend([0x40, 0, 64, proto, 0, 0]);
         ip.extend(&src);
         ip.extend(&dst);
         let c = csum(&ip, 0);
@@ -457,7 +479,8 @@ fn frame(f: &Flow, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
         out.extend(ip);
     } else {
         out.extend([0x86, 0xdd]);
-        out.extend([0x60, 0, 0, 0]);
+        out.extend([0x60, 0]);
+        out.extend(if id == 1 { 0u16 } else { id }.to_be_bytes());
         out.extend((l4.len() as u16).to_be_bytes());
         out.extend([proto, 64]);
         out.extend(&src);
@@ -546,6 +569,7 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
                 let echo = first.contains("icmpv6 type echo-") || first.contains("icmpv6 type destination-unreachable");
                 word_after(first, "icmpv6 parameter-problem ").filter(|_| echo).and_then(|w| w.parse::<u32>().ok()).map(|n| (n >> 16) as u16)
             })
+            .or_else(|| other_protocol(first).then(|| word_after(first, "ip id ").or_else(|| word_after(first, "ip6 flowlabel ")).and_then(|w| w.parse().ok())).flatten())
         else {
             continue;
         };
@@ -567,7 +591,9 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
                     .or_else(|| word_after(what, "udp dport "))
                     .and_then(|w| w.parse().ok())
                     .or_else(|| word_after(what, "icmp type ").and_then(|t| icmp_type_number(false, t)))
-                    .or_else(|| word_after(what, "icmpv6 type ").and_then(|t| icmp_type_number(true, t)));
+                    .or_else(|| word_after(what, "icmpv6 type ").and_then(|t| icmp_type_number(true, t)))
+                    // A protocol without ports: the flow's "port" is 0.
+                    .or_else(|| other_protocol(what).then_some(0));
                 if let (Some(a), Some(p)) = (addr, port) {
                     seen_dst = Some((a, p));
                 }
@@ -606,6 +632,11 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
         out.insert(sport, KernelOutcome { verdict, identity, policy, seen_dst, qos_mark, snat_rule, nat_source: None, trace: lines.iter().map(|l| l.to_string()).collect() });
     }
     out
+}
+
+/// Is the packet a trace line shows of a protocol other than TCP, UDP, ICMP and ICMPv6?
+fn other_protocol(line: &str) -> bool {
+    (line.contains(" ip protocol ") || line.contains(" ip6 nexthdr ")) && !["tcp ", "udp ", "icmp"].iter().any(|w| line.contains(w))
 }
 
 /// An ICMP type as `nft monitor trace` prints it (a name, or a number) -> its number.

@@ -52,6 +52,20 @@ fn ruleset(r: &mut Rng) -> String {
     elems.sort();
     elems.dedup();
     s += &format!("set \"a\" {}\n", elems.iter().map(|e| format!("\"{e}\"")).collect::<Vec<_>>().join(" "));
+    // Early drops before routing (and before the forwards' DNAT).
+    if r.chance(30) {
+        s += "prerouting {\n";
+        for i in 0..1 + r.below(2) {
+            let m = match r.below(4) {
+                0 => format!("from=\"{}\"", r.pick(V4_NETS)),
+                1 => format!("from=\"@a\" in=\"{}\"", r.pick(IFS)),
+                2 => format!("proto=tcp port=\"{}\"", r.pick(PORTS)),
+                _ => "state=\"invalid\"".to_string(),
+            };
+            s += &format!("    deny \"pre-{i}\" {m}\n");
+        }
+        s += "}\n";
+    }
     for (chain, n) in [("input", 2 + r.below(6)), ("forward", r.below(4))] {
         let policy = *r.pick(&["drop", "drop", "drop", "accept", "accept", "reject"]);
         let with = if policy == "reject" && r.chance(50) { format!(" reject-with=\"{}\"", r.pick(REJECT_WITH)) } else { String::new() };
@@ -71,6 +85,10 @@ fn ruleset(r: &mut Rng) -> String {
                         props.push(format!("icmp-code=\"{}\"", r.pick(&["0", "1", "0,1"])));
                     }
                 }
+            } else if r.chance(5) {
+                // Another IP protocol, by name or number.
+                proto = *r.pick(&["gre", "esp", "47", "igmp"]);
+                props.push(format!("proto={proto}"));
             } else if r.chance(85) {
                 proto = *r.pick(&["tcp", "udp"]);
                 props.push(format!("proto={proto}"));
@@ -153,6 +171,7 @@ fn flows(r: &mut Rng, n: usize) -> Vec<Flow> {
                 (false, _, true) => L4::Tcp,
                 (false, _, false) => L4::Udp,
             };
+            let proto = if r.chance(6) { *r.pick(&[L4::Other(47), L4::Other(50), L4::Other(2)]) } else { proto };
             let src: IpAddr = if v6 { r.pick(V6_SRC).parse().unwrap() } else { r.pick(V4_SRC).parse().unwrap() };
             let forward = r.chance(30);
             let oif = if forward && r.chance(60) { Some(r.pick(IFS).to_string()) } else { None };
@@ -175,11 +194,11 @@ fn flows(r: &mut Rng, n: usize) -> Vec<Flow> {
                 iif: if r.chance(60) { Some(r.pick(IFS).to_string()) } else { None },
                 oif,
                 // Echo requests, and replies (which open no connection: conntrack calls them invalid).
-                icmp_type: (!proto.has_ports() && r.chance(30)).then_some(if proto == L4::Icmp { 0 } else { 129 }),
+                icmp_type: (proto.is_icmp() && r.chance(30)).then_some(if proto == L4::Icmp { 0 } else { 129 }),
                 // Some first packets that are not a plain SYN (ACK: picked up mid-stream; the
                 // others are invalid), some echoes with a code.
                 tcp_flags: (proto == L4::Tcp && r.chance(20)).then(|| *r.pick(&[0x10, 0x18, 0x12, 0x00, 0x29])),
-                icmp_code: (!proto.has_ports() && r.chance(20)).then_some(1),
+                icmp_code: (proto.is_icmp() && r.chance(20)).then_some(1),
             };
             spec.build().unwrap()
         })
@@ -220,8 +239,14 @@ fn pure_and_kernel_evaluators_agree() {
             if f.daddr.is_ipv6() {
                 *verdicts.entry("ipv6").or_default() += 1;
             }
-            if !f.proto.has_ports() {
+            if f.proto.is_icmp() {
                 *verdicts.entry("icmp").or_default() += 1;
+            }
+            if matches!(f.proto, L4::Other(_)) {
+                *verdicts.entry("other protocols").or_default() += 1;
+            }
+            if x.steps.iter().any(|s| s.hook == "prerouting" && s.verdict != fwc_compiler::eval::Verdict::Accept) {
+                *verdicts.entry("dropped before routing").or_default() += 1;
             }
             let pure = kernel_eval::pure_comparable(f, &x);
             let Some(kr) = kr else {
@@ -449,7 +474,8 @@ forward "web" listen=":8080" to="10.0.0.5:80"
 /// flags (`--syn`, `! --syn`, NULL and Xmas scans; a first packet with ACK is a `new`
 /// connection picked up mid-stream, SYN+ACK or no flags `invalid`), ICMP codes, negated ports,
 /// addresses and interfaces, interface lists, packet types (a broadcast and a multicast
-/// frame), and a kernel forward restricted to an input interface (`in=`).
+/// frame), a kernel forward restricted to an input interface (`in=`), and protocols by name
+/// or number (GRE, ESP, IGMP, 253: raw IP packets of those protocols, both families).
 #[test]
 fn header_matches_behave_in_the_kernel_as_the_evaluator_says() {
     if !fwc_testkit::privileged("header_matches_behave_in_the_kernel_as_the_evaluator_says") {
@@ -467,8 +493,14 @@ input policy=drop {
     allow "dns-lists" proto=udp port=53 in="eth1,eth2" from="!10.0.0.0/8"
     deny "bcast" pkttype="broadcast,multicast"
     allow "any-udp" proto=udp
+    allow "gre" proto=gre from="203.0.113.0/24"
+    allow "ipsec6" proto=esp from="2001:db8:9::/48"
+    deny "esp" proto=esp
+    allow "igmp" proto=igmp in="eth0"
+    allow "p253" proto=253
 }
 forward policy=drop {
+    deny "no-gre-out" proto=47 out="eth0"
     deny "null-scan" proto=tcp tcp-flags="none/all"
     allow "xmas-seen" proto=tcp tcp-flags="fin,psh,urg/all"
     allow "lan-out" in="eth1,eth2" out="!eth1,eth2"
@@ -508,6 +540,16 @@ forward "web-lan" listen=":8080" to="10.0.0.5:80" in="eth1"
         // port 8080 is the host's own (a rule of the input chain decides, no DNAT).
         ("tcp 192.168.1.5:31016 -> 198.18.1.1:8080 in eth1 out eth2", "accept", None),
         ("tcp 203.0.113.7:31017 -> 198.18.1.1:8080 in eth0", "accept", Some("fwc:filter:web-not-eth1")),
+        // Protocols by name or number (GRE, ESP, IGMP, 253), sent from a raw packet socket.
+        ("gre 203.0.113.7 -> 198.18.1.1", "accept", Some("fwc:filter:gre")),
+        ("gre 192.0.2.7 -> 198.18.1.1", "drop", None),
+        ("esp 203.0.113.7 -> 198.18.1.1", "drop", Some("fwc:filter:esp")),
+        ("esp 2001:db8:9::1 -> 2001:db8::1", "accept", Some("fwc:filter:ipsec6")),
+        ("igmp 192.0.2.9 -> 198.18.1.1 in eth0", "accept", Some("fwc:filter:igmp")),
+        ("igmp 192.0.2.9 -> 198.18.1.1 in eth1", "drop", None),
+        ("253 203.0.113.7 -> 198.18.1.1", "accept", Some("fwc:filter:p253")),
+        ("gre 192.168.1.5 -> 203.0.113.9 in eth1 out eth0 forward", "drop", Some("fwc:filter:no-gre-out")),
+        ("esp 192.168.1.5 -> 203.0.113.9 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out")),
     ];
     let flows: Vec<Flow> = cases.iter().map(|c| Flow::parse(c.0).unwrap_or_else(|e| panic!("{}: {e}", c.0))).collect();
     let ev = Evaluator::new(&art).unwrap();

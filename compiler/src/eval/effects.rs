@@ -119,6 +119,7 @@ fn l4s(p: Option<Proto>) -> Vec<L4> {
         Some(Proto::Udp) => vec![L4::Udp],
         Some(Proto::Icmp) => vec![L4::Icmp],
         Some(Proto::Icmpv6) => vec![L4::Icmpv6],
+        Some(Proto::Other(n)) => vec![L4::Other(n)],
         Some(Proto::Both) | None => vec![L4::Tcp, L4::Udp],
     }
 }
@@ -153,7 +154,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
         }
         let src_addr = if origin == Origin::Output { None } else { Some(src.0) };
         // An ICMP service's "port" is its ICMP type.
-        let icmp_type = port.filter(|_| !proto.has_ports()).and_then(|t| u8::try_from(t).ok());
+        let icmp_type = port.filter(|_| proto.is_icmp()).and_then(|t| u8::try_from(t).ok());
         let spec = FlowSpec {
             proto: Some(proto),
             from: (src_addr, None),
@@ -162,7 +163,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             iif,
             oif,
             icmp_type,
-            icmp_code: icmp_code.filter(|_| !proto.has_ports()),
+            icmp_code: icmp_code.filter(|_| proto.is_icmp()),
             tcp_flags: None,
         };
         if let Ok(flow) = spec.build() {
@@ -179,7 +180,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             continue;
         }
         let origin = match c.kind {
-            ChainKind::Input => Origin::Input,
+            ChainKind::Input | ChainKind::Prerouting => Origin::Input,
             ChainKind::Forward => Origin::Forward,
             ChainKind::Output => Origin::Output,
             // Published ports are DNATed by Docker/Podman, whose tables fwc does not compile:

@@ -23,6 +23,8 @@ pub enum L4 {
     Udp,
     Icmp,
     Icmpv6,
+    /// Another IP protocol (gre 47, esp 50, …): no ports, no types.
+    Other(u8),
 }
 
 impl L4 {
@@ -32,26 +34,40 @@ impl L4 {
             L4::Udp => 17,
             L4::Icmp => 1,
             L4::Icmpv6 => 58,
+            L4::Other(n) => u64::from(n),
         }
     }
-    pub fn as_str(self) -> &'static str {
+    /// `tcp`, …, `gre` ([`crate::model::header::IP_PROTOCOLS`]'s names), or the number of a
+    /// protocol without a name there.
+    pub fn as_str(self) -> std::borrow::Cow<'static, str> {
         match self {
-            L4::Tcp => "tcp",
-            L4::Udp => "udp",
-            L4::Icmp => "icmp",
-            L4::Icmpv6 => "icmpv6",
+            L4::Tcp => "tcp".into(),
+            L4::Udp => "udp".into(),
+            L4::Icmp => "icmp".into(),
+            L4::Icmpv6 => "icmpv6".into(),
+            L4::Other(n) => crate::model::header::ip_protocol_name(n).map_or_else(|| n.to_string().into(), Into::into),
         }
     }
     pub fn has_ports(self) -> bool {
         matches!(self, L4::Tcp | L4::Udp)
     }
+    pub fn is_icmp(self) -> bool {
+        matches!(self, L4::Icmp | L4::Icmpv6)
+    }
+    /// A protocol by name (`tcp`, `ipv6-icmp`, `gre`, …) or number (`47`; `6` is tcp).
     pub fn parse(s: &str) -> Option<L4> {
         match s {
             "tcp" => Some(L4::Tcp),
             "udp" => Some(L4::Udp),
             "icmp" => Some(L4::Icmp),
             "icmpv6" | "ipv6-icmp" => Some(L4::Icmpv6),
-            _ => None,
+            _ => match s.parse::<u8>().ok().or_else(|| crate::model::header::ip_protocol_number(s))? {
+                6 => Some(L4::Tcp),
+                17 => Some(L4::Udp),
+                1 => Some(L4::Icmp),
+                58 => Some(L4::Icmpv6),
+                n => Some(L4::Other(n)),
+            },
         }
     }
 }
@@ -223,12 +239,12 @@ pub fn parse_tcp_flag_bits(s: &str) -> Result<u8, FlowError> {
     Ok(bits)
 }
 
-/// The type of an ICMP flow that names none.
+/// The type of an ICMP flow that names none (echo request; 0 for a protocol without types).
 fn default_icmp_type(proto: L4) -> u16 {
-    if proto == L4::Icmp {
-        8
-    } else {
-        128
+    match proto {
+        L4::Icmp => 8,
+        L4::Icmpv6 => 128,
+        _ => 0,
     }
 }
 
@@ -258,7 +274,7 @@ impl FlowSpec {
         if origin == Origin::Forward && self.to.0.is_none() {
             return flow_err("a routed (forward) flow needs a destination address that is not this host's");
         }
-        if (self.icmp_type.is_some() || self.icmp_code.is_some()) && proto.has_ports() {
+        if (self.icmp_type.is_some() || self.icmp_code.is_some()) && !proto.is_icmp() {
             return flow_err(format!("a {} flow has no ICMP type or code", proto.as_str()));
         }
         if self.tcp_flags.is_some() && proto != L4::Tcp {
@@ -284,7 +300,7 @@ impl Flow {
     pub fn parse(s: &str) -> Result<Flow, FlowError> {
         let mut words = s.split_whitespace().peekable();
         let Some(p) = words.next() else { return flow_err("empty flow") };
-        let Some(proto) = L4::parse(p) else { return flow_err(format!("unknown protocol \"{p}\" (tcp, udp, icmp, icmpv6)")) };
+        let Some(proto) = L4::parse(p) else { return flow_err(format!("unknown protocol \"{p}\" (tcp, udp, icmp, icmpv6, gre, esp, … or a number 0-255)")) };
         let mut spec = FlowSpec { proto: Some(proto), ..FlowSpec::default() };
         match words.next() {
             Some("->") => {}
@@ -349,14 +365,14 @@ impl fmt::Display for Flow {
         endpoint(f, self.saddr, ports.then_some(self.sport))?;
         f.write_str(" -> ")?;
         endpoint(f, self.daddr, ports.then_some(self.dport))?;
-        if !ports && self.dport != default_icmp_type(self.proto) {
+        if self.proto.is_icmp() && self.dport != default_icmp_type(self.proto) {
             let v6 = self.proto == L4::Icmpv6;
             match u8::try_from(self.dport).ok().and_then(|t| crate::units::icmp_type_name(v6, t)) {
                 Some(n) => write!(f, " type {n}")?,
                 None => write!(f, " type {}", self.dport)?,
             }
         }
-        if !ports && self.icmp_code != 0 {
+        if self.proto.is_icmp() && self.icmp_code != 0 {
             match crate::headers::icmp_code_name_of(self.proto == L4::Icmpv6, u8::try_from(self.dport).ok(), self.icmp_code) {
                 Some(n) => write!(f, " code {n}")?,
                 None => write!(f, " code {}", self.icmp_code)?,

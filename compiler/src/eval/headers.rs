@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use crate::model::header::{PktType, TCP_FLAGS};
+use crate::eval::flow::L4;
 
 /// What the left side of a match reads, so a name on the right is read as the right number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,5 +124,14 @@ mod tests {
         assert_eq!(first_tcp_state(0x29), "invalid");
         assert_eq!(pkttype_of("255.255.255.255".parse().unwrap()), PktType::Broadcast);
         assert_eq!(pkttype_of("ff02::1".parse().unwrap()), PktType::Multicast);
+    }
+}
+
+/// `meta l4proto` of a flow's packet: its protocol, except AH over IPv6, an extension header
+/// the kernel skips (`ipv6_find_hdr`) to the header after it — in a flow's packet, none (59).
+pub fn l4proto(proto: L4, v6: bool) -> u64 {
+    match proto {
+        L4::Other(crate::model::header::IPPROTO_AH) if v6 => 59,
+        p => p.number(),
     }
 }

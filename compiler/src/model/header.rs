@@ -4,6 +4,40 @@
 
 use serde::Serialize;
 
+/// IP protocols a filter rule names besides tcp, udp, icmp and icmpv6 (`proto=gre`), with
+/// their numbers (Linux's `IPPROTO_*`; nft prints them by these names). A rule may also give any
+/// protocol by number (`proto=47`).
+pub const IP_PROTOCOLS: &[(&str, u8)] = &[
+    ("igmp", 2),
+    ("ipip", 4),
+    ("dccp", 33),
+    ("ipv6", 41),
+    ("gre", 47),
+    ("esp", 50),
+    ("ah", 51),
+    ("ospf", 89),
+    ("pim", 103),
+    ("comp", 108),
+    ("vrrp", 112),
+    ("l2tp", 115),
+    ("sctp", 132),
+    ("udplite", 136),
+];
+
+/// AH: in IPv6 an extension header, which the kernel's `meta l4proto` (and ip6tables' `-p`)
+/// skips to the header after it; fwc's `proto=ah` is IPv4 only.
+pub const IPPROTO_AH: u8 = 51;
+
+/// The name of IP protocol `n` in [`IP_PROTOCOLS`], if it has one there.
+pub fn ip_protocol_name(n: u8) -> Option<&'static str> {
+    IP_PROTOCOLS.iter().find(|(_, p)| *p == n).map(|(name, _)| *name)
+}
+
+/// The number of the IP protocol called `name` in [`IP_PROTOCOLS`].
+pub fn ip_protocol_number(name: &str) -> Option<u8> {
+    IP_PROTOCOLS.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)
+}
+
 /// TCP flag bits as on the wire (and as nft and the evaluator's flows hold them).
 pub const TCP_FLAGS: &[(&str, u8)] = &[("fin", 0x01), ("syn", 0x02), ("rst", 0x04), ("psh", 0x08), ("ack", 0x10), ("urg", 0x20), ("ecn", 0x40), ("cwr", 0x80)];
 

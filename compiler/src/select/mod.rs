@@ -289,9 +289,9 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
     }
 
     let mut chains = Vec::new();
-    let has_containers = rs.chains.iter().any(|c| c.kind == ChainKind::Containers);
-    let kinds = [ChainKind::Input, ChainKind::Forward, ChainKind::Output, ChainKind::Containers];
-    for kind in kinds.into_iter().filter(|k| *k != ChainKind::Containers || has_containers) {
+    let has = |k: ChainKind| rs.chains.iter().any(|c| c.kind == k);
+    let kinds = [ChainKind::Prerouting, ChainKind::Input, ChainKind::Forward, ChainKind::Output, ChainKind::Containers];
+    for kind in kinds.into_iter().filter(|k| !matches!(k, ChainKind::Containers | ChainKind::Prerouting) || has(*k)) {
         let mut policy = Policy::Accept;
         let mut policy_span = None;
         let mut reject_with = None;
@@ -320,6 +320,8 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
             backends: vec![BackendKind::Nftables],
             reason: if kind == ChainKind::Containers {
                 "nftables chain at the forward hook before Docker's (priority -5): new connections DNATed into a container bridge, first match wins, then the policy".into()
+            } else if kind == ChainKind::Prerouting {
+                "nftables chain at the prerouting hook, before routing and DNAT (priority raw -300; mangle -150 when a rule matches state=): every packet, the first deny that matches drops it".into()
             } else {
                 "nftables filter chain: first match wins, then the policy".into()
             },

@@ -13,7 +13,7 @@ use super::rules::FILTER_ACTIONS;
 /// The rule-language version this compiler reads.
 pub const LANGUAGE_VERSION: i128 = 1;
 
-pub(super) const TOP_NODES: &[&str] = &["fwc", "host", "set", "input", "forward", "output", "containers", "shape", "masquerade", "snat", "rollout"];
+pub(super) const TOP_NODES: &[&str] = &["fwc", "host", "set", "input", "forward", "output", "containers", "prerouting", "shape", "masquerade", "snat", "rollout"];
 
 impl Parser<'_, '_> {
     pub(super) fn file(&mut self, is_root: bool, text: &str, rs: &mut Ruleset) {
@@ -76,7 +76,7 @@ impl Parser<'_, '_> {
                         rs.sets.push(s);
                     }
                 }
-                "input" | "output" | "containers" => {
+                "input" | "output" | "containers" | "prerouting" => {
                     if let Some(c) = self.chain(node) {
                         rs.chains.push(c);
                     }
@@ -108,7 +108,7 @@ impl Parser<'_, '_> {
                     }
                 }
                 other => {
-                    let mut help = String::from("top-level nodes are fwc, host, set, input, forward, output, containers, shape, masquerade, snat and rollout");
+                    let mut help = String::from("top-level nodes are fwc, host, set, input, forward, output, containers, prerouting, shape, masquerade, snat and rollout");
                     if FILTER_ACTIONS.contains(&other) {
                         help = format!("`{other}` rules go inside a chain block: input {{ {other} \"name\" … }}");
                     } else if let Some(s) = did_you_mean(other, TOP_NODES.iter().copied()) {

@@ -30,6 +30,11 @@ pub(super) const LOG_RULE_PROPS: &[&str] = &[
     "during", "tz", "until",
 ];
 
+/// A `prerouting` deny: the matches known before routing (`out` is read only to be refused by
+/// name), `state` (as conntrack saw the packet), logging; no rates or schedules.
+pub(super) const PREROUTING_RULE_PROPS: &[&str] =
+    &["proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "state", "log", "log-prefix", "log-rate", "on", "comment"];
+
 pub(super) const MASQUERADE_PROPS: &[&str] = &["from", "to", "out", "proto", "port", "on", "comment"];
 
 /// snat's `to` is the new source address, so its destination filter is `dst`.
@@ -55,11 +60,24 @@ impl Parser<'_, '_> {
             "input" => ChainKind::Input,
             "output" => ChainKind::Output,
             "containers" => ChainKind::Containers,
+            "prerouting" => ChainKind::Prerouting,
             _ => ChainKind::Forward,
         };
         let rule = format!("{} chain", kind.as_str());
-        let allowed: &[&str] = if kind == ChainKind::Containers { &["policy", "bridges"] } else { &["policy", "reject-with"] };
+        let allowed: &[&str] = match kind {
+            ChainKind::Containers => &["policy", "bridges"],
+            // Early drops only: what no rule drops goes on to routing (`policy` is refused below).
+            ChainKind::Prerouting => &["policy"],
+            _ => &["policy", "reject-with"],
+        };
         let mut props = self.props(node, &rule, allowed, 0);
+        if kind == ChainKind::Prerouting {
+            if let Some((_, span)) = self.text(&mut props, "policy") {
+                self.error("prerouting-policy", "the prerouting block has no policy", span, "what no deny drops goes on")
+                    .rule(&rule)
+                    .help("a packet no deny of the prerouting block drops goes on to routing and the input/forward chains, whose policy decides; remove policy=");
+            }
+        }
         let policy = if kind == ChainKind::Containers {
             self.choice(&mut props, "policy", &[("accept", Policy::Accept), ("drop", Policy::Drop)])
         } else {
@@ -75,6 +93,13 @@ impl Parser<'_, '_> {
         let mut rules = Vec::new();
         for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
             let action = match child.name().value() {
+                "allow" | "reject" | "log" if kind == ChainKind::Prerouting => {
+                    let span = self.span(child.name().span());
+                    self.error("prerouting-not-deny", format!("`{}` in the prerouting block", child.name().value()), span, "only deny here")
+                        .rule(&rule)
+                        .help("the prerouting block drops early (deny); allow, reject and log belong in input/forward (log=#true on a deny logs it)");
+                    continue;
+                }
                 "allow" => Action::Allow,
                 "deny" => Action::Deny,
                 "reject" => Action::Reject,
@@ -111,16 +136,13 @@ impl Parser<'_, '_> {
         let rule = format!("{} \"{}\"", action.as_str(), name.value);
         let allowed = match (chain, action) {
             (ChainKind::Containers, _) => CONTAINER_RULE_PROPS,
+            (ChainKind::Prerouting, _) => PREROUTING_RULE_PROPS,
             (_, Action::Log) => LOG_RULE_PROPS,
             _ => FILTER_PROPS,
         };
         let mut p = self.props(node, &rule, allowed, 1);
         self.no_children(node, &rule);
-        let proto = self.choice(
-            &mut p,
-            "proto",
-            &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)],
-        );
+        let proto = self.parsed(&mut p, "proto", headers::parse_proto);
         let icmp_types = self.icmp_types(&mut p, proto.as_ref());
         let icmp_codes = self.icmp_codes(&mut p, proto.as_ref());
         let mut negate = Negations::default();
@@ -129,6 +151,11 @@ impl Parser<'_, '_> {
         let sports = self.parsed_not(&mut p, "sport", &mut negate.sports, units::parse_port_list);
         let iif = self.parsed_not(&mut p, "in", &mut negate.iif, |s| headers::parse_ifnames(s, parse_ifname));
         let oif = self.parsed_not(&mut p, "out", &mut negate.oif, |s| headers::parse_ifnames(s, parse_ifname));
+        if let (ChainKind::Prerouting, Some(o)) = (chain, &oif) {
+            self.error("oif-in-prerouting", "out= in the prerouting block: before routing, no packet has an output interface", o.span, "not known yet")
+                .rule(&rule)
+                .help("match out= in a forward rule (forward { deny … out=… }), or match the destination (to=…) here");
+        }
         if chain == ChainKind::Containers && negate.any() {
             let span = self.span(node.span());
             self.error("negation-in-containers", "`!` (none of the list) in a containers rule", span, "here")

@@ -161,6 +161,12 @@ pub(super) fn l4_match_not(proto: Option<Proto>, dports: Option<&[PortRange]>, s
             out.push(eq(meta(MetaKey::L4proto), s("ipv6-icmp")));
             return out;
         }
+        // By number: nft resolves protocol names through /etc/protocols, which a minimal host
+        // may lack; it lists the number by name (`meta l4proto gre`).
+        Some(Proto::Other(p)) => {
+            out.push(eq(meta(MetaKey::L4proto), n(u32::from(p))));
+            return out;
+        }
         Some(Proto::Both) => {
             out.push(eq(meta(MetaKey::L4proto), set(vec![s("tcp"), s("udp")])));
             "th"

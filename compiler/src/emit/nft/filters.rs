@@ -11,7 +11,8 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
     let to = r.to.as_ref().map(|m| addr_parts(plan, &m.value));
     let parts: Vec<&AddrParts> = from.iter().chain(to.iter()).collect();
     let only = match proto {
-        Some(Proto::Icmp) => Some(Fam::V4),
+        // AH over IPv6 is an extension header that nft's `meta l4proto` skips: IPv4 only.
+        Some(Proto::Icmp | Proto::Other(crate::model::header::IPPROTO_AH)) => Some(Fam::V4),
         Some(Proto::Icmpv6) => Some(Fam::V6),
         _ => None,
     };
@@ -61,8 +62,8 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                 persource::filter_guards(out, r, fam, &expr, &comment);
                 match time_match(r.schedule.as_ref()) {
                     // schedules
-                    Some(t) => out_rules_timed(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment, &t),
-                    None => out_rules(out, r.chain.as_str(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment),
+                    Some(t) => out_rules_timed(out, r.chain.nft_name(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment, &t),
+                    None => out_rules(out, r.chain.nft_name(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment),
                 }
             }
         }
@@ -193,7 +194,7 @@ pub(super) fn reject_as(with: Option<RejectWith>, tcp: bool) -> Vec<(Option<Fam>
 /// the default). Comment `fwc:chain:<chain>`.
 fn policy_reject(out: &mut Out, c: &ChainPlan) {
     let comment = Some(rule_comment(RuleKind::Chain, c.kind.as_str()));
-    let name = c.kind.as_str();
+    let name = c.kind.nft_name();
     match c.reject_with {
         None | Some(RejectWith::TcpReset) => {
             out.rule(name, vec![eq(meta(MetaKey::L4proto), s("tcp")), counter(), reject(true)], comment.clone());
@@ -275,7 +276,11 @@ pub(super) fn forwarder_target_accept(out: &mut Out, f: &ForwardRule) {
     }
 }
 
-/// The three filter base chains, with the user's policies.
+/// nftables' priorities of the raw and mangle tables (before / after conntrack at -200).
+const PRIO_RAW: i32 = -300;
+const PRIO_MANGLE: i32 = -150;
+
+/// The filter base chains, with the user's policies (and the prerouting block's early drops).
 pub(super) fn declare_filter_chains(out: &mut Out, plan: &HostPlan) {
     for c in &plan.chains {
         let hook = match c.kind {
@@ -286,19 +291,32 @@ pub(super) fn declare_filter_chains(out: &mut Out, plan: &HostPlan) {
                 declare_containers_chains(out);
                 continue;
             }
+            ChainKind::Prerouting => {
+                // Before conntrack (raw) unless a rule asks a connection's state (mangle).
+                let prio = if c.rules.iter().any(|r| r.state.is_some()) { PRIO_MANGLE } else { PRIO_RAW };
+                out.chain(c.kind.nft_name(), Some((NfChainType::Filter, NfHook::Prerouting, prio, NfChainPolicy::Accept)));
+                continue;
+            }
         };
         let policy = match c.policy {
             Policy::Accept => NfChainPolicy::Accept,
             // A final rule rejects ([`policy_reject`]).
             Policy::Drop | Policy::Reject => NfChainPolicy::Drop,
         };
-        out.chain(c.kind.as_str(), Some((NfChainType::Filter, hook, 0, policy)));
+        out.chain(c.kind.nft_name(), Some((NfChainType::Filter, hook, 0, policy)));
     }
 }
 
 /// Every rule of one filter chain: fwc's housekeeping, the user's rules, then the accepts of
 /// forwards (which stand in for the chain's policy, so they come after the user's rules).
 pub(super) fn filter_chain_rules(out: &mut Out, plan: &HostPlan, c: &ChainPlan, guards: bool, nat: bool) {
+    if c.kind == ChainKind::Prerouting {
+        // Early drops: the user's denies alone (every packet passes here, established too).
+        for r in &c.rules {
+            filter_rule(out, plan, r);
+        }
+        return;
+    }
     chain_head(out, plan, c.kind, guards, nat);
     for r in &c.rules {
         filter_rule(out, plan, r);
@@ -323,7 +341,7 @@ fn neighbour_discovery() -> Vec<S> {
 /// The rules before the user's: the established fast path, loopback, neighbour discovery,
 /// the forward guards and, in `output`, the forwarder's own connections.
 fn chain_head(out: &mut Out, plan: &HostPlan, kind: ChainKind, guards: bool, nat: bool) {
-    let name = kind.as_str();
+    let name = kind.nft_name();
     out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
     match kind {
         ChainKind::Input => {
@@ -336,7 +354,7 @@ fn chain_head(out: &mut Out, plan: &HostPlan, kind: ChainKind, guards: bool, nat
                 out.rule(name, vec![jump(chains::FWD_GUARD)], None);
             }
         }
-        ChainKind::Containers => {}
+        ChainKind::Containers | ChainKind::Prerouting => {}
         ChainKind::Output => {
             // Clients on the host itself connecting to a kernel forward: nat output has
             // DNATed the flow already, guard it like a remote client's. Before `oif lo`:
@@ -369,7 +387,7 @@ fn chain_head(out: &mut Out, plan: &HostPlan, kind: ChainKind, guards: bool, nat
 /// and the accept only stands in for the chain's policy (see "Forwards and the filter chains"
 /// in docs/rules.md). Established/related packets took the fast path above.
 fn chain_tail(out: &mut Out, plan: &HostPlan, kind: ChainKind, nat: bool) {
-    let name = kind.as_str();
+    let name = kind.nft_name();
     match kind {
         // Userspace forwards: the client connects to the forwarder's socket on this host.
         // Kernel forwards to a local target (DNAT to an address of this host) arrive here too.
@@ -390,6 +408,6 @@ fn chain_tail(out: &mut Out, plan: &HostPlan, kind: ChainKind, nat: bool) {
                 container_egress_accepts(out, plan);
             }
         }
-        ChainKind::Output | ChainKind::Containers => {}
+        ChainKind::Output | ChainKind::Containers | ChainKind::Prerouting => {}
     }
 }

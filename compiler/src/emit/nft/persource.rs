@@ -17,7 +17,7 @@ pub(super) fn declare_sets(out: &mut Out, plan: &HostPlan) {
     for c in &plan.chains {
         for r in &c.rules {
             if let Some(p) = &r.per_source {
-                declare(out, c.kind.as_str(), &r.name.value, p);
+                declare(out, c.kind.nft_name(), &r.name.value, p);
             }
         }
     }
@@ -113,7 +113,7 @@ pub(super) fn filter_guards(out: &mut Out, r: &FilterRule, fam: Option<Fam>, mat
         m.push(ct_state(&["new"]));
     }
     let tcp = r.proto.as_ref().is_some_and(|x| x.value == Proto::Tcp);
-    for g in guards(&m, fam, r.chain.as_str(), &r.name.value, p, tcp) {
-        out.rule_with_elem_stmts(r.chain.as_str(), g.expr, Some(comment.to_string()), g.elem_stmts);
+    for g in guards(&m, fam, r.chain.nft_name(), &r.name.value, p, tcp) {
+        out.rule_with_elem_stmts(r.chain.nft_name(), g.expr, Some(comment.to_string()), g.elem_stmts);
     }
 }

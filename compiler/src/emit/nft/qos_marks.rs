@@ -60,11 +60,12 @@ pub(super) fn shape_rules(out: &mut Out, plan: &HostPlan, sh: &ShapeRule) {
         (Some(Proto::Udp), _) => Some(s("udp")),
         (Some(Proto::Icmp), _) => Some(s("icmp")),
         (Some(Proto::Icmpv6), _) => Some(s("ipv6-icmp")),
+        (Some(Proto::Other(p)), _) => Some(n(u32::from(p))),
     };
     if let Some(l4) = l4 {
         head.push(eq(meta(MetaKey::L4proto), l4));
     }
-    if let Some(ports) = ports.filter(|_| !matches!(proto, Some(Proto::Icmp | Proto::Icmpv6))) {
+    if let Some(ports) = ports.filter(|_| !matches!(proto, Some(Proto::Icmp | Proto::Icmpv6 | Proto::Other(_)))) {
         let name = shape_ports_set(class.id);
         out.port_set(&name, ports);
         head.push(eq(ct_orig("proto-dst"), s(format!("@{name}"))));

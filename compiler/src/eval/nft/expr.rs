@@ -22,28 +22,11 @@ pub(super) struct Cx<'a> {
     pub(super) field: std::cell::Cell<headers::Field>,
 }
 
+/// An IP protocol by the name nft prints (`ip protocol igmp accept` in a foreign ruleset) or a
+/// number. (`ipv6`, protocol 41, is read as `meta nfproto ipv6`: the same word.)
 pub(super) fn proto_number(s: &str) -> Option<u64> {
-    L4::parse(s).map(L4::number).or_else(|| OTHER_PROTOCOLS.iter().find(|(n, _)| *n == s).map(|(_, p)| *p))
+    L4::parse(s).filter(|_| s != "ipv6").map(L4::number)
 }
-
-/// IP protocols a flow never is, by the names nft prints for them (`ip protocol igmp accept` in
-/// a foreign ruleset): a match on them is decided (false), not an error.
-/// (`ipv6`, protocol 41, is left out: the same word is `meta nfproto ipv6`.)
-const OTHER_PROTOCOLS: [(&str, u64); 13] = [
-    ("igmp", 2),
-    ("ipip", 4),
-    ("gre", 47),
-    ("esp", 50),
-    ("ah", 51),
-    ("ospf", 89),
-    ("pim", 103),
-    ("vrrp", 112),
-    ("l2tp", 115),
-    ("sctp", 132),
-    ("udplite", 136),
-    ("dccp", 33),
-    ("comp", 108),
-];
 
 impl Cx<'_> {
     pub(super) fn unsupported(&self, what: String) -> EvalError {
@@ -216,7 +199,7 @@ impl Cx<'_> {
         let key = body.get("key").and_then(Value::as_str).unwrap_or_default();
         Ok(match kind.as_str() {
             "meta" => match key {
-                "l4proto" => Val::Int(p.proto.number()),
+                "l4proto" => Val::Int(headers::l4proto(p.proto, p.daddr.is_ipv6())),
                 "nfproto" => Val::Int(if p.daddr.is_ipv6() { 10 } else { 2 }),
                 "iif" | "iifname" => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
                 "oif" | "oifname" => Val::Str(p.oifname.clone().unwrap_or_else(|| "(unnamed)".into())),

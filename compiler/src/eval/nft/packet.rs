@@ -81,7 +81,11 @@ pub(super) fn first_packet_state(flow: &Flow) -> &'static str {
         // echo request, node information query
         L4::Icmpv6 => matches!(flow.dport, 128 | 139),
         L4::Tcp => return crate::eval::headers::first_tcp_state(flow.tcp_flags),
-        L4::Udp => true,
+        // AH over IPv6 is an extension header conntrack skips; a flow's packet has nothing
+        // after it (no next header, 59), which conntrack cannot track: invalid.
+        L4::Other(crate::model::header::IPPROTO_AH) if flow.daddr.is_ipv6() => false,
+        // UDP and the protocols conntrack tracks generically (or as GRE, SCTP, …): new.
+        L4::Udp | L4::Other(_) => true,
     };
     // MLD (130-132, 143) and neighbour discovery (133-136) are not tracked at all
     // (`noct_valid_new` in nf_conntrack_proto_icmpv6.c): `ct state untracked`, not invalid —
