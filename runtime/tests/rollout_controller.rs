@@ -702,6 +702,72 @@ fn a_stopped_watch_removes_its_scratch_clone() {
     }
 }
 
+/// The controller builds only on a state the agents trust: a state commit on the rollout ref
+/// signed by a key outside the agents' allowed signers, or unsigned, is refused before anything
+/// is decided (exit 4, nothing pushed), naming the key and the newest state that verifies, for
+/// `advance` as for the operator's commands; restored as the refusal says, the rollout goes on.
+#[test]
+fn a_forged_or_unsigned_state_is_refused_before_anything_is_built_on_it() {
+    let test = "a_forged_or_unsigned_state_is_refused_before_anything_is_built_on_it";
+    if !have_tools(test) || !fwc_testkit::tool(test, "ssh-keygen", "openssh-client") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let root = repo.root.display().to_string();
+    fwc_testkit::sh(&format!("ssh-keygen -q -t ed25519 -N '' -C ctl -f {root}/ctl && ssh-keygen -q -t ed25519 -N '' -C mallory -f {root}/mallory"));
+    let allowed = repo.root.join("allowed");
+    std::fs::write(&allowed, format!("ops@example.com namespaces=\"git\" {}", std::fs::read_to_string(repo.root.join("ctl.pub")).unwrap())).unwrap();
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, "0000000000000000000000000000000000000000");
+    let prom = Prometheus::start(fleet.serve());
+    let (key, allowed) = (format!("{root}/ctl"), allowed.display().to_string());
+    let trust = ["--sign-key", key.as_str(), "--allowed-signers", allowed.as_str()];
+    let advance = || fwc(&[&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "3s"][..], &trust].concat());
+    let (code, out, err) = advance();
+    assert_eq!(code, 0, "{out}{err}");
+    let good = git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]);
+    assert_eq!(status(&url)["state"]["commit"], c1.as_str());
+    // A forger with push access writes the next state: a halt with rollback, signed with their
+    // own key; then the same without a signature.
+    let forge = |sign: &str| {
+        let line = format!(
+            "cd {bare} && blob=$(git show {good}:rollout.json | sed 's/\"phase\": \"progressing\"/\"phase\": \"halted\"/; s/\"rollback\": false/\"rollback\": true/' | git hash-object -w --stdin) && tree=$(printf '100644 blob %s\\trollout.json\\n' $blob | git mktree) && git -c gpg.format=ssh -c user.signingkey={root}/mallory -c user.name=M -c user.email=m@example.com commit-tree {sign} -p {good} -m forged $tree",
+            bare = repo.bare.display()
+        );
+        let id = fwc_testkit::sh(&line).trim().to_string();
+        git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &id]);
+        id
+    };
+    let mallory = fwc_testkit::sh(&format!("ssh-keygen -lf {root}/mallory.pub")).split_whitespace().nth(1).unwrap().to_string();
+    let restore = format!("git push --force origin {good}:refs/heads/fwc-rollout");
+    for (sign, why) in [("-S", mallory.as_str()), ("", "not signed")] {
+        let forged = forge(sign);
+        let (code, out, err) = advance();
+        assert_eq!(code, 4, "{sign}: {out}{err}");
+        assert!(err.contains("is not trusted") && err.contains(why) && err.contains(&restore) && err.contains("unverified_state"), "{sign}: {err}");
+        assert_eq!(git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]), forged, "{sign}: nothing was built on the forged state");
+        let (code, out, err) = fwc(&[&["rollout", "resume", "--repo", &url, "--reason", "go"][..], &trust].concat());
+        assert_eq!((code, err.contains("is not trusted")), (4, true), "{sign}: {out}{err}");
+        assert_eq!(git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]), forged);
+    }
+    // A trust file that does not exist is an error, not "trust nothing".
+    let (code, _, err) = fwc(&["rollout", "pause", "--repo", &url, "--allowed-signers", "/nonexistent/allowed"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+    // Restored as the refusal says: the controller builds on the trusted state again.
+    git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &good]);
+    fleet.set("c1", &c1);
+    prom.wait_applied("c1", &c1);
+    let o = wait_until("early promoted", || {
+        let (code, out, err) = advance();
+        assert_eq!(code, 0, "{out}{err}");
+        status(&url)["state"]["promoted"].as_u64().filter(|p| *p == 1).map(|_| out)
+    });
+    assert!(o.contains("promote wave early"), "{o}");
+    assert_eq!(git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout^"]), good);
+}
+
 /// `start COMMIT` with an ancestor of `stable` (every agent would refuse it as a rewind): refused
 /// up front, saying how to go back; nothing is written to the rollout ref.
 #[test]
