@@ -32,11 +32,13 @@ struct Policy {
     props: &'static str,
     /// false: the commit has no `rollout` block at all.
     rollout: bool,
+    /// The canary gate's `grace=` (empty: none).
+    gate_grace: &'static str,
 }
 
 impl Policy {
     fn plain() -> Policy {
-        Policy { canary_gate: None, soak: 0, props: "", rollout: true }
+        Policy { canary_gate: None, soak: 0, props: "", rollout: true, gate_grace: "" }
     }
 
     fn with(props: &'static str) -> Policy {
@@ -45,7 +47,10 @@ impl Policy {
 
     fn kdl(&self, marker: &str) -> String {
         let gate = match self.canary_gate {
-            Some((q, max)) => format!(" {{\n        gate \"errors\" query={} max={max}\n    }}", serde_json::to_string(q).unwrap()),
+            Some((q, max)) => {
+                let grace = if self.gate_grace.is_empty() { String::new() } else { format!(" grace=\"{}\"", self.gate_grace) };
+                format!(" {{\n        gate \"errors\" query={} max={max}{grace}\n    }}", serde_json::to_string(q).unwrap())
+            }
             None => String::new(),
         };
         let soak = if self.soak > 0 { format!(" soak=\"{}s\"", self.soak) } else { String::new() };
@@ -365,7 +370,7 @@ fn a_failing_gate_halts_once_the_canary_applied() {
     if !have_tools("a_failing_gate_halts_once_the_canary_applied") {
         return;
     }
-    let gated = Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 0, props: "on-failure=\"rollback\"", rollout: true };
+    let gated = Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), props: "on-failure=\"rollback\"", ..Policy::plain() };
     let (repo, url, _, fleet, prom) = rolled_out_v1(&gated);
     *fleet.error_ratio.lock().unwrap() = 0.5;
     let c2 = push(&repo, &gated.kdl("v2"), "v2");
@@ -569,6 +574,19 @@ fn a_broken_gate_never_stops_a_degraded_canary_from_halting() {
     prom.wait_applied("c1", &c3);
     let o = advance_until(&url, &prom, "halted by the broken gate", |s| s["phase"] == "halted");
     assert!(o["state"]["reason"].as_str().unwrap().contains("the query failed"), "{o}");
+
+    // The same broken gate with its own grace (in force: a first rollout of another repository
+    // runs under its own policy): pending within it, neither promoted nor halted.
+    let graced = Policy { gate_grace: "1h", ..broken };
+    let repo = Repo::new();
+    let url = repo.url();
+    let g1 = push(&repo, &graced.kdl("graced v1"), "v1");
+    advance_until(&url, &prom, "graced v1 started", |s| s["commit"] == g1.as_str());
+    fleet.set("c1", &g1);
+    prom.wait_applied("c1", &g1);
+    let o = advance(&url, &prom);
+    assert_eq!((o["result"].as_str(), o["state"]["phase"].as_str(), o["state"]["promoted"].as_u64()), (Some("nothing"), Some("progressing"), Some(0)), "{o}");
+    assert!(o["message"].as_str().unwrap().contains("the query failed") && o["message"].as_str().unwrap().contains("within its grace"), "{o}");
 }
 
 /// The policy in force is the stable commit's: a commit that drops the `rollout` block is

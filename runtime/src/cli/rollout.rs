@@ -233,6 +233,9 @@ fn options(r: &RemoteArgs) -> Result<Options> {
         }
     }
     let trust = SignaturePolicy { allowed_signers: r.allowed_signers.clone(), gpg_home: r.gpg_home.clone() };
+    if signer.is_some() && !trust.enabled() {
+        eprintln!("warning: signing the next rollout state without verifying the one it is built on: give the agents' --allowed-signers (or --gpg-home) so a forged state is not signed over");
+    }
     Ok(Options { repo: r.repo.clone(), branch: r.branch.clone(), rollout_branch: r.rollout_branch.clone(), signer, attempts: r.attempts, trust })
 }
 

@@ -10,7 +10,7 @@ use fwc_artifacts::rollout::{RolloutPhase, RolloutState};
 use git2::Oid;
 use serde::Serialize;
 
-use super::controller::{decide, gates_wanted, policy_candidates, subject, Command, ControllerInput, Decision, Fleet, GateResult, HostReport, Member};
+use super::controller::{decide, gates_wanted, policy_candidates, subject, Command, ControllerInput, Decision, Fleet, HostReport, Member};
 use super::prometheus::Prometheus;
 use super::state_ref::{HistoryEntry, Pushed, Remote, Signer, Snapshot};
 use super::trust::{untrusted, StateTrust};
@@ -171,9 +171,9 @@ pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus
             if snap.state.as_ref().is_some_and(|s| s.commit == subj && matches!(s.phase, RolloutPhase::Progressing | RolloutPhase::Paused)) {
                 for w in gates_wanted(snap.state.as_ref(), f) {
                     for g in &f.policy.waves[w].gates {
-                        // A gate that cannot be evaluated fails (fail safe): it never stops
-                        // the decision, so a degraded host still halts the rollout.
-                        gates.push(p.gate(w, g).unwrap_or_else(|e| GateResult { wave: w, gate: g.name.clone(), failure: Some(format!("gate {:?}: the query failed: {}", g.name, e.what)) }));
+                        // A gate that cannot be evaluated fails (fail safe, after its grace): it
+                        // never stops the decision, so a degraded host still halts the rollout.
+                        gates.push(p.gate(w, g));
                     }
                 }
             }

@@ -67,12 +67,26 @@ impl HostReport {
 }
 
 /// The outcome of one gate query.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct GateResult {
     pub wave: usize,
     pub gate: String,
     /// None = the gate holds; Some(why) = it fails.
     pub failure: Option<String>,
+    /// The failure is no answer: the query failed, or returned nothing (without `allow-empty`).
+    pub no_answer: bool,
+    /// The gate's `grace=`: how long no answer is waited for before it fails.
+    pub grace_secs: u64,
+}
+
+/// Judge one gate from its instant query's answer (`Err`: the query failed). No answer, or an
+/// empty one without `allow_empty`, fails (fail safe), marked `no_answer` for the gate's grace.
+pub fn gate_result(wave: usize, gate: &Gate, answer: Result<&[(String, f64)], &str>) -> GateResult {
+    let (failure, no_answer) = match answer {
+        Err(e) => (Some(format!("gate {:?}: the query failed: {e}", gate.name)), true),
+        Ok(samples) => (judge_gate(gate, samples), samples.is_empty()),
+    };
+    GateResult { wave, gate: gate.name.clone(), no_answer: no_answer && failure.is_some(), failure, grace_secs: gate.grace_secs }
 }
 
 /// Judge one gate's instant-query result (`(labels, value)` per sample): every sample must
@@ -440,10 +454,23 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
         }
         pending.extend(waiting);
     }
+    // A gate that fails halts. One that gives no answer (its query errors or returns nothing)
+    // is waited for within its grace, counted from the state's last transition: nothing is
+    // promoted meanwhile, and degraded hosts (above) still halt; past the grace it fails.
+    let mut gate_wait: Option<String> = None;
     for g in inp.gates.iter().filter(|g| g.wave <= k && g.wave < last && fully_applied.contains(&g.wave)) {
-        if let Some(why) = &g.failure {
-            return halt(s, &fleet.policy, format!("wave {}: {why}", fleet.policy.waves[g.wave].name), now);
+        let Some(why) = &g.failure else { continue };
+        let wave_name = &fleet.policy.waves[g.wave].name;
+        if !g.no_answer || g.grace_secs == 0 {
+            return halt(s, &fleet.policy, format!("wave {wave_name}: {why}"), now);
         }
+        let start = humantime::parse_rfc3339_weak(&s.since).unwrap_or(SystemTime::UNIX_EPOCH);
+        let waited = inp.now.duration_since(start).unwrap_or(Duration::ZERO);
+        let grace = fwc_compiler::rollout::format_secs(g.grace_secs);
+        if waited >= Duration::from_secs(g.grace_secs) {
+            return halt(s, &fleet.policy, format!("wave {wave_name}: {why}; no answer for longer than its grace ({grace})"), now);
+        }
+        gate_wait.get_or_insert(format!("wave {wave_name}: {why}; waiting within its grace ({}s of {grace}), nothing is promoted meanwhile", waited.as_secs()));
     }
     let wave = &fleet.policy.waves[k];
     if !missing_now.is_empty() {
@@ -477,6 +504,9 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
     }
     if !pending.is_empty() {
         return Decision::Nothing { why: format!("waiting for {} host(s) to apply {}: {}", pending.len(), short(&s.commit), list(&pending)) };
+    }
+    if let Some(why) = gate_wait {
+        return Decision::Nothing { why };
     }
     if unadmitted > 0 {
         let mut n = s.clone();

@@ -135,7 +135,12 @@ impl Case {
         self
     }
     fn gate(mut self, wave: usize, failure: Option<&str>) -> Case {
-        self.gates.push(GateResult { wave, gate: "errors".into(), failure: failure.map(String::from) });
+        self.gates.push(GateResult { wave, gate: "errors".into(), failure: failure.map(String::from), ..Default::default() });
+        self
+    }
+    /// A gate of `wave` without an answer (its query failed or returned nothing), with `grace_secs`.
+    fn silent_gate(mut self, wave: usize, grace_secs: u64) -> Case {
+        self.gates.push(GateResult { wave, gate: "errors".into(), failure: Some("gate \"errors\": the query failed: bad_data".into()), no_answer: true, grace_secs });
         self
     }
 }
@@ -467,9 +472,52 @@ fn gates_wanted_skip_the_last_wave() {
     assert!(gates_wanted(None, &fleet()).is_empty());
 }
 
+/// A gate that gives no answer (its query errors, or returns nothing) is pending within its own
+/// grace, counted from the state's last transition: it neither promotes nor halts; past the
+/// grace it fails. It never stops a degraded host from halting, and a gate that answers "fails"
+/// halts at once whatever its grace.
+#[test]
+fn a_gate_without_an_answer_is_pending_within_its_grace_then_fails() {
+    let c2_canary = || reports(C1, &[("c1", Some(on(C2)))]);
+    let soaked = || Some(soaking(state(C2, 0, Progressing, 0), 1));
+    let mut gated = fleet();
+    gated.policy.waves[0].soak_secs = 0;
+    run(&gated, vec![
+        case("no answer, no grace: fails at once", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 10).silent_gate(0, 0).want(Halted, 0, true, "the query failed"),
+        case("no answer within its grace: pending, no promotion", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 60)
+            .silent_gate(0, 120)
+            .nothing("waiting within its grace (60s of 2m)"),
+        case("no answer past its grace: halt", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 120)
+            .silent_gate(0, 120)
+            .want(Halted, 0, true, "no answer for longer than its grace (2m)"),
+        case("pending gate, degraded canary: halts all the same", Some(state(C2, 0, Progressing, 0)), C2, reports(C1, &[("c1", Some(degraded(C1, C2, "self_check")))]), Command::Advance, 5)
+            .silent_gate(0, 600)
+            .want(Halted, 0, true, "c1 (self_check)"),
+        case("a gate that answers and fails ignores its grace: halt", Some(state(C2, 0, Progressing, 0)), C2, c2_canary(), Command::Advance, 5)
+            .gate(0, Some("gate \"errors\" fails: 3"))
+            .want(Halted, 0, true, "fails: 3"),
+        case("an earlier wave's silent gate within grace holds the next promotion", Some(state(C2, 1, Progressing, 60)), C2, reports(C2, &[]), Command::Advance, 90)
+            .silent_gate(0, 300)
+            .nothing("wave canary: gate \"errors\""),
+    ]);
+    // The soak's clock and the grace's are both the last transition's: the soak starting
+    // resets the grace.
+    run(&fleet(), vec![case("soaking, gate silent within grace: wait", soaked(), C2, c2_canary(), Command::Advance, 61).silent_gate(0, 120).nothing("within its grace")]);
+    // From the query's answer to the result.
+    let g = Gate { name: "errors".into(), query: "x".into(), op: GateOp::AtMost, threshold: 0.5, allow_empty: false, grace_secs: 120 };
+    let r = gate_result(0, &g, Err("bad_data: parse error"));
+    assert!(r.no_answer && r.grace_secs == 120 && r.failure.as_deref().unwrap().contains("parse error"), "{r:?}");
+    let r = gate_result(0, &g, Ok(&[]));
+    assert!(r.no_answer && r.failure.as_deref().unwrap().contains("no samples"), "{r:?}");
+    let r = gate_result(0, &Gate { allow_empty: true, ..g.clone() }, Ok(&[]));
+    assert!(!r.no_answer && r.failure.is_none(), "{r:?}");
+    let r = gate_result(0, &g, Ok(&[(String::new(), 0.9)]));
+    assert!(!r.no_answer && r.failure.is_some(), "an answer that fails is no silence: {r:?}");
+}
+
 #[test]
 fn gates_judge_every_sample() {
-    let g = Gate { name: "errors".into(), query: "rate(x[1m])".into(), op: GateOp::AtMost, threshold: 0.5, allow_empty: false };
+    let g = Gate { name: "errors".into(), query: "rate(x[1m])".into(), op: GateOp::AtMost, threshold: 0.5, allow_empty: false, grace_secs: 0 };
     assert_eq!(judge_gate(&g, &[("{host=\"a\"}".into(), 0.1), ("{host=\"b\"}".into(), 0.5)]), None);
     let bad = judge_gate(&g, &[("{host=\"a\"}".into(), 0.1), ("{host=\"b\"}".into(), 0.7)]).unwrap();
     assert!(bad.contains("host=\"b\"} = 0.7") && !bad.contains("0.1"), "{bad}");
