@@ -678,6 +678,15 @@ fn compare_and_swap_on_a_file_remote_and_a_hook_that_refuses() {
     assert!(err.contains("refused") && err.contains("pre-receive hook declined") && err.contains("fwc-rollout is protected here") && err.contains("not a lost race"), "{err}");
     assert!(!err.contains("lost the race"), "{err}");
     assert_eq!(rollout_log(&repo), before);
+    // A stale lock on the server: "failed to update ref" although the ref did not move.
+    std::fs::remove_file(&hook).unwrap();
+    let lock = repo.bare.join("refs/heads/fwc-rollout.lock");
+    std::fs::write(&lock, "").unwrap();
+    let (code, out, err) = fwc(&["rollout", "pause", "--repo", &url, "--reason", "freeze"]);
+    std::fs::remove_file(&lock).unwrap();
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("failed to update ref") && err.contains("cannot lock ref") && err.contains("not a lost race"), "{err}");
+    assert_eq!(rollout_log(&repo), before);
 }
 
 /// `advance --watch` stopped by SIGTERM (systemd) or SIGINT (a terminal) removes its scratch
@@ -911,4 +920,17 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
     assert_eq!(o["state"]["commit"], c2.as_str());
     let log = rollout_log(&repo);
     assert_eq!(log.iter().filter(|l| l.contains(&c2[..12]) && l.contains("promote wave early")).count(), 1, "{log:#?}");
+
+    // A stale lock on the server (a git process that crashed there): receive-pack answers
+    // "failed to update ref", as it does for a ref that moved under its lock. The ref did not
+    // move, so it is reported as the server's refusal, not retried as a lost race.
+    let lock = repo.bare.join("refs/heads/fwc-rollout.lock");
+    std::fs::write(&lock, "").unwrap();
+    let before = rollout_log(&repo);
+    let (code, out, err) = fwc(&["rollout", "pause", "--repo", &url, "--reason", "freeze"]);
+    std::fs::remove_file(&lock).unwrap();
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("failed to update ref") && err.contains("not a lost race"), "{err}");
+    assert!(!err.contains("lost the race"), "{err}");
+    assert_eq!(rollout_log(&repo), before);
 }

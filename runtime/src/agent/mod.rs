@@ -40,6 +40,12 @@
 //!   transaction is never cut by the agent itself); if the agent is still busy
 //!   [`STOP_GRACE`] after the signal, it exits anyway, exactly as after a crash: the intent in
 //!   `agent.json` makes the next start redo and audit the interrupted action.
+//!
+//! This file holds the agent itself and what it does with one commit (gather the facts for
+//! [`decide::decide`], execute the step). Beside it: [`decide`] (the pure decisions),
+//! `following.rs` (the fleet rollout's inputs), `transaction.rs` (the apply, its audit entry and
+//! self-check), `drift.rs` (drift check, heal or report), `journal.rs` (`agent.json`),
+//! `run_loop.rs` (the process: loop, signals, forwarder) and `hooked.rs` (test hooks).
 
 pub mod decide;
 mod drift;
