@@ -220,6 +220,15 @@ pub struct Gate {
     pub threshold: f64,
     #[serde(default)]
     pub allow_empty: bool,
+    /// `grace=`: how long a gate that gives no answer (its query fails, or returns nothing
+    /// without `allow_empty`) is waited for (nothing is promoted, nothing halts) before it
+    /// counts as failing; counted from the rollout state's last transition. 0: at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub grace_secs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

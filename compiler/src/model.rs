@@ -744,6 +744,9 @@ pub struct GateDecl {
     pub max: Option<Spanned<f64>>,
     pub min: Option<Spanned<f64>>,
     pub allow_empty: bool,
+    /// `grace="2m"`: seconds a gate without an answer is waited for before it fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_secs: Option<Spanned<u64>>,
     #[serde(skip)]
     pub span: Span,
 }

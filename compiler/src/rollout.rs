@@ -103,7 +103,7 @@ pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
                         (None, Some(m)) => (GateOp::AtLeast, m.value),
                         (None, None) => return None,
                     };
-                    Some(Gate { name: g.name.value.clone(), query: g.query.as_ref()?.value.clone(), op, threshold, allow_empty: g.allow_empty })
+                    Some(Gate { name: g.name.value.clone(), query: g.query.as_ref()?.value.clone(), op, threshold, allow_empty: g.allow_empty, grace_secs: g.grace_secs.as_ref().map_or(0, |s| s.value) })
                 })
                 .collect(),
             max_parallel: w.max_parallel.as_ref().map(|m| m.value),
@@ -197,7 +197,13 @@ pub fn render_waves(plan: &FleetPlan) -> String {
         fwc_artifacts::rollout::OnFailure::Halt => "halt (promoted hosts keep the commit)",
         fwc_artifacts::rollout::OnFailure::Rollback => "rollback (promoted hosts go back to the stable commit)",
     };
-    let _ = writeln!(s, "On failure: {on_failure}; missing hosts of the wave being promoted pause the rollout after {}.", format_secs(policy.missing_timeout_secs));
+    let _ = writeln!(s, "On failure: {on_failure}; missing hosts of the wave being promoted pause the rollout after {} (missing-timeout).", format_secs(policy.missing_timeout_secs));
+    let spacing = if policy.self_check_spacing_ms % 1000 == 0 { format_secs(policy.self_check_spacing_ms / 1000) } else { format!("{}ms", policy.self_check_spacing_ms) };
+    let _ = writeln!(
+        s,
+        "Self-check after every apply: {} attempt(s) (self-check-attempts), {spacing} before the second, doubling after each failure (self-check-spacing); then the agent reverts the apply.",
+        policy.self_check_attempts
+    );
     for (i, w) in policy.waves.iter().enumerate() {
         let hosts: Vec<&str> = plan.hosts_of(i).map(|h| h.name.as_str()).collect();
         let _ = write!(s, "\nwave {} \"{}\": {}; {} host(s)", i + 1, w.name, describe_select(&w.select), hosts.len());
@@ -229,7 +235,8 @@ pub fn render_waves(plan: &FleetPlan) -> String {
                 GateOp::AtLeast => (">=", "min"),
             };
             let empty = if g.allow_empty { ", an empty result passes" } else { "" };
-            let _ = writeln!(s, "  gate \"{}\" ({what}): every sample of {} {op} {}{empty}", g.name, g.query, g.threshold);
+            let grace = if g.grace_secs > 0 { format!("; no answer (an error, or no samples) is waited for {} before it fails", format_secs(g.grace_secs)) } else { String::new() };
+            let _ = writeln!(s, "  gate \"{}\" ({what}): every sample of {} {op} {}{empty}{grace}", g.name, g.query, g.threshold);
         }
         for h in hosts {
             let _ = writeln!(s, "  {h}");
@@ -567,6 +574,7 @@ host "web-4" { labels role=web; }
             ("rollout {\n wave \"all\" max-parallel=0\n}\n", "fwc::rollout-bad-max-parallel", "never apply"),
             ("rollout {\n wave \"all\" max-parallel=\"0%\"\n}\n", "fwc::rollout-bad-max-parallel", "1% to 100%"),
             ("rollout on-falure=\"halt\" {\n wave \"all\"\n}\n", "", "on-failure"),
+            ("rollout {\n wave \"c\" on=\"role=canary\" {\n  gate \"e\" query=\"up\" max=1 grace=\"soon\"\n }\n wave \"all\"\n}\n", "fwc::rollout-bad-grace", "soon"),
         ];
         for (text, code, msg) in cases {
             let d = match crate::check_all(&tree(&format!("{FLEET}{text}"))) {
@@ -590,7 +598,7 @@ host "web-4" { labels role=web; }
             r#"{FLEET}rollout {{
     wave "canary" on="canary-1" soak="10m" max-unavailable=1 {{
         gate "errors" query="sum(rate(http_requests_errors_total[5m]))" max=0.01
-        gate "up" query="min(up)" min=1 allow-empty=#true
+        gate "up" query="min(up)" min=1 allow-empty=#true grace="90s"
     }}
     wave "early" percent="25%" max-unavailable="10%"
     wave "all"
@@ -602,8 +610,8 @@ host "web-4" { labels role=web; }
         let p = fleet_plan(&tree(&text)).unwrap().policy.unwrap();
         let w = &p.waves[0];
         assert_eq!((w.soak_secs, w.max_unavailable), (600, MaxUnavailable::Hosts(1)));
-        assert_eq!(w.gates[0], Gate { name: "errors".into(), query: "sum(rate(http_requests_errors_total[5m]))".into(), op: GateOp::AtMost, threshold: 0.01, allow_empty: false });
-        assert_eq!((w.gates[1].op, w.gates[1].threshold, w.gates[1].allow_empty), (GateOp::AtLeast, 1.0, true));
+        assert_eq!(w.gates[0], Gate { name: "errors".into(), query: "sum(rate(http_requests_errors_total[5m]))".into(), op: GateOp::AtMost, threshold: 0.01, allow_empty: false, grace_secs: 0 });
+        assert_eq!((w.gates[1].op, w.gates[1].threshold, w.gates[1].allow_empty, w.gates[1].grace_secs), (GateOp::AtLeast, 1.0, true, 90));
         assert_eq!((p.waves[1].select.clone(), p.waves[1].max_unavailable), (WaveSelect::Percent(25), MaxUnavailable::Percent(10)));
         assert_eq!(p.probes, vec![
             fwc_artifacts::rollout::Probe::Tcp { name: "api".into(), address: "198.18.0.1:443".into() },

@@ -212,6 +212,7 @@ const PURE: &[(&str, &[&str])] = &[
             "agent/decide.rs",
             "rollout/controller.rs",
             "rollout/rewind.rs",
+            "rollout/trust.rs",
             "rollout/follow.rs",
             "rollout/textfile.rs",
             "rollout/window.rs",

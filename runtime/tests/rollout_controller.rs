@@ -32,11 +32,13 @@ struct Policy {
     props: &'static str,
     /// false: the commit has no `rollout` block at all.
     rollout: bool,
+    /// The canary gate's `grace=` (empty: none).
+    gate_grace: &'static str,
 }
 
 impl Policy {
     fn plain() -> Policy {
-        Policy { canary_gate: None, soak: 0, props: "", rollout: true }
+        Policy { canary_gate: None, soak: 0, props: "", rollout: true, gate_grace: "" }
     }
 
     fn with(props: &'static str) -> Policy {
@@ -45,7 +47,10 @@ impl Policy {
 
     fn kdl(&self, marker: &str) -> String {
         let gate = match self.canary_gate {
-            Some((q, max)) => format!(" {{\n        gate \"errors\" query={} max={max}\n    }}", serde_json::to_string(q).unwrap()),
+            Some((q, max)) => {
+                let grace = if self.gate_grace.is_empty() { String::new() } else { format!(" grace=\"{}\"", self.gate_grace) };
+                format!(" {{\n        gate \"errors\" query={} max={max}{grace}\n    }}", serde_json::to_string(q).unwrap())
+            }
             None => String::new(),
         };
         let soak = if self.soak > 0 { format!(" soak=\"{}s\"", self.soak) } else { String::new() };
@@ -365,7 +370,7 @@ fn a_failing_gate_halts_once_the_canary_applied() {
     if !have_tools("a_failing_gate_halts_once_the_canary_applied") {
         return;
     }
-    let gated = Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), soak: 0, props: "on-failure=\"rollback\"", rollout: true };
+    let gated = Policy { canary_gate: Some(("max(test_error_ratio)", 0.1)), props: "on-failure=\"rollback\"", ..Policy::plain() };
     let (repo, url, _, fleet, prom) = rolled_out_v1(&gated);
     *fleet.error_ratio.lock().unwrap() = 0.5;
     let c2 = push(&repo, &gated.kdl("v2"), "v2");
@@ -569,6 +574,19 @@ fn a_broken_gate_never_stops_a_degraded_canary_from_halting() {
     prom.wait_applied("c1", &c3);
     let o = advance_until(&url, &prom, "halted by the broken gate", |s| s["phase"] == "halted");
     assert!(o["state"]["reason"].as_str().unwrap().contains("the query failed"), "{o}");
+
+    // The same broken gate with its own grace (in force: a first rollout of another repository
+    // runs under its own policy): pending within it, neither promoted nor halted.
+    let graced = Policy { gate_grace: "1h", ..broken };
+    let repo = Repo::new();
+    let url = repo.url();
+    let g1 = push(&repo, &graced.kdl("graced v1"), "v1");
+    advance_until(&url, &prom, "graced v1 started", |s| s["commit"] == g1.as_str());
+    fleet.set("c1", &g1);
+    prom.wait_applied("c1", &g1);
+    let o = advance(&url, &prom);
+    assert_eq!((o["result"].as_str(), o["state"]["phase"].as_str(), o["state"]["promoted"].as_u64()), (Some("nothing"), Some("progressing"), Some(0)), "{o}");
+    assert!(o["message"].as_str().unwrap().contains("the query failed") && o["message"].as_str().unwrap().contains("within its grace"), "{o}");
 }
 
 /// The policy in force is the stable commit's: a commit that drops the `rollout` block is
@@ -660,6 +678,15 @@ fn compare_and_swap_on_a_file_remote_and_a_hook_that_refuses() {
     assert!(err.contains("refused") && err.contains("pre-receive hook declined") && err.contains("fwc-rollout is protected here") && err.contains("not a lost race"), "{err}");
     assert!(!err.contains("lost the race"), "{err}");
     assert_eq!(rollout_log(&repo), before);
+    // A stale lock on the server: "failed to update ref" although the ref did not move.
+    std::fs::remove_file(&hook).unwrap();
+    let lock = repo.bare.join("refs/heads/fwc-rollout.lock");
+    std::fs::write(&lock, "").unwrap();
+    let (code, out, err) = fwc(&["rollout", "pause", "--repo", &url, "--reason", "freeze"]);
+    std::fs::remove_file(&lock).unwrap();
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("failed to update ref") && err.contains("cannot lock ref") && err.contains("not a lost race"), "{err}");
+    assert_eq!(rollout_log(&repo), before);
 }
 
 /// `advance --watch` stopped by SIGTERM (systemd) or SIGINT (a terminal) removes its scratch
@@ -700,6 +727,72 @@ fn a_stopped_watch_removes_its_scratch_clone() {
         assert_eq!(status.code(), Some(0), "signal {sig}: {status:?}");
         assert_eq!(scratch(), 0, "signal {sig}: the scratch clone is left behind");
     }
+}
+
+/// The controller builds only on a state the agents trust: a state commit on the rollout ref
+/// signed by a key outside the agents' allowed signers, or unsigned, is refused before anything
+/// is decided (exit 4, nothing pushed), naming the key and the newest state that verifies, for
+/// `advance` as for the operator's commands; restored as the refusal says, the rollout goes on.
+#[test]
+fn a_forged_or_unsigned_state_is_refused_before_anything_is_built_on_it() {
+    let test = "a_forged_or_unsigned_state_is_refused_before_anything_is_built_on_it";
+    if !have_tools(test) || !fwc_testkit::tool(test, "ssh-keygen", "openssh-client") {
+        return;
+    }
+    let repo = Repo::new();
+    let url = repo.url();
+    let root = repo.root.display().to_string();
+    fwc_testkit::sh(&format!("ssh-keygen -q -t ed25519 -N '' -C ctl -f {root}/ctl && ssh-keygen -q -t ed25519 -N '' -C mallory -f {root}/mallory"));
+    let allowed = repo.root.join("allowed");
+    std::fs::write(&allowed, format!("ops@example.com namespaces=\"git\" {}", std::fs::read_to_string(repo.root.join("ctl.pub")).unwrap())).unwrap();
+    let c1 = push(&repo, &Policy::plain().kdl("v1"), "v1");
+    let fleet = Fleet::new(&HOSTS, "0000000000000000000000000000000000000000");
+    let prom = Prometheus::start(fleet.serve());
+    let (key, allowed) = (format!("{root}/ctl"), allowed.display().to_string());
+    let trust = ["--sign-key", key.as_str(), "--allowed-signers", allowed.as_str()];
+    let advance = || fwc(&[&["rollout", "advance", "--repo", &url, "--prometheus", &prom.url, "--missing-after", "3s"][..], &trust].concat());
+    let (code, out, err) = advance();
+    assert_eq!(code, 0, "{out}{err}");
+    let good = git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]);
+    assert_eq!(status(&url)["state"]["commit"], c1.as_str());
+    // A forger with push access writes the next state: a halt with rollback, signed with their
+    // own key; then the same without a signature.
+    let forge = |sign: &str| {
+        let line = format!(
+            "cd {bare} && blob=$(git show {good}:rollout.json | sed 's/\"phase\": \"progressing\"/\"phase\": \"halted\"/; s/\"rollback\": false/\"rollback\": true/' | git hash-object -w --stdin) && tree=$(printf '100644 blob %s\\trollout.json\\n' $blob | git mktree) && git -c gpg.format=ssh -c user.signingkey={root}/mallory -c user.name=M -c user.email=m@example.com commit-tree {sign} -p {good} -m forged $tree",
+            bare = repo.bare.display()
+        );
+        let id = fwc_testkit::sh(&line).trim().to_string();
+        git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &id]);
+        id
+    };
+    let mallory = fwc_testkit::sh(&format!("ssh-keygen -lf {root}/mallory.pub")).split_whitespace().nth(1).unwrap().to_string();
+    let restore = format!("git push --force origin {good}:refs/heads/fwc-rollout");
+    for (sign, why) in [("-S", mallory.as_str()), ("", "not signed")] {
+        let forged = forge(sign);
+        let (code, out, err) = advance();
+        assert_eq!(code, 4, "{sign}: {out}{err}");
+        assert!(err.contains("is not trusted") && err.contains(why) && err.contains(&restore) && err.contains("unverified_state"), "{sign}: {err}");
+        assert_eq!(git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]), forged, "{sign}: nothing was built on the forged state");
+        let (code, out, err) = fwc(&[&["rollout", "resume", "--repo", &url, "--reason", "go"][..], &trust].concat());
+        assert_eq!((code, err.contains("is not trusted")), (4, true), "{sign}: {out}{err}");
+        assert_eq!(git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout"]), forged);
+    }
+    // A trust file that does not exist is an error, not "trust nothing".
+    let (code, _, err) = fwc(&["rollout", "pause", "--repo", &url, "--allowed-signers", "/nonexistent/allowed"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+    // Restored as the refusal says: the controller builds on the trusted state again.
+    git(&repo.bare, &["update-ref", "refs/heads/fwc-rollout", &good]);
+    fleet.set("c1", &c1);
+    prom.wait_applied("c1", &c1);
+    let o = wait_until("early promoted", || {
+        let (code, out, err) = advance();
+        assert_eq!(code, 0, "{out}{err}");
+        status(&url)["state"]["promoted"].as_u64().filter(|p| *p == 1).map(|_| out)
+    });
+    assert!(o.contains("promote wave early"), "{o}");
+    assert_eq!(git(&repo.bare, &["rev-parse", "refs/heads/fwc-rollout^"]), good);
 }
 
 /// `start COMMIT` with an ancestor of `stable` (every agent would refuse it as a rewind): refused
@@ -827,4 +920,17 @@ fn a_killed_controller_resumes_from_the_ref_and_racing_controllers_make_one_tran
     assert_eq!(o["state"]["commit"], c2.as_str());
     let log = rollout_log(&repo);
     assert_eq!(log.iter().filter(|l| l.contains(&c2[..12]) && l.contains("promote wave early")).count(), 1, "{log:#?}");
+
+    // A stale lock on the server (a git process that crashed there): receive-pack answers
+    // "failed to update ref", as it does for a ref that moved under its lock. The ref did not
+    // move, so it is reported as the server's refusal, not retried as a lost race.
+    let lock = repo.bare.join("refs/heads/fwc-rollout.lock");
+    std::fs::write(&lock, "").unwrap();
+    let before = rollout_log(&repo);
+    let (code, out, err) = fwc(&["rollout", "pause", "--repo", &url, "--reason", "freeze"]);
+    std::fs::remove_file(&lock).unwrap();
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("failed to update ref") && err.contains("not a lost race"), "{err}");
+    assert!(!err.contains("lost the race"), "{err}");
+    assert_eq!(rollout_log(&repo), before);
 }

@@ -19,7 +19,7 @@ pub(super) const WAVE_PROPS: &[&str] = &["on", "percent", "soak", "max-unavailab
 
 pub(super) const ROLLOUT_PROPS: &[&str] = &["on-failure", "missing-timeout", "self-check-attempts", "self-check-spacing"];
 
-pub(super) const GATE_PROPS: &[&str] = &["query", "max", "min", "allow-empty"];
+pub(super) const GATE_PROPS: &[&str] = &["query", "max", "min", "allow-empty", "grace"];
 
 pub(super) const PROBE_PROPS: &[&str] = &["tcp", "http"];
 
@@ -120,6 +120,7 @@ impl Parser<'_, '_> {
         let max = self.threshold(&mut p, "max", &rule);
         let min = self.threshold(&mut p, "min", &rule);
         let allow_empty = self.bool(&mut p, "allow-empty");
+        let grace_secs = self.text(&mut p, "grace").and_then(|(t, s)| self.rollout_value(&rule, "grace", &t, s, parse_soak));
         let span = self.span(node.span());
         let given = |k: &str| node.entries().iter().any(|e| e.name().is_some_and(|id| id.value() == k));
         match (&max, &min) {
@@ -136,7 +137,7 @@ impl Parser<'_, '_> {
             }
             _ => {}
         }
-        Some(GateDecl { name, query, max, min, allow_empty, span })
+        Some(GateDecl { name, query, max, min, allow_empty, grace_secs, span })
     }
 
     /// `max=0.01` / `min=1`: a finite number (a KDL number, or a string holding one).

@@ -105,7 +105,8 @@ pub fn verify_ssh(allowed_signers: &Path, sig: &[u8], payload: &[u8]) -> Result<
     let principals = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() || principals.is_empty() {
         return Err(Refusal::BadSignature(format!(
-            "the signing key is not in {} ({})",
+            "the signing key{} is not in {} ({})",
+            signing_key(&sig_path, payload).map(|k| format!(" ({k})")).unwrap_or_default(),
             allowed_signers.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         )));
@@ -127,6 +128,15 @@ pub fn verify_ssh(allowed_signers: &Path, sig: &[u8], payload: &[u8]) -> Result<
         last_err = format!("{}{}", String::from_utf8_lossy(&out.stdout).trim(), String::from_utf8_lossy(&out.stderr).trim());
     }
     Err(Refusal::BadSignature(last_err))
+}
+
+/// The key that made an SSH signature (`ED25519 key SHA256:…`), checked against the payload
+/// but not against any allowed signer: to name it when it is not allowed.
+fn signing_key(sig_path: &Path, payload: &[u8]) -> Option<String> {
+    let out = run_with_stdin(Command::new("ssh-keygen").args(["-Y", "check-novalidate", "-n", "git", "-s"]).arg(sig_path), payload).ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "Good "git" signature with ED25519 key SHA256:…"
+    text.lines().find_map(|l| l.split_once(" signature with ").map(|(_, k)| k.trim().to_string()))
 }
 
 /// `gpg --verify` against the keyring in `home`; returns `<fingerprint> <user id>`.

@@ -10,6 +10,7 @@ use miette::{IntoDiagnostic, Result};
 
 use super::output;
 use super::Global;
+use crate::agent::verify::SignaturePolicy;
 use crate::rollout::advance::{self, Options, Outcome};
 use crate::rollout::controller::Command as Step;
 use crate::rollout::prometheus::Prometheus;
@@ -17,16 +18,22 @@ use crate::rollout::state_ref::{ssh_signer, Signer};
 
 const EXIT_CODES: &str = "Exit codes: 0 done, or nothing to do (the reason is printed); 1 error, nothing was changed \
 (the repository, Prometheus or the policy could not be read, or the push failed); 4 the command does not apply to \
-the rollout's state (e.g. resume a complete rollout), nothing was changed.";
+the rollout's state (e.g. resume a complete rollout), or that state is not one to build on (it does not verify with \
+--allowed-signers / --gpg-home), nothing was changed.";
 
 const ADVANCE_HELP: &str = "Examples:\n  \
 # one step (cron: * * * * *)\n  \
 fwc rollout advance --repo ssh://git@git.example.net/net/rules.git --prometheus http://prom:9090\n  \
 # as a service, one step every 30 s; a git or Prometheus outage is printed and retried\n  \
-fwc rollout advance --repo URL --prometheus http://prom:9090 --watch --interval 30s\n\n\
+fwc rollout advance --repo URL --prometheus http://prom:9090 --watch --interval 30s\n  \
+# agents that require signed commits: sign the states, and verify the one built on with the agents' trust file\n  \
+fwc rollout advance --repo URL --prometheus http://prom:9090 --sign-key /etc/fwc/rollout-key --allowed-signers /etc/fwc/allowed_signers\n\n\
 Each step: fetch the branch and fwc-rollout, read the hosts from Prometheus (fwc_applied_commit_info, \
 fwc_agent_degraded by their host label) and the gates, decide, and push at most one state commit.\n\
-Exit codes: 0 done, or nothing to do (the reason is printed); 1 error, nothing was changed; 4 never for advance.";
+Exit codes: 0 done, or nothing to do (the reason is printed); 1 error, nothing was changed; 4 the state at the rollout \
+ref is not one to build on, nothing was changed: it is behind what the hosts accepted (the ref was set back or \
+deleted), or it does not verify with --allowed-signers / --gpg-home (unsigned, or signed by a key not listed); the \
+message says which state to go on from.";
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -98,6 +105,16 @@ pub struct RemoteArgs {
     /// run with --gpg-home.
     #[arg(long)]
     pub gpg_sign_key: Option<String>,
+    /// Trust only rollout states signed by a key in this SSH allowed-signers file: the same
+    /// file the agents run with (`fwc agent --allowed-signers`). Every command that writes a
+    /// state verifies the one it builds on first and refuses (exit 4, nothing pushed) an
+    /// unsigned or foreign one, which the agents would refuse too.
+    #[arg(long, env = "FWC_ALLOWED_SIGNERS", value_hint = clap::ValueHint::FilePath)]
+    pub allowed_signers: Option<PathBuf>,
+    /// Trust only rollout states signed by a key in this GnuPG home (public keyring), as
+    /// `fwc agent --gpg-home`; may be combined with --allowed-signers.
+    #[arg(long, env = "FWC_GPG_HOME", value_hint = clap::ValueHint::DirPath)]
+    pub gpg_home: Option<PathBuf>,
     /// How often a push that lost the race to another controller is re-decided and retried.
     #[arg(long, default_value = "5")]
     pub attempts: usize,
@@ -210,7 +227,16 @@ fn options(r: &RemoteArgs) -> Result<Options> {
         (None, Some(id)) => Some(Signer::Gpg { key: id.clone(), home: None }),
         (None, None) => None,
     };
-    Ok(Options { repo: r.repo.clone(), branch: r.branch.clone(), rollout_branch: r.rollout_branch.clone(), signer, attempts: r.attempts })
+    for f in [&r.allowed_signers, &r.gpg_home].into_iter().flatten() {
+        if !f.exists() {
+            return Err(miette::miette!(help = "give the trust options the agents run with (--allowed-signers, --gpg-home)", "{} does not exist", f.display()));
+        }
+    }
+    let trust = SignaturePolicy { allowed_signers: r.allowed_signers.clone(), gpg_home: r.gpg_home.clone() };
+    if signer.is_some() && !trust.enabled() {
+        eprintln!("warning: signing the next rollout state without verifying the one it is built on: give the agents' --allowed-signers (or --gpg-home) so a forged state is not signed over");
+    }
+    Ok(Options { repo: r.repo.clone(), branch: r.branch.clone(), rollout_branch: r.rollout_branch.clone(), signer, attempts: r.attempts, trust })
 }
 
 pub fn rollout(a: RolloutArgs, g: &Global) -> Result<ExitCode> {

@@ -10,9 +10,11 @@ use fwc_artifacts::rollout::{RolloutPhase, RolloutState};
 use git2::Oid;
 use serde::Serialize;
 
-use super::controller::{decide, gates_wanted, policy_candidates, subject, Command, ControllerInput, Decision, Fleet, GateResult, HostReport, Member};
+use super::controller::{decide, gates_wanted, policy_candidates, subject, Command, ControllerInput, Decision, Fleet, HostReport, Member};
 use super::prometheus::Prometheus;
-use super::state_ref::{HistoryEntry, Pushed, Remote, Signer};
+use super::state_ref::{HistoryEntry, Pushed, Remote, Signer, Snapshot};
+use super::trust::{untrusted, StateTrust};
+use crate::agent::verify::{verify_commit, SignaturePolicy};
 use super::RolloutError;
 
 /// Where the rules and the state live, and how to sign.
@@ -24,6 +26,8 @@ pub struct Options {
     pub signer: Option<Signer>,
     /// How many times a lost compare-and-swap is retried (re-fetch, re-decide).
     pub attempts: usize,
+    /// The agents' trust policy: the state built on must verify with it.
+    pub trust: SignaturePolicy,
 }
 
 /// What one step did.
@@ -79,6 +83,28 @@ fn rewinds_stable(remote: &Remote, s: &RolloutState, command: &Command) -> Optio
     ))
 }
 
+/// The state at the rollout ref does not verify with the agents' trust policy: why, and the
+/// newest earlier state that does ([`untrusted`] decides and words it).
+fn state_untrusted(remote: &Remote, snap: &Snapshot, opts: &Options) -> Option<String> {
+    let id = snap.state_commit.filter(|_| opts.trust.enabled())?;
+    let verified = verify_commit(&remote.repo, id, &opts.trust).map_err(|r| r.to_string());
+    let mut last_trusted = None;
+    if verified.is_err() {
+        // The first-parent chain of states, newest first (bounded: a forger's chain can be long).
+        let mut next = remote.repo.find_commit(id).ok().and_then(|c| c.parent_id(0).ok());
+        for _ in 0..100 {
+            let Some(p) = next else { break };
+            if verify_commit(&remote.repo, p, &opts.trust).is_ok() {
+                last_trusted = Some(p.to_string());
+                break;
+            }
+            next = remote.repo.find_commit(p).ok().and_then(|c| c.parent_id(0).ok());
+        }
+    }
+    let commit = id.to_string();
+    untrusted(&StateTrust { state_commit: Some(&commit), required: true, verified, last_trusted: last_trusted.as_deref(), rollout_branch: &opts.rollout_branch })
+}
+
 fn policy_error(commit: Oid, d: &fwc_compiler::diag::Diagnostics) -> RolloutError {
     RolloutError::new(
         format!("the rules of commit {commit} do not compile, so its rollout policy cannot be read:\n{}", d.render(false)),
@@ -103,6 +129,10 @@ pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus
     loop {
         let snap = remote.fetch()?;
         let tip = snap.tip.to_string();
+        // Verified first: every command builds its state on this one.
+        if let Some(why) = state_untrusted(remote, &snap, opts) {
+            return Ok(Outcome { result: "refused", message: why, state: snap.state, pushed: None, lost_races: lost, tip, metrics: String::new() });
+        }
         let command = match command {
             Command::Start { commit } if commit.is_empty() => Command::Start { commit: tip.clone() },
             Command::Start { commit } => Command::Start { commit: remote.resolve(commit)?.to_string() },
@@ -141,9 +171,9 @@ pub fn step_with(remote: &Remote, opts: &Options, prometheus: Option<&Prometheus
             if snap.state.as_ref().is_some_and(|s| s.commit == subj && matches!(s.phase, RolloutPhase::Progressing | RolloutPhase::Paused)) {
                 for w in gates_wanted(snap.state.as_ref(), f) {
                     for g in &f.policy.waves[w].gates {
-                        // A gate that cannot be evaluated fails (fail safe): it never stops
-                        // the decision, so a degraded host still halts the rollout.
-                        gates.push(p.gate(w, g).unwrap_or_else(|e| GateResult { wave: w, gate: g.name.clone(), failure: Some(format!("gate {:?}: the query failed: {}", g.name, e.what)) }));
+                        // A gate that cannot be evaluated fails (fail safe, after its grace): it
+                        // never stops the decision, so a degraded host still halts the rollout.
+                        gates.push(p.gate(w, g));
                     }
                 }
             }

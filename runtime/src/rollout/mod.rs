@@ -11,6 +11,7 @@ pub mod rewind;
 pub mod prometheus;
 pub mod state_ref;
 pub mod textfile;
+pub mod trust;
 pub mod window;
 
 /// Why a rollout command failed: what happened and what to do about it.

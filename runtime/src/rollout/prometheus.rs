@@ -10,7 +10,7 @@ use std::time::Duration;
 use fwc_artifacts::rollout::Gate;
 use serde_json::Value;
 
-use super::controller::{judge_gate, Degraded, GateResult, HostReport};
+use super::controller::{gate_result, Degraded, GateResult, HostReport};
 use super::rewind::AcceptedReport;
 use super::RolloutError;
 
@@ -131,10 +131,14 @@ impl Prometheus {
         Ok(out)
     }
 
-    /// Evaluate `gate` of wave `wave`.
-    pub fn gate(&self, wave: usize, gate: &Gate) -> Result<GateResult, RolloutError> {
-        let samples: Vec<(String, f64)> = self.query(&gate.query)?.into_iter().map(|s| (s.label_text(), s.value)).collect();
-        Ok(GateResult { wave, gate: gate.name.clone(), failure: judge_gate(gate, &samples) })
+    /// Evaluate `gate` of wave `wave`. A query that fails is a gate without an answer (it
+    /// never aborts the step: a degraded host must still halt the rollout).
+    pub fn gate(&self, wave: usize, gate: &Gate) -> GateResult {
+        let samples = self.query(&gate.query).map(|v| v.into_iter().map(|s| (s.label_text(), s.value)).collect::<Vec<(String, f64)>>());
+        match &samples {
+            Ok(v) => gate_result(wave, gate, Ok(v)),
+            Err(e) => gate_result(wave, gate, Err(&e.what)),
+        }
     }
 }
 

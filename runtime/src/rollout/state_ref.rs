@@ -71,11 +71,31 @@ fn is_local(url: &str) -> bool {
 }
 
 /// Does a push's refusal say another writer moved the ref first (re-read and decide again)?
-/// (`git receive-pack` reports a ref that moved between its check and its lock as "failed to
-/// update ref".)
+/// Only the words that say so; "failed to update ref" / "failed to lock" are [`ambiguous`].
 fn lost_race(why: &str) -> bool {
     let m = why.to_ascii_lowercase();
-    ["non-fast-forward", "fastforward", "fast-forward", "fetch first", "stale info", "failed to lock", "cannot lock", "failed to update ref", "reference already exists", "not present locally"].iter().any(|w| m.contains(w))
+    ["non-fast-forward", "fastforward", "fast-forward", "fetch first", "stale info", "reference already exists", "not present locally"].iter().any(|w| m.contains(w))
+}
+
+/// A refusal that may be a race or not: `git receive-pack` says "failed to update ref" (or
+/// "failed to lock", "cannot lock") both for a ref that moved between its check and its lock
+/// and for an update the server could not or would not make (an `update` hook, a permission,
+/// a full disk). Only re-reading the remote ref tells them apart.
+fn ambiguous(why: &str) -> bool {
+    let m = why.to_ascii_lowercase();
+    ["failed to update ref", "failed to lock", "cannot lock"].iter().any(|w| m.contains(w))
+}
+
+/// How a refused push is reported: a lost race (re-read, re-decide) or a refusal (an error
+/// saying what the server said). `remote_now` is the rollout ref re-read after an ambiguous
+/// refusal (`Some(None)`: it does not exist; `None`: it could not be read); `expected` is the
+/// value the push was decided from. Pure.
+pub fn push_verdict(why: &str, expected: Option<&str>, remote_now: Option<Option<&str>>) -> bool {
+    if lost_race(why) {
+        return true;
+    }
+    // Ambiguous: a race only if the ref really moved away from what the push expected.
+    ambiguous(why) && remote_now.is_some_and(|now| now != expected)
 }
 
 /// The `remote:` lines of git's output (what a hook said).
@@ -236,7 +256,7 @@ impl Remote {
         match remote.push(&[spec.as_str()], Some(&mut po)) {
             Ok(()) => {}
             Err(e) => {
-                if e.code() == git2::ErrorCode::NotFastForward || lost_race(e.message()) {
+                if e.code() == git2::ErrorCode::NotFastForward || self.lost(e.message(), id) {
                     return Ok(Pushed::Rejected(e.message().to_string()));
                 }
                 return Err(match refusal.borrow_mut().take() {
@@ -245,10 +265,30 @@ impl Remote {
                 });
             }
         }
-        if let Some(why) = rejected.borrow_mut().take() {
-            return if lost_race(&why) { Ok(Pushed::Rejected(why)) } else { Err(self.refused(&why)) };
+        let rejected = rejected.borrow_mut().take();
+        if let Some(why) = rejected {
+            return if self.lost(&why, id) { Ok(Pushed::Rejected(why)) } else { Err(self.refused(&why)) };
         }
         Ok(Pushed::Ok)
+    }
+
+    /// Is the refusal `why` of the push of `id` a lost race ([`push_verdict`]; an ambiguous one
+    /// re-reads the remote ref)?
+    fn lost(&self, why: &str, id: Oid) -> bool {
+        let expected = self.repo.find_commit(id).ok().and_then(|c| c.parent_id(0).ok()).map(|o| o.to_string());
+        let now = if ambiguous(why) && !lost_race(why) { self.remote_ref() } else { None };
+        push_verdict(why, expected.as_deref(), now.as_ref().map(|o| o.as_deref()))
+    }
+
+    /// The rollout ref as the remote has it now (`ls-remote`): Some(None) when it does not
+    /// exist, None when the remote cannot be read.
+    fn remote_ref(&self) -> Option<Option<String>> {
+        let refusal = RefCell::new(None);
+        let mut remote = self.repo.remote_anonymous(&self.url).ok()?;
+        let conn = remote.connect_auth(git2::Direction::Fetch, Some(self.callbacks(&refusal, None)), None).ok()?;
+        let want = format!("refs/heads/{}", self.rollout_branch);
+        let heads = conn.list().ok()?;
+        Some(heads.iter().find(|h| h.name() == want).map(|h| h.oid().to_string()))
     }
 
     fn refused(&self, why: &str) -> RolloutError {
@@ -276,8 +316,12 @@ impl Remote {
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         // Porcelain: "!<TAB>from:to<TAB>[rejected] (stale info)" for a lost lease.
         let line = text.lines().find(|l| l.starts_with('!')).map(|l| l.split('\t').next_back().unwrap_or(l).to_string());
+        let moved = || {
+            let now = if ambiguous(&text) { self.remote_ref() } else { None };
+            push_verdict(&text, expected.map(|o| o.to_string()).as_deref(), now.as_ref().map(|o| o.as_deref()))
+        };
         match line {
-            Some(why) if lost_race(&why) => Ok(Pushed::Rejected(why)),
+            Some(why) if lost_race(&why) || moved() => Ok(Pushed::Rejected(why)),
             Some(why) => Err(self.refused(&format!("{why}: {}", remote_lines(&text)))),
             None => Err(self.refused(text.trim())),
         }
@@ -380,6 +424,34 @@ mod tests {
             policy_commit: None,
             batch_below: None,
             resumed: None,
+        }
+    }
+
+    /// A refusal is a lost race when it says so, or when it is ambiguous ("failed to update
+    /// ref", as `git receive-pack` says over git:// for a ref that moved under its lock and for
+    /// a hook or permission alike) and the remote ref really moved; otherwise it is reported as
+    /// what the server said.
+    #[test]
+    fn a_refusal_is_a_race_only_when_the_ref_moved() {
+        let (old, new) = ("1".repeat(40), "2".repeat(40));
+        // (refusal, expected old value, the remote ref re-read, lost race?)
+        let rows: &[(&str, Option<&str>, Option<Option<&str>>, bool)] = &[
+            ("[rejected] (non-fast-forward)", Some(&old), None, true),
+            ("[rejected] (fetch first)", Some(&old), None, true),
+            ("[rejected] (stale info)", Some(&old), None, true),
+            ("reference already exists", None, None, true),
+            ("failed to update ref", Some(&old), Some(Some(&new)), true),
+            ("failed to update ref", None, Some(Some(&new)), true),
+            ("failed to update ref", Some(&old), Some(None), true),
+            ("failed to update ref", Some(&old), Some(Some(&old)), false),
+            ("failed to update ref", None, Some(None), false),
+            ("failed to update ref", Some(&old), None, false),
+            ("failed to lock", Some(&old), Some(Some(&old)), false),
+            ("pre-receive hook declined", Some(&old), Some(Some(&new)), false),
+            ("permission denied", Some(&old), None, false),
+        ];
+        for (why, expected, now, race) in rows {
+            assert_eq!(push_verdict(why, *expected, *now), *race, "{why} expected {expected:?} remote now {now:?}");
         }
     }
 

@@ -128,7 +128,7 @@ mod tests {
         reports.insert("c1".to_string(), on("c2"));
         reports.insert("a1".to_string(), on("c1"));
         reports.insert("a2".to_string(), HostReport { degraded: vec![Degraded { commit: "c2".into(), reason: "self_check".into() }], ..on("c1") });
-        let gates = [GateResult { wave: 0, gate: "errors".into(), failure: Some("3".into()) }];
+        let gates = [GateResult { wave: 0, gate: "errors".into(), failure: Some("3".into()), ..Default::default() }];
         let text = render(&StepView { result: "transition", state: Some(&state), since: Some(1.5e9), fleet: Some(&fleet), reports: &reports, gates: &gates, now: 1.6e9 });
         for want in [
             "fwc_rollout_controller_last_success_timestamp_seconds 1600000000\n",
