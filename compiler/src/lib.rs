@@ -24,6 +24,7 @@ pub mod quota;
 pub mod rollout;
 pub mod schedule;
 pub mod select;
+pub mod setcache;
 pub mod setfile;
 pub mod setlayout;
 pub mod source;

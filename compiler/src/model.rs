@@ -94,6 +94,11 @@ pub struct AddrSet {
     pub dynamic: Option<DynamicSet>,
     #[serde(skip)]
     pub span: Span,
+    /// For a set that is exactly one set file (no inline elements): its merged intervals and
+    /// manifest digest, computed once when the file is read or taken from the set-file cache
+    /// (`crate::setcache`), so the layout and the manifest do not derive them again.
+    #[serde(skip)]
+    pub from_file: Option<std::sync::Arc<crate::setcache::FileFacts>>,
 }
 
 /// The run-time part of a `dynamic=#true` set: default element timeout and maximum size.

@@ -50,7 +50,11 @@ impl SetLayout {
     /// The layout of a set with these elements; `one_lookup`: why it must stay an interval
     /// set whatever its size (a rule using it must stay one nft rule).
     pub fn of<'a>(elems: impl IntoIterator<Item = &'a AddrElem>, one_lookup: Option<&'static str>) -> SetLayout {
-        let [v4, v6] = merged_compact(elems);
+        SetLayout::of_merged(merged_compact(elems), one_lookup)
+    }
+
+    /// [`SetLayout::of`] from the elements' [`merged_compact`] intervals.
+    pub fn of_merged([v4, v6]: [Merged; 2], one_lookup: Option<&'static str>) -> SetLayout {
         let big = one_lookup.is_none();
         SetLayout { fams: [FamLayout::of(32, v4, big), FamLayout::of(128, v6, big)], one_lookup }
     }
