@@ -9,7 +9,8 @@
 //! newest [`MAX_ENTRIES`] entries are kept.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -90,7 +91,8 @@ impl SetFileStore for DirSetStore {
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = self.dir.join(format!(".{key}.{}.{n}.tmp", std::process::id()));
-        let written = fs::write(&tmp, bytes).and_then(|()| fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600)));
+        // 0600 from the start, whatever the umask (every file of the state dir is).
+        let written = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).and_then(|mut f| f.write_all(bytes));
         if written.and_then(|()| fs::rename(&tmp, self.path(key))).is_err() {
             let _ = fs::remove_file(&tmp);
             return;
