@@ -16,6 +16,7 @@ pub mod headers;
 pub mod kdl_reader;
 pub mod limits;
 pub mod lint;
+pub mod merged;
 pub mod model;
 pub mod parallel;
 pub mod persource;
