@@ -15,8 +15,9 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+pub use crate::model::FileFacts;
+use crate::merged::Merged;
 use crate::model::AddrElem;
-use crate::setlayout::Merged;
 
 /// Set files shorter than this are parsed every time (a few thousand lines take well under a
 /// millisecond: an entry would cost more than it saves).
@@ -60,14 +61,6 @@ impl PartialEq for SetCache {
     }
 }
 impl Eq for SetCache {}
-
-/// What a set made of exactly one file (no inline elements) takes from it, precomputed: the
-/// merged intervals `[IPv4, IPv6]` its layout starts from and its manifest digest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileFacts {
-    pub merged: [Merged; 2],
-    pub digest: String,
-}
 
 /// One cache entry: the file's elements in file order with (byte offset, length) in the file,
 /// and its [`FileFacts`].
