@@ -8,10 +8,14 @@
 #
 #   sudo REPEATS=3 bash bench/sets/delta.sh [N] BUILD...      (N default 993000)
 #
+# DRIFT=0 leaves out the drift rows (each takes the kernel's ~15-20 s dump of the set).
+# bench/sets/cold.sh as a BUILD: the same fwc with its set-file cache emptied before each step.
+#
 # Run it through ../shared/quiet. Medians (min-max), seconds of wall time per step.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPEATS=${REPEATS:-3}
+DRIFT=${DRIFT:-1}
 N=${1:-993000}; shift || true
 [ $# -gt 0 ] || set -- target/release/fwc
 work=$(mktemp -d /tmp/fwc-bench-delta.XXXXXX)
@@ -93,7 +97,7 @@ for i in $(seq "$REPEATS"); do
 done
 # The drift rows last: an element put back behind fwc's back makes the next apply list the
 # table whole once (its stamp no longer matches), which would land in the ±1 rows.
-for i in $(seq "$REPEATS"); do
+for i in $(seq "$((DRIFT ? REPEATS : 0))"); do
   k=0
   for b in "$@"; do
     k=$((k + 1)); ns="fwc-t-bd$k-$$"; st="$work/state$k"
@@ -117,7 +121,9 @@ echo
 echo "== N=$N, one /32 ($victim deleted for the drift rows); $REPEATS repetitions, medians (min-max), seconds; load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| step | $(printf '%s | ' "$@")"
 echo "|---|$(printf -- '---|%.0s' "$@")"
-for s in plus minus drift agent-plus agent-minus agent-drift; do
+steps="plus minus agent-plus agent-minus"
+[ "$DRIFT" = 0 ] || steps="plus minus drift agent-plus agent-minus agent-drift"
+for s in $steps; do
   row="| $s |"; k=0
   for b in "$@"; do k=$((k + 1)); row="$row $(median < "$work/$k.$s") |"; done
   echo "$row"

@@ -153,7 +153,10 @@ impl<'a> Linter<'a> {
                     .entry(name.as_str())
                     .or_insert_with(|| {
                         let s = rs.sets.iter().find(|s| &s.name.value == name)?;
-                        s.dynamic.is_none().then(|| merge(s.elements.iter().map(|e| &e.value)))
+                        s.dynamic.is_none().then(|| match &s.from_file {
+                            Some(facts) => [facts.merged[0].to_vec(), facts.merged[1].to_vec()],
+                            None => merge(s.elements.iter().map(|e| &e.value)),
+                        })
                     })
                     .clone()
             }

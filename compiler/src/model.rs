@@ -94,6 +94,19 @@ pub struct AddrSet {
     pub dynamic: Option<DynamicSet>,
     #[serde(skip)]
     pub span: Span,
+    /// For a set that is exactly one set file (no inline elements): its merged intervals and
+    /// manifest digest, computed once when the file is read or taken from the set-file cache
+    /// (setcache.rs), so the layout and the manifest do not derive them again.
+    #[serde(skip)]
+    pub from_file: Option<std::sync::Arc<FileFacts>>,
+}
+
+/// What a set made of exactly one file (no inline elements) takes from it, precomputed: the
+/// merged intervals `[IPv4, IPv6]` its layout starts from and its manifest digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileFacts {
+    pub merged: [crate::merged::Merged; 2],
+    pub digest: String,
 }
 
 /// The run-time part of a `dynamic=#true` set: default element timeout and maximum size.

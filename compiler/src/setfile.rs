@@ -9,7 +9,7 @@
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::*;
 use crate::source::{SourceMap, SourceTree, LISTS_DIR};
-use crate::{limits, units};
+use crate::{limits, setcache, units};
 
 /// At most this many errors are reported per set file (a wrong file can have a million bad lines).
 const MAX_ERRORS_PER_FILE: usize = 10;
@@ -213,7 +213,7 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
             set.elements.reserve(lines.min(limits::MAX_SET_ELEMENTS.saturating_sub(total) + 1));
             let elements = &mut set.elements;
             let mut past_limit = None;
-            let errors = parse(text, |e, offset, len| {
+            let mut push = |e: AddrElem, offset: usize, len: usize| {
                 let span = Span { file: id, offset: offset as u32, len: len as u32 };
                 if total < limits::MAX_SET_ELEMENTS {
                     total += 1;
@@ -221,7 +221,18 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
                 } else if past_limit.is_none() {
                     past_limit = Some(span);
                 }
-            });
+            };
+            let key = tree.set_cache.0.as_ref().filter(|_| text.len() >= setcache::MIN_BYTES).map(|_| setcache::key(text));
+            let cached = cached_entry(&tree.set_cache, key.as_deref());
+            let errors = match &cached {
+                Some(entry) => {
+                    for &(e, offset, len) in &entry.elems {
+                        push(e, offset as usize, len as usize);
+                    }
+                    Vec::new()
+                }
+                None => parse(text, push),
+            };
             if let Some(span) = past_limit {
                 set.elements.truncate(before);
                 diags.push(limits::too_many_elements(map, span).rule(&rule));
@@ -237,6 +248,29 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
                             .help(e.help),
                     );
                 }
+                continue;
+            }
+            // A set that is exactly this file: what its layout and manifest take from it, from
+            // the cache or computed once here (and stored for the next compile).
+            if before == 0 && set.files.len() == 1 {
+                let facts = match cached {
+                    Some(entry) => entry.facts,
+                    None => {
+                        let facts = setcache::FileFacts {
+                            merged: crate::setlayout::merged_compact(set.elements.iter().map(|e| &e.value)),
+                            digest: crate::emit::manifest::set_digest(&set.elements),
+                        };
+                        if let (Some(store), Some(key)) = (&tree.set_cache.0, &key) {
+                            let elems: Vec<(AddrElem, u32, u32)> = set.elements.iter().map(|e| (e.value, e.span.offset, e.span.len)).collect();
+                            let entry = setcache::Entry { elems, facts };
+                            store.put(key, &setcache::encode(key, &entry));
+                            entry.facts
+                        } else {
+                            facts
+                        }
+                    }
+                };
+                set.from_file = Some(std::sync::Arc::new(facts));
             }
         }
     }
@@ -244,6 +278,20 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
         Err(diags)
     } else {
         Ok(())
+    }
+}
+
+/// The cache's entry for a set file's `key`, if the cache is on and holds an intact one (an
+/// unusable entry is reported to the store, which warns and drops it).
+fn cached_entry(cache: &setcache::SetCache, key: Option<&str>) -> Option<setcache::Entry> {
+    let (store, key) = (cache.0.as_ref()?, key?);
+    let bytes = store.get(key)?;
+    match setcache::decode(key, &bytes) {
+        Ok(entry) => Some(entry),
+        Err(why) => {
+            store.reject(key, &why);
+            None
+        }
     }
 }
 

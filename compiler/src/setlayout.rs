@@ -9,6 +9,7 @@
 //! `docs/rules.md` ("How sets are loaded") and `docs/performance.md` ("Sets") have the numbers.
 
 use crate::model::AddrElem;
+pub use crate::merged::Merged;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Up to this many prefixes (per family) a static set stays an interval set: one lookup per
@@ -50,7 +51,11 @@ impl SetLayout {
     /// The layout of a set with these elements; `one_lookup`: why it must stay an interval
     /// set whatever its size (a rule using it must stay one nft rule).
     pub fn of<'a>(elems: impl IntoIterator<Item = &'a AddrElem>, one_lookup: Option<&'static str>) -> SetLayout {
-        let [v4, v6] = merged_compact(elems);
+        SetLayout::of_merged(merged_compact(elems), one_lookup)
+    }
+
+    /// [`SetLayout::of`] from the elements' [`merged_compact`] intervals.
+    pub fn of_merged([v4, v6]: [Merged; 2], one_lookup: Option<&'static str>) -> SetLayout {
         let big = one_lookup.is_none();
         SetLayout { fams: [FamLayout::of(32, v4, big), FamLayout::of(128, v6, big)], one_lookup }
     }
@@ -272,48 +277,6 @@ pub fn interval(e: &AddrElem) -> (usize, u128, u128) {
             (usize::from(a.is_ipv6()), x.min(y), x.max(y))
         }
     }
-}
-
-/// One family's merged intervals, compact: an IPv4 interval is one `u64` (`lo << 32 | hi`,
-/// which sorts like the (lo, hi) pair), a quarter of a (u128, u128) pair: a million-element
-/// set keeps 8 MB instead of 32 MB until its elements are written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Merged {
-    V4(Vec<u64>),
-    V6(Vec<(u128, u128)>),
-}
-
-impl Merged {
-    pub fn len(&self) -> usize {
-        match self {
-            Merged::V4(v) => v.len(),
-            Merged::V6(v) => v.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The intervals, ascending.
-    pub fn iter(&self) -> impl Iterator<Item = (u128, u128)> + Clone + '_ {
-        let (v4, v6) = match self {
-            Merged::V4(v) => (Some(v.iter().map(|&k| unpack(k))), None),
-            Merged::V6(v) => (None, Some(v.iter().copied())),
-        };
-        v4.into_iter().flatten().chain(v6.into_iter().flatten())
-    }
-
-    pub fn to_vec(&self) -> Vec<(u128, u128)> {
-        match self {
-            Merged::V4(v) => v.iter().map(|&k| unpack(k)).collect(),
-            Merged::V6(v) => v.clone(),
-        }
-    }
-}
-
-fn unpack(k: u64) -> (u128, u128) {
-    ((k >> 32) as u128, (k & 0xffff_ffff) as u128)
 }
 
 /// Sorted, merged (overlapping or adjacent joined) intervals, `[IPv4, IPv6]`.

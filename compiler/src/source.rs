@@ -28,6 +28,8 @@ pub struct SourceTree {
     pub lists: BTreeMap<String, String>,
     /// Policy test files `tests/**/*.kdl`: relative path -> contents. Not rules.
     pub tests: BTreeMap<String, String>,
+    /// Where parsed set files are cached (`crate::setcache`); off unless the caller sets it.
+    pub set_cache: crate::setcache::SetCache,
 }
 
 impl SourceTree {
@@ -61,7 +63,7 @@ impl SourceTree {
         if r.diags.has_errors() {
             return Err(r.diags);
         }
-        Ok(SourceTree { files, lists, tests })
+        Ok(SourceTree { files, lists, tests, set_cache: Default::default() })
     }
     /// Build a tree from (path, contents) pairs, keeping only rule files (for git trees).
     pub fn from_files<I: IntoIterator<Item = (String, String)>>(files: I) -> SourceTree {
@@ -70,7 +72,7 @@ impl SourceTree {
             .filter(|(p, _)| is_tree_file(p))
             .partition(|(p, _)| p.starts_with("tests/"));
         let (lists, files) = files.into_iter().partition(|(p, _)| is_list_file(p));
-        SourceTree { files, lists, tests }
+        SourceTree { files, lists, tests, set_cache: Default::default() }
     }
 
     pub fn has_templates(&self) -> bool {

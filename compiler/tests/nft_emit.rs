@@ -41,7 +41,7 @@ fn ports(s: &str) -> Vec<PortRange> {
 }
 
 fn addr_set(name: &str, elems: &[&str]) -> AddrSet {
-    AddrSet { name: sp(name.into()), elements: elems.iter().map(|e| sp(elem(e))).collect(), files: vec![], dynamic: None, span: Span::default() }
+    AddrSet { name: sp(name.into()), elements: elems.iter().map(|e| sp(elem(e))).collect(), files: vec![], dynamic: None, span: Span::default(), from_file: None }
 }
 
 fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {

@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod parts;
 mod private_dir;
+pub mod set_cache;
 
 pub use private_dir::create_private_dir;
 use private_dir::euid;

@@ -80,6 +80,26 @@ fn once_exit_codes_for_every_failure() {
     let c3 = repo.commit(&allow(81, "alt"), "breaks apply [fwc-test: fail-apply]", None, false);
     code(&once(&st("s1"), &repo.url(), &ns, &[], &[("FWC_AGENT_TEST_HOOKS", "1")]), 5);
     assert_eq!(entries(&st("s1"), &c3, "apply")[0]["result"], "rolled_back");
+
+    // A big set file is cached in the state dir by the agent's compile: a later commit that
+    // leaves it unchanged reads the entry (not rewritten: same inode) instead of parsing it.
+    let list: String = (0..8000u32).map(|i| format!("10.{}.{}.{}\n", i >> 16, (i >> 7) & 255, 2 * (i & 127))).collect();
+    std::fs::create_dir_all(repo.work.join("lists")).unwrap();
+    std::fs::write(repo.work.join("lists/bl.netset"), list).unwrap();
+    agent_common::git(&repo.work, &["add", "lists"]);
+    let bl = |port: u16| format!("fwc 1\nset \"bl\" file=\"lists/bl.netset\"\ninput policy=drop {{\n    deny \"bl\" from=\"@bl\"\n    allow \"web\" proto=tcp port={port}\n}}\n");
+    repo.commit(&bl(80), "blocklist", None, false);
+    code(&once(&st("s1"), &repo.url(), &ns, &[], &[]), 0);
+    let cached = || -> Vec<(std::path::PathBuf, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir(st("s1").join("sets")).unwrap().flatten().map(|e| (e.path(), e.metadata().unwrap().ino())).collect()
+    };
+    let first = cached();
+    assert_eq!(first.len(), 1, "{first:?}");
+    repo.commit(&bl(82), "other port, same list", None, false);
+    code(&once(&st("s1"), &repo.url(), &ns, &[], &[]), 0);
+    assert_eq!(cached(), first);
+    assert!(ns.exec(&["nft", "list", "set", "inet", "fwc", "bl_v4_32"]).contains("10.0.45.254"));
 }
 
 #[test]

@@ -400,6 +400,30 @@ fn big_set_is_never_read_back_and_changes_by_elements() {
     assert!(!ns.exec(&["nft", "list", "set", "inet", "fwc", "big_v4_32"]).contains("46.0.0.14,"));
     assert!(ns.exec(&["nft", "list", "set", "inet", "fwc", "banned_v4"]).contains("203.0.113.0/24"), "the ban survived");
 
+    // The set-file cache: one entry per version of the list. Back to the first version (its
+    // entry is used: not parsed again): the plan and the batch are the same two elements the
+    // other way round.
+    let entries = || -> Vec<std::path::PathBuf> { std::fs::read_dir(r.state.join("sets")).unwrap().flatten().map(|e| e.path()).collect() };
+    assert_eq!(entries().len(), 2, "{:?}", entries());
+    list("", u32::MAX);
+    let out = r.apply(kdl);
+    assert!(out.contains("- 91.3.0.0/24") && out.contains("+ 46.0.0.14") && !out.contains("cache entry"), "{out}");
+    let batch = r.last_batch();
+    let mut got: Vec<(String, Value)> = ops(&batch).into_iter().zip(&batch).map(|(op, c)| (op, c.as_object().unwrap().values().next().unwrap().as_object().unwrap().values().next().unwrap()["elem"].clone())).collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, vec![("add set".to_string(), serde_json::json!(["46.0.0.14"])), ("delete element".to_string(), serde_json::json!(["91.3.0.0"]))], "{batch:?}");
+    // A damaged entry is said and not used: the second version read again gives the same plan.
+    for p in entries() {
+        let mut bytes = std::fs::read(&p).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 1;
+        std::fs::write(&p, bytes).unwrap();
+    }
+    list("91.3.0.0/24\n", 7);
+    let out = r.apply(kdl);
+    assert!(out.contains("warning: ignoring the set-file cache entry") && out.contains("+ 91.3.0.0/24") && out.contains("- 46.0.0.14"), "{out}");
+    assert_eq!(ops(&r.last_batch()), vec!["delete element", "add set"]);
+
     // Drift: one element deleted behind fwc's back is named.
     ns.exec(&["nft", "delete", "element", "inet", "fwc", "big_v4_32", "{ 46.0.0.100 }"]);
     let plan = r.plan_json(kdl);

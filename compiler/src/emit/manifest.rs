@@ -30,7 +30,10 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &N
                 let digest = match s.dynamic {
                     // Its declaration is all fwc owns of a dynamic set.
                     Some(d) => digest(&("dynamic", d)),
-                    None => set_digest(&s.elements),
+                    None => match &s.from_file {
+                        Some(facts) => facts.digest.clone(),
+                        None => set_digest(&s.elements),
+                    },
                 };
                 (set_summary(s), digest, at(s.span))
             }
@@ -150,7 +153,8 @@ fn digest<T: Serialize>(v: &T) -> String {
 /// (`[{"Net":"192.0.2.0/24"},{"Range":["10.0.0.1","10.0.0.9"]},…]`) written straight into
 /// the hash in blocks: a million elements through serde and `Display` were 35 % of compiling
 /// a million-element set file.
-fn set_digest(elems: &[Spanned<AddrElem>]) -> String {
+/// The manifest digest of a static set's elements (in their order).
+pub(crate) fn set_digest(elems: &[Spanned<AddrElem>]) -> String {
     use crate::emit::addrtext::push_addr;
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();

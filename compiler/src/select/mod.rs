@@ -261,7 +261,12 @@ fn set_layouts<'a>(
         .filter(|s| s.dynamic.is_none())
         .map(|s| {
             let name = s.name.value.as_str();
-            (name, SetLayout::of(s.elements.iter().map(|e| &e.value), one_rule.get(name).copied()))
+            let one_lookup = one_rule.get(name).copied();
+            let layout = match &s.from_file {
+                Some(facts) => SetLayout::of_merged(facts.merged.clone(), one_lookup),
+                None => SetLayout::of(s.elements.iter().map(|e| &e.value), one_lookup),
+            };
+            (name, layout)
         })
         .collect()
 }

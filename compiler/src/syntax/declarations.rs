@@ -107,7 +107,7 @@ impl Parser<'_, '_> {
                     .help("a dynamic set starts empty and other programs fill it; use a second, static set for a list from a file");
             }
         }
-        Some(AddrSet { name, elements, files, dynamic, span: self.span(node.span()) })
+        Some(AddrSet { name, elements, files, dynamic, span: self.span(node.span()), from_file: None })
     }
 
     /// `dynamic=#true timeout="1h" size=65536`; `timeout`/`size` without `dynamic=#true` are errors.

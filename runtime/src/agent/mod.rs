@@ -524,6 +524,8 @@ impl Agent {
     /// of ending the agent.
     fn compile_unless_stopped(&self, tree: SourceTree, commit: &str) -> Option<Result<(Artifacts, Diagnostics), Diagnostics>> {
         let (tx, rx) = mpsc::channel();
+        let mut tree = tree;
+        tree.set_cache = crate::state::set_cache::DirSetStore::cache(&self.cfg.state_dir);
         let (host, id, now) = (self.cfg.host.clone(), commit.to_string(), self.now());
         let worker = std::thread::Builder::new().name("fwc-compile".into()).stack_size(COMPILE_STACK_BYTES).spawn(move || {
             let _ = tx.send(fwc_compiler::compile_at(&tree, Some(&host), Some(&id), now));

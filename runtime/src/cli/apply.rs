@@ -120,7 +120,7 @@ pub fn apply(a: ApplyArgs, g: &Global) -> Result<ExitCode> {
     let state = StateDir::new(&a.target.state_dir);
     let netns = a.target.netns.clone();
     target::check_netns(netns.as_deref())?;
-    let loaded = load(&a.source, a.host.as_deref(), g.color_stderr())?;
+    let loaded = load(&a.source, a.host.as_deref(), g.color_stderr(), Some(&a.target.state_dir))?;
     let lock = lock_state(&state, &a.target)?;
     report_enforced(confirm::enforce_deadline(&lock, netns.as_deref())?);
     if let Some(p) = state.pending_confirm()? {

@@ -293,7 +293,7 @@ pub(crate) struct LivePlanRequest {
 
 pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
     target::check_netns(req.target.netns.as_deref())?;
-    let (artifacts, source) = match load_artifacts(&req.dir, req.host.as_deref(), g.color_stderr()) {
+    let (artifacts, source) = match load_artifacts(&req.dir, req.host.as_deref(), g.color_stderr(), Some(&req.target.state_dir)) {
         Ok(x) => x,
         Err(e) => {
             // Rules with errors: the JSON document on stdout for machines, the report (once)

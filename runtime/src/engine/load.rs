@@ -24,14 +24,18 @@ pub enum Loaded {
 pub struct CompileFailed(pub fwc_compiler::diag::Diagnostics);
 
 /// Compile a rule repository, or read an artifact dir. Compiler warnings go to stderr (with
-/// colour when `color`); errors are a [`CompileFailed`].
-pub fn load_artifacts(path: &Path, host: Option<&str>, color: bool) -> Result<(Artifacts, String)> {
+/// colour when `color`); errors are a [`CompileFailed`]. With `state_dir`, big set files are
+/// cached there (`crate::state::set_cache`): an unchanged one is not parsed again.
+pub fn load_artifacts(path: &Path, host: Option<&str>, color: bool, state_dir: Option<&Path>) -> Result<(Artifacts, String)> {
     let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     if path.join(MANIFEST_FILE).is_file() && path.join(NFTABLES_FILE).is_file() {
         let a = Artifacts::read_dir(path).into_diagnostic()?;
         return Ok((a, format!("artifacts {}", abs.display())));
     }
-    let tree = fwc_compiler::source::SourceTree::from_dir(path).map_err(CompileFailed)?;
+    let mut tree = fwc_compiler::source::SourceTree::from_dir(path).map_err(CompileFailed)?;
+    if let Some(dir) = state_dir {
+        tree.set_cache = crate::state::set_cache::DirSetStore::cache(dir);
+    }
     let commit = crate::repo::checkout_commit(path);
     let (a, warnings) = fwc_compiler::compile_at(&tree, host, commit.as_deref(), jiff::Timestamp::now()).map_err(CompileFailed)?;
     if !warnings.is_empty() {
@@ -40,8 +44,8 @@ pub fn load_artifacts(path: &Path, host: Option<&str>, color: bool) -> Result<(A
     Ok((a, format!("rules {}", abs.display())))
 }
 
-/// A saved plan file, or else a repository / artifact dir.
-pub fn load(path: &Path, host: Option<&str>, color: bool) -> Result<Loaded> {
+/// A saved plan file, or else a repository / artifact dir (`state_dir`: as [`load_artifacts`]).
+pub fn load(path: &Path, host: Option<&str>, color: bool, state_dir: Option<&Path>) -> Result<Loaded> {
     if path.is_file() {
         let text = std::fs::read_to_string(path).into_diagnostic().wrap_err_with(|| format!("cannot read {}", path.display()))?;
         let plan: LivePlan = serde_json::from_str(&text)
@@ -52,7 +56,7 @@ pub fn load(path: &Path, host: Option<&str>, color: bool) -> Result<Loaded> {
         }
         return Ok(Loaded::Plan(Box::new(plan)));
     }
-    let (artifacts, source) = load_artifacts(path, host, color)?;
+    let (artifacts, source) = load_artifacts(path, host, color, state_dir)?;
     Ok(Loaded::Artifacts { artifacts: Box::new(artifacts), source })
 }
 
