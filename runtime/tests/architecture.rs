@@ -155,25 +155,6 @@ const CRATES: &[&str] = &["artifacts", "compiler", "runtime", "forwarder", "ebpf
 /// one that grew), so that the list is edited with the code.
 const KNOWN_CYCLES: &[(&str, &[&str], &str)] = &[
     (
-        "compiler",
-        &[
-            "emit/nft/containers.rs",
-            "emit/nft/expr.rs",
-            "emit/nft/family.rs",
-            "emit/nft/filters.rs",
-            "emit/nft/forwards.rs",
-            "emit/nft/mod.rs",
-            "emit/nft/out.rs",
-            "emit/nft/persource.rs",
-            "emit/nft/qos_marks.rs",
-            "emit/nft/quota.rs",
-            "emit/nft/schedule.rs",
-            "emit/nft/snat.rs",
-            "emit/nft/writer.rs",
-        ],
-        "the nft emitter's mod.rs both drives its concern files and holds the helpers they share",
-    ),
-    (
         "runtime",
         &[
             "import/firewalld.rs",
