@@ -45,7 +45,7 @@ pub mod decide;
 pub mod git;
 pub mod refs_poll;
 pub mod replay;
-/// Schedules (issue #26): recompiling when the applied artifacts' `valid_until` passes.
+/// Schedules: recompiling when the applied artifacts' `valid_until` passes.
 pub mod schedule;
 pub mod selfcheck;
 pub mod verify;
@@ -288,7 +288,7 @@ pub struct Agent {
     target: Option<String>,
     /// Parsed rollout inputs, by the commit they were read from.
     follow_cache: FollowCache,
-    /// Schedules (issue #26): the applied artifacts' `valid_until` (compile again then).
+    /// Schedules: the applied artifacts' `valid_until` (compile again then).
     pub valid_until: Option<jiff::Timestamp>,
     /// Schedules: why the applied commit is being compiled again (the audit entry's detail).
     schedule_note: Option<String>,
@@ -472,7 +472,7 @@ impl Agent {
     /// says it is applied (recovery of an interrupted apply).
     pub fn reconcile(&mut self, force: bool) -> Result<()> {
         let lock = self.state.lock(true)?;
-        // Fail closed (#12): a manual `fwc apply --confirm` past its deadline whose reverter is
+        // Fail closed: a manual `fwc apply --confirm` past its deadline whose reverter is
         // gone is reverted now, before anything else.
         match engine::confirm::enforce_deadline(&lock, self.cfg.netns.as_deref())? {
             Some(Ok(rep)) => tracing::warn!(generation = %rep.generation, "an unconfirmed apply was past its deadline: reverted"),
@@ -500,7 +500,7 @@ impl Agent {
         let handled_same = self.journal.handled.as_ref().is_some_and(|h| h.commit == tip_s);
         let mut just_applied = false;
         let current_is_tip = current.as_ref().and_then(|g| g.meta.commit.as_deref()) == Some(tip_s.as_str());
-        // Schedules (issue #26): past `valid_until` the applied commit is compiled again.
+        // Schedules: past `valid_until` the applied commit is compiled again.
         let schedule_due = current.as_ref().is_some_and(|g| schedule::recompile_due(g.artifacts.manifest.valid_until.as_deref(), self.now()));
         if schedule_due {
             tracing::info!(commit = %short(&tip_s), "the applied rules' schedules changed (daylight saving or an until= passed): compiling again");
@@ -1136,7 +1136,7 @@ impl Agent {
             }
         }
         self.metrics.drift_checked();
-        // quota (issue #26): persist the counts, reset at the period's anchor, warn at 80 %.
+        // Traffic quotas: persist the counts, reset at the period's anchor, warn at 80 %.
         if !cur.artifacts.manifest.setup.quotas.is_empty() {
             let nft = crate::backend::nft::NftCmd::new(self.cfg.netns.clone());
             match crate::quota::sync(&nft, &self.cfg.state_dir, &cur.artifacts.manifest.setup.quotas, crate::quota::now()) {
@@ -1299,7 +1299,7 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
         if cfg.once {
             return Ok(agent.once_code(fetch_failed, reconcile_failed));
         }
-        // Schedules (issue #26): wake when the applied artifacts stop being valid.
+        // Schedules: wake when the applied artifacts stop being valid.
         // (Already past — the last reconcile could not apply — waits for the usual tick.)
         if let Some(d) = schedule::wait_until(agent.valid_until, agent.now()).filter(|d| !d.is_zero()) {
             next_check = next_check.min(Instant::now() + d);
