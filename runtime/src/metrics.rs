@@ -33,6 +33,7 @@ use crate::backend::RuleCounter;
 
 mod exposition;
 mod health;
+pub mod replay;
 mod webhook;
 
 pub use crate::http::{http_request, serve, Server, ServerState, MAX_CONNS};

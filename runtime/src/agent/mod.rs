@@ -44,7 +44,6 @@
 pub mod decide;
 pub mod git;
 pub mod refs_poll;
-pub mod replay;
 /// Schedules: recompiling when the applied artifacts' `valid_until` passes.
 pub mod schedule;
 pub mod selfcheck;
@@ -1234,7 +1233,7 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
                     metrics: metrics.clone(),
                     health: health.clone(),
                     webhook: cfg.webhook.clone(),
-                    deliveries: Some(Arc::new(replay::DeliveryGuard::load(&cfg.state_dir))),
+                    deliveries: Some(Arc::new(metrics::replay::DeliveryGuard::load(&cfg.state_dir))),
                     on_push: Arc::new(move || {
                         let _ = push.send(Wake::Push);
                     }),
