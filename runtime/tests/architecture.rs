@@ -7,7 +7,11 @@
 //!   contract crate stays small);
 //! - no import cycles between files of one crate, but for the named ones of `KNOWN_CYCLES`,
 //!   a list that only shrinks;
-//! - decision modules are pure (`PURE`), and so is the compiler but for reading rule files.
+//! - the runtime's lower layers (engine, state, backends, metrics, …) never import the agent,
+//!   the rollout or the CLI (`LAYERS`);
+//! - decision modules are pure (`PURE`), and so is the compiler but for reading rule files;
+//! - comments name concepts, never issue numbers;
+//! - docs/architecture.md names every module of every crate.
 
 use std::path::{Path, PathBuf};
 
@@ -200,6 +204,38 @@ fn no_import_cycles_between_files_of_one_crate() {
     assert!(problems.is_empty(), "files of one crate must not import each other, directly or in a loop (cut one edge: move the shared type down, or pass it in):\n{}", problems.join("\n"));
 }
 
+/// Layers of the runtime, by the top-level module a file belongs to: the agent and the rollout
+/// (and the CLI) drive the engine, the state dir, the backends and the metrics; nothing below
+/// reaches up into them. A type both sides need lives below (`state::agent_journal`,
+/// `metrics::replay`), or the caller passes the value down (`Metrics::set_held` takes the
+/// reason's name).
+const LAYERS: &[(&str, &[&str], &[&str])] = &[(
+    "runtime",
+    &["audit", "backend", "detached", "engine", "http", "import", "kernel_eval", "metrics", "quota", "repo", "state"],
+    &["agent", "rollout", "cli"],
+)];
+
+#[test]
+fn lower_layers_do_not_import_upper_ones() {
+    let ws = root().join("..");
+    let mut bad = vec![];
+    for (krate, lower, upper) in LAYERS {
+        let graph = modgraph::Graph::read(&ws.join(krate).join("src"));
+        let top = |f: &str| f.split('/').next().unwrap().trim_end_matches(".rs").to_string();
+        for (a, edges) in graph.edges.iter().enumerate() {
+            if !lower.contains(&top(&graph.files[a]).as_str()) {
+                continue;
+            }
+            for (b, at) in edges {
+                if upper.contains(&top(&graph.files[*b]).as_str()) {
+                    bad.push(format!("{krate}: {} -> {} ({at})", graph.files[a], graph.files[*b]));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "a lower layer imports an upper one (move the shared item down, or pass the value in):\n{}", bad.join("\n"));
+}
+
 /// Decision modules: the pure cores that decide, with table tests; the I/O around them lives
 /// in other files. They name no git, filesystem, process, socket or async crate, read no
 /// clock (`now` is an input), and record no metric or audit entry.
@@ -283,10 +319,11 @@ fn decision_modules_are_pure() {
 }
 
 /// Does this comment name an issue of fwc's tracker by its number: the word followed by a
-/// number, with or without `#` ("issue 24", "Issue #31"); a `#` and a number in parentheses
-/// ("(#12)"); a bare `#` with one to three digits ("see #31", "#27 item 5")? fwc's issues
-/// are numbered below 1000; an upstream project's issue is named with its project and full
-/// number ("crowdsec #4517") and is a reference, not a stand-in for a concept.
+/// number, with or without `#` ("issue NN", "Issue #NN", "issues NN"); a `#` and a number in
+/// parentheses ("(#NN)"); a bare `#` with one to three digits ("see #NN", "#NN item 5")?
+/// fwc's issues are numbered below 1000; an upstream project's issue is named with its
+/// project and full number ("crowdsec #4517") and is a reference, not a stand-in for a concept.
+/// (The table test below spells real cases; they are string literals, not comments.)
 fn names_an_issue(comment: &str) -> bool {
     let lower = comment.to_ascii_lowercase();
     let b = lower.as_bytes();
@@ -308,6 +345,13 @@ fn names_an_issue(comment: &str) -> bool {
     word || hash
 }
 
+/// Where a line's comment starts: the first `//` outside a string literal (an even number of
+/// unescaped quotes before it).
+fn comment_start(line: &str) -> Option<usize> {
+    let quotes_before = |i: usize| line[..i].replace("\\\\", "").replace("\\\"", "").matches('"').count();
+    line.match_indices("//").map(|(i, _)| i).find(|&i| quotes_before(i) % 2 == 0)
+}
+
 #[test]
 fn names_an_issue_is_precise() {
     for yes in ["// Schedules (issue #26): wake", "/// Issue 23: a commit", "// issue27 layout", "// Fail closed (#12): a", "// see #31.", "// #27 item 5", "//! the fix of issues 24"] {
@@ -316,6 +360,8 @@ fn names_an_issue_is_precise() {
     for no in ["// crowdsec #4517: a set", "// tissue 3", "// `#[cfg(test)]`", "// the issue is the lock", "// color #fff", "// x#1"] {
         assert!(!names_an_issue(no), "{no}");
     }
+    assert_eq!(comment_start(r#"let s = "// not a comment"; // a comment"#), Some(28));
+    assert_eq!(comment_start(r#"f(["// a", "// b"]);"#), None);
 }
 
 /// Every Rust file of the workspace's crates: sources, tests (helpers included), benches,
@@ -345,10 +391,11 @@ fn comments_name_concepts_not_issue_numbers() {
         let rel = f.strip_prefix(&ws).unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(&f).unwrap();
         for (n, line) in text.lines().enumerate() {
-            if line.find("//").is_some_and(|i| names_an_issue(&line[i..])) {
+            if comment_start(line).is_some_and(|i| names_an_issue(&line[i..])) {
                 found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
             }
         }
     }
     assert!(found.is_empty(), "comments name the concept they explain, not an issue number (docs/ and bench/results journals keep the history):\n{}", found.join("\n"));
 }
+

@@ -67,6 +67,7 @@ use crate::audit::{self, Action, AuditLog, Outcome, Record};
 use crate::backend::{Backend, Observation};
 use crate::metrics::{self, Health, Metrics, WebhookSecret};
 use crate::state::{StateDir, StateLock};
+pub use crate::state::agent_journal::{FollowStatus, Handled, JOURNAL_FILE};
 pub use decide::{Backoff, DriftMode, ALLOW_REWIND_FILE, RETRY_MIN};
 use git::Mirror;
 use verify::SignaturePolicy;
@@ -102,9 +103,6 @@ pub struct AgentConfig {
     pub refs_full_every: u32,
 }
 
-/// File of the agent's intent journal in the state dir.
-pub const JOURNAL_FILE: &str = "agent.json";
-
 /// `agent.json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Journal {
@@ -121,47 +119,11 @@ pub struct Journal {
     pub accepted_state: Option<crate::rollout::follow::Accepted>,
 }
 
-/// The agent's view of the fleet rollout, as of its last reconcile (in `agent.json`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FollowStatus {
-    /// The rollout's phase (`progressing`, `halted`, ...) or `none` (no state on the rollout
-    /// ref yet), `unverified` (a state the agent does not trust).
-    pub phase: String,
-    pub commit: Option<String>,
-    pub stable: Option<String>,
-    /// This host's wave: index and name.
-    pub wave: Option<(usize, String)>,
-    /// The commit the agent goes to (None: it keeps what it has).
-    pub target: Option<String>,
-    /// Why the host is not on the rollout's commit (`not_promoted`, `halted`, `paused`,
-    /// `stopped`, `unverified_state`).
-    pub held: Option<String>,
-    /// The state's reason, or why it is not trusted.
-    pub detail: String,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
     pub seq: u64,
     pub commit: Option<String>,
     pub action: Action,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Handled {
-    pub commit: String,
-    /// `applied`, `refused`, `failed` or `self_check` (applied, then reverted by its
-    /// self-check; final like a refusal).
-    pub outcome: String,
-    pub reason: Option<String>,
-    /// The `reason` of `fwc_agent_degraded` for a commit not applied (`refused`,
-    /// `apply_failed`, `rolled_back`, `self_check`), kept across adopts and restarts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub degraded: Option<String>,
-    /// The generation of the rollout state this host had accepted when this happened (a
-    /// commit reverted by its self-check is tried again once the rollout is resumed after it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state_generation: Option<u64>,
 }
 
 impl Journal {
@@ -177,11 +139,6 @@ impl Journal {
     fn save(&self, dir: &Path) -> Result<()> {
         crate::state::write_atomic(&dir.join(JOURNAL_FILE), fwc_compiler::artifacts::to_pretty(self).as_bytes())
     }
-}
-
-/// The agent's journal in `state_dir`, if it has one (for `fwc status`).
-pub fn read_journal(state_dir: &Path) -> Option<Journal> {
-    state_dir.join(JOURNAL_FILE).exists().then(|| Journal::load(state_dir).ok()).flatten()
 }
 
 /// Default of how long SIGTERM waits for an action in progress (an apply, a fetch) before the
@@ -603,7 +560,7 @@ impl Agent {
         let d = decide(&FollowInput { branch: &self.cfg.branch, tip: &tip_s, tip_has_policy, left_rollouts, bucket, state: view, wave: wave.as_ref().map(|w| w.0), applied });
         // report
         let held = d.held();
-        self.metrics.set_held(held);
+        self.metrics.set_held(held.map(|h| h.as_str()));
         let st = match (&d, &state) {
             (FollowDecision::Tip, _) => None,
             (_, None) if missing => Some(FollowStatus {
