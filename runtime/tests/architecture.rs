@@ -399,3 +399,74 @@ fn comments_name_concepts_not_issue_numbers() {
     assert!(found.is_empty(), "comments name the concept they explain, not an issue number (docs/ and bench/results journals keep the history):\n{}", found.join("\n"));
 }
 
+// ---------------------------------------------------------------------------------------------
+// docs/architecture.md names every module.
+
+/// `a/{b,c}.rs` -> `a/b.rs`, `a/c.rs` (one level of braces; anything else as it is).
+fn expand_braces(s: &str) -> Vec<String> {
+    match (s.find('{'), s.find('}')) {
+        (Some(a), Some(b)) if a < b => s[a + 1..b].split(',').map(|m| format!("{}{}{}", &s[..a], m.trim(), &s[b + 1..])).collect(),
+        _ => vec![s.to_string()],
+    }
+}
+
+/// The paths one table row of "Every module, one line each" names: every backticked path
+/// (braces expanded); a bare file name (`read.rs`) after the first cell counts under the folder
+/// the first cell names (`syntax/`).
+fn row_paths(row: &str) -> Vec<String> {
+    let cells: Vec<&str> = row.trim().trim_matches('|').split('|').collect();
+    let ticked = |cell: &str| -> Vec<String> { cell.split('`').skip(1).step_by(2).flat_map(expand_braces).collect() };
+    let first = cells.first().map(|c| ticked(c)).unwrap_or_default();
+    let folder = first.iter().find(|p| p.ends_with('/')).cloned();
+    let mut out = first.clone();
+    for cell in cells.iter().skip(1) {
+        for p in ticked(cell) {
+            match &folder {
+                Some(f) if !p.contains('/') && p.ends_with(".rs") => out.push(format!("{f}{p}")),
+                _ => out.push(p),
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn architecture_md_names_every_module() {
+    let ws = root().join("..");
+    let doc = std::fs::read_to_string(ws.join("docs/architecture.md")).unwrap();
+    let start = doc.find("\n## Every module, one line each").expect("docs/architecture.md has \"Every module, one line each\"");
+    let section = &doc[start + 1..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let mut missing = vec![];
+    for krate in CRATES {
+        // The crate's subsection: the `### ` heading that names `<crate>/src/`.
+        let head = format!("`{krate}/src/`");
+        let sub = section.split("\n### ").find(|s| s.lines().next().is_some_and(|h| h.contains(&head)));
+        let Some(sub) = sub else {
+            missing.push(format!("{krate}: no \"### … ({head})\" subsection"));
+            continue;
+        };
+        let named: std::collections::BTreeSet<String> = sub.lines().filter(|l| l.starts_with('|')).flat_map(row_paths).collect();
+        let src = ws.join(krate).join("src");
+        let mut files = vec![];
+        rust_files(&src, &mut files);
+        for f in files {
+            let rel = f.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+            // A folder's unit tests (`tests.rs`) are the folder's.
+            if rel == "tests.rs" || rel.ends_with("/tests.rs") {
+                continue;
+            }
+            let folder = rel.strip_suffix("mod.rs").filter(|d| !d.is_empty());
+            if !named.contains(&rel) && !folder.is_some_and(|d| named.contains(d)) {
+                missing.push(format!("{krate}/src/{rel}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "docs/architecture.md \"Every module, one line each\" does not name these (by their path under src/, in a table row of their crate's subsection):\n{}", missing.join("\n"));
+}
+
+#[test]
+fn module_table_rows_are_read_as_written() {
+    assert_eq!(expand_braces("metrics/{exposition, health}.rs"), ["metrics/exposition.rs", "metrics/health.rs"]);
+    assert_eq!(row_paths("| `syntax/`, `suggest.rs` | `read.rs` (text), `model/{a,b}.rs` |"), ["syntax/", "suggest.rs", "syntax/read.rs", "model/a.rs", "model/b.rs"]);
+}
