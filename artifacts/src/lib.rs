@@ -19,6 +19,7 @@ mod qos;
 pub mod quota;
 pub mod rollout;
 mod schema;
+pub mod window;
 
 pub use digest::*;
 pub use files::*;

@@ -120,11 +120,29 @@ impl OnFailure {
     }
 }
 
+/// A promotion window: allowed or denied, the weekly window (days and minutes, `end_min` up
+/// to 1440 = 24:00, exclusive) and its zone: local time is UTC + `offset_min`, or follows the
+/// named `tz`. Serialized flat, as [`WindowFields`] (the artifact's form).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "WindowFields", into = "WindowFields")]
+pub struct Window {
+    /// `allow=` (true) or `deny=` (false).
+    pub allow: bool,
+    /// The window, the one shape of weekly windows (the compiler's schedules hold it too).
+    pub window: crate::window::DayWindow,
+    /// `tz=`: minutes east of UTC (0 = UTC).
+    pub offset_min: i16,
+    /// `tz=` a named zone of the tz database (`Europe/Berlin`): local time follows its
+    /// daylight saving; `offset_min` is then 0 and unused.
+    pub tz: Option<String>,
+}
+
 /// A promotion window: on `days`, from `start_min` to `end_min` (minutes after local midnight,
 /// `end_min` up to 1440 = 24:00, exclusive), local time being UTC + `offset_min`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "Window")]
 #[serde(deny_unknown_fields)]
-pub struct Window {
+pub struct WindowFields {
     /// `allow=` (true) or `deny=` (false).
     pub allow: bool,
     /// Days of the week, 0 = Monday … 6 = Sunday, ascending.
@@ -138,6 +156,27 @@ pub struct Window {
     /// daylight saving; `offset_min` is then 0 and unused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tz: Option<String>,
+}
+
+impl From<WindowFields> for Window {
+    fn from(f: WindowFields) -> Window {
+        Window { allow: f.allow, window: crate::window::DayWindow { days: f.days, start_min: f.start_min, end_min: f.end_min }, offset_min: f.offset_min, tz: f.tz }
+    }
+}
+
+impl From<Window> for WindowFields {
+    fn from(w: Window) -> WindowFields {
+        WindowFields { allow: w.allow, days: w.window.days, start_min: w.window.start_min, end_min: w.window.end_min, offset_min: w.offset_min, tz: w.tz }
+    }
+}
+
+impl JsonSchema for Window {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        WindowFields::schema_name()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        WindowFields::json_schema(generator)
+    }
 }
 
 /// One wave of a rollout.
@@ -352,6 +391,23 @@ impl RolloutPhase {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A window holds the one `DayWindow` in memory and keeps the artifact's flat form on the
+    /// wire: the same fields in the same order, unknown fields refused, the zone optional.
+    #[test]
+    fn window_keeps_its_flat_artifact_form() {
+        let w = Window { allow: false, window: crate::window::DayWindow { days: vec![4], start_min: 900, end_min: 1440 }, offset_min: 60, tz: None };
+        let text = serde_json::to_string(&w).unwrap();
+        assert_eq!(text, r#"{"allow":false,"days":[4],"start_min":900,"end_min":1440,"offset_min":60}"#);
+        assert_eq!(serde_json::from_str::<Window>(&text).unwrap(), w);
+        let named = r#"{"allow":true,"days":[0],"start_min":540,"end_min":1020,"tz":"Europe/Berlin"}"#;
+        let w: Window = serde_json::from_str(named).unwrap();
+        assert_eq!((w.offset_min, w.tz.as_deref(), w.window.end_min), (0, Some("Europe/Berlin"), 1020));
+        assert!(serde_json::from_str::<Window>(r#"{"allow":true,"days":[0],"start_min":1,"end_min":2,"x":1}"#).is_err());
+        let schema = serde_json::to_value(schemars::schema_for!(Window)).unwrap();
+        assert_eq!(schema["additionalProperties"], false);
+        assert!(schema["properties"]["days"].is_object() && schema["properties"].get("window").is_none(), "{schema}");
+    }
 
     #[test]
     fn host_bucket_is_stable_and_spread() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The nftables diff transaction at scale (issue #12, docs/performance.md "Apply by diff").
+# The nftables diff transaction at scale (docs/performance.md "Apply by diff").
 #
 #   sudo bash bench/apply/diff.sh [SET_SIZE...]      (default: 100000 1000000)
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-packet cost of a million-element blocklist (issue #27 item 5, docs/performance.md "Sets"):
+# Per-packet cost of a million-element blocklist (docs/performance.md "Sets"):
 # fwc's hash-set layout (one plain hash set per prefix length, masked lookups) against the same
 # elements as one interval set, side by side in one run, with real packets through the input
 # and the forward hook.
@@ -11,7 +11,7 @@
 # `forward`; FWC (default target/release/fwc) compiles it. The interval variant is the same
 # nftables.json with each family's hash sets folded into one `flags interval` set (the
 # prefixes as elements) matched by one rule (`ip saddr @big_v4 drop`): what fwc emitted for
-# big sets before issue #27.
+# big sets before the hash-set layout.
 #
 # Topology per variant, built once and loaded once (bare `nft -j -f` of the artifact):
 #   client 198.18.1.2 --veth-- 198.18.1.1 router 198.18.2.1 --veth-- 198.18.2.2 server

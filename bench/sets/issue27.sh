@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Million-entry blocklists (issue #27, docs/performance.md "Sets"): the hash-set layout
+# Million-entry blocklists (docs/performance.md "Sets"): the hash-set layout
 # (one plain hash set per prefix length, masked lookups) against the interval set fwc emitted
 # before, side by side on one machine, in scratch namespaces (fwc-t-*).
 #
 #   sudo bash bench/sets/issue27.sh [N]        (default 993000: ~894k /32 + ~99k /24)
 #
 # FWC (default target/release/fwc) is the build under test; OLD (default
-# /work/main/target/debug/fwc, or any build before issue #27) only compiles the same
+# /work/main/target/debug/fwc, or any build before the hash-set layout) only compiles the same
 # repository to get the interval-set nftables.json. REPEATS (default 3) repetitions, medians
 # (min-max) in seconds:
 #   bare interval / bare hash   `nft -j -f` of each nftables.json into an empty namespace

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set files at scale (issue #14): compile time and peak memory of a repository whose only set
+# Set files at scale: compile time and peak memory of a repository whose only set
 # is read from a file of N addresses/networks, and the first apply of that set by `fwc apply`
 # against bare `nft -j -f` of the compiled nftables.json, side by side in fresh network
 # namespaces. Medians of REPEATS (default 5) with min-max. Needs root, a release build.

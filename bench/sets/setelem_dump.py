@@ -1,4 +1,4 @@
-# The kernel's own cost of listing a set (issue #27, the floor of any drift check that reads
+# The kernel's own cost of listing a set (the floor of any drift check that reads
 # every element): one NFT_MSG_GETSETELEM dump over netlink, nothing decoded but the element
 # count, no nft, no JSON. The kernel fills one message per recv() (at most 32 KiB, whatever
 # the buffer) and walks the set from its start for each message.

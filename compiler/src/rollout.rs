@@ -122,13 +122,12 @@ pub fn compile(decl: &RolloutDecl) -> RolloutPolicy {
 
 /// A window for people: `allow Mon-Fri 09:00-17:00 UTC+01:00`.
 pub fn describe_window(w: &Window) -> String {
-    let (window, _) = crate::timewindow::promotion_window(w);
     let tz = match w.offset_min {
         _ if w.tz.is_some() => w.tz.clone().unwrap_or_default(),
         0 => "UTC".to_string(),
         o => format!("UTC{}{:02}:{:02}", if o < 0 { '-' } else { '+' }, o.unsigned_abs() / 60, o.unsigned_abs() % 60),
     };
-    format!("{} {} {tz}", if w.allow { "allow" } else { "deny" }, crate::timewindow::describe(&window))
+    format!("{} {} {tz}", if w.allow { "allow" } else { "deny" }, crate::timewindow::describe(&w.window))
 }
 
 fn select_of(w: &WaveDecl) -> WaveSelect {
@@ -480,6 +479,7 @@ fn where_is(map: &SourceMap, span: Span) -> String {
 mod tests {
     use super::*;
     use crate::source::SourceTree;
+    use fwc_artifacts::window::DayWindow;
 
     fn tree(text: &str) -> SourceTree {
         SourceTree::from_files(vec![("fwc.kdl".to_string(), text.to_string())])
@@ -626,10 +626,10 @@ host "web-4" { labels role=web; }
         );
         let p = fleet_plan(&tree(&text)).unwrap().policy.unwrap();
         assert_eq!(p.windows, vec![
-            Window { allow: true, days: vec![0, 1, 2, 3, 4], start_min: 540, end_min: 1020, offset_min: 0, tz: None },
-            Window { allow: false, days: vec![4], start_min: 900, end_min: 1440, offset_min: 0, tz: None },
-            Window { allow: true, days: vec![5, 6], start_min: 630, end_min: 720, offset_min: -330, tz: None },
-            Window { allow: true, days: vec![0, 5, 6], start_min: 60, end_min: 120, offset_min: 60, tz: None },
+            Window { allow: true, window: DayWindow { days: vec![0, 1, 2, 3, 4], start_min: 540, end_min: 1020 }, offset_min: 0, tz: None },
+            Window { allow: false, window: DayWindow { days: vec![4], start_min: 900, end_min: 1440 }, offset_min: 0, tz: None },
+            Window { allow: true, window: DayWindow { days: vec![5, 6], start_min: 630, end_min: 720 }, offset_min: -330, tz: None },
+            Window { allow: true, window: DayWindow { days: vec![0, 5, 6], start_min: 60, end_min: 120 }, offset_min: 60, tz: None },
         ]);
         let described: Vec<String> = p.windows.iter().map(describe_window).collect();
         assert_eq!(described, [

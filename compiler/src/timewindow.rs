@@ -12,18 +12,16 @@ use crate::units::UnitError;
 
 pub use crate::model::window::{DayWindow, UtcPiece, Zone};
 
-/// A rollout promotion window as the policy artifact carries it ([`fwc_artifacts::rollout::Window`]:
-/// `end_min` up to 1440, the zone as `offset_min` or a tz name) in the shape every window here
-/// has: the weekly window (24:00 as 0) and its zone. A named zone this host's tz database
-/// lacks reads as UTC. The one way between the two shapes, with [`promotion_zone_fields`].
-pub fn promotion_window(w: &fwc_artifacts::rollout::Window) -> (DayWindow, Zone) {
-    let window = DayWindow { days: w.days.clone(), start_min: w.start_min, end_min: w.end_min % 1440 };
-    let zone = match &w.tz {
+/// The zone of a rollout promotion window ([`fwc_artifacts::rollout::Window`]: `offset_min`
+/// or a tz name); its days and minutes are a [`DayWindow`] already (24:00 as 1440, which
+/// every function here reads as midnight). A named zone this host's tz database lacks reads
+/// as UTC. The one way between the two forms of a zone, with [`promotion_zone_fields`].
+pub fn promotion_zone(w: &fwc_artifacts::rollout::Window) -> Zone {
+    match &w.tz {
         Some(name) => parse_zone(name).unwrap_or(Zone::Utc),
         None if w.offset_min == 0 => Zone::Utc,
         None => Zone::Fixed(w.offset_min),
-    };
-    (window, zone)
+    }
 }
 
 /// A zone as the policy artifact's window carries it: (`offset_min`, `tz`).
@@ -41,20 +39,6 @@ const WEEK_S: i64 = 7 * 86_400;
 
 const WINDOW_HELP: &str = "write \"DAYS HH:MM-HH:MM\": a day (Sat), a range (Mon-Fri) or a comma list (Sat,Sun), then the hours, e.g. \"Mon-Fri 09:00-17:00\" or \"Fri 15:00-24:00\"";
 const HOURS_HELP: &str = "write the hours as HH:MM-HH:MM on a 24-hour clock, e.g. 09:00-17:00 (24:00 ends at midnight)";
-
-impl DayWindow {
-    pub fn crosses_midnight(&self) -> bool {
-        self.end_min <= self.start_min
-    }
-    /// Length in minutes.
-    pub fn minutes(&self) -> u32 {
-        if self.crosses_midnight() {
-            1440 - u32::from(self.start_min) + u32::from(self.end_min)
-        } else {
-            u32::from(self.end_min - self.start_min)
-        }
-    }
-}
 
 fn bad(message: String, help: &str) -> UnitError {
     UnitError { message, help: help.into() }

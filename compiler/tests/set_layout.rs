@@ -68,7 +68,7 @@ fn elements(r: &mut Rng) -> (Vec<Elem>, String) {
             v.push(Elem { bits, lo: a, hi, text: format!("{}-{}", addr(bits, a), addr(bits, hi)) });
         }
     }
-    let mut text = String::from("# issue 27 reference set\n");
+    let mut text = String::from("# big-set layout reference set\n");
     for e in &v {
         text.push_str(&e.text);
         text.push('\n');

@@ -38,7 +38,7 @@ pub struct ServerState {
     /// None = the webhook is disabled (every POST is answered 404 and counted `disabled`).
     pub webhook: Option<WebhookSecret>,
     /// Replay protection of authentic webhook requests (None: every authentic one is accepted).
-    pub deliveries: Option<Arc<crate::agent::replay::DeliveryGuard>>,
+    pub deliveries: Option<Arc<crate::metrics::replay::DeliveryGuard>>,
     /// Called for every authentic webhook request: wakes the reconcile loop.
     pub on_push: Arc<dyn Fn() + Send + Sync>,
 }
@@ -201,8 +201,8 @@ fn route(st: &ServerState, method: &str, path: &str, query: Option<&str>, header
                         }
                         Err(r) => {
                             count(match r {
-                                crate::agent::replay::Refusal::Replayed => "replayed",
-                                crate::agent::replay::Refusal::Stale(_) => "stale",
+                                crate::metrics::replay::Refusal::Replayed => "replayed",
+                                crate::metrics::replay::Refusal::Stale(_) => "stale",
                             });
                             tracing::warn!("webhook refused: {r}");
                             (409, TEXT, format!("{r}\n"))
@@ -267,7 +267,7 @@ mod tests {
                 metrics: metrics.clone(),
                 health: health.clone(),
                 webhook: Some(WebhookSecret::new(b"k")),
-                deliveries: Some(Arc::new(crate::agent::replay::DeliveryGuard::in_memory())),
+                deliveries: Some(Arc::new(crate::metrics::replay::DeliveryGuard::in_memory())),
                 on_push: Arc::new(move || {
                     p.fetch_add(1, Ordering::SeqCst);
                 }),

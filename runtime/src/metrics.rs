@@ -33,6 +33,7 @@ use crate::backend::RuleCounter;
 
 mod exposition;
 mod health;
+pub mod replay;
 mod webhook;
 
 pub use crate::http::{http_request, serve, Server, ServerState, MAX_CONNS};
@@ -116,6 +117,9 @@ pub const APPLY_RESULTS: &[&str] = &["ok", "aborted", "rolled_back", "failed"];
 pub const FETCH_RESULTS: &[&str] = &["ok", "error"];
 pub const REFUSAL_REASONS: &[&str] = &["signature", "compile", "rewind", "apply"];
 pub const WEBHOOK_RESULTS: &[&str] = &["accepted", "unauthorized", "replayed", "stale", "disabled"];
+/// `reason` of `fwc_rollout_held`: why a host is not on the rollout's commit, the names of
+/// `rollout::follow::HoldReason` (a test keeps the two in step).
+pub const HOLD_REASONS: &[&str] = &["not_promoted", "halted", "paused", "stopped", "unverified_state", "state_rewound", "state_missing"];
 /// The `reason` of `fwc_agent_degraded` (docs/fleet.md): what went wrong with its `commit`.
 pub const DEGRADED_REASONS: &[&str] = &["refused", "apply_failed", "rolled_back", "self_check", "heal_failed"];
 
@@ -457,9 +461,9 @@ impl Metrics {
 
     /// `fwc_rollout_held`: 1 for `reason`, 0 for every other (all 0: on the rollout's commit or
     /// no rollout).
-    pub fn set_held(&self, reason: Option<crate::rollout::follow::HoldReason>) {
-        for r in crate::rollout::follow::HOLD_REASONS {
-            self.rollout_held.get_or_create(&HostReasonLabel { host: self.host.clone(), reason: r.as_str().to_string() }).set((Some(r) == reason) as i64);
+    pub fn set_held(&self, reason: Option<&str>) {
+        for r in HOLD_REASONS {
+            self.rollout_held.get_or_create(&HostReasonLabel { host: self.host.clone(), reason: r.to_string() }).set((Some(*r) == reason) as i64);
         }
     }
 
@@ -579,7 +583,7 @@ mod tests {
         m.refused("signature");
         m.set_degraded(Some(("bad", "apply_failed")), Some("def"));
         m.set_rollout(Some(("bad", Some("def"), "halted")), Some((1, "early")));
-        m.set_held(Some(crate::rollout::follow::HoldReason::Halted));
+        m.set_held(Some(crate::rollout::follow::HoldReason::Halted.as_str()));
         m.self_check_failed();
         let fill = crate::backend::PerSourceFill { rule: "ssh".into(), kind: RuleKind::Filter, limit: "rate", family: "ipv6", entries: 3, size: 65536 };
         m.observe_per_source(&[fill]);
@@ -629,6 +633,8 @@ mod tests {
         assert!(t.contains("fwc_last_apply_success_timestamp_seconds 0\n"), "{t}");
         assert!(t.contains("fwc_self_check_failures_total{host=\"\"} 0\n"), "{t}");
         assert!(t.contains("fwc_agent_degraded{host=\"\",commit=\"\",reason=\"\"} 0\n"), "{t}");
+        let reasons: Vec<&str> = crate::rollout::follow::HOLD_REASONS.iter().map(|r| r.as_str()).collect();
+        assert_eq!(reasons, HOLD_REASONS, "the metric's hold reasons are the rollout's");
         for r in crate::rollout::follow::HOLD_REASONS {
             assert!(t.contains(&format!("fwc_rollout_held{{host=\"\",reason=\"{}\"}} 0\n", r.as_str())), "{r:?} in\n{t}");
         }

@@ -42,6 +42,7 @@ use fwc_compiler::artifacts::{sha256_hex, Artifacts};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 use serde::{Deserialize, Serialize};
 
+pub mod agent_journal;
 pub mod parts;
 mod private_dir;
 pub mod set_cache;

@@ -1,4 +1,4 @@
-//! The agent in a fleet rollout (issue 23), end to end with real parts: `fwc agent` processes
+//! The agent in a fleet rollout, end to end with real parts: `fwc agent` processes
 //! applying into test namespaces, a real git remote (file://, and `git daemon` in another
 //! namespace for the self-check), rollout states committed on `refs/heads/fwc-rollout`.
 //! - the self-check after apply reverts a commit that cuts the agent off from git;
@@ -283,7 +283,7 @@ fn once_as_in(ns: &Netns, host: &str, state: &Path, url: &str) -> Output {
         .unwrap()
 }
 
-/// Issue 23: a commit whose rules cut the agent off from its git remote is reverted by the
+/// Magic rollback: a commit whose rules cut the agent off from its git remote is reverted by the
 /// self-check after the apply, so the host keeps its connectivity (without the self-check the
 /// commit stays applied and the next fetch fails: exit 3).
 #[test]

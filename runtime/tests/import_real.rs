@@ -1,4 +1,4 @@
-//! `fwc import` against real rulesets (issue 25): each original is loaded for real in one
+//! `fwc import` against real rulesets: each original is loaded for real in one
 //! network namespace (nft -f / iptables-nft-restore), its import is applied by fwc in
 //! another, and the same probe connections (TCP and UDP, IPv4 and IPv6, to the host, through
 //! a port forward, routed through it) are sent to both: the outcomes (accepted, rejected,

@@ -4,15 +4,9 @@
 
 use jiff::tz::TimeZone;
 
-/// One window: on each of `days` (0 = Monday), from `start_min` to `end_min` minutes after
-/// local midnight. `end_min <= start_min` crosses midnight: it ends on the next day
-/// (`Fri 22:00-02:00` ends Saturday 02:00).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DayWindow {
-    pub days: Vec<u8>,
-    pub start_min: u16,
-    pub end_min: u16,
-}
+/// One window (days, start and end minute): the contract crate's, shared with the rollout's
+/// promotion windows.
+pub use fwc_artifacts::window::DayWindow;
 
 /// A time zone as written in `tz=`: UTC, a fixed offset, or a named IANA zone.
 #[derive(Debug, Clone)]

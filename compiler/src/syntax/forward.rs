@@ -12,11 +12,11 @@ use super::values::{looks_like_ipv4, parse_ifname, valid_dns_name};
 pub(super) const FORWARD_PROPS: &[&str] = &[
     "proto", "listen", "to", "from", "in", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
     "idle-timeout", "sni", "health-check", "health-interval", "health-timeout", "health-rise", "health-fall", "backend", "on", "comment",
-    // per-source limits (issue #26, crate::persource)
+    // per-source limits (crate::persource)
     "conn-rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "rate-per-source",
-    // schedules (issue #26, crate::schedule)
+    // schedules (crate::schedule)
     "during", "tz", "until",
-    // quota (issue #26)
+    // traffic quotas (crate::quota)
     "quota", "quota-reset-day", "over-quota",
 ];
 

@@ -227,7 +227,8 @@ impl Parser<'_, '_> {
             None => (0, None),
         };
         let (days, start_min, end_min) = spec.value;
-        Some(Spanned::new(fwc_artifacts::rollout::Window { allow: is_allow, days, start_min, end_min, offset_min: offset, tz: zone }, span))
+        let window = fwc_artifacts::window::DayWindow { days, start_min, end_min };
+        Some(Spanned::new(fwc_artifacts::rollout::Window { allow: is_allow, window, offset_min: offset, tz: zone }, span))
     }
 
     /// [`Parser::convert`] with a `rollout-bad-<key>` code.

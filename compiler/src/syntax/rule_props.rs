@@ -6,7 +6,7 @@ use crate::units;
 use super::parser::{Parser, Props};
 
 impl Parser<'_, '_> {
-    /// Per-source limits (issue #26, [`crate::persource`]) of a filter rule (`action`) or a
+    /// Per-source limits ([`crate::persource`]) of a filter rule (`action`) or a
     /// forward (`None`): filter rules say `rate-per-source=` (new connections, as `rate=`),
     /// forwards `conn-rate-per-source=` (as `conn-rate=`).
     pub(super) fn per_source(&mut self, p: &mut Props, action: Option<Action>) -> Option<PerSource> {
@@ -49,7 +49,7 @@ impl Parser<'_, '_> {
         })
     }
 
-    /// quota (issue #26): `quota="500GB/month"` with optional `quota-reset-day=` (default: day
+    /// Traffic quota: `quota="500GB/month"` with optional `quota-reset-day=` (default: day
     /// 1 / Monday) and `over-quota=` (default `drop`); those two without `quota` are errors.
     pub(super) fn quota(&mut self, p: &mut Props, rule: &str) -> Option<Spanned<crate::quota::QuotaSpec>> {
         use crate::quota::*;
@@ -77,7 +77,7 @@ impl Parser<'_, '_> {
         Some(Spanned::new(spec, q.span))
     }
 
-    /// Schedules (issue #26): `during=`, `tz=`, `until=` ([`crate::schedule`]); `tz=` alone
+    /// Schedules: `during=`, `tz=`, `until=` ([`crate::schedule`]); `tz=` alone
     /// is an error (it says how to read the other two).
     pub(super) fn schedule(&mut self, p: &mut Props) -> Option<Schedule> {
         let during = self.parsed(p, "during", crate::timewindow::parse_windows);

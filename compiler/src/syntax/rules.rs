@@ -17,16 +17,16 @@ pub(super) const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject", "log"];
 
 pub(super) const FILTER_PROPS: &[&str] = &[
     "proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "reject-with", "log-prefix", "log-rate", "state", "on", "comment",
-    // per-source limits (issue #26, crate::persource)
+    // per-source limits (crate::persource)
     "rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "conn-rate-per-source",
-    // schedules (issue #26, crate::schedule)
+    // schedules (crate::schedule)
     "during", "tz", "until",
 ];
 
 /// A `log` rule logs and matching goes on: no verdict options (`log`, `rate`, `reject-with`).
 pub(super) const LOG_RULE_PROPS: &[&str] = &[
     "proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "log-prefix", "log-rate", "state", "on", "comment",
-    // schedules (issue #26, crate::schedule)
+    // schedules (crate::schedule)
     "during", "tz", "until",
 ];
 
@@ -44,13 +44,13 @@ pub(super) const SNAT_PROPS: &[&str] = &["from", "dst", "to", "out", "proto", "p
 /// (the output interface is the bridge).
 pub(super) const CONTAINER_RULE_PROPS: &[&str] = &[
     "proto", "port", "from", "to", "in", "log", "rate", "reject-with", "log-prefix", "log-rate", "on", "comment",
-    // schedules (issue #26, crate::schedule)
+    // schedules (crate::schedule)
     "during", "tz", "until",
 ];
 
 pub(super) const SHAPE_PROPS: &[&str] = &[
     "from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment",
-    // quota (issue #26)
+    // traffic quotas (crate::quota)
     "quota", "quota-reset-day", "over-quota",
 ];
 

@@ -90,7 +90,7 @@ impl Agent {
         let d = decide(&FollowInput { branch: &self.cfg.branch, tip: &tip_s, tip_has_policy, left_rollouts, bucket, state: view, wave: wave.as_ref().map(|w| w.0), applied });
         // report
         let held = d.held();
-        self.metrics.set_held(held);
+        self.metrics.set_held(held.map(|h| h.as_str()));
         let st = match (&d, &state) {
             (FollowDecision::Tip, _) => None,
             (_, None) if missing => Some(FollowStatus {

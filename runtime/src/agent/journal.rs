@@ -7,9 +7,7 @@ use miette::{IntoDiagnostic, Result, WrapErr};
 use serde::{Deserialize, Serialize};
 
 use crate::audit::Action;
-
-/// File of the agent's intent journal in the state dir.
-pub const JOURNAL_FILE: &str = "agent.json";
+pub use crate::state::agent_journal::{FollowStatus, Handled, JOURNAL_FILE};
 
 /// `agent.json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,47 +25,11 @@ pub struct Journal {
     pub accepted_state: Option<crate::rollout::follow::Accepted>,
 }
 
-/// The agent's view of the fleet rollout, as of its last reconcile (in `agent.json`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FollowStatus {
-    /// The rollout's phase (`progressing`, `halted`, ...) or `none` (no state on the rollout
-    /// ref yet), `unverified` (a state the agent does not trust).
-    pub phase: String,
-    pub commit: Option<String>,
-    pub stable: Option<String>,
-    /// This host's wave: index and name.
-    pub wave: Option<(usize, String)>,
-    /// The commit the agent goes to (None: it keeps what it has).
-    pub target: Option<String>,
-    /// Why the host is not on the rollout's commit (`not_promoted`, `halted`, `paused`,
-    /// `stopped`, `unverified_state`).
-    pub held: Option<String>,
-    /// The state's reason, or why it is not trusted.
-    pub detail: String,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
     pub seq: u64,
     pub commit: Option<String>,
     pub action: Action,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Handled {
-    pub commit: String,
-    /// `applied`, `refused`, `failed` or `self_check` (applied, then reverted by its
-    /// self-check; final like a refusal).
-    pub outcome: String,
-    pub reason: Option<String>,
-    /// The `reason` of `fwc_agent_degraded` for a commit not applied (`refused`,
-    /// `apply_failed`, `rolled_back`, `self_check`), kept across adopts and restarts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub degraded: Option<String>,
-    /// The generation of the rollout state this host had accepted when this happened (a
-    /// commit reverted by its self-check is tried again once the rollout is resumed after it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state_generation: Option<u64>,
 }
 
 impl Journal {
@@ -83,11 +45,6 @@ impl Journal {
     pub(super) fn save(&self, dir: &Path) -> Result<()> {
         crate::state::write_atomic(&dir.join(JOURNAL_FILE), fwc_compiler::artifacts::to_pretty(self).as_bytes())
     }
-}
-
-/// The agent's journal in `state_dir`, if it has one (for `fwc status`).
-pub fn read_journal(state_dir: &Path) -> Option<Journal> {
-    state_dir.join(JOURNAL_FILE).exists().then(|| Journal::load(state_dir).ok()).flatten()
 }
 
 #[cfg(test)]

@@ -54,8 +54,7 @@ pub mod git;
 mod hooked;
 mod journal;
 pub mod refs_poll;
-pub mod replay;
-/// Schedules (issue #26): recompiling when the applied artifacts' `valid_until` passes.
+/// Schedules: recompiling when the applied artifacts' `valid_until` passes.
 pub mod schedule;
 mod run_loop;
 pub mod selfcheck;
@@ -82,7 +81,7 @@ use crate::state::{StateDir, StateLock};
 pub use decide::{Backoff, DriftMode, ALLOW_REWIND_FILE, RETRY_MIN};
 use git::Mirror;
 use hooked::Hooked;
-pub use journal::{read_journal, FollowStatus, Handled, Journal, Pending, JOURNAL_FILE};
+pub use journal::{FollowStatus, Handled, Journal, Pending, JOURNAL_FILE};
 pub use run_loop::{run, Wake};
 use verify::SignaturePolicy;
 
@@ -152,7 +151,7 @@ pub struct Agent {
     target: Option<String>,
     /// Parsed rollout inputs, by the commit they were read from.
     follow_cache: FollowCache,
-    /// Schedules (issue #26): the applied artifacts' `valid_until` (compile again then).
+    /// Schedules: the applied artifacts' `valid_until` (compile again then).
     pub valid_until: Option<jiff::Timestamp>,
     /// Schedules: why the applied commit is being compiled again (the audit entry's detail).
     schedule_note: Option<String>,
@@ -336,7 +335,7 @@ impl Agent {
     /// says it is applied (recovery of an interrupted apply).
     pub fn reconcile(&mut self, force: bool) -> Result<()> {
         let lock = self.state.lock(true)?;
-        // Fail closed (#12): a manual `fwc apply --confirm` past its deadline whose reverter is
+        // Fail closed: a manual `fwc apply --confirm` past its deadline whose reverter is
         // gone is reverted now, before anything else.
         match engine::confirm::enforce_deadline(&lock, self.cfg.netns.as_deref())? {
             Some(Ok(rep)) => tracing::warn!(generation = %rep.generation, "an unconfirmed apply was past its deadline: reverted"),
@@ -364,7 +363,7 @@ impl Agent {
         let handled_same = self.journal.handled.as_ref().is_some_and(|h| h.commit == tip_s);
         let mut just_applied = false;
         let current_is_tip = current.as_ref().and_then(|g| g.meta.commit.as_deref()) == Some(tip_s.as_str());
-        // Schedules (issue #26): past `valid_until` the applied commit is compiled again.
+        // Schedules: past `valid_until` the applied commit is compiled again.
         let schedule_due = current.as_ref().is_some_and(|g| schedule::recompile_due(g.artifacts.manifest.valid_until.as_deref(), self.now()));
         if schedule_due {
             tracing::info!(commit = %short(&tip_s), "the applied rules' schedules changed (daylight saving or an until= passed): compiling again");

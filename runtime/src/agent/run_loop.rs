@@ -10,7 +10,7 @@ use miette::{IntoDiagnostic, Result, WrapErr};
 
 use crate::metrics::{self, Health, Metrics};
 
-use super::{exit_code, replay, schedule, Agent, AgentConfig};
+use super::{exit_code, schedule, Agent, AgentConfig};
 
 /// What wakes the loop early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub fn run(cfg: AgentConfig) -> Result<u8> {
                     metrics: metrics.clone(),
                     health: health.clone(),
                     webhook: cfg.webhook.clone(),
-                    deliveries: Some(Arc::new(replay::DeliveryGuard::load(&cfg.state_dir))),
+                    deliveries: Some(Arc::new(crate::metrics::replay::DeliveryGuard::load(&cfg.state_dir))),
                     on_push: Arc::new(move || {
                         let _ = push.send(Wake::Push);
                     }),

@@ -1,4 +1,4 @@
-//! Schedules in the agent (issue #26): artifacts compiled from rules with `during=` or `until=`
+//! Schedules in the agent: artifacts compiled from rules with `during=` or `until=`
 //! are right only until their manifest's `valid_until` (a time zone's next daylight-saving
 //! change, a rule's expiry). Past it, the agent compiles the applied commit again for the new
 //! time and applies the result. Pure decisions on an explicit time; the clock is read by the

@@ -1,4 +1,4 @@
-//! The self-check after an apply ("magic rollback", issue 23): inside the agent's
+//! The self-check after an apply ("magic rollback"): inside the agent's
 //! confirm-or-revert, the agent proves that the rules it just applied still let it reach its
 //! git remote (a real fetch with a short deadline) and pass the rollout policy's probes (a TCP
 //! connect, an HTTP GET answered 2xx). A failure makes the agent revert the apply at once.

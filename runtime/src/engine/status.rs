@@ -53,11 +53,7 @@ pub struct Status {
 }
 
 /// The agent's own view, from its journal.
-#[derive(Debug, Serialize)]
-pub struct AgentView {
-    pub handled: Option<crate::agent::Handled>,
-    pub rollout: Option<crate::agent::FollowStatus>,
-}
+pub use crate::state::agent_journal::AgentView;
 
 /// One health-checked target of a forward.
 #[derive(Debug, Serialize)]
@@ -88,7 +84,7 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
         pending_confirm: state.pending_confirm()?,
         counters: vec![],
         target_health: vec![],
-        agent: crate::agent::read_journal(&state.path).map(|j| AgentView { handled: j.handled, rollout: j.rollout }),
+        agent: crate::state::agent_journal::read_agent_view(&state.path),
         per_source: vec![],
         valid_until: cur.as_ref().and_then(|g| g.artifacts.manifest.valid_until.clone()),
         quotas: vec![],

@@ -36,7 +36,7 @@ impl WebhookSecret {
             mac.verify_slice(&sig).is_ok()
         };
         if let Some(v) = get("x-fwc-signature") {
-            // fwc's own scheme: the timestamp is signed with the body (see agent::replay).
+            // fwc's own scheme: the timestamp is signed with the body (see `replay`).
             let Some(ts) = get("x-fwc-timestamp") else { return false };
             let Some(hexsig) = v.strip_prefix("sha256=") else { return false };
             let Ok(sig) = hex::decode(hexsig) else { return false };

@@ -1,4 +1,4 @@
-//! Fleet rollouts (issue 23): a commit reaches the fleet in health-gated waves. The controller's
+//! Fleet rollouts: a commit reaches the fleet in health-gated waves. The controller's
 //! pure decision ([`controller`]), the rollout state on a git ref ([`state_ref`]), host reports
 //! and gates from Prometheus ([`prometheus`]), promotion windows ([`window`]) and the I/O step that ties them ([`advance`]);
 //! the agent's pure decision of which commit to run ([`follow`]).

@@ -25,8 +25,7 @@ fn compile(windows: &[Window]) -> Vec<Compiled> {
     windows
         .iter()
         .map(|w| {
-            let (window, zone) = timewindow::promotion_window(w);
-            Compiled { allow: w.allow, window: [window], zone }
+            Compiled { allow: w.allow, window: [w.window.clone()], zone: timewindow::promotion_zone(w) }
         })
         .collect()
 }
@@ -85,7 +84,7 @@ mod tests {
     }
 
     fn win(allow: bool, days: &[u8], start: u16, end: u16, offset: i16) -> Window {
-        Window { allow, days: days.to_vec(), start_min: start, end_min: end, offset_min: offset, tz: None }
+        Window { allow, window: DayWindow { days: days.to_vec(), start_min: start, end_min: end }, offset_min: offset, tz: None }
     }
 
     #[test]

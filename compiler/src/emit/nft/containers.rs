@@ -2,7 +2,13 @@
 //! their own tables; fwc judges the new DNATed connection at the forward hook, before Docker's
 //! filter chains, by the port and address the client originally addressed (`ct original`).
 
-use super::*;
+use super::expr::*;
+use super::family::*;
+use super::names::*;
+use super::out::Out;
+use super::rule_parts::*;
+use super::schedule::*;
+use super::prelude::*;
 
 /// Priority of the `containers` base chain: before iptables-nft's `ip filter FORWARD` (0) and
 /// fwc's own `forward` (0), so a deny here is counted before anyone accepts.

@@ -1,7 +1,8 @@
 //! Constructors of nft expressions and statements (typed objects of the `nftables` crate), and
 //! the layer-4 matches every kind of rule shares.
 
-use super::*;
+use super::fam::Fam;
+use super::prelude::*;
 
 /// An nft expression.
 pub(super) type E = Expression<'static>;
@@ -214,4 +215,38 @@ pub(super) fn l4proto_is(p: ForwardProto) -> S {
         ForwardProto::Udp => eq(meta(MetaKey::L4proto), s("udp")),
         ForwardProto::Both => eq(meta(MetaKey::L4proto), set(vec![s("tcp"), s("udp")])),
     }
+}
+
+pub(super) fn one_or_set(mut v: Vec<E>) -> Option<E> {
+    match v.len() {
+        0 => None,
+        1 => v.pop(),
+        _ => Some(set(v)),
+    }
+}
+
+/// Sorted, merged port ranges.
+pub(super) fn merged_ports(ports: &[PortRange]) -> Vec<PortRange> {
+    let mut v: Vec<PortRange> = ports.iter().map(|p| PortRange { lo: p.lo.min(p.hi), hi: p.lo.max(p.hi) }).collect();
+    v.sort();
+    let mut out: Vec<PortRange> = Vec::with_capacity(v.len());
+    for p in v {
+        match out.last_mut() {
+            Some(last) if u32::from(p.lo) <= u32::from(last.hi) + 1 => last.hi = last.hi.max(p.hi),
+            _ => out.push(p),
+        }
+    }
+    out
+}
+
+pub(super) fn port_expr(p: PortRange) -> E {
+    if p.is_single() {
+        n(u32::from(p.lo))
+    } else {
+        range(n(u32::from(p.lo)), n(u32::from(p.hi)))
+    }
+}
+
+pub(super) fn ports_expr(ports: &[PortRange]) -> Option<E> {
+    one_or_set(merged_ports(ports).into_iter().map(port_expr).collect())
 }

@@ -1,66 +1,10 @@
 //! Address families and normalised address / port lists: sets and literals become merged
 //! intervals per family, rendered as nft values (address, prefix or range).
 
-use super::*;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Fam {
-    V4,
-    V6,
-}
-
-pub(super) const FAMS: [Fam; 2] = [Fam::V4, Fam::V6];
-
-impl Fam {
-    pub(super) fn of(ip: &IpAddr) -> Fam {
-        if ip.is_ipv4() {
-            Fam::V4
-        } else {
-            Fam::V6
-        }
-    }
-    pub(super) fn idx(self) -> usize {
-        self as usize
-    }
-    /// Payload protocol name: `ip` / `ip6`.
-    pub(super) fn proto(self) -> &'static str {
-        match self {
-            Fam::V4 => "ip",
-            Fam::V6 => "ip6",
-        }
-    }
-    pub(super) fn nat(self) -> NATFamily {
-        match self {
-            Fam::V4 => NATFamily::IP,
-            Fam::V6 => NATFamily::IP6,
-        }
-    }
-    pub(super) fn nfproto(self) -> &'static str {
-        match self {
-            Fam::V4 => "ipv4",
-            Fam::V6 => "ipv6",
-        }
-    }
-    pub(super) fn bits(self) -> u32 {
-        match self {
-            Fam::V4 => 32,
-            Fam::V6 => 128,
-        }
-    }
-    /// The prefix length of the interval `lo..=hi` if it is exactly one network.
-    pub(super) fn prefix_len(self, lo: u128, hi: u128) -> Option<u32> {
-        let diff = lo ^ hi;
-        let host_bits = 128 - diff.leading_zeros();
-        let is_prefix = diff.count_ones() == host_bits && lo & diff == 0;
-        (is_prefix && host_bits <= self.bits()).then(|| self.bits() - host_bits)
-    }
-    pub(super) fn addr(self, v: u128) -> IpAddr {
-        match self {
-            Fam::V4 => IpAddr::V4(Ipv4Addr::from(v as u32)),
-            Fam::V6 => IpAddr::V6(Ipv6Addr::from(v)),
-        }
-    }
-}
+use super::expr::*;
+use super::fam::*;
+use super::names::*;
+use super::prelude::*;
 
 /// Sorted, merged (overlapping or adjacent joined) intervals, per family.
 pub(super) fn merged<'a>(elems: impl IntoIterator<Item = &'a AddrElem>) -> [Vec<(u128, u128)>; 2] {
@@ -179,40 +123,6 @@ pub(super) fn alts(p: Option<&AddrParts>, fam: Fam) -> Vec<Option<&AddrAlt>> {
         None => vec![None],
         Some(p) => p[fam.idx()].iter().map(Some).collect(),
     }
-}
-
-pub(super) fn one_or_set(mut v: Vec<E>) -> Option<E> {
-    match v.len() {
-        0 => None,
-        1 => v.pop(),
-        _ => Some(set(v)),
-    }
-}
-
-/// Sorted, merged port ranges.
-pub(super) fn merged_ports(ports: &[PortRange]) -> Vec<PortRange> {
-    let mut v: Vec<PortRange> = ports.iter().map(|p| PortRange { lo: p.lo.min(p.hi), hi: p.lo.max(p.hi) }).collect();
-    v.sort();
-    let mut out: Vec<PortRange> = Vec::with_capacity(v.len());
-    for p in v {
-        match out.last_mut() {
-            Some(last) if u32::from(p.lo) <= u32::from(last.hi) + 1 => last.hi = last.hi.max(p.hi),
-            _ => out.push(p),
-        }
-    }
-    out
-}
-
-pub(super) fn port_expr(p: PortRange) -> E {
-    if p.is_single() {
-        n(u32::from(p.lo))
-    } else {
-        range(n(u32::from(p.lo)), n(u32::from(p.hi)))
-    }
-}
-
-pub(super) fn ports_expr(ports: &[PortRange]) -> Option<E> {
-    one_or_set(merged_ports(ports).into_iter().map(port_expr).collect())
 }
 
 /// Which address families a rule with these address matches needs: `[None]` (one `inet` rule)

@@ -3,7 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use super::*;
+use super::expr::*;
+use super::fam::*;
+use super::family::*;
+use super::names::*;
+use super::out::*;
+use super::rule_parts::*;
+use super::schedule::*;
+use super::prelude::*;
 
 /// How one target treats the destination port of a connection to listen port `p`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

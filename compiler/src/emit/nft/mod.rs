@@ -189,52 +189,34 @@
 
 mod containers;
 mod expr;
+mod fam;
 mod family;
 mod filters;
 mod forwards;
 mod names;
 mod out;
 mod persource;
+mod prelude;
 mod qos_marks;
 /// Schedules: the `meta day . meta hour` match of `during=`.
 mod schedule;
 mod quota;
+mod rule_parts;
 mod snat;
 #[cfg(test)]
 mod tests;
 mod writer;
 
-use std::borrow::Cow;
-use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-use nftables::expr::{
-    BinaryOperation, Expression, Fib, FibFlag, FibResult, Map as MapExpr, Meta, MetaKey, NamedExpression, NgMode, Numgen, Payload,
-    PayloadField, Prefix, Range, SetItem, Verdict, CT, CTDir,
-};
-use nftables::schema::{Chain, Map, NfCmd, NfListObject, NfObject, Rule, Set, SetFlag, SetType, SetTypeValue, Table};
-use nftables::stmt::{
-    self, CTCount, Counter, JumpTarget, Limit, Log, Mangle, Match, Operator, Reject, RejectType, Statement, NAT,
-    NATFamily,
-};
-use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook, RejectCode};
-use serde_json::{json, Value};
-
-use crate::artifacts::{NftDoc, QosDirection, NFT_TABLE, QOS_MARK_MASK, QOS_MARK_SHIFT};
-use crate::model::*;
-use crate::select::{ChainPlan, HostPlan};
-use crate::setlayout::LayoutKind;
+use prelude::*;
 
 use containers::*;
-use expr::*;
-use family::*;
+use fam::*;
 use filters::*;
 use forwards::*;
 pub use forwards::{health_dispatch, health_probe_targets, kernel_dns};
 pub use names::*;
 use out::*;
 use qos_marks::*;
-use schedule::*;
 use snat::*;
 
 /// The nftables ruleset of one host: `{"nftables": [ {"add": …}, … ]}`. Objects (table, sets,

@@ -3,7 +3,9 @@
 //! streamed, NAT maps built as JSON directly.
 
 use super::writer::{Add, AddrSetBody, Document, HashSetBody, Members};
-use super::*;
+use super::expr::*;
+use super::fam::*;
+use super::prelude::*;
 
 #[derive(Default)]
 pub(super) struct Out {

@@ -2,7 +2,10 @@
 //! sets that track sources, and the guard rules — `update`/`add` with a `limit`/`ct count`
 //! per element, then a fail-closed rule for a source the full set could not take.
 
-use super::*;
+use super::expr::*;
+use super::fam::*;
+use super::out::Out;
+use super::prelude::*;
 use crate::persource::{self as ps, Kind};
 
 /// One guard rule: matches and statements, and the set statement's per-element statements

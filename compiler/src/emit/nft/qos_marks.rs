@@ -1,7 +1,13 @@
 //! QoS marks: capped kernel forwards classify their flow into the ct mark, shapes classify
 //! packets in `qos_apply`, and one small chain per class ORs its bits into the packet mark.
 
-use super::*;
+use super::expr::*;
+use super::fam::*;
+use super::family::*;
+use super::forwards::*;
+use super::names::*;
+use super::out::*;
+use super::prelude::*;
 
 /// The class pair base (the up id, even) of a rule with QoS classes.
 pub(super) fn pair_base(plan: &HostPlan, kind: RuleKind, name: &str) -> Option<u32> {

@@ -33,7 +33,13 @@
 //! bucket per protocol rule. The rules carry the forward's comment and no counter (the
 //! forward's counters stay counts of new connections).
 
-use super::*;
+use super::expr::*;
+use super::fam::*;
+use super::family::*;
+use super::forwards::*;
+use super::names::*;
+use super::out::*;
+use super::prelude::*;
 
 /// Chain names of the quota chains.
 pub(super) mod qchains {

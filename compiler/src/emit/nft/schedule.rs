@@ -4,7 +4,9 @@
 //! of the nft process when it parses them, numbers it loads as they are (seconds since UTC
 //! midnight; days 0 = Sunday, as the kernel's `meta day`).
 
-use super::*;
+use super::expr::*;
+use super::out::Out;
+use super::prelude::*;
 
 /// The match for `s`'s windows; `None` when the rule has no `during=`.
 pub(super) fn time_match(s: Option<&Schedule>) -> Option<Value> {

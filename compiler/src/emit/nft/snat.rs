@@ -2,7 +2,12 @@
 //! with fwc's masquerade of its own forwards, which comes first), one rule per fwc rule and
 //! address family, in file order (the first NAT statement that matches a connection wins).
 
-use super::*;
+use super::expr::*;
+use super::fam::*;
+use super::family::*;
+use super::names::*;
+use super::out::*;
+use super::prelude::*;
 
 /// The nat postrouting chain, when there are no kernel forwards to declare it.
 pub(super) fn declare_snat_chain(out: &mut Out) {

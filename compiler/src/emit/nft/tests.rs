@@ -1,5 +1,7 @@
 //! Unit tests of the nftables emitter's helpers (the whole output is covered by golden/).
 
+use super::expr::*;
+use super::family::*;
 use super::*;
 
 fn net(s: &str) -> AddrElem {

@@ -7,7 +7,7 @@ use serde::{Serialize, Serializer};
 
 use fwc_artifacts::nfttext;
 
-use super::family::Fam;
+use super::fam::Fam;
 
 /// The text of `{"nftables": [...]}`, its members written as they come.
 pub(super) struct Document {

@@ -236,7 +236,7 @@ fn every_transition() {
 }
 
 fn win(allow: bool, days: &[u8], start: u16, end: u16, offset_min: i16) -> Window {
-    Window { allow, days: days.to_vec(), start_min: start, end_min: end, offset_min, tz: None }
+    Window { allow, window: fwc_artifacts::window::DayWindow { days: days.to_vec(), start_min: start, end_min: end }, offset_min, tz: None }
 }
 
 /// T0 is Friday 2027-01-15 08:00 UTC.
