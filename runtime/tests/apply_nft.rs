@@ -193,7 +193,7 @@ fn drift_status_plan_and_stale_plan() {
     // A saved plan of a new version; then someone edits the table by hand.
     let d2 = tmp.path().join("a2");
     write_dir(&table(&[80, 81], &["198.18.1.0/24"]), &d2);
-    let (a2, _) = fwc_runtime::engine::load::load_artifacts(&d2, None, false).unwrap();
+    let (a2, _) = fwc_runtime::engine::load::load_artifacts(&d2, None, false, None).unwrap();
     let plan = fwc_runtime::engine::plan::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
     assert_eq!(plan.rules.as_ref().unwrap().changes.len(), 0);
     assert!(plan.has_changes());
@@ -217,7 +217,7 @@ fn drift_status_plan_and_stale_plan() {
     assert!(ns.exec(&["nft", "list", "table", "inet", "fwc"]).contains("dport 23"));
 
     // A fresh plan applies, and heals the drift.
-    let (a2, _) = fwc_runtime::engine::load::load_artifacts(&d2, None, false).unwrap();
+    let (a2, _) = fwc_runtime::engine::load::load_artifacts(&d2, None, false, None).unwrap();
     let plan = fwc_runtime::engine::plan::make_plan(&StateDir::new(&sd), Some(&ns.name), a2, "test".into()).unwrap();
     assert_eq!(plan.drift.len(), 2, "{:?}", plan.drift);
     std::fs::write(&planfile, serde_json::to_string(&plan).unwrap()).unwrap();
@@ -448,7 +448,7 @@ fn imported_forms_apply_without_drift() {
         assert!(o.status.success(), "{case}: {}", text(&o));
         let st: Value = serde_json::from_slice(&fwc(&["status", "--json", "--state-dir", sds, "--netns", &ns.name], &[]).stdout).unwrap();
         assert_eq!(st["drift"], false, "{case}: {st}");
-        let (again, _) = fwc_runtime::engine::load::load_artifacts(&dir, None, false).unwrap();
+        let (again, _) = fwc_runtime::engine::load::load_artifacts(&dir, None, false, None).unwrap();
         let plan = fwc_runtime::engine::plan::make_plan(&StateDir::new(&sd), Some(&ns.name), again, "test".into()).unwrap();
         assert!(!plan.has_changes(), "{case}: {:?}", plan.rules);
         let live = ns.exec(&["nft", "list", "table", "inet", "fwc"]);

@@ -384,7 +384,7 @@ fn quickstart_example_forwards_and_refuses() {
     assert_eq!(tcp(&t.client, "198.18.1.1", 8081, None), Probe::Timeout, "dropped by policy");
 
     // Planning the same repository against the live host: nothing to do.
-    let (a, src) = fwc_runtime::engine::load::load_artifacts(&repo, None, false).unwrap();
+    let (a, src) = fwc_runtime::engine::load::load_artifacts(&repo, None, false, None).unwrap();
     let plan = fwc_runtime::engine::plan::make_plan(&fwc_runtime::state::StateDir::new(&state), Some(&t.host.name), a, src).unwrap();
     assert!(!plan.has_changes(), "drift {:?}, changed {:?}, rules {:?}", plan.drift, plan.artifacts_changed, plan.rules);
     // Applying it again changes nothing.
