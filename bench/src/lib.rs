@@ -1,7 +1,7 @@
 //! Benchmark support: a generator of large, realistic rule repositories (mixed kinds) used by
 //! the criterion compiler bench and by `fwc-bench-compile` (time and peak memory per size).
 
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 
 /// A repository with `n` rules: per 20 rules, 2 sets of 8 addresses, 10 filter rules (set
 /// and literal matches, port lists, rates) in three chains (6 in `input`, 2 in `forward`, 2

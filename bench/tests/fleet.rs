@@ -4,7 +4,7 @@
 
 use fwc_compiler::diag::Diagnostics;
 
-fn serial_check(tree: &fwc_compiler::source::SourceTree, hosts: &[String]) -> Diagnostics {
+fn serial_check(tree: &fwc_compiler::read::source::SourceTree, hosts: &[String]) -> Diagnostics {
     let per_host = hosts
         .iter()
         .map(|h| match fwc_compiler::load_host(tree, Some(h)) {
@@ -50,7 +50,7 @@ fn a_fleet_checks_in_parallel_exactly_as_host_by_host() {
     // Errors of every host, each once, in host order.
     let mut files = tree.files.clone();
     files.insert("rules/broken.kdl.j2".into(), "forward \"x-{{ host.name }}\" listen=\":1\" to=\"@nope\"\n".into());
-    let broken = fwc_compiler::source::SourceTree::from_files(files);
+    let broken = fwc_compiler::read::source::SourceTree::from_files(files);
     let errs = fwc_compiler::check_fleet(&broken).expect_err("every host fails");
     let serial = serial_check(&broken, &fleet.hosts);
     assert_eq!(json(&errs), json(&serial));

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use crate::artifacts::QOS_MAX_CLASS_ID;
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::*;
-use crate::select::place_forward;
-use crate::source::SourceMap;
+use crate::place::select::place_forward;
+use crate::read::source::SourceMap;
 use crate::suggest::did_you_mean;
 
 /// Most ports one userspace forward may listen on (each is a socket).
@@ -31,7 +31,7 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Result<Diagnostics, Diagnostics> 
     c.shapes();
     c.snats();
     c.selectors();
-    c.out.extend(crate::schedule::check(map, rs)); // schedules
+    c.out.extend(crate::features::schedule::check(map, rs)); // schedules
     if c.out.has_errors() {
         Err(c.out)
     } else {
@@ -240,7 +240,7 @@ impl Checker<'_> {
 
     fn forwards(&mut self) {
         self.unique("forward", self.rs.forwards.iter().map(|f| ("forward", &f.name)));
-        let shared = crate::select::sni_listeners_any_host(self.rs);
+        let shared = crate::place::select::sni_listeners_any_host(self.rs);
         for f in &self.rs.forwards {
             let rule = format!("forward \"{}\"", f.name.value);
             self.addr(&rule, &f.from);
@@ -394,7 +394,7 @@ impl Checker<'_> {
     /// Two forwards of one host on the same proto and overlapping ports (and addresses).
     /// A sweep over listen ranges sorted by start: O(n log n), not O(n²).
     fn listen_conflicts(&mut self) {
-        let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::select::implicit_host()] } else { self.rs.hosts.clone() };
+        let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::place::select::implicit_host()] } else { self.rs.hosts.clone() };
         let mut reported = std::collections::BTreeSet::new();
         for h in &hosts {
             for proto in [ForwardProto::Tcp, ForwardProto::Udp] {
@@ -476,7 +476,7 @@ impl Checker<'_> {
             }
             // quota: a shape's quota is counted in postrouting, where the kernel
             // cannot reject.
-            if let Some(q) = s.quota.as_ref().filter(|q| q.value.over == crate::quota::OverQuota::Reject) {
+            if let Some(q) = s.quota.as_ref().filter(|q| q.value.over == crate::features::quota::OverQuota::Reject) {
                 self.err(
                     "quota-reject-on-shape",
                     &rule,
@@ -531,10 +531,10 @@ impl Checker<'_> {
     /// chain lets nothing through (closed policy, no allow, no kernel forward): nothing is
     /// ever routed to it.
     fn snat_without_routing(&mut self) {
-        let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::select::implicit_host()] } else { self.rs.hosts.clone() };
+        let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::place::select::implicit_host()] } else { self.rs.hosts.clone() };
         let mut warned = std::collections::BTreeSet::new();
         for h in &hosts {
-            let plan = crate::select::plan_host(self.rs, h);
+            let plan = crate::place::select::plan_host(self.rs, h);
             let Some(fwd) = plan.chains.iter().find(|c| c.kind == ChainKind::Forward) else { continue };
             let routes = !fwd.policy.is_closed() || fwd.rules.iter().any(|r| r.action == Action::Allow) || !plan.kernel_forwards.is_empty();
             if routes {
@@ -569,7 +569,7 @@ impl Checker<'_> {
 
     /// A selector that matches no declared host is probably a typo: warn.
     fn selectors(&mut self) {
-        let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::select::implicit_host()] } else { self.rs.hosts.clone() };
+        let hosts: Vec<Host> = if self.rs.hosts.is_empty() { vec![crate::place::select::implicit_host()] } else { self.rs.hosts.clone() };
         let mut sels: Vec<(String, &Spanned<Selector>)> = Vec::new();
         for r in self.rs.chains.iter().flat_map(|c| &c.rules) {
             if let Some(s) = &r.on {
@@ -644,7 +644,7 @@ fn family_of(is_v4: impl Iterator<Item = bool>) -> Option<Family> {
 #[cfg(test)]
 mod tests {
     fn warnings(kdl: &str) -> Vec<String> {
-        let tree = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
+        let tree = crate::read::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
         crate::compile(&tree, None, None).unwrap_or_else(|d| panic!("{}", d.render(false))).1 .0.iter().map(|d| format!("{} {}", d.code, d.message)).collect()
     }
 

@@ -9,7 +9,7 @@ use miette::{LabeledSpan, SourceCode};
 use serde::Serialize;
 
 use crate::model::Span;
-use crate::sourcemap::SourceMap;
+use crate::read::sourcemap::SourceMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -115,7 +115,7 @@ impl Diagnostic {
 }
 
 /// Spans -> file:line:column for many spans of the same files (every rule of a host), through
-/// each file's index of line starts ([`crate::source::SourceFile::line_col`]): locating n
+/// each file's index of line starts ([`crate::read::source::SourceFile::line_col`]): locating n
 /// rules costs O(n log lines), not O(n × size).
 pub struct Positions<'a> {
     map: &'a SourceMap,

@@ -1,6 +1,6 @@
 //! fwc-compiler: rule files -> typed model -> per-host artifacts -> diff.
 //!
-//! Pure: the only I/O is reading the rule files ([`source::SourceTree::from_dir`]); a tree can
+//! Pure: the only I/O is reading the rule files ([`read::source::SourceTree::from_dir`]); a tree can
 //! also be built in memory (the agent reads it from git objects). Never needs root.
 
 #![forbid(unsafe_code)]
@@ -11,36 +11,21 @@ pub mod diag;
 pub mod diff;
 pub mod emit;
 pub mod eval;
+pub mod features;
 pub mod format;
-pub mod headers;
-pub mod kdl_reader;
-pub mod limits;
 pub mod lint;
-pub mod merged;
 pub mod model;
 pub mod parallel;
-pub mod persource;
+pub mod place;
 pub mod policytest;
-pub mod quota;
-pub mod rollout;
-pub mod schedule;
-pub mod select;
-pub mod setcache;
-pub mod setfile;
-pub mod setlayout;
-pub mod source;
-pub mod sourcemap;
+pub mod read;
 pub mod suggest;
-pub mod syntax;
-pub mod syntax_hints;
-pub mod timewindow;
-pub mod units;
 pub mod view;
 
 use artifacts::Artifacts;
 use diag::{Diagnostic, Diagnostics};
 use model::{Host, Ruleset};
-use source::{SourceMap, SourceTree};
+use read::source::{SourceMap, SourceTree};
 pub use view::HostView;
 
 /// Parse and check `host`'s view of the repository (None = the only host). Templates are
@@ -63,8 +48,8 @@ impl ParsedRepo {
     /// Parse every plain file of `tree` (on all cores).
     pub fn parse(tree: &SourceTree) -> Result<ParsedRepo, Diagnostics> {
         let mut map = SourceMap::default();
-        let plain = syntax::parse_plain(tree, &mut map)?;
-        let rollout = rollout::check(&map, &plain);
+        let plain = read::syntax::parse_plain(tree, &mut map)?;
+        let rollout = features::rollout::check(&map, &plain);
         Ok(ParsedRepo { map, plain, rollout })
     }
 
@@ -84,9 +69,9 @@ impl ParsedRepo {
     pub fn into_host(self, tree: &SourceTree, host: Option<&str>) -> Result<HostView, Diagnostics> {
         let host = pick_host(&self.plain, host)?;
         let ParsedRepo { mut map, plain, rollout } = self;
-        let mut ruleset = syntax::add_templates(tree, &mut map, plain, &host)?;
-        limits::check_ruleset(&map, &ruleset)?;
-        setfile::load_all(tree, &mut map, &mut ruleset)?;
+        let mut ruleset = read::syntax::add_templates(tree, &mut map, plain, &host)?;
+        read::limits::check_ruleset(&map, &ruleset)?;
+        read::setfile::load_all(tree, &mut map, &mut ruleset)?;
         ruleset.shrink_to_fit();
         let mut warnings = match check::check(&map, &ruleset) {
             Ok(w) if !rollout.has_errors() => w,
@@ -173,18 +158,18 @@ pub fn emit_view(view: &HostView, commit: Option<&str>) -> Artifacts {
 /// time changes nothing).
 pub fn emit_view_at(view: &HostView, commit: Option<&str>, at: jiff::Timestamp) -> Artifacts {
     let resolved;
-    let ruleset = if schedule::any(&view.ruleset) {
-        resolved = schedule::resolve(&view.ruleset, at);
+    let ruleset = if features::schedule::any(&view.ruleset) {
+        resolved = features::schedule::resolve(&view.ruleset, at);
         &resolved
     } else {
         &view.ruleset
     };
-    let plan = select::plan_host(ruleset, &view.host);
+    let plan = place::select::plan_host(ruleset, &view.host);
     let nftables = emit::nft::emit(&plan);
     let qos = emit::qos::emit(&plan);
     let forward = emit::forward::emit(&plan);
     let mut manifest = emit::manifest::emit(&plan, &view.map, commit, &nftables, &qos, &forward);
-    manifest.valid_until = schedule::valid_until(&view.ruleset, at).map(|t| t.to_string());
+    manifest.valid_until = features::schedule::valid_until(&view.ruleset, at).map(|t| t.to_string());
     Artifacts { nftables, qos, forward, manifest }
 }
 
@@ -193,7 +178,7 @@ pub fn emit_view_at(view: &HostView, commit: Option<&str>, at: jiff::Timestamp) 
 pub fn compile_at(tree: &SourceTree, host: Option<&str>, commit: Option<&str>, at: jiff::Timestamp) -> Result<(Artifacts, Diagnostics), Diagnostics> {
     let view = load_host(tree, host)?;
     let mut warnings = view.warnings.clone();
-    warnings.extend(schedule::notes(&view.map, &view.ruleset, at));
+    warnings.extend(features::schedule::notes(&view.map, &view.ruleset, at));
     Ok((emit_view_at(&view, commit, at), warnings))
 }
 
@@ -204,7 +189,7 @@ pub fn compile_all_at(tree: &SourceTree, commit: Option<&str>, at: jiff::Timesta
     let results = parallel::map_ordered(&hosts, |name| {
         let view = repo.load_host(tree, Some(name))?;
         let mut warnings = view.warnings.clone();
-        warnings.extend(schedule::notes(&view.map, &view.ruleset, at));
+        warnings.extend(features::schedule::notes(&view.map, &view.ruleset, at));
         Ok(HostArtifacts { host: name.clone(), artifacts: emit_view_at(&view, commit, at), warnings })
     });
     let mut compiled = Vec::with_capacity(hosts.len());
@@ -229,7 +214,7 @@ pub fn check_fleet_at(tree: &SourceTree, at: jiff::Timestamp) -> Result<FleetChe
     let per_host = parallel::map_ordered(&hosts, |name| match repo.load_host(tree, Some(name)) {
         Ok(view) => {
             let mut w = view.warnings;
-            w.extend(schedule::notes(&view.map, &view.ruleset, at));
+            w.extend(features::schedule::notes(&view.map, &view.ruleset, at));
             w
         }
         Err(errs) => errs,
@@ -244,7 +229,7 @@ pub fn check_fleet_at(tree: &SourceTree, at: jiff::Timestamp) -> Result<FleetChe
 
 fn pick_host(rs: &Ruleset, host: Option<&str>) -> Result<Host, Diagnostics> {
     match (host, rs.hosts.as_slice()) {
-        (None, []) | (Some("localhost"), []) => Ok(select::implicit_host()),
+        (None, []) | (Some("localhost"), []) => Ok(place::select::implicit_host()),
         (None, [only]) => Ok(only.clone()),
         (Some(name), hosts) => hosts
             .iter()

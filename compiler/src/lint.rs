@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::*;
-use crate::select::place_forward;
-use crate::source::SourceMap;
+use crate::place::select::place_forward;
+use crate::read::source::SourceMap;
 
 mod hull;
 mod shadow_index;
@@ -68,7 +68,7 @@ struct Linter<'a> {
 }
 
 fn merge<'e>(elems: impl Iterator<Item = &'e AddrElem>) -> Intervals {
-    crate::setlayout::merged(elems)
+    crate::place::setlayout::merged(elems)
 }
 
 /// Is every interval of `b` inside the union `a` (both merged)?
@@ -353,7 +353,7 @@ impl<'a> Linter<'a> {
 
     fn forwards_denied(&mut self) {
         let rs = self.rs;
-        let shared = crate::select::sni_listeners_any_host(rs);
+        let shared = crate::place::select::sni_listeners_any_host(rs);
         for f in &rs.forwards {
             let Some(from) = &f.from else { continue };
             let (backends, _) = place_forward(f, shared.get(f.name.value.as_str()));
@@ -465,14 +465,14 @@ mod tests {
     use super::*;
 
     fn iv(s: &str) -> Intervals {
-        let elems: Vec<AddrElem> = s.split(',').map(|e| crate::units::parse_addr(e).unwrap()).collect();
+        let elems: Vec<AddrElem> = s.split(',').map(|e| crate::read::units::parse_addr(e).unwrap()).collect();
         merge(elems.iter())
     }
 
     #[test]
     fn ssh_session_refusal_evaluates_the_artifacts() {
         let art = |kdl: &str| {
-            let tree = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
+            let tree = crate::read::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
             crate::compile(&tree, None, None).unwrap().0
         };
         let conn = "192.0.2.10 50000 198.51.100.1 2222";
@@ -518,7 +518,7 @@ input {
     allow "smtp" proto=tcp port=25
 }
 "#;
-        let tree = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
+        let tree = crate::read::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.to_string())]);
         let view = crate::load_host(&tree, None).unwrap_or_else(|e| panic!("{e:?}"));
         let mut l = Linter { map: &view.map, rs: &view.ruleset, out: Diagnostics::default(), intervals: BTreeMap::new() };
         let (rules, _) = l.chain(ChainKind::Input);
@@ -578,7 +578,7 @@ input {
                 }
                 kdl.push_str("}\n");
             }
-            let tree = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.clone())]);
+            let tree = crate::read::source::SourceTree::from_files([("fwc.kdl".to_string(), kdl.clone())]);
             // Some draws are refused (e.g. `from` and `to` of different families): skip them.
             let view = crate::load_host(&tree, Some("edge-1")).unwrap_or_else(|e| panic!("{}\n{kdl}", e.0[0].message));
             let indexed = shadowed_pairs(&view.map, &view.ruleset, false);

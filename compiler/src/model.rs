@@ -105,7 +105,7 @@ pub struct AddrSet {
 /// merged intervals `[IPv4, IPv6]` its layout starts from and its manifest digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileFacts {
-    pub merged: [crate::merged::Merged; 2],
+    pub merged: [crate::place::merged::Merged; 2],
     pub digest: String,
 }
 
@@ -475,7 +475,7 @@ pub struct FilterRule {
     /// when absent, so digests of other rules do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
-    /// Schedules: `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// Schedules: `during=`, `tz=`, `until=` ([`crate::features::schedule`]). Skipped when
     /// absent (digests of other rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
@@ -636,7 +636,7 @@ pub struct ForwardRule {
     /// Skipped when absent, so digests of other forwards do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
-    /// Schedules: `during=`, `tz=`, `until=` ([`crate::schedule`]). Skipped when
+    /// Schedules: `during=`, `tz=`, `until=` ([`crate::features::schedule`]). Skipped when
     /// absent (digests of other forwards).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
@@ -646,7 +646,7 @@ pub struct ForwardRule {
     pub quota: Option<Spanned<quota::QuotaSpec>>,
 }
 
-/// Per-source limits of a filter rule or forward (see [`crate::persource`]): each source
+/// Per-source limits of a filter rule or forward (see [`crate::features::persource`]): each source
 /// (an IPv4 address or IPv6 /64, by default) gets its own new-connection token bucket and
 /// connection count, tracked in kernel sets of at most `size` sources per address family.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -714,7 +714,7 @@ pub struct ShapeRule {
 pub use fwc_artifacts::RuleKind;
 
 /// `rollout { wave … probe … }` as written: the fleet rollout policy with the spans `check`
-/// needs. [`crate::rollout`] checks it and compiles it to [`fwc_artifacts::rollout::RolloutPolicy`].
+/// needs. [`crate::features::rollout`] checks it and compiles it to [`fwc_artifacts::rollout::RolloutPolicy`].
 #[derive(Debug, Clone, Serialize)]
 pub struct RolloutDecl {
     pub waves: Vec<WaveDecl>,
@@ -773,10 +773,10 @@ pub struct ProbeDecl {
     pub span: Span,
 }
 
-// --- Schedules (`during=`, `tz=`, `until=`; see crate::schedule) ---
+// --- Schedules (`during=`, `tz=`, `until=`; see crate::features::schedule) ---
 
 /// When a filter rule or forward holds: inside its `during=` windows (read in `tz`), and until
-/// `until`. [`crate::schedule::resolve`] fills `utc` for the compile's time.
+/// `until`. [`crate::features::schedule::resolve`] fills `utc` for the compile's time.
 #[derive(Debug, Clone, Serialize)]
 pub struct Schedule {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -786,7 +786,7 @@ pub struct Schedule {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<Spanned<Until>>,
     /// The windows in UTC for the offset `tz` has at the compile's time (what nft matches);
-    /// empty before [`crate::schedule::resolve`].
+    /// empty before [`crate::features::schedule::resolve`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub utc: Vec<window::UtcPiece>,
 }

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::limits;
+use crate::read::limits;
 
 /// How many workers a job of `items` items gets: every core, never more than the items.
 pub fn workers(items: usize) -> usize {

@@ -14,13 +14,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::kdl_reader::{Entry as KdlEntry, Node as KdlNode, TextSpan, Value as KdlValue};
+use crate::read::kdl_reader::{Entry as KdlEntry, Node as KdlNode, TextSpan, Value as KdlValue};
 use serde::Serialize;
 
 use crate::diag::{Diagnostic, Diagnostics, Location};
 use crate::eval::{self, Evaluator, Explanation, Flow, FlowSpec, Origin, Verdict, L4};
 use crate::model::Span;
-use crate::source::{SourceMap, SourceTree};
+use crate::read::source::{SourceMap, SourceTree};
 
 /// What an expectation demands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -85,8 +85,8 @@ pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, 
     for (path, text) in &tree.tests {
         let file = map.add(path.clone(), text);
         let mut p = FileParser { map, file, diags: &mut diags };
-        match crate::limits::on_big_stack(|| crate::syntax::parse_untrusted(text)) {
-            Err(crate::syntax::ParseFailure::Limit(hit)) => {
+        match crate::read::limits::on_big_stack(|| crate::read::syntax::parse_untrusted(text)) {
+            Err(crate::read::syntax::ParseFailure::Limit(hit)) => {
                 let span = hit.span(file);
                 p.error("limit", hit.message, span, hit.label).help(hit.help);
             }
@@ -97,8 +97,8 @@ pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, 
                     }
                 }
             }
-            Err(crate::syntax::ParseFailure::Kdl(problems)) => {
-                let hints = crate::syntax_hints::explain(text);
+            Err(crate::read::syntax::ParseFailure::Kdl(problems)) => {
+                let hints = crate::read::syntax_hints::explain(text);
                 for h in &hints {
                     let span = Span { file, offset: h.offset as u32, len: h.len as u32 };
                     p.error("kdl-syntax", format!("syntax error: {}", h.message), span, h.label.clone()).help(h.help.clone());
@@ -420,7 +420,7 @@ pub fn parse_at(s: &str) -> Result<jiff::Timestamp, String> {
 pub fn run_at(tree: &SourceTree, at: jiff::Timestamp) -> Result<Report, RunError> {
     let mut map = SourceMap::default();
     let tests = parse(tree, &mut map).map_err(RunError::Diagnostics)?;
-    let plain = crate::syntax::parse_plain(tree, &mut SourceMap::default()).map_err(RunError::Diagnostics)?;
+    let plain = crate::read::syntax::parse_plain(tree, &mut SourceMap::default()).map_err(RunError::Diagnostics)?;
     let all_hosts = crate::host_names(&plain);
     unknown_hosts(&tests, &all_hosts, &map).map_err(RunError::Diagnostics)?;
     let mut hosts: BTreeMap<(String, jiff::Timestamp), (Evaluator, BTreeMap<String, Location>)> = BTreeMap::new();
@@ -451,7 +451,7 @@ pub fn run_at(tree: &SourceTree, at: jiff::Timestamp) -> Result<Report, RunError
 pub fn check(tree: &SourceTree) -> Result<(), Diagnostics> {
     let mut map = SourceMap::default();
     let tests = parse(tree, &mut map)?;
-    let plain = crate::syntax::parse_plain(tree, &mut SourceMap::default())?;
+    let plain = crate::read::syntax::parse_plain(tree, &mut SourceMap::default())?;
     unknown_hosts(&tests, &crate::host_names(&plain), &map)
 }
 

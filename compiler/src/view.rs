@@ -3,7 +3,7 @@
 
 use crate::diag::Diagnostics;
 use crate::model::{Host, Ruleset};
-use crate::sourcemap::SourceMap;
+use crate::read::sourcemap::SourceMap;
 
 /// One host's view of a repository, parsed and checked (warnings may remain).
 #[derive(Debug)]

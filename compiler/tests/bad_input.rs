@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 
 fn corpus() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bad");

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fwc_compiler::source::{SourceMap, SourceTree};
+use fwc_compiler::read::source::{SourceMap, SourceTree};
 
 fn repos(under: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(under);
@@ -19,7 +19,7 @@ fn compiled(under: &str) -> Vec<(String, String, String)> {
     for dir in repos(under) {
         let tree = SourceTree::from_dir(&dir).unwrap_or_else(|d| panic!("{}: {d}", dir.display()));
         let mut map = SourceMap::default();
-        let rs = fwc_compiler::syntax::parse_plain(&tree, &mut map).unwrap();
+        let rs = fwc_compiler::read::syntax::parse_plain(&tree, &mut map).unwrap();
         for host in fwc_compiler::host_names(&rs) {
             let (art, _) = fwc_compiler::compile(&tree, Some(&host), None)
                 .unwrap_or_else(|d| panic!("{} / {host}:\n{}", dir.display(), d.render(false)));
@@ -118,15 +118,15 @@ fn docs_fleet_examples_compile() {
         let tree = SourceTree::from_files([("fwc.kdl".to_string(), src.clone())]);
         let warnings = fwc_compiler::check_all(&tree).unwrap_or_else(|d| panic!("docs/fleet.md example does not compile:\n{src}\n{}", d.render(false)));
         assert!(warnings.is_empty(), "docs/fleet.md example warns:\n{src}\n{}", warnings.render(false));
-        let plan = fwc_compiler::rollout::fleet_plan(&tree).unwrap();
+        let plan = fwc_compiler::features::rollout::fleet_plan(&tree).unwrap();
         assert!(plan.policy.is_some() && plan.hosts.iter().all(|h| h.wave.is_some()), "{plan:?}");
     }
     let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/fleet.md")).unwrap();
     let tree = SourceTree::from_files([("fwc.kdl".to_string(), blocks[0].clone())]);
-    let shown = fwc_compiler::rollout::render_waves(&fwc_compiler::rollout::fleet_plan(&tree).unwrap());
+    let shown = fwc_compiler::features::rollout::render_waves(&fwc_compiler::features::rollout::fleet_plan(&tree).unwrap());
     assert!(page.contains(&format!("$ fwc plan --waves\n{shown}```")), "docs/fleet.md should show:\n{shown}");
-    let one = fwc_compiler::rollout::fleet_plan(&tree).unwrap();
-    let line = fwc_compiler::rollout::render_host_wave(&one.host_wave("web-2").unwrap(), one.policy.as_ref().unwrap());
+    let one = fwc_compiler::features::rollout::fleet_plan(&tree).unwrap();
+    let line = fwc_compiler::features::rollout::render_host_wave(&one.host_wave("web-2").unwrap(), one.policy.as_ref().unwrap());
     assert!(page.contains(&line), "docs/fleet.md should show:\n{line}");
 }
 

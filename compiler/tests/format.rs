@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use fwc_compiler::format::format_kdl;
-use fwc_compiler::source::{SourceMap, SourceTree};
+use fwc_compiler::read::source::{SourceMap, SourceTree};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -111,7 +111,7 @@ fn format_tree(tree: &SourceTree) -> SourceTree {
 /// Every host's artifacts, as JSON (without the rules' source positions), and the policy tests as parsed (names and expectations).
 fn artifacts(tree: &SourceTree) -> Vec<String> {
     let mut map = SourceMap::default();
-    let rs = fwc_compiler::syntax::parse_plain(tree, &mut map).unwrap_or_else(|d| panic!("{}", d.render(false)));
+    let rs = fwc_compiler::read::syntax::parse_plain(tree, &mut map).unwrap_or_else(|d| panic!("{}", d.render(false)));
     let mut out = Vec::new();
     for host in fwc_compiler::host_names(&rs) {
         let (mut art, _) = fwc_compiler::compile(tree, Some(&host), None).unwrap_or_else(|d| panic!("{host}: {}", d.render(false)));

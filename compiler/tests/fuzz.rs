@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 
 mod kdl_compare;
 
@@ -119,7 +119,7 @@ fn run_pipeline(dir: &Path) {
         exercise(&d);
     }
     let mut map = Default::default();
-    let Ok(rs) = fwc_compiler::syntax::parse_plain(&tree, &mut map) else { return };
+    let Ok(rs) = fwc_compiler::read::syntax::parse_plain(&tree, &mut map) else { return };
     for host in fwc_compiler::host_names(&rs) {
         match fwc_compiler::compile(&tree, Some(&host), Some("0123456789abcdef")) {
             Ok((art, w)) => {
@@ -157,10 +157,10 @@ fn format_every_kdl_file(dir: &Path) {
 /// the same spans (a difference is a bug, like a panic; deciding differently is allowed where
 /// the two follow different revisions of KDL v2, see tests/kdl_differential.rs).
 fn same_reading(text: &str, path: &Path) {
-    if fwc_compiler::limits::check_kdl_text(text).is_err() {
+    if fwc_compiler::read::limits::check_kdl_text(text).is_err() {
         return;
     }
-    let both = fwc_compiler::limits::on_big_stack(|| (kdl::KdlDocument::parse_v2(text), fwc_compiler::kdl_reader::read(text)));
+    let both = fwc_compiler::read::limits::on_big_stack(|| (kdl::KdlDocument::parse_v2(text), fwc_compiler::read::kdl_reader::read(text)));
     if let (Ok(k), Ok(r)) = both {
         let mut diffs = Vec::new();
         kdl_compare::compare(&k, &r, "", &mut diffs);

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fwc_compiler::source::{SourceMap, SourceTree};
+use fwc_compiler::read::source::{SourceMap, SourceTree};
 
 fn golden_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden")
@@ -23,7 +23,7 @@ fn cases() -> Vec<PathBuf> {
 
 fn hosts(tree: &SourceTree) -> Vec<String> {
     let mut map = SourceMap::default();
-    let rs = fwc_compiler::syntax::parse_plain(tree, &mut map).expect("golden cases parse");
+    let rs = fwc_compiler::read::syntax::parse_plain(tree, &mut map).expect("golden cases parse");
     fwc_compiler::host_names(&rs)
 }
 
@@ -110,10 +110,10 @@ fn check_case(case: &Path) {
     settings.set_prepend_module_to_snapshot(false);
     settings.set_omit_expression(true);
     // With a rollout policy: each host's plan says its wave, and the fleet by wave is a snapshot.
-    let fleet = fwc_compiler::rollout::fleet_plan(&tree).unwrap_or_else(|d| panic!("{name}: {d}"));
+    let fleet = fwc_compiler::features::rollout::fleet_plan(&tree).unwrap_or_else(|d| panic!("{name}: {d}"));
     settings.bind(|| {
         if fleet.policy.is_some() {
-            insta::assert_snapshot!("fleet__waves", fwc_compiler::rollout::render_waves(&fleet));
+            insta::assert_snapshot!("fleet__waves", fwc_compiler::features::rollout::render_waves(&fleet));
         }
         for host in hosts(&tree) {
             let (art, warnings) = fwc_compiler::compile_at(&tree, Some(&host), Some("golden"), at)
@@ -133,7 +133,7 @@ fn check_case(case: &Path) {
             }
             if let (Some(w), Some(policy)) = (fleet.host_wave(&host), &fleet.policy) {
                 text.push_str("\n--- rollout ---\n");
-                text.push_str(&fwc_compiler::rollout::render_host_wave(&w, policy));
+                text.push_str(&fwc_compiler::features::rollout::render_host_wave(&w, policy));
             }
             if !warnings.is_empty() {
                 text.push_str("\n--- warnings ---\n");

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use fwc_compiler::kdl_reader::{read, Document, Value};
+use fwc_compiler::read::kdl_reader::{read, Document, Value};
 
 #[derive(Debug, PartialEq)]
 enum V {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 mod kdl_compare;
 
-use fwc_compiler::kdl_reader;
+use fwc_compiler::read::kdl_reader;
 use kdl::KdlDocument;
 use kdl_compare::compare;
 
@@ -39,11 +39,11 @@ fn reader_agrees_with_the_kdl_crate() {
             skipped += 1;
             continue;
         };
-        if fwc_compiler::limits::check_kdl_text(&text).is_err() {
+        if fwc_compiler::read::limits::check_kdl_text(&text).is_err() {
             skipped += 1;
             continue;
         }
-        let (k, r) = fwc_compiler::limits::on_big_stack(|| (KdlDocument::parse_v2(&text), kdl_reader::read(&text)));
+        let (k, r) = fwc_compiler::read::limits::on_big_stack(|| (KdlDocument::parse_v2(&text), kdl_reader::read(&text)));
         match (k, r) {
             (Ok(k), Ok(r)) => {
                 read += 1;
@@ -91,10 +91,10 @@ fn edited_corpus_files_read_alike() {
             } else {
                 m.insert_str(at, TOKENS[rng.usize(..TOKENS.len())]);
             }
-            if fwc_compiler::limits::check_kdl_text(&m).is_err() {
+            if fwc_compiler::read::limits::check_kdl_text(&m).is_err() {
                 continue;
             }
-            let (k, r) = fwc_compiler::limits::on_big_stack(|| (KdlDocument::parse_v2(&m), kdl_reader::read(&m)));
+            let (k, r) = fwc_compiler::read::limits::on_big_stack(|| (KdlDocument::parse_v2(&m), kdl_reader::read(&m)));
             match (k, r) {
                 (Ok(k), Ok(r)) => {
                     alike += 1;

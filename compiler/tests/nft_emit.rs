@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use fwc_compiler::emit::nft::{self, chains, maps};
 use fwc_compiler::model::*;
-use fwc_compiler::select::{implicit_host, plan_host};
+use fwc_compiler::place::select::{implicit_host, plan_host};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------------
@@ -1283,7 +1283,7 @@ shape "guests" from="10.2.0.0/16" rate="20mbit" burst="256KiB" dev=eth1
 "#;
 
 fn compile_design_example() -> Value {
-    let tree = fwc_compiler::source::SourceTree::from_files([("fwc.kdl".to_string(), DESIGN_EXAMPLE.to_string())]);
+    let tree = fwc_compiler::read::source::SourceTree::from_files([("fwc.kdl".to_string(), DESIGN_EXAMPLE.to_string())]);
     let (artifacts, _warnings) = fwc_compiler::compile(&tree, Some("edge-1"), None).unwrap_or_else(|e| panic!("{e:?}"));
     artifacts.nftables.into_value()
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use fwc_compiler::eval::{self, Evaluator, Flow};
 use fwc_compiler::policytest;
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -159,9 +159,9 @@ fn evaluator_understands_every_golden_case_and_example() {
         dirs.sort();
         for dir in dirs {
             let tree = SourceTree::from_dir(&dir).unwrap();
-            let mut map = fwc_compiler::source::SourceMap::default();
-            let Ok(rs) = fwc_compiler::syntax::parse_plain(&tree, &mut map) else { continue };
-            let tests = policytest::parse(&tree, &mut fwc_compiler::source::SourceMap::default()).unwrap();
+            let mut map = fwc_compiler::read::source::SourceMap::default();
+            let Ok(rs) = fwc_compiler::read::syntax::parse_plain(&tree, &mut map) else { continue };
+            let tests = policytest::parse(&tree, &mut fwc_compiler::read::source::SourceMap::default()).unwrap();
             for host in fwc_compiler::host_names(&rs) {
                 let Ok(view) = fwc_compiler::load_host(&tree, Some(&host)) else { continue };
                 let art = fwc_compiler::emit_view(&view, None);

@@ -6,7 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use fwc_compiler::eval::{Evaluator, Flow, Verdict};
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 
 struct Rng(u64);
 impl Rng {

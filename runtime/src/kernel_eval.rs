@@ -641,7 +641,7 @@ fn other_protocol(line: &str) -> bool {
 
 /// An ICMP type as `nft monitor trace` prints it (a name, or a number) -> its number.
 fn icmp_type_number(v6: bool, word: &str) -> Option<u16> {
-    word.parse::<u8>().ok().or_else(|| fwc_compiler::units::icmp_type_code(v6, word)).map(u16::from)
+    word.parse::<u8>().ok().or_else(|| fwc_compiler::read::units::icmp_type_code(v6, word)).map(u16::from)
 }
 
 /// The part of a pure explanation the kernel can be checked against: verdict, deciding rule

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use fwc_compiler::diag::{Diagnostic, Diagnostics};
-use fwc_compiler::source::{EntryKind, RepoFs, SourceTree};
+use fwc_compiler::read::source::{EntryKind, RepoFs, SourceTree};
 use miette::{miette, IntoDiagnostic, Result};
 
 /// The rule files of `commit`, below `subdir` of the repository (empty = repository root).

@@ -440,7 +440,7 @@ fn imported_forms_apply_without_drift() {
         let sd = tmp.path().join("state");
         let sds = sd.to_str().unwrap();
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden").join(case);
-        let tree = fwc_compiler::source::SourceTree::from_dir(&repo).unwrap();
+        let tree = fwc_compiler::read::source::SourceTree::from_dir(&repo).unwrap();
         let (art, _) = fwc_compiler::compile(&tree, None, Some("imported")).unwrap_or_else(|d| panic!("{case}: {}", d.render(false)));
         let dir = tmp.path().join("a");
         write_dir(&art, &dir);

@@ -297,10 +297,10 @@ fn decision_modules_are_pure() {
             }
         }
     }
-    // The compiler as a whole: its one reader of files is source.rs; it never reads the clock.
+    // The compiler as a whole: its one reader of files is read/source.rs; it never reads the clock.
     let graph = modgraph::Graph::read(&ws.join("compiler/src"));
     for (f, tokens) in graph.files.iter().zip(&graph.tokens) {
-        let found: Vec<String> = impure_uses(tokens).into_iter().filter(|u| !(f == "source.rs" && u == "std::fs")).collect();
+        let found: Vec<String> = impure_uses(tokens).into_iter().filter(|u| !(f == "read/source.rs" && u == "std::fs")).collect();
         if !found.is_empty() {
             bad.push(format!("compiler/src/{f}: {}", found.join(", ")));
         }

@@ -118,7 +118,7 @@ fn mutate_xml(text: &str, rng: &mut Rng) -> String {
 fn check_written(files: &[(String, String)]) -> bool {
     let dir = tempfile::tempdir().unwrap();
     import::write(dir.path(), files).unwrap();
-    fwc_compiler::source::SourceTree::from_dir(dir.path()).and_then(|t| fwc_compiler::check_fleet(&t).map(|_| t)).and_then(|t| fwc_compiler::policytest::check(&t)).is_ok()
+    fwc_compiler::read::source::SourceTree::from_dir(dir.path()).and_then(|t| fwc_compiler::check_fleet(&t).map(|_| t)).and_then(|t| fwc_compiler::policytest::check(&t)).is_ok()
 }
 
 fn listing_case(seed: &Value, rng: &mut Rng, last: &Mutex<String>) -> bool {

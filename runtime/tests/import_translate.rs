@@ -29,7 +29,7 @@ fn listing(objs: Vec<Value>) -> Value {
 fn check_repo(files: &[(String, String)]) {
     let dir = tempfile::tempdir().unwrap();
     import::write(dir.path(), files).unwrap();
-    let tree = fwc_compiler::source::SourceTree::from_dir(dir.path()).unwrap();
+    let tree = fwc_compiler::read::source::SourceTree::from_dir(dir.path()).unwrap();
     if let Err(d) = fwc_compiler::check_fleet(&tree) {
         panic!("{}\n{}", d.render(false), files.iter().map(|(p, t)| format!("== {p}\n{t}")).collect::<String>());
     }
@@ -161,7 +161,7 @@ fn verify_names_both_deciding_rules_of_a_difference() {
     let out = import::import(l, &Default::default(), "t", false, &mut |_| {}).unwrap();
     let dir = tempfile::tempdir().unwrap();
     import::write(dir.path(), &out.files).unwrap();
-    let tree = fwc_compiler::source::SourceTree::from_dir(dir.path()).unwrap();
+    let tree = fwc_compiler::read::source::SourceTree::from_dir(dir.path()).unwrap();
     let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap();
     let diffs = import::verify(&out.listing, &art, &out.flows).unwrap();
     assert!(!diffs.is_empty());

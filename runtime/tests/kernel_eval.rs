@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use fwc_compiler::eval::{Evaluator, Flow, FlowSpec, Origin, Verdict, L4};
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 use fwc_runtime::kernel_eval;
 
 /// The tests here run one at a time: the cleanup checks look at every scratch namespace of this process.
@@ -346,7 +346,7 @@ fn golden_cases_and_examples_agree_with_the_kernel() {
         dirs.sort();
         for dir in dirs {
             let tree = SourceTree::from_dir(&dir).unwrap();
-            let Ok(rs) = fwc_compiler::syntax::parse_plain(&tree, &mut Default::default()) else { continue };
+            let Ok(rs) = fwc_compiler::read::syntax::parse_plain(&tree, &mut Default::default()) else { continue };
             let tests = fwc_compiler::policytest::parse(&tree, &mut Default::default()).unwrap();
             for host in fwc_compiler::host_names(&rs) {
                 let Ok(view) = fwc_compiler::load_host(&tree, Some(&host)) else { continue };

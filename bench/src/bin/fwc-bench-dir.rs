@@ -7,7 +7,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let (dir, out) = (args.next().expect("DIR"), args.next().expect("OUT"));
     let t = std::time::Instant::now();
-    let tree = fwc_compiler::source::SourceTree::from_dir(std::path::Path::new(&dir)).expect("readable repository");
+    let tree = fwc_compiler::read::source::SourceTree::from_dir(std::path::Path::new(&dir)).expect("readable repository");
     let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap_or_else(|e| panic!("{e:?}"));
     std::fs::create_dir_all(&out).expect("out dir");
     let mut bytes = 0;

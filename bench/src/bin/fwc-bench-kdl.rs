@@ -8,7 +8,7 @@ fn main() {
             let doc = kdl::KdlDocument::parse_v2(text).unwrap();
             let kdl_time = t.elapsed();
             let t = std::time::Instant::now();
-            let ours = fwc_compiler::kdl_reader::read(text).unwrap();
+            let ours = fwc_compiler::read::kdl_reader::read(text).unwrap();
             let reader_time = t.elapsed();
             assert_eq!(doc.nodes().len(), ours.nodes().len());
             eprintln!("{n} {path} {} bytes {} nodes: kdl crate {kdl_time:?}, fwc reader {reader_time:?}", text.len(), doc.nodes().len());

@@ -7,7 +7,7 @@ use ipnet::IpNet;
 
 use crate::artifacts::*;
 use crate::model::*;
-use crate::select::HostPlan;
+use crate::place::select::HostPlan;
 
 pub fn emit(plan: &HostPlan) -> ForwardArtifact {
     let mut listeners = Vec::new();
@@ -117,7 +117,7 @@ pub(crate) fn cidrs(e: &AddrElem) -> Vec<IpNet> {
 /// A forward's per-source limits for the forwarder: the same burst as the kernel's.
 fn per_source_limit(p: &crate::model::PerSource) -> fwc_artifacts::PerSourceLimit {
     fwc_artifacts::PerSourceLimit {
-        conn_rate: p.rate.as_ref().map(|r| ConnRateLimit { count: r.count, period_secs: r.per.seconds() as u32, burst: crate::persource::burst(&r.value) }),
+        conn_rate: p.rate.as_ref().map(|r| ConnRateLimit { count: r.count, period_secs: r.per.seconds() as u32, burst: crate::features::persource::burst(&r.value) }),
         max_conns: p.max_conns.as_ref().map(|m| m.value),
         prefix4: p.prefix4,
         prefix6: p.prefix6,

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::artifacts::*;
 use crate::model::*;
-use crate::select::HostPlan;
-use crate::source::SourceMap;
+use crate::place::select::HostPlan;
+use crate::read::source::SourceMap;
 
 pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &NftDoc, qos: &QosArtifact, forward: &ForwardArtifact) -> Manifest {
     let mut positions = crate::diag::Positions::new(map);
@@ -113,8 +113,8 @@ fn setup(plan: &HostPlan, qos: &QosArtifact) -> HostSetup {
     let interfaces: std::collections::BTreeSet<&String> = qos.classes.iter().flat_map(|c| &c.interfaces).collect();
     // Quotas are counted by kernel quota objects, for userspace forwards too (by port).
     let mut quotas: Vec<_> =
-        plan.kernel_forwards.iter().chain(&plan.userspace_forwards).filter_map(|f| crate::quota::forward_policy(f, BackendKind::Nftables)).collect();
-    quotas.extend(plan.shapes.iter().filter_map(|s| crate::quota::shape_policy(s)));
+        plan.kernel_forwards.iter().chain(&plan.userspace_forwards).filter_map(|f| crate::features::quota::forward_policy(f, BackendKind::Nftables)).collect();
+    quotas.extend(plan.shapes.iter().filter_map(|s| crate::features::quota::shape_policy(s)));
     quotas.sort_by(|a, b| (a.kind, &a.rule).cmp(&(b.kind, &b.rule)));
     HostSetup { sysctls, interfaces: interfaces.into_iter().cloned().collect(), quotas }
 }
@@ -291,11 +291,11 @@ fn filter_summary(r: &FilterRule) -> String {
     Matches { proto: &r.proto, ports: &r.ports, sports: &r.sports, from: &r.from, to: &r.to, iif: ifs(&r.iif), oif: ifs(&r.oif), negate: r.negate }.push(&mut out);
     let v6 = r.proto.as_ref().is_some_and(|p| p.value == Proto::Icmpv6);
     if let Some(t) = &r.icmp_types {
-        let names: Vec<String> = t.value.iter().map(|&c| crate::units::icmp_type_name(v6, c).map_or(c.to_string(), str::to_string)).collect();
+        let names: Vec<String> = t.value.iter().map(|&c| crate::read::units::icmp_type_name(v6, c).map_or(c.to_string(), str::to_string)).collect();
         out.push_str(&format!(" icmp-type {}", names.join(",")));
     }
     if let Some(c) = &r.icmp_codes {
-        let names: Vec<String> = c.value.iter().map(|&c| crate::headers::icmp_code_name_of(v6, r.icmp_types.as_ref().and_then(|t| t.value.first().copied()), c).map_or(c.to_string(), str::to_string)).collect();
+        let names: Vec<String> = c.value.iter().map(|&c| crate::features::headers::icmp_code_name_of(v6, r.icmp_types.as_ref().and_then(|t| t.value.first().copied()), c).map_or(c.to_string(), str::to_string)).collect();
         out.push_str(&format!(" icmp-code {}", names.join(",")));
     }
     if let Some(f) = &r.tcp_flags {
@@ -323,10 +323,10 @@ fn filter_summary(r: &FilterRule) -> String {
         out.push_str(&format!(" log-rate {}", lr.value));
     }
     if let Some(p) = &r.per_source {
-        out.push_str(&crate::persource::summary(p));
+        out.push_str(&crate::features::persource::summary(p));
     }
     if let Some(s) = &r.schedule {
-        out.push_str(&crate::schedule::summary(s));
+        out.push_str(&crate::features::schedule::summary(s));
     }
     comment(&mut out, &r.comment);
     out
@@ -423,13 +423,13 @@ fn forward_summary(f: &ForwardRule) -> String {
         ));
     }
     if let Some(p) = &f.per_source {
-        out.push_str(&crate::persource::summary(p));
+        out.push_str(&crate::features::persource::summary(p));
     }
     if let Some(s) = &f.schedule {
-        out.push_str(&crate::schedule::summary(s));
+        out.push_str(&crate::features::schedule::summary(s));
     }
     if let Some(q) = &f.quota {
-        out.push_str(&format!(" {}", crate::quota::describe(&q.value)));
+        out.push_str(&format!(" {}", crate::features::quota::describe(&q.value)));
     }
     comment(&mut out, &f.comment);
     out
@@ -459,7 +459,7 @@ fn shape_summary(s: &ShapeRule) -> String {
         out.push_str(" direction ingress");
     }
     if let Some(q) = &s.quota {
-        out.push_str(&format!(" {}", crate::quota::describe(&q.value)));
+        out.push_str(&format!(" {}", crate::features::quota::describe(&q.value)));
     }
     comment(&mut out, &s.comment);
     out
@@ -493,7 +493,7 @@ mod tests {
     fn set_digest_is_the_serde_digest() {
         let span = Span { file: 0, offset: 0, len: 0 };
         let texts = ["192.0.2.7", "10.0.0.0/8", "0.0.0.0/0", "255.255.255.255", "2001:db8::/32", "::1", "10.0.0.1-10.0.0.9", "2001:db8::1-2001:db8::ff", "100.64.0.0/10"];
-        let mut elems: Vec<Spanned<AddrElem>> = texts.iter().map(|t| Spanned::new(crate::units::parse_addr(t).unwrap(), span)).collect();
+        let mut elems: Vec<Spanned<AddrElem>> = texts.iter().map(|t| Spanned::new(crate::read::units::parse_addr(t).unwrap(), span)).collect();
         let want = |e: &[Spanned<AddrElem>]| digest(&SerializeIter(e.iter().map(|e| e.value)));
         assert_eq!(set_digest(&elems), want(&elems));
         assert_eq!(set_digest(&[]), want(&[]));

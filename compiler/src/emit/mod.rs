@@ -1,4 +1,4 @@
-//! Emitters: turn a [`crate::select::HostPlan`] into the artifacts. One module per artifact;
+//! Emitters: turn a [`crate::place::select::HostPlan`] into the artifacts. One module per artifact;
 //! each is a pure function of the plan, with sorted, stable output.
 
 pub mod addrtext;

@@ -3,6 +3,6 @@
 
 use crate::artifacts::*;
 
-pub fn emit(plan: &crate::select::HostPlan) -> QosArtifact {
+pub fn emit(plan: &crate::place::select::HostPlan) -> QosArtifact {
     QosArtifact { version: ARTIFACT_VERSION, mark_mask: QOS_MARK_MASK, classes: plan.qos_classes.clone() }
 }

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::{Evaluator, Explanation, Flow, FlowSpec, Origin, Verdict, L4};
 use crate::artifacts::Artifacts;
 use crate::model::{AddrElem, AddrMatch, ChainKind, ForwardProto, Proto, Ruleset};
-use crate::source::SourceTree;
+use crate::read::source::SourceTree;
 use crate::HostView;
 
 /// One flow whose fate changes.
@@ -471,7 +471,7 @@ pub fn between_trees_at(old: Option<&SourceTree>, new: &SourceTree, host: Option
     let na = crate::emit_view_at(&nv, None, at);
     let ov = old.and_then(|t| crate::load_host(t, Some(&nv.host.name.value)).ok());
     let oa = ov.as_ref().map(|v| crate::emit_view_at(v, None, at));
-    let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
+    let tests = crate::policytest::parse(new, &mut crate::read::source::SourceMap::default()).unwrap_or_default();
     Some(flow_effects_at(ov.as_ref(), oa.as_ref(), &nv, &na, &tests, at))
 }
 
@@ -485,7 +485,7 @@ pub fn against_applied(applied: Option<&Artifacts>, new: &SourceTree, host: Opti
 pub fn against_applied_at(applied: Option<&Artifacts>, new: &SourceTree, host: Option<&str>, at: jiff::Timestamp) -> Option<Result<FlowEffects, super::EvalError>> {
     let nv = crate::load_host(new, host).ok()?;
     let na = crate::emit_view_at(&nv, None, at);
-    let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
+    let tests = crate::policytest::parse(new, &mut crate::read::source::SourceMap::default()).unwrap_or_default();
     Some(flow_effects_at(None, applied, &nv, &na, &tests, at))
 }
 
@@ -494,7 +494,7 @@ pub fn against_applied_at(applied: Option<&Artifacts>, new: &SourceTree, host: O
 pub fn against_applied_beside(applied: Option<&Artifacts>, new: &SourceTree, host: Option<&str>, at: jiff::Timestamp, foreign: &serde_json::Value) -> Option<Result<FlowEffects, super::EvalError>> {
     let nv = crate::load_host(new, host).ok()?;
     let na = crate::emit_view_at(&nv, None, at);
-    let tests = crate::policytest::parse(new, &mut crate::source::SourceMap::default()).unwrap_or_default();
+    let tests = crate::policytest::parse(new, &mut crate::read::source::SourceMap::default()).unwrap_or_default();
     Some(effects_beside(None, applied, &nv, &na, &tests, at, Some(foreign)))
 }
 

@@ -205,7 +205,7 @@ pub fn parse_icmp_type(proto: L4, s: &str) -> Result<u8, FlowError> {
     if let Ok(n) = s.parse::<u8>() {
         return Ok(n);
     }
-    crate::units::parse_icmp_types(s, v6).ok().and_then(|v| (v.len() == 1).then(|| v[0])).map_or_else(
+    crate::read::units::parse_icmp_types(s, v6).ok().and_then(|v| (v.len() == 1).then(|| v[0])).map_or_else(
         || flow_err(format!("\"{s}\" is not one {} type (nft's names, e.g. echo-request, or a number)", proto.as_str())),
         Ok,
     )
@@ -218,7 +218,7 @@ pub fn parse_icmp_code(proto: L4, s: &str) -> Result<u8, FlowError> {
         L4::Icmpv6 => true,
         _ => return flow_err(format!("an ICMP code on a {} flow (use icmp or icmpv6)", proto.as_str())),
     };
-    match crate::headers::parse_icmp_codes(s, v6).ok().as_deref() {
+    match crate::features::headers::parse_icmp_codes(s, v6).ok().as_deref() {
         Some([c]) => Ok(*c),
         _ => flow_err(format!("\"{s}\" is not one {} code (nft's names, e.g. port-unreachable, or a number)", proto.as_str())),
     }
@@ -367,13 +367,13 @@ impl fmt::Display for Flow {
         endpoint(f, self.daddr, ports.then_some(self.dport))?;
         if self.proto.is_icmp() && self.dport != default_icmp_type(self.proto) {
             let v6 = self.proto == L4::Icmpv6;
-            match u8::try_from(self.dport).ok().and_then(|t| crate::units::icmp_type_name(v6, t)) {
+            match u8::try_from(self.dport).ok().and_then(|t| crate::read::units::icmp_type_name(v6, t)) {
                 Some(n) => write!(f, " type {n}")?,
                 None => write!(f, " type {}", self.dport)?,
             }
         }
         if self.proto.is_icmp() && self.icmp_code != 0 {
-            match crate::headers::icmp_code_name_of(self.proto == L4::Icmpv6, u8::try_from(self.dport).ok(), self.icmp_code) {
+            match crate::features::headers::icmp_code_name_of(self.proto == L4::Icmpv6, u8::try_from(self.dport).ok(), self.icmp_code) {
                 Some(n) => write!(f, " code {n}")?,
                 None => write!(f, " code {}", self.icmp_code)?,
             }

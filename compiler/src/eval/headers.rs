@@ -44,8 +44,8 @@ impl Field {
     /// A name on the right of a match on this field, as a number.
     pub fn name_value(self, s: &str) -> Option<u64> {
         match self {
-            Field::IcmpType { v6 } => crate::units::icmp_type_code(v6, s).map(u64::from),
-            Field::IcmpCode { v6 } => crate::headers::icmp_code_number(v6, s).map(u64::from),
+            Field::IcmpType { v6 } => crate::read::units::icmp_type_code(v6, s).map(u64::from),
+            Field::IcmpCode { v6 } => crate::features::headers::icmp_code_number(v6, s).map(u64::from),
             Field::TcpFlags => flag_bit(s),
             Field::PktType => PktType::ALL.iter().find(|t| t.as_str() == s).map(|t| t.number()),
             Field::Other => None,

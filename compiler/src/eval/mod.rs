@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::artifacts::{Artifacts, ForwardArtifact, Listener, ListenerProto, QosArtifact, QosDirection, QOS_MARK_MASK};
 use crate::diag::{line_col, Location};
-use crate::source::SourceMap;
+use crate::read::source::SourceMap;
 use crate::view::HostView;
 pub use flow::{Flow, FlowError, FlowSpec, Origin, L4};
 pub use nft::{EvalError, Effect, Hit, Verdict};

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::source::SourceTree;
+use crate::read::source::SourceTree;
 
 fn edge() -> (Evaluator, BTreeMap<String, Location>) {
     let tree = SourceTree::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/edge-host")).unwrap();

@@ -9,10 +9,10 @@ pub(crate) mod lex;
 use kdl::KdlDocument;
 
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::limits::{self, LimitHit};
+use crate::read::limits::{self, LimitHit};
 use crate::model::Span;
-use crate::source::SourceMap;
-use crate::syntax::{parse_untrusted_lossless, ParseFailure};
+use crate::read::source::SourceMap;
+use crate::read::syntax::{parse_untrusted_lossless, ParseFailure};
 
 pub use layout::INDENT;
 
@@ -98,7 +98,7 @@ pub fn is_formatted(text: &str) -> Result<bool, FormatError> {
 }
 
 fn failure(f: ParseFailure, text: &str) -> FormatError {
-    let hints = crate::syntax_hints::explain(text);
+    let hints = crate::read::syntax_hints::explain(text);
     match f {
         ParseFailure::Limit(hit) => FormatError::Limit(hit),
         // fwc's own words when it recognises the mistake (see syntax_hints), else the parser's.

@@ -1,6 +1,6 @@
 //! The values of filter rules' packet-header matches, as the model holds them: TCP flags
 //! (`tcp-flags="syn"`), packet types (`pkttype="broadcast"`), and the negated form of a list
-//! (`from="!10.0.0.0/8"`). Parsing them is [`crate::headers`].
+//! (`from="!10.0.0.0/8"`). Parsing them is [`crate::features::headers`].
 
 use serde::Serialize;
 

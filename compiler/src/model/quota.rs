@@ -1,5 +1,5 @@
 //! A forward's quota as the model holds it. Its value language (`quota="500GB/month"`,
-//! `quota-reset-day=`, `over-quota=`) and the policy it becomes are [`crate::quota`].
+//! `quota-reset-day=`, `over-quota=`) and the policy it becomes are [`crate::features::quota`].
 
 use fwc_artifacts::quota::{OverQuota, QuotaPeriod};
 use serde::Serialize;

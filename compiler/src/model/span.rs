@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-/// Where something came from: a file (index into [`crate::source::SourceMap`]) and a byte range.
+/// Where something came from: a file (index into [`crate::read::source::SourceMap`]) and a byte range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
 pub struct Span {
     pub file: u32,

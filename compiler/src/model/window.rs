@@ -1,6 +1,6 @@
 //! The values of weekly time windows, as the model holds them: days and minutes of a window, a
 //! time zone, and a window's piece in UTC. Parsing them, and what they mean at an instant,
-//! is [`crate::timewindow`].
+//! is [`crate::features::timewindow`].
 
 use jiff::tz::TimeZone;
 

@@ -1,7 +1,7 @@
 //! Test helper: compare the `kdl` crate's reading of a document with fwc's reader's (nodes,
 //! names, entries, values, type annotations, spans). Used by kdl_differential.rs and fuzz.rs.
 
-use fwc_compiler::kdl_reader::{self, Document, Value};
+use fwc_compiler::read::kdl_reader::{self, Document, Value};
 use kdl::{KdlDocument, KdlValue};
 
 fn span(s: miette::SourceSpan) -> (usize, usize) {

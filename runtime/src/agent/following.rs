@@ -31,7 +31,7 @@ impl Agent {
             self.follow_cache.state.as_ref().map(|(_, s)| s.clone()).expect("just cached")
         });
         if self.follow_cache.tip_policy.map(|(o, _)| o) != Some(tip) {
-            let has = self.mirror.source_tree(tip).ok().and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok()).map(|p| p.policy.is_some());
+            let has = self.mirror.source_tree(tip).ok().and_then(|t| fwc_compiler::features::rollout::fleet_plan(&t).ok()).map(|p| p.policy.is_some());
             self.follow_cache.tip_policy = Some((tip, has));
         }
         // A tip whose policy does not parse counts as a rollout repository when a state exists
@@ -179,13 +179,13 @@ impl Agent {
     /// without a policy in force.
     pub(super) fn placement(&self, policy_commit: &str, commit: &str) -> (Option<(usize, String)>, bool) {
         let plan_of = |c: &str| {
-            git2::Oid::from_str(c).ok().and_then(|o| self.mirror.source_tree(o).ok()).and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok())
+            git2::Oid::from_str(c).ok().and_then(|o| self.mirror.source_tree(o).ok()).and_then(|t| fwc_compiler::features::rollout::fleet_plan(&t).ok())
         };
         // A commit whose policy does not parse counts as having one (it never leaves rollouts).
         let commit_has_policy = plan_of(commit).is_none_or(|p| p.policy.is_some());
         let Some((policy, hosts)) = plan_of(policy_commit).and_then(|p| Some((p.policy?, p.hosts))) else { return (None, commit_has_policy) };
         let labels = hosts.iter().find(|h| h.name == self.cfg.host).map(|h| h.labels.clone()).unwrap_or_default();
-        let w = fwc_compiler::rollout::wave_of(&policy, &self.cfg.host, &labels);
+        let w = fwc_compiler::features::rollout::wave_of(&policy, &self.cfg.host, &labels);
         (policy.waves.get(w).map(|x| (w, x.name.clone())), commit_has_policy)
     }
 

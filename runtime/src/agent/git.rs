@@ -22,7 +22,7 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use fwc_compiler::diag::{Diagnostic, Diagnostics};
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 use fwc_compiler::artifacts::rollout::{RolloutState, DEFAULT_ROLLOUT_BRANCH as ROLLOUT_BRANCH, ROLLOUT_STATE_FILE, ROLLOUT_STATE_VERSION};
 use git2::{Oid, Repository};
 use miette::{miette, IntoDiagnostic, Result, WrapErr};

@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 
 use fwc_compiler::artifacts::Artifacts;
 use fwc_compiler::diag::{Diagnostic, Diagnostics};
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 
 use crate::engine::{self, transaction as apply};

@@ -163,7 +163,7 @@ impl Agent {
     /// The self-check of `commit`: the probes and retry policy of the rollout policy in its
     /// tree (none and the defaults without one).
     pub(super) fn self_check_policy(&self, commit: &str) -> (Vec<fwc_compiler::artifacts::rollout::Probe>, decide::SelfCheckPolicy) {
-        let policy = git2::Oid::from_str(commit).ok().and_then(|o| self.mirror.source_tree(o).ok()).and_then(|t| fwc_compiler::rollout::fleet_plan(&t).ok()).and_then(|p| p.policy);
+        let policy = git2::Oid::from_str(commit).ok().and_then(|o| self.mirror.source_tree(o).ok()).and_then(|t| fwc_compiler::features::rollout::fleet_plan(&t).ok()).and_then(|p| p.policy);
         match policy {
             Some(p) => (p.probes, decide::SelfCheckPolicy { attempts: p.self_check_attempts, spacing: Duration::from_millis(p.self_check_spacing_ms) }),
             None => (vec![], decide::SelfCheckPolicy::default()),

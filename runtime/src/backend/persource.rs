@@ -1,10 +1,10 @@
-//! The fill of the per-source limits' tracking tables (`fwc_compiler::persource`):
+//! The fill of the per-source limits' tracking tables (`fwc_compiler::features::persource`):
 //! the kernel sets, counted from the full listing the drift check takes anyway (no extra
 //! kernel round trip), and the forwarder's tables, from its status. Exported as
 //! `fwc_per_source_entries` / `fwc_per_source_size`.
 
 use fwc_compiler::model::RuleKind;
-use fwc_compiler::persource::{parse_set_name, Kind};
+use fwc_compiler::features::persource::{parse_set_name, Kind};
 use serde_json::Value;
 
 use super::PerSourceFill;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use fwc_compiler::artifacts::{self, Artifacts};
 use fwc_compiler::diag::Diagnostics;
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 use miette::{miette, IntoDiagnostic, Result, WrapErr};
 
 use super::Global;
@@ -230,7 +230,7 @@ struct FmtFile {
 pub fn fmt(a: FmtArgs, g: &Global) -> Result<ExitCode> {
     let tree = read_tree(&a.dir).map_err(|d| miette!("{}", d.render(false)))?;
     let write = !a.check && !a.diff;
-    let mut map = fwc_compiler::source::SourceMap::default();
+    let mut map = fwc_compiler::read::source::SourceMap::default();
     let mut diags = Diagnostics::default();
     let mut files = Vec::new();
     for (path, text) in tree.files.iter().chain(&tree.tests) {

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use fwc_compiler::diag::Location;
 use fwc_compiler::eval::{self, Evaluator, Flow};
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 use miette::{miette, Result};
 
 use super::Global;
@@ -150,7 +150,7 @@ fn load_view(dir: &Path, host: Option<&str>, g: &Global) -> Option<fwc_compiler:
 
 /// Rule locations of `dir`'s files for `host`, if `dir` is a rule repository that compiles.
 fn locations(dir: &Path, host: Option<&str>, _g: &Global) -> Option<BTreeMap<String, Location>> {
-    if !dir.join(fwc_compiler::source::ROOT_FILE).is_file() {
+    if !dir.join(fwc_compiler::read::source::ROOT_FILE).is_file() {
         return None;
     }
     let tree = SourceTree::from_dir(dir).ok()?;
@@ -161,7 +161,7 @@ fn locations(dir: &Path, host: Option<&str>, _g: &Global) -> Option<BTreeMap<Str
 /// Flow effects of a live plan (`fwc plan` without `--from`): the generation applied in
 /// `state` against the rules in `dir` (None when `dir` is not a rule repository or does not compile).
 pub fn live_flow_effects(state: &crate::state::StateDir, dir: &Path, host: Option<&str>, netns: Option<&str>) -> Result<Option<fwc_compiler::eval::effects::FlowEffects>> {
-    if !dir.join(fwc_compiler::source::ROOT_FILE).is_file() {
+    if !dir.join(fwc_compiler::read::source::ROOT_FILE).is_file() {
         return Ok(None);
     }
     let Ok(tree) = SourceTree::from_dir(dir) else { return Ok(None) };

@@ -135,7 +135,7 @@ pub fn run(a: ImportArgs, g: &Global) -> Result<ExitCode> {
     }
     // The result must pass `fwc check`: report (and fail on) anything it does not.
     progress("checking the result");
-    let tree = fwc_compiler::source::SourceTree::from_dir(staging.dir());
+    let tree = fwc_compiler::read::source::SourceTree::from_dir(staging.dir());
     let checked = tree.and_then(|t| {
         fwc_compiler::check_fleet(&t)?;
         fwc_compiler::policytest::check(&t)?;

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 use miette::{miette, IntoDiagnostic, Result};
 
 use super::compile::{read_tree, report, EXIT_CHANGES};
@@ -126,7 +126,7 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
         let e = effects.unwrap_or_default();
         print!("{}", fwc_compiler::eval::effects::render_markdown(&fwc_compiler::diff::render(&plan, false), &e));
         if let Some((w, p)) = &rollout {
-            print!("\n{}", fwc_compiler::rollout::render_host_wave(w, p));
+            print!("\n{}", fwc_compiler::features::rollout::render_host_wave(w, p));
         }
     } else {
         print!("{}", fwc_compiler::diff::render(&plan, g.color_stdout()));
@@ -134,7 +134,7 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
             print!("{}", fwc_compiler::eval::effects::render_text(e));
         }
         if let Some((w, p)) = &rollout {
-            print!("\n{}", fwc_compiler::rollout::render_host_wave(w, p));
+            print!("\n{}", fwc_compiler::features::rollout::render_host_wave(w, p));
         }
     }
     Ok(if a.detailed_exitcode && plan.has_changes() { ExitCode::from(EXIT_CHANGES) } else { ExitCode::SUCCESS })
@@ -142,17 +142,17 @@ pub fn plan(a: PlanArgs, g: &Global) -> Result<ExitCode> {
 
 /// The wave of `host` when the repository has a rollout policy (shown under a one-host plan).
 /// Files that never say `rollout` are not parsed again.
-fn host_rollout(tree: &SourceTree, host: &str) -> Option<(fwc_compiler::rollout::HostWave, fwc_compiler::artifacts::rollout::RolloutPolicy)> {
+fn host_rollout(tree: &SourceTree, host: &str) -> Option<(fwc_compiler::features::rollout::HostWave, fwc_compiler::artifacts::rollout::RolloutPolicy)> {
     if !tree.files.values().any(|t| t.contains("rollout")) {
         return None;
     }
-    let fleet = fwc_compiler::rollout::fleet_plan(tree).ok()?;
+    let fleet = fwc_compiler::features::rollout::fleet_plan(tree).ok()?;
     Some((fleet.host_wave(host)?, fleet.policy?))
 }
 
 /// `fwc plan --waves [--host NAME]`: the fleet by wave, from the rule files alone.
 fn waves(a: &PlanArgs, g: &Global) -> Result<ExitCode> {
-    let fleet = match read_tree(&a.dir).and_then(|t| fwc_compiler::rollout::fleet_plan(&t)) {
+    let fleet = match read_tree(&a.dir).and_then(|t| fwc_compiler::features::rollout::fleet_plan(&t)) {
         Ok(f) => f,
         Err(diags) => {
             report(&diags, a.json, g);
@@ -171,8 +171,8 @@ fn waves(a: &PlanArgs, g: &Global) -> Result<ExitCode> {
         super::output::print(&v);
     } else {
         match (&one, &fleet.policy) {
-            (Some(Some(w)), Some(p)) => print!("{}", fwc_compiler::rollout::render_host_wave(w, p)),
-            _ => print!("{}", fwc_compiler::rollout::render_waves(&fleet)),
+            (Some(Some(w)), Some(p)) => print!("{}", fwc_compiler::features::rollout::render_host_wave(w, p)),
+            _ => print!("{}", fwc_compiler::features::rollout::render_waves(&fleet)),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -310,7 +310,7 @@ pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
         state::write_atomic(out, fwc_compiler::artifacts::to_pretty(&plan).as_bytes())?;
     }
     let effects = super::explain::live_flow_effects(&state, &req.dir, req.host.as_deref(), req.target.netns.as_deref())?;
-    let rollout = fwc_compiler::source::SourceTree::from_dir(&req.dir).ok().and_then(|t| host_rollout(&t, &plan.host));
+    let rollout = fwc_compiler::read::source::SourceTree::from_dir(&req.dir).ok().and_then(|t| host_rollout(&t, &plan.host));
     if req.json {
         let mut v = super::output::versioned(&serde_json::json!({"mode": "live", "has_changes": plan.has_changes()}));
         let m = v.as_object_mut().expect("an object");
@@ -329,7 +329,7 @@ pub(crate) fn plan_live(req: LivePlanRequest, g: &Global) -> Result<ExitCode> {
             print!("{}", fwc_compiler::eval::effects::render_text(e));
         }
         if let Some((w, p)) = &rollout {
-            print!("\n{}", fwc_compiler::rollout::render_host_wave(w, p));
+            print!("\n{}", fwc_compiler::features::rollout::render_host_wave(w, p));
         }
         if let Some(out) = &req.out {
             println!("Saved the plan to {}; apply exactly it with `fwc apply {}`.", out.display(), out.display());

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fwc_compiler::policytest::{self, Report, RunError};
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 use miette::{IntoDiagnostic, Result, WrapErr};
 
 use super::Global;

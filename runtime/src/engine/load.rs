@@ -32,7 +32,7 @@ pub fn load_artifacts(path: &Path, host: Option<&str>, color: bool, state_dir: O
         let a = Artifacts::read_dir(path).into_diagnostic()?;
         return Ok((a, format!("artifacts {}", abs.display())));
     }
-    let mut tree = fwc_compiler::source::SourceTree::from_dir(path).map_err(CompileFailed)?;
+    let mut tree = fwc_compiler::read::source::SourceTree::from_dir(path).map_err(CompileFailed)?;
     if let Some(dir) = state_dir {
         tree.set_cache = crate::state::set_cache::DirSetStore::cache(dir);
     }

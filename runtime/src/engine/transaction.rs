@@ -412,7 +412,7 @@ mod tests {
     use super::*;
 
     fn compiled(rules: &str) -> Artifacts {
-        let tree = fwc_compiler::source::SourceTree::from_files([("fwc.kdl".to_string(), format!("fwc 1\n{rules}"))]);
+        let tree = fwc_compiler::read::source::SourceTree::from_files([("fwc.kdl".to_string(), format!("fwc 1\n{rules}"))]);
         fwc_compiler::compile(&tree, None, None).expect("compiles").0
     }
 

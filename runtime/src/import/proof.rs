@@ -176,7 +176,7 @@ pub fn sample(imp: &Imported, original: &[Chain], random: usize, seed: u64) -> V
                 let proto = if v6 { L4::Icmpv6 } else { L4::Icmp };
                 let src = srcs.iter().copied().find(|a| a.is_ipv6() == v6).unwrap_or(if v6 { IpAddr::V6(REMOTE6) } else { IpAddr::V4(REMOTE4) });
                 let d = pick_dst(origin, src, &dsts);
-                for t in fwc_compiler::units::parse_icmp_types(types, v6).unwrap_or_default() {
+                for t in fwc_compiler::read::units::parse_icmp_types(types, v6).unwrap_or_default() {
                     for t in [t, t.wrapping_add(1)] {
                         let mut f = flow(proto, src, 0, d, 0, origin, &iifs[0], &oifs[0]);
                         f.dport = u16::from(t);

@@ -57,12 +57,12 @@ pub fn load_fleet(remote: &Remote, candidates: &[String], reports: &BTreeMap<Str
     for c in candidates {
         let commit = Oid::from_str(c).map_err(|_| RolloutError::new(format!("the rollout state names {c:?}, which is not a commit id"), "fix or restart the rollout (fwc rollout start)"))?;
         let tree = remote.source_tree(commit).map_err(|d| policy_error(commit, &d))?;
-        let plan = fwc_compiler::rollout::fleet_plan(&tree).map_err(|d| policy_error(commit, &d))?;
+        let plan = fwc_compiler::features::rollout::fleet_plan(&tree).map_err(|d| policy_error(commit, &d))?;
         let Some(policy) = plan.policy else { continue };
         let mut members: Vec<Member> = plan.hosts.iter().map(|h| Member { name: h.name.clone(), wave: h.wave.unwrap_or(0), declared: true }).collect();
         let declared: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
         for name in reports.keys().filter(|h| !declared.contains(*h)) {
-            members.push(Member { name: name.clone(), wave: fwc_compiler::rollout::wave_of(&policy, name, &BTreeMap::new()), declared: false });
+            members.push(Member { name: name.clone(), wave: fwc_compiler::features::rollout::wave_of(&policy, name, &BTreeMap::new()), declared: false });
         }
         return Ok(Some(Fleet { policy, members, policy_commit: c.clone() }));
     }

@@ -466,7 +466,7 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
         }
         let start = humantime::parse_rfc3339_weak(&s.since).unwrap_or(SystemTime::UNIX_EPOCH);
         let waited = inp.now.duration_since(start).unwrap_or(Duration::ZERO);
-        let grace = fwc_compiler::rollout::format_secs(g.grace_secs);
+        let grace = fwc_compiler::features::rollout::format_secs(g.grace_secs);
         if waited >= Duration::from_secs(g.grace_secs) {
             return halt(s, &fleet.policy, format!("wave {wave_name}: {why}; no answer for longer than its grace ({grace})"), now);
         }
@@ -484,7 +484,7 @@ fn evaluate(inp: &ControllerInput, s: &RolloutState, now: &str) -> Decision {
             n.phase = RolloutPhase::Paused;
             n.reason = format!(
                 "{MISSING_PAUSE}{what}, for more than {} (missing-timeout); the rollout goes on by itself when they report again, or `fwc rollout resume` after removing them from the host blocks",
-                fwc_compiler::rollout::format_secs(timeout.as_secs())
+                fwc_compiler::features::rollout::format_secs(timeout.as_secs())
             );
             n.since = now.to_string();
             return Decision::Transition { summary: format!("rollout {}: pause, hosts missing", short(&s.commit)), state: n };

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use fwc_artifacts::rollout::{RolloutState, ROLLOUT_STATE_FILE};
 use fwc_compiler::diag::Diagnostics;
-use fwc_compiler::source::SourceTree;
+use fwc_compiler::read::source::SourceTree;
 use git2::{Oid, Repository};
 
 use super::RolloutError;

@@ -5,14 +5,14 @@
 use std::time::{Duration, SystemTime};
 
 use fwc_artifacts::rollout::Window;
-use fwc_compiler::timewindow::{self, DayWindow, Zone};
+use fwc_compiler::features::timewindow::{self, DayWindow, Zone};
 use jiff::Timestamp;
 
 /// How far [`next_open`] looks ahead: every window repeats weekly, so a week (and a day for the
 /// offsets) covers every case.
 const HORIZON_MIN: u64 = 8 * 24 * 60;
 
-/// A window in the shared form of [`fwc_compiler::timewindow`] (the one evaluator of weekly
+/// A window in the shared form of [`fwc_compiler::features::timewindow`] (the one evaluator of weekly
 /// windows, also used by rule schedules): its zone is a named one (daylight saving followed)
 /// or the fixed offset. A named zone this host's tz database lacks reads as UTC.
 struct Compiled {

@@ -1,5 +1,5 @@
 //! The set-file cache on disk: `<state dir>/sets/<key>.set`, one entry per set file content
-//! (`fwc_compiler::setcache` decides what an entry holds and checks it on every read). Used by
+//! (`fwc_compiler::read::setcache` decides what an entry holds and checks it on every read). Used by
 //! `fwc apply`, `fwc plan` and the agent's compile, so a million-line set file that did not
 //! change is not parsed again.
 //!
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use fwc_compiler::setcache::{SetCache, SetFileStore};
+use fwc_compiler::read::setcache::{SetCache, SetFileStore};
 
 /// Subdirectory of the state dir.
 pub const SETS_DIR: &str = "sets";
@@ -110,7 +110,7 @@ impl SetFileStore for DirSetStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fwc_compiler::source::SourceTree;
+    use fwc_compiler::read::source::SourceTree;
 
     /// A set file big enough to be cached, and the repository using it.
     fn tree(seed: u32, n: u32) -> SourceTree {

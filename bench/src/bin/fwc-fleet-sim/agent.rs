@@ -40,7 +40,7 @@ impl Shared {
         }
         let info = m.commit_info(commit).unwrap();
         let tree = m.source_tree(commit).unwrap();
-        let fp = fwc_compiler::rollout::fleet_plan(&tree).unwrap();
+        let fp = fwc_compiler::features::rollout::fleet_plan(&tree).unwrap();
         let p = Arc::new(Plan {
             has_policy: fp.policy.is_some(),
             waves: fp.hosts.iter().map(|h| (h.name.clone(), h.wave.unwrap_or(0))).collect(),

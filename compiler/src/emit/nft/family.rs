@@ -8,7 +8,7 @@ use super::prelude::*;
 
 /// Sorted, merged (overlapping or adjacent joined) intervals, per family.
 pub(super) fn merged<'a>(elems: impl IntoIterator<Item = &'a AddrElem>) -> [Vec<(u128, u128)>; 2] {
-    crate::setlayout::merged(elems)
+    crate::place::setlayout::merged(elems)
 }
 
 /// One interval as an nft value: an address, a prefix or a range.
@@ -97,7 +97,7 @@ pub(super) fn addr_parts(plan: &HostPlan, m: &AddrMatch) -> AddrParts {
 }
 
 /// The one alternative of an address match in `fam`, for rules that must stay one nft rule
-/// (forwards, shapes: `crate::select` keeps the sets they use as interval sets).
+/// (forwards, shapes: `crate::place::select` keeps the sets they use as interval sets).
 pub(super) fn one_alt(p: &AddrParts, fam: Fam) -> Option<&AddrAlt> {
     let v = &p[fam.idx()];
     assert!(v.len() <= 1, "a set used by a forward or shape has one lookup per family");

@@ -82,7 +82,7 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
 
 /// `icmp type { echo-request, 200 }` / `icmpv6 type …`: nft's names where a type has one.
 pub(super) fn icmp_type_match(v6: bool, types: &[u8]) -> S {
-    let items = types.iter().map(|&t| match crate::units::icmp_type_name(v6, t) {
+    let items = types.iter().map(|&t| match crate::read::units::icmp_type_name(v6, t) {
         Some(name) => s(name),
         None => n(u32::from(t)),
     });
@@ -92,7 +92,7 @@ pub(super) fn icmp_type_match(v6: bool, types: &[u8]) -> S {
 
 /// `icmp code frag-needed` / `icmpv6 code { 0, 4 }`: nft's names where a code of the type has one.
 fn icmp_code_match(v6: bool, icmp_type: Option<u8>, codes: &[u8]) -> S {
-    let items = codes.iter().map(|&c| match crate::headers::icmp_code_name_of(v6, icmp_type, c) {
+    let items = codes.iter().map(|&c| match crate::features::headers::icmp_code_name_of(v6, icmp_type, c) {
         Some(name) => s(name),
         None => n(u32::from(c)),
     });

@@ -12,7 +12,7 @@
 //!   set <name>_v4 / <name>_v6           every AddrSet, type ipv{4,6}_addr, flags interval (maybe empty)
 //!   set <name>_v4_<len> / <name>_v6_<len>  instead, for a big static set: plain hash sets, one
 //!                                     per prefix length, matched `ip saddr & <mask> @<name>_v4_<len>`
-//!                                     (`crate::setlayout`; one rule per length, see below)
+//!                                     (`crate::place::setlayout`; one rule per length, see below)
 //!   map fwd4_addr, fwd6_addr             inet_proto . inet_service : ipv{4,6}_addr   (hash, counter)
 //!   map fwd4_port, fwd6_port             inet_proto . inet_service : inet_service    (hash)
 //!   map fwd4r_addr, fwd6r_addr           inet_proto . inet_service : ipv{4,6}_addr   (interval, counter)
@@ -140,7 +140,7 @@
 //! # Big sets
 //!
 //! A static set above `setlayout::INTERVAL_MAX` networks per family is a plain hash set per
-//! prefix length (`crate::setlayout` decides, with controlled prefix expansion). A rule matching
+//! prefix length (`crate::place::setlayout` decides, with controlled prefix expansion). A rule matching
 //! it is emitted once per length (and per combination, when both `from` and `to` are such
 //! sets): `ip saddr & 255.255.255.0 @bl_v4_24 … drop`, `ip saddr @bl_v4_32 … drop`, all with the
 //! rule's comment. The networks are disjoint, so a packet takes at most one of the copies and
@@ -261,7 +261,7 @@ pub fn emit(plan: &HostPlan) -> NftDoc {
 }
 
 /// Both halves (v4, v6) of every set, always: each an interval set, or (a big static set) hash
-/// sets, one per prefix length (`crate::setlayout`).
+/// sets, one per prefix length (`crate::place::setlayout`).
 fn named_sets(out: &mut Out, plan: &HostPlan) {
     for set in &plan.sets {
         let name = &set.name.value;

@@ -37,7 +37,7 @@ pub mod maps {
 
 pub use fwc_artifacts::identity::{parse_rule_comment, rule_comment, COMMENT_PREFIX, MAX_COMMENT};
 pub use fwc_artifacts::FORWARDER_SOCKET_MARK;
-pub(super) use crate::units::MAX_LOG_PREFIX;
+pub(super) use crate::read::units::MAX_LOG_PREFIX;
 /// nft's default limit burst.
 pub(super) const DEFAULT_BURST: u32 = 5;
 
@@ -47,7 +47,7 @@ pub fn set_name(name: &str, v6: bool) -> String {
 }
 
 /// Name of the hash set of prefix length `len` of the `fam` half of fwc set `name` (the
-/// hash-set layout of a big set, `crate::setlayout`): `bl_v4_24`.
+/// hash-set layout of a big set, `crate::place::setlayout`): `bl_v4_24`.
 pub fn hash_set_name(name: &str, v6: bool, len: u32) -> String {
     format!("{}_{len}", set_name(name, v6))
 }

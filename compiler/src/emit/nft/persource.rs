@@ -1,4 +1,4 @@
-//! Per-source limits in nft (see [`crate::persource`] for the design): the dynamic
+//! Per-source limits in nft (see [`crate::features::persource`] for the design): the dynamic
 //! sets that track sources, and the guard rules — `update`/`add` with a `limit`/`ct count`
 //! per element, then a fail-closed rule for a source the full set could not take.
 
@@ -6,7 +6,7 @@ use super::expr::*;
 use super::fam::*;
 use super::out::Out;
 use super::prelude::*;
-use crate::persource::{self as ps, Kind};
+use crate::features::persource::{self as ps, Kind};
 
 /// One guard rule: matches and statements, and the set statement's per-element statements
 /// (`"stmt"` of the JSON `set` statement, which the `nftables` crate cannot express).

@@ -20,5 +20,5 @@ pub(super) use serde_json::{json, Value};
 
 pub(super) use crate::artifacts::{NftDoc, QosDirection, NFT_TABLE, QOS_MARK_MASK, QOS_MARK_SHIFT};
 pub(super) use crate::model::*;
-pub(super) use crate::select::{ChainPlan, HostPlan};
-pub(super) use crate::setlayout::LayoutKind;
+pub(super) use crate::place::select::{ChainPlan, HostPlan};
+pub(super) use crate::place::setlayout::LayoutKind;

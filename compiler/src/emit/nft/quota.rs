@@ -60,9 +60,9 @@ pub(super) fn quotas(out: &mut Out, plan: &HostPlan) {
     let mut objects: Vec<(String, u64)> = plan
         .shapes
         .iter()
-        .filter_map(|sh| sh.quota.as_ref().map(|q| (crate::quota::shape_object_name(&sh.name.value), q.value.limit_bytes)))
+        .filter_map(|sh| sh.quota.as_ref().map(|q| (crate::features::quota::shape_object_name(&sh.name.value), q.value.limit_bytes)))
         .collect();
-    objects.extend(forwards.iter().chain(&userspace).map(|f| (crate::quota::object_name(&f.name.value), f.quota.as_ref().expect("filtered").value.limit_bytes)));
+    objects.extend(forwards.iter().chain(&userspace).map(|f| (crate::features::quota::object_name(&f.name.value), f.quota.as_ref().expect("filtered").value.limit_bytes)));
     objects.sort();
     for (name, bytes) in &objects {
         out.raw_object(&json!({"add": {"quota": {"family": "inet", "table": NFT_TABLE, "name": name, "bytes": bytes, "inv": true}}}));
@@ -105,23 +105,23 @@ pub(super) fn shape_class_rule(out: &mut Out, plan: &HostPlan, c: &crate::artifa
     }
     let Some(sh) = plan.shapes.iter().find(|s| s.name.value == c.rule) else { return };
     let Some(q) = &sh.quota else { return };
-    let e = action(Vec::new(), crate::quota::shape_object_name(&sh.name.value), q.value.over, false);
+    let e = action(Vec::new(), crate::features::quota::shape_object_name(&sh.name.value), q.value.over, false);
     out.rule(&class_chain(c.id), e, Some(rule_comment(RuleKind::Shape, &sh.name.value)));
 }
 
 /// `matches` + `quota name "quota_<rule>"` + the over-quota action.
 fn with_action(e: Vec<S>, f: &ForwardRule) -> Vec<S> {
     let q = &f.quota.as_ref().expect("a forward with a quota").value;
-    action(e, crate::quota::object_name(&f.name.value), q.over, f.proto == ForwardProto::Tcp)
+    action(e, crate::features::quota::object_name(&f.name.value), q.over, f.proto == ForwardProto::Tcp)
 }
 
 /// `e` + `quota name "<object>"` + what happens over the quota (`tcp`: reject with a TCP reset).
-fn action(mut e: Vec<S>, object: String, over: crate::quota::OverQuota, tcp: bool) -> Vec<S> {
+fn action(mut e: Vec<S>, object: String, over: crate::features::quota::OverQuota, tcp: bool) -> Vec<S> {
     e.push(Statement::Quota(stmt::QuotaOrQuotaRef::QuotaRef(object.into())));
     match over {
-        crate::quota::OverQuota::Drop => e.push(drop_()),
-        crate::quota::OverQuota::Reject => e.push(reject(tcp)),
-        crate::quota::OverQuota::Rate { bytes_per_sec } => {
+        crate::features::quota::OverQuota::Drop => e.push(drop_()),
+        crate::features::quota::OverQuota::Reject => e.push(reject(tcp)),
+        crate::features::quota::OverQuota::Rate { bytes_per_sec } => {
             let rate = bytes_per_sec.min(u64::from(u32::MAX)) as u32;
             e.push(Statement::Limit(Limit {
                 rate,

@@ -1,5 +1,5 @@
 //! The nft form of a rule's `during=` windows: one match
-//! `meta day . meta hour { DAY . FIRST-LAST, … }` on the UTC pieces [`crate::schedule::resolve`]
+//! `meta day . meta hour { DAY . FIRST-LAST, … }` on the UTC pieces [`crate::features::schedule::resolve`]
 //! computed. Numbers, not nft's `"08:00"` strings: nft converts those from the local time zone
 //! of the nft process when it parses them, numbers it loads as they are (seconds since UTC
 //! midnight; days 0 = Sunday, as the kernel's `meta day`).

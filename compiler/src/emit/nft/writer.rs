@@ -172,13 +172,13 @@ impl<I: Iterator<Item = (u128, u128)> + Clone> Serialize for AddrSetBody<'_, I> 
     }
 }
 
-/// The body of one hash set of a big static set (`crate::setlayout`): the network addresses of
+/// The body of one hash set of a big static set (`crate::place::setlayout`): the network addresses of
 /// its prefix length, streamed.
 pub(super) struct HashSetBody<'a> {
     pub table: &'a str,
     pub name: String,
     pub fam: Fam,
-    pub layout: &'a crate::setlayout::FamLayout,
+    pub layout: &'a crate::place::setlayout::FamLayout,
     pub len: u32,
 }
 
@@ -186,7 +186,7 @@ pub(super) struct HashSetBody<'a> {
 #[cfg(test)]
 impl Serialize for HashSetBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        struct Elements<'a>(&'a crate::setlayout::FamLayout, u32);
+        struct Elements<'a>(&'a crate::place::setlayout::FamLayout, u32);
         impl Serialize for Elements<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 let mut seq = s.serialize_seq(None)?;
@@ -247,7 +247,7 @@ mod tests {
         let mut elems: Vec<AddrElem> = (0..5000u32).map(|i| AddrElem::Net(ipnet::IpNet::from(std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + 2 * i))))).collect();
         elems.extend((0..100u32).map(|i| AddrElem::Net(format!("172.16.{}.0/24", 2 * i).parse().unwrap())));
         elems.extend((0..5000u32).map(|i| AddrElem::Net(format!("2001:db8:{:x}::1/128", 2 * i).parse().unwrap())));
-        let layout = crate::setlayout::SetLayout::of(&elems, None);
+        let layout = crate::place::setlayout::SetLayout::of(&elems, None);
         for (fam, f, lens) in [(Fam::V4, &layout.fams[0], vec![24, 32, 16]), (Fam::V6, &layout.fams[1], vec![128, 64])] {
             for len in lens {
                 let body = || HashSetBody { table: "fwc", name: format!("bl\"x_{len}"), fam, layout: f, len };

@@ -17,10 +17,10 @@ pub fn dynamic_sets(doc: &Value) -> Vec<(String, Value)> {
         .collect()
 }
 
-/// A per-source limit's set (`fwc_compiler::persource`): the kernel adds its
+/// A per-source limit's set (`fwc_compiler::features::persource`): the kernel adds its
 /// elements (the sources it sees), so they are neither drift nor dropped by an apply.
 pub(super) fn is_per_source_set(set: &Value) -> bool {
-    set["name"].as_str().is_some_and(|n| fwc_compiler::persource::parse_set_name(n).is_some())
+    set["name"].as_str().is_some_and(|n| fwc_compiler::features::persource::parse_set_name(n).is_some())
 }
 
 /// What must match for a dynamic set's elements to be carried over.

@@ -357,7 +357,7 @@ pub const REPLACE_REFUSED: &str = "refusing to replace table inet fwc whole";
 
 /// What a redeclared set or map loses, in words (its live elements counted).
 fn redeclare_reset(cmd: &NftCmd, live: &Value, kind: &str, name: &str) -> String {
-    let what = if fwc_compiler::persource::parse_set_name(name).is_some() { "tracked sources" } else { "elements" };
+    let what = if fwc_compiler::features::persource::parse_set_name(name).is_some() { "tracked sources" } else { "elements" };
     match live_elements(cmd, live, kind, name) {
         Some(n) => format!("{kind} {name} is replaced (its declaration changes): its {n} {what} are reset"),
         None => format!("{kind} {name} is replaced (its declaration changes): its {what} are reset"),

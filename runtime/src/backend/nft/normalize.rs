@@ -150,7 +150,7 @@ pub(super) fn normalize_with(listing: &Value, elements: bool) -> Normalized {
                     .get("flags")
                     .and_then(Value::as_array)
                     .is_some_and(|f| f.iter().any(|x| x == "dynamic" || x == "timeout"));
-                let per_source = b.get("name").and_then(Value::as_str).is_some_and(|n| fwc_compiler::persource::parse_set_name(n).is_some());
+                let per_source = b.get("name").and_then(Value::as_str).is_some_and(|n| fwc_compiler::features::persource::parse_set_name(n).is_some());
                 if dynamic || per_source {
                     b.remove("elem");
                 } else if let Some(Value::Array(elems)) = b.get_mut("elem") {

@@ -342,7 +342,7 @@ pub(super) fn untrackable_icmp(cond: &mut Cond) -> Option<String> {
     let v6 = cond.proto.as_deref() == Some("icmpv6");
     let (mut keep, mut gone) = (Vec::new(), Vec::new());
     for name in types.split(',') {
-        match fwc_compiler::units::parse_icmp_types(name, v6).ok().and_then(|v| v.first().copied()) {
+        match fwc_compiler::read::units::parse_icmp_types(name, v6).ok().and_then(|v| v.first().copied()) {
             Some(t) if !icmp_opens(v6, t) => gone.push(name.to_string()),
             _ => keep.push(name.to_string()),
         }

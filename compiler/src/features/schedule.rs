@@ -8,9 +8,9 @@ use jiff::Timestamp;
 
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::{Ruleset, Schedule};
-use crate::source::SourceMap;
-use crate::timewindow::{self, Zone};
-use crate::units::UnitError;
+use crate::read::source::SourceMap;
+use crate::features::timewindow::{self, Zone};
+use crate::read::units::UnitError;
 
 /// How long before `until=` `fwc check` and `fwc plan` warn.
 pub const EXPIRY_WARNING_DAYS: i64 = 7;
@@ -133,7 +133,7 @@ pub fn check(map: &SourceMap, rs: &Ruleset) -> Diagnostics {
     let mut out = Diagnostics::default();
     for f in &rs.forwards {
         let Some(d) = f.schedule.as_ref().and_then(|s| s.during.as_ref()) else { continue };
-        let (backends, reason) = crate::select::place_forward(f, None);
+        let (backends, reason) = crate::place::select::place_forward(f, None);
         if f.sni.is_some() || backends.contains(&fwc_artifacts::BackendKind::Userspace) {
             out.push(
                 Diagnostic::error("during-on-userspace-forward", format!("during= on forward \"{}\", which goes to the userspace forwarder", f.name.value))
@@ -172,7 +172,7 @@ mod tests {
     /// the manifest says when to compile again.
     #[test]
     fn compiled_window_moves_at_the_clock_changes_and_says_when() {
-        let tree = crate::source::SourceTree::from_files([(
+        let tree = crate::read::source::SourceTree::from_files([(
             "fwc.kdl".to_string(),
             "fwc 1\ninput policy=drop {\n    allow \"web\" proto=tcp port=443 during=\"Mon-Fri 08:00-18:00\" tz=\"Europe/Berlin\"\n}\n".to_string(),
         )]);
@@ -194,7 +194,7 @@ mod tests {
         let plan = crate::diff::render(&crate::diff::plan(Some(&summer), &winter), false);
         assert!(plan.contains("~ filter \"web\"") || plan.contains("1 to change"), "{plan}");
         // Without schedules the time changes nothing and the manifest has no valid_until.
-        let plain = crate::source::SourceTree::from_files([("fwc.kdl".to_string(), "fwc 1\ninput policy=drop {\n    allow \"web\" proto=tcp port=443\n}\n".to_string())]);
+        let plain = crate::read::source::SourceTree::from_files([("fwc.kdl".to_string(), "fwc 1\ninput policy=drop {\n    allow \"web\" proto=tcp port=443\n}\n".to_string())]);
         let (a, b) = (crate::compile_at(&plain, None, None, ts("2026-10-24T12:00:00Z")).unwrap().0, crate::compile(&plain, None, None).unwrap().0);
         assert_eq!(a.files(), b.files());
         assert!(a.manifest.valid_until.is_none());

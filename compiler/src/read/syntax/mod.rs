@@ -1,4 +1,4 @@
-//! KDL v2 documents -> the typed model. Files are read by fwc's own reader ([`crate::kdl_reader`])
+//! KDL v2 documents -> the typed model. Files are read by fwc's own reader ([`crate::read::kdl_reader`])
 //! and its nodes converted by hand so every value keeps its span; templates (`*.kdl.j2`) are rendered with minijinja for one host
 //! first. All problems found in a run are collected, not just the first.
 //!
@@ -23,7 +23,7 @@ mod values;
 
 use crate::diag::Diagnostics;
 use crate::model::Ruleset;
-use crate::source::{SourceMap, SourceTree, ROOT_FILE};
+use crate::read::source::{SourceMap, SourceTree, ROOT_FILE};
 use parser::{declared_sets, finish, Parser};
 use read::parse_parallel;
 

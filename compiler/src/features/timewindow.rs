@@ -2,13 +2,13 @@
 //! offset, or a named IANA zone from the system tzdb, daylight saving included): parsing with
 //! errors that teach, whether an instant is inside, and the windows' UTC form valid from an
 //! instant until the zone's next offset change. Shared by rule schedules (`during=`, `tz=`;
-//! see [`crate::schedule`]) and the rollout's promotion windows (`window allow=…`).
+//! see [`crate::features::schedule`]) and the rollout's promotion windows (`window allow=…`).
 //! Pure: every function takes the time as an argument, none reads the clock.
 
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
-use crate::units::UnitError;
+use crate::read::units::UnitError;
 
 pub use crate::model::window::{DayWindow, UtcPiece, Zone};
 

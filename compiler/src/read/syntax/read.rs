@@ -3,8 +3,8 @@
 
 use kdl::KdlDocument;
 
-use crate::kdl_reader::{self, Document as KdlDoc};
-use crate::limits;
+use crate::read::kdl_reader::{self, Document as KdlDoc};
+use crate::read::limits;
 
 /// Parse several KDL texts, spread over the available cores (largest first), results in order.
 pub(super) fn parse_parallel(texts: Vec<&str>) -> Vec<Result<KdlDoc, ParseFailure>> {

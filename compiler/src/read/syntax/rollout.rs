@@ -1,12 +1,12 @@
 //! The `rollout { wave … probe … window … }` node and its value parsers (the checks that need the
-//! whole policy are in [`crate::rollout`]).
+//! whole policy are in [`crate::features::rollout`]).
 
 use std::net::IpAddr;
 
-use crate::kdl_reader::{Node as KdlNode, Value as KdlValue};
+use crate::read::kdl_reader::{Node as KdlNode, Value as KdlValue};
 use crate::model::*;
 use crate::suggest::did_you_mean;
-use crate::units::{self, UnitError};
+use crate::read::units::{self, UnitError};
 
 use super::parser::{Parser, Props};
 use super::values::{looks_like_ipv4, parse_selector, valid_dns_name};
@@ -26,7 +26,7 @@ pub(super) const PROBE_PROPS: &[&str] = &["tcp", "http"];
 impl Parser<'_, '_> {
     /// `rollout { wave … probe … }`: the fleet rollout policy. Values are read here; the rules
     /// that need the whole policy (one block, unique names, the last wave) are in
-    /// [`crate::rollout::check`].
+    /// [`crate::features::rollout::check`].
     pub(super) fn rollout(&mut self, node: &KdlNode) -> RolloutDecl {
         let rule = "rollout";
         // A name is a mistake of its own (the policy is one per repository); the properties
@@ -353,10 +353,10 @@ pub(super) fn parse_probe_http(name: &str, s: &str) -> Result<fwc_artifacts::rol
 
 /// A window's `allow=`/`deny=` text, `"Mon-Fri 09:00-17:00"`: (days 0 = Monday, ascending;
 /// start and end in minutes after midnight, `24:00` = 1440 allowed as the end). Read by the
-/// shared [`crate::timewindow`] parser; a promotion window is one window within one day.
-pub(crate) fn parse_window_spec(s: &str) -> Result<(Vec<u8>, u16, u16), crate::units::UnitError> {
-    let bad = |m: String, help: &str| crate::units::UnitError { message: m, help: help.into() };
-    let windows = crate::timewindow::parse_windows(s)?;
+/// shared [`crate::features::timewindow`] parser; a promotion window is one window within one day.
+pub(crate) fn parse_window_spec(s: &str) -> Result<(Vec<u8>, u16, u16), crate::read::units::UnitError> {
+    let bad = |m: String, help: &str| crate::read::units::UnitError { message: m, help: help.into() };
+    let windows = crate::features::timewindow::parse_windows(s)?;
     let [w] = windows.as_slice() else {
         return Err(bad(format!("\"{s}\" holds {} windows", windows.len()), "a window node holds one window: write one `window allow=\"…\"` per window"));
     };
@@ -373,9 +373,9 @@ pub(crate) fn parse_window_spec(s: &str) -> Result<(Vec<u8>, u16, u16), crate::u
 
 /// A window's `tz=`: `"UTC"`, a fixed offset `"+01:00"` / `"-05:30"` (minutes east of UTC), or
 /// a named zone of the tz database (`"Europe/Berlin"`, daylight saving followed), read by the
-/// shared [`crate::timewindow::parse_zone`]: (offset, zone name).
-pub(crate) fn parse_window_tz(s: &str) -> Result<(i16, Option<String>), crate::units::UnitError> {
-    Ok(crate::timewindow::promotion_zone_fields(&crate::timewindow::parse_zone(s)?))
+/// shared [`crate::features::timewindow::parse_zone`]: (offset, zone name).
+pub(crate) fn parse_window_tz(s: &str) -> Result<(i16, Option<String>), crate::read::units::UnitError> {
+    Ok(crate::features::timewindow::promotion_zone_fields(&crate::features::timewindow::parse_zone(s)?))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::{Host, RolloutDecl, Ruleset, Selector, Span, WaveDecl};
-use crate::source::{SourceMap, SourceTree};
+use crate::read::source::{SourceMap, SourceTree};
 
 /// A host the repository declares and the wave it falls in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -41,7 +41,7 @@ impl FleetPlan {
 /// together, as `compile` does; the rule checks of each host are `check`'s job, not this.
 pub fn fleet_plan(tree: &SourceTree) -> Result<FleetPlan, Diagnostics> {
     let mut map = SourceMap::default();
-    let plain = crate::syntax::parse_plain(tree, &mut map)?;
+    let plain = crate::read::syntax::parse_plain(tree, &mut map)?;
     let diags = check(&map, &plain);
     if diags.has_errors() {
         return Err(diags);
@@ -73,7 +73,7 @@ pub fn wave_of(policy: &RolloutPolicy, host: &str, labels: &BTreeMap<String, Str
     let bucket = host_bucket(host);
     for (i, w) in policy.waves.iter().enumerate() {
         let takes = match &w.select {
-            WaveSelect::On(text) => crate::syntax::parse_selector(text).is_ok_and(|s| s.matches_name(host, labels)),
+            WaveSelect::On(text) => crate::read::syntax::parse_selector(text).is_ok_and(|s| s.matches_name(host, labels)),
             WaveSelect::Percent(p) => bucket < u32::from(*p) * 100,
             WaveSelect::Rest => true,
         };
@@ -127,7 +127,7 @@ pub fn describe_window(w: &Window) -> String {
         0 => "UTC".to_string(),
         o => format!("UTC{}{:02}:{:02}", if o < 0 { '-' } else { '+' }, o.unsigned_abs() / 60, o.unsigned_abs() % 60),
     };
-    format!("{} {} {tz}", if w.allow { "allow" } else { "deny" }, crate::timewindow::describe(&w.window))
+    format!("{} {} {tz}", if w.allow { "allow" } else { "deny" }, crate::features::timewindow::describe(&w.window))
 }
 
 fn select_of(w: &WaveDecl) -> WaveSelect {
@@ -478,7 +478,7 @@ fn where_is(map: &SourceMap, span: Span) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::SourceTree;
+    use crate::read::source::SourceTree;
     use fwc_artifacts::window::DayWindow;
 
     fn tree(text: &str) -> SourceTree {

@@ -7,7 +7,7 @@ pub use fwc_artifacts::quota::{OverQuota, QuotaPeriod, QuotaPolicy, WEEKDAYS};
 
 use crate::artifacts::{BackendKind, RuleKind};
 use crate::model::{ForwardRule, Spanned};
-use crate::units::{self, UnitError};
+use crate::read::units::{self, UnitError};
 
 pub use crate::model::quota::QuotaSpec;
 

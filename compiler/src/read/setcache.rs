@@ -3,7 +3,7 @@
 //! manifest digest) stored by the file's content digest, so a file that did not change is not
 //! parsed, sorted or hashed again.
 //!
-//! The compiler stays pure: it gets a [`SetFileStore`] beside the [`crate::source::SourceTree`]
+//! The compiler stays pure: it gets a [`SetFileStore`] beside the [`crate::read::source::SourceTree`]
 //! (the runtime keeps one in its state dir) and only reads and writes byte strings through it.
 //! An entry is trusted only when it decodes completely and its trailing SHA-256 matches: a
 //! corrupt, truncated or foreign entry is reported to the store ([`SetFileStore::reject`]) and
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 pub use crate::model::FileFacts;
-use crate::merged::Merged;
+use crate::place::merged::Merged;
 use crate::model::AddrElem;
 
 /// Set files shorter than this are parsed every time (a few thousand lines take well under a
@@ -229,13 +229,13 @@ mod tests {
     use super::*;
 
     fn entry() -> Entry {
-        let e = |s: &str| crate::units::parse_addr(s).unwrap();
+        let e = |s: &str| crate::read::units::parse_addr(s).unwrap();
         let elems: Vec<(AddrElem, u32, u32)> = ["192.0.2.7", "10.0.0.0/8", "2001:db8::/32", "10.0.0.1-10.0.0.9", "2001:db8::1-2001:db8::ff"]
             .iter()
             .enumerate()
             .map(|(i, t)| (e(t), i as u32 * 20, t.len() as u32))
             .collect();
-        let merged = crate::setlayout::merged_compact(elems.iter().map(|x| &x.0));
+        let merged = crate::place::setlayout::merged_compact(elems.iter().map(|x| &x.0));
         Entry { elems, facts: FileFacts { merged, digest: "abc".into() } }
     }
 

@@ -5,7 +5,7 @@
 
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::{Ruleset, Span};
-use crate::sourcemap::SourceMap;
+use crate::read::sourcemap::SourceMap;
 
 /// Deepest `{ … }` nesting a rule file may use. fwc's language needs three levels at most.
 pub const MAX_NESTING: usize = 64;

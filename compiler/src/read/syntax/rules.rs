@@ -3,12 +3,12 @@
 
 use std::net::IpAddr;
 
-use crate::kdl_reader::Node as KdlNode;
-use crate::headers;
+use crate::read::kdl_reader::Node as KdlNode;
+use crate::features::headers;
 use crate::model::header::Negations;
 use crate::model::*;
 use crate::suggest::did_you_mean;
-use crate::units::{self, UnitError};
+use crate::read::units::{self, UnitError};
 
 use super::parser::{Parser, Props};
 use super::values::{parse_ifname, valid_ifname};
@@ -17,16 +17,16 @@ pub(super) const FILTER_ACTIONS: &[&str] = &["allow", "deny", "reject", "log"];
 
 pub(super) const FILTER_PROPS: &[&str] = &[
     "proto", "port", "sport", "from", "to", "in", "out", "log", "rate", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "reject-with", "log-prefix", "log-rate", "state", "on", "comment",
-    // per-source limits (crate::persource)
+    // per-source limits (crate::features::persource)
     "rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "conn-rate-per-source",
-    // schedules (crate::schedule)
+    // schedules (crate::features::schedule)
     "during", "tz", "until",
 ];
 
 /// A `log` rule logs and matching goes on: no verdict options (`log`, `rate`, `reject-with`).
 pub(super) const LOG_RULE_PROPS: &[&str] = &[
     "proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "log-prefix", "log-rate", "state", "on", "comment",
-    // schedules (crate::schedule)
+    // schedules (crate::features::schedule)
     "during", "tz", "until",
 ];
 
@@ -44,13 +44,13 @@ pub(super) const SNAT_PROPS: &[&str] = &["from", "dst", "to", "out", "proto", "p
 /// (the output interface is the bridge).
 pub(super) const CONTAINER_RULE_PROPS: &[&str] = &[
     "proto", "port", "from", "to", "in", "log", "rate", "reject-with", "log-prefix", "log-rate", "on", "comment",
-    // schedules (crate::schedule)
+    // schedules (crate::features::schedule)
     "during", "tz", "until",
 ];
 
 pub(super) const SHAPE_PROPS: &[&str] = &[
     "from", "to", "proto", "port", "dev", "rate", "burst", "direction", "on", "comment",
-    // traffic quotas (crate::quota)
+    // traffic quotas (crate::features::quota)
     "quota", "quota-reset-day", "over-quota",
 ];
 

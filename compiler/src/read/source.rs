@@ -8,8 +8,8 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::limits;
-pub use crate::sourcemap::{SourceFile, SourceMap};
+use crate::read::limits;
+pub use crate::read::sourcemap::{SourceFile, SourceMap};
 
 /// The root file of a rule repository.
 pub const ROOT_FILE: &str = "fwc.kdl";
@@ -28,8 +28,8 @@ pub struct SourceTree {
     pub lists: BTreeMap<String, String>,
     /// Policy test files `tests/**/*.kdl`: relative path -> contents. Not rules.
     pub tests: BTreeMap<String, String>,
-    /// Where parsed set files are cached (`crate::setcache`); off unless the caller sets it.
-    pub set_cache: crate::setcache::SetCache,
+    /// Where parsed set files are cached (`crate::read::setcache`); off unless the caller sets it.
+    pub set_cache: crate::read::setcache::SetCache,
 }
 
 impl SourceTree {

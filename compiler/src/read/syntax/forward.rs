@@ -2,9 +2,9 @@
 
 use std::net::IpAddr;
 
-use crate::kdl_reader::Node as KdlNode;
+use crate::read::kdl_reader::Node as KdlNode;
 use crate::model::*;
-use crate::units::{self, UnitError};
+use crate::read::units::{self, UnitError};
 
 use super::parser::{Parser, Props};
 use super::values::{looks_like_ipv4, parse_ifname, valid_dns_name};
@@ -12,11 +12,11 @@ use super::values::{looks_like_ipv4, parse_ifname, valid_dns_name};
 pub(super) const FORWARD_PROPS: &[&str] = &[
     "proto", "listen", "to", "from", "in", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
     "idle-timeout", "sni", "health-check", "health-interval", "health-timeout", "health-rise", "health-fall", "backend", "on", "comment",
-    // per-source limits (crate::persource)
+    // per-source limits (crate::features::persource)
     "conn-rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "rate-per-source",
-    // schedules (crate::schedule)
+    // schedules (crate::features::schedule)
     "during", "tz", "until",
-    // traffic quotas (crate::quota)
+    // traffic quotas (crate::features::quota)
     "quota", "quota-reset-day", "over-quota",
 ];
 
@@ -37,7 +37,7 @@ impl Parser<'_, '_> {
         let f = ForwardRule {
             proto,
             from: self.addr_match(&mut p, "from"),
-            iif: self.parsed(&mut p, "in", |s| crate::headers::parse_ifnames(s, parse_ifname)),
+            iif: self.parsed(&mut p, "in", |s| crate::features::headers::parse_ifnames(s, parse_ifname)),
             up,
             down,
             burst: self.parsed(&mut p, "burst", units::parse_size),
@@ -186,7 +186,7 @@ pub(super) fn parse_sni(s: &str) -> Result<String, UnitError> {
 mod tests {
     use super::*;
     use crate::suggest::did_you_mean;
-    use crate::syntax::rules::FILTER_PROPS;
+    use crate::read::syntax::rules::FILTER_PROPS;
 
     #[test]
     fn listen_and_targets() {

@@ -1,8 +1,8 @@
 //! One KDL document -> the ruleset: the top-level nodes dispatched to their kind's reader, and the
 //! `fwc` version node.
 
-use crate::kdl_reader::{Document as KdlDoc, Node as KdlNode, Value as KdlValue};
-use crate::limits;
+use crate::read::kdl_reader::{Document as KdlDoc, Node as KdlNode, Value as KdlValue};
+use crate::read::limits;
 use crate::model::*;
 use crate::suggest::did_you_mean;
 
@@ -32,7 +32,7 @@ impl Parser<'_, '_> {
             }
             Err(ParseFailure::Kdl(problems)) => {
                 // fwc's own words first (found from the text, whatever the parser said) …
-                let hints = crate::syntax_hints::explain(text);
+                let hints = crate::read::syntax_hints::explain(text);
                 for h in &hints {
                     let span = Span { file: self.file, offset: h.offset as u32, len: h.len as u32 };
                     self.error("kdl-syntax", format!("syntax error: {}", h.message), span, h.label.clone()).help(h.help.clone());

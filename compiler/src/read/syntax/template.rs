@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::limits;
+use crate::read::limits;
 use crate::model::*;
-use crate::source::{SourceMap, SourceTree};
+use crate::read::source::{SourceMap, SourceTree};
 
 use super::parser::{finish, Parser};
 
@@ -61,7 +61,7 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
                     minijinja::ErrorKind::UndefinedError => {
                         let known = |prefix: &str| template_names(host, prefix);
                         let at = (span.offset as usize, span.len as usize);
-                        match crate::syntax_hints::undefined_variable(text, at, &host.name.value, &known) {
+                        match crate::read::syntax_hints::undefined_variable(text, at, &host.name.value, &known) {
                             Some(h) => {
                                 span = Span { file: id, offset: h.offset as u32, len: h.len as u32 };
                                 (detail, help) = (h.detail, h.help);
@@ -70,7 +70,7 @@ pub fn add_templates(tree: &SourceTree, map: &mut SourceMap, mut rs: Ruleset, ho
                         }
                     }
                     minijinja::ErrorKind::SyntaxError => {
-                        if let Some(h) = crate::syntax_hints::unclosed_template_block(text) {
+                        if let Some(h) = crate::read::syntax_hints::unclosed_template_block(text) {
                             span = Span { file: id, offset: h.offset as u32, len: h.len as u32 };
                             (detail, help) = (h.detail, h.help);
                         } else {

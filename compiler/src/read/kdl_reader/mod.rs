@@ -11,7 +11,7 @@ pub use error::ReadError;
 pub use model::{Document, Entry, Ident, Node, TextSpan, Value};
 
 /// Read a whole KDL v2 document. The text's size and nesting must already be bounded
-/// ([`crate::limits::check_kdl_text`]): the reader recurses once per child block.
+/// ([`crate::read::limits::check_kdl_text`]): the reader recurses once per child block.
 pub fn read(text: &str) -> Result<Document, ReadError> {
     parser::Parser::new(text).document()
 }

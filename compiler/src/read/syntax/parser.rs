@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::kdl_reader::{Document as KdlDoc, Entry as KdlEntry, Node as KdlNode, TextSpan, Value as KdlValue};
+use crate::read::kdl_reader::{Document as KdlDoc, Entry as KdlEntry, Node as KdlNode, TextSpan, Value as KdlValue};
 use crate::model::*;
-use crate::source::SourceMap;
+use crate::read::source::SourceMap;
 use crate::suggest::did_you_mean;
-use crate::units::UnitError;
+use crate::read::units::UnitError;
 
 use super::values::{parse_addr_match, parse_selector, valid_name};
 
@@ -155,7 +155,7 @@ impl Parser<'_, '_> {
         let e = props.get(key)?;
         let span = self.span(e.span());
         let raw = self.map.file(self.file).text.get(span.offset as usize..(span.offset + span.len) as usize).unwrap_or("");
-        if let Some(h) = crate::syntax_hints::single_quoted(raw, span.offset as usize) {
+        if let Some(h) = crate::read::syntax_hints::single_quoted(raw, span.offset as usize) {
             let rule = props.rule.clone();
             let at = Span { file: self.file, offset: h.offset as u32, len: h.len as u32 };
             self.error("kdl-syntax", format!("syntax error: {}", h.message), at, h.label).rule(rule).help(h.help);
@@ -273,7 +273,7 @@ impl Parser<'_, '_> {
     /// `negated` set when it did.
     pub(super) fn parsed_not<T>(&mut self, props: &mut Props, key: &str, negated: &mut bool, f: impl Fn(&str) -> Result<T, UnitError>) -> Option<Spanned<T>> {
         let (text, span) = self.text(props, key)?;
-        let (not, rest) = crate::headers::strip_not(&text);
+        let (not, rest) = crate::features::headers::strip_not(&text);
         *negated = not;
         self.convert(&props.rule.clone(), key, rest, span, f)
     }

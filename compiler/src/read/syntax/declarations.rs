@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::kdl_reader::{Entry as KdlEntry, Node as KdlNode, Value as KdlValue};
+use crate::read::kdl_reader::{Entry as KdlEntry, Node as KdlNode, Value as KdlValue};
 use crate::model::*;
 use crate::suggest::did_you_mean;
-use crate::units;
+use crate::read::units;
 
 use super::parser::{value_text, Parser, Props};
 

@@ -8,8 +8,8 @@
 
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::*;
-use crate::source::{SourceMap, SourceTree, LISTS_DIR};
-use crate::{limits, setcache, units};
+use crate::read::source::{SourceMap, SourceTree, LISTS_DIR};
+use crate::{read::limits, read::setcache, read::units};
 
 /// At most this many errors are reported per set file (a wrong file can have a million bad lines).
 const MAX_ERRORS_PER_FILE: usize = 10;
@@ -257,7 +257,7 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
                     Some(entry) => entry.facts,
                     None => {
                         let facts = setcache::FileFacts {
-                            merged: crate::setlayout::merged_compact(set.elements.iter().map(|e| &e.value)),
+                            merged: crate::place::setlayout::merged_compact(set.elements.iter().map(|e| &e.value)),
                             digest: crate::emit::manifest::set_digest(&set.elements),
                         };
                         if let (Some(store), Some(key)) = (&tree.set_cache.0, &key) {
@@ -344,7 +344,7 @@ mod tests {
     fn fast_path_reads_what_the_general_parser_reads() {
         let good = ["0.0.0.0", "1.2.3.4", "255.255.255.255", "10.0.0.0/8", "0.0.0.0/0", "192.0.2.0/24", "192.0.2.7/32", "100.64.0.0/10"];
         for t in good {
-            assert_eq!(fast_v4(t.as_bytes()), Some(crate::units::parse_addr(t).unwrap()), "{t}");
+            assert_eq!(fast_v4(t.as_bytes()), Some(crate::read::units::parse_addr(t).unwrap()), "{t}");
         }
         // Left to the general parser (which reads or rejects them): leading zeros, host bits,
         // out of range, other forms.
@@ -362,7 +362,7 @@ mod tests {
             let a = std::net::Ipv4Addr::from(x as u32);
             let t = if x >> 40 & 1 == 0 { a.to_string() } else { format!("{a}/{}", (x >> 48) % 40) };
             if let Some(e) = fast_v4(t.as_bytes()) {
-                assert_eq!(Ok(e), crate::units::parse_addr(&t).map_err(|e| e.message), "{t}");
+                assert_eq!(Ok(e), crate::read::units::parse_addr(&t).map_err(|e| e.message), "{t}");
             }
         }
     }

@@ -28,7 +28,7 @@
 use crate::model::{EventRate, PerSource};
 #[cfg(test)]
 use crate::model::TimeUnit;
-use crate::units::UnitError;
+use crate::read::units::UnitError;
 
 /// Default `per-source-size=`: sources tracked per limit and address family.
 pub const DEFAULT_SIZE: u32 = 65_536;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::*;
-use crate::units::{self, UnitError};
+use crate::read::units::{self, UnitError};
 
 pub(super) fn valid_name(s: &str) -> bool {
     !s.is_empty()

@@ -5,7 +5,7 @@
 
 use crate::model::header::{ip_protocol_number, PktType, TcpFlags, DEFAULT_TCP_MASK, IP_PROTOCOLS, TCP_FLAGS};
 use crate::model::Proto;
-use crate::units::UnitError;
+use crate::read::units::UnitError;
 
 fn err<T>(message: impl Into<String>, help: impl Into<String>) -> Result<T, UnitError> {
     Err(UnitError { message: message.into(), help: help.into() })

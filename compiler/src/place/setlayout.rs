@@ -9,7 +9,7 @@
 //! `docs/rules.md` ("How sets are loaded") and `docs/performance.md` ("Sets") have the numbers.
 
 use crate::model::AddrElem;
-pub use crate::merged::Merged;
+pub use crate::place::merged::Merged;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Up to this many prefixes (per family) a static set stays an interval set: one lookup per
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn merged_sorts_and_joins_both_families() {
-        let e = |s: &str| crate::units::parse_addr(s).unwrap();
+        let e = |s: &str| crate::read::units::parse_addr(s).unwrap();
         let elems = [e("10.0.0.4/30"), e("2001:db8::1"), e("10.0.0.0-10.0.0.3"), e("10.0.0.9"), e("2001:db8::/127"), e("255.255.255.255"), e("10.0.0.2"), e("0.0.0.0/0")];
         let [v4, v6] = merged(&elems[..7]);
         let b = 0x0a00_0000u128;

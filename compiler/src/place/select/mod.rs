@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::artifacts::{BackendKind, QosClass, QosDirection};
 use crate::model::*;
-use crate::setlayout::SetLayout;
+use crate::place::setlayout::SetLayout;
 
 /// Where a rule goes and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub struct HostPlan<'a> {
     /// Per rule: backend and reason (sorted by kind, name).
     pub placements: Vec<Placement>,
     /// The kernel layout of every static set (interval, or hash sets per prefix length;
-    /// `crate::setlayout`), decided once from its elements.
+    /// `crate::place::setlayout`), decided once from its elements.
     pub layouts: BTreeMap<&'a str, SetLayout>,
     /// Lookup indexes, so emitters stay linear in the number of rules.
     set_index: BTreeMap<&'a str, &'a AddrSet>,
@@ -226,7 +226,7 @@ fn mixed_families(f: &ForwardRule) -> bool {
     v4 != 0 && v4 != f.targets.value.len()
 }
 
-/// The layout of every static set (`crate::setlayout`). A set used where one match must stay
+/// The layout of every static set (`crate::place::setlayout`). A set used where one match must stay
 /// one nft rule keeps the interval layout: a filter rule with `rate` (its limit is per rule),
 /// a forward's `from=` (guards count per rule, round robin numbers per rule) and shapes.
 fn set_layouts<'a>(

@@ -1,16 +1,16 @@
 //! Property groups that several rule kinds share: per-source limits, quotas, schedules.
 
 use crate::model::*;
-use crate::units;
+use crate::read::units;
 
 use super::parser::{Parser, Props};
 
 impl Parser<'_, '_> {
-    /// Per-source limits ([`crate::persource`]) of a filter rule (`action`) or a
+    /// Per-source limits ([`crate::features::persource`]) of a filter rule (`action`) or a
     /// forward (`None`): filter rules say `rate-per-source=` (new connections, as `rate=`),
     /// forwards `conn-rate-per-source=` (as `conn-rate=`).
     pub(super) fn per_source(&mut self, p: &mut Props, action: Option<Action>) -> Option<PerSource> {
-        use crate::persource as ps;
+        use crate::features::persource as ps;
         let rule = p.rule.clone();
         let (rate_key, wrong_key) = if action.is_some() { ("rate-per-source", "conn-rate-per-source") } else { ("conn-rate-per-source", "rate-per-source") };
         if let Some((_, span)) = p.values.contains_key(wrong_key).then(|| self.text(p, wrong_key)).flatten() {
@@ -51,8 +51,8 @@ impl Parser<'_, '_> {
 
     /// Traffic quota: `quota="500GB/month"` with optional `quota-reset-day=` (default: day
     /// 1 / Monday) and `over-quota=` (default `drop`); those two without `quota` are errors.
-    pub(super) fn quota(&mut self, p: &mut Props, rule: &str) -> Option<Spanned<crate::quota::QuotaSpec>> {
-        use crate::quota::*;
+    pub(super) fn quota(&mut self, p: &mut Props, rule: &str) -> Option<Spanned<crate::features::quota::QuotaSpec>> {
+        use crate::features::quota::*;
         let given = p.values.contains_key("quota");
         let quota = self.parsed(p, "quota", parse_quota);
         let day = self.text(p, "quota-reset-day");
@@ -77,20 +77,20 @@ impl Parser<'_, '_> {
         Some(Spanned::new(spec, q.span))
     }
 
-    /// Schedules: `during=`, `tz=`, `until=` ([`crate::schedule`]); `tz=` alone
+    /// Schedules: `during=`, `tz=`, `until=` ([`crate::features::schedule`]); `tz=` alone
     /// is an error (it says how to read the other two).
     pub(super) fn schedule(&mut self, p: &mut Props) -> Option<Schedule> {
-        let during = self.parsed(p, "during", crate::timewindow::parse_windows);
+        let during = self.parsed(p, "during", crate::features::timewindow::parse_windows);
         let tz_text = self.text(p, "tz");
         let until_text = self.text(p, "until");
         let rule = p.rule.clone();
         let tz = match &tz_text {
-            Some((t, span)) => self.convert(&rule, "tz", t, *span, crate::timewindow::parse_zone)?,
-            None => Spanned::new(crate::timewindow::Zone::Utc, Span::default()),
+            Some((t, span)) => self.convert(&rule, "tz", t, *span, crate::features::timewindow::parse_zone)?,
+            None => Spanned::new(crate::features::timewindow::Zone::Utc, Span::default()),
         };
         let until = match until_text {
             Some((t, span)) => {
-                let end = self.convert(&rule, "until", &t, span, |x| crate::schedule::parse_until(x, &tz.value))?;
+                let end = self.convert(&rule, "until", &t, span, |x| crate::features::schedule::parse_until(x, &tz.value))?;
                 Some(Spanned::new(Until { text: t, end: end.value }, span))
             }
             None => None,
