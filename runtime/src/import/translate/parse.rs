@@ -339,33 +339,20 @@ pub(super) fn proto_of(v: &Value) -> Option<String> {
     }
 }
 
-/// Protocols other than tcp, udp and ICMP as fwc names them (`proto=gre`), with the names nft
-/// prints for them from /etc/protocols where those differ (`ipencap`, `ipcomp`, `ospfigp`).
-const IP_PROTOCOLS: [(u8, &str, &str); 14] = [
-    (2, "igmp", "igmp"),
-    (4, "ipip", "ipencap"),
-    (33, "dccp", "dccp"),
-    (41, "ipv6", "ipv6"),
-    (47, "gre", "gre"),
-    (50, "esp", "esp"),
-    (51, "ah", "ah"),
-    (89, "ospf", "ospfigp"),
-    (103, "pim", "pim"),
-    (108, "comp", "ipcomp"),
-    (112, "vrrp", "vrrp"),
-    (115, "l2tp", "l2tp"),
-    (132, "sctp", "sctp"),
-    (136, "udplite", "udplite"),
-];
+/// The names nft prints from /etc/protocols for other IP protocols where they differ from
+/// fwc's `proto=` names (the language's table, `fwc_compiler::model::header::IP_PROTOCOLS`).
+const NFT_PROTOCOL_ALIASES: [(&str, &str); 3] = [("ipencap", "ipip"), ("ospfigp", "ospf"), ("ipcomp", "comp")];
 
 /// Another IP protocol by name or number as fwc's `proto=` (`gre`, `47` -> `gre`, `253`).
 fn ip_protocol(x: &str) -> Option<String> {
-    let by_name = IP_PROTOCOLS.iter().find(|(_, fwc, nft)| x.eq_ignore_ascii_case(fwc) || x.eq_ignore_ascii_case(nft));
-    if let Some((_, fwc, _)) = by_name {
-        return Some(fwc.to_string());
+    use fwc_compiler::model::header::{ip_protocol_name, ip_protocol_number};
+    let lower = x.to_ascii_lowercase();
+    let name = NFT_PROTOCOL_ALIASES.iter().find(|(nft, _)| *nft == lower).map_or(lower.as_str(), |(_, fwc)| fwc);
+    if ip_protocol_number(name).is_some() {
+        return Some(name.to_string());
     }
     let n: u8 = x.parse().ok()?;
-    Some(IP_PROTOCOLS.iter().find(|(p, _, _)| *p == n).map_or(n.to_string(), |(_, fwc, _)| fwc.to_string()))
+    Some(ip_protocol_name(n).map_or(n.to_string(), str::to_string))
 }
 
 /// An interface name, or a list of them (`{ "br0", "wbr0" }`, kept as `br0,wbr0` until
