@@ -269,6 +269,9 @@ pub enum Action {
     Reject,
     /// `log "…"`: logs the packet and matching goes on (not a verdict).
     Log,
+    /// `clamp-mss "…"` (forward block): rewrites a TCP SYN's MSS option and matching goes on
+    /// ([`crate::features::clamp`]).
+    ClampMss,
 }
 
 impl Action {
@@ -278,11 +281,12 @@ impl Action {
             Action::Deny => "deny",
             Action::Reject => "reject",
             Action::Log => "log",
+            Action::ClampMss => "clamp-mss",
         }
     }
     /// Does a matching rule end the chain (allow, deny, reject), or does matching go on (log)?
     pub fn is_terminal(self) -> bool {
-        self != Action::Log
+        !matches!(self, Action::Log | Action::ClampMss)
     }
 }
 
@@ -479,6 +483,14 @@ pub struct FilterRule {
     /// absent (digests of other rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+    /// `rpfilter=` (prerouting denies): drop what fails reverse-path filtering
+    /// ([`crate::features::rpfilter`]). Skipped when absent (digests of other rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpfilter: Option<Spanned<header::RpFilter>>,
+    /// `mss=` of a `clamp-mss` rule: the MSS to set; `None`: the route's MTU
+    /// ([`crate::features::clamp`]). Skipped when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mss: Option<Spanned<u16>>,
 }
 
 /// Which source NAT a [`SnatRule`] does.

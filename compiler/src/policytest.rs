@@ -76,7 +76,7 @@ pub struct PolicyTest {
 }
 
 const OUTCOMES: &[&str] = &["accept", "drop", "reject", "forward", "shaped"];
-const PROPS: &[&str] = &["proto", "icmp-type", "icmp-code", "tcp-flags", "from", "to", "chain", "in", "out", "host", "rule", "reaches", "via", "class", "at"];
+const PROPS: &[&str] = &["proto", "icmp-type", "icmp-code", "tcp-flags", "from", "to", "chain", "in", "out", "back-via", "host", "rule", "reaches", "via", "class", "at"];
 
 /// Parse every test file of `tree` (files are added to `map`). All errors are returned together.
 pub fn parse(tree: &SourceTree, map: &mut SourceMap) -> Result<Vec<PolicyTest>, Diagnostics> {
@@ -293,6 +293,8 @@ impl FileParser<'_> {
         }
         spec.iif = take("in").map(|v| v.0);
         spec.oif = take("out").map(|v| v.0);
+        // The route back to the source (reverse-path filtering): an interface or `none`.
+        spec.back = take("back-via").map(|v| eval::flow::parse_route_back(&v.0));
         let host = take("host").map(|v| v.0);
         let rule = take("rule").map(|v| v.0);
         let at = take("at");

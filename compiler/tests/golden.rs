@@ -76,6 +76,7 @@ golden_cases! {
     case_32_header_matches => "32-header-matches",
     case_33_protocols => "33-protocols",
     case_34_prerouting => "34-prerouting",
+    case_38_router => "38-router",
     case_40_per_source => "40-per-source",
     // schedules: compiled at the time in the case's `at` file
     case_50_schedule_summer => "50-schedule-summer",

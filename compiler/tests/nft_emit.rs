@@ -72,6 +72,8 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
         span: Span::default(),
         per_source: None,
         schedule: None,
+        rpfilter: None,
+        mss: None,
     }
 }
 

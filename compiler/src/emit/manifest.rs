@@ -307,6 +307,12 @@ fn filter_summary(r: &FilterRule) -> String {
     if let Some(st) = &r.state {
         out.push_str(&format!(" state {}", st.value.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(",")));
     }
+    if let Some(rp) = &r.rpfilter {
+        out.push_str(&format!(" rpfilter {}", rp.value.as_str()));
+    }
+    if r.action == Action::ClampMss {
+        out.push_str(&r.mss.as_ref().map_or(" mss route-mtu".to_string(), |m| format!(" mss {}", m.value)));
+    }
     if let Some(rate) = &r.rate {
         out.push_str(&format!(" rate {}", rate.value));
     }

@@ -165,6 +165,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             icmp_type,
             icmp_code: icmp_code.filter(|_| proto.is_icmp()),
             tcp_flags: None,
+            back: None,
         };
         if let Ok(flow) = spec.build() {
             out.push(Probe { flow, from: if origin == Origin::Output { "this host".into() } else { src.1 } });

@@ -102,6 +102,33 @@ impl Origin {
     }
 }
 
+/// The route back to a flow's source, as reverse-path filtering (`fib saddr`) looks it up.
+/// Flows say `back-via IF` (the route back leaves by IF) or `back-via none` (no route back);
+/// a flow that says nothing is not spoofed: the route back leaves by the interface it came in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteBack {
+    #[default]
+    InIf,
+    Via(String),
+    None,
+}
+
+impl RouteBack {
+    /// Does the route back leave by `iif` (`None`: the flow's input interface, unnamed)?
+    pub fn leaves_by(&self, iif: Option<&str>) -> bool {
+        match self {
+            RouteBack::InIf => true,
+            RouteBack::Via(v) => iif == Some(v.as_str()),
+            RouteBack::None => false,
+        }
+    }
+    /// Is there a route back at all?
+    pub fn exists(&self) -> bool {
+        *self != RouteBack::None
+    }
+}
+
 /// The first packet of a new connection.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Flow {
@@ -120,6 +147,13 @@ pub struct Flow {
     pub tcp_flags: u8,
     /// ICMP / ICMPv6 code (0 unless the flow says `code …`).
     pub icmp_code: u8,
+    /// The route back to the source (reverse-path filtering); skipped when the default.
+    #[serde(skip_serializing_if = "is_default_back")]
+    pub back: RouteBack,
+}
+
+fn is_default_back(b: &RouteBack) -> bool {
+    *b == RouteBack::InIf
 }
 
 /// A flow description that cannot be read.
@@ -193,6 +227,16 @@ pub struct FlowSpec {
     pub icmp_code: Option<u8>,
     /// TCP flags (default: SYN, the first packet of a connection).
     pub tcp_flags: Option<u8>,
+    /// The route back to the source (default: by the input interface).
+    pub back: Option<RouteBack>,
+}
+
+/// `back-via eth1` / `back-via none`.
+pub fn parse_route_back(s: &str) -> RouteBack {
+    match s {
+        "none" => RouteBack::None,
+        other => RouteBack::Via(other.to_string()),
+    }
 }
 
 /// `echo-reply`, `nd-neighbor-solicit` (nft's names, in the family of `proto`) or a number.
@@ -291,7 +335,11 @@ impl FlowSpec {
             return flow_err("a flow sent by this host has no input interface");
         }
         let tcp_flags = if proto == L4::Tcp { self.tcp_flags.unwrap_or(crate::model::header::TCP_SYN) } else { 0 };
-        Ok(Flow { proto, saddr, sport, daddr, dport, origin, iif: self.iif, oif: self.oif, tcp_flags, icmp_code: self.icmp_code.unwrap_or(0) })
+        if origin == Origin::Output && self.back.is_some() {
+            return flow_err("a flow sent by this host has no route back to check (back-via is for packets that arrive)");
+        }
+        let back = self.back.unwrap_or_default();
+        Ok(Flow { proto, saddr, sport, daddr, dport, origin, iif: self.iif, oif: self.oif, tcp_flags, icmp_code: self.icmp_code.unwrap_or(0), back })
     }
 }
 
@@ -328,6 +376,10 @@ impl Flow {
                     let Some(f) = words.next() else { return flow_err("`flags` needs TCP flags (syn,ack)") };
                     spec.tcp_flags = Some(parse_tcp_flag_bits(f)?);
                 }
+                "back-via" => {
+                    let Some(b) = words.next() else { return flow_err("`back-via` needs an interface name or `none`") };
+                    spec.back = Some(parse_route_back(b));
+                }
                 "in" | "out" => {
                     let Some(name) = words.next() else { return flow_err(format!("`{w}` needs an interface name")) };
                     if w == "in" {
@@ -338,7 +390,7 @@ impl Flow {
                 }
                 other => match Origin::parse(other) {
                     Some(o) => spec.origin = Some(o),
-                    None => return flow_err(format!("unexpected \"{other}\" (type ICMP-TYPE, code ICMP-CODE, flags TCP-FLAGS, in IF, out IF, input, forward, output)")),
+                    None => return flow_err(format!("unexpected \"{other}\" (type ICMP-TYPE, code ICMP-CODE, flags TCP-FLAGS, in IF, out IF, back-via IF|none, input, forward, output)")),
                 },
             }
         }
@@ -390,6 +442,11 @@ impl fmt::Display for Flow {
         if let Some(o) = &self.oif {
             write!(f, " out {o}")?;
         }
+        match &self.back {
+            RouteBack::InIf => {}
+            RouteBack::Via(v) => write!(f, " back-via {v}")?,
+            RouteBack::None => f.write_str(" back-via none")?,
+        }
         write!(f, " ({})", self.origin.as_str())
     }
 }
@@ -421,6 +478,11 @@ mod tests {
         assert_eq!(f.tcp_flags, 0x18);
         assert_eq!(f.to_string(), "tcp 198.18.200.1:40000 -> 198.18.1.1:22 flags psh,ack (input)");
         assert_eq!(Flow::parse("tcp -> :22").unwrap().tcp_flags, 0x02);
+        let f = Flow::parse("udp 198.18.0.9 -> :53 in wan0 back-via lan0").unwrap();
+        assert_eq!(f.back, RouteBack::Via("lan0".into()));
+        assert_eq!(f.to_string(), "udp 198.18.0.9:40000 -> 198.18.1.1:53 in wan0 back-via lan0 (input)");
+        assert_eq!(Flow::parse("udp -> :53 back-via none").unwrap().back, RouteBack::None);
+        assert!(Flow::parse("tcp -> 192.0.2.7:25 back-via none output").is_err());
         let f = Flow::parse("tcp -> 192.0.2.7:25 out eth0 output").unwrap();
         assert_eq!((f.origin, f.saddr), (Origin::Output, IpAddr::V4(DEFAULT_LOCAL_V4)));
     }

@@ -23,7 +23,7 @@ use crate::artifacts::{Artifacts, ForwardArtifact, Listener, ListenerProto, QosA
 use crate::diag::{line_col, Location};
 use crate::read::source::SourceMap;
 use crate::view::HostView;
-pub use flow::{Flow, FlowError, FlowSpec, Origin, L4};
+pub use flow::{Flow, FlowError, FlowSpec, Origin, RouteBack, L4};
 pub use nft::{EvalError, Effect, Hit, Verdict};
 
 /// The artifacts of one host, ready to evaluate many flows.

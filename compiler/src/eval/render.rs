@@ -29,6 +29,7 @@ fn effect(e: &Effect) -> String {
         Effect::Masquerade => "masquerade".into(),
         Effect::Snat { addr } => format!("snat to {addr}"),
         Effect::SetMark { which, value } => format!("{which} set {value:#010x}"),
+        Effect::ClampMss { to } => format!("tcp option maxseg size set {to} (MSS clamped; the verdict is the filter chains')"),
         Effect::Continue => "continue".into(),
     }
 }

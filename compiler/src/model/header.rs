@@ -139,3 +139,24 @@ impl Negations {
         !self.any()
     }
 }
+
+/// `rpfilter=` on a prerouting deny: reverse-path filtering, the test the deny drops on
+/// ([`crate::features::rpfilter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RpFilter {
+    /// The route back to the source leaves by the interface the packet came in
+    /// (nft `fib saddr . iif oif missing`; the kernel's `rp_filter=1`).
+    Strict,
+    /// Some route back to the source exists (nft `fib saddr oif missing`; `rp_filter=2`).
+    Loose,
+}
+
+impl RpFilter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RpFilter::Strict => "strict",
+            RpFilter::Loose => "loose",
+        }
+    }
+}

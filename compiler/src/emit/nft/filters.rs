@@ -62,6 +62,9 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                 if let Some(fl) = &r.tcp_flags {
                     expr.push(tcp_flags_match(fl.value));
                 }
+                if let Some(mode) = &r.rpfilter {
+                    expr.push(crate::features::rpfilter::fib_missing(mode.value));
+                }
                 expr.extend(f.iter().cloned());
                 expr.extend(t.iter().cloned());
                 match &r.state {
@@ -72,11 +75,23 @@ pub(super) fn filter_rule(out: &mut Out, plan: &HostPlan, r: &FilterRule) {
                 persource::filter_guards(out, r, fam, &expr, &comment);
                 match time_match(r.schedule.as_ref()) {
                     // schedules
-                    Some(t) => out_rules_timed(out, r.chain.nft_name(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment, &t),
-                    None => out_rules(out, r.chain.nft_name(), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment),
+                    Some(t) => out_rules_timed(out, rule_chain(r), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment, &t),
+                    None => out_rules(out, rule_chain(r), expr, rule_tails(r, proto == Some(Proto::Tcp), fam), &comment),
                 }
             }
         }
+    }
+}
+
+/// The chain a filter rule goes to: its block's, or the base chain of its feature
+/// (reverse-path filtering, MSS clamping).
+fn rule_chain(r: &FilterRule) -> &'static str {
+    if r.rpfilter.is_some() {
+        crate::features::rpfilter::CHAIN
+    } else if r.action == Action::ClampMss {
+        crate::features::clamp::CHAIN
+    } else {
+        r.chain.nft_name()
     }
 }
 
@@ -221,6 +236,10 @@ pub(super) fn declare_filter_chains(out: &mut Out, plan: &HostPlan) {
                 // Before conntrack (raw) unless a rule asks a connection's state (mangle).
                 let prio = if c.rules.iter().any(|r| r.state.is_some()) { PRIO_MANGLE } else { PRIO_RAW };
                 out.chain(c.kind.nft_name(), Some((NfChainType::Filter, NfHook::Prerouting, prio, NfChainPolicy::Accept)));
+                if c.rules.iter().any(|r| r.rpfilter.is_some()) {
+                    // Right after the block's other denies (crate::features::rpfilter).
+                    out.chain(crate::features::rpfilter::CHAIN, Some((NfChainType::Filter, NfHook::Prerouting, prio + 1, NfChainPolicy::Accept)));
+                }
                 continue;
             }
         };
@@ -230,6 +249,10 @@ pub(super) fn declare_filter_chains(out: &mut Out, plan: &HostPlan) {
             Policy::Drop | Policy::Reject => NfChainPolicy::Drop,
         };
         out.chain(c.kind.nft_name(), Some((NfChainType::Filter, hook, 0, policy)));
+        if c.rules.iter().any(|r| r.action == Action::ClampMss) {
+            use crate::features::clamp;
+            out.chain(clamp::CHAIN, Some((NfChainType::Filter, NfHook::Forward, clamp::PRIORITY, NfChainPolicy::Accept)));
+        }
     }
 }
 
@@ -238,6 +261,9 @@ pub(super) fn declare_filter_chains(out: &mut Out, plan: &HostPlan) {
 pub(super) fn filter_chain_rules(out: &mut Out, plan: &HostPlan, c: &ChainPlan, guards: bool, nat: bool) {
     if c.kind == ChainKind::Prerouting {
         // Early drops: the user's denies alone (every packet passes here, established too).
+        if c.rules.iter().any(|r| r.rpfilter.is_some()) {
+            out.rule(crate::features::rpfilter::CHAIN, crate::features::rpfilter::exemption(), None);
+        }
         for r in &c.rules {
             filter_rule(out, plan, r);
         }

@@ -48,6 +48,18 @@ impl Out {
     }
 
     pub(super) fn rule(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>) {
+        let several_fib_flags = expr.iter().any(|st| matches!(st, Statement::Match(Match { left: Expression::Named(NamedExpression::Fib(f)), .. }) if f.flags.len() > 1));
+        if several_fib_flags {
+            // The crate keeps fib flags in a hash set: written in nft's order, the same every run.
+            let mut v = serde_json::to_value(rule_cmd(chain, expr, comment)).expect("nftables JSON serializes");
+            for e in v.pointer_mut("/add/rule/expr").and_then(Value::as_array_mut).into_iter().flatten() {
+                if let Some(flags) = e.pointer_mut("/match/left/fib/flags").and_then(Value::as_array_mut) {
+                    let order = ["saddr", "daddr", "mark", "iif", "oif"];
+                    flags.sort_by_key(|f| order.iter().position(|o| f == o));
+                }
+            }
+            return self.rules.push(&v);
+        }
         self.rules.push(&rule_cmd(chain, expr, comment));
     }
 

@@ -40,6 +40,9 @@ pub(super) fn rule_tails(r: &FilterRule, tcp: bool, fam: Option<Fam>) -> Vec<Vec
     if r.action == Action::Log {
         return vec![[counter()].into_iter().chain(log_limit).chain([log()]).collect()];
     }
+    if r.action == Action::ClampMss {
+        return vec![vec![counter(), crate::features::clamp::set_mss(r.mss.as_ref().map(|m| m.value))]];
+    }
     let mut tails = Vec::new();
     let mut head = Vec::new();
     if let Some(rate) = &r.rate {
@@ -56,7 +59,7 @@ pub(super) fn rule_tails(r: &FilterRule, tcp: bool, fam: Option<Fam>) -> Vec<Vec
         Action::Allow => vec![(None, accept())],
         Action::Deny => vec![(None, drop_())],
         Action::Reject => reject_as(r.reject_with.as_ref().map(|w| w.value), tcp),
-        Action::Log => unreachable!("handled above"),
+        Action::Log | Action::ClampMss => unreachable!("handled above"),
     };
     for (only, verdict) in verdicts {
         let mut t = Vec::new();

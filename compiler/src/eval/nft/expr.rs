@@ -277,12 +277,20 @@ impl Cx<'_> {
                 let flags = body.get("flags").and_then(Value::as_array).cloned().unwrap_or_default();
                 let result = body.get("result").and_then(Value::as_str).unwrap_or_default();
                 // Reverse-path filtering (`fib saddr . iif oif missing drop`, firewalld's
-                // rpfilter): a flow's source is reachable back through the interface it came
-                // in by (the evaluator's flows are not spoofed), so the lookup finds one.
+                // rpfilter): the route back to the source is the flow's (`back-via`; by
+                // default it leaves by the interface the flow came in: not spoofed). With
+                // `iif` the lookup finds only a route back by that interface (strict); a mark
+                // does not change the evaluator's routes.
                 if matches!(result, "oif" | "oifname") && flags.contains(&Value::from("saddr")) {
-                    return Ok(match result {
-                        "oif" => Val::Int(1),
-                        _ => Val::Str(p.iifname.clone().unwrap_or_else(|| "(unnamed)".into())),
+                    let found = if flags.contains(&Value::from("iif")) { p.back.leaves_by(p.iifname.as_deref()) } else { p.back.exists() };
+                    let via = match &p.back {
+                        crate::eval::flow::RouteBack::Via(v) => v.clone(),
+                        _ => p.iifname.clone().unwrap_or_else(|| "(unnamed)".into()),
+                    };
+                    return Ok(match (result, found) {
+                        ("oif", found) => Val::Int(u64::from(found)),
+                        (_, true) => Val::Str(via),
+                        (_, false) => Val::Str(String::new()),
                     });
                 }
                 if result != "type" || flags != [Value::from("daddr")] {

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use crate::eval::flow::{Flow, L4};
+use crate::eval::flow::{Flow, RouteBack, L4};
 
 /// The state of the packet and its connection while the hooks run.
 #[derive(Debug, Clone)]
@@ -41,6 +41,8 @@ pub struct Packet {
     pub limits: Vec<String>,
     /// When the packet passes (Unix seconds): `meta day` / `meta hour` (schedules).
     pub at: Option<i64>,
+    /// The route back to the source (`fib saddr`, reverse-path filtering).
+    pub back: RouteBack,
 }
 
 impl Packet {
@@ -66,6 +68,7 @@ impl Packet {
             dyn_elems: Vec::new(),
             limits: Vec::new(),
             at: None,
+            back: flow.back.clone(),
         }
     }
 }

@@ -23,6 +23,9 @@ pub enum Effect {
     /// Source NAT to a fixed address.
     Snat { addr: IpAddr },
     SetMark { which: &'static str, value: u32 },
+    /// MSS clamping: a SYN's MSS option set to `to` (`rt mtu`: the route's; or a number).
+    /// Not a verdict.
+    ClampMss { to: String },
     /// The rule matched but only counted or logged.
     Continue,
 }
@@ -195,9 +198,21 @@ fn verdict_map(cx: &Cx, body: &Value, p: &mut Packet, hit: &mut Hit) -> Result<S
     Ok(Step::End(Some(done(hit, ctl))))
 }
 
-/// `ct mark set …` / `meta mark set …`.
+/// `ct mark set …` / `meta mark set …`; `tcp option maxseg size set …` (MSS clamping).
 fn mangle(cx: &Cx, body: &Value, p: &mut Packet, hit: &mut Hit) -> Result<Step, EvalError> {
     let key = body.get("key").ok_or_else(|| cx.unsupported(format!("mangle {body}")))?;
+    if key.pointer("/tcp option/name").and_then(Value::as_str) == Some("maxseg") {
+        let value = body.get("value").unwrap_or(&Value::Null);
+        let to = match value.pointer("/rt/key").and_then(Value::as_str) {
+            Some("mtu") => "rt mtu".to_string(),
+            _ => match value.as_u64() {
+                Some(n) => n.to_string(),
+                None => return Err(cx.unsupported(format!("MSS clamping to {value}"))),
+            },
+        };
+        hit.effects.push(Effect::ClampMss { to });
+        return Ok(Step::On);
+    }
     let value = match cx.eval_expr(body.get("value").unwrap_or(&Value::Null), p)? {
         Val::Int(n) => n as u32,
         other => return Err(cx.unsupported(format!("mangle value {other:?}"))),

@@ -1,4 +1,5 @@
-//! Chain blocks and their filter rules (`input`/`forward`/`output`/`containers`), `masquerade` /
+//! Chain blocks and their filter rules (`input`/`forward`/`output`/`containers`/`prerouting`;
+//! the forward block's `clamp-mss`), `masquerade` /
 //! `snat`, and `shape`.
 
 use std::net::IpAddr;
@@ -33,7 +34,11 @@ pub(super) const LOG_RULE_PROPS: &[&str] = &[
 /// A `prerouting` deny: the matches known before routing (`out` is read only to be refused by
 /// name), `state` (as conntrack saw the packet), logging; no rates or schedules.
 pub(super) const PREROUTING_RULE_PROPS: &[&str] =
-    &["proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "state", "log", "log-prefix", "log-rate", "on", "comment"];
+    &["proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "state", "log", "log-prefix", "log-rate", "on", "comment", "rpfilter"];
+
+/// A `clamp-mss` rule (forward block): which routed SYNs to clamp, and to what
+/// ([`crate::features::clamp`]).
+pub(super) const CLAMP_PROPS: &[&str] = &["from", "to", "in", "out", "mss", "on", "comment"];
 
 pub(super) const MASQUERADE_PROPS: &[&str] = &["from", "to", "out", "proto", "port", "on", "comment"];
 
@@ -111,6 +116,14 @@ impl Parser<'_, '_> {
                     continue;
                 }
                 "log" => Action::Log,
+                "clamp-mss" if kind == ChainKind::Forward => Action::ClampMss,
+                "clamp-mss" => {
+                    let span = self.span(child.name().span());
+                    self.error("clamp-mss-not-in-forward", format!("`clamp-mss` in the {} block", kind.as_str()), span, "only routed connections are clamped")
+                        .rule(&rule)
+                        .help("put it in the forward block (forward { clamp-mss \"wan\" out=\"ppp0\" }): the host's own connections take their MSS from the route already");
+                    continue;
+                }
                 other => {
                     let span = self.span(child.name().span());
                     let help = match did_you_mean(other, FILTER_ACTIONS.iter().copied()) {
@@ -138,11 +151,16 @@ impl Parser<'_, '_> {
             (ChainKind::Containers, _) => CONTAINER_RULE_PROPS,
             (ChainKind::Prerouting, _) => PREROUTING_RULE_PROPS,
             (_, Action::Log) => LOG_RULE_PROPS,
+            (_, Action::ClampMss) => CLAMP_PROPS,
             _ => FILTER_PROPS,
         };
         let mut p = self.props(node, &rule, allowed, 1);
         self.no_children(node, &rule);
-        let proto = self.parsed(&mut p, "proto", headers::parse_proto);
+        let proto = match action {
+            // A clamp rewrites TCP SYNs only.
+            Action::ClampMss => Some(Spanned::new(Proto::Tcp, name.span)),
+            _ => self.parsed(&mut p, "proto", headers::parse_proto),
+        };
         let icmp_types = self.icmp_types(&mut p, proto.as_ref());
         let icmp_codes = self.icmp_codes(&mut p, proto.as_ref());
         let mut negate = Negations::default();
@@ -191,7 +209,10 @@ impl Parser<'_, '_> {
             proto,
             icmp_types,
             icmp_codes,
-            tcp_flags: self.parsed(&mut p, "tcp-flags", headers::parse_tcp_flags),
+            tcp_flags: match action {
+                Action::ClampMss => Some(Spanned::new(crate::features::clamp::SYN_FLAGS, name.span)),
+                _ => self.parsed(&mut p, "tcp-flags", headers::parse_tcp_flags),
+            },
             pkttypes: self.parsed(&mut p, "pkttype", headers::parse_pkttypes),
             negate,
             reject_with,
@@ -211,6 +232,11 @@ impl Parser<'_, '_> {
             span: self.span(node.span()),
             per_source: self.per_source(&mut p, Some(action)),
             schedule: self.schedule(&mut p),
+            rpfilter: self.parsed(&mut p, "rpfilter", crate::features::rpfilter::parse),
+            mss: {
+                let (lo, hi) = crate::features::clamp::MSS_RANGE;
+                self.number(&mut p, "mss", lo, hi).map(|m| Spanned::new(m.value as u16, m.span))
+            },
             name,
         };
         Some(r)
