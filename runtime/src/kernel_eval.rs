@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use fwc_compiler::artifacts::{Artifacts, QOS_MARK_MASK};
 use fwc_compiler::eval::nft::Effect;
-use fwc_compiler::eval::{Flow, Origin, Verdict, L4};
+use fwc_compiler::eval::{Flow, Origin, RouteBack, Verdict, L4};
 
 /// What the kernel did to one flow's first packet.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -132,6 +132,9 @@ pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcom
     for f in flows.iter().filter(|f| sends(f)) {
         names.extend(f.iif.iter().cloned());
         names.extend(f.oif.iter().cloned());
+        if let RouteBack::Via(v) = &f.back {
+            names.insert(v.clone());
+        }
     }
     let mut ifaces: BTreeMap<String, (String, [u8; 6])> = BTreeMap::new();
     for (i, name) in names.iter().enumerate() {
@@ -195,6 +198,17 @@ pub fn evaluate(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOutcom
         }
         let cidr = if a.is_ipv4() { format!("{a}/32") } else { format!("{a}/128") };
         run("route", &["ip", "-n", &h, "route", "replace", &cidr, "dev", dev], None)?;
+    }
+    // The routes back to the flows' sources, where reverse-path filtering looks them up.
+    if uses_fib_saddr(&a.nftables) {
+        for f in flows.iter().filter(|f| sends(f)) {
+            let cidr = if f.saddr.is_ipv4() { format!("{}/32", f.saddr) } else { format!("{}/128", f.saddr) };
+            match source_route(f) {
+                Some(Some(dev)) if dev != DEFAULT_IF => run("source route", &["ip", "-n", &h, "route", "replace", &cidr, "dev", dev], None)?,
+                Some(None) => run("source route", &["ip", "-n", &h, "route", "replace", "unreachable", &cidr], None)?,
+                _ => String::new(),
+            };
+        }
     }
     // The ruleset under test, and a separate table that turns tracing on for every packet.
     let ruleset = serde_json::to_string(&a.nftables).expect("json");
@@ -300,6 +314,7 @@ fn marker_frame(n: u16, dst_mac: [u8; 6]) -> Vec<u8> {
         oif: None,
         tcp_flags: 0,
         icmp_code: 0,
+        back: Default::default(),
     };
     frame(&f, MARKER_MAC, dst_mac)
 }
@@ -699,6 +714,29 @@ fn destinations_after_dnat(a: &Artifacts, flows: &[Flow]) -> Vec<IpAddr> {
     flows.iter().map(|f| ev.as_ref().and_then(|ev| ev.explain(f).ok()).and_then(|x| x.dnat).map_or(f.daddr, |(addr, _)| addr)).collect()
 }
 
+/// The route back to a flow's source (`fib saddr`, reverse-path filtering): `Some(Some(dev))`
+/// by that interface, `Some(None)` none (an unreachable route), `None` the flow does not say
+/// and came in by the default interface (the default route leads back).
+fn source_route(f: &Flow) -> Option<Option<&str>> {
+    match &f.back {
+        RouteBack::InIf => f.iif.as_deref().map(Some),
+        RouteBack::Via(v) => Some(Some(v.as_str())),
+        RouteBack::None => Some(None),
+    }
+}
+
+/// Does a rule of the ruleset look a packet's source up (`fib saddr …`)?
+fn uses_fib_saddr(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Object(o) => {
+            o.get("fib").and_then(|f| f.get("flags")).and_then(serde_json::Value::as_array).is_some_and(|fl| fl.iter().any(|x| x == "saddr"))
+                || o.values().any(uses_fib_saddr)
+        }
+        serde_json::Value::Array(a) => a.iter().any(uses_fib_saddr),
+        _ => false,
+    }
+}
+
 /// Evaluate `flows` in the kernel, in as few namespace loads as possible: flows are packed
 /// into batches of distinct source ports; when no rule matches a source port, ports are
 /// renumbered so that one batch holds them all.
@@ -744,6 +782,10 @@ pub fn evaluate_all(a: &Artifacts, flows: &[Flow]) -> Result<Vec<Option<KernelOu
                     && routes_agree(i, j)
                     && (after[i] == f.daddr || local_of(g) != Some(after[i]))
                     && (after[j] == g.daddr || local_of(f) != Some(after[j]))
+                    // One route back per source, and none to another flow's destination.
+                    && (g.saddr != f.saddr || source_route(g) == source_route(f))
+                    && route_of(j).map(|r| r.0) != Some(f.saddr)
+                    && route_of(i).map(|r| r.0) != Some(g.saddr)
             })
         };
         match batches.iter_mut().find(|b| fits(b)) {

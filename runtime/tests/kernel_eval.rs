@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use fwc_compiler::eval::{Evaluator, Flow, FlowSpec, Origin, Verdict, L4};
+use fwc_compiler::eval::{Evaluator, Flow, FlowSpec, Origin, RouteBack, Verdict, L4};
 use fwc_compiler::read::source::SourceTree;
 use fwc_runtime::kernel_eval;
 
@@ -56,10 +56,13 @@ fn ruleset(r: &mut Rng) -> String {
     if r.chance(30) {
         s += "prerouting {\n";
         for i in 0..1 + r.below(2) {
-            let m = match r.below(4) {
+            let m = match r.below(6) {
                 0 => format!("from=\"{}\"", r.pick(V4_NETS)),
                 1 => format!("from=\"@a\" in=\"{}\"", r.pick(IFS)),
                 2 => format!("proto=tcp port=\"{}\"", r.pick(PORTS)),
+                // Reverse-path filtering, on one interface or every one.
+                3 => format!("rpfilter=\"{}\" in=\"{}\"", r.pick(&["strict", "loose"]), r.pick(IFS)),
+                4 => format!("rpfilter=\"{}\"", r.pick(&["strict", "loose"])),
                 _ => "state=\"invalid\"".to_string(),
             };
             s += &format!("    deny \"pre-{i}\" {m}\n");
@@ -199,6 +202,9 @@ fn flows(r: &mut Rng, n: usize) -> Vec<Flow> {
                 // others are invalid), some echoes with a code.
                 tcp_flags: (proto == L4::Tcp && r.chance(20)).then(|| *r.pick(&[0x10, 0x18, 0x12, 0x00, 0x29])),
                 icmp_code: (proto.is_icmp() && r.chance(20)).then_some(1),
+                // Some spoofed sources (reverse-path filtering): the route back leaves by
+                // another interface, or there is none.
+                back: r.chance(15).then(|| if r.chance(50) { RouteBack::None } else { RouteBack::Via(r.pick(IFS).to_string()) }),
             };
             spec.build().unwrap()
         })
@@ -722,4 +728,75 @@ fn icmp_echoes_between_two_addresses_are_told_apart_in_the_trace() {
     eprintln!("{} ICMP echoes, {shared} trace ids shared by more than one of them", flows.len());
     assert!(problems.is_empty(), "{} of {} echoes misread:\n{}", problems.len(), flows.len(), problems.join("\n"));
     assert!(scratch_namespaces().is_empty());
+}
+
+/// Run `f` on a thread inside the network namespace at `path` (the process stays where it is).
+fn in_netns<T: Send + 'static>(path: String, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    std::thread::spawn(move || {
+        let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) }, 0, "setns {path}");
+        f()
+    })
+}
+
+/// The MSS the backend's accepted socket took from a client's SYN routed through the host
+/// (`TCP_MAXSEG`; timestamps are off, so it is the SYN's MSS option when that is smaller).
+fn mss_seen_by_the_backend(t: &fwc_testkit::Topology, port: u16) -> i32 {
+    use std::os::fd::AsRawFd;
+    let listener = in_netns(t.backend.path(), move || std::net::TcpListener::bind(("198.18.2.2", port)).unwrap()).join().unwrap();
+    let client = in_netns(t.client.path(), move || {
+        std::net::TcpStream::connect_timeout(&std::net::SocketAddr::from(([198, 18, 2, 2], port)), std::time::Duration::from_secs(20))
+    });
+    let _conn = client.join().unwrap().unwrap_or_else(|e| panic!("the client's connection through the host: {e}"));
+    let (s, _) = listener.accept().unwrap();
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    let rc = unsafe { libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    assert_eq!(rc, 0, "getsockopt TCP_MAXSEG");
+    v
+}
+
+/// MSS clamping with real packets: a client's SYN routed through the host to a backend whose
+/// route from the host has a smaller MTU (1400, `mtu lock`) reaches it with its MSS option
+/// rewritten — to the route's (1400 - 40 = 1360) with `clamp-mss`, to 1300 with `mss=1300`,
+/// and left at the client's 1460 without a clamp — and the pure evaluator shows the clamp
+/// without changing the connection's fate.
+#[test]
+fn mss_clamping_rewrites_routed_syns_in_the_kernel() {
+    if !fwc_testkit::privileged("mss_clamping_rewrites_routed_syns_in_the_kernel") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = fwc_testkit::Topology::new();
+    t.backend.exec(&["ip", "route", "add", "default", "via", "198.18.2.1"]);
+    t.host.exec(&["ip", "route", "add", "198.18.2.2/32", "dev", &t.host_if_backend, "mtu", "lock", "1400"]);
+    for ns in [&t.client, &t.backend] {
+        ns.exec(&["sysctl", "-qw", "net.ipv4.tcp_timestamps=0"]);
+    }
+    let (hc, hb) = (&t.host_if_client, &t.host_if_backend);
+    let flow = Flow::parse(&format!("tcp 198.18.1.2:40000 -> 198.18.2.2:5001 in {hc} out {hb} forward")).unwrap();
+    for (port, clamp, want, effect) in [
+        (5001, format!("clamp-mss \"pmtu\" out=\"{hb}\""), 1360, Some("rt mtu")),
+        (5002, format!("clamp-mss \"fixed\" out=\"{hb}\" mss=1300"), 1300, Some("1300")),
+        (5003, String::new(), 1460, None),
+    ] {
+        let text = format!("fwc 1\nforward policy=drop {{\n    {clamp}\n    allow \"out\" in=\"{hc}\" out=\"{hb}\"\n}}\n");
+        let tree = SourceTree::from_files([("fwc.kdl".to_string(), text.clone())]);
+        let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap_or_else(|d| panic!("{}", d.render(false)));
+        t.host.exec(&["nft", "flush", "ruleset"]);
+        let mut load = t.host.cmd("nft");
+        load.args(["-j", "-f", "-"]).stdin(std::process::Stdio::piped());
+        let mut child = load.spawn().unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), serde_json::to_string(&art.nftables).unwrap().as_bytes()).unwrap();
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success(), "nft -j -f of\n{text}");
+        assert_eq!(mss_seen_by_the_backend(&t, port), want, "{text}");
+        let x = Evaluator::new(&art).unwrap().explain(&flow).unwrap();
+        assert_eq!((x.verdict, x.decided_by.identity.as_deref()), (Verdict::Accept, Some("fwc:filter:out")), "{text}");
+        let clamped: Vec<String> = x.steps.iter().flat_map(|s| &s.hits).flat_map(|h| &h.effects).filter_map(|e| match e {
+            fwc_compiler::eval::nft::Effect::ClampMss { to } => Some(to.clone()),
+            _ => None,
+        }).collect();
+        assert_eq!(clamped, effect.into_iter().map(str::to_string).collect::<Vec<_>>(), "{text}");
+    }
 }
