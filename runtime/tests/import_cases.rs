@@ -62,8 +62,36 @@ fn prerouting_drops_are_refused_by_line_and_counted_by_the_proof() {
     }
     refused(&import("nft", "prerouting.nft", &[]), &["prerouting.nft:5: `ip saddr 192.0.2.0/24 drop` on the prerouting hook"]);
     partial_verify_differs("nft", "prerouting.nft");
-    refused(&import("nft", "fib.nft", &[]), &["fib.nft:5: `fib saddr . iif oif", "reverse-path filtering", "fib.nft:6: `ip saddr 192.0.2.0/24 drop`"]);
+    // The reverse-path drop (line 5) imports as the rpfilter deny; the source drop beside it is
+    // the prerouting block's.
+    let r = import("nft", "fib.nft", &[]);
+    refused(&r, &["fib.nft:6: `ip saddr 192.0.2.0/24 drop`"]);
+    assert!(!r.text.contains("fib.nft:5"), "{}", r.text);
     partial_verify_differs("nft", "fib.nft");
+}
+
+/// A router's reverse-path filters and MSS clamping (nft `fib saddr [. iif] oif missing drop`
+/// and `tcp option maxseg size set rt mtu` / `set 1380` in a mangle-priority forward chain;
+/// iptables `-m rpfilter [--loose] --invert -j DROP` in raw/mangle PREROUTING and `-j TCPMSS
+/// --clamp-mss-to-pmtu` / `--set-mss 1380`) import whole as `prerouting { deny … rpfilter= }`
+/// and `forward { clamp-mss … }`, and the proof finds no difference.
+#[test]
+fn reverse_path_filters_and_mss_clamps_import_as_the_router_forms() {
+    if !privileged("reverse_path_filters_and_mss_clamps_import_as_the_router_forms") {
+        return;
+    }
+    for (from, name, wants) in [
+        ("nft", "router.nft", &[r#"deny "rpfilter-wan0" in="wan0" rpfilter="strict""#, r#"deny "rpfilter" rpfilter="loose""#, r#"clamp-mss "clamp-mss-ppp0" out="ppp0""#, r#"clamp-mss "clamp-mss-wg0" out="wg0" mss=1380"#]),
+        ("iptables", "router.v4", &[r#"deny "rpfilter-wan0" from="0.0.0.0/0" in="wan0" rpfilter="strict""#, r#"deny "rpfilter" from="0.0.0.0/0" rpfilter="loose""#, r#"clamp-mss "clamp-mss-ppp0" from="0.0.0.0/0" out="ppp0""#, r#"mss=1380"#]),
+    ] {
+        let r = import(from, name, &["--verify"]);
+        faithful(&r);
+        let all: String = std::fs::read_dir(r.out.join("rules")).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect();
+        for want in wants {
+            assert!(all.contains(want), "{name}: {want} not in\n{all}");
+        }
+        assert!(!r.text.contains("the match on tcp flags"), "{}", r.text);
+    }
 }
 
 #[test]
@@ -282,13 +310,15 @@ fn firewalld_repeated_elements_are_imported_once() {
     assert!(input.contains("tcp-8080") && !input.contains("tcp-8080-2") && !input.contains("ssh-2"), "{input}");
 }
 
-/// firewalld 2's default `IPv6_rpfilter=strict` is reverse-path filtering as `yes` is: noted,
-/// never passed over in silence.
+/// firewalld 2's default `IPv6_rpfilter=strict` is reverse-path filtering as `yes` is: it
+/// imports as fwc's rpfilter deny for IPv6, never passed over in silence.
 #[test]
-fn firewalld_strict_rpfilter_is_noted() {
+fn firewalld_strict_rpfilter_imports_as_the_rpfilter_deny() {
     let r = import("firewalld", "fwd-rpfilter-strict", &["--skip-proof", "--firewalld-lib", Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/import/firewalld-lib").to_str().unwrap().to_string().leak()]);
     assert_eq!(r.code, Some(0), "{}", r.text);
-    assert!(r.text.contains("IPv6_rpfilter=strict: firewalld drops IPv6 packets whose source is not routed back"), "{}", r.text);
+    assert!(r.text.contains("IPv6_rpfilter=strict: imported as `prerouting { deny rpfilter=\"strict\" }`"), "{}", r.text);
+    let all: String = std::fs::read_dir(r.out.join("rules")).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect();
+    assert!(all.contains(r#"deny "ipv6-rpfilter" from="::/0" rpfilter="strict""#), "{all}");
 }
 
 /// Verdict maps (a home router's `ct state vmap` and `iifname vmap { … : jump … }`) are

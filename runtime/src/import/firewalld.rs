@@ -675,9 +675,25 @@ pub fn translate(cfg: &Config) -> Imported {
     }
     // Reverse-path filtering: `yes` (firewalld 1), `strict`, `loose`, `strict-forward`,
     // `loose-forward` (firewalld 2, whose default is strict); only `no` turns it off.
+    // firewalld's chain is fwc's rpfilter deny for IPv6 (its exemption of router advertisements
+    // and neighbour solicitations included); the `-forward` modes check routed packets only,
+    // which a prerouting deny cannot tell apart.
     let rpfilter = cfg.setting("IPv6_rpfilter").unwrap_or_else(|| "yes".into());
-    if !matches!(rpfilter.to_ascii_lowercase().as_str(), "no" | "false" | "0") {
-        tx.out.notes.push(format!("firewalld.conf IPv6_rpfilter={rpfilter}: firewalld drops IPv6 packets whose source is not routed back through their interface (fib); fwc has no such match: not imported (the proof runs firewalld with it off)"));
+    let origin = format!("firewalld.conf IPv6_rpfilter={rpfilter}");
+    let mut prerouting = Chain { kind: "prerouting", policy: "accept", reject_with: None, rules: Vec::new(), part: None };
+    match rpfilter.to_ascii_lowercase().as_str() {
+        "no" | "false" | "0" => {}
+        mode @ ("yes" | "true" | "1" | "strict" | "loose") => {
+            let mode = if mode == "loose" { "loose" } else { "strict" };
+            let cond = Cond { rpfilter: Some(mode.into()), family: Some(Family::V6), ..Default::default() };
+            prerouting.rules.push(tx.rule(Verb::Deny, "ipv6-rpfilter", cond, &origin));
+            tx.out.notes.push(format!("{origin}: imported as `prerouting {{ deny rpfilter=\"{mode}\" }}` for IPv6 (the proof runs firewalld with it off: its flows are not spoofed)"));
+        }
+        _ => tx.out.refused.push(Refusal {
+            origin,
+            what: "reverse-path filtering of routed packets only (IPv6_rpfilter=strict-forward / loose-forward)".into(),
+            hint: "fwc's rpfilter deny checks every packet that arrives: set IPv6_rpfilter=strict or loose (or no) in the original, or keep this host on firewalld".into(),
+        }),
     }
     if let Some(l) = cfg.setting("LogDenied").filter(|l| l != "off") {
         tx.out.notes.push(format!("firewalld.conf LogDenied={l}: firewalld logs what its zones refuse; add log=#true to the rules you want logged"));
@@ -692,6 +708,9 @@ pub fn translate(cfg: &Config) -> Imported {
     forward.rules.insert(0, invalid);
     tx.out.chains = inputs;
     tx.out.chains.extend([forward, output]);
+    if !prerouting.rules.is_empty() {
+        tx.out.chains.push(prerouting);
+    }
     tx.out
 }
 

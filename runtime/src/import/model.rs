@@ -51,6 +51,8 @@ pub struct Cond {
     pub pkttype: Option<String>,
     /// Which of the list matches are negated (`from="!…"`: none of the list).
     pub not: Not,
+    /// `rpfilter="strict"|"loose"` (prerouting denies): reverse-path filtering.
+    pub rpfilter: Option<String>,
 }
 
 /// The negated matches of a rule (nft `!=`, iptables `! -s`).
@@ -73,6 +75,8 @@ pub enum Verb {
     Reject(Option<String>),
     /// Logs and goes on (the contract's `log` node).
     Log,
+    /// `clamp-mss` (forward block): a SYN's MSS set to the route's MTU (`None`) or a number.
+    ClampMss(Option<u16>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -60,6 +60,7 @@ pub(crate) fn rule_name(names: &mut Names, verb: &Verb, c: &Cond) -> String {
         Verb::Deny => parts.push("deny".into()),
         Verb::Reject(_) => parts.push("reject".into()),
         Verb::Log => parts.push("log".into()),
+        Verb::ClampMss(_) => parts.push("clamp-mss".into()),
     }
     if let Some(Addrs::Set(s)) = &c.from {
         parts.push(format!("{}from-{s}", not(c.not.from)));

@@ -123,7 +123,9 @@ pub fn sample(imp: &Imported, original: &[Chain], random: usize, seed: u64) -> V
     let mut addrs: Vec<IpAddr> = vec![REMOTE4.into(), REMOTE6.into()];
     let mut ports: Vec<u16> = vec![22, 80, 443, 40000];
     let mut ifaces: Vec<Option<String>> = vec![None];
-    let kinds: Vec<&str> = imp.chains.iter().map(|c| c.kind).collect();
+    // The prerouting block's packets are the input and forward chains' (its rules' own flows
+    // are sampled as arriving): the random flows' origins stay those of the filter chains.
+    let kinds: Vec<&str> = imp.chains.iter().map(|c| c.kind).filter(|k| *k != "prerouting").collect();
     let chains = imp.chains.iter().map(|c| (c, false)).chain(original.iter().map(|c| (c, true)));
     for (c, probe) in chains {
         for r in &c.rules {
@@ -321,6 +323,7 @@ fn flow(proto: L4, s: IpAddr, sport: u16, d: IpAddr, dport: u16, origin: Origin,
         oif,
         tcp_flags: if proto == L4::Tcp { 0x02 } else { 0 },
         icmp_code: 0,
+        back: Default::default(),
     }
 }
 

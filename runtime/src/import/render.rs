@@ -57,6 +57,7 @@ fn rule_line(r: &Rule) -> String {
         Verb::Deny => "deny",
         Verb::Reject(_) => "reject",
         Verb::Log => "log",
+        Verb::ClampMss(_) => "clamp-mss",
     };
     let c = &r.cond;
     let mut p = vec![format!("{verb} {}", q(&r.name))];
@@ -98,6 +99,12 @@ fn rule_line(r: &Rule) -> String {
     }
     if let Some(x) = &c.state {
         p.push(format!("state={}", q(x)));
+    }
+    if let Some(x) = &c.rpfilter {
+        p.push(format!("rpfilter={}", q(x)));
+    }
+    if let Verb::ClampMss(Some(n)) = &r.verb {
+        p.push(format!("mss={n}"));
     }
     match &r.rate {
         Some(x) if r.per_source => {

@@ -128,7 +128,7 @@ impl Tx<'_> {
         };
         // What the rule matches, as one or more conditions with a name each.
         let base_name = |t: &str| format!("{}{prefix}{t}", match &verb {
-            Verb::Allow | Verb::Log => "",
+            Verb::Allow | Verb::Log | Verb::ClampMss(_) => "",
             Verb::Deny => "deny-",
             Verb::Reject(_) => "reject-",
         });

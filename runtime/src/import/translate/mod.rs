@@ -17,6 +17,7 @@ mod other;
 mod owned;
 mod parse;
 mod probes;
+mod router;
 mod tx;
 mod walk;
 

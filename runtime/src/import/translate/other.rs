@@ -59,6 +59,11 @@ impl Tx<'_> {
                 self.out.refused.push(Refusal { origin, what: format!("an iptables match nftables cannot express ({what}) on {place}"), hint: hint_for(hook, "xt") });
                 continue;
             }
+            // Reverse-path filtering and MSS clamping have fwc forms.
+            if let Some((kind, rule)) = self.router_form(c, hook, &expr, &origin) {
+                self.add_to_block(kind, rule);
+                continue;
+            }
             let mut effect: Option<&str> = None;
             for e in &expr {
                 let Some((k, b)) = e.as_object().and_then(|m| m.iter().next()) else { continue };
@@ -92,8 +97,8 @@ impl Tx<'_> {
 fn hint_for(hook: &str, kind: &str) -> String {
     let keep = "or import with --partial and keep it in an nftables table of your own (fwc's table coexists with others)";
     match kind {
-        "fib" => format!("reverse-path filtering has no fwc form yet: set the sysctl net.ipv4.conf.all.rp_filter=1 (IPv4), {keep}"),
-        "mangle" => format!("fwc does not set marks or clamp the TCP MSS (yet): {keep}"),
+        "fib" => format!("fwc's reverse-path filter (`prerouting {{ deny \"spoofed\" rpfilter=\"strict\" }}`) is `fib saddr [. iif] oif missing drop` with a prerouting deny's matches, and this rule is not: rewrite it so, {keep}"),
+        "mangle" => format!("fwc does not set marks; its MSS clamping (`forward {{ clamp-mss \"wan\" out=\"ppp0\" }}`) takes SYNs routed through, matched by interfaces and addresses only: {keep}"),
         "drop" if matches!(hook, "prerouting" | "ingress") => {
             format!("fwc filters after routing (input, forward, output): write it as a `deny` in input (and forward, for routed traffic), {keep}")
         }

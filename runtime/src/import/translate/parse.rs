@@ -305,6 +305,7 @@ pub(super) fn merge(a: &Cond, b: &Cond) -> Result<Cond, String> {
         tcp_flags: one(&a.tcp_flags, &b.tcp_flags, "tcp flags")?,
         pkttype: one(&a.pkttype, &b.pkttype, "packet types")?,
         not,
+        rpfilter: one(&a.rpfilter, &b.rpfilter, "reverse-path filtering")?,
     })
 }
 

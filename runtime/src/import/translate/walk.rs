@@ -40,6 +40,16 @@ impl Tx<'_> {
                 self.note_at("rules about container bridges are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working", &origin);
                 continue;
             }
+            // MSS clamping in a mangle forward chain taken as the forward chain.
+            if *pre == Cond::default() {
+                if let Some((kind, rule)) = self.router_form(c, hook, &expr, &origin) {
+                    match kind == hook {
+                        true => out.push(rule),
+                        false => self.add_to_block(kind, rule),
+                    }
+                    continue;
+                }
+            }
             let (cond, st) = match self.parse(&c.family, &c.table, &expr) {
                 Ok(x) => x,
                 Err((what, hint)) => {
