@@ -118,10 +118,10 @@ fn never_covers(r: &FilterRule) -> bool {
 }
 
 /// A rule with a header match the coverage test does not model (ICMP codes, TCP flags,
-/// packet types) or a negated list: it neither covers another (it may match less than its
+/// packet types, reverse-path filtering) or a negated list: it neither covers another (it may match less than its
 /// other properties say) nor is covered (a negated list matches more than the list).
 fn narrows_headers(r: &FilterRule) -> bool {
-    r.icmp_codes.is_some() || r.tcp_flags.is_some() || r.pkttypes.is_some() || r.negate.any()
+    r.icmp_codes.is_some() || r.tcp_flags.is_some() || r.pkttypes.is_some() || r.negate.any() || r.rpfilter.is_some()
 }
 
 fn same_or_any<T: PartialEq>(a: Option<&T>, b: Option<&T>) -> bool {
