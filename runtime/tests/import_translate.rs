@@ -208,7 +208,9 @@ fn firewalld_zones_services_rich_rules_and_ipsets() {
     let file = |name: &str| files.iter().find(|(p, _)| p.ends_with(name)).unwrap_or_else(|| panic!("no {name} in {files:?}")).1.clone();
     let input: String = files.iter().filter(|(p, _)| p.contains("-input")).map(|(_, t)| t.as_str()).collect();
     let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
-    assert_eq!(paths, ["fwc.kdl", "rules/10-input-internal-from-10.9.0.0-16.kdl", "rules/20-input-internal-fwc-t-mgmt.kdl", "rules/30-input-public.kdl", "rules/40-forward.kdl", "rules/50-output.kdl"]);
+    // The prerouting block: firewalld's IPv6 reverse-path filter (IPv6_rpfilter=yes).
+    assert_eq!(paths, ["fwc.kdl", "rules/10-input-internal-from-10.9.0.0-16.kdl", "rules/20-input-internal-fwc-t-mgmt.kdl", "rules/30-input-public.kdl", "rules/40-forward.kdl", "rules/50-output.kdl", "rules/60-prerouting.kdl"]);
+    assert!(file("60-prerouting.kdl").contains(r#"deny "ipv6-rpfilter" from="::/0" rpfilter="strict" comment="firewalld.conf IPv6_rpfilter=yes""#), "{files:?}");
     for line in [
         r#"log "log-from-198.18.1.20-tcp-2222" proto=tcp port=2222 from="198.18.1.20" log-prefix="SSH2 " log-rate="3/minute" comment="zones/public.xml:19""#,
         r#"reject "block-echo-request" proto=icmp icmp-type="echo-request" reject-with="admin-prohibited" comment="zones/public.xml:11""#,
