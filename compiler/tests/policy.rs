@@ -194,7 +194,7 @@ fn every_golden_case_has_passing_expectations() {
         cases += 1;
         total += report.results.len();
     }
-    assert_eq!(cases, 38, "golden cases");
+    assert_eq!(cases, 39, "golden cases");
     assert!(total >= 250, "only {total} expectations across the golden cases");
 }
 

@@ -92,6 +92,10 @@ fn reverse_path_filters_and_mss_clamps_import_as_the_router_forms() {
         }
         assert!(!r.text.contains("the match on tcp flags"), "{}", r.text);
     }
+    // A clamp after `ct state new accept`, in a chain the forward chain jumps to (the VLAN
+    // router MartijnVdS/debian-router's shape): it clamps only what gets there, so it is not
+    // fwc's clamp-mss; refused by line, named as MSS clamping.
+    refused(&import("nft", "clampjump.nft", &[]), &["clampjump.nft:5: MSS clamping", "type filter hook forward priority -150"]);
 }
 
 #[test]

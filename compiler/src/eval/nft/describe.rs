@@ -22,7 +22,10 @@ pub fn describe_matches(expr: &[Value]) -> String {
                     b.get("protocol").and_then(Value::as_str).unwrap_or_default(),
                     b.get("field").and_then(Value::as_str).unwrap_or_default()
                 ),
-                Some((k, b)) if k == "fib" => format!("fib daddr {}", b.get("result").and_then(Value::as_str).unwrap_or_default()),
+                Some((k, b)) if k == "fib" => {
+                    let flags: Vec<&str> = b.get("flags").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+                    format!("fib {} {}", flags.join(" . "), b.get("result").and_then(Value::as_str).unwrap_or_default())
+                }
                 Some((k, b)) if k == "set" => format!("{{{}}}", side(b)),
                 Some((k, b)) if k == "prefix" => format!("{}/{}", side(&b["addr"]), side(&b["len"])),
                 Some((k, b)) if k == "range" => b.as_array().map(|r| r.iter().map(side).collect::<Vec<_>>().join("-")).unwrap_or_default(),
@@ -30,6 +33,8 @@ pub fn describe_matches(expr: &[Value]) -> String {
                 Some((k, _)) => k.clone(),
                 None => String::new(),
             },
+            // A fib lookup's result: found or not.
+            Value::Bool(b) => if *b { "exists" } else { "missing" }.to_string(),
             _ => v.to_string(),
         }
     }

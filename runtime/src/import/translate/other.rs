@@ -60,7 +60,7 @@ impl Tx<'_> {
                 continue;
             }
             // Reverse-path filtering and MSS clamping have fwc forms.
-            if let Some((kind, rule)) = self.router_form(c, hook, &expr, &origin) {
+            if let Some((kind, rule)) = self.router_form(c, hook, i, &expr, &origin) {
                 self.add_to_block(kind, rule);
                 continue;
             }

@@ -41,6 +41,31 @@ fn clamp_to(e: &Value) -> Option<Option<u16>> {
     v.as_u64().and_then(|n| u16::try_from(n).ok()).map(Some)
 }
 
+/// Does the rule set a SYN's MSS (`tcp option maxseg size set …`)?
+pub(super) fn is_clamp(expr: &[Value]) -> bool {
+    expr.iter().any(|e| clamp_to(e).is_some())
+}
+
+/// Could this rule, before a clamp in its chain, end a SYN's way through the chain (a verdict,
+/// a jump or a verdict map, unless it matches established/related packets only)? Then the
+/// original clamps only what gets past it, while fwc's clamp-mss sees every routed SYN.
+fn ends_syns(rule: &Value) -> bool {
+    let expr = rule.get("expr").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let verdict = expr.iter().any(|e| ["accept", "drop", "reject", "jump", "goto", "return", "vmap", "queue"].iter().any(|k| e.get(*k).is_some()));
+    let established_only = expr.iter().any(|e| {
+        let state = e.pointer("/match/left/ct/key").and_then(Value::as_str) == Some("state");
+        let right = e.pointer("/match/right");
+        let words: Vec<&str> = match right {
+            Some(Value::String(s)) => vec![s.as_str()],
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+            Some(Value::Object(o)) => o.get("set").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        state && !words.is_empty() && words.iter().all(|w| matches!(*w, "established" | "related"))
+    });
+    verdict && !established_only
+}
+
 /// A match of SYNs: `tcp flags syn` (`in`), `tcp flags & (syn|rst) == syn`, `tcp flags syn / …`.
 fn syn_match(e: &Value) -> bool {
     let Some(m) = e.get("match") else { return false };
@@ -53,7 +78,9 @@ fn syn_match(e: &Value) -> bool {
 impl Tx<'_> {
     /// Rule `expr` of chain `c` on `hook` as one of the router forms: the fwc block it belongs
     /// to and the rule, or `None` (not one of them, or with matches the form does not take).
-    pub(super) fn router_form(&mut self, c: &ChainInfo, hook: &str, expr: &[Value], origin: &str) -> Option<(&'static str, Rule)> {
+    /// `index`: the rule's place in `c` (a clamp after a rule that can end a SYN's way is not
+    /// fwc's clamp-mss, which sees every routed SYN).
+    pub(super) fn router_form(&mut self, c: &ChainInfo, hook: &str, index: usize, expr: &[Value], origin: &str) -> Option<(&'static str, Rule)> {
         if hook == "prerouting" {
             let mode = expr.iter().find_map(rpfilter_mode)?;
             let rest: Vec<Value> = expr.iter().filter(|e| rpfilter_mode(e).is_none()).cloned().collect();
@@ -76,7 +103,7 @@ impl Tx<'_> {
             return None;
         }
         let to = expr.iter().find_map(clamp_to)?;
-        if !expr.iter().any(syn_match) {
+        if !expr.iter().any(syn_match) || c.rules[..index.min(c.rules.len())].iter().any(ends_syns) {
             return None;
         }
         let rest: Vec<Value> = expr.iter().filter(|e| clamp_to(e).is_none() && !syn_match(e)).cloned().collect();

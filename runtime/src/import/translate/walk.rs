@@ -42,13 +42,21 @@ impl Tx<'_> {
             }
             // MSS clamping in a mangle forward chain taken as the forward chain.
             if *pre == Cond::default() {
-                if let Some((kind, rule)) = self.router_form(c, hook, &expr, &origin) {
+                if let Some((kind, rule)) = self.router_form(c, hook, i, &expr, &origin) {
                     match kind == hook {
                         true => out.push(rule),
                         false => self.add_to_block(kind, rule),
                     }
                     continue;
                 }
+            }
+            if super::router::is_clamp(&expr) {
+                self.out.refused.push(Refusal {
+                    origin,
+                    what: "MSS clamping (`tcp option maxseg size set …`) after rules that can accept, drop or jump, or in a chain jumped to: it clamps only the SYNs that get there, while fwc's clamp-mss sees every routed SYN".into(),
+                    hint: "move it to a forward chain of its own at the mangle priority (type filter hook forward priority -150), which imports as `clamp-mss`, or leave it out with --partial".into(),
+                });
+                continue;
             }
             let (cond, st) = match self.parse(&c.family, &c.table, &expr) {
                 Ok(x) => x,
