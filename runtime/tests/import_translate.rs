@@ -354,6 +354,23 @@ fn firewalld_rich_rules_services_and_policies_table() {
     }
 }
 
+/// firewalld's IPv6 reverse-path filter: `yes`/`strict` and `loose` are fwc's rpfilter deny for
+/// IPv6, `no` nothing, and the `-forward` modes (routed packets only) are refused by name.
+#[test]
+fn firewalld_ipv6_rpfilter_modes() {
+    for (mode, want) in [("strict", Some(r#"deny "ipv6-rpfilter" from="::/0" rpfilter="strict""#)), ("loose", Some(r#"rpfilter="loose""#)), ("no", None), ("loose-forward", None)] {
+        let mut cfg = import::firewalld::Config { conf: format!("DefaultZone=z\nIPv6_rpfilter={mode}\nRFC3964_IPv4=no\n"), ..Default::default() };
+        cfg.files.insert("zones/z.xml".into(), ("zones/z.xml".into(), "<?xml version=\"1.0\"?>\n<zone>\n<port protocol=\"tcp\" port=\"22\"/>\n</zone>\n".to_string()));
+        let imp = import::firewalld::translate(&cfg);
+        let all: String = render::files(&imp, "t").iter().map(|(_, t)| t.as_str()).collect();
+        match want {
+            Some(w) => assert!(all.contains(w) && imp.refused.is_empty(), "{mode}: {w} in\n{all}\n{:?}", imp.refused),
+            None => assert!(!all.contains("rpfilter=")),
+        }
+        assert_eq!(imp.refused.iter().any(|r| r.what.contains("routed packets only")), mode == "loose-forward", "{mode}: {:?}", imp.refused);
+    }
+}
+
 /// A firewalld.conf option the proof's firewalld does not know (firewalld 2.x's ReloadPolicy on
 /// an older firewalld) is reported as a version difference, not as a bare "Invalid option".
 #[test]
