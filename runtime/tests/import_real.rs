@@ -583,7 +583,8 @@ fn firewalld_live_reads_etc_firewalld_and_warns_about_runtime_changes() {
 }
 
 /// The shared import cases that import whole (tests/import/cases: an ICMP accept after the
-/// invalid drop; tcp flags, negations and packet types), proven with traffic: the original
+/// invalid drop; tcp flags, negations and packet types; a router's rpfilter and MSS clamps),
+/// proven with traffic: the original
 /// loaded by nft in one namespace, the import applied by fwc in another, the same probes.
 #[test]
 fn import_cases_that_import_whole_decide_traffic_as_the_original() {
@@ -612,6 +613,14 @@ fn import_cases_that_import_whole_decide_traffic_as_the_original() {
     };
     let probes = [p(false, "198.18.1.1", 22, None), p(false, "198.18.1.1", 80, None), p(false, "198.18.1.1", 443, None), p(false, "198.18.1.1", 8080, None), p(true, "198.18.1.1", 53, None)];
     same_outcomes("nft", &conf, load, &probes, &[22, 80, 443, 8080], &[53]);
+    // A router's reverse-path filters (strict on wan0, loose everywhere) and MSS clamps: the
+    // probes' sources are routed back the way they came, so both let them through alike.
+    let conf = fixture("cases").join("router.nft");
+    let load = |ns: &Netns| {
+        ns.exec(&["nft", "-f", conf.to_str().unwrap()]);
+    };
+    let probes = [p(false, "198.18.1.1", 22, None), p(false, "198.18.1.1", 80, None), p(true, "198.18.1.1", 53, None)];
+    same_outcomes("nft", &conf, load, &probes, &[22, 80], &[53]);
     // The same in iptables' words (`--syn`, `! -s`, `! --dport`, `-m pkttype`).
     if fwc_testkit::tool("import_cases_that_import_whole_decide_traffic_as_the_original", "iptables-nft-restore", "iptables") {
         let rules = fixture("cases").join("tcpflags.v4");
