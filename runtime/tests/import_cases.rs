@@ -30,6 +30,13 @@ fn import(from: &str, name: &str, extra: &[&str]) -> Run {
     Run { code: o.status.code(), text: text(&o), out, _tmp: tmp }
 }
 
+/// The text of the import's `rules/NN-<kind>.kdl`.
+fn block(r: &Run, kind: &str) -> String {
+    let rules = r.out.join("rules");
+    let f = std::fs::read_dir(&rules).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().ends_with(&format!("-{kind}.kdl")));
+    std::fs::read_to_string(f.unwrap_or_else(|| panic!("no {kind} block in {}", rules.display()))).unwrap()
+}
+
 /// Refused without --partial (exit 1, each `needle` in the message, nothing written).
 fn refused(r: &Run, needles: &[&str]) {
     assert_eq!(r.code, Some(1), "{}", r.text);
@@ -55,24 +62,54 @@ fn partial_verify_differs(from: &str, name: &str) {
     assert!(r.text.contains("differs:"), "{}", r.text);
 }
 
+/// The prerouting hook's filter chains (nft `hook prerouting`) become the `prerouting` block:
+/// their drops are `deny` rules there, 0 differ. A reverse-path `fib` drop is refused by line.
 #[test]
-fn prerouting_drops_are_refused_by_line_and_counted_by_the_proof() {
-    if !privileged("prerouting_drops_are_refused_by_line_and_counted_by_the_proof") {
+fn prerouting_drops_import_as_the_prerouting_block() {
+    if !privileged("prerouting_drops_import_as_the_prerouting_block") {
         return;
     }
-    refused(&import("nft", "prerouting.nft", &[]), &["prerouting.nft:5: `ip saddr 192.0.2.0/24 drop` on the prerouting hook"]);
-    partial_verify_differs("nft", "prerouting.nft");
-    refused(&import("nft", "fib.nft", &[]), &["fib.nft:5: `fib saddr . iif oif", "reverse-path filtering", "fib.nft:6: `ip saddr 192.0.2.0/24 drop`"]);
-    partial_verify_differs("nft", "fib.nft");
+    let r = import("nft", "prerouting.nft", &["--verify"]);
+    faithful(&r);
+    let pre = block(&r, "prerouting");
+    assert!(pre.contains(r#"prerouting {
+    deny "deny-from-192.0.2.0-24" from="192.0.2.0/24" comment="prerouting.nft:5""#), "{pre}");
+    refused(&import("nft", "fib.nft", &[]), &["fib.nft:5: `fib saddr . iif oif", "reverse-path filtering"]);
+    let r = import("nft", "fib.nft", &["--partial", "--verify"]);
+    assert!(r.text.contains("fib.nft:5:") && !r.text.contains("fib.nft:6:"), "{}", r.text);
+    let pre = block(&r, "prerouting");
+    assert!(pre.contains(r#"from="192.0.2.0/24" comment="fib.nft:6""#), "{pre}");
 }
 
+/// iptables' `raw` and `mangle` PREROUTING drops (a conntrack INVALID drop in mangle among
+/// them) become the `prerouting` block, raw's first, 0 differ.
 #[test]
-fn iptables_mangle_and_raw_prerouting_drops_are_refused_by_line() {
-    if !privileged("iptables_mangle_and_raw_prerouting_drops_are_refused_by_line") {
+fn iptables_mangle_and_raw_prerouting_drops_import_as_the_prerouting_block() {
+    if !privileged("iptables_mangle_and_raw_prerouting_drops_import_as_the_prerouting_block") {
         return;
     }
-    refused(&import("iptables", "mangle.v4", &[]), &["mangle.v4:7: `ct state invalid drop` on the prerouting hook (ip mangle PREROUTING", "mangle.v4:8:", "mangle.v4:13: `ip saddr 198.51.100.0/24 drop` on the prerouting hook (ip raw PREROUTING"]);
-    partial_verify_differs("iptables", "mangle.v4");
+    let r = import("iptables", "mangle.v4", &["--verify"]);
+    faithful(&r);
+    let pre = block(&r, "prerouting");
+    for want in [r#"from="198.51.100.0/24" comment="mangle.v4:13""#, r#"state="invalid" comment="mangle.v4:7""#, r#"from="192.0.2.0/24" comment="mangle.v4:8""#] {
+        assert!(pre.contains(want), "{want} in\n{pre}");
+    }
+}
+
+/// What fwc's prerouting block would decide differently is refused by line, and the proof
+/// catches it with --partial: an accept that spares packets from a later drop of its chain
+/// (an accept there ends only that chain), a ct state match at raw priority (before
+/// conntrack), a drop after DNAT matching the new destination. An accept after the chain's
+/// last drop changes nothing and is merged.
+#[test]
+fn prerouting_accepts_and_drops_fwc_would_decide_differently_are_refused_by_line() {
+    if !privileged("prerouting_accepts_and_drops_fwc_would_decide_differently_are_refused_by_line") {
+        return;
+    }
+    let r = import("nft", "preaccept.nft", &[]);
+    refused(&r, &["preaccept.nft:10: a drop on the prerouting hook (inet early raw, priority -300) matches a conntrack state before conntrack", "preaccept.nft:15: an accept on the prerouting hook (inet early pre, priority 0) that spares packets", "preaccept.nft:17: a drop on the prerouting hook (inet early pre, priority 0) matches the destination after DNAT"]);
+    assert!(!r.text.contains("preaccept.nft:11:") && !r.text.contains("preaccept.nft:16:") && !r.text.contains("preaccept.nft:18:"), "{}", r.text);
+    partial_verify_differs("nft", "preaccept.nft");
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! The hooks and tables fwc has no rules for (yet): filter chains on prerouting/postrouting,
-//! iptables' `mangle` and `raw` tables, `route` chains, `netdev` ingress, `bridge` tables. A rule
+//! The hooks and tables fwc has no rules for (yet): filter chains on postrouting, iptables'
+//! `mangle` chains beside input/forward/output, `route` chains, `netdev` ingress, `bridge`
+//! tables (the prerouting hook's filter chains go to `prerouting.rs` first). A rule
 //! there that can change a packet's fate (a drop, a reject, a reverse-path `fib` drop, a mark,
 //! MSS clamping, `notrack`) is refused by name with its line, so nothing is lost in silence; a
 //! rule that only counts, logs or accepts (the packet goes on to the next hook) is left out.
@@ -9,6 +10,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::owned::owner;
+use super::prerouting::early_filter;
 use super::tx::*;
 use crate::import::model::*;
 
@@ -23,6 +25,8 @@ impl Tx<'_> {
     /// Refuse what the other hooks' chains do to a packet's fate.
     pub(super) fn other_hooks(&mut self) {
         let mut chains: Vec<ChainInfo> = self.chains.values().filter(|c| c.hook.is_some() && !handled(c)).cloned().collect();
+        let (early, mut chains): (Vec<ChainInfo>, Vec<ChainInfo>) = chains.drain(..).partition(|c| early_filter(c) && owner(&c.family, &c.table, &c.name).is_none());
+        self.prerouting(early);
         chains.append(&mut std::mem::take(&mut self.passed_over));
         for c in chains {
             if let Some(who) = owner(&c.family, &c.table, &c.name) {

@@ -40,6 +40,14 @@ impl Tx<'_> {
                 self.note_at("rules about container bridges are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working", &origin);
                 continue;
             }
+            if super::prerouting::reverse_path(&expr) {
+                self.out.refused.push(Refusal {
+                    origin,
+                    what: format!("`{}`: reverse-path filtering", crate::import::words::describe_rule(&expr)),
+                    hint: "reverse-path filtering has no fwc form yet: set the sysctl net.ipv4.conf.all.rp_filter=1 (IPv4), or import with --partial and keep it in an nftables table of your own (fwc's table coexists with others)".into(),
+                });
+                continue;
+            }
             let (cond, st) = match self.parse(&c.family, &c.table, &expr) {
                 Ok(x) => x,
                 Err((what, hint)) => {
@@ -121,7 +129,8 @@ impl Tx<'_> {
             }
             // ct state: fwc accepts established/related first and (input) drops invalid.
             let mut cond = cond;
-            if let Some(state) = cond.state.clone() {
+            // (The prerouting block sees every packet, established ones too: its states stay.)
+            if let Some(state) = cond.state.clone().filter(|_| hook != "prerouting") {
                 let rest: Vec<&str> = state.split(',').filter(|x| !matches!(*x, "established" | "related")).collect();
                 if rest.is_empty() {
                     if accept && cond == (Cond { state: Some(state.clone()), ..pre.clone() }) {
