@@ -183,9 +183,12 @@ fn family_of_addr(a: &str) -> Family {
     if a.contains(':') { Family::V6 } else { Family::V4 }
 }
 
-/// A source or destination address as fwc writes it (a host without `/32`).
+/// A source or destination address as fwc writes it (a host without `/32`; a network given
+/// with host bits, `149.126.4.94/23`, as the network firewalld and the kernel match).
 fn addr(a: &str) -> String {
     let a = a.trim();
+    let net = a.parse::<ipnet::IpNet>().ok().map(|n| n.trunc().to_string());
+    let a = net.as_deref().unwrap_or(a);
     a.strip_suffix("/32").filter(|x| !x.contains(':')).or_else(|| a.strip_suffix("/128").filter(|x| x.contains(':'))).unwrap_or(a).to_string()
 }
 
@@ -462,6 +465,16 @@ pub fn translate(cfg: &Config) -> Imported {
         }
     }
     policies.sort_by_key(|p| p.priority);
+    // A policy is active only while all its named zones are (firewalld.policy(5)): one to or
+    // from a zone nothing binds in the configuration (Docker binds `docker0` to its zone at
+    // run time) is left out, as firewalld leaves it.
+    policies.retain(|p| {
+        let idle: Vec<&str> = p.ingress.iter().chain(p.egress.iter()).filter(|z| *z != "ANY" && *z != "HOST" && !zones.iter().any(|x| &x.name == *z)).map(String::as_str).collect();
+        if !idle.is_empty() {
+            tx.out.notes.push(format!("{}: policy `{}` is not active — zone {} has no interface or source in the configuration (a program may bind one at run time, as Docker binds docker0 to its zone): left out, as firewalld leaves it", p.origin, p.name, idle.join(", ")));
+        }
+        idle.is_empty()
+    });
     // Zones in firewalld's dispatch order: sources, then interfaces, then the default zone.
     let mut dispatch: Vec<(usize, Bind)> = Vec::new();
     for want_src in [true, false] {
