@@ -324,6 +324,15 @@ fn firewalld_rich_rules_services_and_policies_table() {
             &[r#"from="149.126.4.0/23" comment="zones/z.xml:3""#],
         ),
         (
+            "a zone bound to an IPv4 source: a service with an IPv6 destination never matches there",
+            &[
+                ("zones/z.xml", zone("<port protocol=\"tcp\" port=\"22\"/>")),
+                ("zones/home.xml", zone("<source address=\"192.168.1.0/24\"/>\n<service name=\"dhcp6c\"/>\n<port protocol=\"tcp\" port=\"53\"/>")),
+                ("services/dhcp6c.xml", service("<port protocol=\"udp\" port=\"546\"/><destination ipv6=\"fe80::/64\"/>")),
+            ],
+            &[r#"allow "home-tcp-53" proto=tcp port=53 from="192.168.1.0/24" comment="zones/home.xml:5""#],
+        ),
+        (
             "a policy to a zone nothing binds is not active (Docker binds docker0 at run time)",
             &[
                 ("zones/z.xml", zone("<port protocol=\"tcp\" port=\"22\"/>")),
@@ -455,7 +464,8 @@ fn verified(out: &import::Import) {
 /// port list without a new port (a captive portal's `iif "wlan0" tcp dport { 80, 443 } dnat
 /// to A`) is one forward per port; `udp dport 0-65535` is every port, no port match; a
 /// prerouting drop on the IPv4 header length (`ip hdrlength != 5`, packets with IP options) is
-/// refused by line, and the proof still runs (a flow carries no options).
+/// refused by line, and the proof still runs (a flow carries no options). The proof samples
+/// the routed flows a DNAT without a destination rewrites.
 #[test]
 fn dnat_port_lists_full_port_ranges_and_header_lengths() {
     let pre = json!({"chain": {"family": "ip", "table": "nat", "name": "pre", "handle": 1, "type": "nat", "hook": "prerouting", "prio": -100, "policy": "accept"}});
@@ -473,6 +483,10 @@ fn dnat_port_lists_full_port_ranges_and_header_lengths() {
     for want in [r#"forward "fwd-tcp-80" listen=":80" to="198.18.3.3" in="wlan0""#, r#"forward "fwd-tcp-443" listen=":443" to="198.18.3.3" in="wlan0""#] {
         assert!(root.contains(want), "{want} in\n{root}");
     }
+    // Without a destination the DNAT also rewrites what is routed through to other hosts on
+    // wlan0: the proof samples those flows, so a difference there cannot hide.
+    let routed = out.flows.iter().any(|f| f.dport == 443 && f.iif.as_deref() == Some("wlan0") && f.origin == fwc_compiler::eval::flow::Origin::Forward);
+    assert!(routed, "no routed flow on wlan0 to port 443 in the proof");
     let input = &out.files.iter().find(|(p, _)| p == "rules/10-input.kdl").unwrap().1;
     assert!(input.contains(r#"allow "udp-0-65535" proto=udp comment="#), "{input}");
     check_repo(&out.files);

@@ -407,12 +407,17 @@ fn bound(mut r: Rule, b: &Bind, prefix: &str, tx: &mut Tx) -> Option<Rule> {
         Bind::All => return Some(r),
         Bind::Iif(i) => r.cond.iif = Some(i.clone()),
         Bind::From(a) => {
-            // A rule of one family never matches a source of the other (firewalld's neither).
+            // A rule of one family never matches a source of the other (firewalld's neither):
+            // by its family, its ICMP, or its destination (dhcpv6-client's fe80::/64).
+            let to_fam = match &r.cond.to {
+                Some(Addrs::List(l)) if !l.is_empty() && l.iter().all(|x| family_of_addr(x) == family_of_addr(&l[0])) => Some(family_of_addr(&l[0])),
+                _ => None,
+            };
             let rule_fam = r.cond.family.or(match r.cond.proto.as_deref() {
                 Some("icmp") => Some(Family::V4),
                 Some("icmpv6") => Some(Family::V6),
                 _ => None,
-            });
+            }).or(to_fam);
             let fams: Vec<Family> = match a {
                 Addrs::List(l) => l.iter().map(|x| family_of_addr(x)).collect(),
                 Addrs::Set(s) => tx.out.sets.iter().find(|x| &x.name == s).map(|x| x.elems.iter().map(|e| family_of_addr(e)).collect()).unwrap_or_default(),
