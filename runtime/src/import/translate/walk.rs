@@ -214,7 +214,7 @@ impl Tx<'_> {
                         })
                     });
                     if log_only && !sub.rules.is_empty() {
-                        self.out.merged.push((origin, format!("chain {target} only logs: its logging is left out (fwc logs with log=, log-prefix= on a rule)")));
+                        self.out.merged.push((origin, format!("chain {target} only counts or logs, it decides nothing: left out (fwc logs with log=, log-prefix= on a rule)")));
                         continue;
                     }
                     if st.limit.is_some() {
