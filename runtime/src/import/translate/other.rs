@@ -98,8 +98,8 @@ fn hint_for(hook: &str, kind: &str) -> String {
     match kind {
         "fib" => format!("reverse-path filtering has no fwc form yet: set the sysctl net.ipv4.conf.all.rp_filter=1 (IPv4), {keep}"),
         "mangle" => format!("fwc does not set marks or clamp the TCP MSS (yet): {keep}"),
-        "drop" if matches!(hook, "prerouting" | "ingress") => {
-            format!("fwc filters after routing (input, forward, output): write it as a `deny` in input (and forward, for routed traffic), {keep}")
+        "drop" if hook == "ingress" => {
+            format!("fwc has no ingress hook: a `deny` in the `prerouting` block with `in=` the device drops the same IP packets a little later (after the ingress hook), {keep}")
         }
         "drop" => format!("fwc filters in input, forward and output: write it as a `deny` there, {keep}"),
         _ => format!("fwc has no form for it: {keep}"),
