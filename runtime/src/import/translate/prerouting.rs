@@ -32,16 +32,18 @@ impl Tx<'_> {
         let mut denies = Vec::new();
         for c in chains {
             let place = format!("the prerouting hook ({} {} {}, priority {})", c.family, c.table, c.name, c.prio);
-            let start = Cond {
-                family: match c.family.as_str() {
-                    "ip" => Some(Family::V4),
-                    "ip6" => Some(Family::V6),
-                    _ => None,
-                },
-                ..Cond::default()
-            };
+            // Walked from no condition (as a base chain's top level), then limited to the
+            // chain's family: an `ip` table's drop sees IPv4 only.
             let mut rules = Vec::new();
-            self.walk(&c, &start, "prerouting", 0, None, &mut rules);
+            self.walk(&c, &Cond::default(), "prerouting", 0, None, &mut rules);
+            let fam = match c.family.as_str() {
+                "ip" => Some(Family::V4),
+                "ip6" => Some(Family::V6),
+                _ => None,
+            };
+            for r in &mut rules {
+                r.cond.family = r.cond.family.or(fam);
+            }
             self.merge_logs(&mut rules);
             let last_drop = rules.iter().rposition(|r| matches!(r.verb, Verb::Deny | Verb::Reject(_)));
             for (k, r) in rules.into_iter().enumerate() {
@@ -84,8 +86,12 @@ impl Tx<'_> {
                 });
             }
         }
-        if !denies.is_empty() {
-            self.out.chains.push(Chain { kind: "prerouting", policy: "accept", reject_with: None, rules: denies, part: None });
+        if denies.is_empty() {
+            return;
+        }
+        match self.out.chains.iter_mut().find(|c| c.kind == "prerouting") {
+            Some(block) => block.rules.extend(denies),
+            None => self.out.chains.push(Chain { kind: "prerouting", policy: "accept", reject_with: None, rules: denies, part: None }),
         }
     }
 
