@@ -93,7 +93,7 @@ impl Tx<'_> {
 }
 
 /// What to do about a refused rule of another hook.
-fn hint_for(hook: &str, kind: &str) -> String {
+pub(super) fn hint_for(hook: &str, kind: &str) -> String {
     let keep = "or import with --partial and keep it in an nftables table of your own (fwc's table coexists with others)";
     match kind {
         "fib" => format!("reverse-path filtering has no fwc form yet: set the sysctl net.ipv4.conf.all.rp_filter=1 (IPv4), {keep}"),

@@ -44,7 +44,7 @@ impl Tx<'_> {
                 self.out.refused.push(Refusal {
                     origin,
                     what: format!("`{}`: reverse-path filtering", crate::import::words::describe_rule(&expr)),
-                    hint: "reverse-path filtering has no fwc form yet: set the sysctl net.ipv4.conf.all.rp_filter=1 (IPv4), or import with --partial and keep it in an nftables table of your own (fwc's table coexists with others)".into(),
+                    hint: super::other::hint_for(hook, "fib"),
                 });
                 continue;
             }
