@@ -240,6 +240,23 @@ fn a_dnat_on_an_input_interface_is_a_forward_with_in() {
     }
 }
 
+/// A DNAT of a port list without a new port is one forward per port; `udp dport 0-65535` is
+/// every port (no port match). Both were refused; the DNAT's routed flows (no destination
+/// address: it rewrites what is routed through on wlan0 too) are in the proof and differ.
+#[test]
+fn a_dnat_port_list_and_a_full_port_range_import() {
+    if !privileged("a_dnat_port_list_and_a_full_port_range_import") {
+        return;
+    }
+    let r = import("nft", "dnatlist.nft", &["--verify"]);
+    faithful_but_routed_dnat(&r);
+    let top = std::fs::read_to_string(r.out.join("fwc.kdl")).unwrap();
+    for want in [r#"listen=":80" to="198.18.3.3" in="wlan0""#, r#"listen=":443" to="198.18.3.3" in="wlan0""#] {
+        assert!(top.contains(want), "{want} in\n{top}");
+    }
+    assert!(block(&r, "input").contains(r#"proto=udp from="192.168.1.0/24" comment="dnatlist.nft:15""#), "{}", block(&r, "input"));
+}
+
 /// A VPN gateway's `-s 10.8.0.0/24 ! -d 10.8.0.0/24 -j MASQUERADE` is the user's (not Docker's
 /// hairpin, which has the same address on both sides): refused by line until source NAT has
 /// negated matches, never left out in silence.
