@@ -146,6 +146,11 @@ impl Daemon {
             .map(|l| format!("{l}\n"))
             .collect();
         conf.push_str("# fwc import: the proof's copy\nIPv6_rpfilter=no\nFirewallBackend=nftables\nLockdown=no\nCleanupOnExit=yes\n");
+        // firewalld's own default, said aloud (without it firewalld logs an ERROR the import
+        // would pass on as a complaint about the configuration).
+        if !conf.lines().any(|l| l.trim_start().starts_with("DefaultZone")) {
+            conf.push_str("DefaultZone=public\n");
+        }
         std::fs::write(d.join("etc/firewalld.conf"), conf).map_err(|e| err(format!("cannot write the copy's firewalld.conf: {e}"), ""))?;
         std::fs::write(d.join("bus.conf"), BUS_CONF.replace("@DIR@", &d.display().to_string())).map_err(|e| err(format!("cannot write bus.conf: {e}"), ""))?;
         let mut cmd = match netns {
