@@ -30,6 +30,13 @@ fn import(from: &str, name: &str, extra: &[&str]) -> Run {
     Run { code: o.status.code(), text: text(&o), out, _tmp: tmp }
 }
 
+/// The text of the import's `rules/NN-<kind>.kdl`.
+fn block(r: &Run, kind: &str) -> String {
+    let rules = r.out.join("rules");
+    let f = std::fs::read_dir(&rules).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().ends_with(&format!("-{kind}.kdl")));
+    std::fs::read_to_string(f.unwrap_or_else(|| panic!("no {kind} block in {}", rules.display()))).unwrap()
+}
+
 /// Refused without --partial (exit 1, each `needle` in the message, nothing written).
 fn refused(r: &Run, needles: &[&str]) {
     assert_eq!(r.code, Some(1), "{}", r.text);
@@ -48,6 +55,15 @@ fn faithful(r: &Run) {
     assert!(o.status.success(), "fwc test of the import: {}", text(&o));
 }
 
+/// Imported whole, and the only flows that differ are routed ones a DNAT without a
+/// destination address rewrites (to a host other than this one): fwc's forwards take the
+/// packets addressed to this host. The proof samples those flows, so --verify says so (exit 3).
+fn faithful_but_routed_dnat(r: &Run) {
+    assert_eq!(r.code, Some(3), "{}", r.text);
+    let n = fwc_testkit::routed_dnat_differences(&r.text).unwrap_or_else(|e| panic!("{e}\n\n{}", r.text));
+    assert!(n > 0, "{}", r.text);
+}
+
 /// With --partial, the left-out rule's own flows are in the proof: --verify fails (exit 3).
 fn partial_verify_differs(from: &str, name: &str) {
     let r = import(from, name, &["--partial", "--verify"]);
@@ -55,19 +71,24 @@ fn partial_verify_differs(from: &str, name: &str) {
     assert!(r.text.contains("differs:"), "{}", r.text);
 }
 
+/// The prerouting hook's filter chains (nft `hook prerouting`) become the `prerouting` block:
+/// their drops are `deny` rules there, 0 differ, a reverse-path `fib` drop among them.
 #[test]
-fn prerouting_drops_are_refused_by_line_and_counted_by_the_proof() {
-    if !privileged("prerouting_drops_are_refused_by_line_and_counted_by_the_proof") {
+fn prerouting_drops_import_as_the_prerouting_block() {
+    if !privileged("prerouting_drops_import_as_the_prerouting_block") {
         return;
     }
-    refused(&import("nft", "prerouting.nft", &[]), &["prerouting.nft:5: `ip saddr 192.0.2.0/24 drop` on the prerouting hook"]);
-    partial_verify_differs("nft", "prerouting.nft");
-    // The reverse-path drop (line 5) imports as the rpfilter deny; the source drop beside it is
-    // the prerouting block's.
-    let r = import("nft", "fib.nft", &[]);
-    refused(&r, &["fib.nft:6: `ip saddr 192.0.2.0/24 drop`"]);
-    assert!(!r.text.contains("fib.nft:5"), "{}", r.text);
-    partial_verify_differs("nft", "fib.nft");
+    let r = import("nft", "prerouting.nft", &["--verify"]);
+    faithful(&r);
+    let pre = block(&r, "prerouting");
+    assert!(pre.contains(r#"prerouting {
+    deny "deny-from-192.0.2.0-24" from="192.0.2.0/24" comment="prerouting.nft:5""#), "{pre}");
+    // The reverse-path drop (line 5) is the rpfilter deny; the source drop beside it (line 6)
+    // a deny of the same block: the whole file imports, 0 differ.
+    let r = import("nft", "fib.nft", &["--verify"]);
+    faithful(&r);
+    let pre = block(&r, "prerouting");
+    assert!(pre.contains(r#"rpfilter="strict""#) && pre.contains(r#"from="192.0.2.0/24" comment="fib.nft:6""#), "{pre}");
 }
 
 /// A router's reverse-path filters and MSS clamping (nft `fib saddr [. iif] oif missing drop`
@@ -98,13 +119,35 @@ fn reverse_path_filters_and_mss_clamps_import_as_the_router_forms() {
     refused(&import("nft", "clampjump.nft", &[]), &["clampjump.nft:5: MSS clamping", "type filter hook forward priority -150"]);
 }
 
+/// iptables' `raw` and `mangle` PREROUTING drops (a conntrack INVALID drop in mangle among
+/// them) become the `prerouting` block, raw's first, 0 differ.
 #[test]
-fn iptables_mangle_and_raw_prerouting_drops_are_refused_by_line() {
-    if !privileged("iptables_mangle_and_raw_prerouting_drops_are_refused_by_line") {
+fn iptables_mangle_and_raw_prerouting_drops_import_as_the_prerouting_block() {
+    if !privileged("iptables_mangle_and_raw_prerouting_drops_import_as_the_prerouting_block") {
         return;
     }
-    refused(&import("iptables", "mangle.v4", &[]), &["mangle.v4:7: `ct state invalid drop` on the prerouting hook (ip mangle PREROUTING", "mangle.v4:8:", "mangle.v4:13: `ip saddr 198.51.100.0/24 drop` on the prerouting hook (ip raw PREROUTING"]);
-    partial_verify_differs("iptables", "mangle.v4");
+    let r = import("iptables", "mangle.v4", &["--verify"]);
+    faithful(&r);
+    let pre = block(&r, "prerouting");
+    for want in [r#"from="198.51.100.0/24" comment="mangle.v4:13""#, r#"state="invalid" comment="mangle.v4:7""#, r#"from="192.0.2.0/24" comment="mangle.v4:8""#] {
+        assert!(pre.contains(want), "{want} in\n{pre}");
+    }
+}
+
+/// What fwc's prerouting block would decide differently is refused by line, and the proof
+/// catches it with --partial: an accept that spares packets from a later drop of its chain
+/// (an accept there ends only that chain), a ct state match at raw priority (before
+/// conntrack), a drop after DNAT matching the new destination. An accept after the chain's
+/// last drop changes nothing and is merged.
+#[test]
+fn prerouting_accepts_and_drops_fwc_would_decide_differently_are_refused_by_line() {
+    if !privileged("prerouting_accepts_and_drops_fwc_would_decide_differently_are_refused_by_line") {
+        return;
+    }
+    let r = import("nft", "preaccept.nft", &[]);
+    refused(&r, &["preaccept.nft:10: a drop on the prerouting hook (inet early raw, priority -300) matches a conntrack state before conntrack", "preaccept.nft:15: an accept on the prerouting hook (inet early pre, priority 0) that spares packets", "preaccept.nft:17: a drop on the prerouting hook (inet early pre, priority 0) matches the destination after DNAT"]);
+    assert!(!r.text.contains("preaccept.nft:11:") && !r.text.contains("preaccept.nft:16:") && !r.text.contains("preaccept.nft:18:"), "{}", r.text);
+    partial_verify_differs("nft", "preaccept.nft");
 }
 
 #[test]
@@ -204,24 +247,43 @@ fn tcp_flags_negations_and_packet_types_import() {
 }
 
 /// A DNAT restricted to an input interface (`-i wan0 … -j DNAT`) is a forward with `in=`; a
-/// DNAT map keyed by port is one forward per element.
+/// DNAT map keyed by port is one forward per element. Without a destination address these
+/// DNATs also rewrite what is routed through on wan0 to other hosts, which fwc's forwards do
+/// not: the proof samples those flows and --verify names them, nothing else differs.
 #[test]
 fn a_dnat_on_an_input_interface_is_a_forward_with_in() {
     if !privileged("a_dnat_on_an_input_interface_is_a_forward_with_in") {
         return;
     }
     let r = import("iptables", "dnatin.v4", &["--verify"]);
-    faithful(&r);
+    faithful_but_routed_dnat(&r);
     let top = std::fs::read_to_string(r.out.join("fwc.kdl")).unwrap();
     assert!(top.contains(r#"forward "fwd-tcp-8443" listen=":8443" to="192.168.1.20:443" in="wan0""#), "{top}");
     assert!(top.contains(r#"listen=":5060" to="192.168.1.30:5062" in="wan0""#), "{top}");
     // A DNAT map keyed by the destination port: one forward per element.
     let r = import("nft", "dnatmap.nft", &["--verify"]);
-    faithful(&r);
+    faithful_but_routed_dnat(&r);
     let top = std::fs::read_to_string(r.out.join("fwc.kdl")).unwrap();
     for want in [r#"listen=":80" to="192.168.1.20:8080" in="wan0""#, r#"listen=":443" to="192.168.1.20:8443" in="wan0""#, r#"proto=udp listen=":5060" to="192.168.1.30" in="wan0""#] {
         assert!(top.contains(want), "{want} in\n{top}");
     }
+}
+
+/// A DNAT of a port list without a new port is one forward per port; `udp dport 0-65535` is
+/// every port (no port match). Both were refused; the DNAT's routed flows (no destination
+/// address: it rewrites what is routed through on wlan0 too) are in the proof and differ.
+#[test]
+fn a_dnat_port_list_and_a_full_port_range_import() {
+    if !privileged("a_dnat_port_list_and_a_full_port_range_import") {
+        return;
+    }
+    let r = import("nft", "dnatlist.nft", &["--verify"]);
+    faithful_but_routed_dnat(&r);
+    let top = std::fs::read_to_string(r.out.join("fwc.kdl")).unwrap();
+    for want in [r#"listen=":80" to="198.18.3.3" in="wlan0""#, r#"listen=":443" to="198.18.3.3" in="wlan0""#] {
+        assert!(top.contains(want), "{want} in\n{top}");
+    }
+    assert!(block(&r, "input").contains(r#"proto=udp from="192.168.1.0/24" comment="dnatlist.nft:15""#), "{}", block(&r, "input"));
 }
 
 /// A VPN gateway's `-s 10.8.0.0/24 ! -d 10.8.0.0/24 -j MASQUERADE` is the user's (not Docker's

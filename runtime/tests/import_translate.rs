@@ -321,6 +321,29 @@ fn firewalld_rich_rules_services_and_policies_table() {
             ],
         ),
         (
+            "a source given with host bits is the network firewalld and the kernel match",
+            &[("zones/z.xml", zone("<rule family=\"ipv4\"><source address=\"149.126.4.94/23\"/><port port=\"22\" protocol=\"tcp\"/><accept/></rule>"))],
+            &[r#"from="149.126.4.0/23" comment="zones/z.xml:3""#],
+        ),
+        (
+            "a zone bound to an IPv4 source: a service with an IPv6 destination never matches there",
+            &[
+                ("zones/z.xml", zone("<port protocol=\"tcp\" port=\"22\"/>")),
+                ("zones/home.xml", zone("<source address=\"192.168.1.0/24\"/>\n<service name=\"dhcp6c\"/>\n<port protocol=\"tcp\" port=\"53\"/>")),
+                ("services/dhcp6c.xml", service("<port protocol=\"udp\" port=\"546\"/><destination ipv6=\"fe80::/64\"/>")),
+            ],
+            &[r#"allow "home-tcp-53" proto=tcp port=53 from="192.168.1.0/24" comment="zones/home.xml:5""#],
+        ),
+        (
+            "a policy to a zone nothing binds is not active (Docker binds docker0 at run time)",
+            &[
+                ("zones/z.xml", zone("<port protocol=\"tcp\" port=\"22\"/>")),
+                ("zones/docker.xml", "<?xml version=\"1.0\"?>\n<zone target=\"ACCEPT\">\n<forward/>\n</zone>\n".into()),
+                ("policies/docker-forwarding.xml", "<?xml version=\"1.0\"?>\n<policy target=\"ACCEPT\">\n<ingress-zone name=\"ANY\"/><egress-zone name=\"docker\"/>\n</policy>\n".into()),
+            ],
+            &["policies/docker-forwarding.xml:2: policy `docker-forwarding` is not active — zone docker has no interface or source"],
+        ),
+        (
             "policies: ANY to HOST with a target, HOST to ANY, ANY to ANY",
             &[
                 ("zones/z.xml", zone("<port protocol=\"tcp\" port=\"22\"/>")),
@@ -443,4 +466,55 @@ fn other_ip_protocols_become_proto_names() {
     assert!(imp.refused.len() == 1 && imp.refused[0].what.contains("`ah` over IPv6"), "{:?}", imp.refused);
     let text = render::files(&imp, "test").into_iter().find(|(p, _)| p.ends_with("input.kdl")).unwrap().1;
     assert!(text.contains(r#"allow "esp" proto=esp from="0.0.0.0/0""#) && text.contains("proto=253"), "{text}");
+}
+
+/// The imported rules decide every flow of the proof as the original does.
+fn verified(out: &import::Import) {
+    assert!(out.proof_missing.is_none() && !out.flows.is_empty(), "no proof: {:?}", out.proof_missing);
+    let dir = tempfile::tempdir().unwrap();
+    import::write(dir.path(), &out.files).unwrap();
+    let tree = fwc_compiler::read::source::SourceTree::from_dir(dir.path()).unwrap();
+    let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap();
+    let diffs = import::verify(&out.listing, &art, &out.flows).unwrap();
+    assert!(diffs.is_empty(), "{diffs:?}");
+}
+
+/// Shapes of public configurations that were refused although fwc can say them: a DNAT of a
+/// port list without a new port (a captive portal's `iif "wlan0" tcp dport { 80, 443 } dnat
+/// to A`) is one forward per port; `udp dport 0-65535` is every port, no port match; a
+/// prerouting drop on the IPv4 header length (`ip hdrlength != 5`, packets with IP options) is
+/// refused by line, and the proof still runs (a flow carries no options). The proof samples
+/// the routed flows a DNAT without a destination rewrites.
+#[test]
+fn dnat_port_lists_full_port_ranges_and_header_lengths() {
+    let pre = json!({"chain": {"family": "ip", "table": "nat", "name": "pre", "handle": 1, "type": "nat", "hook": "prerouting", "prio": -100, "policy": "accept"}});
+    let iif = m(json!({"meta": {"key": "iif"}}), json!("wlan0"));
+    let l = listing(vec![
+        json!({"table": {"family": "ip", "name": "nat", "handle": 1}}),
+        pre,
+        rule("ip", "nat", "pre", 2, json!([iif, tcp_dport(json!({"set": [80, 443]})), {"dnat": {"addr": "198.18.3.3"}}])),
+        json!({"table": {"family": "inet", "name": "filter", "handle": 2}}),
+        base("inet", "filter", "input", "input", "drop"),
+        rule("inet", "filter", "input", 3, json!([m(json!({"payload": {"protocol": "udp", "field": "dport"}}), json!({"range": [0, 65535]})), {"accept": null}])),
+    ]);
+    let out = import::import(l, &Default::default(), "t", false, &mut |_| {}).unwrap();
+    let root = &out.files.iter().find(|(p, _)| p == "fwc.kdl").unwrap().1;
+    for want in [r#"forward "fwd-tcp-80" listen=":80" to="198.18.3.3" in="wlan0""#, r#"forward "fwd-tcp-443" listen=":443" to="198.18.3.3" in="wlan0""#] {
+        assert!(root.contains(want), "{want} in\n{root}");
+    }
+    // Without a destination the DNAT also rewrites what is routed through to other hosts on
+    // wlan0: the proof samples those flows, so a difference there cannot hide.
+    let routed = out.flows.iter().any(|f| f.dport == 443 && f.iif.as_deref() == Some("wlan0") && f.origin == fwc_compiler::eval::flow::Origin::Forward);
+    assert!(routed, "no routed flow on wlan0 to port 443 in the proof");
+    let input = &out.files.iter().find(|(p, _)| p == "rules/10-input.kdl").unwrap().1;
+    assert!(input.contains(r#"allow "udp-0-65535" proto=udp comment="#), "{input}");
+    check_repo(&out.files);
+
+    let early = json!({"chain": {"family": "inet", "table": "earlyfilter", "name": "prerouting", "handle": 1, "type": "filter", "hook": "prerouting", "prio": -300, "policy": "accept"}});
+    let hdr = json!({"match": {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "hdrlength"}}, "right": 5}});
+    let l = listing(vec![json!({"table": {"family": "inet", "name": "earlyfilter", "handle": 1}}), early, rule("inet", "earlyfilter", "prerouting", 2, json!([hdr, {"counter": null}, {"drop": null}]))]);
+    let e = import::import(l.clone(), &Default::default(), "t", false, &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("hdrlength") || matches!(e, import::ImportError::Refused(ref r) if r[0].what.contains("hdrlength")), "{e}");
+    let out = import::import(l, &Default::default(), "t", true, &mut |_| {}).unwrap();
+    verified(&out);
 }

@@ -339,6 +339,23 @@ pub fn output_text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
+/// The flows `fwc import --verify` printed as differing (`differs:` lines), each with the
+/// original's verdict line after it, when every one is a routed flow that a DNAT without a
+/// destination address rewrites (fwc's forwards take only what is addressed to the host);
+/// `Err` names the first other difference.
+pub fn routed_dnat_differences(verify_output: &str) -> Result<usize, String> {
+    let lines: Vec<&str> = verify_output.lines().collect();
+    let mut n = 0;
+    for (i, l) in lines.iter().enumerate().filter(|(_, l)| l.starts_with("differs:")) {
+        let original = lines.get(i + 1).copied().unwrap_or_default();
+        if !(l.ends_with("(forward)") && original.contains("(dnat to ")) {
+            return Err(format!("not a routed DNAT flow:\n{l}\n{original}"));
+        }
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// The commands of an nftables JSON batch as `op kind` strings (`delete element`, `add set`, …).
 pub fn batch_ops(batch: &[serde_json::Value]) -> Vec<String> {
     batch

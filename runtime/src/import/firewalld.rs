@@ -183,9 +183,12 @@ fn family_of_addr(a: &str) -> Family {
     if a.contains(':') { Family::V6 } else { Family::V4 }
 }
 
-/// A source or destination address as fwc writes it (a host without `/32`).
+/// A source or destination address as fwc writes it (a host without `/32`; a network given
+/// with host bits, `149.126.4.94/23`, as the network firewalld and the kernel match).
 fn addr(a: &str) -> String {
     let a = a.trim();
+    let net = a.parse::<ipnet::IpNet>().ok().map(|n| n.trunc().to_string());
+    let a = net.as_deref().unwrap_or(a);
     a.strip_suffix("/32").filter(|x| !x.contains(':')).or_else(|| a.strip_suffix("/128").filter(|x| x.contains(':'))).unwrap_or(a).to_string()
 }
 
@@ -404,12 +407,17 @@ fn bound(mut r: Rule, b: &Bind, prefix: &str, tx: &mut Tx) -> Option<Rule> {
         Bind::All => return Some(r),
         Bind::Iif(i) => r.cond.iif = Some(i.clone()),
         Bind::From(a) => {
-            // A rule of one family never matches a source of the other (firewalld's neither).
+            // A rule of one family never matches a source of the other (firewalld's neither):
+            // by its family, its ICMP, or its destination (dhcpv6-client's fe80::/64).
+            let to_fam = match &r.cond.to {
+                Some(Addrs::List(l)) if !l.is_empty() && l.iter().all(|x| family_of_addr(x) == family_of_addr(&l[0])) => Some(family_of_addr(&l[0])),
+                _ => None,
+            };
             let rule_fam = r.cond.family.or(match r.cond.proto.as_deref() {
                 Some("icmp") => Some(Family::V4),
                 Some("icmpv6") => Some(Family::V6),
                 _ => None,
-            });
+            }).or(to_fam);
             let fams: Vec<Family> = match a {
                 Addrs::List(l) => l.iter().map(|x| family_of_addr(x)).collect(),
                 Addrs::Set(s) => tx.out.sets.iter().find(|x| &x.name == s).map(|x| x.elems.iter().map(|e| family_of_addr(e)).collect()).unwrap_or_default(),
@@ -462,6 +470,16 @@ pub fn translate(cfg: &Config) -> Imported {
         }
     }
     policies.sort_by_key(|p| p.priority);
+    // A policy is active only while all its named zones are (firewalld.policy(5)): one to or
+    // from a zone nothing binds in the configuration (Docker binds `docker0` to its zone at
+    // run time) is left out, as firewalld leaves it.
+    policies.retain(|p| {
+        let idle: Vec<&str> = p.ingress.iter().chain(p.egress.iter()).filter(|z| *z != "ANY" && *z != "HOST" && !zones.iter().any(|x| &x.name == *z)).map(String::as_str).collect();
+        if !idle.is_empty() {
+            tx.out.notes.push(format!("{}: policy `{}` is not active — zone {} has no interface or source in the configuration (a program may bind one at run time, as Docker binds docker0 to its zone): left out, as firewalld leaves it", p.origin, p.name, idle.join(", ")));
+        }
+        idle.is_empty()
+    });
     // Zones in firewalld's dispatch order: sources, then interfaces, then the default zone.
     let mut dispatch: Vec<(usize, Bind)> = Vec::new();
     for want_src in [true, false] {

@@ -146,6 +146,11 @@ impl Daemon {
             .map(|l| format!("{l}\n"))
             .collect();
         conf.push_str("# fwc import: the proof's copy\nIPv6_rpfilter=no\nFirewallBackend=nftables\nLockdown=no\nCleanupOnExit=yes\n");
+        // firewalld's own default, said aloud (without it firewalld logs an ERROR the import
+        // would pass on as a complaint about the configuration).
+        if !conf.lines().any(|l| l.trim_start().starts_with("DefaultZone")) {
+            conf.push_str("DefaultZone=public\n");
+        }
         std::fs::write(d.join("etc/firewalld.conf"), conf).map_err(|e| err(format!("cannot write the copy's firewalld.conf: {e}"), ""))?;
         std::fs::write(d.join("bus.conf"), BUS_CONF.replace("@DIR@", &d.display().to_string())).map_err(|e| err(format!("cannot write bus.conf: {e}"), ""))?;
         let mut cmd = match netns {
@@ -188,15 +193,23 @@ impl Daemon {
             if log.contains("Failed to load user configuration") {
                 // Its reason (PARSE_ERROR: …) follows the fallback line.
                 std::thread::sleep(Duration::from_millis(500));
-                let mut why: Vec<String> = self.complaints().into_iter().filter(|c| !c.contains("Falling back to full stock")).collect();
+                // firewalld skips an option it does not know (another version's) and goes on:
+                // never the reason, said apart.
+                let (other_version, mut why): (Vec<String>, Vec<String>) = self.complaints().into_iter().filter(|c| !c.contains("Falling back to full stock")).partition(|c| c.contains("Invalid option: '"));
                 // Without an ERROR line (a Python traceback), its last line is the reason.
                 if why.is_empty() {
                     why.extend(self.log().lines().rev().map(str::trim).find(|l| l.contains("Error") || l.contains("Exception")).map(str::to_string));
                 }
                 if why.is_empty() {
-                    why.push("firewalld gave no reason (its log is empty)".into());
+                    why.push("firewalld's log names no reason (it logs none for an undefined service, zone or ipset a zone or policy refers to)".into());
                 }
-                return Err(err(format!("firewalld refused the configuration (and fell back to its stock one): {}", why.join("; ")), "check it with `firewall-offline-cmd --check-config` (a zone's target is one of default, ACCEPT, DROP, %%REJECT%%)"));
+                let also = if other_version.is_empty() {
+                    String::new()
+                } else {
+                    let opts: Vec<&str> = other_version.iter().filter_map(|c| c.split_once("Invalid option: '").map(|(_, o)| o.trim_end_matches('\''))).collect();
+                    format!(" (besides, firewalld.conf names options of another firewalld version, which this one ignores: {})", opts.join(", "))
+                };
+                return Err(err(format!("firewalld refused the configuration (and fell back to its stock one): {}{also}", why.join("; ")), "check it with `firewall-offline-cmd --check-config` (a zone's target is one of default, ACCEPT, DROP, %%REJECT%%)"));
             }
             if let Some(i) = log.find("Applying used policies") {
                 if log[i..].contains("Setting policy to 'ACCEPT'") {

@@ -193,16 +193,27 @@ pub fn firewalld(dir: &Path, lib: &Path, live: bool, skip_proof: bool, partial: 
     if live {
         notes.insert(0, format!("--live reads the running firewalld's configuration ({}): changes made with firewall-cmd without --permanent live only in firewalld's memory and are NOT imported; make them permanent first (`firewall-cmd --runtime-to-permanent`), or compare with `fwc import --from nft --live`", dir.display()));
     }
+    // The XML first: what fwc refuses (an undefined service) is named by its line before
+    // firewalld is started, and names the likely reason when firewalld then fails.
+    progress("translating");
+    let mut imported = firewalld::translate(&cfg);
+    if !imported.refused.is_empty() && !partial {
+        return Err(ImportError::Refused(imported.refused.clone()));
+    }
     let listing = if skip_proof {
         None
     } else {
         progress("running firewalld on a copy, in a scratch network namespace");
-        let (l, complaints) = firewalld_source::ruleset(dir, lib)?;
+        let (l, complaints) = firewalld_source::ruleset(dir, lib).map_err(|e| match e {
+            ImportError::Source { what, hint } if !imported.refused.is_empty() => {
+                let seen: Vec<String> = imported.refused.iter().take(5).map(|r| format!("{}: {}", r.origin, r.what)).collect();
+                ImportError::Source { what: format!("{what}; fwc's reading of the XML refused: {}", seen.join("; ")), hint }
+            }
+            e => e,
+        })?;
         notes.extend(complaints.into_iter().map(|c| format!("firewalld says: {c}")));
         Some(firewalld::without_helpers(&l))
     };
-    progress("translating");
-    let mut imported = firewalld::translate(&cfg);
     imported.notes.splice(0..0, notes);
     let label = format!("firewalld's configuration in {}", dir.display());
     Ok((finish(imported, listing, &Default::default(), &label, partial, progress)?, label))

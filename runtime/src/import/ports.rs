@@ -22,6 +22,14 @@ pub fn normalize(raw: &str) -> Result<String, String> {
     Ok(out.join(","))
 }
 
+/// Does a port list cover every port, 0 to 65535 (`0-65535`, `0:65535`)?
+fn every_port(p: &Option<String>) -> bool {
+    p.as_deref().is_some_and(|p| {
+        let p: String = p.chars().filter(|c| !c.is_whitespace()).collect();
+        p.split(',').any(|r| matches!(r.split_once(['-', ':']), Some(("0", "65535"))))
+    })
+}
+
 /// Normalize every port of `imp`; a rule, forward or NAT whose port fwc cannot take becomes a
 /// refusal naming its origin.
 pub fn check(imp: &mut Imported) {
@@ -40,6 +48,15 @@ pub fn check(imp: &mut Imported) {
         }
     };
     for c in &mut imp.chains {
+        for r in &mut c.rules {
+            // `udp dport 0-65535` (port 0 included) is every port: no port match at all.
+            if every_port(&r.cond.port) && !r.cond.not.port {
+                r.cond.port = None;
+            }
+            if every_port(&r.cond.sport) && !r.cond.not.sport {
+                r.cond.sport = None;
+            }
+        }
         c.rules.retain_mut(|r| fix(&mut r.cond.port, &r.origin) && fix(&mut r.cond.sport, &r.origin));
     }
     imp.nats.retain_mut(|n| fix(&mut n.port, &n.origin));
@@ -72,5 +89,7 @@ mod tests {
         for bad in ["0", "99999", "", "x", "10-5"] {
             assert!(normalize(bad).is_err(), "{bad}");
         }
+        assert!(every_port(&Some("0-65535".into())) && every_port(&Some("22, 0:65535".into())));
+        assert!(!every_port(&Some("1-65535".into())) && !every_port(&None));
     }
 }

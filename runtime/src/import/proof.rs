@@ -243,9 +243,21 @@ pub fn sample(imp: &Imported, original: &[Chain], random: usize, seed: u64) -> V
                 continue;
             }
             let s: IpAddr = if v6 { REMOTE6.into() } else { REMOTE4.into() };
+            // Without a listen address the original's DNAT also rewrites what is routed
+            // through to another host on the forward's input interfaces: sampled too.
+            let routed: IpAddr = if v6 { ROUTED6.into() } else { ROUTED4.into() };
+            let iifs: Vec<Option<String>> = match &f.iif {
+                Some(l) => l.split(',').map(|i| Some(i.trim().to_string())).collect(),
+                None => vec![None],
+            };
             for dp in port_bounds(p) {
                 for proto in [L4::Tcp, L4::Udp] {
                     push(flow(proto, s, 40000, d, dp, Origin::Input, &None, &None), &mut flows);
+                    if addr.is_empty() {
+                        for iif in &iifs {
+                            push(flow(proto, s, 40000, routed, dp, Origin::Forward, iif, &None), &mut flows);
+                        }
+                    }
                 }
             }
         }

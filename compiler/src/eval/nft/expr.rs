@@ -235,6 +235,9 @@ impl Cx<'_> {
                     ("ip6", "hoplimit") if p.daddr.is_ipv6() => Val::Int(64),
                     ("ip", "ttl") if p.daddr.is_ipv4() => Val::Int(64),
                     ("ip6", "hoplimit") | ("ip", "ttl") => Val::Absent,
+                    // A flow's IPv4 header carries no options: 5 words.
+                    ("ip", "hdrlength") if p.daddr.is_ipv4() => Val::Int(5),
+                    ("ip", "hdrlength") => Val::Absent,
                     ("tcp" | "udp" | "th", "dport" | "sport") => {
                         let ok = match proto {
                             "th" => p.proto.has_ports(),

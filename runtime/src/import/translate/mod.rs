@@ -16,6 +16,7 @@ mod nat;
 mod other;
 mod owned;
 mod parse;
+mod prerouting;
 mod probes;
 mod router;
 mod tx;

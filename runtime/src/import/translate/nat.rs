@@ -81,9 +81,16 @@ impl Tx<'_> {
         let Some(proto) = cond.proto.clone().filter(|p| matches!(p.as_str(), "tcp" | "udp" | "both")) else {
             return refuse(self, "a DNAT without a protocol and port", "fwc forwards are per port: add `tcp dport N` in the original");
         };
-        let Some(lport) = cond.port.clone().filter(|p| !p.contains(',')) else {
-            return refuse(self, "a DNAT without one destination port or range", "one forward per port or range");
+        let Some(lport) = cond.port.clone() else {
+            return refuse(self, "a DNAT without a destination port", "fwc forwards are per port: add `tcp dport N` in the original");
         };
+        // A port list (`tcp dport { 80, 443 } dnat to A`): one forward per port or range.
+        if lport.contains(',') && !cond.not.port {
+            for p in lport.split(',') {
+                self.dnat(origin.clone(), Cond { port: Some(p.trim().to_string()), ..cond.clone() }, st.clone());
+            }
+            return;
+        }
         if cond.not != Not::default() || cond.tcp_flags.is_some() || cond.pkttype.is_some() {
             return refuse(self, "a DNAT with a negated match, tcp flags or a packet type", "fwc forwards take a protocol, a port, the addresses and in= (input interfaces): restrict the clients with a deny in the forward chain");
         }

@@ -1,5 +1,6 @@
-//! The hooks and tables fwc has no rules for (yet): filter chains on prerouting/postrouting,
-//! iptables' `mangle` and `raw` tables, `route` chains, `netdev` ingress, `bridge` tables. A rule
+//! The hooks and tables fwc has no rules for (yet): filter chains on postrouting, iptables'
+//! `mangle` chains beside input/forward/output, `route` chains, `netdev` ingress, `bridge`
+//! tables (the prerouting hook's filter chains go to `prerouting.rs` first). A rule
 //! there that can change a packet's fate (a drop, a reject, a reverse-path `fib` drop, a mark,
 //! MSS clamping, `notrack`) is refused by name with its line, so nothing is lost in silence; a
 //! rule that only counts, logs or accepts (the packet goes on to the next hook) is left out.
@@ -9,6 +10,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::owned::owner;
+use super::prerouting::early_filter;
 use super::tx::*;
 use crate::import::model::*;
 
@@ -23,6 +25,8 @@ impl Tx<'_> {
     /// Refuse what the other hooks' chains do to a packet's fate.
     pub(super) fn other_hooks(&mut self) {
         let mut chains: Vec<ChainInfo> = self.chains.values().filter(|c| c.hook.is_some() && !handled(c)).cloned().collect();
+        let (early, mut chains): (Vec<ChainInfo>, Vec<ChainInfo>) = chains.drain(..).partition(|c| early_filter(c) && owner(&c.family, &c.table, &c.name).is_none());
+        self.prerouting(early);
         chains.append(&mut std::mem::take(&mut self.passed_over));
         for c in chains {
             if let Some(who) = owner(&c.family, &c.table, &c.name) {
@@ -94,13 +98,13 @@ impl Tx<'_> {
 }
 
 /// What to do about a refused rule of another hook.
-fn hint_for(hook: &str, kind: &str) -> String {
+pub(super) fn hint_for(hook: &str, kind: &str) -> String {
     let keep = "or import with --partial and keep it in an nftables table of your own (fwc's table coexists with others)";
     match kind {
         "fib" => format!("fwc's reverse-path filter (`prerouting {{ deny \"spoofed\" rpfilter=\"strict\" }}`) is `fib saddr [. iif] oif missing drop` with a prerouting deny's matches, and this rule is not: rewrite it so, {keep}"),
         "mangle" => format!("fwc does not set marks; its MSS clamping (`forward {{ clamp-mss \"wan\" out=\"ppp0\" }}`) takes SYNs routed through, matched by interfaces and addresses only: {keep}"),
-        "drop" if matches!(hook, "prerouting" | "ingress") => {
-            format!("fwc filters after routing (input, forward, output): write it as a `deny` in input (and forward, for routed traffic), {keep}")
+        "drop" if hook == "ingress" => {
+            format!("fwc has no ingress hook: a `deny` in the `prerouting` block with `in=` the device drops the same IP packets a little later (after the ingress hook), {keep}")
         }
         "drop" => format!("fwc filters in input, forward and output: write it as a `deny` there, {keep}"),
         _ => format!("fwc has no form for it: {keep}"),

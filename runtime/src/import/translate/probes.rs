@@ -22,9 +22,12 @@ fn kinds_of(hook: Option<&str>) -> &'static [&'static str] {
         Some("output") => &["output"],
         Some("postrouting") => &["forward", "output"],
         Some("prerouting" | "ingress") => &["input", "forward"],
-        // A nat chain's DNAT: fwc's forwards listen on this host's addresses (the flows to
-        // them are input flows); DNAT of traffic routed through to other hosts is not sampled.
+        // A nat chain's DNAT to one of this host's addresses: fwc's forwards listen there
+        // (the flows to them are input flows).
         Some("dnat") => &["input"],
+        // A DNAT without a destination also rewrites what is routed through to other hosts:
+        // those flows are sampled too, so a difference there shows.
+        Some("dnat-any") => &["input", "forward"],
         _ => &["input", "forward", "output"],
     }
 }
@@ -65,7 +68,11 @@ pub fn probe_chains(listing: &Value) -> Vec<Chain> {
                 continue;
             }
             let dnat = expr.iter().any(|e| e.get("dnat").is_some() || e.get("redirect").is_some());
-            let hook = if dnat || (c.kind == "nat" && c.hook.as_deref() == Some("prerouting")) { Some("dnat") } else { c.hook.as_deref() };
+            let hook = match dnat || (c.kind == "nat" && c.hook.as_deref() == Some("prerouting")) {
+                true if cond.to.is_none() && dnat => Some("dnat-any"),
+                true => Some("dnat"),
+                false => c.hook.as_deref(),
+            };
             for kind in kinds_of(hook) {
                 let chain = out.iter_mut().find(|x| x.kind == *kind).expect("three kinds");
                 for cond in expand_ifaces(&cond) {

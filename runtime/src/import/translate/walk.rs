@@ -58,6 +58,14 @@ impl Tx<'_> {
                 });
                 continue;
             }
+            if super::prerouting::reverse_path(&expr) {
+                self.out.refused.push(Refusal {
+                    origin,
+                    what: format!("`{}`: reverse-path filtering", crate::import::words::describe_rule(&expr)),
+                    hint: super::other::hint_for(hook, "fib"),
+                });
+                continue;
+            }
             let (cond, st) = match self.parse(&c.family, &c.table, &expr) {
                 Ok(x) => x,
                 Err((what, hint)) => {
@@ -139,7 +147,8 @@ impl Tx<'_> {
             }
             // ct state: fwc accepts established/related first and (input) drops invalid.
             let mut cond = cond;
-            if let Some(state) = cond.state.clone() {
+            // (The prerouting block sees every packet, established ones too: its states stay.)
+            if let Some(state) = cond.state.clone().filter(|_| hook != "prerouting") {
                 let rest: Vec<&str> = state.split(',').filter(|x| !matches!(*x, "established" | "related")).collect();
                 if rest.is_empty() {
                     if accept && cond == (Cond { state: Some(state.clone()), ..pre.clone() }) {
@@ -223,7 +232,7 @@ impl Tx<'_> {
                         })
                     });
                     if log_only && !sub.rules.is_empty() {
-                        self.out.merged.push((origin, format!("chain {target} only logs: its logging is left out (fwc logs with log=, log-prefix= on a rule)")));
+                        self.out.merged.push((origin, format!("chain {target} only counts or logs, it decides nothing: left out (fwc logs with log=, log-prefix= on a rule)")));
                         continue;
                     }
                     if st.limit.is_some() {
