@@ -112,6 +112,21 @@ fn an_icmp_accept_after_the_invalid_drop_imports() {
     assert!(r.text.contains("icmpinv.nft:7: ICMP destination-unreachable after `ct state invalid drop` (icmpinv.nft:5)"), "{}", r.text);
 }
 
+/// ICMP accepts before the original's invalid drop (stock ufw's before6.rules `echo-reply`
+/// from fe80::/10): the unsolicited ones are accepted by `state="invalid"` rules, which fwc
+/// decides before its own invalid drop; the request keeps its place.
+#[test]
+fn an_icmp_accept_before_the_invalid_drop_imports_as_an_allow_of_invalid_packets() {
+    if !privileged("an_icmp_accept_before_the_invalid_drop_imports_as_an_allow_of_invalid_packets") {
+        return;
+    }
+    let r = import("nft", "icmpbefore.nft", &["--verify"]);
+    faithful(&r);
+    let input = std::fs::read_to_string(r.out.join("rules/10-input.kdl")).unwrap();
+    assert!(input.contains(r#"proto=icmpv6 icmp-type="echo-reply" from="fe80::/10" state="invalid""#), "{input}");
+    assert!(input.contains(r#"icmp-type="destination-unreachable" state="invalid""#) && input.contains(r#"icmp-type="echo-request" comment"#), "{input}");
+}
+
 #[test]
 fn a_chain_shared_by_input_and_output_imports_into_rules_that_pass_check() {
     if !privileged("a_chain_shared_by_input_and_output_imports_into_rules_that_pass_check") {

@@ -388,7 +388,7 @@ fn golden_cases_and_examples_agree_with_the_kernel() {
 
 /// What imported rulesets use behaves in the kernel as the evaluator says: ICMP
 /// types (an echo reply without its request is `invalid`), the ways to reject, a log rule that
-/// lets matching go on, `state=`, `policy=reject` with a kernel forward still passing, and
+/// lets matching go on, `state=` (`"invalid"` alone decided before the built-in invalid drop), `policy=reject` with a kernel forward still passing, and
 /// source NAT of a network (masquerade to the out interface's address, snat to a fixed one:
 /// the connection's conntrack entry shows the new source).
 #[test]
@@ -401,6 +401,7 @@ fn imported_forms_behave_in_the_kernel_as_the_evaluator_says() {
 input policy=reject {
     allow "ping" proto=icmp icmp-type="echo-request,echo-reply"
     allow "ping6" proto=icmpv6 icmp-type="echo-request"
+    allow "replies6" proto=icmpv6 icmp-type="echo-reply" from="2001:db8:7::/48" state="invalid"
     reject "telnet" proto=tcp port=23 reject-with="admin-prohibited"
     reject "old-echo" proto=udp port=7 reject-with="prot-unreachable"
     log "ssh-seen" proto=tcp port=22 log-prefix="SSH " log-rate="10/second"
@@ -421,6 +422,8 @@ forward "web" listen=":8080" to="10.0.0.5:80"
         ("icmp 203.0.113.8 -> 198.18.1.1 type echo-reply", "drop", None, None),
         ("icmpv6 2001:db8:9::1 -> 2001:db8::1", "accept", Some("fwc:filter:ping6"), None),
         ("icmpv6 2001:db8:9::2 -> 2001:db8::1 type echo-reply", "drop", None, None),
+        // `state="invalid"` alone is decided before fwc's invalid drop.
+        ("icmpv6 2001:db8:7::2 -> 2001:db8::1 type echo-reply", "accept", Some("fwc:filter:replies6"), None),
         ("tcp 203.0.113.7:30001 -> 198.18.1.1:23", "reject", Some("fwc:filter:telnet"), None),
         ("udp 203.0.113.7:30002 -> 198.18.1.1:7", "reject", Some("fwc:filter:old-echo"), None),
         ("udp [2001:db8:9::1]:30003 -> [2001:db8::1]:7", "reject", Some("fwc:filter:old-echo"), None),

@@ -243,14 +243,23 @@ pub(super) fn filter_chain_rules(out: &mut Out, plan: &HostPlan, c: &ChainPlan, 
         }
         return;
     }
-    chain_head(out, plan, c.kind, guards, nat);
-    for r in &c.rules {
+    // In `input`, rules matching only `invalid` packets are decided before fwc's own invalid
+    // drop (in their order); every other rule comes after it.
+    let (early, rules): (Vec<&FilterRule>, Vec<&FilterRule>) = c.rules.iter().partition(|r| c.kind == ChainKind::Input && matches_only_invalid(r));
+    chain_head(out, plan, c.kind, guards, nat, &early);
+    for r in rules {
         filter_rule(out, plan, r);
     }
     chain_tail(out, plan, c.kind, nat);
     if c.policy == Policy::Reject {
         policy_reject(out, c);
     }
+}
+
+/// A rule with `state="invalid"` alone: in `input` it is decided before fwc's built-in
+/// `ct state invalid drop` (after it, it could never match).
+pub(crate) fn matches_only_invalid(r: &FilterRule) -> bool {
+    r.state.as_ref().is_some_and(|s| s.value == [crate::model::CtState::Invalid])
 }
 
 /// Neighbour discovery has no conntrack entry (it would hit `invalid`); without it a drop
@@ -266,13 +275,16 @@ fn neighbour_discovery() -> Vec<S> {
 
 /// The rules before the user's: the established fast path, loopback, neighbour discovery,
 /// the forward guards and, in `output`, the forwarder's own connections.
-fn chain_head(out: &mut Out, plan: &HostPlan, kind: ChainKind, guards: bool, nat: bool) {
+fn chain_head(out: &mut Out, plan: &HostPlan, kind: ChainKind, guards: bool, nat: bool, before_invalid_drop: &[&FilterRule]) {
     let name = kind.nft_name();
     out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
     match kind {
         ChainKind::Input => {
             out.rule(name, vec![eq(meta(MetaKey::Iif), s("lo")), accept()], None);
             out.rule(name, neighbour_discovery(), None);
+            for r in before_invalid_drop {
+                filter_rule(out, plan, r);
+            }
             out.rule(name, vec![ct_state(&["invalid"]), drop_()], None);
         }
         ChainKind::Forward => {

@@ -283,6 +283,7 @@ impl Tx<'_> {
                     }
                     let mut cond = cond;
                     if hook == "input" && verb == Verb::Allow {
+                        let whole = cond.clone();
                         if let Some(dropped) = untrackable_icmp(&mut cond) {
                             match self.invalid_dropped.clone() {
                                 // The original dropped invalid packets before this rule: it
@@ -291,10 +292,19 @@ impl Tx<'_> {
                                     origin.clone(),
                                     format!("ICMP {dropped} after `ct state invalid drop` ({at}): unsolicited ones are `invalid` and were dropped there; related ones fwc accepts itself"),
                                 )),
+                                // Before the original's invalid drop: the unsolicited ones are
+                                // accepted by a `state="invalid"` rule, which fwc decides before
+                                // its own invalid drop (and before every other rule: sound only
+                                // when no earlier rule of the chain could drop them).
+                                None if whole.state.is_none() && st.limit.is_none() && out.iter().all(|r| matches!(r.verb, Verb::Allow | Verb::Log) || !may_overlap(&r.cond, &whole)) => {
+                                    let only = Cond { icmp_type: Some(dropped.replace(", ", ",")), state: Some("invalid".into()), ..whole.clone() };
+                                    let name = rule_name(&mut self.names, &verb, &only);
+                                    out.push(Rule { name, verb: Verb::Allow, cond: only, rate: None, per_source: false, log: st.log, log_prefix: st.log_prefix.clone(), log_rate: None, comment: comment.clone(), origin: origin.clone() });
+                                }
                                 None => self.out.refused.push(Refusal {
                                     origin: origin.clone(),
-                                    what: format!("an accept of ICMP {dropped} before the original drops invalid packets: conntrack calls these `invalid` unless they answer a connection, and fwc's input chain drops invalid packets before any rule"),
-                                    hint: "nothing to do for replies and errors of this host's own connections (fwc accepts them as established/related); unsolicited ones are now dropped".into(),
+                                    what: format!("an accept of ICMP {dropped} before the original drops invalid packets, after a rule that may drop some of them (or with a state or rate): conntrack calls these `invalid` unless they answer a connection, and fwc decides `state=\"invalid\"` rules before every other rule of the input chain"),
+                                    hint: "write it by hand as `allow … state=\"invalid\"` if the earlier rules do not concern these packets; replies and errors of this host's own connections need nothing (fwc accepts them as established/related)".into(),
                                 }),
                             }
                             if cond.icmp_type.is_none() {
@@ -352,6 +362,24 @@ pub(super) fn untrackable_icmp(cond: &mut Cond) -> Option<String> {
     }
     cond.icmp_type = (!keep.is_empty()).then(|| keep.join(","));
     Some(gone.join(", "))
+}
+
+/// Can a rule with `a` match some packets a rule with `b` matches? Rules of different address
+/// families (or protocols) cannot; anything else may.
+fn may_overlap(a: &Cond, b: &Cond) -> bool {
+    let fam = |c: &Cond| {
+        c.family.or(match c.proto.as_deref() {
+            Some("icmp") => Some(Family::V4),
+            Some("icmpv6") => Some(Family::V6),
+            _ => None,
+        })
+    };
+    fn protos(c: &Cond) -> Option<Vec<&str>> {
+        c.proto.as_deref().map(|p| if p == "both" { vec!["tcp", "udp"] } else { vec![p] })
+    }
+    let disjoint_fam = matches!((fam(a), fam(b)), (Some(x), Some(y)) if x != y);
+    let disjoint_proto = matches!((protos(a), protos(b)), (Some(x), Some(y)) if !x.iter().any(|p| y.contains(p)));
+    !disjoint_fam && !disjoint_proto
 }
 
 /// The neighbour-discovery types fwc accepts itself in input and output.
