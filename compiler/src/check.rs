@@ -512,6 +512,7 @@ impl Checker<'_> {
         for s in &self.rs.snats {
             let rule = format!("{} \"{}\"", s.kind.as_str(), s.name.value);
             self.addr(&rule, &s.from);
+            self.addr(&rule, &s.from_except);
             self.addr(&rule, &s.dst);
             self.ports_need_proto(&rule, s.proto.as_ref(), s.ports.as_ref(), "port");
             self.family_mix(&rule, &s.from, &s.dst);

@@ -519,6 +519,16 @@ pub struct SnatRule {
     /// snat: the new source address (`to=`).
     pub to_addr: Option<Spanned<IpAddr>>,
     pub oif: Option<Spanned<String>>,
+    /// `in=`: input interface names (routed connections only: the host's own have none).
+    /// Skipped when absent, as the two below (digests of the other rules).
+    #[serde(serialize_with = "serialize_ifaces", skip_serializing_if = "Option::is_none")]
+    pub iif: Option<Spanned<Vec<String>>>,
+    /// `from-except=`: sources left out of `from` (nft's `ip saddr A ip saddr != B`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_except: Option<Spanned<AddrMatch>>,
+    /// `!` before `from`, the destination filter (`to`/`dst`) or `in`: none of the list.
+    #[serde(skip_serializing_if = "header::Negations::none")]
+    pub negate: header::Negations,
     pub proto: Option<Spanned<Proto>>,
     pub ports: Option<Spanned<Vec<PortRange>>>,
     pub on: Option<Spanned<Selector>>,

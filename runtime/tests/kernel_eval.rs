@@ -389,7 +389,8 @@ fn golden_cases_and_examples_agree_with_the_kernel() {
 /// What imported rulesets use behaves in the kernel as the evaluator says: ICMP
 /// types (an echo reply without its request is `invalid`), the ways to reject, a log rule that
 /// lets matching go on, `state=` (`"invalid"` alone decided before the built-in invalid drop), `policy=reject` with a kernel forward still passing, and
-/// source NAT of a network (masquerade to the out interface's address, snat to a fixed one:
+/// source NAT of a network (masquerade to the out interface's address, snat to a fixed one;
+/// negated destination and input interface, a source left out with `from-except=`:
 /// the connection's conntrack entry shows the new source).
 #[test]
 fn imported_forms_behave_in_the_kernel_as_the_evaluator_says() {
@@ -409,9 +410,11 @@ input policy=reject {
 }
 forward policy=reject reject-with="net-unreachable" {
     allow "lan-out" in=eth1 out=eth0
+    allow "lan2-out" in=eth2 out=eth0
 }
 masquerade "lan-masq" from="192.168.1.0/24" out=eth0
 snat "office" from="10.8.0.0/16" out=eth0 to="198.18.0.1"
+masquerade "lan-not-dmz" from="10.9.0.0/16" from-except="10.9.5.0/24" to="!203.0.113.64/26" in="!eth2" out=eth0
 forward "web" listen=":8080" to="10.0.0.5:80"
 "#;
     let tree = SourceTree::from_files([("fwc.kdl".to_string(), text.to_string())]);
@@ -433,6 +436,11 @@ forward "web" listen=":8080" to="10.0.0.5:80"
         ("tcp 192.168.1.5:30007 -> 203.0.113.9:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), Some("fwc:masquerade:lan-masq")),
         ("tcp 10.8.0.5:30008 -> 203.0.113.9:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), Some("fwc:snat:office")),
         ("tcp 203.0.113.9:30009 -> 192.168.1.5:22 in eth0 out eth1 forward", "reject", Some("fwc:chain:forward"), None),
+        // Source NAT with a negated destination and input interface, and a source left out.
+        ("tcp 10.9.1.5:30011 -> 203.0.113.9:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), Some("fwc:masquerade:lan-not-dmz")),
+        ("tcp 10.9.5.5:30012 -> 203.0.113.9:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), None),
+        ("tcp 10.9.1.6:30013 -> 203.0.113.70:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), None),
+        ("tcp 10.9.1.7:30014 -> 203.0.113.9:443 in eth2 out eth0 forward", "accept", Some("fwc:filter:lan2-out"), None),
         ("tcp 203.0.113.7:30010 -> 198.18.1.1:8080 in eth0 out eth1", "accept", None, None),
     ];
     let flows: Vec<Flow> = cases.iter().map(|c| Flow::parse(c.0).unwrap_or_else(|e| panic!("{}: {e}", c.0))).collect();

@@ -334,7 +334,11 @@ fn filter_summary(r: &FilterRule) -> String {
 
 fn snat_summary(r: &SnatRule) -> String {
     let mut out = r.kind.as_str().to_string();
-    Matches { proto: &r.proto, ports: &r.ports, sports: &None, from: &r.from, to: &r.dst, iif: None, oif: r.oif.as_ref().map(|o| o.value.clone()), negate: Default::default() }.push(&mut out);
+    let iif = r.iif.as_ref().map(|i| i.value.join(","));
+    Matches { proto: &r.proto, ports: &r.ports, sports: &None, from: &r.from, to: &r.dst, iif, oif: r.oif.as_ref().map(|o| o.value.clone()), negate: r.negate }.push(&mut out);
+    if let Some(m) = &r.from_except {
+        out.push_str(&format!(" from-except {}", addr(&m.value)));
+    }
     if let Some(a) = &r.to_addr {
         out.push_str(&format!(" -> source {}", a.value));
     }

@@ -617,7 +617,7 @@ pub fn translate(cfg: &Config) -> Imported {
                 _ => Some(Addrs::List(vec!["0.0.0.0/0".into()])),
             });
             let name = tx.unique(&format!("masquerade-{zname}{}", if b.word().is_empty() { String::new() } else { format!("-{}", b.word()) }));
-            tx.out.nats.push(Nat { name, kind: "masquerade", from, dst, out, to_addr: None, proto: None, port: None, origin });
+            tx.out.nats.push(Nat { name, kind: "masquerade", from, from_except: None, dst, iif: None, not: Not::default(), out, to_addr: None, proto: None, port: None, origin });
         }
         for mut f in z.parts.forwards.clone() {
             match &b {

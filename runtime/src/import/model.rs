@@ -134,7 +134,13 @@ pub struct Nat {
     pub name: String,
     pub kind: &'static str,
     pub from: Option<Addrs>,
+    /// `from-except=`: sources left out of `from`.
+    pub from_except: Option<Addrs>,
     pub dst: Option<Addrs>,
+    /// `in=`: input interfaces (a list).
+    pub iif: Option<String>,
+    /// Which of `from`, `dst` and `iif` are negated.
+    pub not: Not,
     pub out: Option<String>,
     pub to_addr: Option<IpAddr>,
     pub proto: Option<String>,

@@ -198,10 +198,16 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
     for n in &imp.nats {
         let mut p = vec![format!("{} {}", n.kind, q(&n.name))];
         if let Some(a) = &n.from {
-            p.push(format!("from={}", addrs(a)));
+            p.push(format!("from={}", not_addrs(a, n.not.from)));
+        }
+        if let Some(a) = &n.from_except {
+            p.push(format!("from-except={}", addrs(a)));
         }
         if let Some(a) = &n.dst {
-            p.push(format!("{}={}", if n.kind == "snat" { "dst" } else { "to" }, addrs(a)));
+            p.push(format!("{}={}", if n.kind == "snat" { "dst" } else { "to" }, not_addrs(a, n.not.to)));
+        }
+        if let Some(i) = &n.iif {
+            p.push(format!("in={}", q(&format!("{}{i}", if n.not.iif { "!" } else { "" }))));
         }
         if let Some(o) = &n.out {
             p.push(format!("out={}", q(o)));

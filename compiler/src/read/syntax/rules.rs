@@ -35,10 +35,10 @@ pub(super) const LOG_RULE_PROPS: &[&str] = &[
 pub(super) const PREROUTING_RULE_PROPS: &[&str] =
     &["proto", "port", "sport", "from", "to", "in", "out", "icmp-type", "icmp-code", "tcp-flags", "pkttype", "state", "log", "log-prefix", "log-rate", "on", "comment"];
 
-pub(super) const MASQUERADE_PROPS: &[&str] = &["from", "to", "out", "proto", "port", "on", "comment"];
+pub(super) const MASQUERADE_PROPS: &[&str] = &["from", "from-except", "to", "in", "out", "proto", "port", "on", "comment"];
 
 /// snat's `to` is the new source address, so its destination filter is `dst`.
-pub(super) const SNAT_PROPS: &[&str] = &["from", "dst", "to", "out", "proto", "port", "on", "comment"];
+pub(super) const SNAT_PROPS: &[&str] = &["from", "from-except", "dst", "to", "in", "out", "proto", "port", "on", "comment"];
 
 /// A `containers` rule matches a published port as the client addressed it: no `sport`/`out`
 /// (the output interface is the bridge).
@@ -272,10 +272,11 @@ impl Parser<'_, '_> {
         };
         let mut p = self.props(node, &rule, allowed, 1);
         self.no_children(node, &rule);
+        let mut negate = Negations::default();
         let (dst, to_addr) = match kind {
-            SnatKind::Masquerade => (self.addr_match(&mut p, "to"), None),
+            SnatKind::Masquerade => (self.addr_match_not(&mut p, "to", &mut negate.to), None),
             SnatKind::Snat => {
-                let dst = self.addr_match(&mut p, "dst");
+                let dst = self.addr_match_not(&mut p, "dst", &mut negate.to);
                 let to = if p.values.contains_key("to") {
                     self.parsed(&mut p, "to", parse_snat_addr)
                 } else {
@@ -290,10 +291,13 @@ impl Parser<'_, '_> {
         };
         let s = SnatRule {
             kind,
-            from: self.addr_match(&mut p, "from"),
+            from: self.addr_match_not(&mut p, "from", &mut negate.from),
+            from_except: self.addr_match(&mut p, "from-except"),
             dst,
             to_addr,
             oif: self.parsed(&mut p, "out", parse_ifname),
+            iif: self.parsed_not(&mut p, "in", &mut negate.iif, |s| headers::parse_ifnames(s, parse_ifname)),
+            negate,
             proto: self.choice(&mut p, "proto", &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)]),
             ports: self.parsed(&mut p, "port", units::parse_port_list),
             on: self.selector(&mut p),

@@ -51,6 +51,10 @@ impl Tx<'_> {
                 Some(v) if cond == Cond::default() => v.to_string(),
                 _ => origin,
             };
+            if st.from_except.is_some() {
+                self.out.refused.push(Refusal { origin, what: "two matches on the source address (`ip saddr A ip saddr != B`) in a filter rule".into(), hint: "fwc's filter rules take one source match: split it by hand (a deny of the exception before an allow of the rest)".into() });
+                continue;
+            }
             if [&cond.iif, &cond.oif].into_iter().flatten().flat_map(|i| i.split(',')).any(container_iface) {
                 self.out.containers = true;
                 self.note_at("rules about container bridges are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working", &origin);
