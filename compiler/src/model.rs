@@ -256,6 +256,10 @@ pub struct Chain {
     /// `reject-with=` on a `policy=reject` block: how the policy rejects.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reject_with: Option<Spanned<RejectWith>>,
+    /// `input router-advertisements="wan0"`: the interfaces fwc's built-in accepts router
+    /// advertisements on (empty: `"none"`, the user's rules decide them). Only on `input`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub router_advertisements: Option<Spanned<Vec<String>>>,
     pub rules: Vec<FilterRule>,
     #[serde(skip)]
     pub span: Span,

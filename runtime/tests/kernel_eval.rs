@@ -390,7 +390,8 @@ fn golden_cases_and_examples_agree_with_the_kernel() {
 /// types (an echo reply without its request is `invalid`), the ways to reject, a log rule that
 /// lets matching go on, `state=` (`"invalid"` alone decided before the built-in invalid drop), `policy=reject` with a kernel forward still passing, and
 /// source NAT of a network (masquerade to the out interface's address, snat to a fixed one;
-/// negated destination and input interface, a source left out with `from-except=`:
+/// negated destination and input interface, a source left out with `from-except=`; router
+/// advertisements narrowed to an interface (real RAs to ff02::1):
 /// the connection's conntrack entry shows the new source).
 #[test]
 fn imported_forms_behave_in_the_kernel_as_the_evaluator_says() {
@@ -399,7 +400,7 @@ fn imported_forms_behave_in_the_kernel_as_the_evaluator_says() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let text = r#"fwc 1
-input policy=reject {
+input policy=reject router-advertisements="eth0" {
     allow "ping" proto=icmp icmp-type="echo-request,echo-reply"
     allow "ping6" proto=icmpv6 icmp-type="echo-request"
     allow "replies6" proto=icmpv6 icmp-type="echo-reply" from="2001:db8:7::/48" state="invalid"
@@ -425,6 +426,10 @@ forward "web" listen=":8080" to="10.0.0.5:80"
         ("icmp 203.0.113.8 -> 198.18.1.1 type echo-reply", "drop", None, None),
         ("icmpv6 2001:db8:9::1 -> 2001:db8::1", "accept", Some("fwc:filter:ping6"), None),
         ("icmpv6 2001:db8:9::2 -> 2001:db8::1 type echo-reply", "drop", None, None),
+        // Router advertisements: the built-in accepts them on eth0 only; on eth1 the policy.
+        ("icmpv6 fe80::66 -> ff02::1 type nd-router-advert in eth0", "accept", None, None),
+        ("icmpv6 fe80::67 -> ff02::1 type nd-router-advert in eth1", "reject", Some("fwc:chain:input"), None),
+        ("icmpv6 2001:db8:9::68 -> 2001:db8::1 type nd-neighbor-solicit in eth1", "accept", None, None),
         // `state="invalid"` alone is decided before fwc's invalid drop.
         ("icmpv6 2001:db8:7::2 -> 2001:db8::1 type echo-reply", "accept", Some("fwc:filter:replies6"), None),
         ("tcp 203.0.113.7:30001 -> 198.18.1.1:23", "reject", Some("fwc:filter:telnet"), None),

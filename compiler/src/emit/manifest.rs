@@ -41,11 +41,16 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &N
                 let c = plan.chains.iter().find(|c| c.kind.as_str() == name).expect("placed chains exist");
                 let order: Vec<&str> = c.rules.iter().map(|r| r.name.value.as_str()).collect();
                 // reject-with joins the digest only when given (digests of other chains stay).
-                let d = match c.reject_with {
-                    None => digest(&(c.policy, &order)),
-                    Some(w) => digest(&(c.policy, &order, w)),
+                let d = match (c.reject_with, &c.router_advertisements) {
+                    (None, None) => digest(&(c.policy, &order)),
+                    (Some(w), None) => digest(&(c.policy, &order, w)),
+                    (w, Some(ra)) => digest(&(c.policy, &order, w, ra)),
                 };
-                (chain_summary(c.policy, c.reject_with, &order), d, c.policy_span.and_then(&mut at))
+                let mut summary = chain_summary(c.policy, c.reject_with, &order);
+                if let Some(ra) = &c.router_advertisements {
+                    summary.push_str(&format!("; router advertisements accepted on {}", if ra.is_empty() { "no interface (the rules decide)".to_string() } else { ra.join(",") }));
+                }
+                (summary, d, c.policy_span.and_then(&mut at))
             }
             RuleKind::Filter => (filter_summary(filters[name]), digest(filters[name]), at(filters[name].span)),
             RuleKind::Forward => (forward_summary(forwards[name]), digest(forwards[name]), at(forwards[name].span)),

@@ -170,6 +170,9 @@ pub struct Imported {
     pub merged: Vec<(Origin, String)>,
     /// Emit a `containers` block (Docker/Podman bridges seen), so `forward policy=drop` keeps containers working.
     pub containers: bool,
+    /// The original accepts router advertisements more narrowly than fwc's built-in: the input
+    /// block says `router-advertisements="none"` and the original's accept is a rule.
+    pub ra_by_rules: bool,
 }
 
 impl Imported {

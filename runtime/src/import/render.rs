@@ -243,6 +243,9 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
         if let Some(r) = &c.reject_with {
             head.push_str(&format!(" reject-with={}", q(r)));
         }
+        if imp.ra_by_rules && c.kind == "input" && !imp.chains[..i].iter().any(|p| p.kind == "input") {
+            head.push_str(" router-advertisements=\"none\"");
+        }
         if c.rules.is_empty() {
             t.push_str(&format!("{head} {{}}\n"));
         } else {

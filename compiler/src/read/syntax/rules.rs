@@ -68,6 +68,7 @@ impl Parser<'_, '_> {
             ChainKind::Containers => &["policy", "bridges"],
             // Early drops only: what no rule drops goes on to routing (`policy` is refused below).
             ChainKind::Prerouting => &["policy"],
+            ChainKind::Input => &["policy", "reject-with", "router-advertisements"],
             _ => &["policy", "reject-with"],
         };
         let mut props = self.props(node, &rule, allowed, 0);
@@ -85,6 +86,10 @@ impl Parser<'_, '_> {
         };
         let bridges = self.parsed(&mut props, "bridges", parse_bridges);
         let reject_with = self.parsed(&mut props, "reject-with", units::parse_reject_with);
+        let router_advertisements = self.parsed(&mut props, "router-advertisements", |s| match s {
+            "none" => Ok(Vec::new()),
+            _ => headers::parse_ifnames(s, parse_ifname),
+        });
         if let (Some(r), false) = (&reject_with, policy.as_ref().is_some_and(|p| p.value == Policy::Reject)) {
             self.error("reject-with-without-reject", "reject-with on a chain block whose policy is not reject", r.span, "no policy=reject here")
                 .rule(&rule)
@@ -128,7 +133,7 @@ impl Parser<'_, '_> {
                 rules.push(r);
             }
         }
-        Some(Chain { kind, policy, bridges, reject_with, rules, span: self.span(node.span()) })
+        Some(Chain { kind, policy, bridges, reject_with, router_advertisements, rules, span: self.span(node.span()) })
     }
 
     pub(super) fn filter_rule(&mut self, node: &KdlNode, chain: ChainKind, action: Action) -> Option<FilterRule> {

@@ -74,10 +74,21 @@ impl Tx<'_> {
             let accept = st.verdict.as_deref() == Some("accept");
             if accept && matches!(hook, "input" | "output") && has_nd(&cond) {
                 if let Some(only) = narrower_than_builtin(&cond, pre) {
+                    // Router advertisements only: `input router-advertisements="none"` takes
+                    // them out of fwc's built-in, and this accept decides them as a rule.
+                    if hook == "input" && cond.icmp_type.as_deref() == Some("nd-router-advert") {
+                        self.out.ra_by_rules = true;
+                        if st.hoplimit {
+                            self.note_at("the hop-limit match of a router-advertisement accept is left out: the kernel ignores router advertisements whose hop limit is not 255", &origin);
+                        }
+                        let name = rule_name(&mut self.names, &Verb::Allow, &cond);
+                        out.push(Rule { name, verb: Verb::Allow, cond, rate: None, per_source: false, log: st.log, log_prefix: st.log_prefix.clone(), log_rate: None, comment, origin });
+                        continue;
+                    }
                     self.out.refused.push(Refusal {
                         origin,
                         what: format!("an accept of neighbour discovery ({}) only {only}: fwc accepts neighbour discovery itself, before any rule, on every interface and from every address, which is wider", cond.icmp_type.clone().unwrap_or_default()),
-                        hint: "fwc cannot narrow its neighbour-discovery accept yet: accept it everywhere in the original (router advertisements from the LAN are then accepted too), or keep this host on its original firewall".into(),
+                        hint: "fwc narrows only the router advertisements of its neighbour-discovery accept (`input router-advertisements=…`): accept the other types everywhere in the original, or keep this host on its original firewall".into(),
                     });
                     continue;
                 }
