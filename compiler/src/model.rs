@@ -624,6 +624,12 @@ pub struct ForwardRule {
     /// Skipped when absent (digests of other forwards).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iif: Option<Spanned<Vec<String>>>,
+    /// `destinations="any"`: DNAT what arrives on `in=` whatever its destination (connections
+    /// routed through this host too, as iptables' `-i eth0 -p tcp --dport 80 -j DNAT`);
+    /// default `"local"`: only connections to this host's addresses. Skipped when local
+    /// (digests of other forwards).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub any_destination: bool,
     /// `bandwidth=` sets both directions; `up=` (client -> target) / `down=` override it.
     pub up: Option<Spanned<Bandwidth>>,
     pub down: Option<Spanned<Bandwidth>>,

@@ -200,7 +200,8 @@ fn a_dnat_on_an_input_interface_is_a_forward_with_in() {
     let r = import("iptables", "dnatin.v4", &["--verify"]);
     faithful(&r);
     let top = std::fs::read_to_string(r.out.join("fwc.kdl")).unwrap();
-    assert!(top.contains(r#"forward "fwd-tcp-8443" listen=":8443" to="192.168.1.20:443" in="wan0""#), "{top}");
+    // No destination match: connections routed through the host are DNATed too.
+    assert!(top.contains(r#"forward "fwd-tcp-8443" listen=":8443" to="192.168.1.20:443" in="wan0" destinations="any""#), "{top}");
     assert!(top.contains(r#"listen=":5060" to="192.168.1.30:5062" in="wan0""#), "{top}");
     // A DNAT map keyed by the destination port: one forward per element.
     let r = import("nft", "dnatmap.nft", &["--verify"]);

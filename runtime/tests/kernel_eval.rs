@@ -491,7 +491,8 @@ forward "web" listen=":8080" to="10.0.0.5:80"
 /// connection picked up mid-stream, SYN+ACK or no flags `invalid`), ICMP codes, negated ports,
 /// addresses and interfaces, interface lists, packet types (a broadcast and a multicast
 /// frame), a kernel forward restricted to an input interface (`in=`), and protocols by name
-/// or number (GRE, ESP, IGMP, 253: raw IP packets of those protocols, both families).
+/// or number (GRE, ESP, IGMP, 253: raw IP packets of those protocols, both families), and a
+/// kernel forward that also DNATs connections routed through the host (`destinations="any"`).
 #[test]
 fn header_matches_behave_in_the_kernel_as_the_evaluator_says() {
     if !fwc_testkit::privileged("header_matches_behave_in_the_kernel_as_the_evaluator_says") {
@@ -524,6 +525,7 @@ forward policy=drop {
     allow "unreach6" proto=icmpv6 icmp-type="destination-unreachable" icmp-code="port-unreachable"
 }
 forward "web-lan" listen=":8080" to="10.0.0.5:80" in="eth1"
+forward "routed-web" listen=":9090" to="10.0.0.6:90" in="eth0" destinations="any"
 "#;
     let tree = SourceTree::from_files([("fwc.kdl".to_string(), text.to_string())]);
     let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap_or_else(|d| panic!("{}", d.render(false)));
@@ -556,6 +558,11 @@ forward "web-lan" listen=":8080" to="10.0.0.5:80" in="eth1"
         // port 8080 is the host's own (a rule of the input chain decides, no DNAT).
         ("tcp 192.168.1.5:31016 -> 198.18.1.1:8080 in eth1 out eth2", "accept", None),
         ("tcp 203.0.113.7:31017 -> 198.18.1.1:8080 in eth0", "accept", Some("fwc:filter:web-not-eth1")),
+        // `destinations="any"`: a connection routed through the host to another address is
+        // DNATed too when it arrives on in=; from elsewhere it is routed as it was.
+        ("tcp 203.0.113.7:31018 -> 203.0.113.200:9090 in eth0 out eth1 forward", "accept", None),
+        ("tcp 203.0.113.7:31019 -> 198.18.1.1:9090 in eth0 out eth1", "accept", None),
+        ("tcp 192.168.1.5:31020 -> 203.0.113.200:9090 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out")),
         // Protocols by name or number (GRE, ESP, IGMP, 253), sent from a raw packet socket.
         ("gre 203.0.113.7 -> 198.18.1.1", "accept", Some("fwc:filter:gre")),
         ("gre 192.0.2.7 -> 198.18.1.1", "drop", None),

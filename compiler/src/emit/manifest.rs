@@ -393,6 +393,9 @@ fn forward_summary(f: &ForwardRule) -> String {
     if let Some(i) = &f.iif {
         out.push_str(&format!(" in {}", i.value.join(",")));
     }
+    if f.any_destination {
+        out.push_str(" any destination");
+    }
     if let Some(m) = &f.from {
         out.push_str(&format!(" from {}", addr(&m.value)));
     }

@@ -302,7 +302,7 @@ impl<'a> Tx<'a> {
         }
         let to_port = to_port.unwrap_or_else(|| port.clone());
         let name = self.unique(&format!("fwd-{proto}-{port}"));
-        p.forwards.push(Forward { name, proto, listen: format!(":{port}"), to: format!("{to_addr}:{to_port}"), from, iif: None, origin: origin.into() });
+        p.forwards.push(Forward { name, proto, listen: format!(":{port}"), to: format!("{to_addr}:{to_port}"), from, iif: None, any_destination: false, origin: origin.into() });
     }
 
     fn zone(&mut self, name: &str, label: &str, text: &str) -> Option<Zone> {

@@ -125,6 +125,9 @@ pub struct Forward {
     pub from: Option<Addrs>,
     /// Input interfaces the DNAT is restricted to (`in=`), comma separated.
     pub iif: Option<String>,
+    /// `destinations="any"`: the original DNATs what arrives on `in=` whatever its
+    /// destination (it has no destination match).
+    pub any_destination: bool,
     pub origin: Origin,
 }
 

@@ -188,6 +188,9 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
         if let Some(i) = &f.iif {
             p.push(format!("in={}", q(i)));
         }
+        if f.any_destination {
+            p.push("destinations=\"any\"".into());
+        }
         p.push(format!("comment={}", q(&f.origin)));
         root.push_str(&p.join(" "));
         root.push('\n');

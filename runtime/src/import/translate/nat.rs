@@ -105,14 +105,17 @@ impl Tx<'_> {
             (false, Some(p)) => format!("{addr}:{p}"),
             (_, None) => addr.clone(),
         };
-        if cond.to.is_none() {
+        // No destination match (nor `fib daddr type local`) on an input interface: routed
+        // connections are DNATed too (`destinations="any"`).
+        let any_destination = cond.to.is_none() && cond.iif.is_some() && !st.fib_local;
+        if cond.to.is_none() && !any_destination && !st.fib_local {
             self.note_at(
                 "DNAT without a destination address also rewrites packets routed through this host to other addresses; fwc's forwards take the packets addressed to this host (--verify shows such routed flows as differences)",
                 &origin,
             );
         }
         let name = self.unique(&format!("fwd-{proto}-{lport}"));
-        self.out.forwards.push(Forward { name, proto, listen, to: target, from: cond.from.clone(), iif: cond.iif.clone(), origin });
+        self.out.forwards.push(Forward { name, proto, listen, to: target, from: cond.from.clone(), iif: cond.iif.clone(), any_destination, origin });
     }
 
     pub(super) fn snat(&mut self, origin: Origin, cond: Cond, st: Stmts) {
