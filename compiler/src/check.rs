@@ -191,6 +191,18 @@ impl Checker<'_> {
             if let (ChainKind::Input, Some(o)) = (r.chain, &r.oif) {
                 self.err("oif-in-input", &rule, "packets for this host have no output interface", o.span, "`out` in the input chain", "use `in=` in the input chain");
             }
+            if let (ChainKind::Input, Some(st)) = (r.chain, &r.state) {
+                if st.value.len() > 1 && st.value.contains(&crate::model::CtState::Invalid) {
+                    self.err(
+                        "invalid-with-other-states",
+                        &rule,
+                        "in the input chain, `state=\"invalid\"` is decided before fwc's built-in invalid drop and every other state after it",
+                        st.span,
+                        "`invalid` with other states",
+                        "write two rules: one with state=\"invalid\" alone, one with the other states",
+                    );
+                }
+            }
             self.header_matches(&rule, r);
             self.family_mix(&rule, &r.from, &r.to);
             if let (ChainKind::Containers, Some(p)) = (r.chain, &r.proto) {
@@ -500,6 +512,7 @@ impl Checker<'_> {
         for s in &self.rs.snats {
             let rule = format!("{} \"{}\"", s.kind.as_str(), s.name.value);
             self.addr(&rule, &s.from);
+            self.addr(&rule, &s.from_except);
             self.addr(&rule, &s.dst);
             self.ports_need_proto(&rule, s.proto.as_ref(), s.ports.as_ref(), "port");
             self.family_mix(&rule, &s.from, &s.dst);

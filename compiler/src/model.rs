@@ -256,6 +256,10 @@ pub struct Chain {
     /// `reject-with=` on a `policy=reject` block: how the policy rejects.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reject_with: Option<Spanned<RejectWith>>,
+    /// `input router-advertisements="wan0"`: the interfaces fwc's built-in accepts router
+    /// advertisements on (empty: `"none"`, the user's rules decide them). Only on `input`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub router_advertisements: Option<Spanned<Vec<String>>>,
     pub rules: Vec<FilterRule>,
     #[serde(skip)]
     pub span: Span,
@@ -531,6 +535,16 @@ pub struct SnatRule {
     /// snat: the new source address (`to=`).
     pub to_addr: Option<Spanned<IpAddr>>,
     pub oif: Option<Spanned<String>>,
+    /// `in=`: input interface names (routed connections only: the host's own have none).
+    /// Skipped when absent, as the two below (digests of the other rules).
+    #[serde(serialize_with = "serialize_ifaces", skip_serializing_if = "Option::is_none")]
+    pub iif: Option<Spanned<Vec<String>>>,
+    /// `from-except=`: sources left out of `from` (nft's `ip saddr A ip saddr != B`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_except: Option<Spanned<AddrMatch>>,
+    /// `!` before `from`, the destination filter (`to`/`dst`) or `in`: none of the list.
+    #[serde(skip_serializing_if = "header::Negations::none")]
+    pub negate: header::Negations,
     pub proto: Option<Spanned<Proto>>,
     pub ports: Option<Spanned<Vec<PortRange>>>,
     pub on: Option<Spanned<Selector>>,
@@ -622,6 +636,12 @@ pub struct ForwardRule {
     /// Skipped when absent (digests of other forwards).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iif: Option<Spanned<Vec<String>>>,
+    /// `destinations="any"`: DNAT what arrives on `in=` whatever its destination (connections
+    /// routed through this host too, as iptables' `-i eth0 -p tcp --dport 80 -j DNAT`);
+    /// default `"local"`: only connections to this host's addresses. Skipped when local
+    /// (digests of other forwards).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub any_destination: bool,
     /// `bandwidth=` sets both directions; `up=` (client -> target) / `down=` override it.
     pub up: Option<Spanned<Bandwidth>>,
     pub down: Option<Spanned<Bandwidth>>,

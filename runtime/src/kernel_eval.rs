@@ -107,9 +107,14 @@ const DEFAULT_IF: &str = "fwck0";
 /// Flows sent as packets: not the host's own, and of ICMP only echo requests and replies and
 /// destination-unreachable errors (their identifier, or the error's unused word, carries the
 /// flow's source port, which names the packet in the trace). A packet of another protocol
-/// (GRE, ESP, …) carries it as its IPv4 identification or IPv6 flow label.
+/// (GRE, ESP, …) or of neighbour discovery carries it as its IPv4 identification or IPv6 flow label.
 fn sends(f: &Flow) -> bool {
-    f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8 | 0 | 3) | (L4::Icmpv6, 128 | 129 | 1) | (L4::Other(_), _)))
+    f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8 | 0 | 3) | (L4::Icmpv6, 128 | 129 | 1 | 133..=136) | (L4::Other(_), _)))
+}
+
+/// Neighbour discovery (router/neighbour solicitation and advertisement): named by its flow label.
+fn by_flow_label(f: &Flow) -> bool {
+    matches!(f.proto, L4::Other(_)) || (f.proto == L4::Icmpv6 && matches!(f.dport, 133..=136))
 }
 
 /// Evaluate `flows` in the kernel. Flows must have distinct source ports (they identify the
@@ -477,7 +482,7 @@ fn frame(f: &Flow, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
     }
     // The packet's name in the trace (its source port, ICMP identifier, or for another
     // protocol the IPv4 identification / IPv6 flow label).
-    let id = if matches!(f.proto, L4::Other(_)) { f.sport } else { 1 };
+    let id = if by_flow_label(f) { f.sport } else { 1 };
     let mut out = Vec::new();
     out.extend(dst_mac);
     out.extend(src_mac);
@@ -585,6 +590,7 @@ fn parse_trace(text: &str, table: &fwc_compiler::eval::nft::Table) -> BTreeMap<u
                 word_after(first, "icmpv6 parameter-problem ").filter(|_| echo).and_then(|w| w.parse::<u32>().ok()).map(|n| (n >> 16) as u16)
             })
             .or_else(|| other_protocol(first).then(|| word_after(first, "ip id ").or_else(|| word_after(first, "ip6 flowlabel ")).and_then(|w| w.parse().ok())).flatten())
+            .or_else(|| first.contains("icmpv6 type nd-").then(|| word_after(first, "ip6 flowlabel ").and_then(|w| w.parse().ok())).flatten())
         else {
             continue;
         };

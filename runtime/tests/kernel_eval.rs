@@ -394,8 +394,10 @@ fn golden_cases_and_examples_agree_with_the_kernel() {
 
 /// What imported rulesets use behaves in the kernel as the evaluator says: ICMP
 /// types (an echo reply without its request is `invalid`), the ways to reject, a log rule that
-/// lets matching go on, `state=`, `policy=reject` with a kernel forward still passing, and
-/// source NAT of a network (masquerade to the out interface's address, snat to a fixed one:
+/// lets matching go on, `state=` (`"invalid"` alone decided before the built-in invalid drop), `policy=reject` with a kernel forward still passing, and
+/// source NAT of a network (masquerade to the out interface's address, snat to a fixed one;
+/// negated destination and input interface, a source left out with `from-except=`; router
+/// advertisements narrowed to an interface (real RAs to ff02::1):
 /// the connection's conntrack entry shows the new source).
 #[test]
 fn imported_forms_behave_in_the_kernel_as_the_evaluator_says() {
@@ -404,9 +406,10 @@ fn imported_forms_behave_in_the_kernel_as_the_evaluator_says() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let text = r#"fwc 1
-input policy=reject {
+input policy=reject router-advertisements="eth0" {
     allow "ping" proto=icmp icmp-type="echo-request,echo-reply"
     allow "ping6" proto=icmpv6 icmp-type="echo-request"
+    allow "replies6" proto=icmpv6 icmp-type="echo-reply" from="2001:db8:7::/48" state="invalid"
     reject "telnet" proto=tcp port=23 reject-with="admin-prohibited"
     reject "old-echo" proto=udp port=7 reject-with="prot-unreachable"
     log "ssh-seen" proto=tcp port=22 log-prefix="SSH " log-rate="10/second"
@@ -414,9 +417,11 @@ input policy=reject {
 }
 forward policy=reject reject-with="net-unreachable" {
     allow "lan-out" in=eth1 out=eth0
+    allow "lan2-out" in=eth2 out=eth0
 }
 masquerade "lan-masq" from="192.168.1.0/24" out=eth0
 snat "office" from="10.8.0.0/16" out=eth0 to="198.18.0.1"
+masquerade "lan-not-dmz" from="10.9.0.0/16" from-except="10.9.5.0/24" to="!203.0.113.64/26" in="!eth2" out=eth0
 forward "web" listen=":8080" to="10.0.0.5:80"
 "#;
     let tree = SourceTree::from_files([("fwc.kdl".to_string(), text.to_string())]);
@@ -427,6 +432,12 @@ forward "web" listen=":8080" to="10.0.0.5:80"
         ("icmp 203.0.113.8 -> 198.18.1.1 type echo-reply", "drop", None, None),
         ("icmpv6 2001:db8:9::1 -> 2001:db8::1", "accept", Some("fwc:filter:ping6"), None),
         ("icmpv6 2001:db8:9::2 -> 2001:db8::1 type echo-reply", "drop", None, None),
+        // Router advertisements: the built-in accepts them on eth0 only; on eth1 the policy.
+        ("icmpv6 fe80::66 -> ff02::1 type nd-router-advert in eth0", "accept", None, None),
+        ("icmpv6 fe80::67 -> ff02::1 type nd-router-advert in eth1", "reject", Some("fwc:chain:input"), None),
+        ("icmpv6 2001:db8:9::68 -> 2001:db8::1 type nd-neighbor-solicit in eth1", "accept", None, None),
+        // `state="invalid"` alone is decided before fwc's invalid drop.
+        ("icmpv6 2001:db8:7::2 -> 2001:db8::1 type echo-reply", "accept", Some("fwc:filter:replies6"), None),
         ("tcp 203.0.113.7:30001 -> 198.18.1.1:23", "reject", Some("fwc:filter:telnet"), None),
         ("udp 203.0.113.7:30002 -> 198.18.1.1:7", "reject", Some("fwc:filter:old-echo"), None),
         ("udp [2001:db8:9::1]:30003 -> [2001:db8::1]:7", "reject", Some("fwc:filter:old-echo"), None),
@@ -436,6 +447,11 @@ forward "web" listen=":8080" to="10.0.0.5:80"
         ("tcp 192.168.1.5:30007 -> 203.0.113.9:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), Some("fwc:masquerade:lan-masq")),
         ("tcp 10.8.0.5:30008 -> 203.0.113.9:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), Some("fwc:snat:office")),
         ("tcp 203.0.113.9:30009 -> 192.168.1.5:22 in eth0 out eth1 forward", "reject", Some("fwc:chain:forward"), None),
+        // Source NAT with a negated destination and input interface, and a source left out.
+        ("tcp 10.9.1.5:30011 -> 203.0.113.9:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), Some("fwc:masquerade:lan-not-dmz")),
+        ("tcp 10.9.5.5:30012 -> 203.0.113.9:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), None),
+        ("tcp 10.9.1.6:30013 -> 203.0.113.70:443 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out"), None),
+        ("tcp 10.9.1.7:30014 -> 203.0.113.9:443 in eth2 out eth0 forward", "accept", Some("fwc:filter:lan2-out"), None),
         ("tcp 203.0.113.7:30010 -> 198.18.1.1:8080 in eth0 out eth1", "accept", None, None),
     ];
     let flows: Vec<Flow> = cases.iter().map(|c| Flow::parse(c.0).unwrap_or_else(|e| panic!("{}: {e}", c.0))).collect();
@@ -481,7 +497,8 @@ forward "web" listen=":8080" to="10.0.0.5:80"
 /// connection picked up mid-stream, SYN+ACK or no flags `invalid`), ICMP codes, negated ports,
 /// addresses and interfaces, interface lists, packet types (a broadcast and a multicast
 /// frame), a kernel forward restricted to an input interface (`in=`), and protocols by name
-/// or number (GRE, ESP, IGMP, 253: raw IP packets of those protocols, both families).
+/// or number (GRE, ESP, IGMP, 253: raw IP packets of those protocols, both families), and a
+/// kernel forward that also DNATs connections routed through the host (`destinations="any"`).
 #[test]
 fn header_matches_behave_in_the_kernel_as_the_evaluator_says() {
     if !fwc_testkit::privileged("header_matches_behave_in_the_kernel_as_the_evaluator_says") {
@@ -514,6 +531,7 @@ forward policy=drop {
     allow "unreach6" proto=icmpv6 icmp-type="destination-unreachable" icmp-code="port-unreachable"
 }
 forward "web-lan" listen=":8080" to="10.0.0.5:80" in="eth1"
+forward "routed-web" listen=":9090" to="10.0.0.6:90" in="eth0" destinations="any"
 "#;
     let tree = SourceTree::from_files([("fwc.kdl".to_string(), text.to_string())]);
     let (art, _) = fwc_compiler::compile(&tree, None, None).unwrap_or_else(|d| panic!("{}", d.render(false)));
@@ -546,6 +564,11 @@ forward "web-lan" listen=":8080" to="10.0.0.5:80" in="eth1"
         // port 8080 is the host's own (a rule of the input chain decides, no DNAT).
         ("tcp 192.168.1.5:31016 -> 198.18.1.1:8080 in eth1 out eth2", "accept", None),
         ("tcp 203.0.113.7:31017 -> 198.18.1.1:8080 in eth0", "accept", Some("fwc:filter:web-not-eth1")),
+        // `destinations="any"`: a connection routed through the host to another address is
+        // DNATed too when it arrives on in=; from elsewhere it is routed as it was.
+        ("tcp 203.0.113.7:31018 -> 203.0.113.200:9090 in eth0 out eth1 forward", "accept", None),
+        ("tcp 203.0.113.7:31019 -> 198.18.1.1:9090 in eth0 out eth1", "accept", None),
+        ("tcp 192.168.1.5:31020 -> 203.0.113.200:9090 in eth1 out eth0 forward", "accept", Some("fwc:filter:lan-out")),
         // Protocols by name or number (GRE, ESP, IGMP, 253), sent from a raw packet socket.
         ("gre 203.0.113.7 -> 198.18.1.1", "accept", Some("fwc:filter:gre")),
         ("gre 192.0.2.7 -> 198.18.1.1", "drop", None),

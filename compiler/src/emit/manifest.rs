@@ -41,11 +41,16 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &N
                 let c = plan.chains.iter().find(|c| c.kind.as_str() == name).expect("placed chains exist");
                 let order: Vec<&str> = c.rules.iter().map(|r| r.name.value.as_str()).collect();
                 // reject-with joins the digest only when given (digests of other chains stay).
-                let d = match c.reject_with {
-                    None => digest(&(c.policy, &order)),
-                    Some(w) => digest(&(c.policy, &order, w)),
+                let d = match (c.reject_with, &c.router_advertisements) {
+                    (None, None) => digest(&(c.policy, &order)),
+                    (Some(w), None) => digest(&(c.policy, &order, w)),
+                    (w, Some(ra)) => digest(&(c.policy, &order, w, ra)),
                 };
-                (chain_summary(c.policy, c.reject_with, &order), d, c.policy_span.and_then(&mut at))
+                let mut summary = chain_summary(c.policy, c.reject_with, &order);
+                if let Some(ra) = &c.router_advertisements {
+                    summary.push_str(&format!("; router advertisements accepted on {}", if ra.is_empty() { "no interface (the rules decide)".to_string() } else { ra.join(",") }));
+                }
+                (summary, d, c.policy_span.and_then(&mut at))
             }
             RuleKind::Filter => (filter_summary(filters[name]), digest(filters[name]), at(filters[name].span)),
             RuleKind::Forward => (forward_summary(forwards[name]), digest(forwards[name]), at(forwards[name].span)),
@@ -340,7 +345,11 @@ fn filter_summary(r: &FilterRule) -> String {
 
 fn snat_summary(r: &SnatRule) -> String {
     let mut out = r.kind.as_str().to_string();
-    Matches { proto: &r.proto, ports: &r.ports, sports: &None, from: &r.from, to: &r.dst, iif: None, oif: r.oif.as_ref().map(|o| o.value.clone()), negate: Default::default() }.push(&mut out);
+    let iif = r.iif.as_ref().map(|i| i.value.join(","));
+    Matches { proto: &r.proto, ports: &r.ports, sports: &None, from: &r.from, to: &r.dst, iif, oif: r.oif.as_ref().map(|o| o.value.clone()), negate: r.negate }.push(&mut out);
+    if let Some(m) = &r.from_except {
+        out.push_str(&format!(" from-except {}", addr(&m.value)));
+    }
     if let Some(a) = &r.to_addr {
         out.push_str(&format!(" -> source {}", a.value));
     }
@@ -389,6 +398,9 @@ fn forward_summary(f: &ForwardRule) -> String {
     }
     if let Some(i) = &f.iif {
         out.push_str(&format!(" in {}", i.value.join(",")));
+    }
+    if f.any_destination {
+        out.push_str(" any destination");
     }
     if let Some(m) = &f.from {
         out.push_str(&format!(" from {}", addr(&m.value)));

@@ -254,11 +254,17 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
         if !changed.contains(&crate::emit::nft::rule_comment(sn.kind.rule_kind(), &sn.name.value)) {
             continue;
         }
-        let dsts: Vec<Option<IpAddr>> = match sn.dst.as_ref().map(|m| &m.value) {
+        let mut dsts: Vec<Option<IpAddr>> = match sn.dst.as_ref().map(|m| &m.value) {
             Some(AddrMatch::Literal(v)) => v.iter().map(|e| Some(first_addr(e))).collect(),
             Some(AddrMatch::Set(n)) => rs.sets.iter().find(|s| s.name.value == *n).map(|s| s.elements.iter().map(|e| Some(first_addr(&e.value))).collect()).unwrap_or_default(),
             None => vec![None],
         };
+        // A negated destination (`to="!…"`): the listed ones are left alone, the others translated.
+        if sn.negate.to {
+            dsts.push(None);
+        }
+        // Routed from one of its input interfaces (a negated list: from none of them).
+        let iif = sn.iif.as_ref().filter(|_| !sn.negate.iif).and_then(|i| i.value.first().cloned());
         let ports: Vec<Option<u16>> = match sn.ports.as_ref() {
             Some(p) => p.value.iter().flat_map(|r| [Some(r.lo), Some(r.hi)]).collect::<BTreeSet<_>>().into_iter().collect(),
             None => vec![None],
@@ -267,7 +273,7 @@ fn probes_for(rs: &Ruleset, changed: &BTreeSet<String>, elems: &[AddrElem], out:
             for src in sources(rs, sn.from.as_ref().map(|m| &m.value), elems) {
                 for dst in &dsts {
                     for port in &ports {
-                        add(proto, src.clone(), *dst, *port, Origin::Forward, None, sn.oif.as_ref().map(|o| o.value.clone()), None);
+                        add(proto, src.clone(), *dst, *port, Origin::Forward, iif.clone(), sn.oif.as_ref().map(|o| o.value.clone()), None);
                     }
                 }
             }

@@ -305,7 +305,7 @@ impl<'a> Tx<'a> {
         }
         let to_port = to_port.unwrap_or_else(|| port.clone());
         let name = self.unique(&format!("fwd-{proto}-{port}"));
-        p.forwards.push(Forward { name, proto, listen: format!(":{port}"), to: format!("{to_addr}:{to_port}"), from, iif: None, origin: origin.into() });
+        p.forwards.push(Forward { name, proto, listen: format!(":{port}"), to: format!("{to_addr}:{to_port}"), from, iif: None, any_destination: false, origin: origin.into() });
     }
 
     fn zone(&mut self, name: &str, label: &str, text: &str) -> Option<Zone> {
@@ -635,7 +635,7 @@ pub fn translate(cfg: &Config) -> Imported {
                 _ => Some(Addrs::List(vec!["0.0.0.0/0".into()])),
             });
             let name = tx.unique(&format!("masquerade-{zname}{}", if b.word().is_empty() { String::new() } else { format!("-{}", b.word()) }));
-            tx.out.nats.push(Nat { name, kind: "masquerade", from, dst, out, to_addr: None, proto: None, port: None, origin });
+            tx.out.nats.push(Nat { name, kind: "masquerade", from, from_except: None, dst, iif: None, not: Not::default(), out, to_addr: None, proto: None, port: None, origin });
         }
         for mut f in z.parts.forwards.clone() {
             match &b {

@@ -129,6 +129,9 @@ pub struct Forward {
     pub from: Option<Addrs>,
     /// Input interfaces the DNAT is restricted to (`in=`), comma separated.
     pub iif: Option<String>,
+    /// `destinations="any"`: the original DNATs what arrives on `in=` whatever its
+    /// destination (it has no destination match).
+    pub any_destination: bool,
     pub origin: Origin,
 }
 
@@ -138,7 +141,13 @@ pub struct Nat {
     pub name: String,
     pub kind: &'static str,
     pub from: Option<Addrs>,
+    /// `from-except=`: sources left out of `from`.
+    pub from_except: Option<Addrs>,
     pub dst: Option<Addrs>,
+    /// `in=`: input interfaces (a list).
+    pub iif: Option<String>,
+    /// Which of `from`, `dst` and `iif` are negated.
+    pub not: Not,
     pub out: Option<String>,
     pub to_addr: Option<IpAddr>,
     pub proto: Option<String>,
@@ -168,6 +177,9 @@ pub struct Imported {
     pub merged: Vec<(Origin, String)>,
     /// Emit a `containers` block (Docker/Podman bridges seen), so `forward policy=drop` keeps containers working.
     pub containers: bool,
+    /// The original accepts router advertisements more narrowly than fwc's built-in: the input
+    /// block says `router-advertisements="none"` and the original's accept is a rule.
+    pub ra_by_rules: bool,
 }
 
 impl Imported {

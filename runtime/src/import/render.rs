@@ -195,6 +195,9 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
         if let Some(i) = &f.iif {
             p.push(format!("in={}", q(i)));
         }
+        if f.any_destination {
+            p.push("destinations=\"any\"".into());
+        }
         p.push(format!("comment={}", q(&f.origin)));
         root.push_str(&p.join(" "));
         root.push('\n');
@@ -205,10 +208,16 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
     for n in &imp.nats {
         let mut p = vec![format!("{} {}", n.kind, q(&n.name))];
         if let Some(a) = &n.from {
-            p.push(format!("from={}", addrs(a)));
+            p.push(format!("from={}", not_addrs(a, n.not.from)));
+        }
+        if let Some(a) = &n.from_except {
+            p.push(format!("from-except={}", addrs(a)));
         }
         if let Some(a) = &n.dst {
-            p.push(format!("{}={}", if n.kind == "snat" { "dst" } else { "to" }, addrs(a)));
+            p.push(format!("{}={}", if n.kind == "snat" { "dst" } else { "to" }, not_addrs(a, n.not.to)));
+        }
+        if let Some(i) = &n.iif {
+            p.push(format!("in={}", q(&format!("{}{i}", if n.not.iif { "!" } else { "" }))));
         }
         if let Some(o) = &n.out {
             p.push(format!("out={}", q(o)));
@@ -243,6 +252,9 @@ pub fn files(imp: &Imported, source: &str) -> Vec<(String, String)> {
         }
         if let Some(r) = &c.reject_with {
             head.push_str(&format!(" reject-with={}", q(r)));
+        }
+        if imp.ra_by_rules && c.kind == "input" && !imp.chains[..i].iter().any(|p| p.kind == "input") {
+            head.push_str(" router-advertisements=\"none\"");
         }
         if c.rules.is_empty() {
             t.push_str(&format!("{head} {{}}\n"));

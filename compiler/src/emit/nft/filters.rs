@@ -269,8 +269,11 @@ pub(super) fn filter_chain_rules(out: &mut Out, plan: &HostPlan, c: &ChainPlan, 
         }
         return;
     }
-    chain_head(out, plan, c.kind, guards, nat);
-    for r in &c.rules {
+    // In `input`, rules matching only `invalid` packets are decided before fwc's own invalid
+    // drop (in their order); every other rule comes after it.
+    let (early, rules): (Vec<&FilterRule>, Vec<&FilterRule>) = c.rules.iter().partition(|r| c.kind == ChainKind::Input && matches_only_invalid(r));
+    chain_head(out, plan, c, guards, nat, &early);
+    for r in rules {
         filter_rule(out, plan, r);
     }
     chain_tail(out, plan, c.kind, nat);
@@ -279,26 +282,52 @@ pub(super) fn filter_chain_rules(out: &mut Out, plan: &HostPlan, c: &ChainPlan, 
     }
 }
 
+/// A rule with `state="invalid"` alone: in `input` it is decided before fwc's built-in
+/// `ct state invalid drop` (after it, it could never match).
+pub(crate) fn matches_only_invalid(r: &FilterRule) -> bool {
+    r.state.as_ref().is_some_and(|s| s.value == [crate::model::CtState::Invalid])
+}
+
 /// Neighbour discovery has no conntrack entry (it would hit `invalid`); without it a drop
 /// policy cuts the host off IPv6 entirely, in either direction.
 fn neighbour_discovery() -> Vec<S> {
-    let types = ["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit", "nd-router-advert"];
-    vec![
-        eq(meta(MetaKey::L4proto), s("ipv6-icmp")),
-        eq(payload("icmpv6", "type"), set(types.iter().map(|t| s(*t)).collect())),
-        accept(),
-    ]
+    nd_accept(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit", "nd-router-advert"])
+}
+
+fn nd_accept(types: &[&str]) -> Vec<S> {
+    vec![eq(meta(MetaKey::L4proto), s("ipv6-icmp")), eq(payload("icmpv6", "type"), set(types.iter().map(|t| s(*t)).collect())), accept()]
+}
+
+/// The input chain's neighbour-discovery accept, with router advertisements narrowed to the
+/// interfaces of `input router-advertisements=` (none: the user's rules decide them — they are
+/// `untracked`, so they pass the invalid drop).
+fn input_neighbour_discovery(out: &mut Out, name: &str, ra: Option<&[String]>) {
+    let Some(ifaces) = ra else {
+        out.rule(name, neighbour_discovery(), None);
+        return;
+    };
+    out.rule(name, nd_accept(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit"]), None);
+    if !ifaces.is_empty() {
+        let mut expr = vec![eq(meta(MetaKey::L4proto), s("ipv6-icmp")), eq(payload("icmpv6", "type"), s("nd-router-advert"))];
+        expr.push(iface_match(MetaKey::Iifname, false, ifaces));
+        expr.push(accept());
+        out.rule(name, expr, None);
+    }
 }
 
 /// The rules before the user's: the established fast path, loopback, neighbour discovery,
 /// the forward guards and, in `output`, the forwarder's own connections.
-fn chain_head(out: &mut Out, plan: &HostPlan, kind: ChainKind, guards: bool, nat: bool) {
+fn chain_head(out: &mut Out, plan: &HostPlan, c: &ChainPlan, guards: bool, nat: bool, before_invalid_drop: &[&FilterRule]) {
+    let kind = c.kind;
     let name = kind.nft_name();
     out.rule(name, vec![ct_state(&["established", "related"]), accept()], None);
     match kind {
         ChainKind::Input => {
             out.rule(name, vec![eq(meta(MetaKey::Iif), s("lo")), accept()], None);
-            out.rule(name, neighbour_discovery(), None);
+            input_neighbour_discovery(out, name, c.router_advertisements.as_deref());
+            for r in before_invalid_drop {
+                filter_rule(out, plan, r);
+            }
             out.rule(name, vec![ct_state(&["invalid"]), drop_()], None);
         }
         ChainKind::Forward => {

@@ -84,7 +84,7 @@ pub(super) fn dns_chain(rule: &str, fam: Fam) -> String {
 }
 
 pub(super) fn is_map_forward(f: &ForwardRule) -> bool {
-    f.schedule.as_ref().is_none_or(|s| s.during.is_none()) && ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.iif.is_none() && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
+    f.schedule.as_ref().is_none_or(|s| s.during.is_none()) && ip_targets(f).len() == 1 && f.targets.value.len() == 1 && f.from.is_none() && f.iif.is_none() && !f.any_destination && f.listen.value.addr.is_none_or(|a| a.is_unspecified())
 }
 
 #[derive(Default)]
@@ -163,8 +163,10 @@ fn target_nat(fam: Fam, ip: IpAddr, tp: TPort, listen: PortRange) -> S {
     }
 }
 
-/// The DNAT rules of a forward that does not fit the maps.
+/// The DNAT rules of a forward that does not fit the maps: in `fwd_dnat` (reached for this
+/// host's own addresses), or with `destinations="any"` in the nat prerouting chain itself.
 pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
+    let chain = if f.any_destination { chains::PREROUTING } else { chains::FWD_DNAT };
     let comment = rule_comment(RuleKind::Forward, &f.name.value);
     let listen = f.listen.value.ports;
     let from = f.from.as_ref().map(|m| addr_parts(plan, &m.value));
@@ -233,8 +235,8 @@ pub(super) fn own_dnat_rules(out: &mut Out, plan: &HostPlan, f: &ForwardRule) {
             expr.extend(r);
             match &time {
                 // schedules: DNAT only inside the windows
-                Some(t) => out.rule_with(chains::FWD_DNAT, expr, Some(comment.clone()), base.len(), t),
-                None => out.rule(chains::FWD_DNAT, expr, Some(comment.clone())),
+                Some(t) => out.rule_with(chain, expr, Some(comment.clone()), base.len(), t),
+                None => out.rule(chain, expr, Some(comment.clone())),
             }
         }
     }
@@ -338,13 +340,17 @@ impl<'a> KernelForwards<'a> {
     /// The rules of `fwd_dnat` (own rules, the map lookups, demoted forwards), the jumps into
     /// it and the masquerade of fwc's DNAT flows.
     pub(super) fn rules(&self, out: &mut Out, plan: &HostPlan) {
-        for f in &self.own {
+        for f in self.own.iter().filter(|f| !f.any_destination) {
             own_dnat_rules(out, plan, f);
         }
         for fam in FAMS {
             map_dnat_rules(out, fam);
         }
         for f in &self.demoted {
+            own_dnat_rules(out, plan, f);
+        }
+        // `destinations="any"`: in prerouting itself, before the jump for local destinations.
+        for f in self.own.iter().filter(|f| f.any_destination) {
             own_dnat_rules(out, plan, f);
         }
         for hooked in [chains::PREROUTING, chains::NAT_OUTPUT] {

@@ -8,6 +8,7 @@ use super::family::*;
 use super::names::*;
 use super::out::*;
 use super::prelude::*;
+use super::rule_parts::iface_match;
 
 /// The nat postrouting chain, when there are no kernel forwards to declare it.
 pub(super) fn declare_snat_chain(out: &mut Out) {
@@ -27,8 +28,12 @@ fn snat_rule(out: &mut Out, plan: &HostPlan, r: &SnatRule) {
     let comment = rule_comment(r.kind.rule_kind(), &r.name.value);
     let proto = r.proto.as_ref().map(|p| p.value);
     let from = r.from.as_ref().map(|m| addr_parts(plan, &m.value));
+    let except = r.from_except.as_ref().map(|m| addr_parts(plan, &m.value));
     let dst = r.dst.as_ref().map(|m| addr_parts(plan, &m.value));
-    let parts: Vec<&AddrParts> = from.iter().chain(dst.iter()).collect();
+    // `from-except=` decides the families only without `from=` (in a family it has no
+    // addresses for, it leaves nothing out).
+    let parts: Vec<&AddrParts> = from.iter().chain(dst.iter()).chain(except.iter().filter(|_| from.is_none())).collect();
+    let neg = r.negate;
     let only = match (&r.to_addr, proto) {
         (Some(a), _) => Some(Fam::of(&a.value)),
         (None, Some(Proto::Icmp)) => Some(Fam::V4),
@@ -39,10 +44,11 @@ fn snat_rule(out: &mut Out, plan: &HostPlan, r: &SnatRule) {
     let l4 = l4_match(proto, r.ports.as_ref().map(|p| p.value.as_slice()), None);
     for fam in fams {
         // One nft rule per combination of the address matches' alternatives (a big set is one
-        // hash set per prefix length); they never overlap.
-        let (fa, da) = match fam {
-            Some(f) => (alts(from.as_ref(), f), alts(dst.as_ref(), f)),
-            None => (vec![None], vec![None]),
+        // hash set per prefix length); they never overlap. A negated match is one way: the
+        // address is in none of them.
+        let (fa, da, ea) = match fam {
+            Some(f) => (addr_ways(from.as_ref(), neg.from, f, "saddr"), addr_ways(dst.as_ref(), neg.to, f, "daddr"), addr_ways(except.as_ref(), true, f, "saddr")),
+            None => (vec![Vec::new()], vec![Vec::new()], vec![Vec::new()]),
         };
         for fv in &fa {
             for dv in &da {
@@ -50,18 +56,16 @@ fn snat_rule(out: &mut Out, plan: &HostPlan, r: &SnatRule) {
                 if let (true, Some(f)) = (parts.is_empty(), fam) {
                     expr.push(eq(meta(MetaKey::Nfproto), s(f.nfproto())));
                 }
+                if let Some(i) = &r.iif {
+                    expr.push(iface_match(MetaKey::Iifname, neg.iif, &i.value));
+                }
                 if let Some(o) = &r.oif {
                     expr.push(eq(meta(MetaKey::Oifname), s(o.value.clone())));
                 }
                 expr.extend(l4.iter().cloned());
-                if let Some(f) = fam {
-                    if let Some(a) = fv {
-                        expr.push(a.on(payload(f.proto(), "saddr")));
-                    }
-                    if let Some(a) = dv {
-                        expr.push(a.on(payload(f.proto(), "daddr")));
-                    }
-                }
+                expr.extend(fv.iter().cloned());
+                expr.extend(ea.iter().flatten().cloned());
+                expr.extend(dv.iter().cloned());
                 expr.push(counter());
                 expr.push(match (&r.to_addr, fam) {
                     (Some(a), Some(f)) => {

@@ -31,6 +31,9 @@ pub struct ChainPlan<'a> {
     pub bridges: Vec<String>,
     /// `policy=reject`: how the final rule rejects (`reject-with=` of the chain block).
     pub reject_with: Option<RejectWith>,
+    /// `input router-advertisements=`: the interfaces the built-in accepts router
+    /// advertisements on (`Some([])`: none); `None`: every interface.
+    pub router_advertisements: Option<Vec<String>>,
     pub rules: Vec<&'a FilterRule>,
 }
 
@@ -300,6 +303,7 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
         let mut policy = Policy::Accept;
         let mut policy_span = None;
         let mut reject_with = None;
+        let mut router_advertisements = None;
         let mut bridges: Vec<String> = DEFAULT_CONTAINER_BRIDGES.iter().map(|b| b.to_string()).collect();
         let mut rules = Vec::new();
         for c in rs.chains.iter().filter(|c| c.kind == kind) {
@@ -309,6 +313,9 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
             }
             if let Some(r) = &c.reject_with {
                 reject_with = Some(r.value);
+            }
+            if let Some(r) = &c.router_advertisements {
+                router_advertisements = Some(r.value.clone());
             }
             if let Some(b) = &c.bridges {
                 bridges = b.value.clone();
@@ -340,7 +347,7 @@ pub fn plan_host<'a>(rs: &'a Ruleset, host: &'a Host) -> HostPlan<'a> {
                 reason: "filter rule: nftables".into(),
             });
         }
-        chains.push(ChainPlan { kind, policy, policy_span, bridges, reject_with, rules });
+        chains.push(ChainPlan { kind, policy, policy_span, bridges, reject_with, router_advertisements, rules });
     }
 
     let mut kernel_forwards = Vec::new();

@@ -143,6 +143,6 @@ impl Parser<'_, '_> {
 
 /// `forward policy=drop { … }` is a chain block; `forward "web" listen=… to=…` is a rule.
 pub(super) fn is_chain_block(node: &KdlNode) -> bool {
-    node.entries().iter().all(|e| e.name().is_some_and(|n| matches!(n.value(), "policy" | "reject-with")))
+    node.entries().iter().all(|e| e.name().is_some_and(|n| matches!(n.value(), "policy" | "reject-with" | "router-advertisements")))
         && (node.children().is_some() || !node.entries().is_empty())
 }

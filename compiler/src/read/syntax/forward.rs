@@ -10,7 +10,7 @@ use super::parser::{Parser, Props};
 use super::values::{looks_like_ipv4, parse_ifname, valid_dns_name};
 
 pub(super) const FORWARD_PROPS: &[&str] = &[
-    "proto", "listen", "to", "from", "in", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
+    "proto", "listen", "to", "from", "in", "destinations", "bandwidth", "up", "down", "burst", "max-conns", "conn-rate", "proxy-protocol",
     "idle-timeout", "sni", "health-check", "health-interval", "health-timeout", "health-rise", "health-fall", "backend", "on", "comment",
     // per-source limits (crate::features::persource)
     "conn-rate-per-source", "max-conns-per-source", "per-source-prefix4", "per-source-prefix6", "per-source-size", "rate-per-source",
@@ -34,10 +34,18 @@ impl Parser<'_, '_> {
         let bandwidth = self.parsed(&mut p, "bandwidth", units::parse_bandwidth);
         let up = self.parsed(&mut p, "up", units::parse_bandwidth).or(bandwidth.clone());
         let down = self.parsed(&mut p, "down", units::parse_bandwidth).or(bandwidth);
+        let iif = self.parsed(&mut p, "in", |s| crate::features::headers::parse_ifnames(s, parse_ifname));
+        let destinations = self.choice(&mut p, "destinations", &[("local", false), ("any", true)]);
+        if let Some(d) = destinations.as_ref().filter(|d| d.value && iif.is_none()) {
+            self.error("destinations-without-in", "destinations=\"any\" without in=: it would DNAT every routed connection to this port, the LAN's own too", d.span, "no in=")
+                .rule(&rule)
+                .help("add in=\"wan0\" (the interfaces the routed connections arrive on)");
+        }
         let f = ForwardRule {
             proto,
             from: self.addr_match(&mut p, "from"),
-            iif: self.parsed(&mut p, "in", |s| crate::features::headers::parse_ifnames(s, parse_ifname)),
+            iif,
+            any_destination: destinations.is_some_and(|d| d.value),
             up,
             down,
             burst: self.parsed(&mut p, "burst", units::parse_size),

@@ -40,10 +40,10 @@ pub(super) const PREROUTING_RULE_PROPS: &[&str] =
 /// ([`crate::features::clamp`]).
 pub(super) const CLAMP_PROPS: &[&str] = &["from", "to", "in", "out", "mss", "on", "comment"];
 
-pub(super) const MASQUERADE_PROPS: &[&str] = &["from", "to", "out", "proto", "port", "on", "comment"];
+pub(super) const MASQUERADE_PROPS: &[&str] = &["from", "from-except", "to", "in", "out", "proto", "port", "on", "comment"];
 
 /// snat's `to` is the new source address, so its destination filter is `dst`.
-pub(super) const SNAT_PROPS: &[&str] = &["from", "dst", "to", "out", "proto", "port", "on", "comment"];
+pub(super) const SNAT_PROPS: &[&str] = &["from", "from-except", "dst", "to", "in", "out", "proto", "port", "on", "comment"];
 
 /// A `containers` rule matches a published port as the client addressed it: no `sport`/`out`
 /// (the output interface is the bridge).
@@ -73,6 +73,7 @@ impl Parser<'_, '_> {
             ChainKind::Containers => &["policy", "bridges"],
             // Early drops only: what no rule drops goes on to routing (`policy` is refused below).
             ChainKind::Prerouting => &["policy"],
+            ChainKind::Input => &["policy", "reject-with", "router-advertisements"],
             _ => &["policy", "reject-with"],
         };
         let mut props = self.props(node, &rule, allowed, 0);
@@ -90,6 +91,10 @@ impl Parser<'_, '_> {
         };
         let bridges = self.parsed(&mut props, "bridges", parse_bridges);
         let reject_with = self.parsed(&mut props, "reject-with", units::parse_reject_with);
+        let router_advertisements = self.parsed(&mut props, "router-advertisements", |s| match s {
+            "none" => Ok(Vec::new()),
+            _ => headers::parse_ifnames(s, parse_ifname),
+        });
         if let (Some(r), false) = (&reject_with, policy.as_ref().is_some_and(|p| p.value == Policy::Reject)) {
             self.error("reject-with-without-reject", "reject-with on a chain block whose policy is not reject", r.span, "no policy=reject here")
                 .rule(&rule)
@@ -141,7 +146,7 @@ impl Parser<'_, '_> {
                 rules.push(r);
             }
         }
-        Some(Chain { kind, policy, bridges, reject_with, rules, span: self.span(node.span()) })
+        Some(Chain { kind, policy, bridges, reject_with, router_advertisements, rules, span: self.span(node.span()) })
     }
 
     pub(super) fn filter_rule(&mut self, node: &KdlNode, chain: ChainKind, action: Action) -> Option<FilterRule> {
@@ -298,10 +303,11 @@ impl Parser<'_, '_> {
         };
         let mut p = self.props(node, &rule, allowed, 1);
         self.no_children(node, &rule);
+        let mut negate = Negations::default();
         let (dst, to_addr) = match kind {
-            SnatKind::Masquerade => (self.addr_match(&mut p, "to"), None),
+            SnatKind::Masquerade => (self.addr_match_not(&mut p, "to", &mut negate.to), None),
             SnatKind::Snat => {
-                let dst = self.addr_match(&mut p, "dst");
+                let dst = self.addr_match_not(&mut p, "dst", &mut negate.to);
                 let to = if p.values.contains_key("to") {
                     self.parsed(&mut p, "to", parse_snat_addr)
                 } else {
@@ -316,10 +322,13 @@ impl Parser<'_, '_> {
         };
         let s = SnatRule {
             kind,
-            from: self.addr_match(&mut p, "from"),
+            from: self.addr_match_not(&mut p, "from", &mut negate.from),
+            from_except: self.addr_match(&mut p, "from-except"),
             dst,
             to_addr,
             oif: self.parsed(&mut p, "out", parse_ifname),
+            iif: self.parsed_not(&mut p, "in", &mut negate.iif, |s| headers::parse_ifnames(s, parse_ifname)),
+            negate,
             proto: self.choice(&mut p, "proto", &[("tcp", Proto::Tcp), ("udp", Proto::Udp), ("both", Proto::Both), ("icmp", Proto::Icmp), ("icmpv6", Proto::Icmpv6)]),
             ports: self.parsed(&mut p, "port", units::parse_port_list),
             on: self.selector(&mut p),

@@ -34,8 +34,11 @@ impl Tx<'_> {
                     match (hook, st.verdict.as_deref()) {
                         ("prerouting", Some("dnat")) => self.dnat(origin, cond, st),
                         ("postrouting", Some("masquerade" | "snat")) => {
-                            for cond in expand_ifaces(&cond) {
-                                self.snat(origin.clone(), cond, st.clone());
+                            // fwc's masquerade/snat take one output interface and a list of
+                            // input interfaces (`in=`, possibly negated).
+                            let iif = cond.iif.clone();
+                            for one in expand_ifaces(&Cond { iif: None, ..cond }) {
+                                self.snat(origin.clone(), Cond { iif: iif.clone(), ..one }, st.clone());
                             }
                         }
                         (_, Some("accept" | "return")) if cond == Cond::default() => {}
@@ -91,8 +94,8 @@ impl Tx<'_> {
             }
             return;
         }
-        if cond.not != Not::default() || cond.tcp_flags.is_some() || cond.pkttype.is_some() {
-            return refuse(self, "a DNAT with a negated match, tcp flags or a packet type", "fwc forwards take a protocol, a port, the addresses and in= (input interfaces): restrict the clients with a deny in the forward chain");
+        if cond.not != Not::default() || cond.tcp_flags.is_some() || cond.pkttype.is_some() || st.from_except.is_some() {
+            return refuse(self, "a DNAT with a negated match, two source matches, tcp flags or a packet type", "fwc forwards take a protocol, a port, the addresses and in= (input interfaces): restrict the clients with a deny in the forward chain");
         }
         if cond.oif.is_some() || cond.sport.is_some() || cond.state.is_some() {
             return refuse(self, "a DNAT restricted to an output interface, source port or ct state", "fwc forwards take in= (the input interfaces): restrict the clients with a deny in the forward chain, or with from= (edit the generated forward)");
@@ -109,14 +112,17 @@ impl Tx<'_> {
             (false, Some(p)) => format!("{addr}:{p}"),
             (_, None) => addr.clone(),
         };
-        if cond.to.is_none() {
+        // No destination match (nor `fib daddr type local`) on an input interface: routed
+        // connections are DNATed too (`destinations="any"`).
+        let any_destination = cond.to.is_none() && cond.iif.is_some() && !st.fib_local;
+        if cond.to.is_none() && !any_destination && !st.fib_local {
             self.note_at(
                 "DNAT without a destination address also rewrites packets routed through this host to other addresses; fwc's forwards take the packets addressed to this host (--verify shows such routed flows as differences)",
                 &origin,
             );
         }
         let name = self.unique(&format!("fwd-{proto}-{lport}"));
-        self.out.forwards.push(Forward { name, proto, listen, to: target, from: cond.from.clone(), iif: cond.iif.clone(), origin });
+        self.out.forwards.push(Forward { name, proto, listen, to: target, from: cond.from.clone(), iif: cond.iif.clone(), any_destination, origin });
     }
 
     pub(super) fn snat(&mut self, origin: Origin, cond: Cond, st: Stmts) {
@@ -124,11 +130,11 @@ impl Tx<'_> {
             self.out.merged.push((origin, "masquerade of DNATed connections: fwc masquerades its forwards itself".into()));
             return;
         }
-        if cond.not != Not::default() {
+        if cond.not.oif || cond.not.port || cond.not.sport {
             self.out.refused.push(Refusal {
                 origin,
-                what: "source NAT with a negated match (`! -d`, `ip daddr != …`)".into(),
-                hint: "fwc's masquerade/snat have no negated matches yet: list the destinations to masquerade, or keep this rule in an nftables table of your own".into(),
+                what: "source NAT with a negated output interface or port (`! -o`, `oifname != …`)".into(),
+                hint: "fwc's masquerade/snat negate from, the destination and in= only: list the output interfaces or ports, or keep this rule in an nftables table of your own".into(),
             });
             return;
         }
@@ -136,8 +142,8 @@ impl Tx<'_> {
             self.out.refused.push(Refusal { origin, what: "source NAT restricted by tcp flags, packet type or ICMP type".into(), hint: "fwc's masquerade/snat take from, to, out, proto, port".into() });
             return;
         }
-        if cond.iif.is_some() || cond.state.is_some() || cond.sport.is_some() {
-            self.out.refused.push(Refusal { origin, what: "source NAT restricted by input interface, ct state or source port".into(), hint: "fwc's masquerade/snat take from, to, out, proto, port".into() });
+        if cond.state.is_some() || cond.sport.is_some() {
+            self.out.refused.push(Refusal { origin, what: "source NAT restricted by ct state or source port".into(), hint: "fwc's masquerade/snat take from, from-except, to (dst), in, out, proto, port".into() });
             return;
         }
         let kind = if st.masquerade { "masquerade" } else { "snat" };
@@ -153,6 +159,6 @@ impl Tx<'_> {
             self.out.refused.push(Refusal { origin, what: format!("snat to {}", st.snat.unwrap_or_default()), hint: "fwc snats to one address".into() });
             return;
         }
-        self.out.nats.push(Nat { name, kind, from: cond.from, dst: cond.to, out: cond.oif, to_addr, proto: cond.proto, port: cond.port, origin });
+        self.out.nats.push(Nat { name, kind, from: cond.from, from_except: st.from_except, dst: cond.to, iif: cond.iif, not: cond.not, out: cond.oif, to_addr, proto: cond.proto, port: cond.port, origin });
     }
 }

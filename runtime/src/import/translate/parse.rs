@@ -30,6 +30,9 @@ pub(super) struct Stmts {
     pub(super) fib_other: bool,
     pub(super) hoplimit: bool,
     pub(super) exthdr: bool,
+    /// A second, opposite match on the source (`ip saddr A ip saddr != B`): the addresses left
+    /// out of `from` (source NAT's `from-except=`; filter rules and DNAT refuse it).
+    pub(super) from_except: Option<Addrs>,
 }
 
 impl Tx<'_> {
@@ -90,7 +93,14 @@ impl Tx<'_> {
                                 ("ip" | "ip6", "saddr" | "daddr") => {
                                     let a = self.addrs(family, table, &right)?;
                                     c.family.get_or_insert(if proto == "ip" { Family::V4 } else { Family::V6 });
-                                    if field == "saddr" {
+                                    if field == "saddr" && c.from.is_some() && negated != c.not.from && st.from_except.is_none() {
+                                        if negated {
+                                            st.from_except = Some(a);
+                                        } else {
+                                            st.from_except = c.from.replace(a);
+                                            c.not.from = false;
+                                        }
+                                    } else if field == "saddr" {
                                         set_once(&mut c.from, a)?;
                                         c.not.from = negated;
                                     } else {

@@ -77,6 +77,10 @@ impl Tx<'_> {
                 Some(v) if cond == Cond::default() => v.to_string(),
                 _ => origin,
             };
+            if st.from_except.is_some() {
+                self.out.refused.push(Refusal { origin, what: "two matches on the source address (`ip saddr A ip saddr != B`) in a filter rule".into(), hint: "fwc's filter rules take one source match: split it by hand (a deny of the exception before an allow of the rest)".into() });
+                continue;
+            }
             if [&cond.iif, &cond.oif].into_iter().flatten().flat_map(|i| i.split(',')).any(container_iface) {
                 self.out.containers = true;
                 self.note_at("rules about container bridges are Docker's/libvirt's own: left out — fwc's `containers` block keeps containers working", &origin);
@@ -96,10 +100,21 @@ impl Tx<'_> {
             let accept = st.verdict.as_deref() == Some("accept");
             if accept && matches!(hook, "input" | "output") && has_nd(&cond) {
                 if let Some(only) = narrower_than_builtin(&cond, pre) {
+                    // Router advertisements only: `input router-advertisements="none"` takes
+                    // them out of fwc's built-in, and this accept decides them as a rule.
+                    if hook == "input" && cond.icmp_type.as_deref() == Some("nd-router-advert") {
+                        self.out.ra_by_rules = true;
+                        if st.hoplimit {
+                            self.note_at("the hop-limit match of a router-advertisement accept is left out: the kernel ignores router advertisements whose hop limit is not 255", &origin);
+                        }
+                        let name = rule_name(&mut self.names, &Verb::Allow, &cond);
+                        out.push(Rule { name, verb: Verb::Allow, cond, rate: None, per_source: false, log: st.log, log_prefix: st.log_prefix.clone(), log_rate: None, comment, origin });
+                        continue;
+                    }
                     self.out.refused.push(Refusal {
                         origin,
                         what: format!("an accept of neighbour discovery ({}) only {only}: fwc accepts neighbour discovery itself, before any rule, on every interface and from every address, which is wider", cond.icmp_type.clone().unwrap_or_default()),
-                        hint: "fwc cannot narrow its neighbour-discovery accept yet: accept it everywhere in the original (router advertisements from the LAN are then accepted too), or keep this host on its original firewall".into(),
+                        hint: "fwc narrows only the router advertisements of its neighbour-discovery accept (`input router-advertisements=…`): accept the other types everywhere in the original, or keep this host on its original firewall".into(),
                     });
                     continue;
                 }
@@ -310,6 +325,7 @@ impl Tx<'_> {
                     }
                     let mut cond = cond;
                     if hook == "input" && verb == Verb::Allow {
+                        let whole = cond.clone();
                         if let Some(dropped) = untrackable_icmp(&mut cond) {
                             match self.invalid_dropped.clone() {
                                 // The original dropped invalid packets before this rule: it
@@ -318,10 +334,19 @@ impl Tx<'_> {
                                     origin.clone(),
                                     format!("ICMP {dropped} after `ct state invalid drop` ({at}): unsolicited ones are `invalid` and were dropped there; related ones fwc accepts itself"),
                                 )),
+                                // Before the original's invalid drop: the unsolicited ones are
+                                // accepted by a `state="invalid"` rule, which fwc decides before
+                                // its own invalid drop (and before every other rule: sound only
+                                // when no earlier rule of the chain could drop them).
+                                None if whole.state.is_none() && st.limit.is_none() && out.iter().all(|r| matches!(r.verb, Verb::Allow | Verb::Log) || !may_overlap(&r.cond, &whole)) => {
+                                    let only = Cond { icmp_type: Some(dropped.replace(", ", ",")), state: Some("invalid".into()), ..whole.clone() };
+                                    let name = rule_name(&mut self.names, &verb, &only);
+                                    out.push(Rule { name, verb: Verb::Allow, cond: only, rate: None, per_source: false, log: st.log, log_prefix: st.log_prefix.clone(), log_rate: None, comment: comment.clone(), origin: origin.clone() });
+                                }
                                 None => self.out.refused.push(Refusal {
                                     origin: origin.clone(),
-                                    what: format!("an accept of ICMP {dropped} before the original drops invalid packets: conntrack calls these `invalid` unless they answer a connection, and fwc's input chain drops invalid packets before any rule"),
-                                    hint: "nothing to do for replies and errors of this host's own connections (fwc accepts them as established/related); unsolicited ones are now dropped".into(),
+                                    what: format!("an accept of ICMP {dropped} before the original drops invalid packets, after a rule that may drop some of them (or with a state or rate): conntrack calls these `invalid` unless they answer a connection, and fwc decides `state=\"invalid\"` rules before every other rule of the input chain"),
+                                    hint: "write it by hand as `allow … state=\"invalid\"` if the earlier rules do not concern these packets; replies and errors of this host's own connections need nothing (fwc accepts them as established/related)".into(),
                                 }),
                             }
                             if cond.icmp_type.is_none() {
@@ -379,6 +404,24 @@ pub(super) fn untrackable_icmp(cond: &mut Cond) -> Option<String> {
     }
     cond.icmp_type = (!keep.is_empty()).then(|| keep.join(","));
     Some(gone.join(", "))
+}
+
+/// Can a rule with `a` match some packets a rule with `b` matches? Rules of different address
+/// families (or protocols) cannot; anything else may.
+fn may_overlap(a: &Cond, b: &Cond) -> bool {
+    let fam = |c: &Cond| {
+        c.family.or(match c.proto.as_deref() {
+            Some("icmp") => Some(Family::V4),
+            Some("icmpv6") => Some(Family::V6),
+            _ => None,
+        })
+    };
+    fn protos(c: &Cond) -> Option<Vec<&str>> {
+        c.proto.as_deref().map(|p| if p == "both" { vec!["tcp", "udp"] } else { vec![p] })
+    }
+    let disjoint_fam = matches!((fam(a), fam(b)), (Some(x), Some(y)) if x != y);
+    let disjoint_proto = matches!((protos(a), protos(b)), (Some(x), Some(y)) if !x.iter().any(|p| y.contains(p)));
+    !disjoint_fam && !disjoint_proto
 }
 
 /// The neighbour-discovery types fwc accepts itself in input and output.
