@@ -7,6 +7,7 @@
 #   bench/forward/cps.sh [--rounds 9] [--conns 2000] [--payload 64] [--threads 4] [--out DIR]
 #                        [--fwc PATH] [--peer realm] [--peer portunus] [--peer haproxy]
 #                        [--fwc-var NAME='[FWC=PATH] [ENV=VALUE ...]']
+# CPS=PATH and REALM=PATH use binaries built before instead of running cargo.
 #
 # Variants alternate round by round (fwc realm portunus … fwc realm portunus …): fwc is
 # `fwc forward --config` (splice); --fwc-var adds `fwc forward` with other environment
@@ -41,8 +42,11 @@ if [[ -z "$FWC" ]]; then
   (cd "$ROOT" && cargo build -q --release -p fwc-runtime --bin fwc)
   FWC="$CARGO_TARGET_DIR/release/fwc"
 fi
-(cd "$ROOT" && cargo build -q --release -p fwc-bench --bin fwc-bench-cps)
-CPS="$CARGO_TARGET_DIR/release/fwc-bench-cps"
+# CPS=PATH, REALM=PATH: binaries built before (no cargo inside a quiet window).
+if [[ -z "${CPS:-}" ]]; then
+  (cd "$ROOT" && cargo build -q --release -p fwc-bench --bin fwc-bench-cps)
+  CPS="$CARGO_TARGET_DIR/release/fwc-bench-cps"
+fi
 mkdir -p "$OUT"; RAW="$OUT/cps-raw"; rm -rf "$RAW"; mkdir -p "$RAW"
 
 NS="fwc-t-cps-$$"
@@ -83,8 +87,10 @@ for name in "${PEERS[@]}"; do
   port=$((port + 1))
   case "$name" in
     realm)
-      (cd "$HERE/peers/realm" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR/peers cargo build -q --release)
-      cmd="$CARGO_TARGET_DIR/peers/release/realm-peer 127.0.0.1:$port 127.0.0.1:$SERVER";;
+      if [[ -z "${REALM:-}" ]]; then
+        (cd "$HERE/peers/realm" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR/peers cargo build -q --release)
+      fi
+      cmd="${REALM:-$CARGO_TARGET_DIR/peers/release/realm-peer} 127.0.0.1:$port 127.0.0.1:$SERVER";;
     portunus)
       [[ -x "${PORTUNUS:-}" ]] || { echo "--peer portunus needs PORTUNUS=/path/to/portunus-standalone (bench/forward/peers/portunus.md)" >&2; exit 2; }
       printf '[global]\nlog_level = "error"\n\n[stats]\nenabled = false\n\n[[rule]]\nname = "cps"\nprotocol = "tcp"\nlisten_port = %s\ntarget = "127.0.0.1:%s"\n' "$port" "$SERVER" >"$RAW/portunus.toml"

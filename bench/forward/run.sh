@@ -21,7 +21,8 @@
 #                 (server port), {laddr} (address to listen on) and {taddr} (server address),
 #                 e.g.  --peer socat='socat TCP-LISTEN:{listen},fork,reuseaddr TCP:{taddr}:{target}'
 #                 Built in: --peer socat, --peer haproxy (if installed), --peer realm (realm's
-#                 relay library, built from bench/forward/peers/realm on first use),
+#                 relay library, built from bench/forward/peers/realm on first use, or the
+#                 binary $REALM built before),
 #                 --peer portunus (Portunus's `portunus-standalone`, AGPL, never part of fwc:
 #                 the binary $PORTUNUS, see bench/forward/peers/portunus.md to build it).
 #   --fwc-var     one more `fwc forward` (splice) variant with environment variables, and the
@@ -194,8 +195,11 @@ for spec in "${PEERS[@]}"; do
       socat) cmd='socat TCP-LISTEN:{listen},bind={laddr},fork,reuseaddr TCP:{taddr}:{target}';;
       realm)
         # realm's relay library (bench/forward/peers/realm), built on first use.
-        (cd "$HERE/peers/realm" && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/peers cargo build -q --release)
-        cmd="${CARGO_TARGET_DIR:-$ROOT/target}/peers/release/realm-peer {laddr}:{listen} {taddr}:{target}";;
+        # REALM=PATH: a binary built before (no cargo inside a quiet window).
+        if [[ -z "${REALM:-}" ]]; then
+          (cd "$HERE/peers/realm" && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/peers cargo build -q --release)
+        fi
+        cmd="${REALM:-${CARGO_TARGET_DIR:-$ROOT/target}/peers/release/realm-peer} {laddr}:{listen} {taddr}:{target}";;
       haproxy)
         cat >"$RAW/haproxy.cfg" <<HAP
 global
