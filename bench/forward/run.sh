@@ -29,7 +29,7 @@
 #                 binary FWC=PATH if given, e.g. --fwc-var p1m='FWC_FORWARD_PIPE_SIZE=1048576
 #                 FWC_FORWARD_PIPE_MAX=1048576' or --fwc-var before='FWC=/tmp/fwc-before'.
 # --no-copy leaves out fwc-copy. --counters records, per run, the splice(2) calls of the
-# forwarding process (`perf stat -e syscalls:sys_enter_splice`), TCP segments sent and received
+# forwarding process, its epoll_wait(2) calls and context switches (its wakeups; `perf stat`), TCP segments sent and received
 # in the forwarder's namespace (`nstat` TcpOutSegs/TcpInSegs) and, on veth, the packets the
 # forwarder namespace sent on its two veths (tx_packets); reported per GB.
 # --latency measures, during every throughput run (the elephant flow), the time a new short
@@ -287,7 +287,7 @@ for r in $(seq 1 "$REPEATS"); do
       tx0=$(veth_tx)
       perfpid=""
       if [[ -n "${PID[$v]}" ]]; then
-        perf stat -x, -e syscalls:sys_enter_splice -p "${PID[$v]}" -o "$RAW/$v.$r.perf" & perfpid=$!
+        perf stat -x, -e syscalls:sys_enter_splice,syscalls:sys_enter_epoll_wait,context-switches -p "${PID[$v]}" -o "$RAW/$v.$r.perf" & perfpid=$!
       fi
     fi
     latpid=""
@@ -322,8 +322,10 @@ PY
       tx1=$(veth_tx)
       if [[ -n "$perfpid" ]]; then kill -INT "$perfpid" 2>/dev/null || true; wait "$perfpid" 2>/dev/null || true; fi
       splices=$(awk -F, '/sys_enter_splice/{print $1}' "$RAW/$v.$r.perf" 2>/dev/null | head -1 || true)
+      epolls=$(awk -F, '/sys_enter_epoll_wait/{print $1}' "$RAW/$v.$r.perf" 2>/dev/null | head -1 || true)
+      cswitches=$(awk -F, '/context-switches/{print $1}' "$RAW/$v.$r.perf" 2>/dev/null | head -1 || true)
       segs=$(nsx nstat TcpOutSegs TcpInSegs 2>/dev/null | awk '/TcpOutSegs/{o=$2} /TcpInSegs/{i=$2} END{print (o+0)","(i+0)}' || true)
-      extra=",\"splice_calls\":${splices:-null},\"tcp_out_segs\":${segs%,*},\"tcp_in_segs\":${segs#*,},\"veth_tx_packets\":$((tx1 - tx0))"
+      extra=",\"splice_calls\":${splices:-null},\"epoll_waits\":${epolls:-null},\"context_switches\":${cswitches:-null},\"tcp_out_segs\":${segs%,*},\"tcp_in_segs\":${segs#*,},\"veth_tx_packets\":$((tx1 - tx0))"
     fi
     echo "{\"variant\":\"$v\",\"repeat\":$r,\"load1\":$load,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"kthread_cpu_s\":$(kthread_delta "$RAW/k0.json" "$RAW/k1.json"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")$extra$extra_lat}" >>"$RAW/cpu.jsonl"
     echo "run $r $v done" >&2
