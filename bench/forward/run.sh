@@ -154,9 +154,12 @@ print(json.dumps({"version": 1, "listeners": [{
 PY
 }
 
-start_bg() { # VAR=value... cmd...   (prints the pid of cmd itself: ip netns exec and env exec)
+# Every long-lived process is a child of this shell (never started inside $(…), whose subshell
+# would leave it to init): cleanup reaps it, so its CPU counts as the benchmark's own for
+# ../shared/quiet (`times`) instead of as other work.
+start_bg() { # VAR=value... cmd...   (BGPID: the pid of cmd itself: ip netns exec and env exec)
   ip netns exec "$NS" env "$@" >"$RAW/$NAME.log" 2>&1 &
-  echo $!
+  BGPID=$!
 }
 
 declare -A PORT PID
@@ -166,10 +169,10 @@ PORT[direct]=$SERVER; PID[direct]=""; ADDR[direct]=$SADDR
 PORT[$NFTV]=6000; PID[$NFTV]=""
 
 fwc_config 6001 null >"$RAW/fwc-splice.json"
-NAME=fwc-splice; PID[fwc-splice]=$(start_bg FWC_FORWARD_SPLICE=1 "$FWC" forward --config "$RAW/fwc-splice.json"); PIDS+=(${PID[fwc-splice]}); PORT[fwc-splice]=6001
+NAME=fwc-splice; start_bg FWC_FORWARD_SPLICE=1 "$FWC" forward --config "$RAW/fwc-splice.json"; PID[fwc-splice]=$BGPID; PIDS+=($BGPID); PORT[fwc-splice]=6001
 if [[ $COPY == 1 ]]; then
   fwc_config 6002 null >"$RAW/fwc-copy.json"
-  NAME=fwc-copy; PID[fwc-copy]=$(start_bg FWC_FORWARD_SPLICE=0 "$FWC" forward --config "$RAW/fwc-copy.json"); PIDS+=(${PID[fwc-copy]}); PORT[fwc-copy]=6002
+  NAME=fwc-copy; start_bg FWC_FORWARD_SPLICE=0 "$FWC" forward --config "$RAW/fwc-copy.json"; PID[fwc-copy]=$BGPID; PIDS+=($BGPID); PORT[fwc-copy]=6002
 else
   VARIANTS=(direct $NFTV fwc-splice)
 fi
@@ -182,7 +185,7 @@ for spec in "${FWCVARS[@]}"; do
     if [[ $kv == FWC=* ]]; then bin=${kv#FWC=}; else vars+=("$kv"); fi
   done
   fwc_config $vport null >"$RAW/$name.json"
-  NAME=$name; PID[$name]=$(start_bg FWC_FORWARD_SPLICE=1 "${vars[@]}" "$bin" forward --config "$RAW/$name.json"); PIDS+=(${PID[$name]}); PORT[$name]=$vport
+  NAME=$name; start_bg FWC_FORWARD_SPLICE=1 "${vars[@]}" "$bin" forward --config "$RAW/$name.json"; PID[$name]=$BGPID; PIDS+=($BGPID); PORT[$name]=$vport
   VARIANTS+=("$name")
 done
 
@@ -228,7 +231,7 @@ HAP
     esac
   fi
   cmd=${cmd//\{listen\}/$port}; cmd=${cmd//\{target\}/$SERVER}; cmd=${cmd//\{laddr\}/$LADDR}; cmd=${cmd//\{taddr\}/$SADDR}
-  NAME=$name; PID[$name]=$(start_bg X=1 sh -c "exec $cmd"); PIDS+=(${PID[$name]}); PORT[$name]=$port
+  NAME=$name; start_bg X=1 sh -c "exec $cmd"; PID[$name]=$BGPID; PIDS+=($BGPID); PORT[$name]=$port
   VARIANTS+=("$name")
 done
 sleep 1
@@ -337,7 +340,7 @@ if [[ $CAPS == 1 ]]; then
   for cap in 1000000 1250000 12500000; do
     cport=$((cport + 1))
     fwc_config $cport $cap >"$RAW/cap-$cap.json"
-    NAME=cap-$cap; p=$(start_bg X=1 "$FWC" forward --config "$RAW/cap-$cap.json"); PIDS+=($p)
+    NAME=cap-$cap; start_bg X=1 "$FWC" forward --config "$RAW/cap-$cap.json"; p=$BGPID; PIDS+=($p)
     sleep 0.5
     ip netns exec "$CNS" iperf3 -c "$LADDR" -p $cport -t 13 -O 3 -R -J >"$RAW/cap-$cap.iperf.json" || echo "iperf3 failed for cap $cap" >&2
     kill "$p"; wait "$p" 2>/dev/null || true
