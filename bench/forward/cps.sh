@@ -7,6 +7,7 @@
 #   bench/forward/cps.sh [--rounds 9] [--conns 2000] [--payload 64] [--threads 4] [--out DIR]
 #                        [--fwc PATH] [--peer realm] [--peer portunus] [--peer haproxy]
 #                        [--fwc-var NAME='[FWC=PATH] [ENV=VALUE ...]']
+# CPS=PATH and REALM=PATH use binaries built before instead of running cargo.
 #
 # Variants alternate round by round (fwc realm portunus … fwc realm portunus …): fwc is
 # `fwc forward --config` (splice); --fwc-var adds `fwc forward` with other environment
@@ -41,8 +42,11 @@ if [[ -z "$FWC" ]]; then
   (cd "$ROOT" && cargo build -q --release -p fwc-runtime --bin fwc)
   FWC="$CARGO_TARGET_DIR/release/fwc"
 fi
-(cd "$ROOT" && cargo build -q --release -p fwc-bench --bin fwc-bench-cps)
-CPS="$CARGO_TARGET_DIR/release/fwc-bench-cps"
+# CPS=PATH, REALM=PATH: binaries built before (no cargo inside a quiet window).
+if [[ -z "${CPS:-}" ]]; then
+  (cd "$ROOT" && cargo build -q --release -p fwc-bench --bin fwc-bench-cps)
+  CPS="$CARGO_TARGET_DIR/release/fwc-bench-cps"
+fi
 mkdir -p "$OUT"; RAW="$OUT/cps-raw"; rm -rf "$RAW"; mkdir -p "$RAW"
 
 NS="fwc-t-cps-$$"
@@ -56,10 +60,12 @@ cleanup() {
 trap cleanup EXIT
 ip netns add "$NS"; ip -n "$NS" link set lo up
 nsx() { ip netns exec "$NS" "$@"; }
-start_bg() { ip netns exec "$NS" env "$@" >"$RAW/$NAME.log" 2>&1 & echo $!; }
+# Long-lived processes are children of this shell (not of a $(…) subshell, which would leave
+# them to init): cleanup reaps them, so ../shared/quiet counts their CPU as the benchmark's own.
+start_bg() { ip netns exec "$NS" env "$@" >"$RAW/$NAME.log" 2>&1 & BGPID=$!; }
 
 SERVER=7000
-NAME=echo; PIDS+=($(start_bg X=1 "$CPS" echo 127.0.0.1:$SERVER --threads "$THREADS"))
+NAME=echo; start_bg X=1 "$CPS" echo 127.0.0.1:$SERVER --threads "$THREADS"; PIDS+=($BGPID)
 
 fwc_config() { # port -> forward.json
   printf '{"version":1,"listeners":[{"rule":"cps","proto":"tcp","listen_addr":"127.0.0.1","listen_port":%s,"targets":[{"host":"127.0.0.1","port":%s}],"allow_from":[],"up_bytes_per_sec":null,"down_bytes_per_sec":null,"burst_bytes":null,"max_conns":null,"conn_rate":null,"proxy_protocol":null,"idle_timeout_ms":3600000,"connect_timeout_ms":5000}]}\n' "$1" "$SERVER"
@@ -70,7 +76,7 @@ port=7100
 add_fwc() { # name bin env...
   local name=$1 bin=$2; shift 2
   port=$((port + 1)); fwc_config $port >"$RAW/$name.json"
-  NAME=$name; PID[$name]=$(start_bg "$@" "$bin" forward --config "$RAW/$name.json"); PIDS+=(${PID[$name]}); PORT[$name]=$port
+  NAME=$name; start_bg "$@" "$bin" forward --config "$RAW/$name.json"; PID[$name]=$BGPID; PIDS+=($BGPID); PORT[$name]=$port
   VARIANTS+=("$name")
 }
 add_fwc fwc "$FWC" X=1
@@ -83,8 +89,10 @@ for name in "${PEERS[@]}"; do
   port=$((port + 1))
   case "$name" in
     realm)
-      (cd "$HERE/peers/realm" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR/peers cargo build -q --release)
-      cmd="$CARGO_TARGET_DIR/peers/release/realm-peer 127.0.0.1:$port 127.0.0.1:$SERVER";;
+      if [[ -z "${REALM:-}" ]]; then
+        (cd "$HERE/peers/realm" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR/peers cargo build -q --release)
+      fi
+      cmd="${REALM:-$CARGO_TARGET_DIR/peers/release/realm-peer} 127.0.0.1:$port 127.0.0.1:$SERVER";;
     portunus)
       [[ -x "${PORTUNUS:-}" ]] || { echo "--peer portunus needs PORTUNUS=/path/to/portunus-standalone (bench/forward/peers/portunus.md)" >&2; exit 2; }
       printf '[global]\nlog_level = "error"\n\n[stats]\nenabled = false\n\n[[rule]]\nname = "cps"\nprotocol = "tcp"\nlisten_port = %s\ntarget = "127.0.0.1:%s"\n' "$port" "$SERVER" >"$RAW/portunus.toml"
@@ -94,7 +102,7 @@ for name in "${PEERS[@]}"; do
       cmd="haproxy -db -f $RAW/haproxy.cfg";;
     *) echo "unknown peer $name (realm, portunus, haproxy)" >&2; exit 2;;
   esac
-  NAME=$name; PID[$name]=$(start_bg X=1 sh -c "exec $cmd"); PIDS+=(${PID[$name]}); PORT[$name]=$port
+  NAME=$name; start_bg X=1 sh -c "exec $cmd"; PID[$name]=$BGPID; PIDS+=($BGPID); PORT[$name]=$port
   VARIANTS+=("$name")
 done
 sleep 1

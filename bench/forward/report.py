@@ -82,7 +82,7 @@ for v in variants:
         "lat_p99_us_median": round(statistics.median(p99)) if p99 else None,
     })
     # --counters: per GB medians of splice calls, TCP segments, veth packets.
-    for key in ("splice_calls", "tcp_out_segs", "tcp_in_segs", "veth_tx_packets"):
+    for key in ("splice_calls", "epoll_waits", "context_switches", "tcp_out_segs", "tcp_in_segs", "veth_tx_packets"):
         xs = [(cpu.get((v, r), {}).get(key), b) for r, b in zip(range(1, repeats + 1), gbytes)]
         xs = [x / b for x, b in xs if x is not None and b]
         if xs:
@@ -163,13 +163,13 @@ if any(r.get("lat_p50_us_median") is not None for r in rows):
             md.append(f"| {r['variant']} | {r['sent_gbit_per_s_median']:.2f} | {r['gbit_per_s_median']:.2f} | {r.get('lat_p50_us_median') or ''} | {r.get('lat_p99_us_median') or ''} |")
 if any("tcp_out_segs_per_gb" in r for r in rows):
     md.append("")
-    md.append("Per GB forwarded (medians of the per-run ratios): splice(2) calls of the forwarding process, TCP segments sent/received in the forwarder's namespace (nstat), packets sent on the forwarder's veths.")
+    md.append("Per GB forwarded (medians of the per-run ratios): splice(2) calls, epoll_wait(2) calls and context switches of the forwarding process, TCP segments sent/received in the forwarder's namespace (nstat), packets sent on the forwarder's veths.")
     md.append("")
-    md.append("| variant | splice calls per GB | TcpOutSegs per GB | TcpInSegs per GB | veth tx packets per GB |")
-    md.append("|---|---:|---:|---:|---:|")
+    md.append("| variant | splice calls per GB | epoll_wait per GB | context switches per GB | TcpOutSegs per GB | TcpInSegs per GB | veth tx packets per GB |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if r.get("runs"):
-            md.append("| {} | {} | {} | {} | {} |".format(r["variant"], *(r.get(k + "_per_gb", "") for k in ("splice_calls", "tcp_out_segs", "tcp_in_segs", "veth_tx_packets"))))
+            md.append("| {} | {} | {} | {} | {} | {} | {} |".format(r["variant"], *(r.get(k + "_per_gb", "") for k in ("splice_calls", "epoll_waits", "context_switches", "tcp_out_segs", "tcp_in_segs", "veth_tx_packets"))))
 if caps:
     md.append("")
     md.append("| cap | target bytes/s | measured bytes/s | measured/target |")

@@ -21,14 +21,15 @@
 #                 (server port), {laddr} (address to listen on) and {taddr} (server address),
 #                 e.g.  --peer socat='socat TCP-LISTEN:{listen},fork,reuseaddr TCP:{taddr}:{target}'
 #                 Built in: --peer socat, --peer haproxy (if installed), --peer realm (realm's
-#                 relay library, built from bench/forward/peers/realm on first use),
+#                 relay library, built from bench/forward/peers/realm on first use, or the
+#                 binary $REALM built before),
 #                 --peer portunus (Portunus's `portunus-standalone`, AGPL, never part of fwc:
 #                 the binary $PORTUNUS, see bench/forward/peers/portunus.md to build it).
 #   --fwc-var     one more `fwc forward` (splice) variant with environment variables, and the
 #                 binary FWC=PATH if given, e.g. --fwc-var p1m='FWC_FORWARD_PIPE_SIZE=1048576
 #                 FWC_FORWARD_PIPE_MAX=1048576' or --fwc-var before='FWC=/tmp/fwc-before'.
 # --no-copy leaves out fwc-copy. --counters records, per run, the splice(2) calls of the
-# forwarding process (`perf stat -e syscalls:sys_enter_splice`), TCP segments sent and received
+# forwarding process, its epoll_wait(2) calls and context switches (its wakeups; `perf stat`), TCP segments sent and received
 # in the forwarder's namespace (`nstat` TcpOutSegs/TcpInSegs) and, on veth, the packets the
 # forwarder namespace sent on its two veths (tx_packets); reported per GB.
 # --latency measures, during every throughput run (the elephant flow), the time a new short
@@ -153,9 +154,12 @@ print(json.dumps({"version": 1, "listeners": [{
 PY
 }
 
-start_bg() { # VAR=value... cmd...   (prints the pid of cmd itself: ip netns exec and env exec)
+# Every long-lived process is a child of this shell (never started inside $(…), whose subshell
+# would leave it to init): cleanup reaps it, so its CPU counts as the benchmark's own for
+# ../shared/quiet (`times`) instead of as other work.
+start_bg() { # VAR=value... cmd...   (BGPID: the pid of cmd itself: ip netns exec and env exec)
   ip netns exec "$NS" env "$@" >"$RAW/$NAME.log" 2>&1 &
-  echo $!
+  BGPID=$!
 }
 
 declare -A PORT PID
@@ -165,10 +169,10 @@ PORT[direct]=$SERVER; PID[direct]=""; ADDR[direct]=$SADDR
 PORT[$NFTV]=6000; PID[$NFTV]=""
 
 fwc_config 6001 null >"$RAW/fwc-splice.json"
-NAME=fwc-splice; PID[fwc-splice]=$(start_bg FWC_FORWARD_SPLICE=1 "$FWC" forward --config "$RAW/fwc-splice.json"); PIDS+=(${PID[fwc-splice]}); PORT[fwc-splice]=6001
+NAME=fwc-splice; start_bg FWC_FORWARD_SPLICE=1 "$FWC" forward --config "$RAW/fwc-splice.json"; PID[fwc-splice]=$BGPID; PIDS+=($BGPID); PORT[fwc-splice]=6001
 if [[ $COPY == 1 ]]; then
   fwc_config 6002 null >"$RAW/fwc-copy.json"
-  NAME=fwc-copy; PID[fwc-copy]=$(start_bg FWC_FORWARD_SPLICE=0 "$FWC" forward --config "$RAW/fwc-copy.json"); PIDS+=(${PID[fwc-copy]}); PORT[fwc-copy]=6002
+  NAME=fwc-copy; start_bg FWC_FORWARD_SPLICE=0 "$FWC" forward --config "$RAW/fwc-copy.json"; PID[fwc-copy]=$BGPID; PIDS+=($BGPID); PORT[fwc-copy]=6002
 else
   VARIANTS=(direct $NFTV fwc-splice)
 fi
@@ -181,7 +185,7 @@ for spec in "${FWCVARS[@]}"; do
     if [[ $kv == FWC=* ]]; then bin=${kv#FWC=}; else vars+=("$kv"); fi
   done
   fwc_config $vport null >"$RAW/$name.json"
-  NAME=$name; PID[$name]=$(start_bg FWC_FORWARD_SPLICE=1 "${vars[@]}" "$bin" forward --config "$RAW/$name.json"); PIDS+=(${PID[$name]}); PORT[$name]=$vport
+  NAME=$name; start_bg FWC_FORWARD_SPLICE=1 "${vars[@]}" "$bin" forward --config "$RAW/$name.json"; PID[$name]=$BGPID; PIDS+=($BGPID); PORT[$name]=$vport
   VARIANTS+=("$name")
 done
 
@@ -194,8 +198,11 @@ for spec in "${PEERS[@]}"; do
       socat) cmd='socat TCP-LISTEN:{listen},bind={laddr},fork,reuseaddr TCP:{taddr}:{target}';;
       realm)
         # realm's relay library (bench/forward/peers/realm), built on first use.
-        (cd "$HERE/peers/realm" && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/peers cargo build -q --release)
-        cmd="${CARGO_TARGET_DIR:-$ROOT/target}/peers/release/realm-peer {laddr}:{listen} {taddr}:{target}";;
+        # REALM=PATH: a binary built before (no cargo inside a quiet window).
+        if [[ -z "${REALM:-}" ]]; then
+          (cd "$HERE/peers/realm" && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/peers cargo build -q --release)
+        fi
+        cmd="${REALM:-${CARGO_TARGET_DIR:-$ROOT/target}/peers/release/realm-peer} {laddr}:{listen} {taddr}:{target}";;
       haproxy)
         cat >"$RAW/haproxy.cfg" <<HAP
 global
@@ -224,7 +231,7 @@ HAP
     esac
   fi
   cmd=${cmd//\{listen\}/$port}; cmd=${cmd//\{target\}/$SERVER}; cmd=${cmd//\{laddr\}/$LADDR}; cmd=${cmd//\{taddr\}/$SADDR}
-  NAME=$name; PID[$name]=$(start_bg X=1 sh -c "exec $cmd"); PIDS+=(${PID[$name]}); PORT[$name]=$port
+  NAME=$name; start_bg X=1 sh -c "exec $cmd"; PID[$name]=$BGPID; PIDS+=($BGPID); PORT[$name]=$port
   VARIANTS+=("$name")
 done
 sleep 1
@@ -283,7 +290,7 @@ for r in $(seq 1 "$REPEATS"); do
       tx0=$(veth_tx)
       perfpid=""
       if [[ -n "${PID[$v]}" ]]; then
-        perf stat -x, -e syscalls:sys_enter_splice -p "${PID[$v]}" -o "$RAW/$v.$r.perf" & perfpid=$!
+        perf stat -x, -e syscalls:sys_enter_splice,syscalls:sys_enter_epoll_wait,context-switches -p "${PID[$v]}" -o "$RAW/$v.$r.perf" & perfpid=$!
       fi
     fi
     latpid=""
@@ -318,8 +325,10 @@ PY
       tx1=$(veth_tx)
       if [[ -n "$perfpid" ]]; then kill -INT "$perfpid" 2>/dev/null || true; wait "$perfpid" 2>/dev/null || true; fi
       splices=$(awk -F, '/sys_enter_splice/{print $1}' "$RAW/$v.$r.perf" 2>/dev/null | head -1 || true)
+      epolls=$(awk -F, '/sys_enter_epoll_wait/{print $1}' "$RAW/$v.$r.perf" 2>/dev/null | head -1 || true)
+      cswitches=$(awk -F, '/context-switches/{print $1}' "$RAW/$v.$r.perf" 2>/dev/null | head -1 || true)
       segs=$(nsx nstat TcpOutSegs TcpInSegs 2>/dev/null | awk '/TcpOutSegs/{o=$2} /TcpInSegs/{i=$2} END{print (o+0)","(i+0)}' || true)
-      extra=",\"splice_calls\":${splices:-null},\"tcp_out_segs\":${segs%,*},\"tcp_in_segs\":${segs#*,},\"veth_tx_packets\":$((tx1 - tx0))"
+      extra=",\"splice_calls\":${splices:-null},\"epoll_waits\":${epolls:-null},\"context_switches\":${cswitches:-null},\"tcp_out_segs\":${segs%,*},\"tcp_in_segs\":${segs#*,},\"veth_tx_packets\":$((tx1 - tx0))"
     fi
     echo "{\"variant\":\"$v\",\"repeat\":$r,\"load1\":$load,\"proc_cpu_s\":$(python3 -c "print(round($c1-$c0,2))"),\"kthread_cpu_s\":$(kthread_delta "$RAW/k0.json" "$RAW/k1.json"),\"sys_cpu_s\":$(python3 -c "print(round($s1-$s0,2))")$extra$extra_lat}" >>"$RAW/cpu.jsonl"
     echo "run $r $v done" >&2
@@ -331,7 +340,7 @@ if [[ $CAPS == 1 ]]; then
   for cap in 1000000 1250000 12500000; do
     cport=$((cport + 1))
     fwc_config $cport $cap >"$RAW/cap-$cap.json"
-    NAME=cap-$cap; p=$(start_bg X=1 "$FWC" forward --config "$RAW/cap-$cap.json"); PIDS+=($p)
+    NAME=cap-$cap; start_bg X=1 "$FWC" forward --config "$RAW/cap-$cap.json"; p=$BGPID; PIDS+=($p)
     sleep 0.5
     ip netns exec "$CNS" iperf3 -c "$LADDR" -p $cport -t 13 -O 3 -R -J >"$RAW/cap-$cap.iperf.json" || echo "iperf3 failed for cap $cap" >&2
     kill "$p"; wait "$p" 2>/dev/null || true

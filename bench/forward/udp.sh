@@ -169,7 +169,9 @@ ip netns exec "$NS" ip link set lo up
 nsx() { ip netns exec "$NS" "$@"; }
 
 SERVER=5201
-nsx iperf3 -s -p $SERVER >"$RAW/iperf3-server.log" 2>&1 & PIDS+=($!)
+# Not through nsx: a function run with & is a subshell, which would leave iperf3 to init when
+# it is killed; started here, cleanup reaps it and ../shared/quiet counts its CPU as ours.
+ip netns exec "$NS" iperf3 -s -p $SERVER >"$RAW/iperf3-server.log" 2>&1 & PIDS+=($!)
 
 fwc_config() { # port -> forward.json with a TCP and a UDP listener on it
   python3 - "$1" "$SERVER" <<'PY'

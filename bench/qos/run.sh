@@ -12,7 +12,8 @@ set -euo pipefail
 [ "$(id -u)" = 0 ] || { echo "run as root" >&2; exit 1; }
 cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
-cargo build --release -q -p fwc-qos --examples
+# NO_BUILD=1: the examples were built before (no cargo inside a quiet window).
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q -p fwc-qos --examples
 BIN=$CARGO_TARGET_DIR/release/examples
 QOSCTL=$BIN/qosctl RR=$BIN/rr
 DUR=${DUR:-10} RATES=${RATES-"10 100 1000"} MIXED_RATES=${MIXED_RATES-"10 100"}

@@ -1,7 +1,10 @@
 //! Token bucket shared by all connections of a rule in one direction. Debt is allowed: a
 //! transfer may take more than the tokens left (even more than the burst), the bucket goes
 //! negative and the next transfer waits until it is paid back, so large reads never stall.
+//! An unlimited bucket answers from one atomic flag, without its lock: the relay asks it at
+//! every step and the UDP path at every datagram.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -12,6 +15,8 @@ const MAX_CHUNK: usize = 1024 * 1024;
 #[derive(Debug)]
 pub struct Bucket {
     state: Mutex<State>,
+    /// `state.rate.is_some()`, readable without the lock (written under it by [`Bucket::set`]).
+    limited: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -32,6 +37,7 @@ impl Bucket {
     pub fn new(rate: Option<u64>, burst: Option<u64>) -> Bucket {
         let b = Bucket {
             state: Mutex::new(State { rate: None, burst: 0.0, tokens: 0.0, last: Instant::now() }),
+            limited: AtomicBool::new(false),
         };
         b.set(rate, burst);
         b
@@ -50,14 +56,20 @@ impl Bucket {
             }
             s.tokens = s.tokens.min(s.burst);
         }
+        self.limited.store(s.rate.is_some(), Ordering::Release);
     }
 
+    /// A reload that changes the rate is seen by the next step of every flow (a step already
+    /// past this check moves one more chunk under the old setting).
     pub fn limited(&self) -> bool {
-        self.state.lock().unwrap().rate.is_some()
+        self.limited.load(Ordering::Acquire)
     }
 
     /// How many bytes a capped flow should move per step: ~1/64 s of rate, bounded.
     pub fn chunk(&self) -> usize {
+        if !self.limited() {
+            return usize::MAX;
+        }
         match self.state.lock().unwrap().rate {
             None => usize::MAX,
             Some(r) => ((r / 64.0) as usize).clamp(MIN_CHUNK, MAX_CHUNK),
@@ -66,6 +78,9 @@ impl Bucket {
 
     /// Wait until the bucket is out of debt (tokens > 0). Returns at once when unlimited.
     pub async fn ready(&self) {
+        if !self.limited() {
+            return;
+        }
         loop {
             let wait = {
                 let mut s = self.state.lock().unwrap();
@@ -82,6 +97,9 @@ impl Bucket {
 
     /// Charge `n` bytes (may go into debt).
     pub fn consume(&self, n: usize) {
+        if !self.limited() {
+            return;
+        }
         let mut s = self.state.lock().unwrap();
         if s.rate.is_some() {
             refill(&mut s);
@@ -91,6 +109,9 @@ impl Bucket {
 
     /// For datagrams: charge `n` bytes if the bucket is not in debt, else refuse.
     pub fn try_consume(&self, n: usize) -> bool {
+        if !self.limited() {
+            return true;
+        }
         let mut s = self.state.lock().unwrap();
         if s.rate.is_none() {
             return true;

@@ -1,6 +1,13 @@
 //! The byte pump of one TCP connection: both directions in the connection's task, zero copy
 //! with `splice(2)` socket -> pipe -> socket (pipes from a pool, reused only after a clean
 //! finish), or a buffered copy when splice is off or refused. Half-close, caps, counters, idle.
+//!
+//! Coalescing a bulk flow's writes: the sockets are TCP_NODELAY (a relay must not add Nagle's
+//! delay to a request), so every splice out would end in a short segment. When a read filled
+//! the pipe (the sender has more queued) the write says `SPLICE_F_MORE`: the tail waits for
+//! the next write, which follows at once, and the next segment leaves whole. When the source
+//! then turns out to have nothing (a read would block) the tail is pushed at once ([`push`]),
+//! and EOF pushes it with the FIN; request/response traffic never fills a pipe and is never held.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -254,6 +261,8 @@ async fn splice_loop(src: &TcpStream, dst: &TcpStream, pool: &PipePool, f: &Flow
     let mut pipe: Option<Pipe> = None;
     let mut growth = Growth::default();
     let mut total = 0u64;
+    // The last write to dst left its tail waiting for more (SPLICE_F_MORE).
+    let mut held = false;
     loop {
         f.bucket.ready().await;
         if let Err(e) = src.readable().await {
@@ -276,21 +285,32 @@ async fn splice_loop(src: &TcpStream, dst: &TcpStream, pool: &PipePool, f: &Flow
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 pool.put(pipe.take().unwrap());
+                if held {
+                    held = false;
+                    push(dst);
+                }
                 continue;
             }
             Err(e) if is_refusal(&e) => {
                 pool.put(pipe.take().unwrap());
+                if held {
+                    push(dst);
+                }
                 return Ok(Spliced::Refused(total));
             }
             Err(e) => return Err(e),
         };
+        // A read that filled the pipe left more in the socket: hold the write's tail for it.
+        // Capped flows are never held (their next read may wait for the bucket).
+        held = pending == p.size && !f.bucket.limited();
+        let out_flags = if held { flags | SpliceFlags::MORE } else { flags };
         f.bucket.consume(pending);
         f.activity.store(crate::now_ms(), Relaxed);
         let grow_to = if p.stuck { None } else { growth.after_read(pending, p.size, pool.max) };
         while pending > 0 {
             dst.writable().await?;
             let r = dst.try_io(Interest::WRITABLE, || {
-                rustix::pipe::splice(p.r.as_fd(), None, dst.as_fd(), None, pending, flags).map_err(io::Error::from)
+                rustix::pipe::splice(p.r.as_fd(), None, dst.as_fd(), None, pending, out_flags).map_err(io::Error::from)
             });
             match r {
                 Ok(n) => {
@@ -312,6 +332,14 @@ async fn splice_loop(src: &TcpStream, dst: &TcpStream, pool: &PipePool, f: &Flow
         pool.put(p);
     }
     Ok(Spliced::Eof(total))
+}
+
+/// Send what a `SPLICE_F_MORE` write left waiting: setting TCP_NODELAY (already on: the
+/// relay sets it on both sockets) pushes the socket's pending segments out.
+fn push(dst: &TcpStream) {
+    if let Err(e) = rustix::net::sockopt::set_tcp_nodelay(dst, true) {
+        tracing::debug!("push after a held write: {e}");
+    }
 }
 
 async fn copy_loop(src: &TcpStream, dst: &TcpStream, f: &Flow<'_>) -> io::Result<u64> {

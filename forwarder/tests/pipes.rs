@@ -83,6 +83,53 @@ async fn a_bulk_flow_grows_its_pipe_and_a_small_one_does_not() {
     f.shutdown().await;
 }
 
+/// A bulk stream that stops without closing (its sender waits for an answer) arrives to its
+/// last byte: the relay's reads filled the pipe, so its writes held their tails for more
+/// (SPLICE_F_MORE), and the last one is pushed once the sender turns out to have nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_flow_that_pauses_open_arrives_to_its_last_byte() {
+    const BLOCKS: u64 = 256; // 16 MiB
+    let go = Arc::new(Notify::new());
+    let sink = {
+        let go = go.clone();
+        backend(move |mut s| {
+            let go = go.clone();
+            async move {
+                go.notified().await;
+                let mut got = vec![0u8; BLOCK];
+                for i in 0..BLOCKS {
+                    s.read_exact(&mut got).await.expect("the whole stream, without an EOF");
+                    assert!(got == block(SEED, i), "block {i} differs");
+                }
+                s.write_all(b"k").await.unwrap();
+                let mut rest = Vec::new();
+                s.read_to_end(&mut rest).await.unwrap();
+                assert!(rest.is_empty());
+            }
+        })
+        .await
+    };
+    let (f, addr) = start(grow_opts(), vec![tcp("pause", &[sink])]).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    for i in 0..BLOCKS {
+        if i == 2 {
+            go.notify_one();
+        }
+        s.write_all(block(SEED, i)).await.unwrap();
+    }
+    // The connection stays open: only the relay's push can deliver the last tail now.
+    let mut k = [0u8; 1];
+    tokio::time::timeout(Duration::from_secs(60), s.read_exact(&mut k))
+        .await
+        .expect("the backend got the whole stream and answered")
+        .unwrap();
+    assert_eq!(&k, b"k");
+    s.shutdown().await.unwrap();
+    assert!(eventually(Duration::from_secs(5), || f.stats("pause").unwrap().conns_active == 0).await);
+    assert_eq!(f.stats("pause").unwrap().bytes_up, BLOCKS * BLOCK as u64);
+    f.shutdown().await;
+}
+
 /// Run `body` on a runtime whose threads lack CAP_SYS_RESOURCE (capabilities are per thread;
 /// threads inherit them from the thread that creates them), as a non-root forwarder does.
 fn without_cap_sys_resource(body: impl std::future::Future<Output = ()> + Send + 'static) {
