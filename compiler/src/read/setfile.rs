@@ -8,7 +8,7 @@ use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::*;
 use crate::read::source::{SourceMap, SourceTree, LISTS_DIR};
 use crate::read::setlines::parse;
-use crate::{read::limits, read::setcache};
+use crate::{read::limits, read::setcache, read::setpatch};
 
 /// Is `path` (as written in `file=`) a path inside the repository (relative, no `..`)?
 fn inside_repository(path: &str) -> bool {
@@ -77,14 +77,31 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
             };
             let key = tree.set_cache.0.as_ref().filter(|_| text.len() >= setcache::MIN_BYTES).map(|_| setcache::key(text));
             let cached = cached_entry(&tree.set_cache, key.as_deref());
-            let errors = match &cached {
-                Some(entry) => {
+            // A set that is exactly this file: its layout and manifest take their facts from it.
+            let whole = before == 0 && set.files.len() == 1;
+            // Not cached, but a previous version of the file is: patch that (the changed lines
+            // parsed, the rest taken over) instead of parsing the file whole.
+            let patched = match (&cached, &key) {
+                (None, Some(_)) if whole => previous_version(&tree.set_cache, path).map(|(old, entry)| setpatch::patch(&old, &entry, text)),
+                _ => None,
+            };
+            let mut patched_merged = None;
+            let errors = match (&cached, patched) {
+                (Some(entry), _) => {
                     for &(e, offset, len) in &entry.elems {
                         push(e, offset as usize, len as usize);
                     }
                     Vec::new()
                 }
-                None => parse(text, push),
+                (None, Some(Ok(p))) => {
+                    for (e, offset, len) in p.elems {
+                        push(e, offset as usize, len as usize);
+                    }
+                    patched_merged = Some(p.merged);
+                    Vec::new()
+                }
+                (None, Some(Err(errors))) => errors,
+                (None, None) => parse(text, push),
             };
             if let Some(span) = past_limit {
                 set.elements.truncate(before);
@@ -103,20 +120,30 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
                 }
                 continue;
             }
-            // A set that is exactly this file: what its layout and manifest take from it, from
-            // the cache or computed once here (and stored for the next compile).
-            if before == 0 && set.files.len() == 1 {
+            // What its layout and manifest take from it, from the cache or computed once here
+            // (and stored for the next compile, with the text and which entry this path uses).
+            if whole {
                 let facts = match cached {
-                    Some(entry) => entry.facts,
+                    Some(entry) => {
+                        if let (Some(store), Some(key)) = (&tree.set_cache.0, &key) {
+                            let last = setcache::last_key(path);
+                            if store.get(&last).as_deref() != Some(key.as_bytes()) {
+                                store.put(&last, key.as_bytes());
+                            }
+                        }
+                        entry.facts
+                    }
                     None => {
                         let facts = setcache::FileFacts {
-                            merged: crate::place::setlayout::merged_compact(set.elements.iter().map(|e| &e.value)),
+                            merged: patched_merged.unwrap_or_else(|| crate::place::setlayout::merged_compact(set.elements.iter().map(|e| &e.value))),
                             digest: crate::emit::manifest::set_digest(&set.elements),
                         };
                         if let (Some(store), Some(key)) = (&tree.set_cache.0, &key) {
                             let elems: Vec<(AddrElem, u32, u32)> = set.elements.iter().map(|e| (e.value, e.span.offset, e.span.len)).collect();
                             let entry = setcache::Entry { elems, facts };
                             store.put(key, &setcache::encode(key, &entry));
+                            store.put(&setcache::text_key(key), text.as_bytes());
+                            store.put(&setcache::last_key(path), key.as_bytes());
                             entry.facts
                         } else {
                             facts
@@ -143,6 +170,24 @@ fn cached_entry(cache: &setcache::SetCache, key: Option<&str>) -> Option<setcach
         Ok(entry) => Some(entry),
         Err(why) => {
             store.reject(key, &why);
+            None
+        }
+    }
+}
+
+/// The previous version of the set file at `path` the cache holds: its text and its entry
+/// (the text believed only when it is the text of that entry).
+fn previous_version(cache: &setcache::SetCache, path: &str) -> Option<(String, setcache::Entry)> {
+    let store = cache.0.as_ref()?;
+    let last = store.get(&setcache::last_key(path))?;
+    let key = std::str::from_utf8(&last).ok().filter(|k| k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit()))?.to_string();
+    let entry = cached_entry(cache, Some(&key))?;
+    let text_key = setcache::text_key(&key);
+    let text = store.get(&text_key)?;
+    match String::from_utf8(text) {
+        Ok(text) if setcache::key(&text) == key => Some((text, entry)),
+        _ => {
+            store.reject(&text_key, "it is not the text of its entry");
             None
         }
     }
