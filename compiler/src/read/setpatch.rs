@@ -37,19 +37,37 @@ pub fn patch(old: &str, entry: &Entry, new: &str) -> Result<Patched, Vec<LineErr
     let first = entry.elems.partition_point(|x| (x.1 as usize) < start);
     let past = entry.elems.partition_point(|x| (x.1 as usize) < old_end);
     let mut added = Vec::new();
-    let errors = parse(&new[start..new_end], |e, off, len| added.push((e, (start + off) as u32, len as u32)));
+    let errors = parse(&new[start..new_end], |e, off, len| {
+        added.push((e, (start + off) as u32, len as u32))
+    });
     if !errors.is_empty() {
-        return Err(errors.into_iter().map(|e| LineError { offset: e.offset + start, ..e }).collect());
+        return Err(errors
+            .into_iter()
+            .map(|e| LineError {
+                offset: e.offset + start,
+                ..e
+            })
+            .collect());
     }
     let removed: Vec<AddrElem> = entry.elems[first..past].iter().map(|x| x.0).collect();
     let added_elems: Vec<AddrElem> = added.iter().map(|x| x.0).collect();
     let changed = (removed.len(), added.len());
-    let mut elems: Vec<(AddrElem, u32, u32)> = Vec::with_capacity(entry.elems.len() - removed.len() + added.len());
+    let mut elems: Vec<(AddrElem, u32, u32)> =
+        Vec::with_capacity(entry.elems.len() - removed.len() + added.len());
     elems.extend_from_slice(&entry.elems[..first]);
     elems.extend(added);
-    elems.extend(entry.elems[past..].iter().map(|&(e, off, len)| (e, shift(off), len)));
-    let merged = patch_merged(&entry.facts.merged, removed, added_elems, &elems).unwrap_or_else(|| merged_compact(elems.iter().map(|x| &x.0)));
-    Ok(Patched { elems, merged, changed })
+    elems.extend(
+        entry.elems[past..]
+            .iter()
+            .map(|&(e, off, len)| (e, shift(off), len)),
+    );
+    let merged = patch_merged(&entry.facts.merged, removed, added_elems, &elems)
+        .unwrap_or_else(|| merged_compact(elems.iter().map(|x| &x.0)));
+    Ok(Patched {
+        elems,
+        merged,
+        changed,
+    })
 }
 
 /// (start, end in `old`, end in `new`) of the lines that differ: `old[..start] == new[..start]`
@@ -57,7 +75,10 @@ pub fn patch(old: &str, entry: &Entry, new: &str) -> Result<Patched, Vec<LineErr
 fn changed_lines(old: &[u8], new: &[u8]) -> (usize, usize, usize) {
     let same = common_prefix(old, new);
     // Back to the start of the line the first difference is on.
-    let start = new[..same].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let start = new[..same]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
     let room = old.len().min(new.len()) - start;
     let mut tail = common_suffix(&old[old.len() - room..], &new[new.len() - room..]);
     // Forward to a line start (both texts agree on the bytes, so on where lines start).
@@ -84,7 +105,11 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     while at + BLOCK <= n && a[at..at + BLOCK] == b[at..at + BLOCK] {
         at += BLOCK;
     }
-    at + a[at..n].iter().zip(&b[at..n]).position(|(x, y)| x != y).unwrap_or(n - at)
+    at + a[at..n]
+        .iter()
+        .zip(&b[at..n])
+        .position(|(x, y)| x != y)
+        .unwrap_or(n - at)
 }
 
 /// Length of the common suffix of `a` and `b` (of equal length).
@@ -94,13 +119,23 @@ fn common_suffix(a: &[u8], b: &[u8]) -> usize {
     while k + BLOCK <= n && a[n - k - BLOCK..n - k] == b[n - k - BLOCK..n - k] {
         k += BLOCK;
     }
-    k + a[..n - k].iter().rev().zip(b[..n - k].iter().rev()).position(|(x, y)| x != y).unwrap_or(n - k)
+    k + a[..n - k]
+        .iter()
+        .rev()
+        .zip(b[..n - k].iter().rev())
+        .position(|(x, y)| x != y)
+        .unwrap_or(n - k)
 }
 
 /// `old` with the intervals of `removed` taken out and those of `added` joined in: None when a
 /// removal is not simply an interval of its own (it overlapped or touched another element, or
 /// there are too many), for the caller to merge again.
-fn patch_merged(old: &[Merged; 2], mut removed: Vec<AddrElem>, mut added: Vec<AddrElem>, elems: &[(AddrElem, u32, u32)]) -> Option<[Merged; 2]> {
+fn patch_merged(
+    old: &[Merged; 2],
+    mut removed: Vec<AddrElem>,
+    mut added: Vec<AddrElem>,
+    elems: &[(AddrElem, u32, u32)],
+) -> Option<[Merged; 2]> {
     // Lines moved or rewritten to the same element change nothing.
     removed.sort_unstable();
     added.sort_unstable();
@@ -150,7 +185,14 @@ fn patch_merged(old: &[Merged; 2], mut removed: Vec<AddrElem>, mut added: Vec<Ad
         join(&mut fams[f], lo, hi);
     }
     let [v4, v6] = fams;
-    Some([Merged::V4(v4.into_iter().map(|(lo, hi)| (lo as u64) << 32 | hi as u64).collect()), Merged::V6(v6)])
+    Some([
+        Merged::V4(
+            v4.into_iter()
+                .map(|(lo, hi)| (lo as u64) << 32 | hi as u64)
+                .collect(),
+        ),
+        Merged::V6(v6),
+    ])
 }
 
 /// Join `lo..=hi` into sorted, merged (overlapping or adjacent joined) intervals.
@@ -173,9 +215,18 @@ mod tests {
 
     fn read(text: &str) -> Entry {
         let mut elems = Vec::new();
-        assert!(parse(text, |e, off, len| elems.push((e, off as u32, len as u32))).is_empty(), "{text}");
+        assert!(
+            parse(text, |e, off, len| elems.push((e, off as u32, len as u32))).is_empty(),
+            "{text}"
+        );
         let merged = merged_compact(elems.iter().map(|x: &(AddrElem, u32, u32)| &x.0));
-        Entry { elems, facts: FileFacts { merged, digest: String::new() } }
+        Entry {
+            elems,
+            facts: FileFacts {
+                merged,
+                digest: String::new(),
+            },
+        }
     }
 
     fn check(old: &str, new: &str) {
@@ -195,7 +246,14 @@ mod tests {
                 x ^= x << 17;
                 let a = std::net::Ipv4Addr::from((x >> 20) as u32 & 0x0fff_ffff | 0x0a00_0000);
                 match i % 13 {
-                    0 => format!("{}.0/24", a.octets()[..3].iter().map(u8::to_string).collect::<Vec<_>>().join(".")),
+                    0 => format!(
+                        "{}.0/24",
+                        a.octets()[..3]
+                            .iter()
+                            .map(u8::to_string)
+                            .collect::<Vec<_>>()
+                            .join(".")
+                    ),
                     1 => format!("2001:db8:{:x}::{:x}", x >> 50, x & 0xffff),
                     2 => "# a comment".into(),
                     3 => format!("{a}  ; trailing"),
@@ -234,7 +292,10 @@ mod tests {
             edits.push(v);
             let mut v = base.clone();
             v.push(base[k].clone()); // neighbour of / equal to an existing element
-            let mut a: u32 = base[k].parse::<std::net::Ipv4Addr>().map(u32::from).unwrap_or(0x0a00_0001);
+            let mut a: u32 = base[k]
+                .parse::<std::net::Ipv4Addr>()
+                .map(u32::from)
+                .unwrap_or(0x0a00_0001);
             a = a.wrapping_add(1);
             v.push(std::net::Ipv4Addr::from(a).to_string());
             edits.push(v);
