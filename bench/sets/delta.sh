@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One element changed in a million-entry set file, end to end (docs/performance.md, "Sets"):
-# `fwc apply REPO` of +1 / -1 element, the agent's reconcile of the same commits
+# `fwc apply REPO` of +1 / -1 element, of a version of the list never applied before (one
+# /32 inserted mid-file, new each repetition: the set-file cache patches it from the version
+# before it), the agent's reconcile of the same commits
 # (`fwc agent --once` from a file:// remote), and one element deleted behind fwc's back found
 # by `fwc plan` and by the agent's drift check (`agent --once`, --drift heal, which also puts
 # it back). Builds side by side, alternating run by run, each in its own scratch namespaces
@@ -84,6 +86,11 @@ for i in $(seq "$REPEATS"); do
     timed "$work/$k.plus" "$b" apply "$work/repo-plus" --netns "$ns" --state-dir "$st" --auto-approve --no-sysctl
     grep -q "198.51.100.7" "$work/out" || { echo "build $k: +1 did not name the element"; cat "$work/out"; exit 1; } >&2
     timed "$work/$k.minus" "$b" apply "$work/repo-base" --netns "$ns" --state-dir "$st" --auto-approve --no-sysctl
+    rm -rf "$work/repo-new"; cp -r "$work/repo-base" "$work/repo-new"
+    sed -i "$((N / 2))a 198.51.100.$((100 + i))" "$work/repo-new/lists/big.netset"
+    timed "$work/$k.changed" "$b" apply "$work/repo-new" --netns "$ns" --state-dir "$st" --auto-approve --no-sysctl
+    grep -q "198.51.100.$((100 + i))" "$work/out" || { echo "build $k: the new version did not name its element"; cat "$work/out"; exit 1; } >&2
+    "$b" apply "$work/repo-base" --netns "$ns" --state-dir "$st" --auto-approve --no-sysctl > /dev/null
   done
   publish "$work/repo-plus" "plus $i"
   k=0
@@ -121,8 +128,8 @@ echo
 echo "== N=$N, one /32 ($victim deleted for the drift rows); $REPEATS repetitions, medians (min-max), seconds; load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| step | $(printf '%s | ' "$@")"
 echo "|---|$(printf -- '---|%.0s' "$@")"
-steps="plus minus agent-plus agent-minus"
-[ "$DRIFT" = 0 ] || steps="plus minus drift agent-plus agent-minus agent-drift"
+steps="plus minus changed agent-plus agent-minus"
+[ "$DRIFT" = 0 ] || steps="plus minus changed drift agent-plus agent-minus agent-drift"
 for s in $steps; do
   row="| $s |"; k=0
   for b in "$@"; do k=$((k + 1)); row="$row $(median < "$work/$k.$s") |"; done

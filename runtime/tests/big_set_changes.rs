@@ -147,6 +147,28 @@ fn one_element_of_a_big_set_is_one_element_delta_and_generations_share_chunks() 
     let st = h.ok(&["status"]);
     assert!(st.split_whitespace().collect::<Vec<_>>().join(" ").contains("Drift: no"), "{st}");
 
+    // One /32 more in the middle of the file, from the repository: the set-file cache holds the
+    // version before it (its text beside its entry), so only the changed line is read again;
+    // the plan names exactly that element and the batch carries only it.
+    h.list(None, "198.51.100.7\n"); // the rolled-back version, applied (nothing to change)
+    let out = h.ok(&["apply", h.repo.to_str().unwrap(), "--auto-approve"]);
+    assert!(!out.contains("+ ") && !out.contains("- "), "{out}");
+    let mut lines: Vec<String> = std::fs::read_to_string(h.repo.join("lists/big.netset")).unwrap().lines().map(str::to_string).collect();
+    lines.insert(30_000, "198.51.100.9".into());
+    std::fs::write(h.repo.join("lists/big.netset"), lines.join("\n") + "\n").unwrap();
+    let sets_dir: Vec<String> = std::fs::read_dir(h.state.join("sets")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(sets_dir.iter().any(|n| n.ends_with("-text.set")) && sets_dir.iter().any(|n| n.ends_with("-last.set")), "{sets_dir:?}");
+    let out = h.ok(&["apply", h.repo.to_str().unwrap(), "--auto-approve"]);
+    let element_lines: Vec<&str> = out.lines().map(str::trim).filter(|l| l.starts_with("+ ") || l.starts_with("- ")).collect();
+    assert_eq!(element_lines, ["+ 198.51.100.9"], "{out}");
+    let batch = h.last_batch();
+    assert_eq!(ops(&batch), ["add set"], "{batch:?}");
+    assert_eq!(batch[0]["add"]["set"]["elem"], serde_json::json!(["198.51.100.9"]));
+    lines.remove(30_000);
+    std::fs::write(h.repo.join("lists/big.netset"), lines.join("\n") + "\n").unwrap();
+    let out = h.ok(&["apply", h.repo.to_str().unwrap(), "--auto-approve"]);
+    assert!(out.contains("- 198.51.100.9"), "{out}");
+
     // Only the chunks of the kept generations stay.
     let kept: BTreeSet<String> = std::fs::read_dir(h.state.join("blobs")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     let used: BTreeSet<String> = [h.current_gen()]

@@ -8,7 +8,10 @@
 //! An entry is trusted only when it decodes completely and its trailing SHA-256 matches: a
 //! corrupt, truncated or foreign entry is reported to the store ([`SetFileStore::reject`]) and
 //! the file is parsed as if there were no cache. The key covers the file's text, the entry
-//! format and the compiler's version, so a new fwc never reads an old fwc's entries.
+//! format and the compiler's version, so a new fwc never reads an old fwc's entries. Beside
+//! each entry the store keeps the file's text ([`text_key`]) and, per path, which entry was
+//! last used ([`last_key`]): a changed file is patched from that previous version
+//! (`crate::read::setpatch`) instead of being parsed whole.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -79,6 +82,24 @@ pub fn key(text: &str) -> String {
     h.update([0]);
     h.update(text.as_bytes());
     hex(&h.finalize())
+}
+
+/// The key the text of the set file whose entry is `key` is stored under (a changed file is
+/// compared with it, `crate::read::setpatch`). It is believed only when `key` of it is `key`.
+pub fn text_key(key: &str) -> String {
+    format!("{key}-text")
+}
+
+/// The key of the pointer to the last entry written or read for the set file at `path` (its
+/// contents: that entry's key): the previous version a changed file is patched from.
+pub fn last_key(path: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(FORMAT.as_bytes());
+    h.update([0]);
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    h.update(b"\0last\0");
+    h.update(path.as_bytes());
+    format!("{}-last", hex(&h.finalize()))
 }
 
 fn hex(b: &[u8]) -> String {

@@ -98,6 +98,7 @@ impl Mirror {
     /// Open (or create) `<state_dir>/mirror.git` for `url` / `branch`. A changed URL is
     /// updated in place; the objects already fetched are kept.
     pub fn open(state_dir: &Path, url: &str, branch: &str, timeout: Duration) -> Result<Mirror> {
+        super::git_zlib::linked();
         set_socket_timeouts(timeout);
         let path = state_dir.join(MIRROR_DIR);
         let repo = match Repository::open_bare(&path) {

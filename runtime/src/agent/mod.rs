@@ -51,6 +51,7 @@ pub mod decide;
 mod drift;
 mod following;
 pub mod git;
+pub mod git_zlib;
 mod hooked;
 mod journal;
 pub mod refs_poll;

@@ -5,8 +5,10 @@
 //!
 //! Entries are written aside and renamed into place, so concurrent `fwc apply` and agents only
 //! ever see whole entries; an entry is read only from a directory and a file owned by this
-//! user and not writable by others (the checksum inside detects damage, not a forger). The
-//! newest [`MAX_ENTRIES`] entries are kept.
+//! user and not writable by others (the checksum inside detects damage, not a forger). Beside
+//! an entry, the file's text (`<key>-text.set`) and, per set file path, which entry it last
+//! used (`<hash>-last.set`): a changed file is patched from that previous version. The newest
+//! [`MAX_ENTRIES`] files are kept.
 
 use std::fs;
 use std::io::Write;
@@ -19,8 +21,9 @@ use fwc_compiler::read::setcache::{SetCache, SetFileStore};
 
 /// Subdirectory of the state dir.
 pub const SETS_DIR: &str = "sets";
-/// Entries kept (the newest by use): the files of the last few commits of a repository.
-pub const MAX_ENTRIES: usize = 8;
+/// Files kept (the newest by use): the entries and texts of the last few versions of a
+/// repository's set files, and their pointers.
+pub const MAX_ENTRIES: usize = 16;
 
 /// A [`SetFileStore`] in a directory.
 #[derive(Debug, Clone)]
@@ -138,10 +141,107 @@ mod tests {
         a.files().into_iter().flat_map(|(name, text)| [name.as_bytes(), text.as_bytes()].concat()).collect()
     }
 
+    /// The entries (not the texts and pointers beside them).
     fn entries(state: &Path) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = fs::read_dir(state.join(SETS_DIR)).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        let mut v: Vec<PathBuf> = fs::read_dir(state.join(SETS_DIR))
+            .map(|d| d.flatten().map(|e| e.path()).filter(|p| !p.file_stem().unwrap().to_string_lossy().contains('-')).collect())
+            .unwrap_or_default();
         v.sort();
         v
+    }
+
+    /// The tree of `tree(seed, n)` with its list's lines edited by `edit`.
+    fn edited(seed: u32, n: u32, edit: impl FnOnce(&mut Vec<String>)) -> SourceTree {
+        let mut t = tree(seed, n);
+        let list = t.lists.get_mut("lists/big.netset").unwrap();
+        let mut lines: Vec<String> = list.lines().map(str::to_string).collect();
+        edit(&mut lines);
+        *list = lines.join("\n") + "\n";
+        t
+    }
+
+    #[test]
+    fn patched_compiles_are_byte_identical_to_cold_ones() {
+        // Each edit of the list, compiled with the cache holding the list before it (so patched
+        // from it), then back: the artifacts are those of a compile without a cache.
+        type Edit = fn(&mut Vec<String>);
+        let edits: [(&str, Edit); 7] = [
+            ("add", |l| l.insert(2000, "198.51.100.7".into())),
+            ("remove", |l| drop(l.remove(3001))),
+            ("change", |l| l[4000] = "203.0.113.0/25".into()),
+            ("reorder", |l| l.swap(100, 5000)),
+            ("duplicate", |l| l.insert(10, l[4321].clone())),
+            ("comments", |l| {
+                l.insert(7, "# added comment".into());
+                l[20].push_str(" ; trailing");
+            }),
+            ("neighbour", |l| {
+                let a: std::net::Ipv4Addr = l.iter().rev().find_map(|x| x.parse().ok()).unwrap();
+                l.push(std::net::Ipv4Addr::from(u32::from(a) ^ 1).to_string());
+            }),
+        ];
+        /// The store, noting which previous texts were read (a patch was made from them).
+        struct Noting(DirSetStore, std::sync::Mutex<usize>);
+        impl SetFileStore for Noting {
+            fn get(&self, key: &str) -> Option<Vec<u8>> {
+                *self.1.lock().unwrap() += usize::from(key.ends_with("-text"));
+                self.0.get(key)
+            }
+            fn put(&self, key: &str, bytes: &[u8]) {
+                self.0.put(key, bytes)
+            }
+            fn reject(&self, key: &str, why: &str) {
+                panic!("{key} rejected: {why}")
+            }
+        }
+        let state = tempfile::tempdir().unwrap();
+        let store = Arc::new(Noting(DirSetStore { dir: state.path().join(SETS_DIR) }, Default::default()));
+        let cached = |mut t: SourceTree| {
+            t.set_cache = SetCache::new(store.clone());
+            compile(&t)
+        };
+        let base = tree(4, 6000);
+        let cold_base = compile(&base);
+        assert_eq!(cached(base.clone()), cold_base, "the first version: a miss");
+        for (what, edit) in edits {
+            let next = edited(4, 6000, edit);
+            let cold = compile(&next);
+            let read = *store.1.lock().unwrap();
+            assert_eq!(cached(next), cold, "{what}: patched from the list before it");
+            assert_eq!(*store.1.lock().unwrap(), read + 1, "{what}: the previous text was read");
+            assert_eq!(cached(base.clone()), cold_base, "{what}: back (a hit)");
+        }
+    }
+
+    #[test]
+    fn a_damaged_previous_version_is_ignored() {
+        let state = tempfile::tempdir().unwrap();
+        let mut t = tree(11, 6000);
+        t.set_cache = DirSetStore::cache(state.path());
+        compile(&t);
+        let dir = state.path().join(SETS_DIR);
+        let text = fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).find(|p| p.to_string_lossy().ends_with("-text.set")).unwrap();
+        // The stored text of the previous version changed: not believed, the file is parsed.
+        let mut bytes = fs::read(&text).unwrap();
+        bytes[100] = if bytes[100] == b'1' { b'2' } else { b'1' };
+        fs::write(&text, &bytes).unwrap();
+        let mut next = edited(11, 6000, |l| l.push("198.51.100.7".into()));
+        let cold = compile(&next);
+        next.set_cache = DirSetStore::cache(state.path());
+        assert_eq!(compile(&next), cold);
+        assert!(!text.exists(), "the damaged text is dropped");
+        // A damaged previous entry, the same.
+        let [a, b] = entries(state.path()).try_into().unwrap();
+        for e in [&a, &b] {
+            let mut bytes = fs::read(e).unwrap();
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 1;
+            fs::write(e, &bytes).unwrap();
+        }
+        let mut third = edited(11, 6000, |l| l.push("198.51.100.8".into()));
+        let cold = compile(&third);
+        third.set_cache = DirSetStore::cache(state.path());
+        assert_eq!(compile(&third), cold);
     }
 
     #[test]
@@ -157,6 +257,8 @@ mod tests {
             assert_eq!(entries(state.path()), stored, "a hit writes nothing");
         }
         assert_eq!(entries(state.path()).len(), 3);
+        // Beside each entry its text, and the list's pointer to the last one.
+        assert_eq!(fs::read_dir(state.path().join(SETS_DIR)).unwrap().count(), 7);
     }
 
     #[test]
