@@ -71,7 +71,7 @@ pub struct ElementChanges {
 }
 
 /// The nft sets of fwc set `name` in an nftables.json: the interval sets `<name>_v4`/`<name>_v6`
-/// and the hash sets of a big set, `<name>_v4_<len>`: (nft name, prefix length of a hash set
+/// and the hash sets of a big set, `<name>_v4_<len>` (and their shards `<name>_v4_<len>_s<i>`): (nft name, prefix length of a hash set
 /// shorter than the address, elements).
 fn set_parts<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<(&'a str, Option<u32>, &'a [serde_json::Value])> {
     let halves = [crate::emit::nft::set_name(name, false), crate::emit::nft::set_name(name, true)];
@@ -80,7 +80,8 @@ fn set_parts<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<(&'a str, O
         let Some(set) = o.get("add").and_then(|x| x.get("set")).or_else(|| o.get("set")) else { continue };
         let Some(n) = set.get("name").and_then(|n| n.as_str()) else { continue };
         let Some((half, rest)) = halves.iter().enumerate().find_map(|(i, h)| n.strip_prefix(h.as_str()).map(|r| (i, r))) else { continue };
-        // "" (interval set) or "_<len>" (hash set of one prefix length)
+        // "" (interval set), "_<len>" (hash set of one prefix length) or "_<len>_s<i>" (a shard of one)
+        let rest = rest.rsplit_once("_s").filter(|(_, i)| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit())).map_or(rest, |(r, _)| r);
         let len = match rest.strip_prefix('_').map(str::parse::<u32>) {
             None if rest.is_empty() => None,
             Some(Ok(len)) => Some(len).filter(|&l| l < if half == 0 { 32 } else { 128 }),
