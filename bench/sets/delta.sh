@@ -63,6 +63,14 @@ publish() { # REPO_DIR MESSAGE
 }
 publish "$work/repo-base" base
 victim=$(grep -v / "$work/repo-base/lists/big.netset" | sed -n 1000p)
+# The kernel set holding ADDR in namespace NS: big_v4_32, or its shard big_v4_32_s<i> once the
+# set is split (compiler/src/place/setlayout.rs); nothing when no set holds it.
+holder() { # NS ADDR
+  local s
+  for s in $(ip netns exec "$1" nft -t list sets inet | awk '$1 == "set" && $2 ~ /^big_v4_32/ {print $2}'); do
+    ip netns exec "$1" nft get element inet fwc "$s" "{ $2 }" >/dev/null 2>&1 && { echo "$s"; return; }
+  done
+}
 
 k=0
 for b in "$@"; do
@@ -89,8 +97,7 @@ for i in $(seq "$REPEATS"); do
   k=0
   for b in "$@"; do
     k=$((k + 1)); timed "$work/$k.agent-plus" agent "$b" "fwc-t-bda$k-$$" "$work/agent$k"
-    ip netns exec "fwc-t-bda$k-$$" nft list set inet fwc big_v4_32 > "$work/listed"
-    grep -q "198.51.100.7" "$work/listed" || { echo "build $k: the agent did not apply +1"; cat "$work/out"; exit 1; } >&2
+    [ -n "$(holder "fwc-t-bda$k-$$" 198.51.100.7)" ] || { echo "build $k: the agent did not apply +1"; cat "$work/out"; exit 1; } >&2
   done
   publish "$work/repo-base" "base $i"
   k=0; for b in "$@"; do k=$((k + 1)); timed "$work/$k.agent-minus" agent "$b" "fwc-t-bda$k-$$" "$work/agent$k"; done
@@ -101,19 +108,20 @@ for i in $(seq "$((DRIFT ? REPEATS : 0))"); do
   k=0
   for b in "$@"; do
     k=$((k + 1)); ns="fwc-t-bd$k-$$"; st="$work/state$k"
-    ip netns exec "$ns" nft delete element inet fwc big_v4_32 "{ $victim }"
+    set_=$(holder "$ns" "$victim")
+    ip netns exec "$ns" nft delete element inet fwc "$set_" "{ $victim }"
     timed "$work/$k.drift" "$b" plan "$work/repo-base" --netns "$ns" --state-dir "$st"
     grep -q "$victim" "$work/out" || { echo "build $k: the plan did not name $victim"; cat "$work/out"; exit 1; } >&2
-    ip netns exec "$ns" nft add element inet fwc big_v4_32 "{ $victim }"
+    ip netns exec "$ns" nft add element inet fwc "$set_" "{ $victim }"
   done
   k=0
   for b in "$@"; do
     k=$((k + 1)); ag="fwc-t-bda$k-$$"
-    ip netns exec "$ag" nft delete element inet fwc big_v4_32 "{ $victim }"
+    set_=$(holder "$ag" "$victim")
+    ip netns exec "$ag" nft delete element inet fwc "$set_" "{ $victim }"
     timed "$work/$k.agent-drift" agent "$b" "$ag" "$work/agent$k"
     grep -q "elements removed: $victim" "$work/out" || { echo "build $k: the agent's drift check did not name $victim"; cat "$work/out"; exit 1; } >&2
-    ip netns exec "$ag" nft list set inet fwc big_v4_32 > "$work/listed"
-    grep -q "$victim" "$work/listed" || { echo "build $k: the agent did not put $victim back"; cat "$work/out"; exit 1; } >&2
+    [ "$(holder "$ag" "$victim")" = "$set_" ] || { echo "build $k: the agent did not put $victim back"; cat "$work/out"; exit 1; } >&2
   done
 done
 
