@@ -109,7 +109,11 @@ impl NftCmd {
                     std::net::IpAddr::V4(a) => fwc_compiler::emit::addrtext::V4Text::new(a).as_str().to_string(),
                     a => a.to_string(),
                 };
-                addrs.into_iter().map(|a| Value::String(text(a))).collect::<Vec<_>>()
+                // Sorted as text, the order the comparison sorts elements in: its sorts of
+                // the listing (a hash set lists in hash order) then find them in order.
+                let mut texts: Vec<String> = addrs.into_iter().map(text).collect();
+                texts.sort_unstable();
+                texts.into_iter().map(Value::String).collect::<Vec<_>>()
             } else {
                 let name = body["name"].as_str().unwrap_or_default().to_string();
                 let listed = self.list_object(kind, &name)?;
