@@ -2,13 +2,14 @@
 # One element changed in a million-entry set file, end to end (docs/performance.md, "Sets"):
 # `fwc apply REPO` of +1 / -1 element, the agent's reconcile of the same commits
 # (`fwc agent --once` from a file:// remote), and one element deleted behind fwc's back found
-# by `fwc plan` and by the agent's drift check (`agent --once`, --drift heal, which also puts
-# it back). Builds side by side, alternating run by run, each in its own scratch namespaces
+# by `fwc plan` and by the agent's drift check (`agent --once`: with --drift report, found and
+# named, row agent-find; then with --drift heal, which also puts it back, row agent-drift).
+# Builds side by side, alternating run by run, each in its own scratch namespaces
 # (fwc-t-*) and state dirs.
 #
 #   sudo REPEATS=3 bash bench/sets/delta.sh [N] BUILD...      (N default 993000)
 #
-# DRIFT=0 leaves out the drift rows (each takes the kernel's ~15-20 s dump of the set).
+# DRIFT=0 leaves out the drift rows (each lists every element of the set from the kernel).
 # bench/sets/cold.sh as a BUILD: the same fwc with its set-file cache emptied before each step.
 #
 # Run it through ../shared/quiet. Medians (min-max), seconds of wall time per step.
@@ -81,8 +82,9 @@ for b in "$@"; do
   "$b" agent --once --repo "file://$work/up" --host localhost --branch main --netns "$ag" \
     --state-dir "$work/agent$k" --metrics off --no-forwarder --drift heal >/dev/null 2>&1
 done
-agent() { "$1" agent --once --repo "file://$work/up" --host localhost --branch main --netns "$2" \
-  --state-dir "$3" --metrics off --no-forwarder --drift heal; }
+agent() { # BUILD NS STATE [DRIFT-MODE]
+  "$1" agent --once --repo "file://$work/up" --host localhost --branch main --netns "$2" \
+  --state-dir "$3" --metrics off --no-forwarder --drift "${4:-heal}"; }
 
 echo "machine: $(nproc) cores, $(uname -r), nft $(nft --version | awk '{print $2}'); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq "$REPEATS"); do
@@ -119,6 +121,9 @@ for i in $(seq "$((DRIFT ? REPEATS : 0))"); do
     k=$((k + 1)); ag="fwc-t-bda$k-$$"
     set_=$(holder "$ag" "$victim")
     ip netns exec "$ag" nft delete element inet fwc "$set_" "{ $victim }"
+    # The drift check alone (`--drift report`: found and named, not repaired), then the heal.
+    timed "$work/$k.agent-find" agent "$b" "$ag" "$work/agent$k" report
+    grep -q "elements removed: $victim" "$work/out" || { echo "build $k: the agent's drift check (report) did not name $victim"; cat "$work/out"; exit 1; } >&2
     timed "$work/$k.agent-drift" agent "$b" "$ag" "$work/agent$k"
     grep -q "elements removed: $victim" "$work/out" || { echo "build $k: the agent's drift check did not name $victim"; cat "$work/out"; exit 1; } >&2
     [ "$(holder "$ag" "$victim")" = "$set_" ] || { echo "build $k: the agent did not put $victim back"; cat "$work/out"; exit 1; } >&2
@@ -130,7 +135,7 @@ echo "== N=$N, one /32 ($victim deleted for the drift rows); $REPEATS repetition
 echo "| step | $(printf '%s | ' "$@")"
 echo "|---|$(printf -- '---|%.0s' "$@")"
 steps="plus minus agent-plus agent-minus"
-[ "$DRIFT" = 0 ] || steps="plus minus drift agent-plus agent-minus agent-drift"
+[ "$DRIFT" = 0 ] || steps="plus minus drift agent-plus agent-minus agent-find agent-drift"
 for s in $steps; do
   row="| $s |"; k=0
   for b in "$@"; do k=$((k + 1)); row="$row $(median < "$work/$k.$s") |"; done
