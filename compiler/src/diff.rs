@@ -335,4 +335,17 @@ mod element_tests {
         let c = element_changes(&v(&[], &["10.1.0.0"]), &serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4_25", "elem": ["10.1.0.0", "10.1.0.128"]}}}]}), "bl").unwrap();
         assert_eq!((c.added_count, c.removed), (2, vec!["10.1.0.0/24".to_string()]));
     }
+
+    /// The shards of a split hash set are one set's parts: a change names its networks, and a
+    /// split into more shards moves elements without changing them.
+    #[test]
+    fn shard_changes_are_the_sets_changes() {
+        let shard = |name: &str, e: &[&str]| serde_json::json!({"add": {"set": {"name": name, "elem": e}}});
+        let two = serde_json::json!({"nftables": [shard("bl_v4_32_s0", &["10.0.0.1", "64.0.0.1"]), shard("bl_v4_32_s1", &["130.0.0.1"]), shard("bl_v4_24_s1", &["200.1.2.0"])]});
+        let four = serde_json::json!({"nftables": [shard("bl_v4_32_s0", &["10.0.0.1"]), shard("bl_v4_32_s1", &["64.0.0.1"]), shard("bl_v4_32_s2", &["130.0.0.1", "131.0.0.9"]),
+            shard("bl_v4_24_s1", &["200.1.2.0", "200.1.4.0"])]});
+        let c = element_changes(&two, &four, "bl").unwrap();
+        assert_eq!((c.added, c.removed), (vec!["200.1.4.0/24".to_string(), "131.0.0.9".to_string()], vec![]));
+        assert!(element_changes(&two, &two, "bl").is_none());
+    }
 }
