@@ -2,7 +2,7 @@
 # One element changed in a million-entry set file, end to end (docs/performance.md, "Sets"):
 # `fwc apply REPO` of +1 / -1 element, the agent's reconcile of the same commits
 # (`fwc agent --once` from a file:// remote), and one element deleted behind fwc's back found
-# by `fwc plan` and by the agent's drift check (`agent --once`: with --drift report, found and
+# by `fwc plan` and by the agent's drift check (`agent --once`: with --drift alert, found and
 # named, row agent-find; then with --drift heal, which also puts it back, row agent-drift).
 # Builds side by side, alternating run by run, each in its own scratch namespaces
 # (fwc-t-*) and state dirs.
@@ -121,9 +121,9 @@ for i in $(seq "$((DRIFT ? REPEATS : 0))"); do
     k=$((k + 1)); ag="fwc-t-bda$k-$$"
     set_=$(holder "$ag" "$victim")
     ip netns exec "$ag" nft delete element inet fwc "$set_" "{ $victim }"
-    # The drift check alone (`--drift report`: found and named, not repaired), then the heal.
-    timed "$work/$k.agent-find" agent "$b" "$ag" "$work/agent$k" report
-    grep -q "elements removed: $victim" "$work/out" || { echo "build $k: the agent's drift check (report) did not name $victim"; cat "$work/out"; exit 1; } >&2
+    # The drift check alone (`--drift alert`: found and named, not repaired), then the heal.
+    timed "$work/$k.agent-find" agent "$b" "$ag" "$work/agent$k" alert
+    grep -q "elements removed: $victim" "$work/out" || { echo "build $k: the agent's drift check (alert) did not name $victim"; cat "$work/out"; exit 1; } >&2
     timed "$work/$k.agent-drift" agent "$b" "$ag" "$work/agent$k"
     grep -q "elements removed: $victim" "$work/out" || { echo "build $k: the agent's drift check did not name $victim"; cat "$work/out"; exit 1; } >&2
     [ "$(holder "$ag" "$victim")" = "$set_" ] || { echo "build $k: the agent did not put $victim back"; cat "$work/out"; exit 1; } >&2
