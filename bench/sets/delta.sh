@@ -4,13 +4,14 @@
 # /32 inserted mid-file, new each repetition: the set-file cache patches it from the version
 # before it), the agent's reconcile of the same commits
 # (`fwc agent --once` from a file:// remote), and one element deleted behind fwc's back found
-# by `fwc plan` and by the agent's drift check (`agent --once`, --drift heal, which also puts
-# it back). Builds side by side, alternating run by run, each in its own scratch namespaces
+# by `fwc plan` and by the agent's drift check (`agent --once`: with --drift alert, found and
+# named, row agent-find; then with --drift heal, which also puts it back, row agent-drift).
+# Builds side by side, alternating run by run, each in its own scratch namespaces
 # (fwc-t-*) and state dirs.
 #
 #   sudo REPEATS=3 bash bench/sets/delta.sh [N] BUILD...      (N default 993000)
 #
-# DRIFT=0 leaves out the drift rows (each takes the kernel's ~15-20 s dump of the set).
+# DRIFT=0 leaves out the drift rows (each lists every element of the set from the kernel).
 # bench/sets/cold.sh as a BUILD: the same fwc with its set-file cache emptied before each step.
 #
 # Run it through ../shared/quiet. Medians (min-max), seconds of wall time per step.
@@ -65,6 +66,14 @@ publish() { # REPO_DIR MESSAGE
 }
 publish "$work/repo-base" base
 victim=$(grep -v / "$work/repo-base/lists/big.netset" | sed -n 1000p)
+# The kernel set holding ADDR in namespace NS: big_v4_32, or its shard big_v4_32_s<i> once the
+# set is split (compiler/src/place/setlayout.rs); nothing when no set holds it.
+holder() { # NS ADDR
+  local s
+  for s in $(ip netns exec "$1" nft -t list sets inet | awk '$1 == "set" && $2 ~ /^big_v4_32/ {print $2}'); do
+    ip netns exec "$1" nft get element inet fwc "$s" "{ $2 }" >/dev/null 2>&1 && { echo "$s"; return; }
+  done
+}
 
 k=0
 for b in "$@"; do
@@ -75,8 +84,9 @@ for b in "$@"; do
   "$b" agent --once --repo "file://$work/up" --host localhost --branch main --netns "$ag" \
     --state-dir "$work/agent$k" --metrics off --no-forwarder --drift heal >/dev/null 2>&1
 done
-agent() { "$1" agent --once --repo "file://$work/up" --host localhost --branch main --netns "$2" \
-  --state-dir "$3" --metrics off --no-forwarder --drift heal; }
+agent() { # BUILD NS STATE [DRIFT-MODE]
+  "$1" agent --once --repo "file://$work/up" --host localhost --branch main --netns "$2" \
+  --state-dir "$3" --metrics off --no-forwarder --drift "${4:-heal}"; }
 
 echo "machine: $(nproc) cores, $(uname -r), nft $(nft --version | awk '{print $2}'); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq "$REPEATS"); do
@@ -96,8 +106,7 @@ for i in $(seq "$REPEATS"); do
   k=0
   for b in "$@"; do
     k=$((k + 1)); timed "$work/$k.agent-plus" agent "$b" "fwc-t-bda$k-$$" "$work/agent$k"
-    ip netns exec "fwc-t-bda$k-$$" nft list set inet fwc big_v4_32 > "$work/listed"
-    grep -q "198.51.100.7" "$work/listed" || { echo "build $k: the agent did not apply +1"; cat "$work/out"; exit 1; } >&2
+    [ -n "$(holder "fwc-t-bda$k-$$" 198.51.100.7)" ] || { echo "build $k: the agent did not apply +1"; cat "$work/out"; exit 1; } >&2
   done
   publish "$work/repo-base" "base $i"
   k=0; for b in "$@"; do k=$((k + 1)); timed "$work/$k.agent-minus" agent "$b" "fwc-t-bda$k-$$" "$work/agent$k"; done
@@ -108,19 +117,23 @@ for i in $(seq "$((DRIFT ? REPEATS : 0))"); do
   k=0
   for b in "$@"; do
     k=$((k + 1)); ns="fwc-t-bd$k-$$"; st="$work/state$k"
-    ip netns exec "$ns" nft delete element inet fwc big_v4_32 "{ $victim }"
+    set_=$(holder "$ns" "$victim")
+    ip netns exec "$ns" nft delete element inet fwc "$set_" "{ $victim }"
     timed "$work/$k.drift" "$b" plan "$work/repo-base" --netns "$ns" --state-dir "$st"
     grep -q "$victim" "$work/out" || { echo "build $k: the plan did not name $victim"; cat "$work/out"; exit 1; } >&2
-    ip netns exec "$ns" nft add element inet fwc big_v4_32 "{ $victim }"
+    ip netns exec "$ns" nft add element inet fwc "$set_" "{ $victim }"
   done
   k=0
   for b in "$@"; do
     k=$((k + 1)); ag="fwc-t-bda$k-$$"
-    ip netns exec "$ag" nft delete element inet fwc big_v4_32 "{ $victim }"
+    set_=$(holder "$ag" "$victim")
+    ip netns exec "$ag" nft delete element inet fwc "$set_" "{ $victim }"
+    # The drift check alone (`--drift alert`: found and named, not repaired), then the heal.
+    timed "$work/$k.agent-find" agent "$b" "$ag" "$work/agent$k" alert
+    grep -q "elements removed: $victim" "$work/out" || { echo "build $k: the agent's drift check (alert) did not name $victim"; cat "$work/out"; exit 1; } >&2
     timed "$work/$k.agent-drift" agent "$b" "$ag" "$work/agent$k"
     grep -q "elements removed: $victim" "$work/out" || { echo "build $k: the agent's drift check did not name $victim"; cat "$work/out"; exit 1; } >&2
-    ip netns exec "$ag" nft list set inet fwc big_v4_32 > "$work/listed"
-    grep -q "$victim" "$work/listed" || { echo "build $k: the agent did not put $victim back"; cat "$work/out"; exit 1; } >&2
+    [ "$(holder "$ag" "$victim")" = "$set_" ] || { echo "build $k: the agent did not put $victim back"; cat "$work/out"; exit 1; } >&2
   done
 done
 
@@ -129,7 +142,7 @@ echo "== N=$N, one /32 ($victim deleted for the drift rows); $REPEATS repetition
 echo "| step | $(printf '%s | ' "$@")"
 echo "|---|$(printf -- '---|%.0s' "$@")"
 steps="plus minus changed agent-plus agent-minus"
-[ "$DRIFT" = 0 ] || steps="plus minus changed drift agent-plus agent-minus agent-drift"
+[ "$DRIFT" = 0 ] || steps="plus minus changed drift agent-plus agent-minus agent-find agent-drift"
 for s in $steps; do
   row="| $s |"; k=0
   for b in "$@"; do k=$((k + 1)); row="$row $(median < "$work/$k.$s") |"; done

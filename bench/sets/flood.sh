@@ -11,7 +11,10 @@
 # `forward`; FWC (default target/release/fwc) compiles it. The interval variant is the same
 # nftables.json with each family's hash sets folded into one `flags interval` set (the
 # prefixes as elements) matched by one rule (`ip saddr @big_v4 drop`): what fwc emitted for
-# big sets before the hash-set layout.
+# big sets before the hash-set layout. BASE=unsharded compares with the hash sets unsplit
+# instead: each length's shards (`big_v4_32_s<i>`) folded into one set `big_v4_32`, and the
+# rule per shard (a prefix compare, then the lookup) into one rule per length: the extra step a
+# sharded set costs per packet.
 #
 # Topology per variant, built once and loaded once (bare `nft -j -f` of the artifact):
 #   client 198.18.1.2 --veth-- 198.18.1.1 router 198.18.2.1 --veth-- 198.18.2.2 server
@@ -33,6 +36,8 @@ FLOOD=${FLOOD:-target/release/fwc-udpflood}
 REPEATS=${REPEATS:-3}
 SECS=${SECS:-5}
 AMPLIFY=${AMPLIFY:-1 100}
+BASE=${BASE:-interval}
+case "$BASE" in interval) base_label="interval set" ;; unsharded) base_label="unsplit hash sets" ;; *) echo "BASE: interval or unsharded" >&2; exit 2 ;; esac
 N=${1:-1000000}
 [ -x "$FWC" ] || cargo build --release -p fwc-runtime --bin fwc
 [ -x "$FLOOD" ] || cargo build --release -p fwc-bench --bin fwc-udpflood
@@ -81,11 +86,41 @@ PY
 reason=$(python3 -c 'import json,sys; print(next(r["reason"] for r in json.load(open(sys.argv[1]))["rules"] if r["name"] == "big"))' "$work/art/manifest.json")
 
 # The interval variant and the amplified copies (the blocklist rules repeated k times).
-python3 - "$work/art/nftables.json" "$work" $AMPLIFY <<'PY'
+python3 - "$work/art/nftables.json" "$work" "$BASE" $AMPLIFY <<'PY'
 import copy, json, re, sys
-src, work, ks = sys.argv[1], sys.argv[2], [int(k) for k in sys.argv[3:]]
+src, work, base, ks = sys.argv[1], sys.argv[2], sys.argv[3], [int(k) for k in sys.argv[4:]]
 doc = json.load(open(src))["nftables"]
-HASH = re.compile(r"^big_v([46])_(\d+)$")
+HASH = re.compile(r"^big_v([46])_(\d+)(?:_s\d+)?$")
+SHARD = re.compile(r"^(big_v[46]_\d+)_s\d+$")
+def unsharded(doc):
+    out, sets, seen = [], {}, set()
+    for c in doc:
+        s = c.get("add", {}).get("set")
+        m = s and SHARD.match(s["name"])
+        if m:
+            if m.group(1) not in sets:
+                sets[m.group(1)] = dict(s, name=m.group(1), elem=[])
+                out.append({"add": {"set": sets[m.group(1)]}})
+            sets[m.group(1)]["elem"] += s.get("elem", [])
+            continue
+        r = c.get("add", {}).get("rule")
+        if r and any(SHARD.match(str(e.get("match", {}).get("right", ""))[1:]) for e in r["expr"]):
+            expr = []
+            for e in r["expr"]:
+                right = e.get("match", {}).get("right")
+                if isinstance(right, dict) and "prefix" in right:
+                    continue  # the shard's prefix compare
+                if isinstance(right, str) and SHARD.match(right[1:]):
+                    e = {"match": dict(e["match"], right="@" + SHARD.match(right[1:]).group(1))}
+                expr.append(e)
+            r = dict(r, expr=expr)
+            key = json.dumps(r, sort_keys=True)
+            if key in seen:
+                continue
+            seen.add(key)
+            c = {"add": {"rule": r}}
+        out.append(c)
+    return out
 def interval(doc):
     out, elems, done, hashed = [], {"4": [], "6": []}, set(), {"4": False, "6": False}
     for c in doc:
@@ -133,7 +168,7 @@ def amplify(doc, k):
         if r and r.get("comment", "").startswith("fwc:filter:big-"):
             out.extend([c] * (k - 1))
     return out
-for name, d in (("hash", doc), ("interval", interval(doc))):
+for name, d in (("hash", doc), ("interval", interval(doc) if base == "interval" else unsharded(doc))):
     for k in ks:
         json.dump({"nftables": amplify(d, k)}, open(f"{work}/{name}-x{k}.json", "w"))
 PY
@@ -213,7 +248,7 @@ for i in $(seq "$REPEATS"); do
 done
 echo
 echo "== N=$N; $REPEATS rounds of ${SECS} s per variant, alternating; medians (min-max); load after: $(load)"
-echo "| hook, blocklist rules | hash sets: packets/s | interval set: packets/s | hash ÷ interval | hash sets: CPU ns/packet | interval set: CPU ns/packet |"
+echo "| hook, blocklist rules | hash sets: packets/s | $base_label: packets/s | hash ÷ base | hash sets: CPU ns/packet | $base_label: CPU ns/packet |"
 echo "|---|---|---|---|---|---|"
 for k in $AMPLIFY; do
   for hook in input forward; do

@@ -121,8 +121,11 @@ for i in $(seq "$REPEATS"); do
   secs ip netns exec "$ns" nft add element inet fwc banned_v4 "{ 203.0.$i.0/24 timeout 1h }" >> "$work/dynamic"
   ip netns exec "$ns" nft delete table inet f2b
   # A /32 of the list that is its own element (not merged into a neighbour or a /24).
+  # (big_v4_32, or its shards big_v4_32_s<i> once the set is split: compiler/src/place/setlayout.rs)
   for victim in $(grep -v / "$work/repo-base/lists/big.netset" | sed -n 1000,1100p); do
-    ip netns exec "$ns" nft delete element inet fwc big_v4_32 "{ $victim }" 2>/dev/null && break
+    for vset in $(ip netns exec "$ns" nft -t list sets inet | awk '$1 == "set" && $2 ~ /^big_v4_32/ {print $2}'); do
+      ip netns exec "$ns" nft delete element inet fwc "$vset" "{ $victim }" 2>/dev/null && break 2
+    done
   done
   t0=$(date +%s.%N)
   "$FWC" plan "$work/art-base" --netns "$ns" --state-dir "$work/state" > "$work/plan.txt" 2>&1 || true
@@ -132,7 +135,7 @@ for i in $(seq "$REPEATS"); do
   "$FWC" status --netns "$ns" --state-dir "$work/state" > "$work/status.txt" 2>&1 || true
   t1=$(date +%s.%N); echo "$t1 - $t0" | bc >> "$work/drift-status"
   grep -q "elements removed: $victim" "$work/status.txt" || { echo "fwc status did not name $victim:"; cat "$work/status.txt"; exit 1; } >&2
-  secs ip netns exec "$ns" python3 bench/sets/setelem_dump.py fwc big_v4_32 >> "$work/kernel-dump"
+  secs ip netns exec "$ns" python3 bench/sets/setelem_dump.py fwc "$vset" >> "$work/kernel-dump"
   ip netns del "$ns"
 done
 

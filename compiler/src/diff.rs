@@ -71,7 +71,7 @@ pub struct ElementChanges {
 }
 
 /// The nft sets of fwc set `name` in an nftables.json: the interval sets `<name>_v4`/`<name>_v6`
-/// and the hash sets of a big set, `<name>_v4_<len>`: (nft name, prefix length of a hash set
+/// and the hash sets of a big set, `<name>_v4_<len>` (and their shards `<name>_v4_<len>_s<i>`): (nft name, prefix length of a hash set
 /// shorter than the address, elements).
 fn set_parts<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<(&'a str, Option<u32>, &'a [serde_json::Value])> {
     let halves = [crate::emit::nft::set_name(name, false), crate::emit::nft::set_name(name, true)];
@@ -80,7 +80,8 @@ fn set_parts<'a>(nftables: &'a serde_json::Value, name: &str) -> Vec<(&'a str, O
         let Some(set) = o.get("add").and_then(|x| x.get("set")).or_else(|| o.get("set")) else { continue };
         let Some(n) = set.get("name").and_then(|n| n.as_str()) else { continue };
         let Some((half, rest)) = halves.iter().enumerate().find_map(|(i, h)| n.strip_prefix(h.as_str()).map(|r| (i, r))) else { continue };
-        // "" (interval set) or "_<len>" (hash set of one prefix length)
+        // "" (interval set), "_<len>" (hash set of one prefix length) or "_<len>_s<i>" (a shard of one)
+        let rest = rest.rsplit_once("_s").filter(|(_, i)| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit())).map_or(rest, |(r, _)| r);
         let len = match rest.strip_prefix('_').map(str::parse::<u32>) {
             None if rest.is_empty() => None,
             Some(Ok(len)) => Some(len).filter(|&l| l < if half == 0 { 32 } else { 128 }),
@@ -333,5 +334,18 @@ mod element_tests {
         // An element moving between lengths (a /24 split into /25s) is a change of both.
         let c = element_changes(&v(&[], &["10.1.0.0"]), &serde_json::json!({"nftables": [{"add": {"set": {"name": "bl_v4_25", "elem": ["10.1.0.0", "10.1.0.128"]}}}]}), "bl").unwrap();
         assert_eq!((c.added_count, c.removed), (2, vec!["10.1.0.0/24".to_string()]));
+    }
+
+    /// The shards of a split hash set are one set's parts: a change names its networks, and a
+    /// split into more shards moves elements without changing them.
+    #[test]
+    fn shard_changes_are_the_sets_changes() {
+        let shard = |name: &str, e: &[&str]| serde_json::json!({"add": {"set": {"name": name, "elem": e}}});
+        let two = serde_json::json!({"nftables": [shard("bl_v4_32_s0", &["10.0.0.1", "64.0.0.1"]), shard("bl_v4_32_s1", &["130.0.0.1"]), shard("bl_v4_24_s1", &["200.1.2.0"])]});
+        let four = serde_json::json!({"nftables": [shard("bl_v4_32_s0", &["10.0.0.1"]), shard("bl_v4_32_s1", &["64.0.0.1"]), shard("bl_v4_32_s2", &["130.0.0.1", "131.0.0.9"]),
+            shard("bl_v4_24_s1", &["200.1.2.0", "200.1.4.0"])]});
+        let c = element_changes(&two, &four, "bl").unwrap();
+        assert_eq!((c.added, c.removed), (vec!["200.1.4.0/24".to_string(), "131.0.0.9".to_string()], vec![]));
+        assert!(element_changes(&two, &two, "bl").is_none());
     }
 }

@@ -3,8 +3,9 @@
 //! (applied from an artifact dir, from the repository, and rolled back); generations store
 //! the big `nftables.json` in content-defined chunks that the next generation shares except
 //! where it changed, and a damaged chunk is refused like a damaged file; an element deleted
-//! behind fwc's back is named by `fwc plan` and `fwc status` alike. Real nft, in `fwc-t-*`
-//! namespaces; no timing is asserted.
+//! behind fwc's back is named by `fwc plan` and `fwc status` alike, also in a set big enough to
+//! be split into shards, where the agent's drift check names and heals it too. Real nft, in
+//! `fwc-t-*` namespaces; no timing is asserted.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,8 @@ use fwc_testkit::{privileged, Netns, output_text as text, batch_ops as ops};
 use serde_json::Value;
 
 const N: u32 = 60_000;
+/// Above `setlayout::SHARD_MAX` (65,536): the /32 set is split into shards.
+const SHARDED: u32 = 70_000;
 
 struct Host {
     _tmp: tempfile::TempDir,
@@ -22,6 +25,8 @@ struct Host {
     state: PathBuf,
     batches: PathBuf,
     ns: String,
+    /// Addresses in the list.
+    n: u32,
 }
 
 impl Host {
@@ -39,6 +44,7 @@ impl Host {
             state: tmp.path().join("state"),
             batches: tmp.path().join("batches.jsonl"),
             ns: ns.name.clone(),
+            n: N,
             repo,
             _tmp: tmp,
         }
@@ -47,7 +53,7 @@ impl Host {
     /// The list: N /32s (every other address from 46.0.0.0), without `skip`, plus `extra`.
     fn list(&self, skip: Option<u32>, extra: &str) {
         let mut s = String::new();
-        for i in (0..N).filter(|i| Some(*i) != skip) {
+        for i in (0..self.n).filter(|i| Some(*i) != skip) {
             s.push_str(&format!("{}\n", std::net::Ipv4Addr::from(0x2e00_0000 + 2 * i)));
         }
         s.push_str(extra);
@@ -196,22 +202,51 @@ fn an_element_deleted_behind_fwcs_back_is_named_by_plan_and_status() {
         return;
     }
     let ns = Netns::new("bsd");
-    let h = Host::new(&ns);
+    let mut h = Host::new(&ns);
+    h.n = SHARDED;
     h.list(None, "");
     h.apply_compiled();
+    // Split into shards by address bits (46.0.0.0/15 and 46.2.0.0/15), no unsplit set.
+    let sets = ns.exec(&["nft", "-t", "list", "sets", "inet"]);
+    assert!(sets.contains("set big_v4_32_s0 ") && sets.contains("set big_v4_32_s1 ") && !sets.contains("set big_v4_32 "), "{sets}");
     let victim = std::net::Ipv4Addr::from(0x2e00_0000 + 2 * 40_000).to_string();
-    ns.exec(&["nft", "delete", "element", "inet", "fwc", "big_v4_32", &format!("{{ {victim} }}")]);
+    ns.exec(&["nft", "delete", "element", "inet", "fwc", "big_v4_32_s0", &format!("{{ {victim} }}")]);
     let plan = h.on_host(&["plan", h.out.to_str().unwrap()]);
     let plan = text(&plan);
-    assert!(plan.contains(&format!("elements removed: {victim}")), "{plan}");
+    assert!(plan.contains(&format!("set big_v4_32_s0 (fwc.kdl:2:1): elements removed: {victim}")), "{plan}");
     let st = h.on_host(&["status"]);
     assert!(text(&st).contains(&format!("elements removed: {victim}")), "status and plan agree:\n{}", text(&st));
-    // An element added behind fwc's back too.
-    ns.exec(&["nft", "add", "element", "inet", "fwc", "big_v4_32", "{ 203.0.113.5 }"]);
+    // An element added behind fwc's back too, in the other shard.
+    ns.exec(&["nft", "add", "element", "inet", "fwc", "big_v4_32_s1", "{ 46.3.0.1 }"]);
     let st = text(&h.on_host(&["status"]));
-    assert!(st.contains("elements added outside fwc: 203.0.113.5") && st.contains(&victim), "{st}");
+    assert!(st.contains("set big_v4_32_s1 (fwc.kdl:2:1): elements added outside fwc: 46.3.0.1") && st.contains(&victim), "{st}");
     // The apply repairs it (a full replace) and both agree again.
     h.ok(&["apply", h.out.to_str().unwrap(), "--auto-approve"]);
     assert!(h.ok(&["status"]).split_whitespace().collect::<Vec<_>>().join(" ").contains("Drift: no"));
     assert!(!h.ok(&["plan", h.out.to_str().unwrap()]).contains("elements removed"));
+
+    // The agent's drift check (`--drift heal`) names the element and puts it back.
+    let agent_ns = Netns::new("bsa");
+    let git = |args: &[&str]| {
+        let o = Command::new("git").args(["-c", "user.email=t@fwc.invalid", "-c", "user.name=t"]).args(args).current_dir(&h.repo).output().unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "big set"]);
+    let agent_state = h.out.with_file_name("agent-state");
+    let agent = || {
+        let o = h.fwc(&[
+            "agent", "--once", "--repo", &format!("file://{}", h.repo.display()), "--host", "localhost", "--branch", "main",
+            "--netns", &agent_ns.name, "--state-dir", agent_state.to_str().unwrap(), "--metrics", "off", "--no-forwarder", "--drift", "heal",
+        ]);
+        text(&o)
+    };
+    agent();
+    agent_ns.exec(&["nft", "delete", "element", "inet", "fwc", "big_v4_32_s0", &format!("{{ {victim} }}")]);
+    let log = agent();
+    assert!(log.contains(&format!("elements removed: {victim}")), "the agent names the element:\n{log}");
+    let listed = agent_ns.exec(&["nft", "get", "element", "inet", "fwc", "big_v4_32_s0", &format!("{{ {victim} }}")]);
+    assert!(listed.contains(&victim), "the agent put it back:\n{listed}\n{log}");
+    assert!(!agent().contains("elements removed"), "healed: no drift left");
 }

@@ -1,6 +1,7 @@
 //! How a static address set is laid out in the kernel, chosen from its data: small
 //! sets stay one interval set per family; big ones become plain hash sets, one per prefix
-//! length (after controlled prefix expansion), matched with masked lookups. Pure.
+//! length (after controlled prefix expansion), matched with masked lookups; a hash set above
+//! [`SHARD_MAX`] elements is split into shards by address bits, each its own kernel set. Pure.
 //!
 //! Why: nft reads back the elements of every interval set in the namespace before any `add
 //! element`/`delete element` (anyone's), and the kernel's interval-set dump is quadratic: with a
@@ -17,6 +18,15 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const INTERVAL_MAX: u64 = 4096;
 /// More masked lookups than this per packet after expansion: an interval set after all.
 pub const MAX_LOOKUPS: usize = 16;
+/// Above this many elements the hash set of one prefix length is split into shards, each its
+/// own kernel set: the kernel's dump of a hash set walks it from its start for every netlink
+/// message (~2,000 elements), so listing one set costs its size squared, and a drift check of
+/// a 900k-element set took 14.5 s of kernel time. Shards of at most this size list in about
+/// linear time (docs/performance.md, "Sharded hash sets").
+pub const SHARD_MAX: u64 = 65_536;
+/// At most 2^this shards per hash set: each shard is one more rule per packet (a prefix
+/// compare, then the lookup in the one shard that can hold the address).
+pub const MAX_SHARD_BITS: u32 = 4;
 
 /// The layout of both halves of a set: `[IPv4, IPv6]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +53,21 @@ pub enum LayoutKind {
     /// One interval set `<name>_v4` (also when empty).
     Interval,
     /// Hash sets `<name>_v4_<len>`, one per target length (ascending, with its element
-    /// count); `to[len]` is the target length the prefixes of `len` are expanded to.
-    Hash { targets: Vec<(u32, u64)>, to: Vec<u32> },
+    /// count); `to[len]` is the target length the prefixes of `len` are expanded to;
+    /// `shards[i]`: how the hash set of `targets[i]` is split, when it is.
+    Hash { targets: Vec<(u32, u64)>, to: Vec<u32>, shards: Vec<Option<Shards>> },
+}
+
+/// How the hash set of one prefix length is split into kernel sets `<name>_v4_<len>_s<index>`:
+/// by the address bits right after the leading bits all of the family's elements share, so an
+/// address belongs to exactly one shard, found by a prefix compare, and an element's shard
+/// depends only on the element (a change touches only its shard).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shards {
+    /// Length of the prefix that picks a shard: the shared leading bits, then the shard bits.
+    pub len: u32,
+    /// The non-empty shards, ascending: (index, the prefix's network address, elements).
+    pub parts: Vec<(u32, u128, u64)>,
 }
 
 impl SetLayout {
@@ -89,8 +112,15 @@ impl SetLayout {
                         prefixes(total)
                     ),
                 },
-                LayoutKind::Hash { targets, .. } => {
-                    let sets: Vec<String> = targets.iter().map(|(l, n)| format!("/{l} ({})", thousands(*n))).collect();
+                LayoutKind::Hash { targets, shards, .. } => {
+                    let sets: Vec<String> = targets
+                        .iter()
+                        .zip(shards)
+                        .map(|((l, n), sh)| match sh {
+                            Some(sh) => format!("/{l} ({} in {} shards)", thousands(*n), sh.parts.len()),
+                            None => format!("/{l} ({})", thousands(*n)),
+                        })
+                        .collect();
                     let expanded: u64 = targets.iter().map(|t| t.1).sum::<u64>() - total;
                     format!(
                         "{name}: hash sets {}, {} masked lookup{} per packet ({}{})",
@@ -123,8 +153,17 @@ impl FamLayout {
             split(bits, lo, hi, |_, len| counts[len as usize] += 1);
         }
         let total: u64 = counts.iter().sum();
-        let kind = if total <= INTERVAL_MAX || !may_split { LayoutKind::Interval } else { expand(bits, &counts, total) };
+        let mut kind = if total <= INTERVAL_MAX || !may_split { LayoutKind::Interval } else { expand(bits, &counts, total) };
+        if let LayoutKind::Hash { targets, to, shards } = &mut kind {
+            *shards = targets.iter().map(|&(t, n)| (n > SHARD_MAX).then(|| shard(bits, &merged, to, t)).flatten()).collect();
+        }
         FamLayout { bits, merged, counts, kind }
+    }
+
+    /// The shards of the hash set of target length `target` (None: one set).
+    pub fn shards(&self, target: u32) -> Option<&Shards> {
+        let LayoutKind::Hash { targets, shards, .. } = &self.kind else { return None };
+        targets.iter().position(|t| t.0 == target).and_then(|i| shards[i].as_ref())
     }
 
     /// Prefixes once the intervals are split into networks.
@@ -147,10 +186,24 @@ impl FamLayout {
     }
 
     /// The network addresses of the hash set of target length `target`, ascending.
-    pub fn try_for_each_element<E>(&self, target: u32, mut f: impl FnMut(IpAddr) -> Result<(), E>) -> Result<(), E> {
+    pub fn try_for_each_element<E>(&self, target: u32, f: impl FnMut(IpAddr) -> Result<(), E>) -> Result<(), E> {
+        self.try_for_each_element_in(target, None, f)
+    }
+
+    /// [`Self::try_for_each_element`], only those in network `within` (a shard's prefix:
+    /// network address, length).
+    pub fn try_for_each_element_in<E>(&self, target: u32, within: Option<(u128, u32)>, mut f: impl FnMut(IpAddr) -> Result<(), E>) -> Result<(), E> {
         let LayoutKind::Hash { to, .. } = &self.kind else { return Ok(()) };
+        let (net_in, m) = match within {
+            Some((net, len)) => (net, mask(self.bits, len)),
+            None => (0, 0),
+        };
+        let last_in = net_in | (!m & mask(self.bits, self.bits));
         let mut out = Ok(());
         for (lo, hi) in self.merged.iter() {
+            if hi < net_in || lo > last_in {
+                continue;
+            }
             split(self.bits, lo, hi, |net, len| {
                 if out.is_err() || to[len as usize] != target {
                     return;
@@ -158,6 +211,9 @@ impl FamLayout {
                 let step_bits = self.bits - target;
                 for i in 0..1u128 << (target - len) {
                     let a = net | (i << step_bits);
+                    if a & m != net_in {
+                        continue;
+                    }
                     if let Err(e) = f(addr(self.bits, a)) {
                         out = Err(e);
                         return;
@@ -219,7 +275,50 @@ fn expand(bits: u32, counts: &[u64], total: u64) -> LayoutKind {
         targets.push((target, elems));
         from = i;
     }
-    LayoutKind::Hash { targets, to }
+    let shards = vec![None; targets.len()];
+    LayoutKind::Hash { targets, to, shards }
+}
+
+/// How to split the hash set of target length `target` (of the family's `merged` intervals,
+/// expanded as `to` says): the fewest shard bits (at most [`MAX_SHARD_BITS`]) after the leading
+/// bits the whole family shares that leave no shard above [`SHARD_MAX`]. None when no bit is
+/// left to split on.
+fn shard(bits: u32, merged: &Merged, to: &[u32], target: u32) -> Option<Shards> {
+    let (first, last) = (merged.iter().next()?.0, merged.iter().last()?.1);
+    let shared = ((first ^ last) << (128 - bits)).leading_zeros().min(bits);
+    let kmax = MAX_SHARD_BITS.min(target.saturating_sub(shared));
+    if kmax == 0 {
+        return None;
+    }
+    // Elements per shard at kmax bits, then folded for fewer bits.
+    let plen = shared + kmax;
+    let mut counts = vec![0u64; 1 << kmax];
+    let index = |net: u128, plen: u32, k: u32| ((net >> (bits - plen)) & ((1u128 << k) - 1)) as usize;
+    for (lo, hi) in merged.iter() {
+        split(bits, lo, hi, |net, len| {
+            if to[len as usize] != target {
+                return;
+            }
+            if len >= plen {
+                counts[index(net, plen, kmax)] += 1u64 << (target - len);
+            } else {
+                // The network spans 2^(plen - len) shards, each holding an equal part.
+                let first = index(net, plen, kmax);
+                for i in 0..1usize << (plen - len) {
+                    counts[first + i] += 1u64 << (target - plen);
+                }
+            }
+        });
+    }
+    let mut k = 1;
+    let per = |k: u32| -> Vec<u64> { counts.chunks(1 << (kmax - k)).map(|c| c.iter().sum()).collect() };
+    while k < kmax && per(k).iter().any(|&n| n > SHARD_MAX) {
+        k += 1;
+    }
+    let len = shared + k;
+    let base = first & mask(bits, shared);
+    let parts = per(k).into_iter().enumerate().filter(|(_, n)| *n > 0).map(|(i, n)| (i as u32, base | ((i as u128) << (bits - len)), n)).collect();
+    Some(Shards { len, parts })
 }
 
 /// The mask of a prefix of `len` bits in a `bits`-bit address.
@@ -446,7 +545,7 @@ mod tests {
         let LayoutKind::Hash { targets, .. } = layout_of(&[(32, 894_000), (24, 99_000)], 32) else { panic!() };
         assert_eq!(targets, vec![(24, 99_000), (32, 894_000)]);
         // A handful of /31s and /30s next to 100k /32s: expanded into the /32 set.
-        let LayoutKind::Hash { targets, to } = layout_of(&[(32, 100_000), (31, 50), (30, 20)], 32) else { panic!() };
+        let LayoutKind::Hash { targets, to, .. } = layout_of(&[(32, 100_000), (31, 50), (30, 20)], 32) else { panic!() };
         assert_eq!(targets, vec![(32, 100_000 + 100 + 80)]);
         assert_eq!((to[30], to[31], to[32]), (32, 32, 32));
         // Many lengths, spread out: more than MAX_LOOKUPS after expansion: interval.
@@ -469,7 +568,10 @@ mod tests {
         // (every other /24: adjacent ones would merge into shorter prefixes)
         elems.extend((0..100u32).map(|i| AddrElem::Net(format!("172.16.{}.0/24", 2 * i).parse().unwrap())));
         let l = SetLayout::of(&elems, None);
-        assert_eq!(l.fams[0].kind, LayoutKind::Hash { targets: vec![(24, 100), (32, 5000)], to: { let mut t = vec![0; 33]; t[24] = 24; t[32] = 32; t } });
+        assert_eq!(
+            l.fams[0].kind,
+            LayoutKind::Hash { targets: vec![(24, 100), (32, 5000)], to: { let mut t = vec![0; 33]; t[24] = 24; t[32] = 32; t }, shards: vec![None, None] }
+        );
         let mut got = Vec::new();
         l.fams[0].try_for_each_element::<()>(24, |a| Ok(got.push(a))).unwrap();
         assert_eq!(got.len(), 100);
@@ -480,5 +582,66 @@ mod tests {
         let pinned = SetLayout::of(&elems, Some("a shape uses it"));
         assert_eq!(pinned.fams[0].kind, LayoutKind::Interval);
         assert!(pinned.describe().contains("kept one set: a shape uses it"), "{}", pinned.describe());
+    }
+
+    /// The elements of each shard, in order, and whether each lies in its shard's prefix.
+    fn shard_elements(f: &FamLayout, target: u32) -> Vec<Vec<IpAddr>> {
+        let sh = f.shards(target).expect("sharded");
+        sh.parts
+            .iter()
+            .map(|&(_, net, _)| {
+                let mut v = Vec::new();
+                f.try_for_each_element_in::<()>(target, Some((net, sh.len)), |a| Ok(v.push(a))).unwrap();
+                v
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_hash_set_above_the_shard_size_is_split_by_address_bits_into_a_partition() {
+        // 140k /32s spread over the IPv4 space and 300 /24s: the /32 set is sharded, the /24 not.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut elems: Vec<AddrElem> = (0..140_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                AddrElem::Net(ipnet::IpNet::from(IpAddr::V4(Ipv4Addr::from((x >> 16) as u32 | 1))))
+            })
+            .collect();
+        elems.extend((0..300u32).map(|i| AddrElem::Net(format!("172.{}.{}.0/24", 16 + i / 128, 2 * (i % 128)).parse().unwrap())));
+        let l = SetLayout::of(&elems, None);
+        let f = &l.fams[0];
+        let LayoutKind::Hash { targets, shards, .. } = &f.kind else { panic!("{:?}", f.kind) };
+        assert_eq!(targets.iter().map(|t| t.0).collect::<Vec<_>>(), vec![24, 32]);
+        assert!(shards[0].is_none(), "300 /24s stay one set");
+        let sh = shards[1].as_ref().expect("the /32 set is sharded");
+        assert_eq!(sh.len, 2, "two bits leave every shard at most SHARD_MAX of ~140k spread addresses");
+        assert!(sh.parts.iter().all(|p| p.2 <= SHARD_MAX && p.2 > 0));
+        let mut whole = Vec::new();
+        f.try_for_each_element::<()>(32, |a| Ok(whole.push(a))).unwrap();
+        let parts = shard_elements(f, 32);
+        // Counted right, each shard's elements in its prefix, together the whole set in order.
+        for (&(i, net, n), elems) in sh.parts.iter().zip(&parts) {
+            assert_eq!(elems.len() as u64, n, "shard {i}");
+            assert!(elems.iter().all(|a| matches!(a, IpAddr::V4(v) if u32::from(*v) as u128 >> 30 == net >> 30)), "shard {i}");
+        }
+        assert_eq!(parts.concat(), whole);
+        assert!(l.describe().contains(&format!("/32 ({} in 4 shards)", thousands(targets[1].1))), "{}", l.describe());
+    }
+
+    #[test]
+    fn shards_split_after_the_bits_every_element_shares() {
+        // 70k /128s, 2001:db8:: with i in bits 64-80 (from the right): all share their first 47
+        // bits, so the shard bit is the 48th.
+        let elems: Vec<AddrElem> = (0..70_000u128).map(|i| AddrElem::Net(ipnet::IpNet::from(IpAddr::V6(Ipv6Addr::from((0x2001_0db8u128 << 96) | (i << 64) | 1))))).collect();
+        let l = SetLayout::of(&elems, None);
+        let sh = l.fams[1].shards(128).expect("sharded");
+        assert_eq!(sh.len, 48);
+        assert_eq!(sh.parts.iter().map(|p| (p.0, p.2)).collect::<Vec<_>>(), vec![(0, 65_536), (1, 4_464)]);
+        assert_eq!(addr(128, sh.parts[1].1), "2001:db8:1::".parse::<IpAddr>().unwrap());
+        assert_eq!(shard_elements(&l.fams[1], 128).concat().len(), 70_000);
+        // Below the shard size: one set, as before.
+        assert!(SetLayout::of(&elems[..60_000], None).fams[1].shards(128).is_none());
     }
 }

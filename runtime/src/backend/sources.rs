@@ -22,12 +22,17 @@ fn mention_end(line: &str, r: &ManifestRule) -> Option<(usize, bool)> {
     let inside = |e: Option<usize>| e.map(|e| (e - 1, true));
     match r.kind {
         // nftables objects: `set office_v4: …`, `set office_v6 was deleted`.
-        // A big set's hash sets: `set blocklist_v4_24: …`.
+        // A big set's hash sets: `set blocklist_v4_24: …`, their shards `set blocklist_v4_32_s3: …`.
         RuleKind::Set => outside(["_v4", "_v6", ""].iter().find_map(|sfx| {
             let pat = format!("set {n}{sfx}");
             let rest = line.strip_prefix(&pat)?;
+            // `_<len>`, or a shard's `_<len>_s<i>`
             let len = match rest.strip_prefix('_') {
-                Some(r) if !sfx.is_empty() => r.len() - r.trim_start_matches(|c: char| c.is_ascii_digit()).len(),
+                Some(r) if !sfx.is_empty() => {
+                    let digits = r.len() - r.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                    let shard = r[digits..].strip_prefix("_s").map_or(0, |t| t.len() - t.trim_start_matches(|c: char| c.is_ascii_digit()).len());
+                    if digits > 0 && shard > 0 { digits + 2 + shard } else { digits }
+                }
                 _ => 0,
             };
             let after = &rest[if len > 0 { len + 1 } else { 0 }..];
@@ -102,6 +107,7 @@ mod tests {
             ("set office_v4: elements added outside fwc: 10.9.9.9", "set office_v4 (fwc.kdl:2:1): elements added outside fwc: 10.9.9.9"),
             ("set office_v6 was deleted", "set office_v6 (fwc.kdl:2:1) was deleted"),
             ("set office_v4_24: elements removed: 10.9.0.0", "set office_v4_24 (fwc.kdl:2:1): elements removed: 10.9.0.0"),
+            ("set office_v4_32_s3: elements removed: 10.9.0.1", "set office_v4_32_s3 (fwc.kdl:2:1): elements removed: 10.9.0.1"),
             ("map fwd4_addr: elements removed: tcp . 8080 (fwc:forward:web) : 10.0.0.5", "map fwd4_addr: elements removed: tcp . 8080 (fwc:forward:web, rules/20-forwards.kdl:2:1) : 10.0.0.5"),
             ("forward web: listener missing (web tcp 0.0.0.0:8080)", "forward web (rules/20-forwards.kdl:2:1): listener missing (web tcp 0.0.0.0:8080)"),
             ("QoS class 12 (rule guests): missing from the class map", "QoS class 12 (rule guests, fwc.kdl:9:1): missing from the class map"),

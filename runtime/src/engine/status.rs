@@ -128,7 +128,8 @@ pub fn status_of(state: &StateDir, netns: Option<&str>) -> Result<Status> {
             st.per_source.extend(other.per_source);
         }
         None => {
-            if nft.cmd.list_table()?.is_some() {
+            // Whether it exists: the terse listing (no elements) says so.
+            if nft.cmd.list_terse()?.is_some() {
                 st.drift_details.push("table inet fwc exists but fwc has no applied state in this state dir".into());
             }
             st.drift_details.extend(observe::besides_nft(netns, &state.path, &transaction::empty_artifacts("-")).drift);

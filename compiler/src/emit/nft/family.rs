@@ -38,11 +38,15 @@ pub(super) fn set_elems(elems: &[AddrElem]) -> [Vec<E>; 2] {
 pub(super) struct AddrAlt {
     pub mask: Option<String>,
     pub right: E,
+    /// A shard of a hash set: the prefix an address must be in to be in this shard, compared
+    /// before the lookup where the rule is one of the set's own copies ([`addr_ways`]); users
+    /// that only take [`Self::on`] look the address up in every shard (correct, slower).
+    pub guard: Option<E>,
 }
 
 impl AddrAlt {
     fn exact(right: E) -> AddrAlt {
-        AddrAlt { mask: None, right }
+        AddrAlt { mask: None, right, guard: None }
     }
     /// The match statement on `left` (a payload or `ct original` address).
     pub(super) fn on(&self, left: E) -> S {
@@ -78,11 +82,23 @@ pub(super) fn addr_parts(plan: &HostPlan, m: &AddrMatch) -> AddrParts {
                     match &f.kind {
                         _ if f.merged.is_empty() => Vec::new(),
                         LayoutKind::Interval => vec![AddrAlt::exact(s(format!("@{}", set_name(name, v6))))],
-                        LayoutKind::Hash { targets, .. } => targets
+                        LayoutKind::Hash { targets, shards, .. } => targets
                             .iter()
-                            .map(|&(len, _)| AddrAlt {
-                                mask: (len < fam.bits()).then(|| f.mask(len).to_string()),
-                                right: s(format!("@{}", hash_set_name(name, v6, len))),
+                            .zip(shards)
+                            .flat_map(|(&(len, _), sh)| {
+                                let mask = (len < fam.bits()).then(|| f.mask(len).to_string());
+                                match sh {
+                                    None => vec![AddrAlt { mask, right: s(format!("@{}", hash_set_name(name, v6, len))), guard: None }],
+                                    Some(sh) => sh
+                                        .parts
+                                        .iter()
+                                        .map(|&(i, net, _)| AddrAlt {
+                                            mask: mask.clone(),
+                                            right: s(format!("@{}", shard_set_name(name, v6, len, i))),
+                                            guard: Some(prefix(fam.addr(net).to_string(), sh.len)),
+                                        })
+                                        .collect(),
+                                }
                             })
                             .collect(),
                     }
@@ -113,7 +129,12 @@ pub(super) fn addr_ways(p: Option<&AddrParts>, negated: bool, fam: Fam, field: &
     if negated {
         vec![alts.iter().map(|a| a.on_or_off(true, payload(fam.proto(), field))).collect()]
     } else {
-        alts.iter().map(|a| vec![a.on(payload(fam.proto(), field))]).collect()
+        alts.iter()
+            .map(|a| {
+                let guard = a.guard.as_ref().map(|g| eq(payload(fam.proto(), field), g.clone()));
+                guard.into_iter().chain([a.on(payload(fam.proto(), field))]).collect()
+            })
+            .collect()
     }
 }
 

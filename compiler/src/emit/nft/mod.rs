@@ -13,6 +13,8 @@
 //!   set <name>_v4_<len> / <name>_v6_<len>  instead, for a big static set: plain hash sets, one
 //!                                     per prefix length, matched `ip saddr & <mask> @<name>_v4_<len>`
 //!                                     (`crate::place::setlayout`; one rule per length, see below)
+//!   set <name>_v4_<len>_s<i>          instead, for a hash set above `SHARD_MAX` elements: its
+//!                                     shards by address bits (one rule per shard, see below)
 //!   map fwd4_addr, fwd6_addr             inet_proto . inet_service : ipv{4,6}_addr   (hash, counter)
 //!   map fwd4_port, fwd6_port             inet_proto . inet_service : inet_service    (hash)
 //!   map fwd4r_addr, fwd6r_addr           inet_proto . inet_service : ipv{4,6}_addr   (interval, counter)
@@ -144,7 +146,13 @@
 //! it is emitted once per length (and per combination, when both `from` and `to` are such
 //! sets): `ip saddr & 255.255.255.0 @bl_v4_24 … drop`, `ip saddr @bl_v4_32 … drop`, all with the
 //! rule's comment. The networks are disjoint, so a packet takes at most one of the copies and
-//! the copies' counters add up to the rule's. Rules that must stay one nft rule (a `rate` or
+//! the copies' counters add up to the rule's. A hash set above `setlayout::SHARD_MAX` elements
+//! is split into shards by the address bits after those all its elements share (so listing
+//! each kernel set stays about linear: the kernel's dump of a hash set is quadratic in its
+//! size); a rule is emitted once per shard, a prefix compare before the lookup:
+//! `ip saddr 16.0.0.0/4 ip saddr @bl_v4_32_s1 … drop`. A negated match looks the address up in
+//! every shard (`!=`), and so do the other users of a set's alternatives (NAT, quotas, QoS:
+//! correct, one lookup per shard). Rules that must stay one nft rule (a `rate` or
 //! `log-rate` limit, a forward's guards and round robin, shapes) never see such a set: `select` keeps the
 //! sets they use as interval sets (`family::one_alt` asserts it).
 //!
@@ -275,9 +283,16 @@ fn named_sets(out: &mut Out, plan: &HostPlan) {
             let v6 = fam == Fam::V6;
             match &f.kind {
                 LayoutKind::Interval => out.named_addr_set(set_name(name, v6), fam, f.merged.iter()),
-                LayoutKind::Hash { targets, .. } => {
-                    for &(len, _) in targets {
-                        out.hash_addr_set(hash_set_name(name, v6, len), fam, f, len);
+                LayoutKind::Hash { targets, shards, .. } => {
+                    for (&(len, _), sh) in targets.iter().zip(shards) {
+                        match sh {
+                            None => out.hash_addr_set(hash_set_name(name, v6, len), fam, f, len, None),
+                            Some(sh) => {
+                                for &(i, net, _) in &sh.parts {
+                                    out.hash_addr_set(shard_set_name(name, v6, len, i), fam, f, len, Some((net, sh.len)));
+                                }
+                            }
+                        }
                     }
                 }
             }

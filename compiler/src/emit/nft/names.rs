@@ -52,6 +52,12 @@ pub fn hash_set_name(name: &str, v6: bool, len: u32) -> String {
     format!("{}_{len}", set_name(name, v6))
 }
 
+/// Name of shard `index` of that hash set, when it is split
+/// (`crate::place::setlayout::Shards`): `bl_v4_32_s5`.
+pub fn shard_set_name(name: &str, v6: bool, len: u32, index: u32) -> String {
+    format!("{}_s{index}", hash_set_name(name, v6, len))
+}
+
 pub(super) fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut cut = max;

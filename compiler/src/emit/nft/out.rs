@@ -97,8 +97,8 @@ impl Out {
     }
 
     /// The hash set of prefix length `len` of a big static set: network addresses, no flags.
-    pub(super) fn hash_addr_set(&mut self, name: String, fam: Fam, layout: &crate::place::setlayout::FamLayout, len: u32) {
-        self.objects.push_hash_set(&HashSetBody { table: NFT_TABLE, name, fam, layout, len });
+    pub(super) fn hash_addr_set(&mut self, name: String, fam: Fam, layout: &crate::place::setlayout::FamLayout, len: u32, within: Option<(u128, u32)>) {
+        self.objects.push_hash_set(&HashSetBody { table: NFT_TABLE, name, fam, layout, len, within });
     }
 
     /// A `dynamic=#true` set: `flags interval, timeout` (other programs add addresses, CIDRs

@@ -103,7 +103,7 @@ impl Document {
         };
         t.extend_from_slice(format!("{{\"add\":{{\"set\":{{\"family\":\"inet\",\"table\":{},\"name\":{},\"type\":\"{kind}\",", q(b.table), q(&b.name)).as_bytes());
         let mut first = true;
-        let _ = b.layout.try_for_each_element::<()>(b.len, |a| {
+        let _ = b.layout.try_for_each_element_in::<()>(b.len, b.within, |a| {
             t.extend_from_slice(if first { b"\n\"elem\": [\n  \"" } else { b",\n  \"" });
             crate::emit::addrtext::push_addr(t, a);
             t.push(b'"');
@@ -180,23 +180,25 @@ pub(super) struct HashSetBody<'a> {
     pub fam: Fam,
     pub layout: &'a crate::place::setlayout::FamLayout,
     pub len: u32,
+    /// A shard's prefix (network address, length): only the elements in it.
+    pub within: Option<(u128, u32)>,
 }
 
 /// The reference for [`Document::push_hash_set`] (the same text, through serde).
 #[cfg(test)]
 impl Serialize for HashSetBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        struct Elements<'a>(&'a crate::place::setlayout::FamLayout, u32);
+        struct Elements<'a>(&'a crate::place::setlayout::FamLayout, u32, Option<(u128, u32)>);
         impl Serialize for Elements<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 let mut seq = s.serialize_seq(None)?;
-                self.0.try_for_each_element(self.1, |a| seq.serialize_element(&crate::emit::addrtext::AddrStr(a)))?;
+                self.0.try_for_each_element_in(self.1, self.2, |a| seq.serialize_element(&crate::emit::addrtext::AddrStr(a)))?;
                 seq.end()
             }
         }
         let mut m = s.serialize_map(None)?;
         addr_set_head(&mut m, self.table, &self.name, self.fam)?;
-        m.serialize_entry("elem", &Elements(self.layout, self.len))?;
+        m.serialize_entry("elem", &Elements(self.layout, self.len, self.within))?;
         m.end()
     }
 }
@@ -250,7 +252,8 @@ mod tests {
         let layout = crate::place::setlayout::SetLayout::of(&elems, None);
         for (fam, f, lens) in [(Fam::V4, &layout.fams[0], vec![24, 32, 16]), (Fam::V6, &layout.fams[1], vec![128, 64])] {
             for len in lens {
-                let body = || HashSetBody { table: "fwc", name: format!("bl\"x_{len}"), fam, layout: f, len };
+                let within = Some((if fam == Fam::V4 { 0x0a00_0000 } else { 0x2001_0db8_u128 << 96 }, if fam == Fam::V4 { 20 } else { 36 }));
+                let body = || HashSetBody { table: "fwc", name: format!("bl\"x_{len}"), fam, layout: f, len, within };
                 let (mut fast, mut slow) = (Document::default(), Document::default());
                 for _ in 0..2 {
                     fast.push_hash_set(&body());

@@ -76,8 +76,62 @@ impl NftCmd {
         Ok(())
     }
 
-    /// The live `table inet fwc` as nft lists it (JSON), or None when it does not exist.
+    /// The live `table inet fwc` with every element, as nft lists it (JSON), or None when it
+    /// does not exist. A table holding plain hash sets of addresses (a big set's hash sets and
+    /// their shards: no flags, `ipv4_addr` / `ipv6_addr`) is listed tersely, their elements
+    /// read from the kernel over netlink ([`super::setdump`]) and every other set and map
+    /// listed by itself: nft's JSON of a million elements cost seconds more than the kernel's
+    /// dump. Otherwise one `nft -j list table inet fwc`.
     pub fn list_table(&self) -> Result<Option<Value>> {
+        let Some(mut terse) = self.list_terse()? else { return Ok(None) };
+        let plain = |b: &Value| b.get("flags").is_none() && matches!(b["type"].as_str(), Some("ipv4_addr" | "ipv6_addr"));
+        let items = terse["nftables"].as_array_mut().expect("a listing is an array");
+        if !items.iter().any(|o| o.get("set").is_some_and(plain)) {
+            return self.list_table_whole();
+        }
+        let hashed: Vec<(String, bool)> =
+            items.iter().filter_map(|o| o.get("set").filter(|b| plain(b))).map(|b| (b["name"].as_str().unwrap_or_default().to_string(), b["type"] == "ipv6_addr")).collect();
+        let dump = || -> Result<Vec<Vec<std::net::IpAddr>>> { hashed.iter().map(|(n, v6)| super::setdump::addresses(NFT_TABLE, n, *v6)).collect() };
+        let mut dumped = match &self.netns {
+            Some(ns) => crate::backend::netns::in_netns(ns, dump)?,
+            None => dump()?,
+        }
+        .into_iter();
+        for o in items.iter_mut() {
+            let Some((kind, body)) = o.as_object_mut().and_then(|m| m.iter_mut().next()) else { continue };
+            if kind != "set" && kind != "map" {
+                continue;
+            }
+            let elems = if kind == "set" && plain(body) {
+                let addrs = dumped.next().expect("one dump per plain set");
+                // The compiler's text of an address (what nft prints, and what it is compared with).
+                let text = |a: std::net::IpAddr| match a {
+                    std::net::IpAddr::V4(a) => fwc_compiler::emit::addrtext::V4Text::new(a).as_str().to_string(),
+                    a => a.to_string(),
+                };
+                // Sorted as text, the order the comparison sorts elements in: its sorts of
+                // the listing (a hash set lists in hash order) then find them in order.
+                let mut texts: Vec<String> = addrs.into_iter().map(text).collect();
+                texts.sort_unstable();
+                texts.into_iter().map(Value::String).collect::<Vec<_>>()
+            } else {
+                let name = body["name"].as_str().unwrap_or_default().to_string();
+                let listed = self.list_object(kind, &name)?;
+                let found = listed["nftables"].as_array().into_iter().flatten().find_map(|x| x.get(kind.as_str())?.get("elem").cloned());
+                match found {
+                    Some(Value::Array(e)) => e,
+                    _ => Vec::new(),
+                }
+            };
+            if !elems.is_empty() {
+                body["elem"] = Value::Array(elems);
+            }
+        }
+        Ok(Some(terse))
+    }
+
+    /// `nft -j list table inet fwc`, or None when the table does not exist.
+    fn list_table_whole(&self) -> Result<Option<Value>> {
         let out = self
             .command()
             .args(["-j", "list", "table", "inet", NFT_TABLE])

@@ -49,7 +49,8 @@
 //! Files: [`cmd`] runs nft (also for the quota code), [`render`] the scratch-namespace
 //! renderings, [`diff`] the batch (pure), [`doc`] documents and the replace batch, [`normalize`]
 //! listings made comparable, [`drift_text`] drift in words, [`counters`] per-rule counters,
-//! [`lazy`] element lists kept as text, [`stamp`] the in-sync generation stamp.
+//! [`lazy`] element lists kept as text, [`stamp`] the in-sync generation stamp, [`setdump`] the
+//! elements of big sets' hash sets read over netlink.
 
 pub mod cmd;
 mod counters;
@@ -59,6 +60,7 @@ mod drift_text;
 pub mod lazy;
 mod normalize;
 mod render;
+mod setdump;
 mod stamp;
 
 pub use cmd::NftCmd;
