@@ -1,5 +1,6 @@
 //! Compile a generated repository of N rules once, stream its artifact files out as
-//! `fwc compile --out` does, and report wall time and peak memory (ru_maxrss of this process).
+//! `fwc compile --out` does (nftables.json written as it is emitted, then the other three),
+//! and report wall time and peak memory (ru_maxrss of this process).
 //! One size per process, so peaks do not mix: `fwc-bench-compile 100000 [OUT]` -> JSON line.
 //! With OUT the files are written into that directory; without, into a sink that counts their
 //! bytes (the same serialisation, no disk). `bench/compile/run.sh` runs 5 repeats per size.
@@ -14,23 +15,34 @@ fn main() {
     let tree = fwc_bench::generate(n);
     let gen_rss = maxrss_kib();
     let t = std::time::Instant::now();
-    let (art, _) = fwc_compiler::compile(&tree, None, None).expect("generated repos compile");
-    let mut bytes = 0;
+    let view = fwc_compiler::load_host(&tree, None).expect("generated repos compile");
+    // nftables.json is written as it is emitted (`fwc compile --out`), then the other three.
+    let mut files: Vec<Box<dyn Write>> = Vec::new();
+    let mut counted = Vec::new();
     for name in fwc_compiler::artifacts::FILE_NAMES {
         match &out {
             Some(dir) => {
                 std::fs::create_dir_all(dir).expect("out dir");
-                let mut f = std::fs::File::create(dir.join(name)).expect("artifact file");
-                art.write_file(name, &mut f).expect("write");
-                bytes += f.metadata().expect("written file").len() as usize;
+                files.push(Box::new(std::io::BufWriter::new(std::fs::File::create(dir.join(name)).expect("artifact file"))));
             }
             None => {
-                let mut sink = Counting(0);
-                art.write_file(name, &mut sink).expect("write");
-                bytes += sink.0;
+                let sink = Counting::default();
+                counted.push(sink.0.clone());
+                files.push(Box::new(sink));
             }
         }
     }
+    let mut files = files.into_iter();
+    let mut nft = files.next().expect("nftables.json first");
+    let rest = fwc_compiler::emit_view_to(&view, None, jiff::Timestamp::UNIX_EPOCH, &mut nft).expect("write");
+    drop(nft);
+    for (name, mut f) in fwc_compiler::artifacts::JSON_FILE_NAMES.into_iter().zip(files) {
+        rest.write_file(name, &mut f).expect("write");
+    }
+    let bytes: usize = match &out {
+        Some(dir) => fwc_compiler::artifacts::FILE_NAMES.iter().map(|n| std::fs::metadata(dir.join(n)).expect("written file").len() as usize).sum(),
+        None => counted.iter().map(|c| c.get()).sum(),
+    };
     let elapsed = t.elapsed();
     let peak = maxrss_kib();
     let rules = fwc_bench::rule_count(n);
@@ -41,12 +53,14 @@ fn main() {
     );
 }
 
-/// A writer that counts the bytes it is given.
-struct Counting(usize);
+/// A writer that counts the bytes it is given (the count shared, to be read after the writer
+/// was handed on).
+#[derive(Default)]
+struct Counting(std::rc::Rc<std::cell::Cell<usize>>);
 
 impl Write for Counting {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
+        self.0.set(self.0.get() + buf.len());
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {

@@ -1,16 +1,20 @@
 //! The output document: objects (table, sets, maps, chains) first, then rules, in emission
 //! order, each written as text when it is added (`writer`); named sets' elements are
-//! streamed, NAT maps built as JSON directly.
+//! streamed, NAT maps built as JSON directly. The emitter declares every object before
+//! [`Out::start_rules`]; the rules after it go straight into the document (and on to its
+//! writer, when it streams), the few written before it are kept until then.
 
-use super::writer::{Add, AddrSetBody, Document, HashSetBody, Members};
+use super::writer::{Add, AddrSetBody, Document, HashSetBody, Members, Streamed};
 use super::expr::*;
 use super::fam::*;
 use super::prelude::*;
 
 #[derive(Default)]
-pub(super) struct Out {
-    objects: Document,
-    rules: Members,
+pub(super) struct Out<'w> {
+    doc: Document<'w>,
+    /// Rules written before the last object, appended by [`Out::start_rules`].
+    early: Members,
+    rules_started: bool,
 }
 
 fn cmd(obj: NfListObject<'static>) -> NfObject<'static> {
@@ -31,9 +35,38 @@ fn rule_cmd(chain: &str, expr: Vec<S>, comment: Option<String>) -> NfObject<'sta
     cmd(NfListObject::Rule(r))
 }
 
-impl Out {
+impl<'w> Out<'w> {
+    /// A document passed on to `w` as it is written (see [`Document::streaming`]).
+    pub(super) fn streaming(w: &'w mut dyn std::io::Write) -> Out<'w> {
+        Out { doc: Document::streaming(w), ..Out::default() }
+    }
+}
+
+impl Out<'_> {
+    /// Every object has been declared: the rules kept so far follow them, and every later
+    /// rule goes straight into the document.
+    pub(super) fn start_rules(&mut self) {
+        self.doc.append(std::mem::take(&mut self.early));
+        self.rules_started = true;
+    }
+
+    /// Append an object (table, set, map, chain, quota): they all precede the first rule.
+    fn object<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
+        assert!(!self.rules_started, "every nft object is declared before the rules (Out::start_rules)");
+        self.doc.push(v);
+    }
+
+    /// Append a rule command.
+    fn rule_text<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
+        if self.rules_started {
+            self.doc.push(v);
+        } else {
+            self.early.push(v);
+        }
+    }
+
     pub(super) fn add(&mut self, obj: NfListObject<'static>) {
-        self.objects.push(&cmd(obj));
+        self.object(&cmd(obj));
     }
 
     pub(super) fn chain(&mut self, name: &str, base: Option<(NfChainType, NfHook, i32, NfChainPolicy)>) {
@@ -48,7 +81,7 @@ impl Out {
     }
 
     pub(super) fn rule(&mut self, chain: &str, expr: Vec<S>, comment: Option<String>) {
-        self.rules.push(&rule_cmd(chain, expr, comment));
+        self.rule_text(&rule_cmd(chain, expr, comment));
     }
 
     /// A rule whose `set` statement (`update @s { key limit … }`) carries per-element
@@ -61,12 +94,12 @@ impl Out {
                 set.insert("stmt".into(), stmts.clone());
             }
         }
-        self.rules.push(&v);
+        self.rule_text(&v);
     }
 
     /// A set declared as raw JSON (`{"family": …, "name": …}`): flags in a fixed order.
     pub(super) fn raw_set(&mut self, set: Value) {
-        self.objects.push(&Add("set", set));
+        self.object(&Add("set", set));
     }
 
     /// [`Out::rule`] with one raw JSON statement inserted at `pos` of `expr` (a statement the
@@ -76,17 +109,18 @@ impl Out {
         if let Some(list) = v.pointer_mut("/add/rule/expr").and_then(Value::as_array_mut) {
             list.insert(pos.min(list.len()), extra.clone());
         }
-        self.rules.push(&v);
+        self.rule_text(&v);
     }
 
     /// A named address set (interval) with the merged intervals `elems`, written directly.
     pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: impl Iterator<Item = (u128, u128)> + Clone) {
-        self.objects.push(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
+        self.object(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
     }
 
     /// The hash set of prefix length `len` of a big static set: network addresses, no flags.
     pub(super) fn hash_addr_set(&mut self, name: String, fam: Fam, layout: &crate::place::setlayout::FamLayout, len: u32) {
-        self.objects.push_hash_set(&HashSetBody { table: NFT_TABLE, name, fam, layout, len });
+        assert!(!self.rules_started, "every nft object is declared before the rules (Out::start_rules)");
+        self.doc.push_hash_set(&HashSetBody { table: NFT_TABLE, name, fam, layout, len });
     }
 
     /// A `dynamic=#true` set: `flags interval, timeout` (other programs add addresses, CIDRs
@@ -104,7 +138,7 @@ impl Out {
         if let Some(s) = d.size {
             set["size"] = json!(s);
         }
-        self.objects.push(&Add("set", set));
+        self.object(&Add("set", set));
     }
 
     pub(super) fn port_set(&mut self, name: &str, ports: &[PortRange]) {
@@ -159,15 +193,15 @@ impl Out {
             // A map-level statement: every element gets its own counter.
             obj.insert("stmt".into(), json!([{"counter": null}]));
         }
-        self.objects.push(&v);
+        self.object(&v);
     }
 }
 
-impl Out {
+impl Out<'_> {
     /// An object built as raw JSON (`{"add": {"quota": …}}`: the crate's quota object holds
     /// 32-bit byte counts).
     pub(super) fn raw_object(&mut self, v: &Value) {
-        self.objects.push(v);
+        self.object(v);
     }
 }
 
@@ -180,9 +214,16 @@ pub(super) fn commented(key: E, comment: &str) -> Value {
     json!({"elem": {"val": ev(&key), "comment": comment}})
 }
 
-impl Out {
-    /// The finished document: objects, then rules.
-    pub(super) fn finish(self) -> NftDoc {
-        NftDoc::from_pretty_text(self.objects.finish(self.rules))
+impl Out<'_> {
+    /// The finished document, kept whole: objects, then rules.
+    pub(super) fn finish(mut self) -> NftDoc {
+        self.start_rules();
+        NftDoc::from_pretty_text(self.doc.finish())
+    }
+
+    /// The finished document passed on to its writer: its sha256 and length.
+    pub(super) fn finish_streamed(mut self) -> std::io::Result<Streamed> {
+        self.start_rules();
+        self.doc.finish_streamed()
     }
 }
