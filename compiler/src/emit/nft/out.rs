@@ -166,9 +166,10 @@ impl Out<'_> {
     }
 
     /// A `inet_proto . inet_service : <data>` map: a hash map for exact keys, an interval map
-    /// when keys may be port ranges. Elements are `[key, value]` JSON pairs (built raw: element
-    /// comments need fields the crate would serialize as null).
-    pub(super) fn fwd_map(&mut self, name: &str, data: SetType, elems: Vec<Value>, interval: bool, counters: bool) {
+    /// when keys may be port ranges. Its elements are written straight into the text (the
+    /// map's own fields go through the crate; element comments need fields it would
+    /// serialize as null).
+    pub(super) fn fwd_map(&mut self, name: &str, data: SetType, elems: Vec<MapElem>, interval: bool, counters: bool) {
         let map = Map {
             family: NfFamily::INet,
             table: NFT_TABLE.into(),
@@ -184,16 +185,33 @@ impl Out<'_> {
             size: None,
             comment: None,
         };
-        let mut v = serde_json::to_value(cmd(NfListObject::Map(Box::new(map)))).expect("maps serialize");
-        let obj = v["add"]["map"].as_object_mut().expect("map object");
-        if !elems.is_empty() {
-            obj.insert("elem".into(), Value::Array(elems));
+        let head = serde_json::to_value(&map).expect("maps serialize");
+        self.object(&Add("map", MapBody { head: head.as_object().expect("a map is an object"), elems: &elems, counters }));
+    }
+}
+
+/// A map's body: the fields the crate writes, then its elements, then (`counters`) the
+/// map-level statement that gives every element its own counter.
+struct MapBody<'a> {
+    head: &'a serde_json::Map<String, Value>,
+    elems: &'a [MapElem],
+    counters: bool,
+}
+
+impl serde::Serialize for MapBody<'_> {
+    fn serialize<Ser: serde::Serializer>(&self, ser: Ser) -> Result<Ser::Ok, Ser::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(None)?;
+        for (k, v) in self.head {
+            m.serialize_entry(k, v)?;
         }
-        if counters {
-            // A map-level statement: every element gets its own counter.
-            obj.insert("stmt".into(), json!([{"counter": null}]));
+        if !self.elems.is_empty() {
+            m.serialize_entry("elem", self.elems)?;
         }
-        self.object(&v);
+        if self.counters {
+            m.serialize_entry("stmt", &[json!({"counter": null})])?;
+        }
+        m.end()
     }
 }
 
@@ -205,13 +223,55 @@ impl Out<'_> {
     }
 }
 
-pub(super) fn ev<T: serde::Serialize>(x: &T) -> Value {
-    serde_json::to_value(x).expect("expressions serialize")
+/// One element of a NAT map, kept as what it says rather than as a JSON value (a host with
+/// tens of thousands of forwards held them all as trees): `[key, data]`, the key
+/// `{"concat": [proto, port or range]}`, with the forward's comment where the element carries
+/// one (`{"elem": {"val": key, "comment": c}}`).
+pub(super) struct MapElem {
+    pub proto: &'static str,
+    pub key: PortRange,
+    pub comment: Option<String>,
+    pub data: MapData,
 }
 
-/// `{"elem": {"val": key, "comment": c}}`: a map key with a comment.
-pub(super) fn commented(key: E, comment: &str) -> Value {
-    json!({"elem": {"val": ev(&key), "comment": comment}})
+/// The data of a NAT map element: the target address, or the target port.
+pub(super) enum MapData {
+    Addr(IpAddr),
+    Port(u16),
+}
+
+impl serde::Serialize for MapElem {
+    fn serialize<Ser: serde::Serializer>(&self, ser: Ser) -> Result<Ser::Ok, Ser::Error> {
+        use serde::ser::{SerializeMap, SerializeTuple};
+        struct Commented<'a>(&'a E, &'a str);
+        impl serde::Serialize for Commented<'_> {
+            fn serialize<Ser: serde::Serializer>(&self, ser: Ser) -> Result<Ser::Ok, Ser::Error> {
+                struct Elem<'a>(&'a E, &'a str);
+                impl serde::Serialize for Elem<'_> {
+                    fn serialize<Ser: serde::Serializer>(&self, ser: Ser) -> Result<Ser::Ok, Ser::Error> {
+                        let mut m = ser.serialize_map(Some(2))?;
+                        m.serialize_entry("val", self.0)?;
+                        m.serialize_entry("comment", self.1)?;
+                        m.end()
+                    }
+                }
+                let mut m = ser.serialize_map(Some(1))?;
+                m.serialize_entry("elem", &Elem(self.0, self.1))?;
+                m.end()
+            }
+        }
+        let key = concat(vec![s(self.proto), port_expr(self.key)]);
+        let mut t = ser.serialize_tuple(2)?;
+        match &self.comment {
+            Some(c) => t.serialize_element(&Commented(&key, c))?,
+            None => t.serialize_element(&key)?,
+        }
+        match self.data {
+            MapData::Addr(ip) => t.serialize_element(&crate::emit::addrtext::AddrStr(ip))?,
+            MapData::Port(p) => t.serialize_element(&p)?,
+        }
+        t.end()
+    }
 }
 
 impl Out<'_> {
