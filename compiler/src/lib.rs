@@ -202,10 +202,18 @@ fn emit_with<N, E>(
 /// [`compile`] as of `at` ([`emit_view_at`]); the warnings include the schedule notes
 /// (`fwc::rule-expires-soon`, `fwc::rule-expired`) for `at`.
 pub fn compile_at(tree: &SourceTree, host: Option<&str>, commit: Option<&str>, at: jiff::Timestamp) -> Result<(Artifacts, Diagnostics), Diagnostics> {
+    let (view, warnings) = load_host_at(tree, host, at)?;
+    Ok((emit_view_at(&view, commit, at), warnings))
+}
+
+/// [`load_host`] and the warnings of a compile as of `at` (the view's, with the schedule
+/// notes): what [`compile_at`] reports, before anything is emitted (`fwc compile --out`
+/// then writes the files as they are emitted: [`emit_view_to`]).
+pub fn load_host_at(tree: &SourceTree, host: Option<&str>, at: jiff::Timestamp) -> Result<(HostView, Diagnostics), Diagnostics> {
     let view = load_host(tree, host)?;
     let mut warnings = view.warnings.clone();
     warnings.extend(features::schedule::notes(&view.map, &view.ruleset, at));
-    Ok((emit_view_at(&view, commit, at), warnings))
+    Ok((view, warnings))
 }
 
 /// [`compile_all`] as of `at` (see [`compile_at`]).
