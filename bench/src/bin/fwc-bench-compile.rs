@@ -16,6 +16,7 @@ fn main() {
     let gen_rss = maxrss_kib();
     let t = std::time::Instant::now();
     let view = fwc_compiler::load_host(&tree, None).expect("generated repos compile");
+    fwc_runtime::cli::compile::release_freed_memory(); // as `fwc compile --out` does
     // nftables.json is written as it is emitted (`fwc compile --out`), then the other three.
     let mut files: Vec<Box<dyn Write>> = Vec::new();
     let mut counted = Vec::new();

@@ -189,6 +189,7 @@ fn compile_into(dir: &Path, host: Option<&str>, commit: Option<&str>, out: &Path
             return Ok(ExitCode::from(1));
         }
     };
+    release_freed_memory();
     std::fs::create_dir_all(out).into_diagnostic().wrap_err_with(|| format!("cannot create {}", out.display()))?;
     let rest = write_atomically(out, artifacts::NFTABLES_FILE, |f| fwc_compiler::emit_view_to(&view, commit.as_deref(), at, f))?;
     for name in artifacts::JSON_FILE_NAMES {
@@ -197,6 +198,18 @@ fn compile_into(dir: &Path, host: Option<&str>, commit: Option<&str>, out: &Path
     let m = &rest.manifest;
     eprintln!("compiled {} rule(s) for host {} into {}: nftables.json qos.json forward.json manifest.json", m.rules.len(), m.host, out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Give the memory freed so far back to the system. The files are parsed on several threads,
+/// each allocating from its own malloc arena; their documents are freed once the model is
+/// built, but the arenas keep the pages, and everything after the parse grows the main arena
+/// beside them (at 90,000 rules, 63 MB of the peak RSS). glibc only; elsewhere nothing.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of malloc's arenas to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// `fwc compile --all-hosts`: every host, in parallel, written only when all compile.
