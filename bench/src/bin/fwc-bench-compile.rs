@@ -15,31 +15,19 @@ fn main() {
     let tree = fwc_bench::generate(n);
     let gen_rss = maxrss_kib();
     let t = std::time::Instant::now();
-    let view = fwc_compiler::load_host(&tree, None).expect("generated repos compile");
-    fwc_runtime::cli::compile::release_freed_memory(); // as `fwc compile --out` does
-    // nftables.json is written as it is emitted (`fwc compile --out`), then the other three.
-    let mut files: Vec<Box<dyn Write>> = Vec::new();
+    // As `fwc compile --out` does: nftables.json written as it is emitted, then the other three.
     let mut counted = Vec::new();
-    for name in fwc_compiler::artifacts::FILE_NAMES {
-        match &out {
-            Some(dir) => {
-                std::fs::create_dir_all(dir).expect("out dir");
-                files.push(Box::new(std::io::BufWriter::new(std::fs::File::create(dir.join(name)).expect("artifact file"))));
-            }
-            None => {
-                let sink = Counting::default();
-                counted.push(sink.0.clone());
-                files.push(Box::new(sink));
-            }
+    fwc_bench::compile_like_the_cli(&tree, |name| match &out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).expect("out dir");
+            Box::new(std::io::BufWriter::new(std::fs::File::create(dir.join(name)).expect("artifact file")))
         }
-    }
-    let mut files = files.into_iter();
-    let mut nft = files.next().expect("nftables.json first");
-    let rest = fwc_compiler::emit_view_to(&view, None, jiff::Timestamp::UNIX_EPOCH, &mut nft).expect("write");
-    drop(nft);
-    for (name, mut f) in fwc_compiler::artifacts::JSON_FILE_NAMES.into_iter().zip(files) {
-        rest.write_file(name, &mut f).expect("write");
-    }
+        None => {
+            let sink = Counting::default();
+            counted.push(sink.0.clone());
+            Box::new(sink)
+        }
+    });
     let bytes: usize = match &out {
         Some(dir) => fwc_compiler::artifacts::FILE_NAMES.iter().map(|n| std::fs::metadata(dir.join(n)).expect("written file").len() as usize).sum(),
         None => counted.iter().map(|c| c.get()).sum(),
