@@ -30,6 +30,35 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 /// The artifact files in the order [`Artifacts::files`] gives them.
 pub const FILE_NAMES: [&str; 4] = [NFTABLES_FILE, QOS_FILE, FORWARD_FILE, MANIFEST_FILE];
 
+/// The three JSON artifacts beside `nftables.json`: what is left to write when that file was
+/// written into its writer as it was emitted (`fwc_compiler::emit_view_to`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonArtifacts {
+    pub qos: QosArtifact,
+    pub forward: ForwardArtifact,
+    pub manifest: Manifest,
+}
+
+/// The files of [`JsonArtifacts`], in the order [`Artifacts::files`] gives them.
+pub const JSON_FILE_NAMES: [&str; 3] = [QOS_FILE, FORWARD_FILE, MANIFEST_FILE];
+
+impl JsonArtifacts {
+    /// [`Artifacts::write_file`] of one of [`JSON_FILE_NAMES`].
+    pub fn write_file(&self, name: &str, w: &mut impl Write) -> std::io::Result<()> {
+        write_json_file(name, &self.qos, &self.forward, &self.manifest, w)
+    }
+}
+
+/// The bytes of a JSON artifact file (not `nftables.json`) serialised straight into `w`.
+fn write_json_file(name: &str, qos: &QosArtifact, forward: &ForwardArtifact, manifest: &Manifest, w: &mut impl Write) -> std::io::Result<()> {
+    match name {
+        QOS_FILE => write_pretty(w, qos),
+        FORWARD_FILE => write_pretty(w, forward),
+        MANIFEST_FILE => write_pretty(w, manifest),
+        _ => Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{name} is not an artifact file"))),
+    }
+}
+
 impl Artifacts {
     /// Write the exact bytes of the artifact file `name` (one of [`FILE_NAMES`]) into `w`, as
     /// they are produced: `nftables.json` from the text the document holds, the others
@@ -41,10 +70,7 @@ impl Artifacts {
                 w.write_all(self.nftables.text().as_bytes())?;
                 w.flush()
             }
-            QOS_FILE => write_pretty(w, &self.qos),
-            FORWARD_FILE => write_pretty(w, &self.forward),
-            MANIFEST_FILE => write_pretty(w, &self.manifest),
-            _ => Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{name} is not an artifact file"))),
+            _ => write_json_file(name, &self.qos, &self.forward, &self.manifest, w),
         }
     }
 

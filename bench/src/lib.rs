@@ -67,6 +67,21 @@ pub fn generate(n: usize) -> SourceTree {
     ])
 }
 
+/// What `fwc compile --out` does once the files are read: the host's view (the only host),
+/// the parse's freed memory given back, `nftables.json` written into `open(NFTABLES_FILE)` as it
+/// is emitted, then the other three files into theirs.
+pub fn compile_like_the_cli(tree: &SourceTree, mut open: impl FnMut(&str) -> Box<dyn std::io::Write>) {
+    use fwc_compiler::artifacts::{JSON_FILE_NAMES, NFTABLES_FILE};
+    let view = fwc_compiler::load_host(tree, None).unwrap_or_else(|e| panic!("{e:?}"));
+    fwc_runtime::cli::compile::release_freed_memory();
+    let mut nft = open(NFTABLES_FILE);
+    let rest = fwc_compiler::emit_view_to(&view, None, jiff::Timestamp::UNIX_EPOCH, &mut nft).expect("write nftables.json");
+    drop(nft);
+    for name in JSON_FILE_NAMES {
+        rest.write_file(name, &mut open(name)).expect("write an artifact file");
+    }
+}
+
 /// Number of rules (filter rules, forwards, shapes, sets) in a generated tree.
 pub fn rule_count(n: usize) -> usize {
     n.div_ceil(20) * 20

@@ -22,7 +22,7 @@ pub mod read;
 pub mod suggest;
 pub mod view;
 
-use artifacts::Artifacts;
+use artifacts::{Artifacts, JsonArtifacts};
 use diag::{Diagnostic, Diagnostics};
 use model::{Host, Ruleset};
 use read::source::{SourceMap, SourceTree};
@@ -157,6 +157,32 @@ pub fn emit_view(view: &HostView, commit: Option<&str>) -> Artifacts {
 /// manifest's `valid_until` saying when to compile again (schedules only: without any, the
 /// time changes nothing).
 pub fn emit_view_at(view: &HostView, commit: Option<&str>, at: jiff::Timestamp) -> Artifacts {
+    let emitted = emit_with(view, commit, at, |plan| {
+        let doc = emit::nft::emit(plan);
+        // Kept in the document: whoever applies it (plan, prepare, verify, record) asks again.
+        let sha256 = doc.sha256().to_string();
+        Ok::<_, std::convert::Infallible>((doc, sha256))
+    });
+    let Ok((nftables, JsonArtifacts { qos, forward, manifest })) = emitted;
+    Artifacts { nftables, qos, forward, manifest }
+}
+
+/// [`emit_view_at`] with `nftables.json` written into `nftables` as it is emitted, in blocks,
+/// and hashed on the way: its text is never held whole (`fwc compile --out`). The file's bytes
+/// are those of [`emit_view_at`]'s document; the other artifacts are returned, to be written
+/// after it ([`JsonArtifacts::write_file`]).
+pub fn emit_view_to(view: &HostView, commit: Option<&str>, at: jiff::Timestamp, nftables: &mut dyn std::io::Write) -> std::io::Result<JsonArtifacts> {
+    emit_with(view, commit, at, |plan| emit::nft::emit_to(plan, nftables).map(|s| ((), s.sha256))).map(|((), rest)| rest)
+}
+
+/// The host's plan at `at`, its nftables document made by `nft` (which also gives the document's
+/// sha256), then the other artifacts and the manifest.
+fn emit_with<N, E>(
+    view: &HostView,
+    commit: Option<&str>,
+    at: jiff::Timestamp,
+    nft: impl FnOnce(&place::select::HostPlan) -> Result<(N, String), E>,
+) -> Result<(N, JsonArtifacts), E> {
     let resolved;
     let ruleset = if features::schedule::any(&view.ruleset) {
         resolved = features::schedule::resolve(&view.ruleset, at);
@@ -165,21 +191,29 @@ pub fn emit_view_at(view: &HostView, commit: Option<&str>, at: jiff::Timestamp) 
         &view.ruleset
     };
     let plan = place::select::plan_host(ruleset, &view.host);
-    let nftables = emit::nft::emit(&plan);
+    let (nftables, nft_sha256) = nft(&plan)?;
     let qos = emit::qos::emit(&plan);
     let forward = emit::forward::emit(&plan);
-    let mut manifest = emit::manifest::emit(&plan, &view.map, commit, &nftables, &qos, &forward);
+    let mut manifest = emit::manifest::emit(&plan, &view.map, commit, &nft_sha256, &qos, &forward);
     manifest.valid_until = features::schedule::valid_until(&view.ruleset, at).map(|t| t.to_string());
-    Artifacts { nftables, qos, forward, manifest }
+    Ok((nftables, JsonArtifacts { qos, forward, manifest }))
 }
 
 /// [`compile`] as of `at` ([`emit_view_at`]); the warnings include the schedule notes
 /// (`fwc::rule-expires-soon`, `fwc::rule-expired`) for `at`.
 pub fn compile_at(tree: &SourceTree, host: Option<&str>, commit: Option<&str>, at: jiff::Timestamp) -> Result<(Artifacts, Diagnostics), Diagnostics> {
+    let (view, warnings) = load_host_at(tree, host, at)?;
+    Ok((emit_view_at(&view, commit, at), warnings))
+}
+
+/// [`load_host`] and the warnings of a compile as of `at` (the view's, with the schedule
+/// notes): what [`compile_at`] reports, before anything is emitted (`fwc compile --out`
+/// then writes the files as they are emitted: [`emit_view_to`]).
+pub fn load_host_at(tree: &SourceTree, host: Option<&str>, at: jiff::Timestamp) -> Result<(HostView, Diagnostics), Diagnostics> {
     let view = load_host(tree, host)?;
     let mut warnings = view.warnings.clone();
     warnings.extend(features::schedule::notes(&view.map, &view.ruleset, at));
-    Ok((emit_view_at(&view, commit, at), warnings))
+    Ok((view, warnings))
 }
 
 /// [`compile_all`] as of `at` (see [`compile_at`]).

@@ -153,11 +153,21 @@ fn golden_output_is_deterministic() {
         for host in hosts(&tree) {
             let (a, b) = (fwc_compiler::compile(&tree, Some(&host), None).unwrap().0, fwc_compiler::compile(&tree, Some(&host), None).unwrap().0);
             assert_eq!(a.files(), b.files(), "{} / {host} is not deterministic", case.display());
-            // The files as `fwc compile --out` streams them are the same bytes.
+            // The files as `fwc compile --out` streams them are the same bytes: written from
+            // the artifacts, and nftables.json written as it is emitted (then the other three).
+            let view = fwc_compiler::load_host(&tree, Some(&host)).unwrap();
+            let mut emitted = Vec::new();
+            let rest = fwc_compiler::emit_view_to(&view, None, jiff::Timestamp::UNIX_EPOCH, &mut emitted).unwrap();
+            assert!(emitted == a.nftables.text().as_bytes(), "{} / {host}: nftables.json written as emitted differs from its text", case.display());
             for (file, text) in a.files() {
                 let mut streamed = Vec::new();
                 a.write_file(file, &mut streamed).unwrap();
                 assert!(streamed == text.as_bytes(), "{} / {host}: {file} streamed differs from its text", case.display());
+                if file != fwc_compiler::artifacts::NFTABLES_FILE {
+                    streamed.clear();
+                    rest.write_file(file, &mut streamed).unwrap();
+                    assert!(streamed == text.as_bytes(), "{} / {host}: {file} after the emitted nftables.json differs", case.display());
+                }
             }
         }
     }

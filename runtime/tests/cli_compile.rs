@@ -148,6 +148,10 @@ fn compile_quickstart_writes_four_artifacts() {
     assert_eq!(manifest["commit"], "abc123");
     let nft: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dest.join("nftables.json")).unwrap()).unwrap();
     assert!(nft["nftables"].as_array().is_some_and(|a| !a.is_empty()));
+    // nftables.json is written as it is emitted and hashed on the way: the manifest's hash is
+    // the written file's.
+    let written = std::fs::read(dest.join("nftables.json")).unwrap();
+    assert_eq!(manifest["artifact_hashes"]["nftables.json"], fwc_compiler::artifacts::sha256_hex(&written));
 
     // --json prints the same artifacts on stdout.
     let o = fwc(&["compile", s(&examples().join("quickstart")), "--json", "--commit", "abc123"]);

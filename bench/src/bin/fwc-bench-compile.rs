@@ -1,5 +1,6 @@
 //! Compile a generated repository of N rules once, stream its artifact files out as
-//! `fwc compile --out` does, and report wall time and peak memory (ru_maxrss of this process).
+//! `fwc compile --out` does (nftables.json written as it is emitted, then the other three),
+//! and report wall time and peak memory (ru_maxrss of this process).
 //! One size per process, so peaks do not mix: `fwc-bench-compile 100000 [OUT]` -> JSON line.
 //! With OUT the files are written into that directory; without, into a sink that counts their
 //! bytes (the same serialisation, no disk). `bench/compile/run.sh` runs 5 repeats per size.
@@ -14,23 +15,23 @@ fn main() {
     let tree = fwc_bench::generate(n);
     let gen_rss = maxrss_kib();
     let t = std::time::Instant::now();
-    let (art, _) = fwc_compiler::compile(&tree, None, None).expect("generated repos compile");
-    let mut bytes = 0;
-    for name in fwc_compiler::artifacts::FILE_NAMES {
-        match &out {
-            Some(dir) => {
-                std::fs::create_dir_all(dir).expect("out dir");
-                let mut f = std::fs::File::create(dir.join(name)).expect("artifact file");
-                art.write_file(name, &mut f).expect("write");
-                bytes += f.metadata().expect("written file").len() as usize;
-            }
-            None => {
-                let mut sink = Counting(0);
-                art.write_file(name, &mut sink).expect("write");
-                bytes += sink.0;
-            }
+    // As `fwc compile --out` does: nftables.json written as it is emitted, then the other three.
+    let mut counted = Vec::new();
+    fwc_bench::compile_like_the_cli(&tree, |name| match &out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).expect("out dir");
+            Box::new(std::io::BufWriter::new(std::fs::File::create(dir.join(name)).expect("artifact file")))
         }
-    }
+        None => {
+            let sink = Counting::default();
+            counted.push(sink.0.clone());
+            Box::new(sink)
+        }
+    });
+    let bytes: usize = match &out {
+        Some(dir) => fwc_compiler::artifacts::FILE_NAMES.iter().map(|n| std::fs::metadata(dir.join(n)).expect("written file").len() as usize).sum(),
+        None => counted.iter().map(|c| c.get()).sum(),
+    };
     let elapsed = t.elapsed();
     let peak = maxrss_kib();
     let rules = fwc_bench::rule_count(n);
@@ -41,12 +42,14 @@ fn main() {
     );
 }
 
-/// A writer that counts the bytes it is given.
-struct Counting(usize);
+/// A writer that counts the bytes it is given (the count shared, to be read after the writer
+/// was handed on).
+#[derive(Default)]
+struct Counting(std::rc::Rc<std::cell::Cell<usize>>);
 
 impl Write for Counting {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
+        self.0.set(self.0.get() + buf.len());
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {

@@ -21,6 +21,6 @@ fn main() {
     let f = fwc_compiler::emit::forward::emit(&plan);
     eprintln!("qos+fwd {:?}", t.elapsed());
     let t = std::time::Instant::now();
-    let _m = fwc_compiler::emit::manifest::emit(&plan, &map, None, &nft, &q, &f);
+    let _m = fwc_compiler::emit::manifest::emit(&plan, &map, None, nft.sha256(), &q, &f);
     eprintln!("manifest {:?}", t.elapsed());
 }

@@ -11,7 +11,9 @@ use crate::model::*;
 use crate::place::select::HostPlan;
 use crate::read::source::SourceMap;
 
-pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &NftDoc, qos: &QosArtifact, forward: &ForwardArtifact) -> Manifest {
+/// The manifest of `plan`; `nftables_sha256` is the digest of the `nftables.json` written for
+/// it (computed once, where the file's bytes were written or kept).
+pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables_sha256: &str, qos: &QosArtifact, forward: &ForwardArtifact) -> Manifest {
     let mut positions = crate::diag::Positions::new(map);
     let mut at = |span: Span| {
         let l = positions.locate(span);
@@ -72,8 +74,7 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables: &N
         });
     }
     let mut artifact_hashes = BTreeMap::new();
-    // Kept in the document: whoever applies it (plan, prepare, verify, record) asks again.
-    artifact_hashes.insert(NFTABLES_FILE.to_string(), nftables.sha256().to_string());
+    artifact_hashes.insert(NFTABLES_FILE.to_string(), nftables_sha256.to_string());
     artifact_hashes.insert(QOS_FILE.to_string(), sha256_pretty(qos));
     artifact_hashes.insert(FORWARD_FILE.to_string(), sha256_pretty(forward));
     Manifest {

@@ -150,6 +150,9 @@ pub fn compile(a: CompileArgs, g: &Global) -> Result<ExitCode> {
     if a.all_hosts {
         return compile_all_hosts(a, g);
     }
+    if let (Some(out), false) = (&a.out, a.json) {
+        return compile_into(&a.dir, a.host.as_deref(), a.commit.as_deref(), out, g);
+    }
     let Some(artifacts) = compile_dir(&a.dir, a.host.as_deref(), a.commit.as_deref(), a.json, g)? else {
         return Ok(ExitCode::from(1));
     };
@@ -169,6 +172,44 @@ pub fn compile(a: CompileArgs, g: &Global) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&artifacts).into_diagnostic()?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `fwc compile --out DIR`: `nftables.json` written into its file as it is emitted (its text
+/// is never held whole), then the other three; nothing is written when the rules have errors.
+fn compile_into(dir: &Path, host: Option<&str>, commit: Option<&str>, out: &Path, g: &Global) -> Result<ExitCode> {
+    let commit = commit.map(str::to_string).or_else(|| crate::repo::checkout_commit(dir));
+    let at = jiff::Timestamp::now();
+    let view = match read_tree(dir).and_then(|t| fwc_compiler::load_host_at(&t, host, at)) {
+        Ok((view, warnings)) => {
+            report(&warnings, false, g);
+            view
+        }
+        Err(diags) => {
+            report(&diags, false, g);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    release_freed_memory();
+    std::fs::create_dir_all(out).into_diagnostic().wrap_err_with(|| format!("cannot create {}", out.display()))?;
+    let rest = write_atomically(out, artifacts::NFTABLES_FILE, |f| fwc_compiler::emit_view_to(&view, commit.as_deref(), at, f))?;
+    for name in artifacts::JSON_FILE_NAMES {
+        write_atomically(out, name, |f| rest.write_file(name, f))?;
+    }
+    let m = &rest.manifest;
+    eprintln!("compiled {} rule(s) for host {} into {}: nftables.json qos.json forward.json manifest.json", m.rules.len(), m.host, out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Give the memory freed so far back to the system. The files are parsed on several threads,
+/// each allocating from its own malloc arena; their documents are freed once the model is
+/// built, but the arenas keep the pages, and everything after the parse grows the main arena
+/// beside them (at 90,000 rules, 63 MB of the peak RSS). glibc only; elsewhere nothing.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of malloc's arenas to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// `fwc compile --all-hosts`: every host, in parallel, written only when all compile.
@@ -209,11 +250,18 @@ fn compile_all_hosts(a: CompileArgs, g: &Global) -> Result<ExitCode> {
 pub fn write_artifacts(out: &Path, artifacts: &Artifacts) -> Result<()> {
     std::fs::create_dir_all(out).into_diagnostic().wrap_err_with(|| format!("cannot create {}", out.display()))?;
     for name in artifacts::FILE_NAMES {
-        let mut tmp = tempfile::NamedTempFile::new_in(out).into_diagnostic()?;
-        artifacts.write_file(name, &mut tmp).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(name).display()))?;
-        tmp.persist(out.join(name)).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(name).display()))?;
+        write_atomically(out, name, |f| artifacts.write_file(name, f))?;
     }
     Ok(())
+}
+
+/// Write the file `out/name` atomically: `write` fills a temporary file beside it, which then
+/// takes the name.
+fn write_atomically<T>(out: &Path, name: &str, write: impl FnOnce(&mut tempfile::NamedTempFile) -> std::io::Result<T>) -> Result<T> {
+    let mut tmp = tempfile::NamedTempFile::new_in(out).into_diagnostic()?;
+    let done = write(&mut tmp).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(name).display()))?;
+    tmp.persist(out.join(name)).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(name).display()))?;
+    Ok(done)
 }
 
 /// What `fwc fmt` did (or would do) to one file.

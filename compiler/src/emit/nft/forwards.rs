@@ -90,13 +90,13 @@ pub(super) fn is_map_forward(f: &ForwardRule) -> bool {
 #[derive(Default)]
 pub(super) struct NatMaps {
     /// Single listen port (hash maps).
-    addr: [Vec<Value>; 2],
-    port: [Vec<Value>; 2],
+    addr: [Vec<MapElem>; 2],
+    port: [Vec<MapElem>; 2],
     /// Listen port range with a fixed or offset target port (interval maps).
-    raddr: [Vec<Value>; 2],
-    rport: [Vec<Value>; 2],
+    raddr: [Vec<MapElem>; 2],
+    rport: [Vec<MapElem>; 2],
     /// Listen port range keeping the port (interval map).
-    keep: [Vec<Value>; 2],
+    keep: [Vec<MapElem>; 2],
     /// Keys already taken per family: listen ranges per protocol, disjoint, by first port.
     used: [BTreeMap<(&'static str, u16), u16>; 2],
 }
@@ -125,22 +125,22 @@ impl NatMaps {
         let tp = TPort::of(listen, tports);
         for proto in protos {
             self.used[i].insert((proto, listen.lo), listen.hi);
-            let key = concat(vec![s(*proto), port_expr(listen)]);
-            let addr = ev(&s(ip.to_string()));
+            let to_addr = |key| MapElem { proto, key, comment: Some(comment.clone()), data: MapData::Addr(ip) };
+            let to_port = |key, p| MapElem { proto, key, comment: None, data: MapData::Port(p) };
             match tp {
-                TPort::Keep => self.keep[i].push(json!([commented(key, &comment), addr])),
+                TPort::Keep => self.keep[i].push(to_addr(listen)),
                 TPort::Fixed(p) if listen.is_single() => {
-                    self.addr[i].push(json!([commented(key.clone(), &comment), addr]));
-                    self.port[i].push(json!([ev(&key), p]));
+                    self.addr[i].push(to_addr(listen));
+                    self.port[i].push(to_port(listen, p));
                 }
                 TPort::Fixed(p) => {
-                    self.raddr[i].push(json!([commented(key.clone(), &comment), addr]));
-                    self.rport[i].push(json!([ev(&key), p]));
+                    self.raddr[i].push(to_addr(listen));
+                    self.rport[i].push(to_port(listen, p));
                 }
                 TPort::Offset { .. } => {
-                    self.raddr[i].push(json!([commented(key, &comment), addr]));
+                    self.raddr[i].push(to_addr(listen));
                     for p in listen.lo..=listen.hi {
-                        self.rport[i].push(json!([ev(&concat(vec![s(*proto), n(u32::from(p))])), tp.port(p)]));
+                        self.rport[i].push(to_port(PortRange::single(p), tp.port(p)));
                     }
                 }
             }

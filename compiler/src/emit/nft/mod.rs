@@ -224,6 +224,7 @@ use forwards::*;
 pub use forwards::{health_dispatch, health_probe_targets, kernel_dns};
 pub use names::*;
 use out::*;
+pub use writer::Streamed;
 use qos_marks::*;
 use snat::*;
 
@@ -231,41 +232,60 @@ use snat::*;
 /// maps, chains) come first, then the rules, each in the order below.
 pub fn emit(plan: &HostPlan) -> NftDoc {
     let mut out = Out::default();
+    ruleset(&mut out, plan);
+    out.finish()
+}
+
+/// [`emit`] written into `w` as it is produced, in blocks, and hashed on the way: the text of
+/// the whole document is never held. The same bytes as [`emit`]'s text; returns their sha256
+/// and length.
+pub fn emit_to(plan: &HostPlan, w: &mut dyn std::io::Write) -> std::io::Result<Streamed> {
+    let mut out = Out::streaming(w);
+    ruleset(&mut out, plan);
+    out.finish_streamed()
+}
+
+/// Every command of the ruleset: all objects, then (from [`Out::start_rules`]) the rules. The
+/// few rules written beside their chains' declarations (health-checked forwards) are kept until
+/// then; the objects of QoS and quotas are declared before the first filter rule.
+fn ruleset(out: &mut Out, plan: &HostPlan) {
     out.add(NfListObject::Table(Table { family: NfFamily::INet, name: NFT_TABLE.into(), handle: None }));
-    named_sets(&mut out, plan);
-    persource::declare_sets(&mut out, plan);
+    named_sets(out, plan);
+    persource::declare_sets(out, plan);
     let mut nat = KernelForwards::of(plan);
     if let Some(nat) = &mut nat {
-        nat.declare_maps(&mut out, plan);
+        nat.declare_maps(out, plan);
     }
-    declare_filter_chains(&mut out, plan);
+    declare_filter_chains(out, plan);
     let guards = forward_guards(plan);
     if !guards.is_empty() {
         out.chain(chains::FWD_GUARD, None);
     }
     if nat.is_some() {
-        declare_nat_chains(&mut out);
-        health_chains(&mut out, plan);
-        dns_chains(&mut out, plan);
+        declare_nat_chains(out);
+        health_chains(out, plan);
+        dns_chains(out, plan);
     } else if !plan.snats.is_empty() {
-        declare_snat_chain(&mut out);
+        declare_snat_chain(out);
     }
+    declare_qos(out, plan);
+    quota::declare_quotas(out, plan);
+    out.start_rules();
     for c in &plan.chains {
         match c.kind {
-            ChainKind::Containers => containers_chain_rules(&mut out, plan, c),
-            _ => filter_chain_rules(&mut out, plan, c, !guards.is_empty(), nat.is_some()),
+            ChainKind::Containers => containers_chain_rules(out, plan, c),
+            _ => filter_chain_rules(out, plan, c, !guards.is_empty(), nat.is_some()),
         }
     }
     for (e, comment, elem_stmts) in guards {
         out.rule_with_elem_stmts(chains::FWD_GUARD, e, Some(comment), elem_stmts);
     }
     if let Some(nat) = &nat {
-        nat.rules(&mut out, plan);
+        nat.rules(out, plan);
     }
-    snat_rules(&mut out, plan);
-    qos(&mut out, plan);
-    quota::quotas(&mut out, plan);
-    out.finish()
+    snat_rules(out, plan);
+    qos(out, plan);
+    quota::quotas(out, plan);
 }
 
 /// Both halves (v4, v6) of every set, always: each an interval set, or (a big static set) hash

@@ -1,16 +1,20 @@
 //! The output document: objects (table, sets, maps, chains) first, then rules, in emission
 //! order, each written as text when it is added (`writer`); named sets' elements are
-//! streamed, NAT maps built as JSON directly.
+//! streamed, NAT maps built as JSON directly. The emitter declares every object before
+//! [`Out::start_rules`]; the rules after it go straight into the document (and on to its
+//! writer, when it streams), the few written before it are kept until then.
 
-use super::writer::{Add, AddrSetBody, Document, HashSetBody, Members};
+use super::writer::{Add, AddrSetBody, Document, HashSetBody, Members, Streamed};
 use super::expr::*;
 use super::fam::*;
 use super::prelude::*;
 
 #[derive(Default)]
-pub(super) struct Out {
-    objects: Document,
-    rules: Members,
+pub(super) struct Out<'w> {
+    doc: Document<'w>,
+    /// Rules written before the last object, appended by [`Out::start_rules`].
+    early: Members,
+    rules_started: bool,
 }
 
 fn cmd(obj: NfListObject<'static>) -> NfObject<'static> {
@@ -31,9 +35,38 @@ fn rule_cmd(chain: &str, expr: Vec<S>, comment: Option<String>) -> NfObject<'sta
     cmd(NfListObject::Rule(r))
 }
 
-impl Out {
+impl<'w> Out<'w> {
+    /// A document passed on to `w` as it is written (see [`Document::streaming`]).
+    pub(super) fn streaming(w: &'w mut dyn std::io::Write) -> Out<'w> {
+        Out { doc: Document::streaming(w), ..Out::default() }
+    }
+}
+
+impl Out<'_> {
+    /// Every object has been declared: the rules kept so far follow them, and every later
+    /// rule goes straight into the document.
+    pub(super) fn start_rules(&mut self) {
+        self.doc.append(std::mem::take(&mut self.early));
+        self.rules_started = true;
+    }
+
+    /// Append an object (table, set, map, chain, quota): they all precede the first rule.
+    fn object<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
+        assert!(!self.rules_started, "every nft object is declared before the rules (Out::start_rules)");
+        self.doc.push(v);
+    }
+
+    /// Append a rule command.
+    fn rule_text<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
+        if self.rules_started {
+            self.doc.push(v);
+        } else {
+            self.early.push(v);
+        }
+    }
+
     pub(super) fn add(&mut self, obj: NfListObject<'static>) {
-        self.objects.push(&cmd(obj));
+        self.object(&cmd(obj));
     }
 
     pub(super) fn chain(&mut self, name: &str, base: Option<(NfChainType, NfHook, i32, NfChainPolicy)>) {
@@ -58,9 +91,9 @@ impl Out {
                     flags.sort_by_key(|f| order.iter().position(|o| f == o));
                 }
             }
-            return self.rules.push(&v);
+            return self.rule_text(&v);
         }
-        self.rules.push(&rule_cmd(chain, expr, comment));
+        self.rule_text(&rule_cmd(chain, expr, comment));
     }
 
     /// A rule whose `set` statement (`update @s { key limit … }`) carries per-element
@@ -73,12 +106,12 @@ impl Out {
                 set.insert("stmt".into(), stmts.clone());
             }
         }
-        self.rules.push(&v);
+        self.rule_text(&v);
     }
 
     /// A set declared as raw JSON (`{"family": …, "name": …}`): flags in a fixed order.
     pub(super) fn raw_set(&mut self, set: Value) {
-        self.objects.push(&Add("set", set));
+        self.object(&Add("set", set));
     }
 
     /// [`Out::rule`] with one raw JSON statement inserted at `pos` of `expr` (a statement the
@@ -88,17 +121,18 @@ impl Out {
         if let Some(list) = v.pointer_mut("/add/rule/expr").and_then(Value::as_array_mut) {
             list.insert(pos.min(list.len()), extra.clone());
         }
-        self.rules.push(&v);
+        self.rule_text(&v);
     }
 
     /// A named address set (interval) with the merged intervals `elems`, written directly.
     pub(super) fn named_addr_set(&mut self, name: String, fam: Fam, elems: impl Iterator<Item = (u128, u128)> + Clone) {
-        self.objects.push(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
+        self.object(&Add("set", AddrSetBody { table: NFT_TABLE, name, fam, elems }));
     }
 
     /// The hash set of prefix length `len` of a big static set: network addresses, no flags.
     pub(super) fn hash_addr_set(&mut self, name: String, fam: Fam, layout: &crate::place::setlayout::FamLayout, len: u32, within: Option<(u128, u32)>) {
-        self.objects.push_hash_set(&HashSetBody { table: NFT_TABLE, name, fam, layout, len, within });
+        assert!(!self.rules_started, "every nft object is declared before the rules (Out::start_rules)");
+        self.doc.push_hash_set(&HashSetBody { table: NFT_TABLE, name, fam, layout, len, within });
     }
 
     /// A `dynamic=#true` set: `flags interval, timeout` (other programs add addresses, CIDRs
@@ -116,7 +150,7 @@ impl Out {
         if let Some(s) = d.size {
             set["size"] = json!(s);
         }
-        self.objects.push(&Add("set", set));
+        self.object(&Add("set", set));
     }
 
     pub(super) fn port_set(&mut self, name: &str, ports: &[PortRange]) {
@@ -144,9 +178,10 @@ impl Out {
     }
 
     /// A `inet_proto . inet_service : <data>` map: a hash map for exact keys, an interval map
-    /// when keys may be port ranges. Elements are `[key, value]` JSON pairs (built raw: element
-    /// comments need fields the crate would serialize as null).
-    pub(super) fn fwd_map(&mut self, name: &str, data: SetType, elems: Vec<Value>, interval: bool, counters: bool) {
+    /// when keys may be port ranges. Its elements are written straight into the text (the
+    /// map's own fields go through the crate; element comments need fields it would
+    /// serialize as null).
+    pub(super) fn fwd_map(&mut self, name: &str, data: SetType, elems: Vec<MapElem>, interval: bool, counters: bool) {
         let map = Map {
             family: NfFamily::INet,
             table: NFT_TABLE.into(),
@@ -162,39 +197,105 @@ impl Out {
             size: None,
             comment: None,
         };
-        let mut v = serde_json::to_value(cmd(NfListObject::Map(Box::new(map)))).expect("maps serialize");
-        let obj = v["add"]["map"].as_object_mut().expect("map object");
-        if !elems.is_empty() {
-            obj.insert("elem".into(), Value::Array(elems));
-        }
-        if counters {
-            // A map-level statement: every element gets its own counter.
-            obj.insert("stmt".into(), json!([{"counter": null}]));
-        }
-        self.objects.push(&v);
+        let head = serde_json::to_value(&map).expect("maps serialize");
+        self.object(&Add("map", MapBody { head: head.as_object().expect("a map is an object"), elems: &elems, counters }));
     }
 }
 
-impl Out {
+/// A map's body: the fields the crate writes, then its elements, then (`counters`) the
+/// map-level statement that gives every element its own counter.
+struct MapBody<'a> {
+    head: &'a serde_json::Map<String, Value>,
+    elems: &'a [MapElem],
+    counters: bool,
+}
+
+impl serde::Serialize for MapBody<'_> {
+    fn serialize<Ser: serde::Serializer>(&self, ser: Ser) -> Result<Ser::Ok, Ser::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(None)?;
+        for (k, v) in self.head {
+            m.serialize_entry(k, v)?;
+        }
+        if !self.elems.is_empty() {
+            m.serialize_entry("elem", self.elems)?;
+        }
+        if self.counters {
+            m.serialize_entry("stmt", &[json!({"counter": null})])?;
+        }
+        m.end()
+    }
+}
+
+impl Out<'_> {
     /// An object built as raw JSON (`{"add": {"quota": …}}`: the crate's quota object holds
     /// 32-bit byte counts).
     pub(super) fn raw_object(&mut self, v: &Value) {
-        self.objects.push(v);
+        self.object(v);
     }
 }
 
-pub(super) fn ev<T: serde::Serialize>(x: &T) -> Value {
-    serde_json::to_value(x).expect("expressions serialize")
+/// One element of a NAT map, kept as what it says rather than as a JSON value (a host with
+/// tens of thousands of forwards held them all as trees): `[key, data]`, the key
+/// `{"concat": [proto, port or range]}`, with the forward's comment where the element carries
+/// one (`{"elem": {"val": key, "comment": c}}`).
+pub(super) struct MapElem {
+    pub proto: &'static str,
+    pub key: PortRange,
+    pub comment: Option<String>,
+    pub data: MapData,
 }
 
-/// `{"elem": {"val": key, "comment": c}}`: a map key with a comment.
-pub(super) fn commented(key: E, comment: &str) -> Value {
-    json!({"elem": {"val": ev(&key), "comment": comment}})
+/// The data of a NAT map element: the target address, or the target port.
+pub(super) enum MapData {
+    Addr(IpAddr),
+    Port(u16),
 }
 
-impl Out {
-    /// The finished document: objects, then rules.
-    pub(super) fn finish(self) -> NftDoc {
-        NftDoc::from_pretty_text(self.objects.finish(self.rules))
+impl serde::Serialize for MapElem {
+    fn serialize<Ser: serde::Serializer>(&self, ser: Ser) -> Result<Ser::Ok, Ser::Error> {
+        use serde::ser::{SerializeMap, SerializeTuple};
+        struct Commented<'a>(&'a E, &'a str);
+        impl serde::Serialize for Commented<'_> {
+            fn serialize<Ser: serde::Serializer>(&self, ser: Ser) -> Result<Ser::Ok, Ser::Error> {
+                struct Elem<'a>(&'a E, &'a str);
+                impl serde::Serialize for Elem<'_> {
+                    fn serialize<Ser: serde::Serializer>(&self, ser: Ser) -> Result<Ser::Ok, Ser::Error> {
+                        let mut m = ser.serialize_map(Some(2))?;
+                        m.serialize_entry("val", self.0)?;
+                        m.serialize_entry("comment", self.1)?;
+                        m.end()
+                    }
+                }
+                let mut m = ser.serialize_map(Some(1))?;
+                m.serialize_entry("elem", &Elem(self.0, self.1))?;
+                m.end()
+            }
+        }
+        let key = concat(vec![s(self.proto), port_expr(self.key)]);
+        let mut t = ser.serialize_tuple(2)?;
+        match &self.comment {
+            Some(c) => t.serialize_element(&Commented(&key, c))?,
+            None => t.serialize_element(&key)?,
+        }
+        match self.data {
+            MapData::Addr(ip) => t.serialize_element(&crate::emit::addrtext::AddrStr(ip))?,
+            MapData::Port(p) => t.serialize_element(&p)?,
+        }
+        t.end()
+    }
+}
+
+impl Out<'_> {
+    /// The finished document, kept whole: objects, then rules.
+    pub(super) fn finish(mut self) -> NftDoc {
+        self.start_rules();
+        NftDoc::from_pretty_text(self.doc.finish())
+    }
+
+    /// The finished document passed on to its writer: its sha256 and length.
+    pub(super) fn finish_streamed(mut self) -> std::io::Result<Streamed> {
+        self.start_rules();
+        self.doc.finish_streamed()
     }
 }

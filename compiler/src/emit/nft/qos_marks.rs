@@ -39,6 +39,15 @@ pub(super) fn shape_ports_set(id: u32) -> String {
     format!("qos_p{id}")
 }
 
+/// The named port set of a shape with a class, when its ports are matched (not for ICMP or
+/// another protocol without ports): its name and the ports.
+fn shape_port_set<'r>(plan: &HostPlan, sh: &'r ShapeRule) -> Option<(String, &'r [PortRange])> {
+    let class = plan.qos_class(RuleKind::Shape, &sh.name.value, QosDirection::Up)?;
+    let ports = sh.ports.as_ref().map(|p| p.value.as_slice())?;
+    let portless = matches!(sh.proto.as_ref().map(|p| p.value), Some(Proto::Icmp | Proto::Icmpv6 | Proto::Other(_)));
+    (!portless).then(|| (shape_ports_set(class.id), ports))
+}
+
 /// The rules in `qos_apply` that put a shape's class into the packet mark.
 pub(super) fn shape_rules(out: &mut Out, plan: &HostPlan, sh: &ShapeRule) {
     let Some(class) = plan.qos_class(RuleKind::Shape, &sh.name.value, QosDirection::Up) else { return };
@@ -71,9 +80,7 @@ pub(super) fn shape_rules(out: &mut Out, plan: &HostPlan, sh: &ShapeRule) {
     if let Some(l4) = l4 {
         head.push(eq(meta(MetaKey::L4proto), l4));
     }
-    if let Some(ports) = ports.filter(|_| !matches!(proto, Some(Proto::Icmp | Proto::Icmpv6 | Proto::Other(_)))) {
-        let name = shape_ports_set(class.id);
-        out.port_set(&name, ports);
+    if let Some((name, _)) = shape_port_set(plan, sh) {
         head.push(eq(ct_orig("proto-dst"), s(format!("@{name}"))));
     }
     let from = sh.from.as_ref().map(|m| addr_parts(plan, &m.value));
@@ -99,13 +106,13 @@ pub(super) fn shape_rules(out: &mut Out, plan: &HostPlan, sh: &ShapeRule) {
     }
 }
 
-/// Everything QoS needs in the ruleset: the classify, class and apply chains and their rules.
-pub(super) fn qos(out: &mut Out, plan: &HostPlan) {
+/// The objects QoS needs in the ruleset: the classify, class and apply chains and the shapes'
+/// port sets (in classification order).
+pub(super) fn declare_qos(out: &mut Out, plan: &HostPlan) {
     if plan.qos_classes.is_empty() {
         return;
     }
-    let forward_classes = plan.qos_classes.iter().any(|c| c.kind == RuleKind::Forward);
-    if forward_classes {
+    if plan.qos_classes.iter().any(|c| c.kind == RuleKind::Forward) {
         out.chain(chains::QOS_CLASSIFY, None);
         out.chain(chains::QOS_MARK, Some((NfChainType::Filter, NfHook::Prerouting, -150, NfChainPolicy::Accept)));
         out.chain(chains::QOS_MARK_OUT, Some((NfChainType::Filter, NfHook::Output, -150, NfChainPolicy::Accept)));
@@ -114,7 +121,19 @@ pub(super) fn qos(out: &mut Out, plan: &HostPlan) {
         out.chain(&class_chain(c.id), None);
     }
     out.chain(chains::QOS_APPLY, Some((NfChainType::Filter, NfHook::Postrouting, -150, NfChainPolicy::Accept)));
+    for sh in shape_order(&plan.shapes) {
+        if let Some((name, ports)) = shape_port_set(plan, sh) {
+            out.port_set(&name, ports);
+        }
+    }
+}
 
+/// The rules of QoS (its objects: [`declare_qos`]).
+pub(super) fn qos(out: &mut Out, plan: &HostPlan) {
+    if plan.qos_classes.is_empty() {
+        return;
+    }
+    let forward_classes = plan.qos_classes.iter().any(|c| c.kind == RuleKind::Forward);
     for f in &plan.kernel_forwards {
         classify_forward(out, plan, f);
     }

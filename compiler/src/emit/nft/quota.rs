@@ -52,10 +52,15 @@ pub(super) mod qchains {
 /// Priority of the quota base chains: before the filter chains (0) and the containers chain (-5).
 const QUOTA_PRIO: i32 = -10;
 
-/// The quota objects, chains and rules of the host's kernel forwards with a quota.
-pub(super) fn quotas(out: &mut Out, plan: &HostPlan) {
-    let forwards: Vec<&ForwardRule> = plan.kernel_forwards.iter().copied().filter(|f| f.quota.is_some()).collect();
-    let userspace: Vec<&ForwardRule> = plan.userspace_forwards.iter().copied().filter(|f| f.quota.is_some()).collect();
+/// Forwards with a quota: kernel ones, userspace ones.
+fn quota_forwards<'a>(plan: &HostPlan<'a>) -> (Vec<&'a ForwardRule>, Vec<&'a ForwardRule>) {
+    let with = |fs: &[&'a ForwardRule]| fs.iter().copied().filter(|f| f.quota.is_some()).collect();
+    (with(&plan.kernel_forwards), with(&plan.userspace_forwards))
+}
+
+/// The quota objects of the host's forwards and shapes with a quota, and the quota chains.
+pub(super) fn declare_quotas(out: &mut Out, plan: &HostPlan) {
+    let (forwards, userspace) = quota_forwards(plan);
     // Shapes' quota objects (their rules are in the class chains: `shape_class_rule`).
     let mut objects: Vec<(String, u64)> = plan
         .shapes
@@ -71,8 +76,22 @@ pub(super) fn quotas(out: &mut Out, plan: &HostPlan) {
         return;
     }
     out.chain(qchains::QUOTA, None);
-    for (name, hook) in [(qchains::QUOTA_IN, NfHook::Input), (qchains::QUOTA_FWD, NfHook::Forward), (qchains::QUOTA_OUT, NfHook::Output)] {
+    for (name, hook) in QUOTA_HOOKS {
         out.chain(name, Some((NfChainType::Filter, hook, QUOTA_PRIO, NfChainPolicy::Accept)));
+    }
+}
+
+/// The hooked quota chains.
+const QUOTA_HOOKS: [(&str, NfHook); 3] = [(qchains::QUOTA_IN, NfHook::Input), (qchains::QUOTA_FWD, NfHook::Forward), (qchains::QUOTA_OUT, NfHook::Output)];
+
+/// The rules that charge the forwards' packets to their quotas (objects and chains:
+/// [`declare_quotas`]).
+pub(super) fn quotas(out: &mut Out, plan: &HostPlan) {
+    let (forwards, userspace) = quota_forwards(plan);
+    if forwards.is_empty() && userspace.is_empty() {
+        return;
+    }
+    for (name, hook) in QUOTA_HOOKS {
         let mut e = Vec::new();
         if hook == NfHook::Input {
             e.push(m(meta(MetaKey::Iifname), Operator::NEQ, s("lo")));

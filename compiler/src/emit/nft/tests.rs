@@ -123,28 +123,61 @@ fn written_text_is_serde_jsons_pretty_print() {
     assert_eq!(Out::default().finish().text(), "{\"nftables\":[]}\n");
 }
 
-/// The rules' buffer becomes the document (objects moved in front of the rules): every mix of
-/// empty and non-empty halves, rules emitted before and between objects, is still the text
-/// of objects-then-rules.
+/// Rules written before the last object follow every object (in their order); after
+/// `start_rules` they go straight into the document. Kept whole or streamed into a writer in
+/// blocks (hashed on the way), the text is the same bytes, and the digest is the text's.
 #[test]
-fn objects_then_rules_whatever_the_order_of_emission() {
+fn objects_then_rules_kept_whole_or_streamed() {
     let table = || NfListObject::Table(Table { family: NfFamily::INet, name: NFT_TABLE.into(), handle: None });
+    let table_json = json!({"add": {"table": {"family": "inet", "name": "fwc"}}});
     let chain = |n: &str| json!({"add": {"chain": {"family": "inet", "table": "fwc", "name": n}}});
     let rule = |c: &str| json!({"add": {"rule": {"family": "inet", "table": "fwc", "chain": c, "expr": []}}});
-    let mut only_rules = Out::default();
-    only_rules.rule("a", vec![], None);
-    only_rules.rule("b", vec![], None);
-    assert_eq!(only_rules.finish().text(), fwc_artifacts::nfttext::render(&json!({"nftables": [rule("a"), rule("b")]})));
-    let mut only_objects = Out::default();
-    only_objects.add(table());
-    only_objects.chain("a", None);
-    let table_json = json!({"add": {"table": {"family": "inet", "name": "fwc"}}});
-    assert_eq!(only_objects.finish().text(), fwc_artifacts::nfttext::render(&json!({"nftables": [table_json.clone(), chain("a")]})));
-    let mut mixed = Out::default();
-    mixed.rule("a", vec![], None);
-    mixed.add(table());
-    mixed.rule("b", vec![], None);
-    mixed.chain("a", None);
-    let expected = json!({"nftables": [table_json, chain("a"), rule("a"), rule("b")]});
-    assert_eq!(mixed.finish().text(), fwc_artifacts::nfttext::render(&expected));
+    // (early rules, objects, late rules); the late ones enough to be passed on in many blocks.
+    let many: Vec<String> = (0..4000).map(|i| format!("c{i}")).collect();
+    let cases: [(&[&str], bool, Vec<&str>); 4] = [
+        (&["a", "b"], false, vec![]),
+        (&[], true, vec![]),
+        (&["a"], true, vec!["b"]),
+        (&[], true, many.iter().map(String::as_str).collect()),
+    ];
+    for (early, objects, late) in cases {
+        let fill = |out: &mut Out| {
+            for c in early {
+                out.rule(c, vec![], None);
+            }
+            if objects {
+                out.add(table());
+                out.chain("a", None);
+            }
+            out.start_rules();
+            for c in &late {
+                out.rule(c, vec![], None);
+            }
+        };
+        let mut want = Vec::new();
+        if objects {
+            want.extend([table_json.clone(), chain("a")]);
+        }
+        want.extend(early.iter().chain(&late).map(|c| rule(c)));
+        let want = fwc_artifacts::nfttext::render(&json!({ "nftables": want }));
+        let mut whole = Out::default();
+        fill(&mut whole);
+        assert_eq!(whole.finish().text(), want);
+        let mut file = Vec::new();
+        let mut streamed = Out::streaming(&mut file);
+        fill(&mut streamed);
+        let done = streamed.finish_streamed().unwrap();
+        assert_eq!(String::from_utf8(file).unwrap(), want);
+        assert_eq!(done, Streamed { sha256: fwc_artifacts::sha256_hex(want.as_bytes()), bytes: want.len() as u64 });
+    }
+}
+
+/// An object after the first rule would be unloadable (`nft` reads the file in order): the
+/// emitter declares every object first, and says so loudly if it did not.
+#[test]
+#[should_panic(expected = "every nft object is declared before the rules")]
+fn an_object_after_the_rules_started_is_a_bug() {
+    let mut out = Out::default();
+    out.start_rules();
+    out.chain("late", None);
 }

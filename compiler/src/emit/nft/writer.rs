@@ -1,32 +1,82 @@
 //! Writes the commands of `nftables.json` straight into its text, in the file's form
 //! ([`fwc_artifacts::nfttext`]: compact, a command per line, an element per line), without
-//! building a `serde_json::Value` tree of the document.
+//! building a `serde_json::Value` tree of the document. The text is either kept whole (the
+//! document an apply holds) or passed on to a writer in blocks as it is written, hashed on the
+//! way (`fwc compile --out`: the file is never held whole).
+
+use std::io::Write;
 
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
+use sha2::{Digest, Sha256};
 
 use fwc_artifacts::nfttext;
 
 use super::fam::Fam;
 
+/// Written text is passed on to a sink once this much of it is waiting.
+const BLOCK: usize = 1 << 16;
+
 /// The text of `{"nftables": [...]}`, its members written as they come.
-pub(super) struct Document {
+pub(super) struct Document<'w> {
     text: Vec<u8>,
     members: usize,
+    /// Where the text goes as it is written (`None`: it is kept whole in `text`).
+    sink: Option<Sink<'w>>,
 }
 
-/// Members kept apart from the document until they are appended to it (the rules, which
-/// follow every object).
+/// A writer the document's text is passed on to, and the hash of everything passed on.
+struct Sink<'w> {
+    w: &'w mut dyn Write,
+    hash: Sha256,
+    bytes: u64,
+    /// The first write that failed: nothing is written after it, and finishing reports it.
+    failed: Option<std::io::Error>,
+}
+
+/// The finished document when it was passed on to a writer: its sha256 (hex) and length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Streamed {
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+/// Members kept apart from the document until they are appended to it (rules written before
+/// the last object: a few housekeeping rules declared beside their chains).
 #[derive(Default)]
 pub(super) struct Members {
     text: Vec<u8>,
     members: usize,
 }
 
-impl Default for Document {
-    fn default() -> Document {
-        Document { text: nfttext::HEAD.to_vec(), members: 0 }
+impl Default for Document<'_> {
+    fn default() -> Self {
+        Document { text: nfttext::HEAD.to_vec(), members: 0, sink: None }
     }
+}
+
+impl<'w> Document<'w> {
+    /// A document passed on to `w` in blocks as it is written.
+    pub(super) fn streaming(w: &'w mut dyn Write) -> Document<'w> {
+        let sink = Sink { w, hash: Sha256::new(), bytes: 0, failed: None };
+        Document { sink: Some(sink), ..Document::default() }
+    }
+}
+
+/// Pass `text` on to the sink when a block of it is waiting (or `all` of it).
+fn spill(text: &mut Vec<u8>, sink: &mut Option<Sink<'_>>, all: bool) {
+    let Some(sink) = sink else { return };
+    if text.len() < BLOCK && !all {
+        return;
+    }
+    if sink.failed.is_none() {
+        sink.hash.update(&text[..]);
+        sink.bytes += text.len() as u64;
+        if let Err(e) = sink.w.write_all(text) {
+            sink.failed = Some(e);
+        }
+    }
+    text.clear();
 }
 
 /// Append `v` as a command after `before` others: compact JSON (written into a scratch buffer
@@ -45,56 +95,58 @@ fn push<T: Serialize + ?Sized>(text: &mut Vec<u8>, before: usize, v: &T) {
     });
 }
 
-impl Document {
+impl Document<'_> {
     /// Append `v` as the next member.
     pub(super) fn push<T: Serialize + ?Sized>(&mut self, v: &T) {
         push(&mut self.text, self.members, v);
         self.members += 1;
+        spill(&mut self.text, &mut self.sink, false);
     }
 
-    /// The finished text with `rest` appended (trailing newline).
-    /// The bigger part is not copied into a second buffer: the rules are appended to the
-    /// objects, or (usually, the rules being most of the text) the objects are moved in front
-    /// of the rules inside the rules' buffer; a million-element set is all objects.
-    pub(super) fn finish(self, rest: Members) -> String {
-        let empty = self.members == 0 && rest.members == 0;
-        let tail = nfttext::tail(if empty { 0 } else { 1 });
-        let mut rules = rest.text;
-        if self.members == 0 && rest.members > 0 {
-            rules.remove(0); // the rules' leading comma (the newline stays)
+    /// Append members kept apart ([`Members`]) after this document's.
+    pub(super) fn append(&mut self, rest: Members) {
+        if rest.members == 0 {
+            return;
         }
-        let head = self.text;
-        let text = if head.len() >= rules.len() {
-            let mut text = head;
-            text.reserve_exact(rules.len() + tail.len());
-            text.extend_from_slice(&rules);
-            drop(rules);
-            text.extend_from_slice(tail);
-            text
-        } else {
-            let mut text = rules;
-            // Exact: the text's final size, not a doubled capacity.
-            text.reserve_exact(head.len() + tail.len());
-            let n = text.len();
-            text.resize(n + head.len(), 0);
-            text.copy_within(0..n, head.len());
-            text[..head.len()].copy_from_slice(&head);
-            drop(head);
-            text.extend_from_slice(tail);
-            text
-        };
-        String::from_utf8(text).expect("serde_json writes UTF-8")
+        // `rest` was written with a leading comma; the first member has none.
+        let from = usize::from(self.members == 0);
+        self.text.extend_from_slice(&rest.text[from..]);
+        self.members += rest.members;
+        spill(&mut self.text, &mut self.sink, false);
+    }
+
+    /// The finished text (trailing newline), kept whole. A bigger text's capacity is not
+    /// doubled at the end: the last growth is exact.
+    pub(super) fn finish(mut self) -> String {
+        debug_assert!(self.sink.is_none(), "a streamed document is finished by finish_streamed");
+        let tail = nfttext::tail(self.members);
+        self.text.reserve_exact(tail.len());
+        self.text.extend_from_slice(tail);
+        self.text.shrink_to_fit();
+        String::from_utf8(self.text).expect("serde_json writes UTF-8")
+    }
+
+    /// Finish a document passed on to a writer: the rest of its text written and flushed.
+    pub(super) fn finish_streamed(mut self) -> std::io::Result<Streamed> {
+        self.text.extend_from_slice(nfttext::tail(self.members));
+        spill(&mut self.text, &mut self.sink, true);
+        let sink = self.sink.expect("finish_streamed finishes a streamed document");
+        if let Some(e) = sink.failed {
+            return Err(e);
+        }
+        sink.w.flush()?;
+        Ok(Streamed { sha256: hex::encode(sink.hash.finalize()), bytes: sink.bytes })
     }
 }
 
-impl Document {
+impl Document<'_> {
     /// `push(&Add("set", body))` for a hash set, its elements written straight into the text:
     /// a million of them through serde's pretty formatter (an indent loop, an escape scan and
     /// several small copies per address) were a fifth of compiling a 1M-element set file.
     /// The same bytes (`hash_set_text_is_what_serde_writes`).
     pub(super) fn push_hash_set(&mut self, b: &HashSetBody) {
         let q = |s: &str| serde_json::to_string(s).expect("a string serializes");
-        let t = &mut self.text;
+        let (t, sink) = (&mut self.text, &mut self.sink);
         t.extend_from_slice(if self.members == 0 { b"\n" } else { b",\n" });
         self.members += 1;
         let kind = match b.fam {
@@ -108,9 +160,11 @@ impl Document {
             crate::emit::addrtext::push_addr(t, a);
             t.push(b'"');
             first = false;
+            spill(t, sink, false);
             Ok(())
         });
         t.extend_from_slice(if first { b"\"elem\":[]}}}" } else { b"\n]}}}" });
+        spill(t, sink, false);
     }
 }
 
@@ -259,7 +313,7 @@ mod tests {
                     fast.push_hash_set(&body());
                     slow.push(&Add("set", body()));
                 }
-                let (fast, slow) = (fast.finish(Members::default()), slow.finish(Members::default()));
+                let (fast, slow) = (fast.finish(), slow.finish());
                 assert_eq!(fast, slow, "{fam:?} /{len}");
             }
         }
