@@ -78,7 +78,7 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
 }
 
 fn chain(kind: ChainKind, policy: Policy, rules: Vec<FilterRule>) -> Chain {
-    Chain { kind, policy: Some(sp(policy)), bridges: None, reject_with: None, rules, span: Span::default() }
+    Chain { kind, policy: Some(sp(policy)), bridges: None, reject_with: None, router_advertisements: None, rules, span: Span::default() }
 }
 
 /// `listen` like ":8080", "203.0.113.1:80", "[2001:db8::1]:80-90"; `to` like
@@ -107,6 +107,7 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
         .collect();
     ForwardRule {
         iif: None,
+        any_destination: false,
         sni: None,
         health: None,
         name: sp(name.into()),

@@ -32,7 +32,7 @@ mod frames;
 mod trace;
 
 use frames::{frame, link_dst};
-use trace::{other_protocol, packets, parse_trace};
+use trace::parse_trace;
 
 /// What the kernel did to one flow's first packet.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

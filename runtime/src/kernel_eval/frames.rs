@@ -6,6 +6,8 @@ use std::net::IpAddr;
 
 use fwc_compiler::eval::{Flow, L4};
 
+use super::by_flow_label;
+
 pub(super) fn csum(data: &[u8], mut sum: u32) -> u16 {
     for chunk in data.chunks(2) {
         let word = if chunk.len() == 2 { u16::from_be_bytes([chunk[0], chunk[1]]) } else { u16::from_be_bytes([chunk[0], 0]) };

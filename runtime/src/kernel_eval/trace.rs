@@ -3,6 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use fwc_compiler::artifacts::QOS_MARK_MASK;
+use fwc_compiler::eval::Verdict;
+
 use super::{KernelOutcome, MARKER_MAC, TRACE_CHAIN, TRACE_TABLE};
 
 /// `… tcp sport 40000 …` -> 40000 (the word after `key`).

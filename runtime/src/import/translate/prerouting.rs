@@ -72,6 +72,10 @@ impl Tx<'_> {
                         self.names.remove(&r.name);
                         self.out.merged.push((r.origin, "logging before routing (no drop follows with the same matches) is left out: fwc logs the prerouting block's drops with log=".into()));
                     }
+                    Verb::ClampMss(_) => {
+                        self.names.remove(&r.name);
+                        self.out.refused.push(Refusal { origin: r.origin, what: format!("MSS clamping on {place}"), hint: format!("fwc clamps routed SYNs in the forward block (`forward {{ clamp-mss … }}`): move it to a forward chain of its own at the mangle priority, {}", keep_it()) });
+                    }
                     Verb::Reject(_) => {
                         self.names.remove(&r.name);
                         self.out.refused.push(Refusal { origin: r.origin, what: format!("a reject on {place}"), hint: format!("fwc's prerouting block drops (`deny`); reject in input or forward instead, {}", keep_it()) });
