@@ -335,6 +335,14 @@ fn firewalld_rich_rules_services_and_policies_table() {
             &[r#"allow "home-tcp-53" proto=tcp port=53 from="192.168.1.0/24" comment="zones/home.xml:5""#],
         ),
         (
+            "a zone bound to a source with <forward/> forwards to that source (firewalld's `ip daddr SOURCE accept`)",
+            &[
+                ("zones/z.xml", zone("<port protocol=\"tcp\" port=\"22\"/>")),
+                ("zones/home.xml", zone("<source address=\"192.168.1.0/24\"/>\n<forward/>")),
+            ],
+            &[r#"allow "home-forward-to-192.168.1.0-24" from="192.168.1.0/24" to="192.168.1.0/24" comment="zones/home.xml:2""#],
+        ),
+        (
             "a policy to a zone nothing binds is not active (Docker binds docker0 at run time)",
             &[
                 ("zones/z.xml", zone("<port protocol=\"tcp\" port=\"22\"/>")),

@@ -578,6 +578,16 @@ pub fn translate(cfg: &Config) -> Imported {
                     forward.rules.push(r);
                 }
             }
+            // A zone bound to sources forwards to those sources (firewalld: `ip daddr SOURCE
+            // accept` in the zone's forward allow chain).
+            for x in &z.binds {
+                if let Bind::From(a) = x {
+                    let r = tx.rule(Verb::Allow, &format!("forward-to-{}", x.word()), Cond { to: Some(a.clone()), ..Default::default() }, &zo);
+                    if let Some(r) = bound(r, &b, &prefix, &mut tx) {
+                        forward.rules.push(r);
+                    }
+                }
+            }
         }
         if matches!(b, Bind::All) {
             input.policy = match verb {
