@@ -32,30 +32,8 @@ mod frames;
 mod trace;
 
 use frames::{frame, link_dst};
-use trace::parse_trace;
-
-/// What the kernel did to one flow's first packet.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct KernelOutcome {
-    pub verdict: Verdict,
-    /// The comment (`fwc:<kind>:<name>`) of the rule that decided; `None` for a built-in rule
-    /// or a policy.
-    pub identity: Option<String>,
-    /// True when a chain policy decided.
-    pub policy: bool,
-    /// Destination as the input/forward filter chain saw it (after any DNAT).
-    pub seen_dst: Option<(IpAddr, u16)>,
-    /// The QoS class bits of the packet mark as the first packet left (`qos_apply`, original
-    /// direction); `None` when it carries no class or never left (delivered here, dropped).
-    pub qos_mark: Option<u32>,
-    /// The comment of the user's `masquerade` / `snat` rule that translated the source.
-    pub snat_rule: Option<String>,
-    /// The source address the connection was translated to (its conntrack entry's reply
-    /// tuple), when source NAT changed it.
-    pub nat_source: Option<IpAddr>,
-    /// The raw trace lines of this packet, for reports.
-    pub trace: Vec<String>,
-}
+pub use trace::KernelOutcome;
+use trace::{parse_trace, MARKER_MAC, TRACE_CHAIN, TRACE_TABLE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -116,11 +94,6 @@ const DEFAULT_IF: &str = "fwck0";
 /// (GRE, ESP, …) or of neighbour discovery carries it as its IPv4 identification or IPv6 flow label.
 fn sends(f: &Flow) -> bool {
     f.origin != Origin::Output && (f.proto.has_ports() || matches!((f.proto, f.dport), (L4::Icmp, 8 | 0 | 3) | (L4::Icmpv6, 128 | 129 | 1 | 133..=136) | (L4::Other(_), _)))
-}
-
-/// Neighbour discovery (router/neighbour solicitation and advertisement): named by its flow label.
-fn by_flow_label(f: &Flow) -> bool {
-    matches!(f.proto, L4::Other(_)) || (f.proto == L4::Icmpv6 && matches!(f.dport, 133..=136))
 }
 
 /// Evaluate `flows` in the kernel. Flows must have distinct source ports (they identify the
@@ -289,9 +262,6 @@ fn nat_sources(text: &str) -> BTreeMap<u16, IpAddr> {
 /// Source MAC of the frames that carry flows.
 const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 2, 1];
 
-/// Source MAC of the marker frames: the trace table traces them and drops them before
-/// conntrack and fwc's rules see them, so they change no state a flow could meet.
-const MARKER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xff, 0xfe];
 
 /// Marker numbers (their UDP source port): "is the trace listener there yet?" and "every
 /// frame before this one has been traced".
@@ -309,8 +279,6 @@ fn trace_table() -> String {
     format!("table inet {TRACE_TABLE} {{\n chain {TRACE_CHAIN} {{ type filter hook prerouting priority -500; meta nftrace set 1; ether saddr {mac} drop; }}\n}}\n")
 }
 
-const TRACE_TABLE: &str = "fwc_trace";
-const TRACE_CHAIN: &str = "pre";
 
 /// A marker frame (UDP, source port `n`) to `dst_mac`.
 fn marker_frame(n: u16, dst_mac: [u8; 6]) -> Vec<u8> {

@@ -6,7 +6,6 @@ use std::net::IpAddr;
 
 use fwc_compiler::eval::{Flow, L4};
 
-use super::by_flow_label;
 
 pub(super) fn csum(data: &[u8], mut sum: u32) -> u16 {
     for chunk in data.chunks(2) {
@@ -141,4 +140,9 @@ pub(super) fn ip_bytes(a: IpAddr) -> Vec<u8> {
         IpAddr::V4(a) => a.octets().to_vec(),
         IpAddr::V6(a) => a.octets().to_vec(),
     }
+}
+
+/// Neighbour discovery (router/neighbour solicitation and advertisement): named by its flow label.
+pub(super) fn by_flow_label(f: &Flow) -> bool {
+    matches!(f.proto, L4::Other(_)) || (f.proto == L4::Icmpv6 && matches!(f.dport, 133..=136))
 }

@@ -2,11 +2,39 @@
 //! packet), and each traced packet's outcome.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use fwc_compiler::artifacts::QOS_MARK_MASK;
 use fwc_compiler::eval::Verdict;
 
-use super::{KernelOutcome, MARKER_MAC, TRACE_CHAIN, TRACE_TABLE};
+/// What the kernel did to one flow's first packet.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KernelOutcome {
+    pub verdict: Verdict,
+    /// The comment (`fwc:<kind>:<name>`) of the rule that decided; `None` for a built-in rule
+    /// or a policy.
+    pub identity: Option<String>,
+    /// True when a chain policy decided.
+    pub policy: bool,
+    /// Destination as the input/forward filter chain saw it (after any DNAT).
+    pub seen_dst: Option<(IpAddr, u16)>,
+    /// The QoS class bits of the packet mark as the first packet left (`qos_apply`, original
+    /// direction); `None` when it carries no class or never left (delivered here, dropped).
+    pub qos_mark: Option<u32>,
+    /// The comment of the user's `masquerade` / `snat` rule that translated the source.
+    pub snat_rule: Option<String>,
+    /// The source address the connection was translated to (its conntrack entry's reply
+    /// tuple), when source NAT changed it.
+    pub nat_source: Option<IpAddr>,
+    /// The raw trace lines of this packet, for reports.
+    pub trace: Vec<String>,
+}
+
+/// Source MAC of the marker frames: the trace table traces them and drops them before
+/// conntrack and fwc's rules see them, so they change no state a flow could meet.
+pub(super) const MARKER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xff, 0xfe];
+pub(super) const TRACE_TABLE: &str = "fwc_trace";
+pub(super) const TRACE_CHAIN: &str = "pre";
 
 /// `… tcp sport 40000 …` -> 40000 (the word after `key`).
 pub(super) fn word_after<'a>(line: &'a str, key: &str) -> Option<&'a str> {
