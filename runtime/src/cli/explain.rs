@@ -187,6 +187,19 @@ pub fn live_flow_effects(state: &crate::state::StateDir, dir: &Path, host: Optio
 /// This host's (or network namespace's) nftables tables other than fwc's own (`nft -j list
 /// ruleset`), or `None` when there are none or nft cannot list them (not root, no nft).
 fn other_tables(netns: Option<&str>) -> Option<serde_json::Value> {
+    let own = |o: &serde_json::Value| {
+        let body = o.as_object().and_then(|m| m.values().next());
+        let table = body.and_then(|b| b.get(if o.get("table").is_some() { "name" } else { "table" })).and_then(serde_json::Value::as_str);
+        table.is_some_and(|t| t == "fwc" || t.starts_with("fwc-") || t.starts_with("fwc_"))
+    };
+    // The full listing carries every element of fwc's own sets (seconds for a million-entry
+    // blocklist): the terse one says first whether any other table is there at all.
+    if let Ok(terse) = crate::backend::nft::NftCmd::new(netns.map(str::to_string)).list_ruleset_terse() {
+        let tables = terse.get("nftables").and_then(serde_json::Value::as_array).map(|a| a.iter().filter(|o| o.get("table").is_some()).collect::<Vec<_>>()).unwrap_or_default();
+        if tables.iter().all(|o| own(o)) {
+            return None;
+        }
+    }
     let listing = match crate::import::source::live_native(netns) {
         Ok(l) => l,
         Err(e) => {
@@ -198,11 +211,6 @@ fn other_tables(netns: Option<&str>) -> Option<serde_json::Value> {
         eprintln!("note: flow effects leave the host's other nftables tables out (an iptables match nftables cannot express is loaded)");
         return None;
     }
-    let own = |o: &serde_json::Value| {
-        let body = o.as_object().and_then(|m| m.values().next());
-        let table = body.and_then(|b| b.get(if o.get("table").is_some() { "name" } else { "table" })).and_then(serde_json::Value::as_str);
-        table.is_some_and(|t| t == "fwc" || t.starts_with("fwc-") || t.starts_with("fwc_"))
-    };
     let objs: Vec<serde_json::Value> = listing.get("nftables")?.as_array()?.iter().filter(|o| o.get("metainfo").is_none() && !own(o)).cloned().collect();
     if !objs.iter().any(|o| o.get("chain").is_some()) {
         return None;
