@@ -607,7 +607,8 @@ fn firewalld_live_reads_etc_firewalld_and_warns_about_runtime_changes() {
 }
 
 /// The shared import cases that import whole (tests/import/cases: an ICMP accept after the
-/// invalid drop; tcp flags, negations and packet types; a router's rpfilter and MSS clamps),
+/// invalid drop; tcp flags, negations and packet types; a router's rpfilter and MSS clamps;
+/// early drops before routing),
 /// proven with traffic: the original
 /// loaded by nft in one namespace, the import applied by fwc in another, the same probes.
 #[test]
@@ -645,8 +646,22 @@ fn import_cases_that_import_whole_decide_traffic_as_the_original() {
     };
     let probes = [p(false, "198.18.1.1", 22, None), p(false, "198.18.1.1", 80, None), p(true, "198.18.1.1", 53, None)];
     same_outcomes("nft", &conf, load, &probes, &[22, 80], &[53]);
-    // The same in iptables' words (`--syn`, `! -s`, `! --dport`, `-m pkttype`).
+    // Early drops on the prerouting hook (at raw and at filter priority) become the
+    // `prerouting` block: the two dropped clients stay dropped, the others pass.
+    let early = [p(false, "198.18.1.1", 22, None), p(false, "198.18.1.1", 22, Some("198.18.1.20")), p(false, "198.18.1.1", 22, Some("198.18.1.30")), p(true, "198.18.1.1", 53, Some("198.18.1.20")), p(true, "198.18.1.1", 53, Some("198.18.1.9"))];
+    let conf = fixture("cases").join("earlydrop.nft");
+    let load = |ns: &Netns| {
+        ns.exec(&["nft", "-f", conf.to_str().unwrap()]);
+    };
+    same_outcomes("nft", &conf, load, &early, &[22], &[53]);
+    // The same in iptables' words (`--syn`, `! -s`, `! --dport`, `-m pkttype`; raw and
+    // mangle PREROUTING drops).
     if fwc_testkit::tool("import_cases_that_import_whole_decide_traffic_as_the_original", "iptables-nft-restore", "iptables") {
+        let rules = fixture("cases").join("earlydrop.v4");
+        let load = |ns: &Netns| {
+            ns.exec(&["sh", "-c", &format!("iptables-nft-restore < {}", rules.display())]);
+        };
+        same_outcomes("iptables", &rules, load, &early, &[22], &[53]);
         let rules = fixture("cases").join("tcpflags.v4");
         let load = |ns: &Netns| {
             ns.exec(&["sh", "-c", &format!("iptables-nft-restore < {}", rules.display())]);
