@@ -6,8 +6,11 @@
 #
 #   bench/forward/cps.sh [--rounds 9] [--conns 2000] [--payload 64] [--threads 4] [--out DIR]
 #                        [--fwc PATH] [--peer realm] [--peer portunus] [--peer haproxy]
-#                        [--fwc-var NAME='[FWC=PATH] [ENV=VALUE ...]']
+#                        [--fwc-var NAME='[FWC=PATH] [ENV=VALUE ...]'] [--kernel]
 # CPS=PATH and REALM=PATH use binaries built before instead of running cargo.
+# --kernel adds the bounds no relay can pass: `direct` (the client connects to the echo server
+# itself: one TCP connection per round trip) and `nft-redirect` (nftables `redirect` in the nat
+# output hook: still one connection, rewritten by the kernel).
 #
 # Variants alternate round by round (fwc realm portunus … fwc realm portunus …): fwc is
 # `fwc forward --config` (splice); --fwc-var adds `fwc forward` with other environment
@@ -21,7 +24,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 ROUNDS=9 CONNS=2000 PAYLOAD=64 THREADS=4 OUT="$HERE/out" FWC=""
-PEERS=() FWCVARS=()
+PEERS=() FWCVARS=() KERNEL=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2;;
@@ -32,7 +35,8 @@ while [[ $# -gt 0 ]]; do
     --fwc) FWC=$2; shift 2;;
     --peer) PEERS+=("$2"); shift 2;;
     --fwc-var) FWCVARS+=("$2"); shift 2;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0;;
+    --kernel) KERNEL=1; shift;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0;;
     *) echo "unknown argument $1" >&2; exit 2;;
   esac
 done
@@ -105,19 +109,30 @@ for name in "${PEERS[@]}"; do
   NAME=$name; start_bg X=1 sh -c "exec $cmd"; PID[$name]=$BGPID; PIDS+=($BGPID); PORT[$name]=$port
   VARIANTS+=("$name")
 done
+if [[ $KERNEL == 1 ]]; then
+  PORT[direct]=$SERVER; PID[direct]=""; VARIANTS+=(direct)
+  port=$((port + 1)); PORT[nft-redirect]=$port; PID[nft-redirect]=""; VARIANTS+=(nft-redirect)
+  nsx nft -f - <<NFT
+table ip fwcbench {
+  chain out { type nat hook output priority -100; tcp dport $port redirect to :$SERVER; }
+}
+NFT
+fi
 sleep 1
 
-proc_cpu() { # pid -> CPU seconds (utime+stime+children)
+proc_cpu() { # pid -> CPU seconds (utime+stime+children); no process (a kernel variant): 0
+  [[ -n "$1" ]] || { echo 0; return; }
   awk '{print ($14+$15+$16+$17)/100}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
+busy() { awk '/^cpu /{print ($2+$3+$4+$7+$8)/100}' /proc/stat; }   # user nice system irq softirq
 : >"$RAW/cps.jsonl"
 for r in $(seq 1 "$ROUNDS"); do
   for v in "${VARIANTS[@]}"; do
     load=$(cut -d' ' -f1 /proc/loadavg)
-    c0=$(proc_cpu "${PID[$v]}")
+    c0=$(proc_cpu "${PID[$v]}"); m0=$(busy)
     res=$(nsx "$CPS" connect 127.0.0.1:${PORT[$v]} --conns "$CONNS" --threads "$THREADS" --payload "$PAYLOAD")
-    c1=$(proc_cpu "${PID[$v]}")
-    echo "{\"variant\":\"$v\",\"round\":$r,\"load1\":$load,\"cpu_s\":$(awk "BEGIN{print $c1-$c0}"),\"result\":$res}" >>"$RAW/cps.jsonl"
+    c1=$(proc_cpu "${PID[$v]}"); m1=$(busy)
+    echo "{\"variant\":\"$v\",\"round\":$r,\"load1\":$load,\"cpu_s\":$(awk "BEGIN{print $c1-$c0}"),\"machine_cpu_s\":$(awk "BEGIN{print $m1-$m0}"),\"result\":$res}" >>"$RAW/cps.jsonl"
     echo "round $r $v: $res" >&2
   done
 done
@@ -128,7 +143,7 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 out, payload, conns, threads, variants = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 md = [f"{conns} connections per round, {threads} client threads, {payload} bytes each way per connection; medians of {max(r['round'] for r in rows)} alternating rounds.", "",
-      "| variant | connections/s (median) | vs fwc | all rounds | forwarder CPU ms per 1000 conns | failed | load avg |", "|---|---:|---:|---|---:|---:|---|"]
+      "| variant | connections/s (median) | vs fwc | all rounds | forwarder CPU ms per 1000 conns | machine CPU ms per 1000 conns | failed | load avg |", "|---|---:|---:|---|---:|---:|---:|---|"]
 med = {}
 for v in variants:
     rs = [r for r in rows if r["variant"] == v]
@@ -136,8 +151,10 @@ for v in variants:
 for v in variants:
     rs = [r for r in rows if r["variant"] == v]
     cpu = statistics.median(1000 * 1000 * r["cpu_s"] / r["result"]["conns"] for r in rs)
-    md.append("| {} | {:.0f} | {:.2f} | {} | {:.0f} | {} | {} |".format(v, med[v], med[v] / med[variants[0]],
-        ", ".join(f"{r['result']['per_sec']:.0f}" for r in rs), cpu, sum(r["result"]["failed"] for r in rs),
+    mcpu = statistics.median(1000 * 1000 * r.get("machine_cpu_s", 0) / r["result"]["conns"] for r in rs)
+    md.append("| {} | {:.0f} | {:.2f} | {} | {} | {:.0f} | {} | {} |".format(v, med[v], med[v] / med[variants[0]],
+        ", ".join(f"{r['result']['per_sec']:.0f}" for r in rs), "(kernel)" if v in ("direct", "nft-redirect") else f"{cpu:.0f}",
+        mcpu, sum(r["result"]["failed"] for r in rs),
         f"{min(r['load1'] for r in rs)}–{max(r['load1'] for r in rs)}"))
 open(out, "w").write("\n".join(md) + "\n")
 print("\n".join(md))

@@ -48,8 +48,13 @@ pub struct TargetHealth {
 }
 
 impl Health {
+    /// Asked for every new connection: a rule without health checks (no target tracked)
+    /// answers without building a key, and a tracked rule's few targets are compared in place
+    /// (no copy of the host name per connection).
     pub fn is_up(&self, t: &ForwardTarget) -> bool {
-        self.targets.read().unwrap().get(&(t.host.clone(), t.port)).is_none_or(|s| s.up.load(Relaxed))
+        let targets = self.targets.read().unwrap();
+        targets.is_empty()
+            || targets.iter().find(|((host, port), _)| *port == t.port && *host == t.host).is_none_or(|(_, s)| s.up.load(Relaxed))
     }
 
     /// Is any target down?

@@ -35,6 +35,10 @@ pub struct Options {
     pub pipe_max: usize,
     /// Empty pipes kept for reuse.
     pub pipe_pool: usize,
+    /// A write after a read that filled the pipe says `SPLICE_F_MORE`, so a bulk flow's
+    /// segments leave whole (module `splice`). Default on; `FWC_FORWARD_SPLICE_MORE=0` turns
+    /// it off (for side-by-side measurements).
+    pub splice_more: bool,
     /// UDP offload: `UDP_GRO` on receive, `UDP_SEGMENT` (GSO) on send, where the kernel has
     /// them. Default on; `FWC_FORWARD_UDP_OFFLOAD=0` turns it off (one datagram per message).
     pub udp_offload: bool,
@@ -70,6 +74,7 @@ impl Default for Options {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DEFAULT_PIPE_MAX),
             pipe_pool: 256,
+            splice_more: !matches!(std::env::var("FWC_FORWARD_SPLICE_MORE").as_deref(), Ok("0") | Ok("off") | Ok("false")),
             udp_offload: !matches!(std::env::var("FWC_FORWARD_UDP_OFFLOAD").as_deref(), Ok("0") | Ok("off") | Ok("false")),
             udp_drain: !matches!(std::env::var("FWC_FORWARD_UDP_DRAIN").as_deref(), Ok("0") | Ok("off") | Ok("false")),
             udp_rcvbuf: std::env::var("FWC_FORWARD_UDP_RCVBUF")

@@ -300,6 +300,10 @@ fn bind(key: &ListenerKey) -> io::Result<Bound> {
         // Allows rebinding while old connections of the port are in TIME_WAIT; a listening
         // socket on the port still makes bind fail, which is the conflict we report.
         rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
+        // Accepted sockets inherit TCP_NODELAY from the listening one (Linux copies the
+        // listener's options into each child): set once here, it saves a setsockopt(2) per
+        // connection on the accept path.
+        rustix::net::sockopt::set_tcp_nodelay(&fd, true)?;
     }
     rustix::net::bind(&fd, &addr)?;
     Ok(match key.proto {
@@ -311,7 +315,7 @@ fn bind(key: &ListenerKey) -> io::Result<Bound> {
 impl Forwarder {
     pub fn new(opts: Options) -> Forwarder {
         let ctx = Arc::new(Ctx {
-            pool: PipePool::new(opts.pipe_size, opts.pipe_max, opts.pipe_pool),
+            pool: PipePool::new(opts.pipe_size, opts.pipe_max, opts.pipe_pool).hold_tails(opts.splice_more),
             sockmap: opts.sockmap.then(|| crate::sockmap::Engine::load(opts.sockmap_pairs)).and_then(|r| {
                 r.map_err(|e| tracing::warn!("sockmap redirection unavailable, using splice: {e}")).ok()
             }),
@@ -716,5 +720,25 @@ impl Forwarder {
             }
             h.kill.send_replace(true);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bind, Bound, ListenerKey};
+    use fwc_artifacts::ListenerProto;
+
+    /// The accept path does not set TCP_NODELAY on each client socket: it relies on the
+    /// accepted socket inheriting it from the listener `bind` made.
+    #[test]
+    fn accepted_sockets_inherit_tcp_nodelay_from_the_listener() {
+        let key = ListenerKey { proto: ListenerProto::Tcp, addr: [127, 0, 0, 1].into(), port: 0 };
+        let Bound::Tcp(fd) = bind(&key).unwrap() else { panic!("a TCP key binds a stream socket") };
+        rustix::net::listen(&fd, 8).unwrap();
+        let l = std::net::TcpListener::from(fd);
+        l.set_nonblocking(false).unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        assert!(a.nodelay().unwrap(), "an accepted socket of fwc's listener has TCP_NODELAY");
     }
 }

@@ -93,6 +93,9 @@ pub struct PipePool {
     pub created: AtomicU64,
     /// Grows (or start sizes) the kernel refused; logged once per pool.
     pub refused: AtomicU64,
+    /// A write after a read that filled the pipe says `SPLICE_F_MORE` (module docs). On by
+    /// default; off only to measure what it is worth ([`PipePool::hold_tails`]).
+    hold_tails: bool,
 }
 
 impl PipePool {
@@ -105,7 +108,15 @@ impl PipePool {
             max_free,
             created: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            hold_tails: true,
         }
+    }
+
+    /// Whether writes after a full read hold their tail (`SPLICE_F_MORE`); off = every write
+    /// pushes its last segment at once, as before the tail was held.
+    pub fn hold_tails(mut self, on: bool) -> PipePool {
+        self.hold_tails = on;
+        self
     }
 
     pub fn max(&self) -> usize {
@@ -302,7 +313,7 @@ async fn splice_loop(src: &TcpStream, dst: &TcpStream, pool: &PipePool, f: &Flow
         };
         // A read that filled the pipe left more in the socket: hold the write's tail for it.
         // Capped flows are never held (their next read may wait for the bucket).
-        held = pending == p.size && !f.bucket.limited();
+        held = pool.hold_tails && pending == p.size && !f.bucket.limited();
         let out_flags = if held { flags | SpliceFlags::MORE } else { flags };
         f.bucket.consume(pending);
         f.activity.store(crate::now_ms(), Relaxed);

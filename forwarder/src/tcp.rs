@@ -202,7 +202,7 @@ async fn read_hello(s: &TcpStream) -> io::Result<(Vec<u8>, Option<String>)> {
 async fn serve(client: TcpStream, peer: SocketAddr, h: &ListenerHandle, cur: &Current, replay: Vec<u8>) -> io::Result<()> {
     let cfg = &cur.cfg;
     let stats = &cur.rule.stats;
-    let _ = client.set_nodelay(true);
+    // The client socket is TCP_NODELAY already: accepted from a listener that has it (`bind`).
     let upstream = match connect_any(h, cur).await {
         Ok(u) => u,
         Err(e) => {
@@ -268,28 +268,43 @@ async fn connect_any(h: &ListenerHandle, cur: &Current) -> io::Result<TcpStream>
         cfg.connect_timeout_ms
     });
     let start = cur.rule.rr.fetch_add(1, Relaxed);
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "no target address");
+    // The error to report is built only when an attempt fails: the accept path of a
+    // connection that connects at once allocates nothing here.
+    let mut last: Option<io::Error> = None;
     for i in 0..n {
         let t = &cfg.targets[(start + i) % n];
         if !cur.rule.usable(&cfg.targets, t) {
             continue;
         }
-        let addrs = match h.ctx.resolver.resolve(&t.host, t.port).await {
-            Ok(a) => a,
-            Err(e) => {
-                last = e;
-                continue;
+        // An IP literal target (the common case) is its own address, without the resolver's
+        // shared lists.
+        let one;
+        let resolved;
+        let addrs: &[SocketAddr] = match crate::resolve::literal(&t.host) {
+            Some(ip) => {
+                one = [SocketAddr::new(ip, t.port)];
+                &one
             }
+            None => match h.ctx.resolver.resolve(&t.host, t.port).await {
+                Ok(a) => {
+                    resolved = a;
+                    &resolved
+                }
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            },
         };
-        for addr in addrs.iter() {
+        for addr in addrs {
             match tokio::time::timeout(timeout, crate::connect_marked(*addr)).await {
                 Ok(Ok(s)) => return Ok(s),
-                Ok(Err(e)) => last = io::Error::new(e.kind(), format!("connect {addr}: {e}")),
-                Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, format!("connect {addr}: timed out")),
+                Ok(Err(e)) => last = Some(io::Error::new(e.kind(), format!("connect {addr}: {e}"))),
+                Err(_) => last = Some(io::Error::new(io::ErrorKind::TimedOut, format!("connect {addr}: timed out"))),
             }
         }
     }
-    Err(last)
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no target address")))
 }
 
 async fn write_all(s: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
