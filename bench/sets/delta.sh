@@ -12,6 +12,9 @@
 #   sudo REPEATS=3 bash bench/sets/delta.sh [N] BUILD...      (N default 993000)
 #
 # DRIFT=0 leaves out the drift rows (each lists every element of the set from the kernel).
+# STEPS=agent times only the agent's reconcile rows (agent-plus, agent-minus); STEPS=apply only
+# the `fwc apply` rows (plus, minus, changed); the default, all of them (the drift rows, when
+# DRIFT=1, run whole either way).
 # bench/sets/cold.sh as a BUILD: the same fwc with its set-file cache emptied before each step.
 #
 # Run it through ../shared/quiet. Medians (min-max), seconds of wall time per step.
@@ -19,6 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPEATS=${REPEATS:-3}
 DRIFT=${DRIFT:-1}
+STEPS=${STEPS:-all}
+case "$STEPS" in all|agent|apply) ;; *) echo "STEPS=$STEPS: all, agent or apply" >&2; exit 2;; esac
 N=${1:-993000}; shift || true
 [ $# -gt 0 ] || set -- target/release/fwc
 work=$(mktemp -d /tmp/fwc-bench-delta.XXXXXX)
@@ -91,7 +96,7 @@ agent() { # BUILD NS STATE [DRIFT-MODE]
 echo "machine: $(nproc) cores, $(uname -r), nft $(nft --version | awk '{print $2}'); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq "$REPEATS"); do
   k=0
-  for b in "$@"; do
+  [ "$STEPS" = agent ] || for b in "$@"; do
     k=$((k + 1)); ns="fwc-t-bd$k-$$"; st="$work/state$k"
     timed "$work/$k.plus" "$b" apply "$work/repo-plus" --netns "$ns" --state-dir "$st" --auto-approve --no-sysctl
     grep -q "198.51.100.7" "$work/out" || { echo "build $k: +1 did not name the element"; cat "$work/out"; exit 1; } >&2
@@ -102,6 +107,7 @@ for i in $(seq "$REPEATS"); do
     grep -q "198.51.100.$((100 + i))" "$work/out" || { echo "build $k: the new version did not name its element"; cat "$work/out"; exit 1; } >&2
     "$b" apply "$work/repo-base" --netns "$ns" --state-dir "$st" --auto-approve --no-sysctl > /dev/null
   done
+  [ "$STEPS" != apply ] || continue
   publish "$work/repo-plus" "plus $i"
   k=0
   for b in "$@"; do
@@ -143,6 +149,8 @@ echo "| step | $(printf '%s | ' "$@")"
 echo "|---|$(printf -- '---|%.0s' "$@")"
 steps="plus minus changed agent-plus agent-minus"
 [ "$DRIFT" = 0 ] || steps="plus minus changed drift agent-plus agent-minus agent-find agent-drift"
+[ "$STEPS" != agent ] || steps=$(echo "$steps" | tr ' ' '\n' | grep '^agent' | tr '\n' ' ')
+[ "$STEPS" != apply ] || steps=$(echo "$steps" | tr ' ' '\n' | grep -v '^agent' | tr '\n' ' ')
 for s in $steps; do
   row="| $s |"; k=0
   for b in "$@"; do k=$((k + 1)); row="$row $(median < "$work/$k.$s") |"; done

@@ -95,6 +95,21 @@ fn once_exit_codes_for_every_failure() {
         std::fs::read_dir(st("s1").join("sets")).unwrap().flatten().map(|e| (e.path(), e.metadata().unwrap().ino())).collect()
     };
     let first = cached();
+    // The mirror the agent fetched into is whole for git, and the fwc binary's packs are at
+    // its zlib level (agent/git_zlib.rs: stored): every packed object takes at least its size.
+    let mirror = st("s1").join("mirror.git");
+    agent_common::git(&mirror, &["fsck", "--full", "--strict"]);
+    let blob = agent_common::git(&repo.work, &["rev-parse", "HEAD:lists/bl.netset"]);
+    let idx: Vec<String> = std::fs::read_dir(mirror.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().to_string_lossy().into_owned())
+        .filter(|p| p.ends_with(".idx"))
+        .collect();
+    let packed = agent_common::git(&mirror, &[&["verify-pack", "-v"], &idx.iter().map(String::as_str).collect::<Vec<_>>()[..]].concat());
+    let line = packed.lines().find(|l| l.starts_with(&blob)).unwrap_or_else(|| panic!("{blob} not in the mirror's packs:\n{packed}"));
+    let f: Vec<u64> = line.split_whitespace().skip(2).take(2).map(|n| n.parse().unwrap()).collect();
+    assert!(f[1] >= f[0], "the list is compressed in the mirror (size, size in pack: {f:?}): libgit2 did not bind to fwc's deflateInit_");
     // The entry, the list's text beside it, and the list's pointer to it.
     assert_eq!(first.len(), 3, "{first:?}");
     repo.commit(&bl(82), "other port, same list", None, false);

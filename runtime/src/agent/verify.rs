@@ -59,6 +59,10 @@ pub fn verify_commit(repo: &Repository, id: Oid, policy: &SignaturePolicy) -> Re
     if !policy.enabled() {
         return Ok(None);
     }
+    // The signed bytes must be the commit's: libgit2 does not hash what it reads in the agent
+    // (`repo::check_ids_in_fwc`), so a commit changed in the mirror would otherwise pass
+    // with another commit's valid signature.
+    crate::repo::check_id(repo, id).map_err(|e| Refusal::BadSignature(e.to_string()))?;
     let (sig, payload) = match repo.extract_signature(&id, None) {
         Ok((s, p)) => (s.to_vec(), p.to_vec()),
         Err(e) if e.code() == git2::ErrorCode::NotFound => return Err(Refusal::Unsigned),
