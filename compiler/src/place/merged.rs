@@ -31,6 +31,16 @@ impl Merged {
         v4.into_iter().flatten().chain(v6.into_iter().flatten())
     }
 
+    /// The intervals that reach into `[lo, hi]`, ascending: found by a binary search, not a
+    /// walk from the first (a shard's elements out of a million).
+    pub fn iter_overlapping(&self, lo: u128, hi: u128) -> impl Iterator<Item = (u128, u128)> + Clone + '_ {
+        let (v4, v6) = match self {
+            Merged::V4(v) => (Some(v[v.partition_point(|&k| unpack(k).1 < lo)..].iter().map(|&k| unpack(k))), None),
+            Merged::V6(v) => (None, Some(v[v.partition_point(|&(_, h)| h < lo)..].iter().copied())),
+        };
+        v4.into_iter().flatten().chain(v6.into_iter().flatten()).take_while(move |&(l, _)| l <= hi)
+    }
+
     pub fn to_vec(&self) -> Vec<(u128, u128)> {
         match self {
             Merged::V4(v) => v.iter().map(|&k| unpack(k)).collect(),

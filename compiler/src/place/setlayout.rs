@@ -200,10 +200,7 @@ impl FamLayout {
         };
         let last_in = net_in | (!m & mask(self.bits, self.bits));
         let mut out = Ok(());
-        for (lo, hi) in self.merged.iter() {
-            if hi < net_in || lo > last_in {
-                continue;
-            }
+        for (lo, hi) in self.merged.iter_overlapping(net_in, last_in) {
             split(self.bits, lo, hi, |net, len| {
                 if out.is_err() || to[len as usize] != target {
                     return;
@@ -339,11 +336,11 @@ fn ones(k: u32) -> u128 {
 pub fn split(bits: u32, lo: u128, hi: u128, mut f: impl FnMut(u128, u32)) {
     let mut lo = lo;
     loop {
-        let mut k = if lo == 0 { bits } else { lo.trailing_zeros().min(bits) };
+        // The biggest aligned block at `lo` that fits: as many low bits as `lo` has clear, at
+        // most floor(log2(span + 1)) (the widest 2^k - 1 within the span).
         let span = hi - lo;
-        while ones(k) > span {
-            k -= 1;
-        }
+        let fits = if span == u128::MAX { 128 } else { 127 - (span + 1).leading_zeros() };
+        let k = if lo == 0 { bits } else { lo.trailing_zeros().min(bits) }.min(fits);
         f(lo, bits - k);
         if lo + ones(k) >= hi {
             return;
@@ -464,6 +461,39 @@ mod tests {
         let mut v = Vec::new();
         split(bits, lo, hi, |a, l| v.push((a, l)));
         v
+    }
+
+    #[test]
+    fn split_takes_the_biggest_block_that_fits_as_the_walk_down_did() {
+        // The block size from the span's bit length, against shrinking the block one bit at a
+        // time until it fits.
+        fn walk(bits: u32, lo: u128, hi: u128) -> Vec<(u128, u32)> {
+            let (mut lo, mut v) = (lo, Vec::new());
+            loop {
+                let mut k = if lo == 0 { bits } else { lo.trailing_zeros().min(bits) };
+                while ones(k) > hi - lo {
+                    k -= 1;
+                }
+                v.push((lo, bits - k));
+                if lo + ones(k) >= hi {
+                    return v;
+                }
+                lo += ones(k) + 1;
+            }
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let (bits, a, w) = if i % 2 == 0 { (32, (x >> 32) as u128, (x & 0xffff) as u128 >> (i % 16)) } else { (128, (x as u128) << 64 | x.rotate_left(9) as u128, (x as u128) >> (i % 64)) };
+            let max = ones(bits);
+            let hi = a.saturating_add(w).min(max);
+            assert_eq!(nets(bits, a, hi), walk(bits, a, hi), "{bits}: {a:#x}-{hi:#x}");
+        }
+        for (bits, lo, hi) in [(32, 0, 0), (32, 0, u32::MAX as u128), (128, 0, u128::MAX), (128, 1, u128::MAX), (128, 0, u128::MAX - 1), (32, 1, 4_294_967_294)] {
+            assert_eq!(nets(bits, lo, hi), walk(bits, lo, hi), "{bits}: {lo:#x}-{hi:#x}");
+        }
     }
 
     #[test]

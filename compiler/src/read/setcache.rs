@@ -168,6 +168,17 @@ fn v6_bytes(a: &IpAddr) -> [u8; 16] {
 
 /// Read an entry stored under `key`: `Err(why)` when it is not a whole, intact entry for that key.
 pub fn decode(key: &str, bytes: &[u8]) -> Result<Entry, String> {
+    let elems = std::cell::RefCell::new(Vec::new());
+    let facts = decode_with(key, bytes, |n| elems.borrow_mut().reserve_exact(n), |e, off, len| elems.borrow_mut().push((e, off, len)))?;
+    Ok(Entry { elems: elems.into_inner(), facts })
+}
+
+/// [`decode`] without holding the elements: `reserve(n)` is told their number, then `each`
+/// gets them in file order (with offset and length), straight from the entry's bytes (a hit
+/// of a million-line file puts them into the set without a copy of the million between).
+/// Nothing is passed on before the checksum matched; an `Err` after some elements (an entry
+/// whose checksum matches but which this format cannot read) means the caller drops them.
+pub fn decode_with(key: &str, bytes: &[u8], reserve: impl FnOnce(usize), mut each: impl FnMut(AddrElem, u32, u32)) -> Result<FileFacts, String> {
     let Some(body_len) = bytes.len().checked_sub(32) else { return Err("truncated".into()) };
     let (body, sum) = bytes.split_at(body_len);
     if Sha256::digest(body).as_slice() != sum {
@@ -186,7 +197,7 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<Entry, String> {
     if n > body.len() / 14 {
         return Err("element count beyond the entry".into());
     }
-    let mut elems = Vec::with_capacity(n);
+    reserve(n);
     for _ in 0..n {
         let e = match r.u8()? {
             0 => net(IpAddr::V4(Ipv4Addr::from(r.arr::<4>()?)), r.u8()?)?,
@@ -195,7 +206,7 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<Entry, String> {
             3 => AddrElem::Range(IpAddr::V6(Ipv6Addr::from(r.arr::<16>()?)), IpAddr::V6(Ipv6Addr::from(r.arr::<16>()?))),
             t => return Err(format!("unknown element tag {t}")),
         };
-        elems.push((e, r.u32()?, r.u32()?));
+        each(e, r.u32()?, r.u32()?);
     }
     let n4 = r.u64()? as usize;
     if n4 > body.len() / 8 {
@@ -212,7 +223,7 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<Entry, String> {
     if r.at != body.len() {
         return Err("trailing bytes".into());
     }
-    Ok(Entry { elems, facts: FileFacts { merged: [Merged::V4(v4), Merged::V6(v6)], digest } })
+    Ok(FileFacts { merged: [Merged::V4(v4), Merged::V6(v6)], digest })
 }
 
 fn net(a: IpAddr, len: u8) -> Result<AddrElem, String> {

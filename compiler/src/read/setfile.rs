@@ -64,19 +64,24 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
             // never past the limit.
             let lines = text.bytes().filter(|&b| b == b'\n').count() + 1;
             set.elements.reserve(lines.min(limits::MAX_SET_ELEMENTS.saturating_sub(total) + 1));
-            let elements = &mut set.elements;
-            let mut past_limit = None;
-            let mut push = |e: AddrElem, offset: usize, len: usize| {
-                let span = Span { file: id, offset: offset as u32, len: len as u32 };
-                if total < limits::MAX_SET_ELEMENTS {
-                    total += 1;
-                    elements.push(Spanned::new(e, span));
-                } else if past_limit.is_none() {
-                    past_limit = Some(span);
-                }
-            };
+            let total_before = total;
+            let mut add = Adder { elements: &mut set.elements, total: &mut total, past_limit: None, file: id };
             let key = tree.set_cache.0.as_ref().filter(|_| text.len() >= setcache::MIN_BYTES).map(|_| setcache::key(text));
-            let cached = cached_entry(&tree.set_cache, key.as_deref());
+            // A hit: the entry's elements go straight into the set (no copy of them between).
+            let cached = match (&tree.set_cache.0, key.as_deref()) {
+                (Some(store), Some(k)) => store.get(k).and_then(|bytes| match setcache::decode_with(k, &bytes, |_| {}, |e, off, len| add.push(e, off as usize, len as usize)) {
+                    Ok(facts) => Some(facts),
+                    Err(why) => {
+                        // Elements passed on before the entry turned out unreadable are dropped.
+                        add.elements.truncate(before);
+                        *add.total = total_before;
+                        add.past_limit = None;
+                        store.reject(k, &why);
+                        None
+                    }
+                }),
+                _ => None,
+            };
             // A set that is exactly this file: its layout and manifest take their facts from it.
             let whole = before == 0 && set.files.len() == 1;
             // Not cached, but a previous version of the file is: patch that (the changed lines
@@ -87,22 +92,18 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
             };
             let mut patched_merged = None;
             let errors = match (&cached, patched) {
-                (Some(entry), _) => {
-                    for &(e, offset, len) in &entry.elems {
-                        push(e, offset as usize, len as usize);
-                    }
-                    Vec::new()
-                }
+                (Some(_), _) => Vec::new(),
                 (None, Some(Ok(p))) => {
                     for (e, offset, len) in p.elems {
-                        push(e, offset as usize, len as usize);
+                        add.push(e, offset as usize, len as usize);
                     }
                     patched_merged = Some(p.merged);
                     Vec::new()
                 }
                 (None, Some(Err(errors))) => errors,
-                (None, None) => parse(text, push),
+                (None, None) => parse(text, |e, offset, len| add.push(e, offset, len)),
             };
+            let past_limit = add.past_limit;
             if let Some(span) = past_limit {
                 set.elements.truncate(before);
                 diags.push(limits::too_many_elements(map, span).rule(&rule));
@@ -124,14 +125,14 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
             // (and stored for the next compile, with the text and which entry this path uses).
             if whole {
                 let facts = match cached {
-                    Some(entry) => {
+                    Some(facts) => {
                         if let (Some(store), Some(key)) = (&tree.set_cache.0, &key) {
                             let last = setcache::last_key(path);
                             if store.get(&last).as_deref() != Some(key.as_bytes()) {
                                 store.put(&last, key.as_bytes());
                             }
                         }
-                        entry.facts
+                        facts
                     }
                     None => {
                         let facts = setcache::FileFacts {
@@ -158,6 +159,27 @@ pub fn load_all(tree: &SourceTree, map: &mut SourceMap, rs: &mut Ruleset) -> Res
         Err(diags)
     } else {
         Ok(())
+    }
+}
+
+/// Appends a set file's elements to its set, counting them against the host's limit: past
+/// it, only where the first one beyond it is (`past_limit`) is kept.
+struct Adder<'s> {
+    elements: &'s mut Vec<Spanned<AddrElem>>,
+    total: &'s mut usize,
+    past_limit: Option<Span>,
+    file: u32,
+}
+
+impl Adder<'_> {
+    fn push(&mut self, e: AddrElem, offset: usize, len: usize) {
+        let span = Span { file: self.file, offset: offset as u32, len: len as u32 };
+        if *self.total < limits::MAX_SET_ELEMENTS {
+            *self.total += 1;
+            self.elements.push(Spanned::new(e, span));
+        } else if self.past_limit.is_none() {
+            self.past_limit = Some(span);
+        }
     }
 }
 

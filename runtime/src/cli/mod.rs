@@ -110,6 +110,22 @@ fn runs_a_server(command: &Command) -> bool {
     }
 }
 
+/// For a short-lived command that reads, builds and drops big buffers one after another (a
+/// million-entry set: the file's text, its cache entry, the 28 MB `nftables.json`, the
+/// generation's copy): malloc keeps freed memory for the next allocation instead of giving
+/// each big buffer back to the kernel and taking fresh zeroed pages for the next (glibc
+/// serves blocks of 128 KiB and more with their own `mmap`, and trims its heap's top). Half
+/// of the page faults of a one-element `fwc apply` of a 1M set went. Not for the servers: they
+/// would keep their peak memory for their whole life. glibc only; elsewhere nothing.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes malloc's tunables; called before any thread is started.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_MAX, 0);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // Every command that prints a report dies quietly on a closed pipe (`fwc status --json |
@@ -119,6 +135,9 @@ pub fn main() -> ExitCode {
     if !runs_a_server(&cli.command) {
         // SAFETY: setting a signal disposition before any thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    if matches!(cli.command, Command::Apply(_) | Command::Plan(_)) {
+        keep_freed_memory();
     }
     let g = cli.global.clone();
     // The agent is a service: its events (applies, refusals, drift) are its log, one line each.
