@@ -31,18 +31,20 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 pub const FILE_NAMES: [&str; 4] = [NFTABLES_FILE, QOS_FILE, FORWARD_FILE, MANIFEST_FILE];
 
 /// The three JSON artifacts beside `nftables.json`: what is left to write when that file was
-/// written into its writer as it was emitted (`fwc_compiler::emit_view_to`).
+/// written into its writer as it was emitted (`fwc_compiler::emit_view_to`). The manifest is a
+/// [`Manifest`], or anything serialised as one (the compiler's manifest that makes its rules as
+/// it is written).
 #[derive(Debug, Clone, PartialEq)]
-pub struct JsonArtifacts {
+pub struct JsonArtifacts<M = Manifest> {
     pub qos: QosArtifact,
     pub forward: ForwardArtifact,
-    pub manifest: Manifest,
+    pub manifest: M,
 }
 
 /// The files of [`JsonArtifacts`], in the order [`Artifacts::files`] gives them.
 pub const JSON_FILE_NAMES: [&str; 3] = [QOS_FILE, FORWARD_FILE, MANIFEST_FILE];
 
-impl JsonArtifacts {
+impl<M: Serialize> JsonArtifacts<M> {
     /// [`Artifacts::write_file`] of one of [`JSON_FILE_NAMES`].
     pub fn write_file(&self, name: &str, w: &mut impl Write) -> std::io::Result<()> {
         write_json_file(name, &self.qos, &self.forward, &self.manifest, w)
@@ -50,7 +52,7 @@ impl JsonArtifacts {
 }
 
 /// The bytes of a JSON artifact file (not `nftables.json`) serialised straight into `w`.
-fn write_json_file(name: &str, qos: &QosArtifact, forward: &ForwardArtifact, manifest: &Manifest, w: &mut impl Write) -> std::io::Result<()> {
+fn write_json_file(name: &str, qos: &QosArtifact, forward: &ForwardArtifact, manifest: &impl Serialize, w: &mut impl Write) -> std::io::Result<()> {
     match name {
         QOS_FILE => write_pretty(w, qos),
         FORWARD_FILE => write_pretty(w, forward),
