@@ -100,8 +100,10 @@ impl Parser<'_, '_> {
                 .rule(&rule)
                 .help(format!("add policy=reject to this block ({} policy=reject reject-with=\"{}\" {{ … }}), or remove reject-with", kind.as_str(), r.value.as_str()));
         }
-        let mut rules = Vec::new();
-        for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
+        let children = node.children().map(|d| d.nodes()).unwrap_or_default();
+        // Exactly as many as the block has rules: no doubling of a big chain's vector.
+        let mut rules = Vec::with_capacity(children.len());
+        for child in children {
             let action = match child.name().value() {
                 "allow" | "reject" | "log" if kind == ChainKind::Prerouting => {
                     let span = self.span(child.name().span());
