@@ -8,6 +8,7 @@ use serde::Serialize;
 
 pub mod forward;
 pub mod header;
+pub mod more;
 pub mod quota;
 pub mod rollout;
 pub mod schedule;
@@ -15,7 +16,8 @@ pub mod span;
 pub mod values;
 pub mod window;
 
-pub use forward::{BackendChoice, ForwardProto, ForwardRule, HealthSpec, Listen, Target, TargetHost};
+pub use more::{More, Rarely};
+pub use forward::{BackendChoice, ForwardMore, ForwardProto, ForwardRule, HealthSpec, Listen, Target, TargetHost};
 pub use rollout::{GateDecl, ProbeDecl, RolloutDecl, WaveDecl};
 pub use schedule::{Schedule, Until};
 pub use span::{Span, Spanned};
@@ -259,8 +261,12 @@ impl Action {
     }
 }
 
-/// `allow "ssh" proto=tcp port=22 from="@office"` and friends, inside a chain block.
-#[derive(Debug, Clone, Serialize)]
+/// `allow "ssh" proto=tcp port=22 from="@office"` and friends, inside a chain block. The
+/// properties few rules have are in [`FilterMore`], boxed and absent when none is given (a big
+/// repository's rules are half the size); they read as fields of the rule (`rule.state`)
+/// through `Deref`. Serialised (the rule's digest) as it always was: every property in its
+/// place, absent ones skipped as before.
+#[derive(Debug, Clone)]
 pub struct FilterRule {
     pub name: Spanned<String>,
     pub chain: ChainKind,
@@ -271,62 +277,147 @@ pub struct FilterRule {
     pub from: Option<Spanned<AddrMatch>>,
     pub to: Option<Spanned<AddrMatch>>,
     /// `in=`: input interface names (one or a list).
-    #[serde(serialize_with = "serialize_ifaces")]
     pub iif: Option<Spanned<Vec<String>>>,
     /// `out=`: output interface names.
-    #[serde(serialize_with = "serialize_ifaces")]
     pub oif: Option<Spanned<Vec<String>>>,
     /// `!` before `from`, `to`, `port`, `sport`, `in`, `out`: none of the list. Skipped when
     /// nothing is negated (digests of other rules).
-    #[serde(skip_serializing_if = "header::Negations::none")]
     pub negate: header::Negations,
     /// `log=#true`, or implied by `log-prefix`/`log-rate`, or a `log` rule.
     pub log: bool,
     pub rate: Option<Spanned<EventRate>>,
-    /// `icmp-type=`: ICMP (proto=icmp) or ICMPv6 (proto=icmpv6) type numbers.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub icmp_types: Option<Spanned<Vec<u8>>>,
-    /// `icmp-code=`: codes of the rule's one ICMP type.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub icmp_codes: Option<Spanned<Vec<u8>>>,
-    /// `tcp-flags=`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tcp_flags: Option<Spanned<header::TcpFlags>>,
-    /// `pkttype=`: link-layer packet types.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pkttypes: Option<Spanned<Vec<header::PktType>>>,
-    /// `reject-with=` (reject rules only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reject_with: Option<Spanned<RejectWith>>,
-    /// `log-prefix=`: the kernel log line's prefix (default `fwc <name>: `).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_prefix: Option<Spanned<String>>,
-    /// `log-rate=`: at most this many log lines (the verdict applies to every packet).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_rate: Option<Spanned<EventRate>>,
-    /// `state=`: conntrack states the packet's connection must be in.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<Spanned<Vec<CtState>>>,
     pub on: Option<Spanned<Selector>>,
     pub comment: Option<String>,
-    #[serde(skip)]
     pub span: Span,
+    /// The rarely given properties.
+    pub more: More<FilterMore>,
+}
+
+/// The properties of a [`FilterRule`] few rules have.
+#[derive(Debug, Clone, Default)]
+pub struct FilterMore {
+    /// `icmp-type=`: ICMP (proto=icmp) or ICMPv6 (proto=icmpv6) type numbers.
+    pub icmp_types: Option<Spanned<Vec<u8>>>,
+    /// `icmp-code=`: codes of the rule's one ICMP type.
+    pub icmp_codes: Option<Spanned<Vec<u8>>>,
+    /// `tcp-flags=`.
+    pub tcp_flags: Option<Spanned<header::TcpFlags>>,
+    /// `pkttype=`: link-layer packet types.
+    pub pkttypes: Option<Spanned<Vec<header::PktType>>>,
+    /// `reject-with=` (reject rules only).
+    pub reject_with: Option<Spanned<RejectWith>>,
+    /// `log-prefix=`: the kernel log line's prefix (default `fwc <name>: `).
+    pub log_prefix: Option<Spanned<String>>,
+    /// `log-rate=`: at most this many log lines (the verdict applies to every packet).
+    pub log_rate: Option<Spanned<EventRate>>,
+    /// `state=`: conntrack states the packet's connection must be in.
+    pub state: Option<Spanned<Vec<CtState>>>,
     /// per-source limits: `rate-per-source=`, `max-conns-per-source=`, … Skipped
     /// when absent, so digests of other rules do not change.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
     /// Schedules: `during=`, `tz=`, `until=` ([`crate::features::schedule`]). Skipped when
     /// absent (digests of other rules).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
     /// `rpfilter=` (prerouting denies): drop what fails reverse-path filtering
     /// ([`crate::features::rpfilter`]). Skipped when absent (digests of other rules).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rpfilter: Option<Spanned<header::RpFilter>>,
     /// `mss=` of a `clamp-mss` rule: the MSS to set; `None`: the route's MTU
     /// ([`crate::features::clamp`]). Skipped when absent.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub mss: Option<Spanned<u16>>,
+}
+
+impl Rarely for FilterMore {
+    const NONE: &'static FilterMore = &FilterMore {
+        icmp_types: None,
+        icmp_codes: None,
+        tcp_flags: None,
+        pkttypes: None,
+        reject_with: None,
+        log_prefix: None,
+        log_rate: None,
+        state: None,
+        per_source: None,
+        schedule: None,
+        rpfilter: None,
+        mss: None,
+    };
+
+    fn is_none(&self) -> bool {
+        let FilterMore { icmp_types, icmp_codes, tcp_flags, pkttypes, reject_with, log_prefix, log_rate, state, per_source, schedule, rpfilter, mss } = self;
+        icmp_types.is_none()
+            && icmp_codes.is_none()
+            && tcp_flags.is_none()
+            && pkttypes.is_none()
+            && reject_with.is_none()
+            && log_prefix.is_none()
+            && log_rate.is_none()
+            && state.is_none()
+            && per_source.is_none()
+            && schedule.is_none()
+            && rpfilter.is_none()
+            && mss.is_none()
+    }
+}
+
+impl std::ops::Deref for FilterRule {
+    type Target = FilterMore;
+    fn deref(&self) -> &FilterMore {
+        self.more.get()
+    }
+}
+
+/// Setting a rarely given property boxes them.
+impl std::ops::DerefMut for FilterRule {
+    fn deref_mut(&mut self) -> &mut FilterMore {
+        self.more.get_mut()
+    }
+}
+
+/// The fields in the order, and with the skips, of the rule's digest since it exists.
+impl Serialize for FilterRule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        struct Ifaces<'a>(&'a Option<Spanned<Vec<String>>>);
+        impl Serialize for Ifaces<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                serialize_ifaces(self.0, s)
+            }
+        }
+        let m: &FilterMore = self;
+        let mut st = s.serialize_struct("FilterRule", 27)?;
+        st.serialize_field("name", &self.name)?;
+        st.serialize_field("chain", &self.chain)?;
+        st.serialize_field("action", &self.action)?;
+        st.serialize_field("proto", &self.proto)?;
+        st.serialize_field("ports", &self.ports)?;
+        st.serialize_field("sports", &self.sports)?;
+        st.serialize_field("from", &self.from)?;
+        st.serialize_field("to", &self.to)?;
+        st.serialize_field("iif", &Ifaces(&self.iif))?;
+        st.serialize_field("oif", &Ifaces(&self.oif))?;
+        if self.negate.none() {
+            st.skip_field("negate")?;
+        } else {
+            st.serialize_field("negate", &self.negate)?;
+        }
+        st.serialize_field("log", &self.log)?;
+        st.serialize_field("rate", &self.rate)?;
+        more::field_if_some(&mut st, "icmp_types", &m.icmp_types)?;
+        more::field_if_some(&mut st, "icmp_codes", &m.icmp_codes)?;
+        more::field_if_some(&mut st, "tcp_flags", &m.tcp_flags)?;
+        more::field_if_some(&mut st, "pkttypes", &m.pkttypes)?;
+        more::field_if_some(&mut st, "reject_with", &m.reject_with)?;
+        more::field_if_some(&mut st, "log_prefix", &m.log_prefix)?;
+        more::field_if_some(&mut st, "log_rate", &m.log_rate)?;
+        more::field_if_some(&mut st, "state", &m.state)?;
+        st.serialize_field("on", &self.on)?;
+        st.serialize_field("comment", &self.comment)?;
+        more::field_if_some(&mut st, "per_source", &m.per_source)?;
+        more::field_if_some(&mut st, "schedule", &m.schedule)?;
+        more::field_if_some(&mut st, "rpfilter", &m.rpfilter)?;
+        more::field_if_some(&mut st, "mss", &m.mss)?;
+        st.end()
+    }
 }
 
 /// Which source NAT a [`SnatRule`] does.
