@@ -120,9 +120,14 @@ fn check_case(case: &Path) {
             let (art, warnings) = fwc_compiler::compile_at(&tree, Some(&host), Some("golden"), at)
                 .unwrap_or_else(|d| panic!("golden case {name}, host {host}:\n{}", d.render(false)));
             for (file, text) in art.files() {
-                // nftables.json is compact (one command per line): its snapshot is the same
-                // document pretty printed, so a change reads as the lines that changed.
-                let text = if file == fwc_compiler::artifacts::NFTABLES_FILE { fwc_compiler::artifacts::to_pretty(&*art.nftables).into() } else { text };
+                // nftables.json and manifest.json are compact (one command, one rule per line):
+                // their snapshots are the same documents pretty printed, so a change reads as the
+                // lines that changed.
+                let text = match file {
+                    fwc_compiler::artifacts::NFTABLES_FILE => fwc_compiler::artifacts::to_pretty(&*art.nftables).into(),
+                    fwc_compiler::artifacts::MANIFEST_FILE => fwc_compiler::artifacts::to_pretty(&art.manifest).into(),
+                    _ => text,
+                };
                 insta::assert_snapshot!(format!("{host}__{file}"), text);
             }
             let plan = fwc_compiler::diff::plan(None, &art);
