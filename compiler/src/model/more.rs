@@ -44,3 +44,17 @@ pub fn field_if_some<S: serde::ser::SerializeStruct, T: serde::Serialize>(st: &m
         None => st.skip_field(key),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{FilterRule, ForwardRule};
+
+    /// A big repository holds tens of thousands of rules: their rarely given properties stay
+    /// boxed, so a rule without them stays small.
+    #[test]
+    fn rules_without_rare_properties_stay_small() {
+        let (filter, forward) = (std::mem::size_of::<FilterRule>(), std::mem::size_of::<ForwardRule>());
+        eprintln!("FilterRule {filter} bytes, ForwardRule {forward} bytes");
+        assert!(filter <= 512 && forward <= 512, "FilterRule {filter} bytes, ForwardRule {forward} bytes");
+    }
+}
