@@ -67,12 +67,11 @@ pub fn generate(n: usize) -> SourceTree {
     ])
 }
 
-/// What `fwc compile --out` does once the files are read: one malloc arena, the host's view
-/// (the only host), the parse's freed memory given back, `nftables.json` written into `open(NFTABLES_FILE)` as it
+/// What `fwc compile --out` does once the files are read: the host's view (the only host),
+/// the parse's freed memory given back, `nftables.json` written into `open(NFTABLES_FILE)` as it
 /// is emitted, then the other three files into theirs.
 pub fn compile_like_the_cli(tree: &SourceTree, mut open: impl FnMut(&str) -> Box<dyn std::io::Write>) {
     use fwc_compiler::artifacts::{JSON_FILE_NAMES, NFTABLES_FILE};
-    fwc_runtime::cli::compile::one_malloc_arena();
     let view = fwc_compiler::load_host(tree, None).unwrap_or_else(|e| panic!("{e:?}"));
     fwc_runtime::cli::compile::release_freed_memory();
     let mut nft = open(NFTABLES_FILE);

@@ -177,7 +177,6 @@ pub fn compile(a: CompileArgs, g: &Global) -> Result<ExitCode> {
 /// `fwc compile --out DIR`: `nftables.json` written into its file as it is emitted (its text
 /// is never held whole), then the other three; nothing is written when the rules have errors.
 fn compile_into(dir: &Path, host: Option<&str>, commit: Option<&str>, out: &Path, g: &Global) -> Result<ExitCode> {
-    one_malloc_arena();
     let commit = commit.map(str::to_string).or_else(|| crate::repo::checkout_commit(dir));
     let at = jiff::Timestamp::now();
     let view = match read_tree(dir).and_then(|t| fwc_compiler::load_host_at(&t, host, at)) {
@@ -207,19 +206,6 @@ fn compile_into(dir: &Path, host: Option<&str>, commit: Option<&str>, out: &Path
     nftables.persist(out.join(artifacts::NFTABLES_FILE)).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(artifacts::NFTABLES_FILE).display()))?;
     eprintln!("compiled {rules} rule(s) for host {host} into {}: nftables.json qos.json forward.json manifest.json", out.display());
     Ok(ExitCode::SUCCESS)
-}
-
-/// Keep a compile's memory in one malloc arena. The files are parsed on several threads; with
-/// an arena each, a parsed document is freed into its thread's arena, which the model, the plan
-/// and the emit (all made on the main thread) never reuse (at 90,000 rules a quarter of the
-/// peak RSS). The parse threads take most of their small blocks from their own caches, so they
-/// hardly wait on the shared arena. glibc only; elsewhere nothing. Call it before the parse.
-pub fn one_malloc_arena() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only tunes malloc; M_ARENA_MAX applies to the arenas made after it.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
 }
 
 /// Give the memory freed so far back to the system. The files are parsed on several threads,
