@@ -75,11 +75,13 @@ pub fn compile_like_the_cli(tree: &SourceTree, mut open: impl FnMut(&str) -> Box
     let view = fwc_compiler::load_host(tree, None).unwrap_or_else(|e| panic!("{e:?}"));
     fwc_runtime::cli::compile::release_freed_memory();
     let mut nft = open(NFTABLES_FILE);
-    let rest = fwc_compiler::emit_view_to(&view, None, jiff::Timestamp::UNIX_EPOCH, &mut nft).expect("write nftables.json");
-    drop(nft);
-    for name in JSON_FILE_NAMES {
-        rest.write_file(name, &mut open(name)).expect("write an artifact file");
-    }
+    fwc_compiler::emit_view_to(&view, None, jiff::Timestamp::UNIX_EPOCH, &mut nft, |rest| {
+        for name in JSON_FILE_NAMES {
+            rest.write_file(name, &mut open(name))?;
+        }
+        Ok(())
+    })
+    .expect("write the artifact files");
 }
 
 /// Number of rules (filter rules, forwards, shapes, sets) in a generated tree.

@@ -157,32 +157,51 @@ pub fn emit_view(view: &HostView, commit: Option<&str>) -> Artifacts {
 /// manifest's `valid_until` saying when to compile again (schedules only: without any, the
 /// time changes nothing).
 pub fn emit_view_at(view: &HostView, commit: Option<&str>, at: jiff::Timestamp) -> Artifacts {
-    let emitted = emit_with(view, commit, at, |plan| {
-        let doc = emit::nft::emit(plan);
-        // Kept in the document: whoever applies it (plan, prepare, verify, record) asks again.
-        let sha256 = doc.sha256().to_string();
-        Ok::<_, std::convert::Infallible>((doc, sha256))
-    });
-    let Ok((nftables, JsonArtifacts { qos, forward, manifest })) = emitted;
-    Artifacts { nftables, qos, forward, manifest }
+    let emitted = emit_with(
+        view,
+        commit,
+        at,
+        |plan| {
+            let doc = emit::nft::emit(plan);
+            // Kept in the document: whoever applies it (plan, prepare, verify, record) asks again.
+            let sha256 = doc.sha256().to_string();
+            Ok::<_, std::convert::Infallible>((doc, sha256))
+        },
+        |nftables, JsonArtifacts { qos, forward, manifest }| Ok(Artifacts { nftables, qos, forward, manifest: manifest.collect() }),
+    );
+    let Ok(artifacts) = emitted;
+    artifacts
 }
 
+/// The three JSON artifacts of [`emit_view_to`], while the host's plan is alive: the manifest's
+/// rules are made as `manifest.json` is written ([`emit::manifest::Streamed`]).
+pub type StreamedArtifacts<'p> = JsonArtifacts<emit::manifest::Streamed<'p>>;
+
 /// [`emit_view_at`] with `nftables.json` written into `nftables` as it is emitted, in blocks,
-/// and hashed on the way: its text is never held whole (`fwc compile --out`). The file's bytes
-/// are those of [`emit_view_at`]'s document; the other artifacts are returned, to be written
-/// after it ([`JsonArtifacts::write_file`]).
-pub fn emit_view_to(view: &HostView, commit: Option<&str>, at: jiff::Timestamp, nftables: &mut dyn std::io::Write) -> std::io::Result<JsonArtifacts> {
-    emit_with(view, commit, at, |plan| emit::nft::emit_to(plan, nftables).map(|s| ((), s.sha256))).map(|((), rest)| rest)
+/// and hashed on the way: its text is never held whole (`fwc compile --out`). Then `rest` is
+/// given the other three artifacts, to write after it ([`JsonArtifacts::write_file`]): the
+/// manifest's rules are made while it is written, never held together. The files' bytes are
+/// those of [`emit_view_at`]'s artifacts.
+pub fn emit_view_to<R>(
+    view: &HostView,
+    commit: Option<&str>,
+    at: jiff::Timestamp,
+    nftables: &mut dyn std::io::Write,
+    rest: impl FnOnce(&StreamedArtifacts<'_>) -> std::io::Result<R>,
+) -> std::io::Result<R> {
+    emit_with(view, commit, at, |plan| emit::nft::emit_to(plan, nftables).map(|s| ((), s.sha256)), |(), json| rest(&json))
 }
 
 /// The host's plan at `at`, its nftables document made by `nft` (which also gives the document's
-/// sha256), then the other artifacts and the manifest.
-fn emit_with<N, E>(
+/// sha256), then the other artifacts and the manifest (its rules not made yet), given to `then`
+/// while the plan is alive.
+fn emit_with<N, R, E>(
     view: &HostView,
     commit: Option<&str>,
     at: jiff::Timestamp,
     nft: impl FnOnce(&place::select::HostPlan) -> Result<(N, String), E>,
-) -> Result<(N, JsonArtifacts), E> {
+    then: impl FnOnce(N, StreamedArtifacts<'_>) -> Result<R, E>,
+) -> Result<R, E> {
     let resolved;
     let ruleset = if features::schedule::any(&view.ruleset) {
         resolved = features::schedule::resolve(&view.ruleset, at);
@@ -194,9 +213,9 @@ fn emit_with<N, E>(
     let (nftables, nft_sha256) = nft(&plan)?;
     let qos = emit::qos::emit(&plan);
     let forward = emit::forward::emit(&plan);
-    let mut manifest = emit::manifest::emit(&plan, &view.map, commit, &nft_sha256, &qos, &forward);
+    let mut manifest = emit::manifest::streamed(&plan, &view.map, commit, &nft_sha256, &qos, &forward);
     manifest.valid_until = features::schedule::valid_until(&view.ruleset, at).map(|t| t.to_string());
-    Ok((nftables, JsonArtifacts { qos, forward, manifest }))
+    then(nftables, JsonArtifacts { qos, forward, manifest })
 }
 
 /// [`compile`] as of `at` ([`emit_view_at`]); the warnings include the schedule notes

@@ -2,19 +2,26 @@
 //! the span it came from. `syntax` builds it, `check` validates it, `select` and `emit` read it.
 //! Nothing here knows about nftables, eBPF or sockets.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::net::IpAddr;
 
-use ipnet::IpNet;
 use serde::Serialize;
 
+pub mod forward;
 pub mod header;
-pub mod span;
+pub mod more;
 pub mod quota;
+pub mod rollout;
+pub mod schedule;
+pub mod span;
+pub mod values;
 pub mod window;
 
+pub use more::{More, Rarely};
+pub use forward::{BackendChoice, ForwardMore, ForwardProto, ForwardRule, HealthSpec, Listen, Target, TargetHost};
+pub use rollout::{GateDecl, ProbeDecl, RolloutDecl, WaveDecl};
+pub use schedule::{Schedule, Until};
 pub use span::{Span, Spanned};
+pub use values::{AddrElem, AddrMatch, Bandwidth, EventRate, Host, PerSource, PortRange, Proto, Selector, TimeUnit};
 
 /// Everything the rule repository declares, for all hosts (before host selection).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -44,39 +51,6 @@ impl Ruleset {
         self.shapes.shrink_to_fit();
         self.rollouts.shrink_to_fit();
         self.snats.shrink_to_fit();
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Host {
-    pub name: Spanned<String>,
-    pub labels: BTreeMap<String, String>,
-    pub vars: BTreeMap<String, String>,
-}
-
-/// One address: a network (a single address is a /32 or /128) or an inclusive range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum AddrElem {
-    Net(IpNet),
-    Range(IpAddr, IpAddr),
-}
-
-impl AddrElem {
-    pub fn is_ipv4(&self) -> bool {
-        match self {
-            AddrElem::Net(n) => matches!(n, IpNet::V4(_)),
-            AddrElem::Range(a, _) => a.is_ipv4(),
-        }
-    }
-}
-
-impl fmt::Display for AddrElem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AddrElem::Net(n) if n.prefix_len() == n.max_prefix_len() => write!(f, "{}", n.addr()),
-            AddrElem::Net(n) => write!(f, "{n}"),
-            AddrElem::Range(a, b) => write!(f, "{a}-{b}"),
-        }
     }
 }
 
@@ -116,13 +90,6 @@ pub struct DynamicSet {
     pub timeout_s: Option<u32>,
     /// `size=`: most elements the kernel accepts (per address family).
     pub size: Option<u32>,
-}
-
-/// An address match in a rule: a set reference, or literal addresses.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub enum AddrMatch {
-    Set(String),
-    Literal(Vec<AddrElem>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -294,141 +261,12 @@ impl Action {
     }
 }
 
-/// Protocol of a filter rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Proto {
-    Tcp,
-    Udp,
-    /// tcp and udp
-    Both,
-    Icmp,
-    Icmpv6,
-    /// Another IP protocol, by number (`proto=gre` is 47): no ports, no ICMP types.
-    Other(u8),
-}
-
-impl Proto {
-    /// The protocol as a rule writes it: `tcp`, …, `gre` (names of [`header::IP_PROTOCOLS`]),
-    /// or the number of one without a name there.
-    pub fn as_str(self) -> std::borrow::Cow<'static, str> {
-        match self {
-            Proto::Tcp => "tcp".into(),
-            Proto::Udp => "udp".into(),
-            Proto::Both => "both".into(),
-            Proto::Icmp => "icmp".into(),
-            Proto::Icmpv6 => "icmpv6".into(),
-            Proto::Other(n) => header::ip_protocol_name(n).map_or_else(|| n.to_string().into(), Into::into),
-        }
-    }
-    pub fn has_ports(self) -> bool {
-        matches!(self, Proto::Tcp | Proto::Udp | Proto::Both)
-    }
-}
-
-/// Inclusive port range; a single port has `lo == hi`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct PortRange {
-    pub lo: u16,
-    pub hi: u16,
-}
-
-impl PortRange {
-    pub fn single(p: u16) -> Self {
-        PortRange { lo: p, hi: p }
-    }
-    /// Number of ports (a range holds at least one, so there is no `is_empty`).
-    #[allow(clippy::len_without_is_empty)]
-    pub fn len(&self) -> u32 {
-        u32::from(self.hi) - u32::from(self.lo) + 1
-    }
-    pub fn is_single(&self) -> bool {
-        self.lo == self.hi
-    }
-    pub fn overlaps(&self, other: &PortRange) -> bool {
-        self.lo <= other.hi && other.lo <= self.hi
-    }
-}
-
-impl fmt::Display for PortRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_single() {
-            write!(f, "{}", self.lo)
-        } else {
-            write!(f, "{}-{}", self.lo, self.hi)
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TimeUnit {
-    Second,
-    Minute,
-    Hour,
-    Day,
-}
-
-impl TimeUnit {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TimeUnit::Second => "second",
-            TimeUnit::Minute => "minute",
-            TimeUnit::Hour => "hour",
-            TimeUnit::Day => "day",
-        }
-    }
-    pub fn seconds(self) -> u64 {
-        match self {
-            TimeUnit::Second => 1,
-            TimeUnit::Minute => 60,
-            TimeUnit::Hour => 3600,
-            TimeUnit::Day => 86400,
-        }
-    }
-}
-
-/// A rate of events (new connections, packets): `50/second`, `10/minute burst 20`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct EventRate {
-    pub count: u32,
-    pub per: TimeUnit,
-    pub burst: Option<u32>,
-}
-
-impl fmt::Display for EventRate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.count, self.per.as_str())?;
-        if let Some(b) = self.burst {
-            write!(f, " burst {b}")?;
-        }
-        Ok(())
-    }
-}
-
-/// `on="edge-1"` or `on="role=edge,region=eu"`: host name, or labels that must all match.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub enum Selector {
-    Name(String),
-    Labels(BTreeMap<String, String>),
-}
-
-impl Selector {
-    pub fn matches(&self, host: &Host) -> bool {
-        self.matches_name(&host.name.value, &host.labels)
-    }
-
-    /// [`Selector::matches`] for a host known by name and labels only (a fleet member).
-    pub fn matches_name(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
-        match self {
-            Selector::Name(n) => name == n,
-            Selector::Labels(want) => want.iter().all(|(k, v)| labels.get(k) == Some(v)),
-        }
-    }
-}
-
-/// `allow "ssh" proto=tcp port=22 from="@office"` and friends, inside a chain block.
-#[derive(Debug, Clone, Serialize)]
+/// `allow "ssh" proto=tcp port=22 from="@office"` and friends, inside a chain block. The
+/// properties few rules have are in [`FilterMore`], boxed and absent when none is given (a big
+/// repository's rules are half the size); they read as fields of the rule (`rule.state`)
+/// through `Deref`. Serialised (the rule's digest) as it always was: every property in its
+/// place, absent ones skipped as before.
+#[derive(Debug, Clone)]
 pub struct FilterRule {
     pub name: Spanned<String>,
     pub chain: ChainKind,
@@ -439,62 +277,147 @@ pub struct FilterRule {
     pub from: Option<Spanned<AddrMatch>>,
     pub to: Option<Spanned<AddrMatch>>,
     /// `in=`: input interface names (one or a list).
-    #[serde(serialize_with = "serialize_ifaces")]
     pub iif: Option<Spanned<Vec<String>>>,
     /// `out=`: output interface names.
-    #[serde(serialize_with = "serialize_ifaces")]
     pub oif: Option<Spanned<Vec<String>>>,
     /// `!` before `from`, `to`, `port`, `sport`, `in`, `out`: none of the list. Skipped when
     /// nothing is negated (digests of other rules).
-    #[serde(skip_serializing_if = "header::Negations::none")]
     pub negate: header::Negations,
     /// `log=#true`, or implied by `log-prefix`/`log-rate`, or a `log` rule.
     pub log: bool,
     pub rate: Option<Spanned<EventRate>>,
-    /// `icmp-type=`: ICMP (proto=icmp) or ICMPv6 (proto=icmpv6) type numbers.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub icmp_types: Option<Spanned<Vec<u8>>>,
-    /// `icmp-code=`: codes of the rule's one ICMP type.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub icmp_codes: Option<Spanned<Vec<u8>>>,
-    /// `tcp-flags=`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tcp_flags: Option<Spanned<header::TcpFlags>>,
-    /// `pkttype=`: link-layer packet types.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pkttypes: Option<Spanned<Vec<header::PktType>>>,
-    /// `reject-with=` (reject rules only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reject_with: Option<Spanned<RejectWith>>,
-    /// `log-prefix=`: the kernel log line's prefix (default `fwc <name>: `).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_prefix: Option<Spanned<String>>,
-    /// `log-rate=`: at most this many log lines (the verdict applies to every packet).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_rate: Option<Spanned<EventRate>>,
-    /// `state=`: conntrack states the packet's connection must be in.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<Spanned<Vec<CtState>>>,
     pub on: Option<Spanned<Selector>>,
     pub comment: Option<String>,
-    #[serde(skip)]
     pub span: Span,
+    /// The rarely given properties.
+    pub more: More<FilterMore>,
+}
+
+/// The properties of a [`FilterRule`] few rules have.
+#[derive(Debug, Clone, Default)]
+pub struct FilterMore {
+    /// `icmp-type=`: ICMP (proto=icmp) or ICMPv6 (proto=icmpv6) type numbers.
+    pub icmp_types: Option<Spanned<Vec<u8>>>,
+    /// `icmp-code=`: codes of the rule's one ICMP type.
+    pub icmp_codes: Option<Spanned<Vec<u8>>>,
+    /// `tcp-flags=`.
+    pub tcp_flags: Option<Spanned<header::TcpFlags>>,
+    /// `pkttype=`: link-layer packet types.
+    pub pkttypes: Option<Spanned<Vec<header::PktType>>>,
+    /// `reject-with=` (reject rules only).
+    pub reject_with: Option<Spanned<RejectWith>>,
+    /// `log-prefix=`: the kernel log line's prefix (default `fwc <name>: `).
+    pub log_prefix: Option<Spanned<String>>,
+    /// `log-rate=`: at most this many log lines (the verdict applies to every packet).
+    pub log_rate: Option<Spanned<EventRate>>,
+    /// `state=`: conntrack states the packet's connection must be in.
+    pub state: Option<Spanned<Vec<CtState>>>,
     /// per-source limits: `rate-per-source=`, `max-conns-per-source=`, … Skipped
     /// when absent, so digests of other rules do not change.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub per_source: Option<PerSource>,
     /// Schedules: `during=`, `tz=`, `until=` ([`crate::features::schedule`]). Skipped when
     /// absent (digests of other rules).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
     /// `rpfilter=` (prerouting denies): drop what fails reverse-path filtering
     /// ([`crate::features::rpfilter`]). Skipped when absent (digests of other rules).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rpfilter: Option<Spanned<header::RpFilter>>,
     /// `mss=` of a `clamp-mss` rule: the MSS to set; `None`: the route's MTU
     /// ([`crate::features::clamp`]). Skipped when absent.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub mss: Option<Spanned<u16>>,
+}
+
+impl Rarely for FilterMore {
+    const NONE: &'static FilterMore = &FilterMore {
+        icmp_types: None,
+        icmp_codes: None,
+        tcp_flags: None,
+        pkttypes: None,
+        reject_with: None,
+        log_prefix: None,
+        log_rate: None,
+        state: None,
+        per_source: None,
+        schedule: None,
+        rpfilter: None,
+        mss: None,
+    };
+
+    fn is_none(&self) -> bool {
+        let FilterMore { icmp_types, icmp_codes, tcp_flags, pkttypes, reject_with, log_prefix, log_rate, state, per_source, schedule, rpfilter, mss } = self;
+        icmp_types.is_none()
+            && icmp_codes.is_none()
+            && tcp_flags.is_none()
+            && pkttypes.is_none()
+            && reject_with.is_none()
+            && log_prefix.is_none()
+            && log_rate.is_none()
+            && state.is_none()
+            && per_source.is_none()
+            && schedule.is_none()
+            && rpfilter.is_none()
+            && mss.is_none()
+    }
+}
+
+impl std::ops::Deref for FilterRule {
+    type Target = FilterMore;
+    fn deref(&self) -> &FilterMore {
+        self.more.get()
+    }
+}
+
+/// Setting a rarely given property boxes them.
+impl std::ops::DerefMut for FilterRule {
+    fn deref_mut(&mut self) -> &mut FilterMore {
+        self.more.get_mut()
+    }
+}
+
+/// The fields in the order, and with the skips, of the rule's digest since it exists.
+impl Serialize for FilterRule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        struct Ifaces<'a>(&'a Option<Spanned<Vec<String>>>);
+        impl Serialize for Ifaces<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                serialize_ifaces(self.0, s)
+            }
+        }
+        let m: &FilterMore = self;
+        let mut st = s.serialize_struct("FilterRule", 27)?;
+        st.serialize_field("name", &self.name)?;
+        st.serialize_field("chain", &self.chain)?;
+        st.serialize_field("action", &self.action)?;
+        st.serialize_field("proto", &self.proto)?;
+        st.serialize_field("ports", &self.ports)?;
+        st.serialize_field("sports", &self.sports)?;
+        st.serialize_field("from", &self.from)?;
+        st.serialize_field("to", &self.to)?;
+        st.serialize_field("iif", &Ifaces(&self.iif))?;
+        st.serialize_field("oif", &Ifaces(&self.oif))?;
+        if self.negate.none() {
+            st.skip_field("negate")?;
+        } else {
+            st.serialize_field("negate", &self.negate)?;
+        }
+        st.serialize_field("log", &self.log)?;
+        st.serialize_field("rate", &self.rate)?;
+        more::field_if_some(&mut st, "icmp_types", &m.icmp_types)?;
+        more::field_if_some(&mut st, "icmp_codes", &m.icmp_codes)?;
+        more::field_if_some(&mut st, "tcp_flags", &m.tcp_flags)?;
+        more::field_if_some(&mut st, "pkttypes", &m.pkttypes)?;
+        more::field_if_some(&mut st, "reject_with", &m.reject_with)?;
+        more::field_if_some(&mut st, "log_prefix", &m.log_prefix)?;
+        more::field_if_some(&mut st, "log_rate", &m.log_rate)?;
+        more::field_if_some(&mut st, "state", &m.state)?;
+        st.serialize_field("on", &self.on)?;
+        st.serialize_field("comment", &self.comment)?;
+        more::field_if_some(&mut st, "per_source", &m.per_source)?;
+        more::field_if_some(&mut st, "schedule", &m.schedule)?;
+        more::field_if_some(&mut st, "rpfilter", &m.rpfilter)?;
+        more::field_if_some(&mut st, "mss", &m.mss)?;
+        st.end()
+    }
 }
 
 /// Which source NAT a [`SnatRule`] does.
@@ -553,163 +476,6 @@ pub struct SnatRule {
     pub span: Span,
 }
 
-/// Protocol of a forward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ForwardProto {
-    Tcp,
-    Udp,
-    Both,
-}
-
-impl ForwardProto {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ForwardProto::Tcp => "tcp",
-            ForwardProto::Udp => "udp",
-            ForwardProto::Both => "both",
-        }
-    }
-}
-
-/// `listen=":8080"`, `listen="203.0.113.1:80"`, `listen="[2001:db8::1]:27015-27020"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Listen {
-    pub addr: Option<IpAddr>,
-    pub ports: PortRange,
-}
-
-/// A forward target host: an IP literal (kernel-capable) or a DNS name (userspace).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum TargetHost {
-    Ip(IpAddr),
-    Dns(String),
-}
-
-impl fmt::Display for TargetHost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TargetHost::Ip(IpAddr::V6(a)) => write!(f, "[{a}]"),
-            TargetHost::Ip(a) => write!(f, "{a}"),
-            TargetHost::Dns(n) => write!(f, "{n}"),
-        }
-    }
-}
-
-/// One `to=` target; `ports: None` keeps the listen port (port ranges map one to one).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Target {
-    pub host: TargetHost,
-    pub ports: Option<PortRange>,
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.ports {
-            Some(p) => write!(f, "{}:{p}", self.host),
-            None => write!(f, "{}", self.host),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendChoice {
-    Auto,
-    Kernel,
-    Userspace,
-}
-
-/// A bandwidth in bytes per second (as written: `100mbit` = 12_500_000).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct Bandwidth(pub u64);
-
-/// `forward "web" listen=":8080" to="10.0.0.5:80" …`
-#[derive(Debug, Clone, Serialize)]
-pub struct ForwardRule {
-    pub name: Spanned<String>,
-    pub proto: ForwardProto,
-    pub listen: Spanned<Listen>,
-    pub targets: Spanned<Vec<Target>>,
-    pub from: Option<Spanned<AddrMatch>>,
-    /// `in=`: only connections arriving on these interfaces are forwarded (kernel path).
-    /// Skipped when absent (digests of other forwards).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub iif: Option<Spanned<Vec<String>>>,
-    /// `destinations="any"`: DNAT what arrives on `in=` whatever its destination (connections
-    /// routed through this host too, as iptables' `-i eth0 -p tcp --dport 80 -j DNAT`);
-    /// default `"local"`: only connections to this host's addresses. Skipped when local
-    /// (digests of other forwards).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub any_destination: bool,
-    /// `bandwidth=` sets both directions; `up=` (client -> target) / `down=` override it.
-    pub up: Option<Spanned<Bandwidth>>,
-    pub down: Option<Spanned<Bandwidth>>,
-    pub burst: Option<Spanned<u64>>,
-    pub max_conns: Option<Spanned<u32>>,
-    pub conn_rate: Option<Spanned<EventRate>>,
-    pub proxy_protocol: Option<Spanned<u8>>,
-    pub idle_timeout_ms: Option<Spanned<u64>>,
-    /// `sni="www.example.com"` or `sni="*.example.com"` (lower case, no trailing dot): this
-    /// forward takes the TLS connections for that server name on a listen address it shares
-    /// with other forwards. Skipped when absent so digests of other forwards do not change.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sni: Option<Spanned<String>>,
-    /// `health-check="tcp"` and its `health-interval`, `health-timeout`, `health-rise`,
-    /// `health-fall` (defaults filled in). Skipped when absent (digests of other forwards).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub health: Option<Spanned<HealthSpec>>,
-    pub backend: Spanned<BackendChoice>,
-    pub on: Option<Spanned<Selector>>,
-    pub comment: Option<String>,
-    #[serde(skip)]
-    pub span: Span,
-    /// per-source limits: `conn-rate-per-source=`, `max-conns-per-source=`, …
-    /// Skipped when absent, so digests of other forwards do not change.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub per_source: Option<PerSource>,
-    /// Schedules: `during=`, `tz=`, `until=` ([`crate::features::schedule`]). Skipped when
-    /// absent (digests of other forwards).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<Schedule>,
-    /// quota: `quota="500GB/month" quota-reset-day=1 over-quota="drop"`.
-    /// Skipped when absent (digests of other forwards do not change).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quota: Option<Spanned<quota::QuotaSpec>>,
-}
-
-/// Per-source limits of a filter rule or forward (see [`crate::features::persource`]): each source
-/// (an IPv4 address or IPv6 /64, by default) gets its own new-connection token bucket and
-/// connection count, tracked in kernel sets of at most `size` sources per address family.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PerSource {
-    /// New connections per source: `rate-per-source=` (filter rules), `conn-rate-per-source=`
-    /// (forwards). Burst: as written, else the count.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rate: Option<Spanned<EventRate>>,
-    /// `max-conns-per-source=`: concurrent connections per source.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_conns: Option<Spanned<u32>>,
-    /// `per-source-prefix4=` (default 32) / `per-source-prefix6=` (default 64): how sources are
-    /// grouped.
-    pub prefix4: u8,
-    pub prefix6: u8,
-    /// `per-source-size=`: most sources tracked per address family and limit.
-    pub size: u32,
-    /// The first per-source property as written (where `check` points).
-    #[serde(skip)]
-    pub span: Span,
-}
-
-/// Active health checks of a forward's targets: a TCP connect every `interval_ms`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct HealthSpec {
-    pub interval_ms: u64,
-    pub timeout_ms: u64,
-    pub rise: u32,
-    pub fall: u32,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
@@ -744,99 +510,6 @@ pub struct ShapeRule {
 /// The kind of a named thing (defined with the artifacts: it appears in manifests and rule
 /// comments).
 pub use fwc_artifacts::RuleKind;
-
-/// `rollout { wave … probe … }` as written: the fleet rollout policy with the spans `check`
-/// needs. [`crate::features::rollout`] checks it and compiles it to [`fwc_artifacts::rollout::RolloutPolicy`].
-#[derive(Debug, Clone, Serialize)]
-pub struct RolloutDecl {
-    pub waves: Vec<WaveDecl>,
-    pub probes: Vec<ProbeDecl>,
-    /// `window allow=… / deny=…` nodes that parsed (span: the node).
-    pub windows: Vec<Spanned<fwc_artifacts::rollout::Window>>,
-    /// `on-failure="halt"|"rollback"`.
-    pub on_failure: Option<Spanned<fwc_artifacts::rollout::OnFailure>>,
-    /// `missing-timeout="10m"`, in seconds.
-    pub missing_timeout_secs: Option<Spanned<u64>>,
-    /// `self-check-attempts=3`.
-    pub self_check_attempts: Option<Spanned<u64>>,
-    /// `self-check-spacing="1s"`, in milliseconds.
-    pub self_check_spacing_ms: Option<Spanned<u64>>,
-    /// The `rollout` node's name.
-    #[serde(skip)]
-    pub span: Span,
-}
-
-/// `wave "canary" on="role=canary" soak="10m" max-unavailable=1 max-parallel="25%" { gate … }`
-#[derive(Debug, Clone, Serialize)]
-pub struct WaveDecl {
-    pub name: Spanned<String>,
-    /// `on=`: the selector and its text as written (the policy carries the text).
-    pub on: Option<Spanned<(Selector, String)>>,
-    pub percent: Option<Spanned<u8>>,
-    pub soak_secs: Option<Spanned<u64>>,
-    pub max_unavailable: Option<Spanned<fwc_artifacts::rollout::MaxUnavailable>>,
-    pub max_parallel: Option<Spanned<fwc_artifacts::rollout::MaxParallel>>,
-    pub gates: Vec<GateDecl>,
-    #[serde(skip)]
-    pub span: Span,
-}
-
-/// `gate "errors" query="…" max=0.01 allow-empty=#true`
-#[derive(Debug, Clone, Serialize)]
-pub struct GateDecl {
-    pub name: Spanned<String>,
-    pub query: Option<Spanned<String>>,
-    pub max: Option<Spanned<f64>>,
-    pub min: Option<Spanned<f64>>,
-    pub allow_empty: bool,
-    /// `grace="2m"`: seconds a gate without an answer is waited for before it fails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grace_secs: Option<Spanned<u64>>,
-    #[serde(skip)]
-    pub span: Span,
-}
-
-/// `probe "api" tcp="198.18.0.1:443"` / `probe "health" http="http://…/healthz"`
-#[derive(Debug, Clone, Serialize)]
-pub struct ProbeDecl {
-    pub name: Spanned<String>,
-    pub probe: Option<Spanned<fwc_artifacts::rollout::Probe>>,
-    #[serde(skip)]
-    pub span: Span,
-}
-
-// --- Schedules (`during=`, `tz=`, `until=`; see crate::features::schedule) ---
-
-/// When a filter rule or forward holds: inside its `during=` windows (read in `tz`), and until
-/// `until`. [`crate::features::schedule::resolve`] fills `utc` for the compile's time.
-#[derive(Debug, Clone, Serialize)]
-pub struct Schedule {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub during: Option<Spanned<Vec<window::DayWindow>>>,
-    /// `tz=` (UTC when not given).
-    pub tz: Spanned<window::Zone>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub until: Option<Spanned<Until>>,
-    /// The windows in UTC for the offset `tz` has at the compile's time (what nft matches);
-    /// empty before [`crate::features::schedule::resolve`].
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub utc: Vec<window::UtcPiece>,
-}
-
-/// `until=`: the rule holds before `end` (a date means through that day, in `tz=`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Until {
-    /// As written.
-    pub text: String,
-    /// The first instant the rule no longer holds.
-    pub end: jiff::Timestamp,
-}
-
-impl Serialize for Until {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.end.to_string())
-    }
-}
 
 /// An interface list as rule digests have always held a single interface (`{"value": "eth0"}`),
 /// a list as a list: a rule's digest does not change because `in=` became a list type.

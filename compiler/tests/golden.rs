@@ -120,9 +120,14 @@ fn check_case(case: &Path) {
             let (art, warnings) = fwc_compiler::compile_at(&tree, Some(&host), Some("golden"), at)
                 .unwrap_or_else(|d| panic!("golden case {name}, host {host}:\n{}", d.render(false)));
             for (file, text) in art.files() {
-                // nftables.json is compact (one command per line): its snapshot is the same
-                // document pretty printed, so a change reads as the lines that changed.
-                let text = if file == fwc_compiler::artifacts::NFTABLES_FILE { fwc_compiler::artifacts::to_pretty(&*art.nftables).into() } else { text };
+                // nftables.json and manifest.json are compact (one command, one rule per line):
+                // their snapshots are the same documents pretty printed, so a change reads as the
+                // lines that changed.
+                let text = match file {
+                    fwc_compiler::artifacts::NFTABLES_FILE => fwc_compiler::artifacts::to_pretty(&*art.nftables).into(),
+                    fwc_compiler::artifacts::MANIFEST_FILE => fwc_compiler::artifacts::to_pretty(&art.manifest).into(),
+                    _ => text,
+                };
                 insta::assert_snapshot!(format!("{host}__{file}"), text);
             }
             let plan = fwc_compiler::diff::plan(None, &art);
@@ -157,16 +162,23 @@ fn golden_output_is_deterministic() {
             // the artifacts, and nftables.json written as it is emitted (then the other three).
             let view = fwc_compiler::load_host(&tree, Some(&host)).unwrap();
             let mut emitted = Vec::new();
-            let rest = fwc_compiler::emit_view_to(&view, None, jiff::Timestamp::UNIX_EPOCH, &mut emitted).unwrap();
+            // The other three as `fwc compile --out` writes them after it (the manifest's rules
+            // made while it is written).
+            let rest: Vec<(&str, Vec<u8>)> = fwc_compiler::emit_view_to(&view, None, jiff::Timestamp::UNIX_EPOCH, &mut emitted, |rest| {
+                fwc_compiler::artifacts::JSON_FILE_NAMES.iter().map(|&name| {
+                    let mut bytes = Vec::new();
+                    rest.write_file(name, &mut bytes).map(|()| (name, bytes))
+                }).collect()
+            })
+            .unwrap();
             assert!(emitted == a.nftables.text().as_bytes(), "{} / {host}: nftables.json written as emitted differs from its text", case.display());
             for (file, text) in a.files() {
                 let mut streamed = Vec::new();
                 a.write_file(file, &mut streamed).unwrap();
                 assert!(streamed == text.as_bytes(), "{} / {host}: {file} streamed differs from its text", case.display());
                 if file != fwc_compiler::artifacts::NFTABLES_FILE {
-                    streamed.clear();
-                    rest.write_file(file, &mut streamed).unwrap();
-                    assert!(streamed == text.as_bytes(), "{} / {host}: {file} after the emitted nftables.json differs", case.display());
+                    let after = &rest.iter().find(|(name, _)| *name == file).expect("every JSON file is written").1;
+                    assert!(after == text.as_bytes(), "{} / {host}: {file} after the emitted nftables.json differs", case.display());
                 }
             }
         }

@@ -58,22 +58,11 @@ fn rule(chain: ChainKind, action: Action, name: &str) -> FilterRule {
         oif: None,
         log: false,
         rate: None,
-        icmp_types: None,
-        icmp_codes: None,
-        tcp_flags: None,
-        pkttypes: None,
         negate: Default::default(),
-        reject_with: None,
-        log_prefix: None,
-        log_rate: None,
-        state: None,
         on: None,
         comment: None,
         span: Span::default(),
-        per_source: None,
-        schedule: None,
-        rpfilter: None,
-        mss: None,
+        more: Default::default(),
     }
 }
 
@@ -108,8 +97,6 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
     ForwardRule {
         iif: None,
         any_destination: false,
-        sni: None,
-        health: None,
         name: sp(name.into()),
         proto,
         listen: sp(listen),
@@ -117,18 +104,11 @@ fn fwd(name: &str, proto: ForwardProto, listen: &str, to: &str) -> ForwardRule {
         from: None,
         up: None,
         down: None,
-        burst: None,
-        max_conns: None,
-        conn_rate: None,
-        proxy_protocol: None,
-        idle_timeout_ms: None,
         backend: sp(BackendChoice::Auto),
         on: None,
         comment: None,
         span: Span::default(),
-        per_source: None,
-        schedule: None,
-        quota: None,
+        more: Default::default(),
     }
 }
 

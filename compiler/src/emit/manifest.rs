@@ -14,8 +14,86 @@ use crate::read::source::SourceMap;
 /// The manifest of `plan`; `nftables_sha256` is the digest of the `nftables.json` written for
 /// it (computed once, where the file's bytes were written or kept).
 pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables_sha256: &str, qos: &QosArtifact, forward: &ForwardArtifact) -> Manifest {
+    streamed(plan, map, commit, nftables_sha256, qos, forward).collect()
+}
+
+/// The manifest of `plan` before its rules are made: serialised (`manifest.json`), it makes
+/// each rule as it is written, so the rules of a big repository are never held together;
+/// [`Streamed::collect`] makes the [`Manifest`] value. Both give the same bytes.
+pub fn streamed<'p>(plan: &'p HostPlan<'p>, map: &'p SourceMap, commit: Option<&str>, nftables_sha256: &str, qos: &QosArtifact, forward: &ForwardArtifact) -> Streamed<'p> {
+    let mut artifact_hashes = BTreeMap::new();
+    artifact_hashes.insert(NFTABLES_FILE.to_string(), nftables_sha256.to_string());
+    artifact_hashes.insert(QOS_FILE.to_string(), sha256_pretty(qos));
+    artifact_hashes.insert(FORWARD_FILE.to_string(), sha256_pretty(forward));
+    Streamed { plan, map, commit: commit.map(str::to_string), artifact_hashes, setup: setup(plan, qos), valid_until: None }
+}
+
+/// A manifest whose rules are made from the plan when they are serialised (see [`streamed`]).
+pub struct Streamed<'p> {
+    plan: &'p HostPlan<'p>,
+    map: &'p SourceMap,
+    commit: Option<String>,
+    artifact_hashes: BTreeMap<String, String>,
+    setup: HostSetup,
+    /// [`Manifest::valid_until`].
+    pub valid_until: Option<String>,
+}
+
+impl Streamed<'_> {
+    /// The host the manifest is for.
+    pub fn host(&self) -> &str {
+        &self.plan.host.name.value
+    }
+
+    /// How many rules the manifest lists.
+    pub fn rule_count(&self) -> usize {
+        self.plan.placements.len()
+    }
+
+    /// The manifest as a value, its rules made and held.
+    pub fn collect(self) -> Manifest {
+        Manifest {
+            version: ARTIFACT_VERSION,
+            host: self.host().to_string(),
+            commit: self.commit.clone(),
+            rules: rules(self.plan, self.map).collect(),
+            artifact_hashes: self.artifact_hashes,
+            setup: self.setup,
+            valid_until: self.valid_until,
+        }
+    }
+}
+
+/// Serialised as [`Manifest`] is (the same fields in the same order), `rules` made one by one.
+impl Serialize for Streamed<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        /// The rules, made while they are serialised.
+        struct Rules<'a, 'p>(&'a Streamed<'p>);
+        impl Serialize for Rules<'_, '_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(rules(self.0.plan, self.0.map))
+            }
+        }
+        let mut st = s.serialize_struct("Manifest", 7)?;
+        st.serialize_field("version", &ARTIFACT_VERSION)?;
+        st.serialize_field("host", self.host())?;
+        st.serialize_field("commit", &self.commit)?;
+        st.serialize_field("rules", &Rules(self))?;
+        st.serialize_field("artifact_hashes", &self.artifact_hashes)?;
+        st.serialize_field("setup", &self.setup)?;
+        match &self.valid_until {
+            Some(v) => st.serialize_field("valid_until", v)?,
+            None => st.skip_field("valid_until")?,
+        }
+        st.end()
+    }
+}
+
+/// The manifest's rules, in the plan's placement order (kind, name), each made when asked for.
+fn rules<'p>(plan: &'p HostPlan<'p>, map: &'p SourceMap) -> impl Iterator<Item = ManifestRule> + 'p {
     let mut positions = crate::diag::Positions::new(map);
-    let mut at = |span: Span| {
+    let mut at = move |span: Span| {
         let l = positions.locate(span);
         Some(format!("{}:{}:{}", l.file, l.line, l.column))
     };
@@ -23,8 +101,7 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables_sha
     let forwards: BTreeMap<&str, &ForwardRule> =
         plan.kernel_forwards.iter().chain(&plan.userspace_forwards).map(|f| (f.name.value.as_str(), *f)).collect();
     let shapes: BTreeMap<&str, &ShapeRule> = plan.shapes.iter().map(|s| (s.name.value.as_str(), *s)).collect();
-    let mut rules = Vec::with_capacity(plan.placements.len());
-    for p in &plan.placements {
+    plan.placements.iter().map(move |p| {
         let name = p.name.as_str();
         let (summary, digest, source) = match p.kind {
             RuleKind::Set => {
@@ -62,7 +139,7 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables_sha
                 (snat_summary(s), digest(s), at(s.span))
             }
         };
-        rules.push(ManifestRule {
+        ManifestRule {
             kind: p.kind,
             name: p.name.clone(),
             chain: p.chain.map(|c| c.as_str().to_string()),
@@ -71,21 +148,8 @@ pub fn emit(plan: &HostPlan, map: &SourceMap, commit: Option<&str>, nftables_sha
             summary,
             digest,
             source,
-        });
-    }
-    let mut artifact_hashes = BTreeMap::new();
-    artifact_hashes.insert(NFTABLES_FILE.to_string(), nftables_sha256.to_string());
-    artifact_hashes.insert(QOS_FILE.to_string(), sha256_pretty(qos));
-    artifact_hashes.insert(FORWARD_FILE.to_string(), sha256_pretty(forward));
-    Manifest {
-        version: ARTIFACT_VERSION,
-        host: plan.host.name.value.clone(),
-        commit: commit.map(str::to_string),
-        rules,
-        artifact_hashes,
-        setup: setup(plan, qos),
-        valid_until: None,
-    }
+        }
+    })
 }
 
 /// What the host needs beside the rulesets: forwarding for kernel forwards to other hosts (per

@@ -67,10 +67,10 @@ pub fn resolve(rs: &Ruleset, at: Timestamp) -> Ruleset {
     };
     for c in &mut out.chains {
         c.rules.retain(|r| !r.schedule.as_ref().is_some_and(|s| expired(s, at)));
-        c.rules.iter_mut().filter_map(|r| r.schedule.as_mut()).for_each(fill);
+        c.rules.iter_mut().filter_map(|r| r.more.given_mut().and_then(|m| m.schedule.as_mut())).for_each(fill);
     }
     out.forwards.retain(|f| !f.schedule.as_ref().is_some_and(|s| expired(s, at)));
-    out.forwards.iter_mut().filter_map(|f| f.schedule.as_mut()).for_each(fill);
+    out.forwards.iter_mut().filter_map(|f| f.more.given_mut().and_then(|m| m.schedule.as_mut())).for_each(fill);
     out
 }
 

@@ -191,12 +191,20 @@ fn compile_into(dir: &Path, host: Option<&str>, commit: Option<&str>, out: &Path
     };
     release_freed_memory();
     std::fs::create_dir_all(out).into_diagnostic().wrap_err_with(|| format!("cannot create {}", out.display()))?;
-    let rest = write_atomically(out, artifacts::NFTABLES_FILE, |f| fwc_compiler::emit_view_to(&view, commit.as_deref(), at, f))?;
-    for name in artifacts::JSON_FILE_NAMES {
-        write_atomically(out, name, |f| rest.write_file(name, f))?;
-    }
-    let m = &rest.manifest;
-    eprintln!("compiled {} rule(s) for host {} into {}: nftables.json qos.json forward.json manifest.json", m.rules.len(), m.host, out.display());
+    // nftables.json first, then the other three while the host's plan is alive (the manifest's
+    // rules are made as it is written); each file is put in place once it is whole.
+    let mut nftables = tempfile::NamedTempFile::new_in(out).into_diagnostic()?;
+    let (rules, host) = fwc_compiler::emit_view_to(&view, commit.as_deref(), at, &mut nftables, |rest| {
+        for name in artifacts::JSON_FILE_NAMES {
+            let mut tmp = tempfile::NamedTempFile::new_in(out)?;
+            rest.write_file(name, &mut tmp).and_then(|()| tmp.persist(out.join(name)).map_err(|e| e.error)).map_err(|e| std::io::Error::new(e.kind(), format!("{name}: {e}")))?;
+        }
+        Ok((rest.manifest.rule_count(), rest.manifest.host().to_string()))
+    })
+    .into_diagnostic()
+    .wrap_err_with(|| format!("cannot write the artifacts into {}", out.display()))?;
+    nftables.persist(out.join(artifacts::NFTABLES_FILE)).into_diagnostic().wrap_err_with(|| format!("cannot write {}", out.join(artifacts::NFTABLES_FILE).display()))?;
+    eprintln!("compiled {rules} rule(s) for host {host} into {}: nftables.json qos.json forward.json manifest.json", out.display());
     Ok(ExitCode::SUCCESS)
 }
 

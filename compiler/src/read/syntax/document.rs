@@ -54,6 +54,12 @@ impl Parser<'_, '_> {
             }
         };
         let mut saw_version = false;
+        // Room for what this file adds, so the model's vectors do not grow by doubling (they
+        // were up to twice their length, and each doubling held the old and the new).
+        let count = |is: &dyn Fn(&KdlNode) -> bool| doc.nodes().iter().filter(|n| is(n)).count();
+        rs.sets.reserve_exact(count(&|n| n.name().value() == "set"));
+        rs.forwards.reserve_exact(count(&|n| n.name().value() == "forward" && !is_chain_block(n)));
+        rs.shapes.reserve_exact(count(&|n| n.name().value() == "shape"));
         for node in doc.nodes() {
             let name = node.name().value();
             let nspan = self.span(node.name().span());

@@ -41,29 +41,38 @@ impl Parser<'_, '_> {
                 .rule(&rule)
                 .help("add in=\"wan0\" (the interfaces the routed connections arrive on)");
         }
+        // Read in the order the properties were always read (their diagnostics' order).
+        let from = self.addr_match(&mut p, "from");
+        let any_destination = destinations.is_some_and(|d| d.value);
+        let burst = self.parsed(&mut p, "burst", units::parse_size);
+        let max_conns = self.number(&mut p, "max-conns", 1, 10_000_000).map(|s| Spanned::new(s.value as u32, s.span));
+        let conn_rate = self.parsed(&mut p, "conn-rate", units::parse_event_rate);
+        let proxy_protocol = self.parsed(&mut p, "proxy-protocol", parse_proxy_protocol);
+        let idle_timeout_ms = self.parsed(&mut p, "idle-timeout", units::parse_duration_ms);
+        let sni = self.parsed(&mut p, "sni", parse_sni);
+        let health = self.health(&mut p, &rule);
+        let quota = self.quota(&mut p, &rule);
+        let backend = self
+            .choice(&mut p, "backend", &[("auto", BackendChoice::Auto), ("kernel", BackendChoice::Kernel), ("userspace", BackendChoice::Userspace)])
+            .unwrap_or(Spanned::new(BackendChoice::Auto, Span::default()));
+        let on = self.selector(&mut p);
+        let comment = self.comment(&mut p);
+        let span = self.span(node.span());
+        let per_source = self.per_source(&mut p, None);
+        let schedule = self.schedule(&mut p);
+        let more = ForwardMore { burst, max_conns, conn_rate, proxy_protocol, idle_timeout_ms, sni, health, per_source, schedule, quota };
         let f = ForwardRule {
             proto,
-            from: self.addr_match(&mut p, "from"),
+            from,
             iif,
-            any_destination: destinations.is_some_and(|d| d.value),
+            any_destination,
             up,
             down,
-            burst: self.parsed(&mut p, "burst", units::parse_size),
-            max_conns: self.number(&mut p, "max-conns", 1, 10_000_000).map(|s| Spanned::new(s.value as u32, s.span)),
-            conn_rate: self.parsed(&mut p, "conn-rate", units::parse_event_rate),
-            proxy_protocol: self.parsed(&mut p, "proxy-protocol", parse_proxy_protocol),
-            idle_timeout_ms: self.parsed(&mut p, "idle-timeout", units::parse_duration_ms),
-            sni: self.parsed(&mut p, "sni", parse_sni),
-            health: self.health(&mut p, &rule),
-            quota: self.quota(&mut p, &rule),
-            backend: self
-                .choice(&mut p, "backend", &[("auto", BackendChoice::Auto), ("kernel", BackendChoice::Kernel), ("userspace", BackendChoice::Userspace)])
-                .unwrap_or(Spanned::new(BackendChoice::Auto, Span::default())),
-            on: self.selector(&mut p),
-            comment: self.comment(&mut p),
-            span: self.span(node.span()),
-            per_source: self.per_source(&mut p, None),
-            schedule: self.schedule(&mut p),
+            backend,
+            on,
+            comment,
+            span,
+            more: More::new(more),
             listen: listen?,
             targets: targets?,
             name,

@@ -100,8 +100,10 @@ impl Parser<'_, '_> {
                 .rule(&rule)
                 .help(format!("add policy=reject to this block ({} policy=reject reject-with=\"{}\" {{ … }}), or remove reject-with", kind.as_str(), r.value.as_str()));
         }
-        let mut rules = Vec::new();
-        for child in node.children().map(|d| d.nodes()).unwrap_or_default() {
+        let children = node.children().map(|d| d.nodes()).unwrap_or_default();
+        // Exactly as many as the block has rules: no doubling of a big chain's vector.
+        let mut rules = Vec::with_capacity(children.len());
+        for child in children {
             let action = match child.name().value() {
                 "allow" | "reject" | "log" if kind == ChainKind::Prerouting => {
                     let span = self.span(child.name().span());
@@ -208,42 +210,27 @@ impl Parser<'_, '_> {
                     .help("add proto=tcp, or reject with an ICMP code (reject-with=\"port-unreachable\", \"admin-prohibited\", …)");
             }
         }
-        let r = FilterRule {
-            chain,
-            action,
-            proto,
-            icmp_types,
-            icmp_codes,
-            tcp_flags: match action {
-                Action::ClampMss => Some(Spanned::new(crate::features::clamp::SYN_FLAGS, name.span)),
-                _ => self.parsed(&mut p, "tcp-flags", headers::parse_tcp_flags),
-            },
-            pkttypes: self.parsed(&mut p, "pkttype", headers::parse_pkttypes),
-            negate,
-            reject_with,
-            log: log || log_prefix.is_some() || log_rate.is_some() || action == Action::Log,
-            log_prefix,
-            log_rate,
-            state: self.parsed(&mut p, "state", units::parse_ct_states),
-            ports,
-            sports,
-            from,
-            to,
-            iif,
-            oif,
-            rate: self.parsed(&mut p, "rate", units::parse_event_rate),
-            on: self.selector(&mut p),
-            comment: self.comment(&mut p),
-            span: self.span(node.span()),
-            per_source: self.per_source(&mut p, Some(action)),
-            schedule: self.schedule(&mut p),
-            rpfilter: self.parsed(&mut p, "rpfilter", crate::features::rpfilter::parse),
-            mss: {
-                let (lo, hi) = crate::features::clamp::MSS_RANGE;
-                self.number(&mut p, "mss", lo, hi).map(|m| Spanned::new(m.value as u16, m.span))
-            },
-            name,
+        // Read in the order the properties were always read (their diagnostics' order).
+        let tcp_flags = match action {
+            Action::ClampMss => Some(Spanned::new(crate::features::clamp::SYN_FLAGS, name.span)),
+            _ => self.parsed(&mut p, "tcp-flags", headers::parse_tcp_flags),
         };
+        let pkttypes = self.parsed(&mut p, "pkttype", headers::parse_pkttypes);
+        let log = log || log_prefix.is_some() || log_rate.is_some() || action == Action::Log;
+        let state = self.parsed(&mut p, "state", units::parse_ct_states);
+        let rate = self.parsed(&mut p, "rate", units::parse_event_rate);
+        let on = self.selector(&mut p);
+        let comment = self.comment(&mut p);
+        let span = self.span(node.span());
+        let per_source = self.per_source(&mut p, Some(action));
+        let schedule = self.schedule(&mut p);
+        let rpfilter = self.parsed(&mut p, "rpfilter", crate::features::rpfilter::parse);
+        let mss = {
+            let (lo, hi) = crate::features::clamp::MSS_RANGE;
+            self.number(&mut p, "mss", lo, hi).map(|m| Spanned::new(m.value as u16, m.span))
+        };
+        let more = FilterMore { icmp_types, icmp_codes, tcp_flags, pkttypes, reject_with, log_prefix, log_rate, state, per_source, schedule, rpfilter, mss };
+        let r = FilterRule { chain, action, proto, negate, log, ports, sports, from, to, iif, oif, rate, on, comment, span, more: More::new(more), name };
         Some(r)
     }
 
