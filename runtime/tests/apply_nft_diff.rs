@@ -2,7 +2,8 @@
 //! changed, in one `nft -j -f` batch, so unchanged rules keep their counters, `limit` buckets
 //! and `ct count` lists; set changes go in as element adds and deletes; a changed rule is
 //! replaced alone; dynamic sets keep what other programs wrote; rollback is a diff too; set
-//! elements changed outside fwc make the plan say "full replace" and the apply repair them.
+//! elements changed outside fwc make the plan say "full replace" and the apply repair them (in a
+//! big set's hash set, only those elements are put back, by the diff).
 //! Real kernel, real packets, inside `fwc-t-*` namespaces.
 
 use std::path::Path;
@@ -427,13 +428,18 @@ fn big_set_is_never_read_back_and_changes_by_elements() {
     assert!(out.contains("warning: ignoring the set-file cache entry") && out.contains("+ 91.3.0.0/24") && out.contains("- 46.0.0.14"), "{out}");
     assert_eq!(ops(&r.last_batch()), vec!["delete element", "add set"]);
 
-    // Drift: one element deleted behind fwc's back is named.
+    // Drift: one element deleted behind fwc's back is named, and put back alone (a hash set's
+    // elements are repaired by the diff, not by a whole-table replace).
     ns.exec(&["nft", "delete", "element", "inet", "fwc", "big_v4_32", "{ 46.0.0.100 }"]);
     let plan = r.plan_json(kdl);
-    assert_eq!(plan["nftables"]["mode"], "full-replace", "{plan:#}");
+    assert_eq!(plan["nftables"]["mode"], "diff", "{plan:#}");
+    assert_eq!(plan["nftables"]["repaired"], serde_json::json!([{"set": "big_v4_32", "added": 1, "removed": 0}]), "{plan:#}");
     let why = plan["nftables"]["reason"].as_str().unwrap();
     assert!(why.contains("set big_v4_32") && why.contains("elements removed: 46.0.0.100"), "{why}");
     r.apply(kdl);
+    let batch = r.last_batch();
+    assert_eq!(ops(&batch), vec!["add set"], "{batch:?}");
+    assert_eq!(batch[0]["add"]["set"]["elem"], serde_json::json!(["46.0.0.100"]), "{batch:?}");
     assert!(ns.exec(&["nft", "list", "set", "inet", "fwc", "big_v4_32"]).contains("46.0.0.100"), "repaired");
     // Another program's transaction makes the next plan compare everything (the in-sync stamp
     // no longer holds): the hash sets' elements, compared as text, are no drift.

@@ -4,7 +4,8 @@
 //! the big `nftables.json` in content-defined chunks that the next generation shares except
 //! where it changed, and a damaged chunk is refused like a damaged file; an element deleted
 //! behind fwc's back is named by `fwc plan` and `fwc status` alike, also in a set big enough to
-//! be split into shards, where the agent's drift check names and heals it too. Real nft, in
+//! be split into shards, where the agent's drift check names and heals it too, putting back only
+//! the drifted elements (packets dropped again); real nft, in
 //! `fwc-t-*` namespaces; no timing is asserted.
 
 use std::collections::BTreeSet;
@@ -220,8 +221,11 @@ fn an_element_deleted_behind_fwcs_back_is_named_by_plan_and_status() {
     ns.exec(&["nft", "add", "element", "inet", "fwc", "big_v4_32_s1", "{ 46.3.0.1 }"]);
     let st = text(&h.on_host(&["status"]));
     assert!(st.contains("set big_v4_32_s1 (fwc.kdl:2:1): elements added outside fwc: 46.3.0.1") && st.contains(&victim), "{st}");
-    // The apply repairs it (a full replace) and both agree again.
+    // The apply puts back only those two elements (no whole-table replace) and both agree again.
+    let plan = text(&h.on_host(&["plan", h.out.to_str().unwrap()]));
+    assert!(plan.contains("2 elements changed outside fwc put back") && !plan.contains("full replace"), "{plan}");
     h.ok(&["apply", h.out.to_str().unwrap(), "--auto-approve"]);
+    assert_only_the_drift_put_back(&h.last_batch(), &victim, "46.3.0.1");
     assert!(h.ok(&["status"]).split_whitespace().collect::<Vec<_>>().join(" ").contains("Drift: no"));
     assert!(!h.ok(&["plan", h.out.to_str().unwrap()]).contains("elements removed"));
 
@@ -243,10 +247,36 @@ fn an_element_deleted_behind_fwcs_back_is_named_by_plan_and_status() {
         text(&o)
     };
     agent();
+    // A client at the victim's address and at the one added behind fwc's back below (46.1.0.1
+    // and 46.3.0.1 are odd: not in the list) connects to a closed port of the agent's host:
+    // refused (curl's 7) when the SYN passes the input chain, a timeout (28) when it is dropped.
+    let client = Netns::new("bsk");
+    fwc_testkit::veth(&agent_ns, &["46.1.0.1/14"], &client, &[&format!("{victim}/14"), "46.3.0.1/14"]);
+    let passes = |from: &str| {
+        let o = client.try_exec(&["curl", "-s", "--connect-timeout", "3", "--interface", from, "http://46.1.0.1:9/"]);
+        assert!(matches!(o.status.code(), Some(7 | 28)), "curl from {from}: {}", text(&o));
+        o.status.code() == Some(7)
+    };
+    assert!(!passes(&victim) && passes("46.3.0.1"), "the list as applied: the victim dropped, the other passes");
     agent_ns.exec(&["nft", "delete", "element", "inet", "fwc", "big_v4_32_s0", &format!("{{ {victim} }}")]);
+    agent_ns.exec(&["nft", "add", "element", "inet", "fwc", "big_v4_32_s1", "{ 46.3.0.1 }"]);
+    assert!(passes(&victim) && !passes("46.3.0.1"), "the drift is live: the victim passes, the added one is dropped");
     let log = agent();
-    assert!(log.contains(&format!("elements removed: {victim}")), "the agent names the element:\n{log}");
+    assert!(log.contains(&format!("elements removed: {victim}")) && log.contains("elements added outside fwc: 46.3.0.1"), "the agent names both:\n{log}");
+    // The heal's batch carries those two elements and nothing else.
+    assert_only_the_drift_put_back(&h.last_batch(), &victim, "46.3.0.1");
     let listed = agent_ns.exec(&["nft", "get", "element", "inet", "fwc", "big_v4_32_s0", &format!("{{ {victim} }}")]);
     assert!(listed.contains(&victim), "the agent put it back:\n{listed}\n{log}");
+    assert!(!passes(&victim) && passes("46.3.0.1"), "healed: the victim is dropped again, the other passes again");
     assert!(!agent().contains("elements removed"), "healed: no drift left");
+}
+
+/// A batch that puts back `removed` (deleted behind fwc's back from shard 0) and deletes
+/// `added` (added behind its back to shard 1): those two elements, nothing else.
+fn assert_only_the_drift_put_back(batch: &[Value], removed: &str, added: &str) {
+    assert_eq!(ops(batch), ["delete element", "add set"], "{batch:?}");
+    assert_eq!(batch[0]["delete"]["element"]["name"], "big_v4_32_s1", "{batch:?}");
+    assert_eq!(batch[0]["delete"]["element"]["elem"], serde_json::json!([added]), "{batch:?}");
+    assert_eq!(batch[1]["add"]["set"]["name"], "big_v4_32_s0", "{batch:?}");
+    assert_eq!(batch[1]["add"]["set"]["elem"], serde_json::json!([removed]), "{batch:?}");
 }

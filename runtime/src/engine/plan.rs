@@ -67,9 +67,14 @@ impl LivePlan {
     /// The reason to pass as [`super::transaction::ApplyOptions::nft_full_replace`]: the plan
     /// saw what a diff cannot repair (set elements changed outside fwc), or said "full
     /// replace" for another reason the transaction would find again. Not a replace that needs
-    /// `--allow-replace`: the transaction finds that one again and refuses or makes it.
+    /// `--allow-replace`: the transaction finds that one again and refuses or makes it. A diff
+    /// that puts back elements changed outside fwc passes the same reason: the transaction
+    /// finds those elements again and puts back only them.
     pub fn nft_full_replace_reason(&self) -> Option<String> {
-        self.nftables.as_ref().filter(|c| c.mode == NftMode::FullReplace && !c.needs_allow_replace).map(|c| c.reason.clone())
+        self.nftables
+            .as_ref()
+            .filter(|c| (c.mode == NftMode::FullReplace && !c.needs_allow_replace) || !c.repaired.is_empty())
+            .map(|c| c.reason.clone())
     }
 }
 

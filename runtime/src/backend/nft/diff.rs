@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::drift_text::rule_label;
-use super::normalize::strip_volatile;
+use super::normalize::{strip_volatile, Normalized};
 
 /// How the nftables part of an apply changes the live table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +55,11 @@ pub struct NftChange {
     /// Element changes per nft set or map.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub elements: Vec<ElementCount>,
+    /// Elements changed outside fwc put back, per plain hash set (a big set's hash sets and
+    /// shards): the live elements fwc did not apply deleted, the applied ones missing added,
+    /// in the same batch ([`repair`]), instead of replacing the table whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repaired: Vec<ElementCount>,
     /// Commands in the batch.
     pub commands: usize,
     /// Sets and maps replaced by a new object of the same name (their declaration changes:
@@ -92,6 +97,7 @@ impl NftChange {
             rules_kept: 0,
             objects: vec![],
             elements: vec![],
+            repaired: vec![],
             commands: 0,
             redeclared: vec![],
             resets: vec![],
@@ -118,6 +124,10 @@ impl NftChange {
                 }
                 if del > 0 {
                     parts.push(format!("{del} element{} removed", if del == 1 { "" } else { "s" }));
+                }
+                let fixed: usize = self.repaired.iter().map(|e| e.added + e.removed).sum();
+                if fixed > 0 {
+                    parts.push(format!("{fixed} element{} changed outside fwc put back", if fixed == 1 { "" } else { "s" }));
                 }
                 if !self.objects.is_empty() {
                     parts.push(format!("{} chain/set change{}", self.objects.len(), if self.objects.len() == 1 { "" } else { "s" }));
@@ -218,6 +228,7 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
         rules_kept: 0,
         objects: vec![],
         elements: vec![],
+        repaired: vec![],
         commands: 0,
         redeclared: vec![],
         resets: vec![],
@@ -350,6 +361,49 @@ pub fn diff(base: &Value, next: &Value, next_canon: &Value, live: &Value) -> Res
         change.mode = NftMode::Unchanged;
     }
     Ok((change, json!({"nftables": batch})))
+}
+
+/// The batch that puts the elements of fwc's plain hash sets (no flags, addresses: a big set's
+/// hash sets and their shards) back to the expected ones, from the live ones: per drifted set,
+/// `delete element` of the live elements not expected and an `add set` (the declaration as it
+/// is, a no-op for the set) of the expected ones missing live. `want` and `live` are
+/// normalised listings (elements sorted alike). None when anything else differs (rules, other
+/// objects, a set's declaration, the elements of another kind of set or map): then only a
+/// whole-table replace repairs it.
+pub fn repair(want: &Normalized, live: &Normalized) -> Option<(Vec<ElementCount>, Vec<Value>)> {
+    if want.rules != live.rules || want.objects.len() != live.objects.len() {
+        return None;
+    }
+    let (mut counts, mut dels, mut adds) = (Vec::new(), Vec::new(), Vec::new());
+    for ((kind, name), w) in &want.objects {
+        let l = live.objects.get(&(kind.clone(), name.clone()))?;
+        if w == l {
+            continue;
+        }
+        let decl = |b: &Value| b.as_object().map(|m| m.iter().filter(|(k, _)| *k != "elem").map(|(k, v)| (k.clone(), v.clone())).collect::<serde_json::Map<_, _>>());
+        let strings = |b: &Value| b.get("elem").and_then(Value::as_array).is_none_or(|e| e.iter().all(Value::is_string));
+        let plain = kind == "set"
+            && w.get("flags").is_none()
+            && matches!(w.get("type").and_then(Value::as_str), Some("ipv4_addr" | "ipv6_addr"))
+            && strings(w)
+            && strings(l);
+        if !plain || decl(w) != decl(l) {
+            return None;
+        }
+        let (added, removed) = element_diff(l.get("elem"), w.get("elem"), false);
+        counts.push(ElementCount { set: name.clone(), added: added.len(), removed: removed.len() });
+        if !removed.is_empty() {
+            dels.push(json!({"delete": {"element": {"family": "inet", "table": NFT_TABLE, "name": name, "elem": removed}}}));
+        }
+        if !added.is_empty() {
+            let mut d = decl(w).unwrap_or_default();
+            d.insert("family".into(), json!("inet"));
+            d.insert("table".into(), json!(NFT_TABLE));
+            d.insert("elem".into(), Value::Array(added));
+            adds.push(json!({"add": {"set": d}}));
+        }
+    }
+    Some((counts, dels.into_iter().chain(adds).collect()))
 }
 
 /// Whether a live rule refers to one of `sets` (`@name` in its expressions).
@@ -613,6 +667,37 @@ mod tests {
         let (added, removed) = element_diff(Some(&json!([e(1, "10.0.0.1"), e(2, "10.0.0.2")])), Some(&json!([e(1, "10.0.0.1"), e(2, "10.0.0.9"), e(3, "10.0.0.3")])), true);
         assert_eq!(removed, vec![json!({"concat": ["tcp", 2]})]);
         assert_eq!(added, vec![e(2, "10.0.0.9"), e(3, "10.0.0.3")]);
+    }
+
+    #[test]
+    fn elements_changed_outside_fwc_are_put_back_alone_or_not_at_all() {
+        use crate::backend::nft::normalize::normalize;
+        let doc = |s0: &[&str], s1: &[&str], flags: bool| {
+            let set = |name: &str, e: &[&str]| {
+                let mut b = json!({"family": "inet", "table": "fwc", "name": name, "type": "ipv4_addr", "elem": e});
+                if flags {
+                    b["flags"] = json!(["interval"]);
+                }
+                json!({"set": b})
+            };
+            json!({"nftables": [set("bl_v4_32_s0", s0), set("bl_v4_32_s1", s1), {"rule": rule("input", Some("fwc:filter:bl"), 22, Some(4))}]})
+        };
+        let want = normalize(&doc(&["10.0.0.1", "10.0.0.2", "10.0.0.3"], &["200.0.0.1"], false));
+        // One element deleted from shard 0, one added to shard 1: those two, nothing else.
+        let (counts, batch) = repair(&want, &normalize(&doc(&["10.0.0.3", "10.0.0.1"], &["200.0.0.1", "200.0.0.9"], false))).unwrap();
+        assert_eq!(counts, vec![ElementCount { set: "bl_v4_32_s0".into(), added: 1, removed: 0 }, ElementCount { set: "bl_v4_32_s1".into(), added: 0, removed: 1 }]);
+        assert_eq!(batch, vec![
+            json!({"delete": {"element": {"family": "inet", "table": "fwc", "name": "bl_v4_32_s1", "elem": ["200.0.0.9"]}}}),
+            json!({"add": {"set": {"family": "inet", "table": "fwc", "name": "bl_v4_32_s0", "type": "ipv4_addr", "elem": ["10.0.0.2"]}}}),
+        ]);
+        // Nothing drifted: an empty batch.
+        assert_eq!(repair(&want, &want).unwrap().1, Vec::<Value>::new());
+        // An interval set's elements, or a rule changed beside them: only a whole replace.
+        let want_iv = normalize(&doc(&["10.0.0.1"], &[], true));
+        assert!(repair(&want_iv, &normalize(&doc(&[], &[], true))).is_none());
+        let mut other = doc(&["10.0.0.1", "10.0.0.2"], &["200.0.0.1"], false);
+        other["nftables"][2]["rule"] = rule("input", Some("fwc:filter:bl"), 23, Some(4));
+        assert!(repair(&want, &normalize(&other)).is_none());
     }
 
     #[test]

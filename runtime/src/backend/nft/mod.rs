@@ -9,7 +9,11 @@
 //!   `nftables.json` — is used for the first apply, when the layout changes (a chain's hook,
 //!   a set's type), when the diff does not apply cleanly to the live table (checked), or when
 //!   the caller asks for it (set elements changed outside fwc: the diff does not list live
-//!   elements). [`NftChange`] says which and why. A diff that only adds is checked with
+//!   elements). [`NftChange`] says which and why. Elements changed outside fwc in plain hash
+//!   sets (a big set's hash sets and shards), when nothing else drifted, are put back instead
+//!   by the diff's batch itself: the observe that found them names them, and the batch deletes
+//!   the live elements fwc did not apply and adds the applied ones that are missing
+//!   ([`diff::repair`]); `fwc apply` after a plan lists the live table again to find them. A diff that only adds is checked with
 //!   `nft -j -c -f` (the kernel validates it and aborts; nothing changes); a full replace and a
 //!   diff deleting elements are not (the check costs as much as the commit: nft reads every
 //!   element) — nftables commits first, so a batch the kernel rejects at commit left nothing
@@ -111,7 +115,24 @@ struct Staged {
     unchecked_fallback: Option<NftDoc>,
     /// sha256 of the new nftables.json ([`digest`]).
     digest: String,
+    /// The batch puts back set elements changed outside fwc ([`Repair`]): when the kernel
+    /// rejects it, the whole-table replace that repaired such drift before is made instead,
+    /// without `--allow-replace` (it discards nothing the plan promised to keep).
+    repairing: bool,
 }
+
+/// Set elements changed outside fwc, found by an observe, and the batch that puts them back
+/// ([`diff::repair`]); `reason`: the full-replace reason the same observe gave.
+#[derive(Debug, Clone)]
+struct Repair {
+    reason: String,
+    counts: Vec<ElementCount>,
+    batch: Vec<Value>,
+}
+
+/// How the reason for a full replace starts when an observe found set elements changed
+/// outside fwc (the reason a plan hands to the apply's transaction).
+const ELEMENTS_CHANGED: &str = "the elements of ";
 
 /// fwc's nftables table, optionally inside a named network namespace.
 #[derive(Debug)]
@@ -134,6 +155,9 @@ pub struct NftBackend {
     /// Replace the table whole at the next prepare, for this reason (the caller's, or an
     /// observe that found set elements changed outside fwc).
     full_replace: Option<String>,
+    /// The elements an observe found changed outside fwc, when the only drift is in plain
+    /// hash sets: the next prepare puts back just those (with `full_replace`'s reason).
+    repair: Option<Repair>,
     /// sha256 of the nftables.json last applied ([`digest`]).
     base_digest: Option<String>,
     /// Set by commit when the committed transaction was the only one since the table was
@@ -158,6 +182,7 @@ impl NftBackend {
             verify_pending: false,
             base: None,
             full_replace: None,
+            repair: None,
             base_digest: None,
             stamp_pending: None,
             canonical: HashMap::new(),
@@ -305,10 +330,13 @@ impl NftBackend {
                         if let Some(set) = elements_drifted(&want, &live) {
                             // Naming the elements, from the drift description.
                             let what = obs.drift.iter().find_map(|d| d.strip_prefix(&format!("{set}: ")));
-                            self.full_replace = Some(match what {
-                                Some(w) => format!("the elements of {set} were changed outside fwc ({w})"),
-                                None => format!("the elements of {set} were changed outside fwc"),
-                            });
+                            let reason = match what {
+                                Some(w) => format!("{ELEMENTS_CHANGED}{set} were changed outside fwc ({w})"),
+                                None => format!("{ELEMENTS_CHANGED}{set} were changed outside fwc"),
+                            };
+                            // Only those elements are put back when nothing else drifted.
+                            self.repair = diff::repair(&want, &live).map(|(counts, batch)| Repair { reason: reason.clone(), counts, batch });
+                            self.full_replace = Some(reason);
                         }
                     }
                 }
@@ -498,9 +526,15 @@ impl NftBackend {
         }
         let Some(live) = live else { return full("first apply (table inet fwc does not exist)") };
         let Some(base) = base else { return full("fwc has not applied anything here before") };
-        if let Some(reason) = full_replace {
-            return full(reason);
-        }
+        // Set elements changed outside fwc: put back by the diff's batch when the observe that
+        // found them could say which (`repair`), else the whole table is replaced.
+        let repair = match full_replace {
+            Some(reason) => match self.repair.clone().filter(|r| r.reason == reason) {
+                Some(r) => Some(r),
+                None => return full(reason),
+            },
+            None => None,
+        };
         if is_empty_doc(&lazy::skeleton(base))? {
             return full("fwc has not applied anything here before");
         }
@@ -522,14 +556,25 @@ impl NftBackend {
         if reduced.is_some() && d.as_ref().is_ok_and(|(c, _)| !c.redeclared.is_empty()) {
             d = diff::diff(base.value(), next.value(), &canon, live);
         }
-        Ok(match d {
-            Ok((mut c, tx)) => {
+        Ok(match (d, repair) {
+            (Ok((mut c, mut tx)), repair) => {
                 for (kind, name) in c.redeclared.clone() {
                     c.resets.push(redeclare_reset(&self.cmd, live, &kind, &name));
                 }
+                if let Some(r) = repair {
+                    // First the live elements back to the applied ones, then the diff from those.
+                    let batch = tx["nftables"].as_array_mut().expect("a batch is an array");
+                    batch.splice(0..0, r.batch);
+                    c.commands = batch.len();
+                    c.mode = NftMode::Diff;
+                    c.repaired = r.counts;
+                    c.reason = r.reason;
+                }
                 Ok((c, tx))
             }
-            Err(reason) => Err(Replace { reason, lossy: true }),
+            // What replaced the table before the repair was built: not a lossy replace.
+            (Err(_), Some(r)) => Err(Replace { reason: r.reason, lossy: false }),
+            (Err(reason), None) => Err(Replace { reason, lossy: true }),
         })
     }
 
@@ -581,10 +626,22 @@ impl Backend for NftBackend {
         self.committed = false;
         self.verify_pending = false;
         let live = self.cmd.list_terse().wrap_err("nftables: prepare failed")?;
-        let full_replace = self.full_replace.take();
+        let mut full_replace = self.full_replace.take();
         let base = self.base.take();
-        let (mut change, mut tx) =
-            self.change(base.as_ref(), &next.nftables, live.as_ref(), full_replace.as_deref()).wrap_err("nftables: prepare failed")?;
+        if let (Some(reason), None, Some(b)) = (&full_replace, &self.repair, &base) {
+            // A plan saw set elements changed outside fwc (`fwc apply` after its plan): which
+            // ones, again from the live table, so only they are put back.
+            if reason.starts_with(ELEMENTS_CHANGED) {
+                match self.drift(b) {
+                    Ok(_) => full_replace = self.full_replace.take(),
+                    Err(e) => tracing::warn!("nftables: cannot list the drifted elements ({e}); replacing the table whole"),
+                }
+            }
+        }
+        let changed = self.change(base.as_ref(), &next.nftables, live.as_ref(), full_replace.as_deref());
+        self.repair = None;
+        let (mut change, mut tx) = changed.wrap_err("nftables: prepare failed")?;
+        let repairing = !change.repaired.is_empty();
         if change.needs_allow_replace && !self.allow_replace {
             self.base = base;
             return Err(refusal(&change.reason, &change.resets));
@@ -615,7 +672,7 @@ impl Backend for NftBackend {
             // The live table is not what the last apply left (a killed apply, hand edits of
             // set elements): replace it whole instead.
             let reason = format!("the diff does not apply to the live table ({})", e.to_string().lines().last().unwrap_or("").trim());
-            if !self.allow_replace {
+            if !self.allow_replace && !repairing {
                 // Not what the plan said: refused, nothing changed (the check changes nothing).
                 let resets = live.as_ref().map(|l| replace_resets(&self.cmd, l, &dynamic_sets(&lazy::skeleton(&next.nftables)))).unwrap_or_default();
                 self.base = base;
@@ -640,7 +697,7 @@ impl Backend for NftBackend {
         self.canonical(&structure(&skel)).wrap_err("nftables: prepare failed")?;
         tracing::info!(mode = ?change.mode, "nftables: {}", change.describe());
         let dynamic = dynamic_sets(&skel);
-        self.staged = Some(Staged { tx, dynamic, change, unchecked_fallback, digest: digest(next) });
+        self.staged = Some(Staged { tx, dynamic, change, unchecked_fallback, digest: digest(next), repairing });
         Ok(())
     }
 
@@ -684,7 +741,7 @@ impl Backend for NftBackend {
         self.restore_quotas(tx, &policies);
         Self::log_batch(tx);
         let mut result = if tx["nftables"].as_array().is_some_and(Vec::is_empty) { Ok(()) } else { self.cmd.run_file(tx, false) };
-        if let (Err(e), Some(_), false) = (&result, &staged.unchecked_fallback, self.allow_replace) {
+        if let (Err(e), Some(_), false) = (&result, &staged.unchecked_fallback, self.allow_replace || staged.repairing) {
             // The unchecked diff does not apply to the live table: the kernel aborted it, so
             // nothing changed; a whole-table replace is not what the plan said: refused.
             let reason = format!("the diff does not apply to the live table ({})", e.to_string().lines().last().unwrap_or("").trim());
