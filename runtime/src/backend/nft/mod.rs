@@ -57,6 +57,7 @@
 //! elements of big sets' hash sets read over netlink.
 
 pub mod cmd;
+mod compare;
 mod counters;
 mod diff;
 mod doc;
@@ -79,7 +80,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use doc::{add_table, declaration, delete_table, is_empty_doc};
-use normalize::{accept_dns_installs, accept_health_rewrites, element_order, elements_drifted, normalize_with, split_hash_elements};
 
 use fwc_compiler::artifacts::{sha256_hex, Artifacts, BackendKind, NftDoc, NFT_TABLE};
 use miette::{miette, Result, WrapErr};
@@ -263,90 +263,6 @@ impl NftBackend {
     /// records, so `fwc apply plan.json` can refuse when the live state changed since.
     pub fn live_hash(&self) -> Result<String> {
         Ok(hash_of_listing(self.cmd.list_table()?.as_ref()))
-    }
-
-    /// Compare the live table with the expected `nftables.json`.
-    pub fn drift(&mut self, expected: &NftDoc) -> Result<Observation> {
-        let live = self.cmd.list_table()?;
-        self.drift_of(expected, live.as_ref())
-    }
-
-    /// [`Self::drift`] against a listing already taken (`list_table`), so a caller that also
-    /// needs [`hash_of_listing`] lists a large table once.
-    pub fn drift_of(&mut self, expected: &NftDoc, live: Option<&Value>) -> Result<Observation> {
-        self.compare(expected, live, false)
-    }
-
-    /// Compare `live` with the kernel's rendering of `expected`; `terse`: `live` was listed
-    /// without set elements, so they are left out of the comparison.
-    fn compare(&mut self, expected: &NftDoc, live: Option<&Value>, terse: bool) -> Result<Observation> {
-        // A big set's hash sets are left out of the scratch-namespace rendering
-        // (a million elements loaded and listed back on every plan after a change): the
-        // kernel lists their elements as emitted, so they are compared as text. Terse: the
-        // skeleton (no element is compared).
-        let (want, hashed) = if terse {
-            (self.canonical(&structure(&lazy::skeleton(expected)))?, Vec::new())
-        } else {
-            let (doc, hashed) = split_hash_elements(expected);
-            (self.canonical(&doc)?, hashed)
-        };
-        let want_empty = is_empty_doc(&lazy::skeleton(expected))?;
-        let mut obs = Observation::default();
-        match live {
-            None if want_empty => {}
-            None => obs.drift.push(format!("table inet {NFT_TABLE} is missing (deleted outside fwc?)")),
-            Some(live) => {
-                if want_empty {
-                    obs.drift.push(format!("table inet {NFT_TABLE} exists but fwc has nothing applied"));
-                } else {
-                    let (mut want, mut live) = (normalize_with(&want, !terse), normalize_with(&live, !terse));
-                    for (name, mut elems) in hashed {
-                        if let Some(Value::Object(b)) = want.objects.get_mut(&("set".to_string(), name)) {
-                            if !elems.is_empty() {
-                                elems.sort_unstable_by(element_order);
-                                b.insert("elem".into(), Value::Array(elems));
-                            }
-                        }
-                    }
-                    accept_health_rewrites(&want, &mut live);
-                    accept_dns_installs(&want, &mut live);
-                    // The text listing (rules in nft syntax for the report) is a second full
-                    // listing: taken only when there is drift to describe.
-                    let plain = describe_drift(&want, &live, None);
-                    if plain.is_empty() {
-                        obs.drift = vec![];
-                    } else {
-                        // The text listing only renders changed rules: with the rules as
-                        // applied (drift in set elements: a second listing of a big set costs
-                        // as much as the first, 20 s at 1M), the plain description is complete.
-                        obs.drift = if want.rules == live.rules {
-                            plain
-                        } else {
-                            let text = self.cmd.list_table_text();
-                            describe_drift(&want, &live, text.as_deref())
-                        };
-                        // The diff assumes the live elements are the applied ones: when they
-                        // are not, the next apply of this backend replaces the table whole.
-                        if let Some(set) = elements_drifted(&want, &live) {
-                            // Naming the elements, from the drift description.
-                            let what = obs.drift.iter().find_map(|d| d.strip_prefix(&format!("{set}: ")));
-                            let reason = match what {
-                                Some(w) => format!("{ELEMENTS_CHANGED}{set} were changed outside fwc ({w})"),
-                                None => format!("{ELEMENTS_CHANGED}{set} were changed outside fwc"),
-                            };
-                            // Only those elements are put back when nothing else drifted.
-                            self.repair = diff::repair(&want, &live).map(|(counts, batch)| Repair { reason: reason.clone(), counts, batch });
-                            self.full_replace = Some(reason);
-                        }
-                    }
-                }
-                obs.counters = counters(&live);
-                if !terse {
-                    obs.per_source = super::persource::fill(&live);
-                }
-            }
-        }
-        Ok(obs)
     }
 }
 
